@@ -333,7 +333,9 @@ G4_API int32_t g4_argmax(const float *x, int n);
 #define G4_FREE(p) free(p)
 #endif
 
-#ifdef GEMMA4_STATIC
+#if defined(GEMMA4_STATIC) && (defined(__GNUC__) || defined(__clang__))
+#define G4__DEF static __attribute__((unused)) /* a user may call only some */
+#elif defined(GEMMA4_STATIC)
 #define G4__DEF static
 #else
 #define G4__DEF

@@ -1,0 +1,50 @@
+# gemma4.h - build, demo and tests.  `make` builds build/gemma4, `make run`
+# shows the plan and logits of a tiny model, `make test` runs everything CI runs.
+CC      ?= cc
+CFLAGS  ?= -O2
+WARN     = -std=c99 -Wall -Wextra -Wpedantic -Werror
+SAN      = -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+LDLIBS   = -lm
+DEMO     = data/tiny/e2b_like
+
+.PHONY: all run test unit sanitize strict clean
+
+all: build/gemma4
+
+build/gemma4: examples/gemma4.c gemma4.h | build
+	$(CC) $(WARN) $(CFLAGS) -o $@ examples/gemma4.c $(LDLIBS)
+
+build/test_gemma4: tests/test_gemma4.c gemma4.h | build
+	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_gemma4.c $(LDLIBS)
+
+build/test_gemma4_san: tests/test_gemma4.c gemma4.h | build
+	$(CC) $(WARN) $(SAN) -o $@ tests/test_gemma4.c $(LDLIBS)
+
+build:
+	mkdir -p build
+
+# The demo: the KV-sharing plan of a tiny E2B-shaped model, then its logits.
+run: build/gemma4
+	./build/gemma4 info $(DEMO)
+	./build/gemma4 logits $(DEMO) --ids 2,818,1010,77,5 --out build/demo_logits.bin
+	./build/gemma4 greedy $(DEMO) --ids 2,818,1010 --new 8
+
+# The header must compile clean as C99 and C++ under gcc and clang.
+strict: | build
+	sh tests/strict_compile.sh
+
+unit: build/gemma4 build/test_gemma4
+	./build/test_gemma4
+
+sanitize: build/gemma4 build/test_gemma4_san
+	./build/test_gemma4_san
+
+test: strict build/gemma4 build/test_gemma4 build/test_gemma4_san
+	@echo "== tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+	./build/test_gemma4_san > build/sanitize.log 2>&1 || { cat build/sanitize.log; exit 1; }
+	@tail -n 1 build/sanitize.log
+	@echo "== tests"
+	./build/test_gemma4
+
+clean:
+	rm -rf build

@@ -1,0 +1,35 @@
+#!/bin/sh
+# Compiles gemma4.h with its implementation as C99 and as C++ (11 and 17), with
+# -Wall -Wextra -Wpedantic -Werror, under every compiler found; also with
+# GEMMA4_STATIC and G4_NO_MMAP. Fails on the first warning.
+set -e
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cat > "$tmp/t.c" <<'SRC'
+#define GEMMA4_IMPLEMENTATION
+#include "gemma4.h"
+int main(void) { g4_session_config c = g4_session_config_init(); return c.max_chunk == 64 ? 0 : 1; }
+SRC
+cat > "$tmp/s.c" <<'SRC'
+#define GEMMA4_STATIC
+#define G4_NO_MMAP
+#define GEMMA4_IMPLEMENTATION
+#include "gemma4.h"
+int main(void) { g4_config c; return g4_config_parse(&c, "{}", 2, "x") == G4_OK; }
+SRC
+cp "$tmp/t.c" "$tmp/t.cpp"
+cp "$tmp/s.c" "$tmp/s.cpp"
+W="-Wall -Wextra -Wpedantic -Werror -I."
+n=0
+for cc in gcc clang; do
+  command -v $cc >/dev/null || continue
+  for f in t s; do $cc -std=c99 $W -c "$tmp/$f.c" -o "$tmp/o"; n=$((n+1)); done
+done
+for cxx in g++ clang++; do
+  command -v $cxx >/dev/null || continue
+  for std in c++11 c++17; do
+    for f in t s; do $cxx -std=$std $W -c "$tmp/$f.cpp" -o "$tmp/o"; n=$((n+1)); done
+  done
+done
+[ $n -gt 0 ] || { echo "strict_compile: no compiler found"; exit 1; }
+echo "strict_compile: $n clean builds (C99, C++11, C++17; gcc/clang as present)"

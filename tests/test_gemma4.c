@@ -1,0 +1,928 @@
+/* The gemma4.h test suite: tiny Gemma 4 models built and run by transformers
+   (data/tiny/, see tools/make_goldens.py), the released configs (data/configs/),
+   and the shared-KV invariants of ../shared/spec/shared-kv.md.
+
+   Tolerances (float32 gemma4.h vs float32 transformers on the same weights):
+     logits:        max |ours - ref| <= 1e-5 * max |ref|   (largest logit)
+     layer outputs: max |ours - ref| <= 1e-5 * max |ref layer| per layer
+   Both sides compute in float32 but sum in different orders (torch's blocked
+   GEMM vs our row loop), which leaves a few ulp per op; 1e-5 leaves about a
+   3x margin over the worst case measured (~7.7e-6 on the MoE model).
+   Chunking and decode equivalence, stale-weight and reader-copy tests are
+   exact: every kernel is row-wise, so the same position computes the same
+   bits whatever the chunk. */
+#define _POSIX_C_SOURCE 200809L
+#define GEMMA4_IMPLEMENTATION
+#include "../gemma4.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int g_pass, g_fail, g_cur_failed;
+static const char *g_cur;
+
+#define CHECK(cond, ...)                                                         \
+    do {                                                                         \
+        if (!(cond)) {                                                           \
+            printf("  FAIL %s:%d: %s: ", __FILE__, __LINE__, g_cur);             \
+            printf(__VA_ARGS__);                                                 \
+            printf("\n");                                                        \
+            g_cur_failed = 1;                                                    \
+        }                                                                        \
+    } while (0)
+
+static void run(const char *name, void (*fn)(void)) {
+    g_cur = name;
+    g_cur_failed = 0;
+    fn();
+    if (g_cur_failed) { g_fail++; printf("not ok - %s\n", name); }
+    else { g_pass++; printf("ok - %s\n", name); }
+    fflush(stdout);
+}
+
+#define TOL 1e-5
+
+/* ------------------------------------------------------------- helpers */
+
+static const char *g_data = "data";
+static char g_tmp[256];
+
+/* "a/b" in one of 8 rotating buffers (so results can nest). */
+static const char *path2(const char *a, const char *b) {
+    static char buf[8][512];
+    static int k;
+    size_t la = strlen(a), lb = strlen(b);
+    k = (k + 1) % 8;
+    if (la + lb + 2 > sizeof buf[k]) return "path-too-long";
+    memcpy(buf[k], a, la);
+    buf[k][la] = '/';
+    memcpy(buf[k] + la + 1, b, lb + 1);
+    return buf[k];
+}
+
+static const char *tiny(const char *name) { return path2(g_data, path2("tiny", name)); }
+
+/* A golden file is a safetensors file: reuse the library's parser. */
+typedef struct { g4_model m; int ok; } golden;
+
+static int golden_open(golden *g, const char *model) {
+    memset(g, 0, sizeof *g);
+    if (g4__add_file(&g->m, tiny(model), "golden.safetensors") != G4_OK || g4__st_finish(&g->m) != G4_OK) {
+        printf("  cannot read %s/golden.safetensors: %s\n", tiny(model), g->m.error);
+        g4_model_free(&g->m);
+        return 0;
+    }
+    return g->ok = 1;
+}
+
+static const float *golden_f32(golden *g, const char *name, int64_t *numel) {
+    const g4_tensor *t = g4_model_tensor(&g->m, name);
+    int k;
+    if (!t || t->dtype != G4_F32) return NULL;
+    *numel = 1;
+    for (k = 0; k < t->ndim; k++) *numel *= t->shape[k];
+    return (const float *)t->data; /* safetensors data is 8-byte aligned in these files */
+}
+
+static const int32_t *golden_ids(golden *g, const char *name, int *n) {
+    const g4_tensor *t = g4_model_tensor(&g->m, name);
+    *n = 0;
+    if (!t || t->dtype != G4_I32 || t->ndim != 1) return NULL;
+    *n = (int)t->shape[0];
+    return (const int32_t *)t->data;
+}
+
+static double max_abs(const float *a, size_t n) {
+    double m = 0;
+    size_t i;
+    for (i = 0; i < n; i++) if (fabs(a[i]) > m) m = fabs(a[i]);
+    return m;
+}
+
+static double max_diff(const float *a, const float *b, size_t n) {
+    double m = 0;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (d > m || d != d) m = d != d ? INFINITY : d;
+    }
+    return m;
+}
+
+/* A loaded model with one session; freed by ctx_free. */
+typedef struct {
+    g4_model m;
+    g4_session s;
+    void *arena;
+    size_t bytes;
+} ctx;
+
+static int ctx_open(ctx *c, const char *dir, int max_context, int chunk, int reader_copies) {
+    g4_session_config sc = g4_session_config_init();
+    memset(c, 0, sizeof *c);
+    if (g4_model_load(&c->m, dir) != G4_OK) { printf("  load %s: %s\n", dir, c->m.error); return 0; }
+    sc.max_context = max_context;
+    sc.max_chunk = chunk;
+    sc.reader_copies = reader_copies;
+    if (g4_session_size(&c->m, &sc, &c->bytes) != G4_OK) return 0;
+    c->arena = malloc(c->bytes);
+    if (g4_session_init(&c->s, &c->m, &sc, c->arena, c->bytes) != G4_OK) {
+        printf("  session: %s\n", c->s.error);
+        return 0;
+    }
+    return 1;
+}
+
+static void ctx_free(ctx *c) {
+    free(c->arena);
+    g4_model_free(&c->m);
+}
+
+/* Runs ids through a fresh session in pieces of `step` tokens per g4_forward
+   call (0 = all at once) and returns all logits [n][V] (malloc'd). */
+static float *run_logits(const char *dir, const int32_t *ids, int n, int chunk, int step, int reader_copies) {
+    ctx c;
+    float *out;
+    int done;
+    if (!ctx_open(&c, dir, n, chunk, reader_copies)) { ctx_free(&c); return NULL; }
+    out = (float *)malloc(sizeof(float) * (size_t)n * c.m.config.vocab_size);
+    for (done = 0; done < n;) {
+        int k = step ? (n - done < step ? n - done : step) : n;
+        if (g4_forward(&c.s, ids + done, k, out + (size_t)done * c.m.config.vocab_size, G4_LOGITS_ALL) != G4_OK) {
+            printf("  forward: %s\n", c.s.error);
+            free(out);
+            ctx_free(&c);
+            return NULL;
+        }
+        done += k;
+    }
+    ctx_free(&c);
+    return out;
+}
+
+/* --------------------------------------------- goldens from transformers */
+
+typedef struct { golden *g; int fails; double worst; int seen; } tap_check;
+
+static void layer_tap(void *user, const char *name, int layer, const float *data, int rows, int cols, int pos0) {
+    tap_check *tc = (tap_check *)user;
+    char key[64];
+    int64_t numel;
+    const float *ref;
+    (void)layer;
+    if (strncmp(name, "layers.", 7) == 0) snprintf(key, sizeof key, "layer.%s", name + 7);
+    else if (strcmp(name, "embed") == 0 || strcmp(name, "per_layer_inputs") == 0) snprintf(key, sizeof key, "%s", name);
+    else if (strcmp(name, "norm") == 0) snprintf(key, sizeof key, "final_norm");
+    else return;
+    ref = golden_f32(tc->g, key, &numel);
+    if (!ref) { printf("  golden has no '%s'\n", key); tc->fails++; return; }
+    {
+        size_t off = (size_t)pos0 * cols, cnt = (size_t)rows * cols;
+        double d = max_diff(data, ref + off, cnt), scale = max_abs(ref, (size_t)numel), rel = d / scale;
+        if (off + cnt > (size_t)numel || !(rel <= TOL)) {
+            printf("  %s: max diff %.3g (%.3g relative)\n", key, d, rel);
+            tc->fails++;
+        }
+        if (rel > tc->worst) tc->worst = rel;
+        tc->seen++;
+    }
+}
+
+static void check_golden(const char *model) {
+    golden g;
+    ctx c;
+    int n, V;
+    int64_t numel;
+    const int32_t *ids;
+    const float *ref;
+    float *out;
+    tap_check tc;
+    if (!golden_open(&g, model)) { CHECK(0, "no golden for %s", model); return; }
+    ids = golden_ids(&g, "input_ids", &n);
+    ref = golden_f32(&g, "logits", &numel);
+    CHECK(ids && ref, "golden lacks input_ids/logits");
+    if (!ids || !ref || !ctx_open(&c, tiny(model), n, 0, 0)) { g4_model_free(&g.m); return; }
+    V = c.m.config.vocab_size;
+    CHECK(numel == (int64_t)n * V, "golden logits shape");
+    memset(&tc, 0, sizeof tc);
+    tc.g = &g;
+    c.s.cfg.tap = layer_tap;
+    c.s.cfg.tap_user = &tc;
+    out = (float *)malloc(sizeof(float) * (size_t)n * V);
+    CHECK(g4_forward(&c.s, ids, n, out, G4_LOGITS_ALL) == G4_OK, "forward: %s", c.s.error);
+    {
+        double d = max_diff(out, ref, (size_t)n * V), scale = max_abs(ref, (size_t)n * V);
+        printf("  %s: %d tokens, logits max diff %.3g = %.3g of max |logit| %.3g; worst layer %.3g\n", model, n, d,
+               d / scale, scale, tc.worst);
+        CHECK(d <= TOL * scale, "logits differ from transformers: %.3g > %.3g", d, TOL * scale);
+    }
+    CHECK(tc.fails == 0, "%d taps differ from transformers", tc.fails);
+    CHECK(tc.seen >= c.m.config.num_hidden_layers + 2, "only %d taps compared", tc.seen);
+    free(out);
+    ctx_free(&c);
+    g4_model_free(&g.m);
+}
+
+static void test_golden_e2b_like(void) { check_golden("e2b_like"); }
+static void test_golden_e4b_like_wrapper(void) { check_golden("e4b_like"); }
+static void test_golden_31b_like_sharded(void) { check_golden("31b_like"); }
+static void test_golden_26b_like_moe(void) { check_golden("26b_like"); }
+static void test_golden_plain_f16(void) { check_golden("plain"); }
+static void test_golden_legacy_keys(void) { check_golden("legacy_keys"); }
+
+/* greedy decode, one token per g4_forward, equals transformers' generate */
+static void check_greedy(const char *model) {
+    golden g;
+    ctx c;
+    int n, i, prompt = 6;
+    const int32_t *want;
+    float *logits;
+    if (!golden_open(&g, model)) { CHECK(0, "no golden"); return; }
+    want = golden_ids(&g, "greedy_ids", &n);
+    CHECK(want && n > prompt, "golden lacks greedy_ids");
+    if (!want || n <= prompt || !ctx_open(&c, tiny(model), n, 0, 0)) { g4_model_free(&g.m); return; }
+    logits = (float *)malloc(sizeof(float) * c.m.config.vocab_size);
+    CHECK(g4_forward(&c.s, want, prompt, logits, G4_LOGITS_LAST) == G4_OK, "prefill");
+    for (i = prompt; i < n; i++) {
+        int32_t next = g4_argmax(logits, c.m.config.vocab_size);
+        CHECK(next == want[i], "token %d: got %d, transformers %d", i, (int)next, (int)want[i]);
+        if (next != want[i]) break;
+        if (i + 1 < n) CHECK(g4_forward(&c.s, &next, 1, logits, G4_LOGITS_LAST) == G4_OK, "decode");
+    }
+    free(logits);
+    ctx_free(&c);
+    g4_model_free(&g.m);
+}
+
+static void test_greedy_matches_generate(void) {
+    check_greedy("e2b_like");
+    check_greedy("e4b_like");
+    check_greedy("31b_like");
+    check_greedy("26b_like");
+    check_greedy("plain");
+}
+
+/* --------------------------------------- one code path: chunks and decode */
+
+static void check_chunking(const char *model) {
+    golden g;
+    int n, V, k;
+    const int32_t *ids;
+    float *ref;
+    /* (max_chunk, tokens per call): one shot, decode, chunks of 3, chunk > window */
+    static const int plans[][2] = {{1, 1}, {3, 0}, {3, 5}, {13, 0}, {64, 7}, {2, 2}};
+    if (!golden_open(&g, model)) { CHECK(0, "no golden"); return; }
+    ids = golden_ids(&g, "input_ids", &n);
+    if (!ids) { CHECK(0, "golden lacks input_ids"); g4_model_free(&g.m); return; }
+    ref = run_logits(tiny(model), ids, n, 64, 0, 0);
+    CHECK(ref != NULL, "one-shot run");
+    if (!ref) { g4_model_free(&g.m); return; }
+    {
+        g4_model tmp;
+        g4_model_load(&tmp, tiny(model));
+        V = tmp.config.vocab_size;
+        CHECK(n > tmp.config.sliding_window, "sequence (%d) must exceed the window (%d)", n, tmp.config.sliding_window);
+        g4_model_free(&tmp);
+    }
+    for (k = 0; k < (int)(sizeof plans / sizeof plans[0]); k++) {
+        float *out = run_logits(tiny(model), ids, n, plans[k][0], plans[k][1], 0);
+        CHECK(out != NULL, "run");
+        if (out) {
+            double d = max_diff(out, ref, (size_t)n * V);
+            CHECK(d == 0.0, "%s: max_chunk %d, %d per call: differs from one-shot prefill by %.3g", model, plans[k][0],
+                  plans[k][1], d);
+        }
+        free(out);
+    }
+    free(ref);
+    g4_model_free(&g.m);
+}
+
+static void test_chunked_equals_oneshot_e2b(void) { check_chunking("e2b_like"); }
+static void test_chunked_equals_oneshot_moe(void) { check_chunking("26b_like"); }
+static void test_chunked_equals_oneshot_31b(void) { check_chunking("31b_like"); }
+
+/* ----------------------------------------------- shared-KV table invariants */
+
+static void test_reader_copies_same_logits(void) {
+    golden g;
+    int n;
+    const int32_t *ids;
+    float *a, *b;
+    if (!golden_open(&g, "e2b_like")) { CHECK(0, "no golden"); return; }
+    ids = golden_ids(&g, "input_ids", &n);
+    if (!ids) { CHECK(0, "golden lacks input_ids"); g4_model_free(&g.m); return; }
+    a = run_logits(tiny("e2b_like"), ids, n, 5, 0, 0);
+    b = run_logits(tiny("e2b_like"), ids, n, 5, 0, 1);
+    CHECK(a && b && max_diff(a, b, (size_t)n * 512) == 0.0, "owners-only table and per-reader copies differ");
+    free(a);
+    free(b);
+    g4_model_free(&g.m);
+}
+
+static void test_table_owners_only(void) {
+    ctx c, d;
+    int i, readers = 0;
+    if (!ctx_open(&c, tiny("e2b_like"), 32, 4, 0) || !ctx_open(&d, tiny("e2b_like"), 32, 4, 1)) {
+        CHECK(0, "open");
+        return;
+    }
+    CHECK(c.s.n_slots == c.m.plan.first_shared, "slots %d != owners %d", c.s.n_slots, c.m.plan.first_shared);
+    for (i = 0; i < c.m.plan.n_layers; i++) {
+        const g4_layer_plan *lp = &c.m.plan.layer[i];
+        if (lp->reads >= 0) {
+            readers++;
+            CHECK(c.s.layer_slot[i] == c.s.layer_slot[lp->reads], "reader %d does not share slot of %d", i, lp->reads);
+        } else {
+            CHECK(c.s.slots[c.s.layer_slot[i]].writer == i, "slot of owner %d has writer %d", i,
+                  c.s.slots[c.s.layer_slot[i]].writer);
+        }
+    }
+    CHECK(readers == 4, "e2b_like has 4 readers, plan says %d", readers);
+    CHECK(d.s.n_slots == c.s.n_slots + readers, "debug copies: %d slots", d.s.n_slots);
+    CHECK(d.bytes > c.bytes, "reader copies must need more arena (%lu vs %lu)", (unsigned long)d.bytes,
+          (unsigned long)c.bytes);
+    /* sliding slots hold window-1+chunk rows, full ones the whole context */
+    CHECK(c.s.slots[0].capacity == 8 - 1 + 4, "sliding capacity %d", c.s.slots[0].capacity);
+    CHECK(c.s.slots[4].capacity == 32, "full capacity %d", c.s.slots[4].capacity);
+    ctx_free(&c);
+    ctx_free(&d);
+}
+
+/* Minimal safetensors writer for building test checkpoints. */
+typedef struct { const char *name; const char *dtype; int ndim; int64_t shape[4]; const void *data; size_t bytes; } st_entry;
+
+static int st_write(const char *path, const st_entry *e, int n, const char *extra_header) {
+    FILE *f = fopen(path, "wb");
+    char *hdr = (char *)malloc(1 << 20);
+    size_t hl = 0, off = 0;
+    uint64_t len;
+    int i, k;
+    unsigned char pad = ' ';
+    if (!f || !hdr) { if (f) fclose(f); free(hdr); return 0; }
+    hl += (size_t)sprintf(hdr + hl, "{");
+    for (i = 0; i < n; i++) {
+        hl += (size_t)sprintf(hdr + hl, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[", i ? "," : "", e[i].name, e[i].dtype);
+        for (k = 0; k < e[i].ndim; k++) hl += (size_t)sprintf(hdr + hl, "%s%lld", k ? "," : "", (long long)e[i].shape[k]);
+        hl += (size_t)sprintf(hdr + hl, "],\"data_offsets\":[%lu,%lu]}", (unsigned long)off, (unsigned long)(off + e[i].bytes));
+        off += e[i].bytes;
+    }
+    if (extra_header) hl += (size_t)sprintf(hdr + hl, "%s", extra_header);
+    hl += (size_t)sprintf(hdr + hl, "}");
+    while (hl % 8) hdr[hl++] = (char)pad;
+    len = hl;
+    for (k = 0; k < 8; k++) fputc((int)((len >> (8 * k)) & 0xff), f);
+    fwrite(hdr, 1, hl, f);
+    for (i = 0; i < n; i++) fwrite(e[i].data, 1, e[i].bytes, f);
+    fclose(f);
+    free(hdr);
+    return 1;
+}
+
+static const char *dtype_str(g4_dtype t) {
+    return t == G4_BF16 ? "BF16" : t == G4_F16 ? "F16" : t == G4_F32 ? "F32" : t == G4_I32 ? "I32" : "I64";
+}
+
+static void copy_file(const char *from, const char *to) {
+    char *text;
+    size_t len;
+    char err[G4_ERROR_MAX];
+    FILE *f;
+    if (g4__read_file(from, &text, &len, 1 << 26, err) != G4_OK) return;
+    f = fopen(to, "wb");
+    if (f) { fwrite(text, 1, len, f); fclose(f); }
+    free(text);
+}
+
+/* Writes dir/model.safetensors = every tensor of `model` plus `extra`. */
+static int rewrite_checkpoint(const char *model, const char *dir, const st_entry *extra, int n_extra) {
+    g4_model m;
+    st_entry *e;
+    int i, n = 0, ok;
+    memset(&m, 0, sizeof m);
+    if (g4__add_file(&m, tiny(model), "model.safetensors") != G4_OK) return 0;
+    e = (st_entry *)malloc(sizeof(st_entry) * (size_t)(m.n_tensors + n_extra));
+    for (i = 0; i < m.n_tensors; i++) {
+        const g4__stinfo *st = &m.tensors[i];
+        e[n].name = st->name;
+        e[n].dtype = dtype_str(st->t.dtype);
+        e[n].ndim = st->t.ndim;
+        memcpy(e[n].shape, st->t.shape, sizeof e[n].shape);
+        e[n].data = st->t.data;
+        e[n].bytes = (size_t)(st->end - st->begin);
+        n++;
+    }
+    for (i = 0; i < n_extra; i++) e[n++] = extra[i];
+    mkdir(dir, 0755);
+    ok = st_write(path2(dir, "model.safetensors"), e, n, NULL);
+    copy_file(path2(tiny(model), "config.json"), path2(dir, "config.json"));
+    free(e);
+    g4_model_free(&m);
+    return ok;
+}
+
+/* Invariant 8: reader layers' K/V weights are optional and never read. The
+   transformers-saved e2b_like has none; add NaN ones and nothing may change. */
+static void test_stale_reader_kv_weights_ignored(void) {
+    golden g;
+    int n, i, L = 10, k = 0;
+    const int32_t *ids;
+    float *a, *b, *nan_kv = (float *)malloc(sizeof(float) * 32 * 64);
+    st_entry extra[12];
+    char names[12][96];
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/stale_kv", g_tmp);
+    for (i = 0; i < 32 * 64; i++) nan_kv[i] = NAN;
+    for (i = 6; i < L; i++) { /* e2b_like readers are 6..9; D 16 (sliding) or 32 (full), 1 KV head */
+        int D = i == 9 ? 32 : 16;
+        static const char *what[3] = {"k_proj.weight", "v_proj.weight", "k_norm.weight"};
+        int w;
+        for (w = 0; w < 3; w++, k++) {
+            snprintf(names[k], sizeof names[k], "model.layers.%d.self_attn.%s", i, what[w]);
+            extra[k].name = names[k];
+            extra[k].dtype = "F32";
+            extra[k].ndim = w == 2 ? 1 : 2;
+            extra[k].shape[0] = D;
+            extra[k].shape[1] = 64;
+            extra[k].data = nan_kv;
+            extra[k].bytes = sizeof(float) * (size_t)D * (w == 2 ? 1 : 64);
+        }
+    }
+    CHECK(rewrite_checkpoint("e2b_like", dir, extra, k), "write %s", dir);
+    if (!golden_open(&g, "e2b_like")) { CHECK(0, "no golden"); free(nan_kv); return; }
+    ids = golden_ids(&g, "input_ids", &n);
+    if (!ids) { CHECK(0, "golden lacks input_ids"); g4_model_free(&g.m); return; }
+    a = run_logits(tiny("e2b_like"), ids, n, 64, 0, 0);
+    b = run_logits(dir, ids, n, 64, 0, 0);
+    CHECK(b != NULL, "checkpoint with stale reader K/V must load");
+    CHECK(a && b && max_diff(a, b, (size_t)n * 512) == 0.0, "NaN reader K/V weights changed the output");
+    {
+        g4_model m;
+        g4_result r = g4_model_load(&m, dir);
+        CHECK(r == G4_OK, "load: %s", m.error);
+        if (r != G4_OK) goto out;
+        CHECK(g4_model_tensor(&m, "model.layers.6.self_attn.k_proj.weight") != NULL, "the stale tensor is in the file");
+        CHECK(m.w.layers[6].k_proj.data == NULL && m.w.layers[9].v_proj.data == NULL, "reader K/V must not be bound");
+        g4_model_free(&m);
+    }
+out:
+    free(a);
+    free(b);
+    free(nan_kv);
+    g4_model_free(&g.m);
+}
+
+/* Invariant 5/6: readers see exactly the positions of this step; the slot's
+   counter never drives positions. Two interleaved sessions stay independent. */
+static void test_sessions_independent(void) {
+    golden g;
+    ctx a, b;
+    int n, i;
+    const int32_t *ids;
+    float *la, *lb, *ref;
+    if (!golden_open(&g, "e2b_like")) { CHECK(0, "no golden"); return; }
+    ids = golden_ids(&g, "input_ids", &n);
+    if (!ids) { CHECK(0, "golden lacks input_ids"); g4_model_free(&g.m); return; }
+    ref = run_logits(tiny("e2b_like"), ids, n, 64, 0, 0);
+    if (!ctx_open(&a, tiny("e2b_like"), n, 4, 0)) { CHECK(0, "open"); return; }
+    b.s = a.s; /* a second session on the same loaded model */
+    {
+        g4_session_config sc = a.s.cfg;
+        size_t bytes;
+        g4_session_size(&a.m, &sc, &bytes);
+        b.arena = malloc(bytes);
+        CHECK(g4_session_init(&b.s, &a.m, &sc, b.arena, bytes) == G4_OK, "init b");
+    }
+    la = (float *)malloc(sizeof(float) * (size_t)n * 512);
+    lb = (float *)malloc(sizeof(float) * (size_t)n * 512);
+    for (i = 0; i < n; i++) { /* interleave: a one token at a time, b in reverse-sized bites */
+        CHECK(g4_forward(&a.s, ids + i, 1, la + (size_t)i * 512, G4_LOGITS_ALL) == G4_OK, "a");
+        if (i % 2 == 1) CHECK(g4_forward(&b.s, ids + i - 1, 2, lb + (size_t)(i - 1) * 512, G4_LOGITS_ALL) == G4_OK, "b");
+    }
+    CHECK(ref && max_diff(la, ref, (size_t)n * 512) == 0.0, "session a drifted");
+    CHECK(ref && max_diff(lb, ref, (size_t)n * 512) == 0.0, "session b drifted");
+    g4_session_reset(&a.s);
+    CHECK(a.s.pos == 0, "reset");
+    CHECK(g4_forward(&a.s, ids, n, la, G4_LOGITS_ALL) == G4_OK && max_diff(la, ref, (size_t)n * 512) == 0.0,
+          "a reset session must reproduce the first run");
+    free(la);
+    free(lb);
+    free(ref);
+    free(b.arena);
+    ctx_free(&a);
+    g4_model_free(&g.m);
+}
+
+/* ------------------------------------------------------- released configs */
+
+static int load_plan(const char *file, g4_config *c, g4_plan *p) {
+    if (g4_config_load(c, file) != G4_OK) { printf("  %s\n", c->error); return 0; }
+    if (g4_plan_build(p, c) != G4_OK) { printf("  %s\n", p->error); return 0; }
+    return 1;
+}
+
+static const char *cfgfile(const char *dir, const char *name) {
+    static char buf[2][512];
+    static int k;
+    k ^= 1;
+    snprintf(buf[k], sizeof buf[k], "%s/configs/%s%s.json", g_data, dir, name);
+    return buf[k];
+}
+
+/* The plan every released model must have (spec sections 3 and 5). */
+static void check_released(const char *name, int L, int H, int sliding_kv, int full_kv, int k_eq_v, int first_shared,
+                           int src_sliding, int src_full, int I, int I_shared, int P, int window) {
+    const char *forms[2] = {"", "hub/"};
+    int f, i;
+    for (f = 0; f < 2; f++) {
+        g4_config c;
+        g4_plan p;
+        if (!load_plan(cfgfile(forms[f], name), &c, &p)) { CHECK(0, "%s%s does not load", forms[f], name); continue; }
+        CHECK(c.num_hidden_layers == L && c.hidden_size == H, "%s: L %d H %d", name, c.num_hidden_layers, c.hidden_size);
+        CHECK(p.first_shared == first_shared, "%s: first shared %d", name, p.first_shared);
+        CHECK(c.hidden_size_per_layer_input == P && c.sliding_window == window, "%s: P/window", name);
+        CHECK(c.vocab_size == 262144 && c.final_logit_softcapping == 30.0f, "%s: vocab/softcap", name);
+        for (i = 0; i < L; i++) {
+            const g4_layer_plan *lp = &p.layer[i];
+            int full = lp->type == G4_FULL;
+            CHECK(lp->head_dim == (full ? 512 : 256), "%s layer %d head_dim %d", name, i, lp->head_dim);
+            CHECK(lp->kv_heads == (full ? full_kv : sliding_kv), "%s layer %d kv %d", name, i, lp->kv_heads);
+            CHECK(lp->has_v_proj == !(k_eq_v && full), "%s layer %d v_proj", name, i);
+            CHECK(lp->mlp_width == (i >= first_shared ? I_shared : I), "%s layer %d mlp %d", name, i, lp->mlp_width);
+            if (i < first_shared) CHECK(lp->reads == -1, "%s layer %d should own", name, i);
+            else CHECK(lp->reads == (full ? src_full : src_sliding), "%s layer %d reads %d", name, i, lp->reads);
+        }
+        CHECK(p.layer[L - 1].type == G4_FULL, "%s: last layer full", name);
+        /* the tail rule: full readers read the last owner, sliding the one before */
+        if (first_shared < L) CHECK(src_full == first_shared - 1 && src_sliding == first_shared - 2, "%s tail rule", name);
+        CHECK(c.rope[G4_FULL].proportional && c.rope[G4_FULL].partial_rotary_factor == 0.25f &&
+                  c.rope[G4_FULL].theta == 1e6f && !c.rope[G4_SLIDING].proportional && c.rope[G4_SLIDING].theta == 1e4f,
+              "%s rope", name);
+    }
+}
+
+static void test_plan_e2b(void) {
+    g4_config c;
+    g4_plan p;
+    check_released("gemma-4-E2B", 35, 1536, 1, 1, 0, 15, 13, 14, 6144, 12288, 256, 512);
+    if (load_plan(cfgfile("", "gemma-4-E2B"), &c, &p)) {
+        int i;
+        for (i = 0; i < 35; i++) CHECK(p.layer[i].type == ((i + 1) % 5 == 0 ? G4_FULL : G4_SLIDING), "4:1 at %d", i);
+    }
+}
+static void test_plan_e4b(void) { check_released("gemma-4-E4B", 42, 2560, 2, 2, 0, 24, 22, 23, 10240, 10240, 256, 512); }
+static void test_plan_31b(void) { check_released("gemma-4-31B", 60, 5376, 16, 4, 1, 60, -1, -1, 21504, 21504, 0, 1024); }
+static void test_plan_26b(void) {
+    g4_config c;
+    g4_plan p;
+    check_released("gemma-4-26B-A4B", 30, 2816, 8, 2, 1, 30, -1, -1, 2112, 2112, 0, 1024);
+    if (load_plan(cfgfile("", "gemma-4-26B-A4B"), &c, &p))
+        CHECK(c.enable_moe_block && c.num_experts == 128 && c.top_k_experts == 8 && c.moe_intermediate_size == 704 &&
+                  p.layer[0].moe,
+              "26B MoE fields");
+}
+
+/* `info` output: the exact line format scripts rely on */
+static void test_plan_print_format(void) {
+    g4_config c;
+    g4_plan p;
+    FILE *f = tmpfile();
+    char line[256];
+    int found15 = 0, found19 = 0, found14 = 0, lines = 0;
+    if (!f || !load_plan(cfgfile("", "gemma-4-E2B"), &c, &p)) { CHECK(0, "setup"); return; }
+    g4_plan_print(&p, &c, f);
+    rewind(f);
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "layer ", 6) == 0) lines++;
+        found15 |= strcmp(line, "layer 15 sliding head_dim 256 kv_heads 1 reads 13 mlp 12288\n") == 0;
+        found19 |= strcmp(line, "layer 19 full head_dim 512 kv_heads 1 reads 14 mlp 12288\n") == 0;
+        found14 |= strcmp(line, "layer 14 full head_dim 512 kv_heads 1 owner mlp 6144\n") == 0;
+    }
+    fclose(f);
+    CHECK(lines == 35, "%d layer lines", lines);
+    CHECK(found15 && found19 && found14, "layer lines not in the documented form");
+}
+
+/* ------------------------------------------------------------ config forms */
+
+static g4_result parse(g4_config *c, const char *json) { return g4_config_parse(c, json, strlen(json), "t.json"); }
+
+#define BASE "\"vocab_size\":32,\"hidden_size\":8,\"intermediate_size\":16,\"num_attention_heads\":4,\"head_dim\":4,"
+
+static void test_config_default_layer_types(void) {
+    g4_config c;
+    int i;
+    CHECK(parse(&c, "{" BASE "\"num_hidden_layers\":13,\"num_key_value_heads\":2}") == G4_OK, "%s", c.error);
+    for (i = 0; i < 13; i++)
+        CHECK(c.layer_types[i] == ((i + 1) % 6 == 0 || i == 12 ? G4_FULL : G4_SLIDING), "layer %d", i);
+    CHECK(c.layer_head_dim[5] == 512 && c.layer_head_dim[0] == 4, "legacy default global_head_dim is 512");
+    /* a last sliding layer is forced to full */
+    CHECK(parse(&c, "{" BASE "\"num_hidden_layers\":2,\"num_key_value_heads\":2,\"global_head_dim\":8,"
+                    "\"layer_types\":[\"sliding_attention\",\"sliding_attention\"]}") == G4_OK, "%s", c.error);
+    CHECK(c.layer_types[1] == G4_FULL && c.layer_head_dim[1] == 8, "last layer forced full");
+}
+
+static void test_config_per_layer_and_legacy(void) {
+    g4_config a, b;
+    int i;
+    /* the same model in both forms */
+    CHECK(parse(&a, "{\"model_type\":\"gemma4\",\"text_config\":{" BASE "\"num_hidden_layers\":6,\"num_key_value_heads\":2,"
+                    "\"attention_k_eq_v\":true,\"global_head_dim\":8,\"num_global_key_value_heads\":1}}") == G4_OK,
+          "%s", a.error);
+    CHECK(parse(&b, "{\"model_type\":\"gemma4_text\"," BASE "\"num_hidden_layers\":6,\"num_key_value_heads\":2,"
+                    "\"attention_k_eq_v\":true,\"per_layer_config\":{\"05\":{\"head_dim\":8,\"num_key_value_heads\":1}}}") == G4_OK,
+          "%s", b.error);
+    for (i = 0; i < 6; i++)
+        CHECK(a.layer_head_dim[i] == b.layer_head_dim[i] && a.layer_kv_heads[i] == b.layer_kv_heads[i], "layer %d", i);
+    CHECK(a.layer_kv_heads[5] == 1 && a.layer_head_dim[5] == 8, "full layer overrides");
+    /* num_global_key_value_heads applies only with attention_k_eq_v */
+    CHECK(parse(&a, "{" BASE "\"num_hidden_layers\":6,\"num_key_value_heads\":2,\"num_global_key_value_heads\":1}") == G4_OK, "x");
+    CHECK(a.layer_kv_heads[5] == 2, "global KV heads without k_eq_v must be ignored");
+}
+
+/* Each bad config: its result code and a message naming the field or layer. */
+static void test_config_errors(void) {
+    static const struct { const char *json; g4_result r; const char *needle; } cases[] = {
+        {"", G4_ERR_JSON, "unexpected end"},
+        {"[1,2]", G4_ERR_CONFIG, "top level"},
+        {"{\"hidden_size\": NaN}", G4_ERR_JSON, "NaN"},
+        {"{" BASE "\"num_hidden_layers\":2}", G4_ERR_CONFIG, "num_key_value_heads"},
+        {"{" BASE "\"num_hidden_layers\":\"2\",\"num_key_value_heads\":2}", G4_ERR_CONFIG, "num_hidden_layers"},
+        {"{" BASE "\"num_hidden_layers\":2.5,\"num_key_value_heads\":2}", G4_ERR_CONFIG, "num_hidden_layers"},
+        {"{" BASE "\"num_hidden_layers\":-1,\"num_key_value_heads\":2}", G4_ERR_CONFIG, "num_hidden_layers"},
+        {"{" BASE "\"num_hidden_layers\":99999999999,\"num_key_value_heads\":2}", G4_ERR_CONFIG, "num_hidden_layers"},
+        {"{" BASE "\"num_hidden_layers\":2,\"num_key_value_heads\":3}", G4_ERR_CONFIG, "KV heads"},
+        {"{" BASE "\"num_hidden_layers\":2,\"num_key_value_heads\":2,\"num_kv_shared_layers\":2}", G4_ERR_CONFIG, "num_kv_shared_layers"},
+        {"{" BASE "\"num_hidden_layers\":2,\"num_key_value_heads\":2,\"layer_types\":[\"full_attention\"]}", G4_ERR_CONFIG, "layer_types"},
+        {"{" BASE "\"num_hidden_layers\":2,\"num_key_value_heads\":2,\"layer_types\":[\"x\",\"full_attention\"]}", G4_ERR_CONFIG, "layer_types[0]"},
+        {"{" BASE "\"num_hidden_layers\":2,\"num_key_value_heads\":2,\"head_dim\":5}", G4_ERR_CONFIG, "odd head_dim"},
+        {"{" BASE "\"num_hidden_layers\":2,\"num_key_value_heads\":2,\"model_type\":\"llama\"}", G4_ERR_CONFIG, "llama"},
+        {"{\"model_type\":\"gemma4\"}", G4_ERR_CONFIG, "text_config"},
+        {"{" BASE "\"num_hidden_layers\":2,\"num_key_value_heads\":2,\"rope_parameters\":{\"sliding_attention\":{\"rope_type\":\"yarn\",\"rope_theta\":1}}}", G4_ERR_CONFIG, "yarn"},
+        {"{" BASE "\"num_hidden_layers\":2,\"num_key_value_heads\":2,\"per_layer_config\":{\"7\":{\"head_dim\":8}}}", G4_ERR_CONFIG, "per_layer_config"},
+        {"{" BASE "\"num_hidden_layers\":2,\"num_key_value_heads\":2,\"hidden_activation\":\"silu\"}", G4_ERR_CONFIG, "hidden_activation"},
+        {"{" BASE "\"num_hidden_layers\":2,\"num_key_value_heads\":2,\"enable_moe_block\":true}", G4_ERR_CONFIG, "num_experts"},
+        {"{" BASE "\"num_hidden_layers\":2,\"num_key_value_heads\":2,\"sliding_window\":0}", G4_ERR_CONFIG, "sliding_window"},
+    };
+    size_t k;
+    for (k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        g4_config c;
+        g4_result r = parse(&c, cases[k].json);
+        CHECK(r == cases[k].r, "case %lu: result %d, want %d (%s)", (unsigned long)k, r, cases[k].r, c.error);
+        CHECK(strstr(c.error, cases[k].needle) != NULL && strstr(c.error, "t.json") != NULL,
+              "case %lu: message \"%s\" lacks \"%s\"", (unsigned long)k, c.error, cases[k].needle);
+    }
+}
+
+/* A reader with no owner of its type: rejected, naming the layer. */
+static void test_plan_reader_without_owner(void) {
+    g4_config c;
+    g4_plan p;
+    CHECK(parse(&c, "{" BASE "\"num_hidden_layers\":3,\"num_key_value_heads\":2,\"num_kv_shared_layers\":1,"
+                    "\"layer_types\":[\"sliding_attention\",\"sliding_attention\",\"full_attention\"]}") == G4_OK, "%s", c.error);
+    CHECK(g4_plan_build(&p, &c) == G4_ERR_PLAN, "must fail");
+    CHECK(strstr(p.error, "layer 2") && strstr(p.error, "full_attention"), "message: %s", p.error);
+}
+
+static void test_json_parser(void) {
+    g4__json j;
+    char err[G4_ERROR_MAX];
+    const char *ok = "{\"a\\u00e9\\ud83d\\ude00\\n\":[1,-2.5e-1,1e-6,0.25,true,null,\"x\"]}";
+    char deep[400];
+    int i, arr;
+    CHECK(g4__json_parse(&j, ok, strlen(ok), "j", err) == G4_OK, "%s", err);
+    arr = j.nodes[0].child;
+    CHECK(strcmp(j.nodes[arr].key, "a\xc3\xa9\xf0\x9f\x98\x80\n") == 0, "escapes decoded");
+    CHECK(j.nodes[arr].count == 7, "count");
+    CHECK(j.nodes[j.nodes[arr].child].ival == 1, "int");
+    CHECK(j.nodes[j.nodes[j.nodes[arr].child].next].num == -0.25, "-2.5e-1");
+    CHECK((float)j.nodes[j.nodes[j.nodes[j.nodes[arr].child].next].next].num == 1e-6f, "1e-6");
+    g4__json_free(&j);
+    for (i = 0; i < 200; i++) deep[i] = '[';
+    for (i = 0; i < 200; i++) deep[200 + i] = ']';
+    CHECK(g4__json_parse(&j, deep, 400, "j", err) == G4_ERR_JSON && strstr(err, "nesting"), "deep nesting: %s", err);
+    CHECK(g4__json_parse(&j, "{\"a\":1,}", 8, "j", err) == G4_ERR_JSON, "trailing comma");
+    CHECK(g4__json_parse(&j, "{\"a\":01}", 8, "j", err) == G4_ERR_JSON, "leading zero");
+    CHECK(g4__json_parse(&j, "\"\\ud800\"", 8, "j", err) == G4_ERR_JSON, "lone surrogate");
+    CHECK(g4__json_parse(&j, "{} x", 4, "j", err) == G4_ERR_JSON && strstr(err, "column 4"), "trailing: %s", err);
+}
+
+/* ------------------------------------------------------------ RoPE tables */
+
+static void test_rope_proportional(void) {
+    g4_rope_config rc = {1, 1e6f, 0.25f, 1.0f};
+    float inv[256], x[512], y[512];
+    int j;
+    g4__rope_init(inv, &rc, 512);
+    for (j = 0; j < 256; j++) {
+        if (j < 64) CHECK(inv[j] == 1.0f / powf(1e6f, (float)(2 * j) / 512.0f), "pair %d: denominator is the full 512", j);
+        else CHECK(inv[j] == 0.0f, "pair %d must not rotate", j);
+    }
+    CHECK(fabs(inv[63] - 0.0334) < 1e-3, "lowest rotated frequency %g", inv[63]);
+    for (j = 0; j < 512; j++) x[j] = y[j] = (float)j * 0.01f - 1.0f;
+    g4__rope(y, inv, 512, 77);
+    for (j = 0; j < 512; j++)
+        if ((j % 256) >= 64) CHECK(y[j] == x[j], "dim %d changed", j);
+    CHECK(y[0] != x[0] && y[256] != x[256], "rotated pair (0, 256) must change");
+}
+
+/* --------------------------------------------------- runtime input errors */
+
+static void test_forward_input_errors(void) {
+    ctx c;
+    int32_t ids[4] = {2, 3, 4, 5}, bad;
+    float *logits;
+    if (!ctx_open(&c, tiny("e2b_like"), 4, 2, 0)) { CHECK(0, "open"); return; }
+    logits = (float *)malloc(sizeof(float) * 8 * 512);
+    bad = 512;
+    CHECK(g4_forward(&c.s, &bad, 1, logits, G4_LOGITS_LAST) == G4_ERR_INPUT && strstr(c.s.error, "512"), "id >= vocab");
+    bad = -1;
+    CHECK(g4_forward(&c.s, &bad, 1, logits, G4_LOGITS_LAST) == G4_ERR_INPUT, "negative id");
+    CHECK(g4_forward(&c.s, ids, 0, logits, G4_LOGITS_LAST) == G4_ERR_INPUT, "empty input");
+    CHECK(g4_forward(&c.s, NULL, 1, logits, G4_LOGITS_LAST) == G4_ERR_INPUT, "NULL ids");
+    CHECK(g4_forward(&c.s, ids, 1, NULL, G4_LOGITS_LAST) == G4_ERR_INPUT, "NULL logits");
+    CHECK(g4_forward(&c.s, ids, 1, logits, 7) == G4_ERR_INPUT, "bad mode");
+    CHECK(c.s.pos == 0, "errors must not advance the session");
+    CHECK(g4_forward(&c.s, ids, 3, logits, G4_LOGITS_LAST) == G4_OK, "3 of 4");
+    CHECK(g4_forward(&c.s, ids, 2, logits, G4_LOGITS_LAST) == G4_ERR_INPUT && strstr(c.s.error, "max_context"),
+          "over-long: %s", c.s.error);
+    CHECK(g4_forward(&c.s, ids, 1, NULL, G4_LOGITS_NONE) == G4_OK, "the 4th fits");
+    free(logits);
+    ctx_free(&c);
+}
+
+static void test_arena_errors(void) {
+    g4_model m;
+    g4_session s;
+    g4_session_config sc = g4_session_config_init();
+    size_t bytes;
+    void *arena;
+    if (g4_model_load(&m, tiny("e2b_like")) != G4_OK) { CHECK(0, "%s", m.error); return; }
+    sc.max_context = 100;
+    CHECK(g4_session_size(&m, &sc, &bytes) == G4_OK && bytes > 0, "size");
+    arena = malloc(bytes + 16);
+    CHECK(g4_session_init(&s, &m, &sc, arena, bytes - 1) == G4_ERR_ARENA && strstr(s.error, "too small"), "undersized");
+    CHECK(g4_session_init(&s, &m, &sc, (char *)arena + 4, bytes) == G4_ERR_ARENA && strstr(s.error, "aligned"),
+          "misaligned");
+    CHECK(g4_session_init(&s, &m, &sc, NULL, bytes) == G4_ERR_ARENA, "NULL arena");
+    sc.max_context = 0;
+    CHECK(g4_session_size(&m, &sc, &bytes) == G4_ERR_INPUT, "max_context 0");
+    sc.max_context = 2000000000;
+    CHECK(g4_session_size(&m, &sc, &bytes) != G4_OK || bytes > (size_t)1 << 33, "a huge context is huge or refused");
+    sc.max_context = 100;
+    CHECK(g4_session_size(&m, &sc, &bytes) == G4_OK && g4_session_init(&s, &m, &sc, arena, bytes) == G4_OK,
+          "exactly g4_session_size bytes must do: %s", s.error);
+    free(arena);
+    g4_model_free(&m);
+}
+
+/* ------------------------------------------------------- checkpoint errors */
+
+static void test_checkpoint_errors(void) {
+    char dir[512];
+    g4_model m;
+    FILE *f;
+    snprintf(dir, sizeof dir, "%s/bad_ckpt", g_tmp);
+    mkdir(dir, 0755);
+    copy_file(path2(tiny("plain"), "config.json"), path2(dir, "config.json"));
+    /* missing weights file */
+    CHECK(g4_model_load(&m, dir) == G4_ERR_IO && strstr(m.error, "model.safetensors"), "missing: %s", m.error);
+    /* too short */
+    f = fopen(path2(dir, "model.safetensors"), "wb");
+    fwrite("abc", 1, 3, f);
+    fclose(f);
+    CHECK(g4_model_load(&m, dir) == G4_ERR_SAFETENSORS && strstr(m.error, "8-byte"), "short: %s", m.error);
+    /* header length past the end */
+    f = fopen(path2(dir, "model.safetensors"), "wb");
+    fwrite("\xff\xff\xff\xff\x00\x00\x00\x00{}", 1, 10, f);
+    fclose(f);
+    CHECK(g4_model_load(&m, dir) == G4_ERR_SAFETENSORS && strstr(m.error, "header length"), "huge header: %s", m.error);
+    /* a tensor with the right size but the wrong shape */
+    {
+        float data[64 * 64];
+        st_entry e = {"model.embed_tokens.weight", "F32", 2, {64, 512, 0, 0}, NULL, sizeof(float) * 64 * 512};
+        float *big = (float *)calloc(64 * 512, sizeof(float));
+        e.data = big;
+        (void)data;
+        st_write(path2(dir, "model.safetensors"), &e, 1, NULL);
+        CHECK(g4_model_load(&m, dir) == G4_ERR_WEIGHTS && strstr(m.error, "embed_tokens") && strstr(m.error, "[512, 64]"),
+              "wrong shape: %s", m.error);
+        /* the right shape, but nothing else */
+        e.shape[0] = 512;
+        e.shape[1] = 64;
+        st_write(path2(dir, "model.safetensors"), &e, 1, NULL);
+        CHECK(g4_model_load(&m, dir) == G4_ERR_WEIGHTS && strstr(m.error, "no tensor"), "missing tensor: %s", m.error);
+        /* offsets disagreeing with shape x dtype */
+        e.bytes -= 4;
+        st_write(path2(dir, "model.safetensors"), &e, 1, NULL);
+        CHECK(g4_model_load(&m, dir) == G4_ERR_SAFETENSORS && strstr(m.error, "need"), "size mismatch: %s", m.error);
+        free(big);
+    }
+    /* a shard index pointing outside the model directory is refused */
+    remove(path2(dir, "model.safetensors"));
+    f = fopen(path2(dir, "model.safetensors.index.json"), "wb");
+    fputs("{\"weight_map\":{\"model.embed_tokens.weight\":\"../../etc/passwd\"}}", f);
+    fclose(f);
+    CHECK(g4_model_load(&m, dir) == G4_ERR_SAFETENSORS && strstr(m.error, "refused"), "escape: %s", m.error);
+    f = fopen(path2(dir, "model.safetensors.index.json"), "wb");
+    fputs("{\"weight_map\":{\"model.embed_tokens.weight\":\"/etc/passwd\"}}", f);
+    fclose(f);
+    CHECK(g4_model_load(&m, dir) == G4_ERR_SAFETENSORS && strstr(m.error, "refused"), "absolute: %s", m.error);
+    remove(path2(dir, "model.safetensors.index.json"));
+}
+
+/* The vision/audio tensors of the wrapper checkpoint are there and ignored. */
+static void test_wrapper_ignores_towers(void) {
+    g4_model m;
+    int i, towers = 0;
+    if (g4_model_load(&m, tiny("e4b_like")) != G4_OK) { CHECK(0, "%s", m.error); return; }
+    CHECK(strcmp(m.prefix, "model.language_model.") == 0, "prefix %s", m.prefix);
+    for (i = 0; i < m.n_tensors; i++) towers += strstr(m.tensors[i].name, "vision") || strstr(m.tensors[i].name, "audio");
+    CHECK(towers > 0, "the wrapper checkpoint should carry tower tensors");
+    g4_model_free(&m);
+}
+
+/* The CLI: logits file equals the library's logits; errors exit 1. */
+static void test_cli(void) {
+    char cmd[1024], out[512];
+    golden g;
+    int n, k, V = 512;
+    const int32_t *ids;
+    char list[512] = "";
+    size_t len = 0;
+    float *file, *ref;
+    FILE *f;
+    if (access("build/gemma4", X_OK) != 0) { CHECK(0, "build/gemma4 is not built"); return; }
+    if (!golden_open(&g, "e2b_like")) { CHECK(0, "golden"); return; }
+    ids = golden_ids(&g, "input_ids", &n);
+    if (!ids) { CHECK(0, "golden lacks input_ids"); g4_model_free(&g.m); return; }
+    for (k = 0; k < n; k++) len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", k ? "," : "", (int)ids[k]);
+    snprintf(out, sizeof out, "%s/cli_logits.bin", g_tmp);
+    snprintf(cmd, sizeof cmd, "build/gemma4 logits %s --ids %s --out %s > /dev/null", tiny("e2b_like"), list, out);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    file = (float *)malloc(sizeof(float) * (size_t)n * V);
+    f = fopen(out, "rb");
+    CHECK(f && fread(file, sizeof(float), (size_t)n * V, f) == (size_t)n * V, "read %s", out);
+    if (f) fclose(f);
+    ref = run_logits(tiny("e2b_like"), ids, n, 64, 0, 0);
+    CHECK(ref && max_diff(file, ref, (size_t)n * V) == 0.0, "CLI logits differ from the library's");
+    snprintf(cmd, sizeof cmd, "build/gemma4 logits %s/nonexistent --ids 1 --out %s 2>/dev/null", g_tmp, out);
+    k = system(cmd);
+    CHECK(WIFEXITED(k) && WEXITSTATUS(k) == 1, "missing model must exit 1");
+    snprintf(cmd, sizeof cmd, "build/gemma4 logits %s --ids 1,x --out %s 2>/dev/null", tiny("e2b_like"), out);
+    k = system(cmd);
+    CHECK(WIFEXITED(k) && WEXITSTATUS(k) == 1, "bad ids must exit 1");
+    snprintf(cmd, sizeof cmd, "build/gemma4 info %s > /dev/null", cfgfile("", "gemma-4-E4B"));
+    CHECK(system(cmd) == 0, "info on a config.json");
+    free(file);
+    free(ref);
+    g4_model_free(&g.m);
+}
+
+int main(int argc, char **argv) {
+    char tmpl[] = "/tmp/gemma4-test-XXXXXX";
+    if (argc > 1) g_data = argv[1];
+    if (!mkdtemp(tmpl)) { printf("cannot create a temporary directory\n"); return 1; }
+    snprintf(g_tmp, sizeof g_tmp, "%s", tmpl);
+
+    run("golden e2b_like (PLE, KV sharing, double-wide MLP, bf16)", test_golden_e2b_like);
+    run("golden e4b_like (multimodal wrapper prefix, 5:1, f32)", test_golden_e4b_like_wrapper);
+    run("golden 31b_like (attention_k_eq_v, sharded, bf16)", test_golden_31b_like_sharded);
+    run("golden 26b_like (MoE, bf16)", test_golden_26b_like_moe);
+    run("golden plain (default layer_types, f16)", test_golden_plain_f16);
+    run("golden legacy_keys (hub-form global_head_dim)", test_golden_legacy_keys);
+    run("greedy decode matches transformers generate", test_greedy_matches_generate);
+    run("chunked prefill and decode = one-shot (e2b_like)", test_chunked_equals_oneshot_e2b);
+    run("chunked prefill and decode = one-shot (MoE)", test_chunked_equals_oneshot_moe);
+    run("chunked prefill and decode = one-shot (k_eq_v)", test_chunked_equals_oneshot_31b);
+    run("owners-only table = per-reader copies", test_reader_copies_same_logits);
+    run("table: storage for owners only, readers share slots", test_table_owners_only);
+    run("stale reader K/V weights (NaN) are never read", test_stale_reader_kv_weights_ignored);
+    run("sessions on one model are independent; reset", test_sessions_independent);
+    run("plan: gemma-4-E2B", test_plan_e2b);
+    run("plan: gemma-4-E4B", test_plan_e4b);
+    run("plan: gemma-4-31B", test_plan_31b);
+    run("plan: gemma-4-26B-A4B", test_plan_26b);
+    run("plan print format", test_plan_print_format);
+    run("plan: reader without owner is rejected", test_plan_reader_without_owner);
+    run("config: default and forced layer_types", test_config_default_layer_types);
+    run("config: per_layer_config = legacy keys", test_config_per_layer_and_legacy);
+    run("config: errors name the field", test_config_errors);
+    run("json parser", test_json_parser);
+    run("rope: proportional pairs and denominator", test_rope_proportional);
+    run("forward: bad input is an error", test_forward_input_errors);
+    run("arena: undersized, misaligned, NULL", test_arena_errors);
+    run("checkpoint: malformed files are errors", test_checkpoint_errors);
+    run("wrapper checkpoint: tower tensors ignored", test_wrapper_ignores_towers);
+    run("cli: logits file and exit codes", test_cli);
+
+    {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
+        if (system(cmd) != 0) printf("(could not remove %s)\n", g_tmp);
+    }
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}
