@@ -26,8 +26,8 @@ build:
 # The demo: the KV-sharing plan of a tiny E2B-shaped model, then its logits.
 run: build/gemma4
 	./build/gemma4 info $(DEMO)
-	./build/gemma4 logits $(DEMO) --ids 2,818,1010,77,5 --out build/demo_logits.bin
-	./build/gemma4 greedy $(DEMO) --ids 2,818,1010 --new 8
+	./build/gemma4 logits $(DEMO) --ids 2,81,101,77,5 --out build/demo_logits.bin
+	./build/gemma4 greedy $(DEMO) --ids 2,81,101 --new 8
 
 # The header must compile clean as C99 and C++ under gcc and clang.
 strict: | build

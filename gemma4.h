@@ -1,5 +1,5 @@
 /* gemma4.h - the Gemma 4 text decoder in one C header, exactly as Hugging Face
-   transformers defines it.                                  public domain / MIT-0
+   transformers defines it.                                   MIT-0, see LICENSE
 
    WHAT IT IS
      A reference implementation of Google's Gemma 4 language models (E2B, E4B,
