@@ -14,6 +14,9 @@ all: build/gemma4
 build/gemma4: examples/gemma4.c gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -o $@ examples/gemma4.c $(LDLIBS)
 
+build/minimal: examples/minimal.c gemma4.h | build
+	$(CC) $(WARN) $(CFLAGS) -o $@ examples/minimal.c $(LDLIBS)
+
 build/test_gemma4: tests/test_gemma4.c gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_gemma4.c $(LDLIBS)
 
@@ -39,7 +42,9 @@ unit: build/gemma4 build/test_gemma4
 sanitize: build/gemma4 build/test_gemma4_san
 	./build/test_gemma4_san
 
-test: strict build/gemma4 build/test_gemma4 build/test_gemma4_san
+test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san
+	@echo "== README example"
+	./build/minimal $(DEMO)
 	@echo "== tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 	./build/test_gemma4_san > build/sanitize.log 2>&1 || { cat build/sanitize.log; exit 1; }
 	@tail -n 1 build/sanitize.log

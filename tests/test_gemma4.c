@@ -855,7 +855,7 @@ static void test_wrapper_ignores_towers(void) {
 
 /* The CLI: logits file equals the library's logits; errors exit 1. */
 static void test_cli(void) {
-    char cmd[1024], out[512];
+    char cmd[2048], out[300];
     golden g;
     int n, k, V = 512;
     const int32_t *ids;
@@ -897,11 +897,11 @@ int main(int argc, char **argv) {
     snprintf(g_tmp, sizeof g_tmp, "%s", tmpl);
 
     run("golden e2b_like (PLE, KV sharing, double-wide MLP, bf16)", test_golden_e2b_like);
-    run("golden e4b_like (multimodal wrapper prefix, 5:1, f32)", test_golden_e4b_like_wrapper);
+    run("golden e4b_like (multimodal wrapper prefix, 5:1, towers ignored)", test_golden_e4b_like_wrapper);
     run("golden 31b_like (attention_k_eq_v, sharded, bf16)", test_golden_31b_like_sharded);
     run("golden 26b_like (MoE, bf16)", test_golden_26b_like_moe);
     run("golden plain (default layer_types, f16)", test_golden_plain_f16);
-    run("golden legacy_keys (hub-form global_head_dim)", test_golden_legacy_keys);
+    run("golden legacy_keys (hub-form keys, stale reader K/V, f32)", test_golden_legacy_keys);
     run("greedy decode: logits and tokens of transformers generate", test_greedy_matches_generate);
     run("chunked prefill and decode = one-shot (e2b_like)", test_chunked_equals_oneshot_e2b);
     run("chunked prefill and decode = one-shot (MoE)", test_chunked_equals_oneshot_moe);
