@@ -3,11 +3,13 @@
    and the shared-KV invariants of ../shared/spec/shared-kv.md.
 
    Tolerances (float32 gemma4.h vs float32 transformers on the same weights):
-     logits:        max |ours - ref| <= 1e-5 * max |ref|   (largest logit)
-     layer outputs: max |ours - ref| <= 1e-5 * max |ref layer| per layer
+     logits:        max |ours - ref| <= 2e-5 * max |ref|   (largest logit)
+     layer outputs: max |ours - ref| <= 2e-5 * max |ref layer| per layer
    Both sides compute in float32 but sum in different orders (torch's blocked
-   GEMM vs our row loop), which leaves a few ulp per op; measured 1.2e-6 to
-   7.7e-6 (the MoE model is the worst), so 1e-5 keeps a ~30% margin.
+   GEMM vs our row loop): a few ulp per op, which these random models amplify
+   about 2x per layer (legacy_keys: 5e-7 after layer 0, 9.5e-6 after layer 4).
+   Measured 1.2e-6 to 1.04e-5; transformers' own eager and sdpa paths differ by
+   up to 7e-6. A real bug (wrong owner, window, RoPE, scale) shows as 1e-2 or more.
    Chunking and decode equivalence, stale-weight and reader-copy tests are
    exact: every kernel is row-wise, so the same position computes the same
    bits whatever the chunk. */
@@ -42,7 +44,7 @@ static void run(const char *name, void (*fn)(void)) {
     fflush(stdout);
 }
 
-#define TOL 1e-5
+#define TOL 2e-5
 
 /* ------------------------------------------------------------- helpers */
 
@@ -795,7 +797,7 @@ static void test_checkpoint_errors(void) {
     FILE *f;
     snprintf(dir, sizeof dir, "%s/bad_ckpt", g_tmp);
     mkdir(dir, 0755);
-    copy_file(path2(tiny("plain"), "config.json"), path2(dir, "config.json"));
+    copy_file(path2(tiny("e2b_like"), "config.json"), path2(dir, "config.json")); /* H 64, V 512 */
     /* missing weights file */
     CHECK(g4_model_load(&m, dir) == G4_ERR_IO && strstr(m.error, "model.safetensors"), "missing: %s", m.error);
     /* too short */
