@@ -244,9 +244,31 @@ G4_API const g4_tensor *g4_model_tensor(const g4_model *m, const char *name);
 
 /* --------------------------------------------------------------- session */
 
-/* Taps: called at points where transformers has a module output, with the
-   rows of the current step (rows = tokens of the chunk, first at position
-   pos0). Names: "embed", "per_layer_inputs", "layers.<i>", "norm", "logits". */
+/* Taps: an optional callback at every point where transformers has a module
+   output, in forward order, with the rows of the current step (rows = tokens
+   of the chunk, the first at position pos0; data is [rows][cols] float32,
+   valid only during the call). Names are module paths under the text model
+   (transformers: model.language_model.<name> or model.<name>):
+     embed_tokens                        [S, H]   scaled embedding
+     per_layer_inputs                    [S, L*P] project_per_layer_inputs() (PLE)
+     layers.<i>.input_layernorm          [S, H]
+     layers.<i>.self_attn.q              [S, NH*D] after q_norm and RoPE
+     layers.<i>.self_attn.k / .v         [S, KVH*D] this step's K (k_norm, RoPE) and V
+                                         (v_norm) as layer i attends over them: for a
+                                         reader, its owner's rows
+     layers.<i>.self_attn                [S, H]   o_proj output
+     layers.<i>.post_attention_layernorm [S, H]
+     layers.<i>.pre_feedforward_layernorm:input  [S, H]  the residual after attention
+     layers.<i>.pre_feedforward_layernorm, layers.<i>.mlp  [S, H]
+     layers.<i>.post_feedforward_layernorm_1, .pre_feedforward_layernorm_2,
+       .experts, .post_feedforward_layernorm_2   [S, H]  MoE layers
+     layers.<i>.post_feedforward_layernorm       [S, H]
+     layers.<i>.per_layer_input_gate [S, P], .per_layer_projection [S, H],
+       .post_per_layer_input_norm [S, H]         PLE layers
+     layers.<i>                          [S, H]   the layer's output
+     norm                                [S, H]   final norm
+     logits                              [S', V]  after soft-capping (rows asked for)
+   With no tap set nothing is formatted or copied. */
 typedef void (*g4_tap_fn)(void *user, const char *name, int layer,
                           const float *data, int rows, int cols, int pos0);
 
@@ -254,6 +276,8 @@ typedef struct {
     int max_context;     /* most positions the session holds (required) */
     int max_chunk;       /* most tokens per internal step; 0 = 64 */
     int reader_copies;   /* debug: every reader layer gets its own K/V copy */
+    int bf16;            /* numerics: 0 = float32 (default); 1 = round activations to
+                            bfloat16 wherever transformers running in bf16 does */
     g4_tap_fn tap; void *tap_user;
 } g4_session_config;
 
@@ -1896,6 +1920,25 @@ G4__DEF void g4_session_reset(g4_session *s) {
 /* The scalar reference kernels. Everything heavy goes through these few
    functions; faster versions go beside them and are tested against them. */
 
+/* float32 -> bfloat16 -> float32, round to nearest even (NaN stays NaN) */
+static float g4__bf16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return f;
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Cast n activations to the session's activation dtype: a no-op in float32
+   mode; in bf16 mode, rounding at exactly the points where transformers
+   running in bfloat16 produces a bf16 tensor. */
+static void g4__act(const g4_session *s, float *x, size_t n) {
+    size_t i;
+    if (!s->cfg.bf16) return;
+    for (i = 0; i < n; i++) x[i] = g4__bf16_round(x[i]);
+}
+
 /* y[t][o] = sum_i x[t][i] * W[o][i] for t < n: x [n][in], W [out][in] as stored. */
 static void g4__matmul(float *y, const float *x, const g4_tensor *w, int n) {
     int out = (int)w->shape[0], in = (int)w->shape[1], o, t, i;
@@ -1948,13 +1991,22 @@ static float g4__gelu(float x) {
 }
 
 /* rotate_half RoPE on one head: element j pairs with j + D/2. Pairs whose
-   inv_freq is 0 (proportional RoPE's unrotated part) come out unchanged. */
-static void g4__rope(float *x, const float *inv_freq, int D, int pos) {
+   inv_freq is 0 (proportional RoPE's unrotated part) come out unchanged.
+   bf16: cos/sin are cast to bf16, and each product and the sum are rounded,
+   as transformers' `x * cos + rotate_half(x) * sin` does in bfloat16. */
+static void g4__rope(float *x, const float *inv_freq, int D, int pos, int bf16) {
     int j, half = D / 2;
     for (j = 0; j < half; j++) {
         float a = (float)pos * inv_freq[j], c = cosf(a), s = sinf(a), x1 = x[j], x2 = x[j + half];
-        x[j] = x1 * c - x2 * s;
-        x[j + half] = x2 * c + x1 * s;
+        if (bf16) {
+            c = g4__bf16_round(c);
+            s = g4__bf16_round(s);
+            x[j] = g4__bf16_round(g4__bf16_round(x1 * c) + g4__bf16_round(-x2 * s));
+            x[j + half] = g4__bf16_round(g4__bf16_round(x2 * c) + g4__bf16_round(x1 * s));
+        } else {
+            x[j] = x1 * c - x2 * s;
+            x[j + half] = x2 * c + x1 * s;
+        }
     }
 }
 
@@ -1967,31 +2019,59 @@ static void g4__softmax(float *x, int n) {
 }
 
 /* One query head over keys [lo, hi] of a slot: scores = q.k (scale 1.0),
-   softmax, out = sum p * v. Keys live in row pos % capacity. */
-static void g4__attend(float *out, const float *q, const g4_kv_slot *sl, int kvh, int lo, int hi, float *scores) {
+   softmax in float32, out = sum p * v. Keys live in row pos % capacity.
+   bf16 (transformers' eager path): scores and p are cast to bf16, out too. */
+static void g4__attend(float *out, const float *q, const g4_kv_slot *sl, int kvh, int lo, int hi, float *scores,
+                       int bf16) {
     int D = sl->head_dim, stride = sl->kv_heads * D, k, d;
     for (k = lo; k <= hi; k++) {
         const float *key = sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D;
         float acc = 0.0f;
         for (d = 0; d < D; d++) acc += q[d] * key[d];
-        scores[k - lo] = acc;
+        scores[k - lo] = bf16 ? g4__bf16_round(acc) : acc;
     }
     g4__softmax(scores, hi - lo + 1);
     for (d = 0; d < D; d++) out[d] = 0.0f;
     for (k = lo; k <= hi; k++) {
         const float *val = sl->v + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D;
-        float p = scores[k - lo];
+        float p = bf16 ? g4__bf16_round(scores[k - lo]) : scores[k - lo];
         for (d = 0; d < D; d++) out[d] += p * val[d];
     }
+    if (bf16)
+        for (d = 0; d < D; d++) out[d] = g4__bf16_round(out[d]);
 }
 
 /* --------------------------------------------------------- forward pass */
+/* Read next to transformers' modeling_gemma4.py: Gemma4TextModel.forward,
+   Gemma4TextDecoderLayer.forward, Gemma4TextAttention.forward, ... Every
+   module output is a tap point (see g4_tap_fn), named by its module path. */
 
-static void g4__tap(g4_session *s, const char *name, int layer, const float *data, int rows, int cols) {
-    char buf[48];
+/* Calls the tap, if any, with "layers.<layer>.<what>" (or just "layers.<layer>"
+   when what is "", or "<what>" when layer < 0). Free when no tap is set. */
+static void g4__tap(const g4_session *s, int layer, const char *what, const float *data, int rows, int cols) {
+    char name[96];
     if (!s->cfg.tap) return;
-    if (layer >= 0 && strcmp(name, "layers") == 0) { snprintf(buf, sizeof buf, "layers.%d", layer); name = buf; }
+    if (layer < 0) snprintf(name, sizeof name, "%s", what);
+    else if (!*what) snprintf(name, sizeof name, "layers.%d", layer);
+    else snprintf(name, sizeof name, "layers.%d.%s", layer, what);
     s->cfg.tap(s->cfg.tap_user, name, layer, data, rows, cols, s->pos);
+}
+
+/* RMSNorm of n rows of width w, in place or src -> dst, cast, tapped. */
+static void g4__norm_rows(const g4_session *s, float *dst, const float *src, const g4_tensor *w, int n, int width,
+                          int layer, const char *tap) {
+    int t;
+    for (t = 0; t < n; t++)
+        g4__rmsnorm(dst + (size_t)t * width, src + (size_t)t * width, w, width, s->model->config.rms_norm_eps);
+    g4__act(s, dst, (size_t)n * width);
+    if (tap) g4__tap(s, layer, tap, dst, n, width);
+}
+
+/* x += y over n values, cast (a residual add) */
+static void g4__add(const g4_session *s, float *x, const float *y, size_t n) {
+    size_t i;
+    for (i = 0; i < n; i++) x[i] += y[i];
+    g4__act(s, x, n);
 }
 
 /* Gemma4TextAttention for layer l on n tokens at positions pos0..: reads
@@ -2003,17 +2083,21 @@ static g4_result g4__attention(g4_session *s, int l, int n) {
     const float eps = m->config.rms_norm_eps;
     const float *inv_freq = s->inv_freq[lp->type];
     int NH = m->config.num_attention_heads, D = lp->head_dim, KVH = lp->kv_heads, group = NH / KVH;
-    int pos0 = s->pos, t, h;
+    int pos0 = s->pos, t, h, bf = s->cfg.bf16;
+    size_t kvw = (size_t)KVH * D;
     g4_kv_slot *sl;
 
     /* queries: q_proj, q_norm per head, RoPE */
     g4__matmul(s->q, s->xn, &lw->q_proj, n);
+    g4__act(s, s->q, (size_t)n * NH * D);
     for (t = 0; t < n; t++)
         for (h = 0; h < NH; h++) {
             float *qh = s->q + ((size_t)t * NH + h) * D;
             g4__rmsnorm(qh, qh, &lw->q_norm, D, eps);
-            g4__rope(qh, inv_freq, D, pos0 + t);
+            g4__act(s, qh, (size_t)D);
+            g4__rope(qh, inv_freq, D, pos0 + t, bf);
         }
+    g4__tap(s, l, "self_attn.q", s->q, n, NH * D);
 
     if (lp->reads < 0) {
         /* an owner: k_proj (and v_proj, or V = raw K with attention_k_eq_v),
@@ -2024,18 +2108,25 @@ static g4_result g4__attention(g4_session *s, int l, int n) {
             return G4_ERR_INPUT;
         }
         g4__matmul(s->k_new, s->xn, &lw->k_proj, n);
-        if (lp->has_v_proj) g4__matmul(s->v_new, s->xn, &lw->v_proj, n);
-        else memcpy(s->v_new, s->k_new, sizeof(float) * (size_t)n * KVH * D);
+        g4__act(s, s->k_new, (size_t)n * kvw);
+        if (lp->has_v_proj) {
+            g4__matmul(s->v_new, s->xn, &lw->v_proj, n);
+            g4__act(s, s->v_new, (size_t)n * kvw);
+        } else {
+            memcpy(s->v_new, s->k_new, sizeof(float) * (size_t)n * kvw);
+        }
         for (t = 0; t < n; t++) {
-            size_t row = (size_t)((pos0 + t) % sl->capacity) * (size_t)KVH * D;
+            size_t row = (size_t)((pos0 + t) % sl->capacity) * kvw;
             for (h = 0; h < KVH; h++) {
                 float *kh = s->k_new + ((size_t)t * KVH + h) * D, *vh = s->v_new + ((size_t)t * KVH + h) * D;
                 g4__rmsnorm(kh, kh, &lw->k_norm, D, eps);
-                g4__rope(kh, inv_freq, D, pos0 + t);
+                g4__act(s, kh, (size_t)D);
+                g4__rope(kh, inv_freq, D, pos0 + t, bf);
                 g4__rmsnorm(vh, vh, NULL, D, eps);
+                g4__act(s, vh, (size_t)D);
             }
-            memcpy(sl->k + row, s->k_new + (size_t)t * KVH * D, sizeof(float) * (size_t)KVH * D);
-            memcpy(sl->v + row, s->v_new + (size_t)t * KVH * D, sizeof(float) * (size_t)KVH * D);
+            memcpy(sl->k + row, s->k_new + (size_t)t * kvw, sizeof(float) * kvw);
+            memcpy(sl->v + row, s->v_new + (size_t)t * kvw, sizeof(float) * kvw);
         }
         sl->n_pos = pos0 + n;
     } else if (s->layer_slot[l] != lp->kv_slot) {
@@ -2044,10 +2135,9 @@ static g4_result g4__attention(g4_session *s, int l, int n) {
         const g4_kv_slot *src = &s->slots[lp->kv_slot];
         g4_kv_slot *dst = &s->slots[s->layer_slot[l]];
         for (t = 0; t < n; t++) {
-            size_t a = (size_t)((pos0 + t) % src->capacity) * (size_t)KVH * D;
-            size_t b = (size_t)((pos0 + t) % dst->capacity) * (size_t)KVH * D;
-            memcpy(dst->k + b, src->k + a, sizeof(float) * (size_t)KVH * D);
-            memcpy(dst->v + b, src->v + a, sizeof(float) * (size_t)KVH * D);
+            size_t a = (size_t)((pos0 + t) % src->capacity) * kvw, b = (size_t)((pos0 + t) % dst->capacity) * kvw;
+            memcpy(dst->k + b, src->k + a, sizeof(float) * kvw);
+            memcpy(dst->v + b, src->v + a, sizeof(float) * kvw);
         }
         dst->n_pos = pos0 + n;
     }
@@ -2059,14 +2149,25 @@ static g4_result g4__attention(g4_session *s, int l, int n) {
                    s->layer_slot[l], sl->writer);
         return G4_ERR_INPUT;
     }
+    if (s->cfg.tap) { /* this step's K and V rows as this layer sees them (an owner's own, a reader's owner's) */
+        for (t = 0; t < n; t++) {
+            size_t row = (size_t)((pos0 + t) % sl->capacity) * kvw;
+            memcpy(s->k_new + (size_t)t * kvw, sl->k + row, sizeof(float) * kvw);
+            memcpy(s->v_new + (size_t)t * kvw, sl->v + row, sizeof(float) * kvw);
+        }
+        g4__tap(s, l, "self_attn.k", s->k_new, n, (int)kvw);
+        g4__tap(s, l, "self_attn.v", s->v_new, n, (int)kvw);
+    }
     for (t = 0; t < n; t++) {
         int p = pos0 + t, lo = 0;
         if (lp->type == G4_SLIDING && p - m->config.sliding_window + 1 > 0) lo = p - m->config.sliding_window + 1;
         for (h = 0; h < NH; h++)
             g4__attend(s->att + ((size_t)t * NH + h) * D, s->q + ((size_t)t * NH + h) * D, sl, h / group, lo, p,
-                       s->scores);
+                       s->scores, bf);
     }
     g4__matmul(s->branch, s->att, &lw->o_proj, n);
+    g4__act(s, s->branch, (size_t)n * m->config.hidden_size);
+    g4__tap(s, l, "self_attn", s->branch, n, m->config.hidden_size);
     return G4_OK;
 }
 
@@ -2075,14 +2176,21 @@ static void g4__mlp(g4_session *s, int l, int n) {
     const g4_layer_weights *lw = &s->model->w.layers[l];
     size_t i, len = (size_t)n * (size_t)s->model->plan.layer[l].mlp_width;
     g4__matmul(s->gate, s->xn, &lw->gate_proj, n);
+    g4__act(s, s->gate, len);
     g4__matmul(s->up, s->xn, &lw->up_proj, n);
-    for (i = 0; i < len; i++) s->gate[i] = g4__gelu(s->gate[i]) * s->up[i];
+    g4__act(s, s->up, len);
+    for (i = 0; i < len; i++) s->gate[i] = g4__gelu(s->gate[i]);
+    g4__act(s, s->gate, len);
+    for (i = 0; i < len; i++) s->gate[i] *= s->up[i];
+    g4__act(s, s->gate, len);
     g4__matmul(s->branch, s->gate, &lw->down_proj, n);
+    g4__act(s, s->branch, (size_t)n * s->model->config.hidden_size);
+    g4__tap(s, l, "mlp", s->branch, n, s->model->config.hidden_size);
 }
 
 /* Gemma4TextRouter + Gemma4TextExperts for one token. r: the residual after
-   attention (not normed), out: [H]. */
-static void g4__moe(g4_session *s, int l, const float *r, float *out) {
+   attention (not normed), xn: pre_feedforward_layernorm_2(r), out: [H]. */
+static void g4__moe(g4_session *s, int l, const float *r, const float *xn, float *out) {
     const g4_model *m = s->model;
     const g4_layer_weights *lw = &m->w.layers[l];
     int H = m->config.hidden_size, E = m->config.num_experts, K = m->config.top_k_experts;
@@ -2091,10 +2199,15 @@ static void g4__moe(g4_session *s, int l, const float *r, float *out) {
     int top[256];
     float wsum = 0.0f, wk[256];
     float *u = s->moe_y;
-    /* router: weightless norm, * scale * H^-0.5, proj, softmax over all experts */
+    /* router: weightless norm, * scale * H^-0.5, proj, softmax over all experts (float32) */
     g4__rmsnorm(u, r, NULL, H, eps);
-    for (i = 0; i < H; i++) u[i] = (u[i] * g4__get(&lw->router_scale, (size_t)i)) * root;
+    g4__act(s, u, (size_t)H);
+    for (i = 0; i < H; i++) u[i] *= g4__get(&lw->router_scale, (size_t)i);
+    g4__act(s, u, (size_t)H);
+    for (i = 0; i < H; i++) u[i] *= root;
+    g4__act(s, u, (size_t)H);
     g4__matmul(s->router, u, &lw->router_proj, 1);
+    g4__act(s, s->router, (size_t)E);
     g4__softmax(s->router, E);
     /* top-k by probability (ties: lower expert id first), renormalise, per-expert scale */
     for (k = 0; k < K; k++) {
@@ -2109,8 +2222,7 @@ static void g4__moe(g4_session *s, int l, const float *r, float *out) {
         wsum += wk[k];
     }
     for (k = 0; k < K; k++) wk[k] = (wk[k] / wsum) * g4__get(&lw->router_per_expert_scale, (size_t)top[k]);
-    /* experts on pre_feedforward_layernorm_2(r), summed in ascending expert id as transformers does */
-    g4__rmsnorm(s->xn, r, &lw->pre_feedforward_layernorm_2, H, eps);
+    /* experts, summed in ascending expert id as transformers' loop does */
     for (i = 0; i < H; i++) out[i] = 0.0f;
     for (e = 0; e < E; e++) {
         g4_tensor gu = lw->experts_gate_up, dn = lw->experts_down;
@@ -2120,10 +2232,17 @@ static void g4__moe(g4_session *s, int l, const float *r, float *out) {
         gu.shape[0] = 2 * Ie; gu.shape[1] = H;
         dn.data = (const unsigned char *)dn.data + (size_t)e * H * Ie * g4__dtype_size(dn.dtype);
         dn.shape[0] = H; dn.shape[1] = Ie;
-        g4__matmul(s->gate, s->xn, &gu, 1);              /* [gate | up] */
-        for (i = 0; i < Ie; i++) s->up[i] = g4__gelu(s->gate[i]) * s->gate[Ie + i];
+        g4__matmul(s->gate, xn, &gu, 1);                  /* [gate | up] */
+        g4__act(s, s->gate, (size_t)2 * Ie);
+        for (i = 0; i < Ie; i++) s->up[i] = g4__gelu(s->gate[i]);
+        g4__act(s, s->up, (size_t)Ie);
+        for (i = 0; i < Ie; i++) s->up[i] *= s->gate[Ie + i];
+        g4__act(s, s->up, (size_t)Ie);
         g4__matmul(s->moe_y, s->up, &dn, 1);
-        for (i = 0; i < H; i++) out[i] += s->moe_y[i] * wk[k];
+        g4__act(s, s->moe_y, (size_t)H);
+        for (i = 0; i < H; i++) s->moe_y[i] *= wk[k];
+        g4__act(s, s->moe_y, (size_t)H);
+        g4__add(s, out, s->moe_y, (size_t)H);
     }
 }
 
@@ -2134,74 +2253,93 @@ static g4_result g4__layer(g4_session *s, int l, int n) {
     const g4_layer_weights *lw = &m->w.layers[l];
     int H = c->hidden_size, P = c->hidden_size_per_layer_input, t;
     size_t i, nh = (size_t)n * H;
-    const float eps = c->rms_norm_eps;
     g4_result r;
 
     /* 1. attention block: h = x + post_attention_layernorm(attn(input_layernorm(x))) */
-    for (t = 0; t < n; t++) g4__rmsnorm(s->xn + (size_t)t * H, s->x + (size_t)t * H, &lw->input_layernorm, H, eps);
+    g4__norm_rows(s, s->xn, s->x, &lw->input_layernorm, n, H, l, "input_layernorm");
     if ((r = g4__attention(s, l, n)) != G4_OK) return r;
-    for (t = 0; t < n; t++) g4__rmsnorm(s->branch + (size_t)t * H, s->branch + (size_t)t * H, &lw->post_attention_layernorm, H, eps);
-    for (i = 0; i < nh; i++) s->x[i] += s->branch[i];
+    g4__norm_rows(s, s->branch, s->branch, &lw->post_attention_layernorm, n, H, l, "post_attention_layernorm");
+    g4__add(s, s->x, s->branch, nh);
+    g4__tap(s, l, "pre_feedforward_layernorm:input", s->x, n, H); /* the residual r */
 
     /* 2. feed-forward block on the residual r = x */
-    for (t = 0; t < n; t++) g4__rmsnorm(s->xn + (size_t)t * H, s->x + (size_t)t * H, &lw->pre_feedforward_layernorm, H, eps);
+    g4__norm_rows(s, s->xn, s->x, &lw->pre_feedforward_layernorm, n, H, l, "pre_feedforward_layernorm");
     g4__mlp(s, l, n);
-    if (m->plan.layer[l].moe) { /* 3. m = post_ffw_norm_1(mlp) + post_ffw_norm_2(experts(r)) */
-        for (t = 0; t < n; t++) {
-            float *m1 = s->branch + (size_t)t * H, *m2 = s->branch2 + (size_t)t * H;
-            g4__rmsnorm(m1, m1, &lw->post_feedforward_layernorm_1, H, eps);
-            g4__moe(s, l, s->x + (size_t)t * H, m2);
-            g4__rmsnorm(m2, m2, &lw->post_feedforward_layernorm_2, H, eps);
-            for (i = 0; i < (size_t)H; i++) m1[i] += m2[i];
-        }
+    if (m->plan.layer[l].moe) { /* 3. m = post_feedforward_layernorm_1(mlp) + post_feedforward_layernorm_2(experts(r)) */
+        g4__norm_rows(s, s->branch, s->branch, &lw->post_feedforward_layernorm_1, n, H, l, "post_feedforward_layernorm_1");
+        g4__norm_rows(s, s->xn, s->x, &lw->pre_feedforward_layernorm_2, n, H, l, "pre_feedforward_layernorm_2");
+        for (t = 0; t < n; t++) g4__moe(s, l, s->x + (size_t)t * H, s->xn + (size_t)t * H, s->branch2 + (size_t)t * H);
+        g4__tap(s, l, "experts", s->branch2, n, H);
+        g4__norm_rows(s, s->branch2, s->branch2, &lw->post_feedforward_layernorm_2, n, H, l, "post_feedforward_layernorm_2");
+        g4__add(s, s->branch, s->branch2, nh);
     }
     /* 4. h = r + post_feedforward_layernorm(m) */
-    for (t = 0; t < n; t++) g4__rmsnorm(s->branch + (size_t)t * H, s->branch + (size_t)t * H, &lw->post_feedforward_layernorm, H, eps);
-    for (i = 0; i < nh; i++) s->x[i] += s->branch[i];
+    g4__norm_rows(s, s->branch, s->branch, &lw->post_feedforward_layernorm, n, H, l, "post_feedforward_layernorm");
+    g4__add(s, s->x, s->branch, nh);
 
     /* 5. per-layer input: h += post_per_layer_input_norm(proj(gelu(gate(h)) * pli_l)) */
     if (P) {
-        size_t LP = (size_t)c->num_hidden_layers * P;
+        size_t LP = (size_t)c->num_hidden_layers * P, np = (size_t)n * P;
         int j;
         g4__matmul(s->ple, s->x, &lw->per_layer_input_gate, n);
+        g4__act(s, s->ple, np);
+        g4__tap(s, l, "per_layer_input_gate", s->ple, n, P);
+        for (i = 0; i < np; i++) s->ple[i] = g4__gelu(s->ple[i]);
+        g4__act(s, s->ple, np);
         for (t = 0; t < n; t++)
-            for (j = 0; j < P; j++) {
-                float *g = s->ple + (size_t)t * P + j;
-                *g = g4__gelu(*g) * s->pli[(size_t)t * LP + (size_t)l * P + j];
-            }
+            for (j = 0; j < P; j++) s->ple[(size_t)t * P + j] *= s->pli[(size_t)t * LP + (size_t)l * P + j];
+        g4__act(s, s->ple, np);
         g4__matmul(s->branch, s->ple, &lw->per_layer_projection, n);
-        for (t = 0; t < n; t++) g4__rmsnorm(s->branch + (size_t)t * H, s->branch + (size_t)t * H, &lw->post_per_layer_input_norm, H, eps);
-        for (i = 0; i < nh; i++) s->x[i] += s->branch[i];
+        g4__act(s, s->branch, nh);
+        g4__tap(s, l, "per_layer_projection", s->branch, n, H);
+        g4__norm_rows(s, s->branch, s->branch, &lw->post_per_layer_input_norm, n, H, l, "post_per_layer_input_norm");
+        g4__add(s, s->x, s->branch, nh);
     }
 
     /* 6. the whole residual stream is scaled by the learned layer_scalar */
     {
         float ls = g4__get(&lw->layer_scalar, 0);
         for (i = 0; i < nh; i++) s->x[i] *= ls;
+        g4__act(s, s->x, nh);
     }
-    g4__tap(s, "layers", l, s->x, n, H);
+    g4__tap(s, l, "", s->x, n, H);
     return G4_OK;
 }
 
-/* Per-Layer Embeddings for n tokens: pli = (norm(x0 W^T * H^-0.5) + E_ple[id] * sqrt(P)) * 2^-0.5 */
+/* The embedding scale: sqrt(H) cast to the activation dtype, as transformers
+   casts its embed_scale buffer (39.191837 in float32, 39.25 in bf16 for E2B). */
+static float g4__scale(const g4_session *s, int dim) {
+    float f = (float)sqrt((double)dim);
+    return s->cfg.bf16 ? g4__bf16_round(f) : f;
+}
+
+/* Per-Layer Embeddings for n tokens (Gemma4TextModel.get_per_layer_inputs +
+   project_per_layer_inputs): pli = (norm(x0 W^T * H^-0.5) + E_ple[id] * sqrt(P)) * 2^-0.5 */
 static void g4__per_layer_inputs(g4_session *s, const int32_t *ids, int n) {
     const g4_model *m = s->model;
     const g4_config *c = &m->config;
-    int P = c->hidden_size_per_layer_input, L = c->num_hidden_layers, t, l, j;
-    size_t LP = (size_t)L * P;
-    const float proj_scale = (float)(1.0 / sqrt((double)c->hidden_size)), tok_scale = (float)sqrt((double)P);
+    int P = c->hidden_size_per_layer_input, L = c->num_hidden_layers, t, j;
+    size_t LP = (size_t)L * P, i;
+    const float proj_scale = (float)(1.0 / sqrt((double)c->hidden_size)), tok_scale = g4__scale(s, P);
     const float combine = (float)(1.0 / sqrt(2.0));
     g4__matmul(s->pli, s->x, &m->w.per_layer_model_projection, n);
-    for (t = 0; t < n; t++)
-        for (l = 0; l < L; l++) {
-            float *v = s->pli + (size_t)t * LP + (size_t)l * P;
-            size_t tok = (size_t)ids[t] * LP + (size_t)l * P;
-            for (j = 0; j < P; j++) v[j] *= proj_scale;
-            g4__rmsnorm(v, v, &m->w.per_layer_projection_norm, P, c->rms_norm_eps);
-            for (j = 0; j < P; j++)
-                v[j] = (v[j] + g4__get(&m->w.embed_tokens_per_layer, tok + (size_t)j) * tok_scale) * combine;
+    g4__act(s, s->pli, (size_t)n * LP);
+    for (i = 0; i < (size_t)n * LP; i++) s->pli[i] *= proj_scale;
+    g4__act(s, s->pli, (size_t)n * LP);
+    g4__norm_rows(s, s->pli, s->pli, &m->w.per_layer_projection_norm, n * L, P, -1, NULL);
+    for (t = 0; t < n; t++) {
+        float *v = s->pli + (size_t)t * LP;
+        size_t tok = (size_t)ids[t] * LP;
+        for (j = 0; j < (int)LP; j++) {
+            float e = g4__get(&m->w.embed_tokens_per_layer, tok + (size_t)j) * tok_scale;
+            if (s->cfg.bf16) e = g4__bf16_round(e);
+            v[j] += e;
         }
-    g4__tap(s, "per_layer_inputs", -1, s->pli, n, (int)LP);
+    }
+    g4__act(s, s->pli, (size_t)n * LP);
+    for (i = 0; i < (size_t)n * LP; i++) s->pli[i] *= combine;
+    g4__act(s, s->pli, (size_t)n * LP);
+    g4__tap(s, -1, "per_layer_inputs", s->pli, n, (int)LP);
 }
 
 /* One step of n <= max_chunk tokens. Logits rows [first, n) go to out. */
@@ -2209,29 +2347,36 @@ static g4_result g4__step(g4_session *s, const int32_t *ids, int n, float *out, 
     const g4_model *m = s->model;
     const g4_config *c = &m->config;
     int H = c->hidden_size, V = c->vocab_size, t, l, i;
-    const float embed_scale = (float)sqrt((double)H); /* sqrt(H) in float32, as transformers in float32 */
+    const float embed_scale = g4__scale(s, H);
     g4_result r;
 
-    /* embedding: E[id] * sqrt(H) */
+    /* embed_tokens: E[id] * sqrt(H) */
     for (t = 0; t < n; t++)
         for (i = 0; i < H; i++)
             s->x[(size_t)t * H + i] = g4__get(&m->w.embed_tokens, (size_t)ids[t] * H + (size_t)i) * embed_scale;
-    g4__tap(s, "embed", -1, s->x, n, H);
+    g4__act(s, s->x, (size_t)n * H);
+    g4__tap(s, -1, "embed_tokens", s->x, n, H);
     if (c->hidden_size_per_layer_input) g4__per_layer_inputs(s, ids, n);
 
     for (l = 0; l < c->num_hidden_layers; l++)
         if ((r = g4__layer(s, l, n)) != G4_OK) return r;
 
-    /* final norm, tied head, soft-cap */
-    for (t = 0; t < n; t++) g4__rmsnorm(s->xn + (size_t)t * H, s->x + (size_t)t * H, &m->w.norm, H, c->rms_norm_eps);
-    g4__tap(s, "norm", -1, s->xn, n, H);
+    /* final norm, tied lm_head, soft-cap */
+    g4__norm_rows(s, s->xn, s->x, &m->w.norm, n, H, -1, "norm");
     if (out && first < n) {
         size_t k, cnt = (size_t)(n - first) * V;
+        const float cap = c->final_logit_softcapping;
         g4__matmul(out, s->xn + (size_t)first * H, &m->w.lm_head, n - first);
-        if (c->final_logit_softcapping > 0.0f)
-            for (k = 0; k < cnt; k++)
-                out[k] = tanhf(out[k] / c->final_logit_softcapping) * c->final_logit_softcapping;
-        g4__tap(s, "logits", -1, out, n - first, V);
+        g4__act(s, out, cnt);
+        if (cap > 0.0f) {
+            for (k = 0; k < cnt; k++) out[k] /= cap;
+            g4__act(s, out, cnt);
+            for (k = 0; k < cnt; k++) out[k] = tanhf(out[k]);
+            g4__act(s, out, cnt);
+            for (k = 0; k < cnt; k++) out[k] *= cap;
+            g4__act(s, out, cnt);
+        }
+        g4__tap(s, -1, "logits", out, n - first, V);
     }
     s->pos += n;
     return G4_OK;

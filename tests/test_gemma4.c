@@ -174,8 +174,9 @@ static void layer_tap(void *user, const char *name, int layer, const float *data
     int64_t numel;
     const float *ref;
     (void)layer;
-    if (strncmp(name, "layers.", 7) == 0) snprintf(key, sizeof key, "layer.%s", name + 7);
-    else if (strcmp(name, "embed") == 0 || strcmp(name, "per_layer_inputs") == 0) snprintf(key, sizeof key, "%s", name);
+    if (strncmp(name, "layers.", 7) == 0 && !strchr(name + 7, '.')) snprintf(key, sizeof key, "layer.%s", name + 7);
+    else if (strcmp(name, "embed_tokens") == 0) snprintf(key, sizeof key, "embed");
+    else if (strcmp(name, "per_layer_inputs") == 0) snprintf(key, sizeof key, "%s", name);
     else if (strcmp(name, "norm") == 0) snprintf(key, sizeof key, "final_norm");
     else return;
     ref = golden_f32(tc->g, key, &numel);
@@ -733,7 +734,7 @@ static void test_rope_proportional(void) {
     }
     CHECK(fabs(inv[63] - 0.0334) < 1e-3, "lowest rotated frequency %g", inv[63]);
     for (j = 0; j < 512; j++) x[j] = y[j] = (float)j * 0.01f - 1.0f;
-    g4__rope(y, inv, 512, 77);
+    g4__rope(y, inv, 512, 77, 0);
     for (j = 0; j < 512; j++)
         if ((j % 256) >= 64) CHECK(y[j] == x[j], "dim %d changed", j);
     CHECK(y[0] != x[0] && y[256] != x[256], "rotated pair (0, 256) must change");
