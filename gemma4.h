@@ -2129,7 +2129,7 @@ static g4_result g4__attention(g4_session *s, int l, int n) {
             memcpy(sl->v + row, s->v_new + (size_t)t * kvw, sizeof(float) * kvw);
         }
         sl->n_pos = pos0 + n;
-    } else if (s->layer_slot[l] != lp->kv_slot) {
+    } else if (s->cfg.reader_copies) {
         /* debug mode (reader_copies): copy this step's rows of the owner's slot
            into the reader's private slot, then read from that */
         const g4_kv_slot *src = &s->slots[lp->kv_slot];

@@ -3,13 +3,18 @@
      gemma4 info PATH                       PATH: model directory or config.json
      gemma4 logits DIR --ids 2,818,1010 --out FILE [--chunk N]
      gemma4 greedy DIR --ids 2,818 --new N [--chunk N]
+     gemma4 compare DIR DUMP.safetensors [--tolerance T] [--f32|--bf16] [--chunk N]
 
    `logits` runs the ids as one sequence and writes float32 little-endian
    logits for every position, [n_ids][vocab], to FILE, and prints the argmax
    of each position. `greedy` appends N greedily chosen tokens and prints all
-   ids. Errors: one line on stderr, exit status 1. */
+   ids. `compare` runs the ids stored in a dump (tools/hf_dump.py) and prints,
+   tap by tap in forward order, how far gemma4.h is from the dump; exit status
+   0 when every tap is within tolerance, 2 when one is not. Errors: one line on
+   stderr, exit status 1. */
 #define GEMMA4_IMPLEMENTATION
 #include "../gemma4.h"
+#include "compare.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +24,8 @@ static int usage(void) {
     fprintf(stderr,
             "usage: gemma4 info PATH\n"
             "       gemma4 logits DIR --ids 2,818,1010 --out FILE [--chunk N]\n"
-            "       gemma4 greedy DIR --ids 2,818 --new N [--chunk N]\n");
+            "       gemma4 greedy DIR --ids 2,818 --new N [--chunk N]\n"
+            "       gemma4 compare DIR DUMP.safetensors [--tolerance T] [--f32|--bf16] [--chunk N]\n");
     return 1;
 }
 
@@ -94,6 +100,54 @@ static int open_session(const char *dir, int n, int chunk, g4_model *m, g4_sessi
     return 0;
 }
 
+/* compare DIR DUMP: gemma4.h against a tap dump; exit 0 within tolerance, 2 not */
+static int cmd_compare(int argc, char **argv) {
+    const char *dir = argv[2], *dump = argv[3];
+    double tol = -1;
+    int i, chunk = 0, bf16 = -1, first, rc = 1;
+    g4cmp c;
+    g4_model m;
+    g4_session s;
+    g4_session_config sc = g4_session_config_init();
+    size_t bytes;
+    void *arena = NULL;
+    float *logits = NULL;
+    for (i = 4; i < argc; i++) {
+        if (strcmp(argv[i], "--f32") == 0) bf16 = 0;
+        else if (strcmp(argv[i], "--bf16") == 0) bf16 = 1;
+        else if (strcmp(argv[i], "--tolerance") == 0 && i + 1 < argc) tol = atof(argv[++i]);
+        else if (strcmp(argv[i], "--chunk") == 0 && i + 1 < argc) chunk = atoi(argv[++i]);
+        else return usage();
+    }
+    if (g4cmp_open(&c, dump) != G4_OK) { fprintf(stderr, "gemma4: %s\n", c.error); g4cmp_close(&c); return 1; }
+    if (g4_model_load(&m, dir) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m.error); g4cmp_close(&c); return 1; }
+    sc.bf16 = bf16 >= 0 ? bf16 : c.bf16;
+    if (tol < 0) tol = sc.bf16 ? G4CMP_TOL_BF16 : G4CMP_TOL_F32;
+    sc.max_context = c.n_ids;
+    if (chunk > 0) sc.max_chunk = chunk;
+    sc.tap = g4cmp_tap;
+    sc.tap_user = &c;
+    if (g4_session_size(&m, &sc, &bytes) != G4_OK || !(arena = malloc(bytes)) ||
+        !(logits = (float *)malloc(sizeof(float) * (size_t)c.n_ids * m.config.vocab_size))) {
+        fprintf(stderr, "gemma4: out of memory for %d positions\n", c.n_ids);
+        goto done;
+    }
+    if (g4_session_init(&s, &m, &sc, arena, bytes) != G4_OK || g4_forward(&s, c.ids, c.n_ids, logits, G4_LOGITS_ALL) != G4_OK) {
+        fprintf(stderr, "gemma4: %s\n", s.error);
+        goto done;
+    }
+    printf("gemma4.h (%s) vs %s (%s), %d tokens\n", sc.bf16 ? "bf16-faithful" : "float32", dump,
+           c.bf16 ? "bfloat16" : "float32", c.n_ids);
+    first = g4cmp_report(&c, tol, stdout);
+    rc = first >= 0 ? 2 : 0;
+done:
+    free(logits);
+    free(arena);
+    g4_model_free(&m);
+    g4cmp_close(&c);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     const char *cmd, *dir, *ids_arg = NULL, *out_path = NULL;
     int32_t *ids = NULL;
@@ -107,6 +161,7 @@ int main(int argc, char **argv) {
     cmd = argv[1];
     dir = argv[2];
     if (strcmp(cmd, "info") == 0) return argc == 3 ? cmd_info(dir) : usage();
+    if (strcmp(cmd, "compare") == 0) return argc >= 4 ? cmd_compare(argc, argv) : usage();
     if (strcmp(cmd, "logits") != 0 && strcmp(cmd, "greedy") != 0) return usage();
     for (i = 3; i < argc; i++) {
         if (i + 1 >= argc) return usage();

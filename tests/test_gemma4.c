@@ -16,6 +16,7 @@
 #define _POSIX_C_SOURCE 200809L
 #define GEMMA4_IMPLEMENTATION
 #include "../gemma4.h"
+#include "../examples/compare.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,7 @@ static const char *path2(const char *a, const char *b) {
 }
 
 static const char *tiny(const char *name) { return path2(g_data, path2("tiny", name)); }
+static const char *dumpfile(const char *name) { return path2(g_data, path2("dumps", name)); }
 
 /* A golden file is a safetensors file: reuse the library's parser. */
 typedef struct { g4_model m; int ok; } golden;
@@ -886,11 +888,119 @@ static void test_cli(void) {
     snprintf(cmd, sizeof cmd, "build/gemma4 logits %s --ids 1,x --out %s 2>/dev/null", tiny("e2b_like"), out);
     k = system(cmd);
     CHECK(WIFEXITED(k) && WEXITSTATUS(k) == 1, "bad ids must exit 1");
+    snprintf(cmd, sizeof cmd, "build/gemma4 compare %s %s > /dev/null", tiny("e2b_like"), dumpfile("e2b_like_f32.safetensors"));
+    k = system(cmd);
+    CHECK(WIFEXITED(k) && WEXITSTATUS(k) == 0, "compare within tolerance must exit 0");
+    snprintf(cmd, sizeof cmd, "build/gemma4 compare %s %s --f32 > /dev/null", tiny("e2b_like"), dumpfile("e2b_like_bf16.safetensors"));
+    k = system(cmd);
+    CHECK(WIFEXITED(k) && WEXITSTATUS(k) == 2, "float32 vs a bf16 dump at the f32 tolerance must exit 2");
     snprintf(cmd, sizeof cmd, "build/gemma4 info %s > /dev/null", cfgfile("", "gemma-4-E4B"));
     CHECK(system(cmd) == 0, "info on a config.json");
     free(file);
     free(ref);
     g4_model_free(&g.m);
+}
+
+/* ------------------------------------- compare against transformers dumps */
+/* data/dumps/ holds tap dumps written by tools/hf_dump.py (transformers
+   5.23.0) for 12 tokens: e2b_like in float32 and bfloat16, 26b_like in bf16. */
+
+
+/* Runs `model` against `dump` with every tap compared; returns the index of
+   the first tap over `tol` (-1: none), the compare state in *c (caller closes).
+   wrong_owner >= 0 plants a bug: reader layer `reader` attends over that
+   owner's slot instead of its own owner's. */
+static int run_compare(g4cmp *c, const char *model, const char *dump, int bf16, int chunk, double tol, int reader,
+                       int wrong_owner, FILE *report) {
+    ctx x;
+    float *logits;
+    int first = -2;
+    if (g4cmp_open(c, dump) != G4_OK) { printf("  %s\n", c->error); return -2; }
+    if (!ctx_open(&x, tiny(model), c->n_ids, chunk, 0)) { ctx_free(&x); return -2; }
+    x.s.cfg.tap = g4cmp_tap;
+    x.s.cfg.tap_user = c;
+    x.s.cfg.bf16 = bf16;
+    if (wrong_owner >= 0) x.s.layer_slot[reader] = x.s.layer_slot[wrong_owner];
+    logits = (float *)malloc(sizeof(float) * (size_t)c->n_ids * x.m.config.vocab_size);
+    if (g4_forward(&x.s, c->ids, c->n_ids, logits, G4_LOGITS_ALL) == G4_OK) first = g4cmp_report(c, tol, report);
+    else printf("  forward: %s\n", x.s.error);
+    free(logits);
+    ctx_free(&x);
+    return first;
+}
+
+static const g4cmp_row *cmp_row(const g4cmp *c, const char *name) {
+    int i;
+    for (i = 0; i < c->n_rows; i++)
+        if (strcmp(c->rows[i].name, name) == 0) return &c->rows[i];
+    return NULL;
+}
+
+/* Every tap gemma4.h emits is in transformers' dump, and all agree. */
+static void test_compare_all_taps_f32(void) {
+    g4cmp c;
+    int i, chunk;
+    for (chunk = 0; chunk <= 5; chunk += 5) { /* one step, and steps of 5 tokens */
+        FILE *f = tmpfile();
+        int first = run_compare(&c, "e2b_like", dumpfile("e2b_like_f32.safetensors"), 0, chunk, TOL, -1, -1, f);
+        CHECK(first == -1, "chunk %d: tap %s over tolerance", chunk, first >= 0 ? c.rows[first].name : "(error)");
+        CHECK(c.n_rows == 144, "e2b_like emits %d taps, want 144 (10 layers x 14 + 4)", c.n_rows);
+        for (i = 0; i < c.n_rows; i++) {
+            CHECK(c.rows[i].present == 1, "tap %s is not in transformers' dump", c.rows[i].name);
+            CHECK(c.rows[i].rows == c.n_ids, "tap %s saw %d rows", c.rows[i].name, c.rows[i].rows);
+        }
+        g4cmp_close(&c);
+        fclose(f);
+    }
+}
+
+/* A planted bug: reader layer 6 attends over sliding owner 3 instead of 5.
+   compare must put the first divergence exactly at layer 6's K. */
+static void test_compare_finds_planted_wrong_owner(void) {
+    g4cmp c;
+    FILE *f = tmpfile();
+    int first = run_compare(&c, "e2b_like", dumpfile("e2b_like_f32.safetensors"), 0, 0, G4CMP_TOL_F32, 6, 3, f);
+    CHECK(first >= 0 && strcmp(c.rows[first].name, "layers.6.self_attn.k") == 0, "first divergence reported at %s",
+          first >= 0 ? c.rows[first].name : "(none)");
+    if (first >= 0) CHECK(g4cmp_rel(&c.rows[first]) > 0.1, "the wrong K is far off: %g", g4cmp_rel(&c.rows[first]));
+    {
+        const g4cmp_row *q = cmp_row(&c, "layers.6.self_attn.q");
+        char line[256];
+        CHECK(q && g4cmp_rel(q) < TOL, "layer 6's queries are still right");
+        rewind(f); /* show the report around the divergence */
+        while (fgets(line, sizeof line, f))
+            if (strncmp(line, "tap ", 4) == 0 || strncmp(line, "layers.5 ", 9) == 0 || strncmp(line, "layers.6.input", 14) == 0 ||
+                strncmp(line, "layers.6.self_attn", 18) == 0 || strstr(line, "taps compared"))
+                printf("  | %s", line);
+    }
+    g4cmp_close(&c);
+    fclose(f);
+}
+
+/* bf16-faithful mode vs transformers run in bf16: much closer than float32. */
+static void test_bf16_faithful_mode(void) {
+    static const char *models[2][2] = {{"e2b_like", "e2b_like_bf16.safetensors"}, {"26b_like", "26b_like_bf16.safetensors"}};
+    int k;
+    for (k = 0; k < 2; k++) {
+        g4cmp a, b;
+        FILE *f = tmpfile();
+        int fa = run_compare(&a, models[k][0], dumpfile(models[k][1]), 1, 0, G4CMP_TOL_BF16, -1, -1, f);
+        int fb = run_compare(&b, models[k][0], dumpfile(models[k][1]), 0, 0, G4CMP_TOL_BF16, -1, -1, f);
+        const g4cmp_row *la = cmp_row(&a, "logits"), *lb = cmp_row(&b, "logits");
+        CHECK(a.bf16 && la && lb, "bf16 dump with logits");
+        if (la && lb) {
+            double ea = g4cmp_rel(la), eb = g4cmp_rel(lb);
+            printf("  %s vs transformers-bf16 logits: bf16-faithful %.3g, float32 %.3g (relative to max |logit|)\n",
+                   models[k][0], ea, eb);
+            CHECK(ea <= 1e-2, "faithful mode is %.3g from transformers-bf16", ea);
+            CHECK(eb >= 10 * ea && eb > 1e-2, "faithful mode (%.3g) must beat float32 (%.3g) by 10x", ea, eb);
+        }
+        CHECK(fa == -1, "faithful: tap %s over %g", fa >= 0 ? a.rows[fa].name : "(error)", G4CMP_TOL_BF16);
+        (void)fb;
+        g4cmp_close(&a);
+        g4cmp_close(&b);
+        fclose(f);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -928,7 +1038,10 @@ int main(int argc, char **argv) {
     run("arena: undersized, misaligned, NULL", test_arena_errors);
     run("checkpoint: malformed files are errors", test_checkpoint_errors);
     run("wrapper checkpoint: tower tensors ignored", test_wrapper_ignores_towers);
-    run("cli: logits file and exit codes", test_cli);
+    run("cli: logits file, compare and exit codes", test_cli);
+    run("compare: every tap matches a transformers dump", test_compare_all_taps_f32);
+    run("compare: a planted wrong owner is caught at its tap", test_compare_finds_planted_wrong_owner);
+    run("bf16-faithful mode beats float32 vs transformers-bf16", test_bf16_faithful_mode);
 
     {
         char cmd[300];

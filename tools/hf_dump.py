@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Dump transformers' Gemma 4 activations under gemma4.h's tap names.
+
+    python tools/hf_dump.py MODEL_DIR --ids 2,818,1010 --out DUMP.safetensors [--dtype float32|bfloat16]
+
+Runs the checkpoint in MODEL_DIR with transformers on the ids (one sequence,
+one forward, no cache) and writes one safetensors file holding:
+
+    input_ids                          I32 [S]
+    <tap name>                         [S, cols] for every tap gemma4.h emits (see the
+                                       g4_tap_fn comment in gemma4.h), e.g.
+                                       layers.3.self_attn.q, layers.3.mlp, norm
+    logits                             [S, V] after soft-capping
+
+--dtype float32 (default) runs and stores float32. --dtype bfloat16 runs the
+model in bfloat16, as transformers does for the released checkpoints, and
+stores the bf16 tensors exactly. Attention and MoE experts use transformers'
+"eager" implementations, whose rounding gemma4.h's bf16 mode reproduces.
+
+Then `build/gemma4 compare MODEL_DIR DUMP.safetensors` runs gemma4.h on the same
+ids and prints, tap by tap, where the two first disagree. Another runtime can
+be compared the same way by writing its activations under these names.
+
+Tested with torch 2.15.0 and transformers 5.23.0 (see data/tiny/VERSIONS.txt).
+"""
+
+import argparse
+import json
+
+import torch
+import transformers
+from safetensors.torch import save_file
+from transformers.models.gemma4 import modeling_gemma4 as mg
+
+
+def find_text_model(model):
+    for m in model.modules():
+        if isinstance(m, mg.Gemma4TextModel):
+            return m
+    raise SystemExit("hf_dump: no Gemma4TextModel inside this checkpoint's model")
+
+
+def rows(t, S):
+    """[1, S, ...] or [S, ...] -> [S, cols], detached copy."""
+    t = t.detach()
+    if t.dim() >= 2 and t.shape[0] == 1 and t.shape[1] == S:
+        t = t[0]
+    return t.reshape(S, -1).clone()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model_dir")
+    ap.add_argument("--ids", required=True, help="comma-separated token ids")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    args = ap.parse_args()
+
+    ids = [int(x) for x in args.ids.split(",")]
+    S = len(ids)
+    dtype = getattr(torch, args.dtype)
+    torch.set_num_threads(1)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        args.model_dir, dtype=dtype, attn_implementation="eager", experts_implementation="eager")
+    model.eval()
+    text = find_text_model(model)
+    taps = {}
+    hooks = []
+
+    def out_hook(name):
+        def hook(_mod, _inp, out):
+            taps[name] = rows(out[0] if isinstance(out, tuple) else out, S)
+        return hook
+
+    def in_hook(name):
+        def hook(_mod, inp):
+            taps[name] = rows(inp[0], S)
+        return hook
+
+    def add(module, name):
+        if module is not None:
+            hooks.append(module.register_forward_hook(out_hook(name)))
+
+    add(text.embed_tokens, "embed_tokens")
+    orig_project = text.project_per_layer_inputs
+
+    def project(*a, **k):
+        out = orig_project(*a, **k)
+        taps["per_layer_inputs"] = rows(out, S)
+        return out
+    text.project_per_layer_inputs = project
+
+    for i, layer in enumerate(text.layers):
+        p = f"layers.{i}."
+        add(layer.input_layernorm, p + "input_layernorm")
+        add(layer.self_attn, p + "self_attn")
+        add(layer.post_attention_layernorm, p + "post_attention_layernorm")
+        hooks.append(layer.pre_feedforward_layernorm.register_forward_pre_hook(in_hook(p + "pre_feedforward_layernorm:input")))
+        add(layer.pre_feedforward_layernorm, p + "pre_feedforward_layernorm")
+        add(layer.mlp, p + "mlp")
+        for n in ("post_feedforward_layernorm_1", "pre_feedforward_layernorm_2", "experts",
+                  "post_feedforward_layernorm_2", "per_layer_input_gate", "per_layer_projection",
+                  "post_per_layer_input_norm"):
+            add(getattr(layer, n, None), p + n)
+        add(layer.post_feedforward_layernorm, p + "post_feedforward_layernorm")
+        add(layer, f"layers.{i}")
+    add(text.norm, "norm")
+
+    # q after q_norm + RoPE, K and V as attended: the arguments of the attention function.
+    orig_eager = mg.eager_attention_forward
+
+    def eager(module, query, key, value, *a, **k):
+        p = f"layers.{module.layer_idx}.self_attn."
+        for name, t in (("q", query), ("k", key), ("v", value)):  # [1, heads, S, D] -> [S, heads*D]
+            taps[p + name] = t.detach()[0].transpose(0, 1).reshape(S, -1).clone()
+        return orig_eager(module, query, key, value, *a, **k)
+    mg.eager_attention_forward = eager
+
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([ids]), use_cache=False)
+    mg.eager_attention_forward = orig_eager
+    for h in hooks:
+        h.remove()
+
+    taps["logits"] = rows(out.logits, S)
+    tensors = {"input_ids": torch.tensor(ids, dtype=torch.int32)}
+    tensors.update({k: v.to(dtype).contiguous() for k, v in taps.items()})
+    meta = {"format": "gemma4.h taps 1", "dtype": args.dtype, "transformers": transformers.__version__,
+            "torch": torch.__version__, "order": json.dumps(list(taps))}
+    save_file(tensors, args.out, metadata=meta)
+    print(f"hf_dump: {len(taps)} taps, {S} tokens, {args.dtype} -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,11 @@
+#!/bin/sh
+# Tap dumps from transformers for the compare / bf16 tests (data/dumps/).
+# Needs a venv with the pinned versions (see tools/make_goldens.py):
+#   PY=venv/bin/python sh tools/make_dumps.sh
+set -e
+PY=${PY:-python3}
+IDS=2,81,101,77,5,9,300,41,12,7,99,100   # 12 tokens, past the sliding window of 8
+mkdir -p data/dumps
+$PY tools/hf_dump.py data/tiny/e2b_like --ids $IDS --out data/dumps/e2b_like_f32.safetensors
+$PY tools/hf_dump.py data/tiny/e2b_like --ids $IDS --out data/dumps/e2b_like_bf16.safetensors --dtype bfloat16
+$PY tools/hf_dump.py data/tiny/26b_like --ids $IDS --out data/dumps/26b_like_bf16.safetensors --dtype bfloat16
