@@ -1003,6 +1003,34 @@ static void test_bf16_faithful_mode(void) {
     }
 }
 
+/* compare passes on every golden model at the stated default tolerances:
+   float32 dumps at G4CMP_TOL_F32, bf16 dumps (bf16-faithful mode) at G4CMP_TOL_BF16. */
+static void test_compare_every_model(void) {
+    static const char *runs[][2] = {{"e2b_like", "e2b_like_f32"}, {"e2b_like", "e2b_like_bf16"},
+                                    {"e4b_like", "e4b_like_bf16"}, {"31b_like", "31b_like_bf16"},
+                                    {"26b_like", "26b_like_bf16"}, {"plain", "plain_f32"},
+                                    {"legacy_keys", "legacy_keys_f32"}};
+    int k, i;
+    for (k = 0; k < (int)(sizeof runs / sizeof runs[0]); k++) {
+        g4cmp c;
+        char file[64];
+        FILE *f = tmpfile();
+        int bf16 = strstr(runs[k][1], "bf16") != NULL, first, absent = 0;
+        double worst = 0;
+        snprintf(file, sizeof file, "%s.safetensors", runs[k][1]);
+        first = run_compare(&c, runs[k][0], dumpfile(file), bf16, 0, bf16 ? G4CMP_TOL_BF16 : G4CMP_TOL_F32, -1, -1, f);
+        for (i = 0; i < c.n_rows; i++) {
+            absent += c.rows[i].present != 1;
+            if (g4cmp_rel(&c.rows[i]) > worst) worst = g4cmp_rel(&c.rows[i]);
+        }
+        printf("  %-12s vs %-16s %3d taps, worst %.3g\n", runs[k][0], runs[k][1], c.n_rows, worst);
+        CHECK(first == -1, "%s: tap %s over tolerance", runs[k][1], first >= 0 ? c.rows[first].name : "(error)");
+        CHECK(absent == 0 && c.n_rows > 50, "%s: %d of %d taps missing from the dump", runs[k][1], absent, c.n_rows);
+        g4cmp_close(&c);
+        fclose(f);
+    }
+}
+
 int main(int argc, char **argv) {
     char tmpl[] = "/tmp/gemma4-test-XXXXXX";
     if (argc > 1) g_data = argv[1];
@@ -1040,6 +1068,7 @@ int main(int argc, char **argv) {
     run("wrapper checkpoint: tower tensors ignored", test_wrapper_ignores_towers);
     run("cli: logits file, compare and exit codes", test_cli);
     run("compare: every tap matches a transformers dump", test_compare_all_taps_f32);
+    run("compare: every golden model, every tap, f32 and bf16", test_compare_every_model);
     run("compare: a planted wrong owner is caught at its tap", test_compare_finds_planted_wrong_owner);
     run("bf16-faithful mode beats float32 vs transformers-bf16", test_bf16_faithful_mode);
 
