@@ -1,10 +1,10 @@
 # gemma4.h - build, demo and tests.  `make` builds build/gemma4, `make run`
 # shows the plan and logits of a tiny model, `make test` runs everything CI runs.
 CC      ?= cc
-CFLAGS  ?= -O2
+CFLAGS  ?= -O2 -march=native
 WARN     = -std=c99 -Wall -Wextra -Wpedantic -Werror
 SAN      = -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-LDLIBS   = -lm
+LDLIBS   = -lm -lpthread
 DEMO     = data/tiny/e2b_like
 
 .PHONY: all run test unit sanitize strict clean

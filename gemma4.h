@@ -272,12 +272,23 @@ G4_API const g4_tensor *g4_model_tensor(const g4_model *m, const char *name);
 typedef void (*g4_tap_fn)(void *user, const char *name, int layer,
                           const float *data, int rows, int cols, int pos0);
 
+/* Threads: a pool the caller creates, sizes and frees; a session uses it
+   through g4_session_config.pool (NULL: run on the calling thread). Matmuls
+   split by output rows, attention by (token, head). One forward at a time per
+   pool: give sessions that run concurrently their own pools. */
+typedef struct g4_pool g4_pool;
+G4_API g4_result g4_pool_create(g4_pool **pool, int n_threads); /* allocates; n_threads >= 1 */
+G4_API void g4_pool_free(g4_pool *pool);
+G4_API int g4_pool_threads(const g4_pool *pool);
+G4_API const char *g4_simd_name(void); /* the kernels compiled in: "avx512", "avx2" or "scalar" */
+
 typedef struct {
     int max_context;     /* most positions the session holds (required) */
     int max_chunk;       /* most tokens per internal step; 0 = 64 */
     int reader_copies;   /* debug: every reader layer gets its own K/V copy */
     int bf16;            /* numerics: 0 = float32 (default); 1 = round activations to
                             bfloat16 wherever transformers running in bf16 does */
+    g4_pool *pool;       /* threads to use, or NULL; must outlive the session's use */
     g4_tap_fn tap; void *tap_user;
 } g4_session_config;
 
@@ -302,7 +313,7 @@ typedef struct {
     float *x, *xn, *branch, *branch2; /* [rows][H] */
     float *q, *att;            /* [rows][NH*Dmax] */
     float *k_new, *v_new;      /* [rows][KVHmax*Dmax] */
-    float *scores;             /* [max_context] */
+    float *scores;             /* [threads][max_context] attention scores */
     float *gate, *up;          /* [rows][max(Imax, 2*Ie)] */
     float *pli;                /* [rows][L*P] per-layer inputs */
     float *ple;                /* [rows][P] */
@@ -342,6 +353,16 @@ G4_API int32_t g4_argmax(const float *x, int n);
 #include <stdlib.h>
 #include <string.h>
 
+#if !defined(G4_NO_SIMD) && (defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)))
+#include <immintrin.h>
+#endif
+#if !defined(G4_NO_THREADS) && (defined(__unix__) || defined(__APPLE__))
+#define G4__THREADS 1
+#include <pthread.h>
+#else
+#define G4__THREADS 0
+#endif
+
 #if !defined(G4_NO_MMAP) && (defined(__unix__) || defined(__APPLE__))
 #define G4__MMAP 1
 #include <fcntl.h>
@@ -367,8 +388,10 @@ G4_API int32_t g4_argmax(const float *x, int n);
 
 #if defined(__GNUC__) || defined(__clang__)
 #define G4__PRINTF(a, b) __attribute__((format(printf, a, b)))
+#define G4__MAYBE_UNUSED __attribute__((unused))
 #else
 #define G4__PRINTF(a, b)
+#define G4__MAYBE_UNUSED
 #endif
 
 /* ------------------------------------------------------------ utilities */
@@ -1822,7 +1845,7 @@ static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config 
     s->att = g4__take(cv, rows * NH * dmax, sizeof(float));
     s->k_new = g4__take(cv, rows * kvw, sizeof(float));
     s->v_new = g4__take(cv, rows * kvw, sizeof(float));
-    s->scores = g4__take(cv, (uint64_t)cfg->max_context, sizeof(float));
+    s->scores = g4__take(cv, (uint64_t)g4_pool_threads(cfg->pool) * (uint64_t)cfg->max_context, sizeof(float));
     s->gate = g4__take(cv, rows * imax, sizeof(float));
     s->up = g4__take(cv, rows * imax, sizeof(float));
     s->pli = g4__take(cv, rows * (uint64_t)c->num_hidden_layers * P, sizeof(float));
@@ -1939,12 +1962,13 @@ static void g4__act(const g4_session *s, float *x, size_t n) {
     for (i = 0; i < n; i++) x[i] = g4__bf16_round(x[i]);
 }
 
-/* y[t][o] = sum_i x[t][i] * W[o][i] for t < n: x [n][in], W [out][in] as stored. */
-static void g4__matmul(float *y, const float *x, const g4_tensor *w, int n) {
+/* Reference matmul on output rows [o0, o1): y[t][o] = sum_i x[t][i] * W[o][i]
+   for t < n, x [n][in], W [out][in] as stored, summed left to right. */
+G4__MAYBE_UNUSED static void g4__matmul_ref(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1) {
     int out = (int)w->shape[0], in = (int)w->shape[1], o, t, i;
     const unsigned char *base = (const unsigned char *)w->data;
     size_t esz = g4__dtype_size(w->dtype);
-    for (o = 0; o < out; o++) {
+    for (o = o0; o < o1; o++) {
         const unsigned char *row = base + (size_t)o * (size_t)in * esz;
         for (t = 0; t < n; t++) {
             const float *xt = x + (size_t)t * (size_t)in;
@@ -1971,6 +1995,284 @@ static void g4__matmul(float *y, const float *x, const g4_tensor *w, int n) {
             y[(size_t)t * (size_t)out + (size_t)o] = acc;
         }
     }
+}
+
+G4__MAYBE_UNUSED static float g4__dot_ref(const float *a, const float *b, int n) {
+    float acc = 0.0f;
+    int i;
+    for (i = 0; i < n; i++) acc += a[i] * b[i];
+    return acc;
+}
+
+/* SIMD twins (x86-64 AVX-512F or AVX2+FMA, chosen at compile time; build with
+   -march=native). Every output element is accumulated lane-wise along `in` in
+   the same order whatever the tile it is computed in, then reduced by one fixed
+   horizontal sum: a position gives the same bits in a 1-token decode step and
+   in a prefill chunk. The order differs from the scalar reference (tested
+   against it within rounding). */
+#if !defined(G4_NO_SIMD) && defined(__AVX512F__)
+#define G4__SIMD_NAME "avx512"
+#define G4__VL 16
+typedef __m512 g4__vec;
+#define g4__vzero() _mm512_setzero_ps()
+#define g4__vfma(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define g4__vhsum(v) _mm512_reduce_add_ps(v)
+/* VL elements of a float row at k (all VL present) */
+static g4__vec g4__vload_w(const unsigned char *row, g4_dtype dt, size_t k) {
+    if (dt == G4_BF16)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(row + 2 * k))), 16));
+    if (dt == G4_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(row + 2 * k)));
+    return _mm512_loadu_ps(row + 4 * k);
+}
+#define g4__vload_x(p) _mm512_loadu_ps(p)
+#elif !defined(G4_NO_SIMD) && defined(__AVX2__) && defined(__FMA__)
+#define G4__SIMD_NAME "avx2"
+#define G4__VL 8
+typedef __m256 g4__vec;
+#define g4__vzero() _mm256_setzero_ps()
+#define g4__vfma(a, b, c) _mm256_fmadd_ps(a, b, c)
+static float g4__vhsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+static g4__vec g4__vload_w(const unsigned char *row, g4_dtype dt, size_t k) {
+    if (dt == G4_BF16)
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(row + 2 * k))), 16));
+#ifdef __F16C__
+    if (dt == G4_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(row + 2 * k)));
+#else
+    if (dt == G4_F16) {
+        float tmp[8];
+        int j;
+        for (j = 0; j < 8; j++) { uint16_t h; memcpy(&h, row + 2 * (k + j), 2); tmp[j] = g4__f16_to_f32(h); }
+        return _mm256_loadu_ps(tmp);
+    }
+#endif
+    return _mm256_loadu_ps((const float *)(const void *)(row + 4 * k));
+}
+#define g4__vload_x(p) _mm256_loadu_ps(p)
+#endif
+
+#ifdef G4__SIMD_NAME
+/* The tail (in % VL elements) is added after the horizontal sum, left to right. */
+static float g4__tail(float acc, const float *x, const unsigned char *row, g4_dtype dt, int k, int in) {
+    for (; k < in; k++) {
+        uint16_t h;
+        float f;
+        if (dt == G4_BF16) { memcpy(&h, row + 2 * (size_t)k, 2); f = g4__bf16_to_f32(h); }
+        else if (dt == G4_F16) { memcpy(&h, row + 2 * (size_t)k, 2); f = g4__f16_to_f32(h); }
+        else memcpy(&f, row + 4 * (size_t)k, 4);
+        acc += x[k] * f;
+    }
+    return acc;
+}
+
+/* R rows x T tokens at once (R, T <= 4), each output its own accumulator. */
+static void g4__tile(float *y, const float *x, const unsigned char *w, g4_dtype dt, size_t esz, int in, int out, int o,
+                     int R, int t, int T) {
+    g4__vec acc[4][4];
+    const unsigned char *row[4];
+    const float *xt[4];
+    int r, u, kv = in - in % G4__VL, k;
+    for (r = 0; r < R; r++) row[r] = w + (size_t)(o + r) * (size_t)in * esz;
+    for (u = 0; u < T; u++) xt[u] = x + (size_t)(t + u) * (size_t)in;
+    for (r = 0; r < R; r++)
+        for (u = 0; u < T; u++) acc[r][u] = g4__vzero();
+    if (R == 4 && T == 4) { /* the prefill tile, unrolled */
+        for (k = 0; k < kv; k += G4__VL) {
+            g4__vec w0 = g4__vload_w(row[0], dt, (size_t)k), w1 = g4__vload_w(row[1], dt, (size_t)k);
+            g4__vec w2 = g4__vload_w(row[2], dt, (size_t)k), w3 = g4__vload_w(row[3], dt, (size_t)k);
+            for (u = 0; u < 4; u++) {
+                g4__vec xv = g4__vload_x(xt[u] + k);
+                acc[0][u] = g4__vfma(w0, xv, acc[0][u]);
+                acc[1][u] = g4__vfma(w1, xv, acc[1][u]);
+                acc[2][u] = g4__vfma(w2, xv, acc[2][u]);
+                acc[3][u] = g4__vfma(w3, xv, acc[3][u]);
+            }
+        }
+    } else if (T == 1 && R == 4) { /* the decode tile: four independent rows */
+        for (k = 0; k < kv; k += G4__VL) {
+            g4__vec xv = g4__vload_x(xt[0] + k);
+            acc[0][0] = g4__vfma(g4__vload_w(row[0], dt, (size_t)k), xv, acc[0][0]);
+            acc[1][0] = g4__vfma(g4__vload_w(row[1], dt, (size_t)k), xv, acc[1][0]);
+            acc[2][0] = g4__vfma(g4__vload_w(row[2], dt, (size_t)k), xv, acc[2][0]);
+            acc[3][0] = g4__vfma(g4__vload_w(row[3], dt, (size_t)k), xv, acc[3][0]);
+        }
+    } else {
+        for (k = 0; k < kv; k += G4__VL)
+            for (r = 0; r < R; r++) {
+                g4__vec wv = g4__vload_w(row[r], dt, (size_t)k);
+                for (u = 0; u < T; u++) acc[r][u] = g4__vfma(wv, g4__vload_x(xt[u] + k), acc[r][u]);
+            }
+    }
+    for (r = 0; r < R; r++)
+        for (u = 0; u < T; u++)
+            y[(size_t)(t + u) * (size_t)out + (size_t)(o + r)] = g4__tail(g4__vhsum(acc[r][u]), xt[u], row[r], dt, kv, in);
+}
+
+static void g4__matmul_simd(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1) {
+    int out = (int)w->shape[0], in = (int)w->shape[1], o, t;
+    size_t esz = g4__dtype_size(w->dtype);
+    const unsigned char *base = (const unsigned char *)w->data;
+    for (o = o0; o < o1; o += 4) {
+        int R = o1 - o < 4 ? o1 - o : 4;
+        for (t = 0; t < n; t += 4) g4__tile(y, x, base, w->dtype, esz, in, out, o, R, t, n - t < 4 ? n - t : 4);
+    }
+}
+
+static float g4__dot(const float *a, const float *b, int n) {
+    g4__vec acc = g4__vzero();
+    int k, kv = n - n % G4__VL;
+    float s;
+    for (k = 0; k < kv; k += G4__VL) acc = g4__vfma(g4__vload_x(a + k), g4__vload_x(b + k), acc);
+    s = g4__vhsum(acc);
+    for (; k < n; k++) s += a[k] * b[k];
+    return s;
+}
+#define g4__matmul_rows g4__matmul_simd
+#else
+#define G4__SIMD_NAME "scalar"
+#define g4__matmul_rows g4__matmul_ref
+#define g4__dot g4__dot_ref
+#endif
+
+/* ---------------------------------------------------------------- threads */
+/* A caller-owned pool: n-1 worker threads plus the calling thread. A job is
+   fn(ctx, part, n_parts) run once for every part; the pool serves one job at
+   a time (concurrent callers queue on run_mu). */
+#if G4__THREADS
+struct g4_pool {
+    int n;
+    pthread_t *threads;
+    pthread_mutex_t mu, run_mu;
+    pthread_cond_t go, done;
+    unsigned gen;
+    int pending, quit;
+    void (*fn)(void *ctx, int part, int n_parts);
+    void *ctx;
+};
+
+typedef struct { g4_pool *p; int part; } g4__worker_arg;
+
+static void *g4__worker(void *arg) {
+    g4__worker_arg *wa = (g4__worker_arg *)arg;
+    g4_pool *p = wa->p;
+    int part = wa->part;
+    unsigned seen = 0;
+    G4_FREE(wa);
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (p->gen == seen && !p->quit) pthread_cond_wait(&p->go, &p->mu);
+        if (p->quit) break;
+        seen = p->gen;
+        pthread_mutex_unlock(&p->mu);
+        p->fn(p->ctx, part, p->n);
+        pthread_mutex_lock(&p->mu);
+        if (--p->pending == 0) pthread_cond_signal(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+G4__DEF g4_result g4_pool_create(g4_pool **out, int n_threads) {
+    g4_pool *p;
+    int i;
+    if (!out) return G4_ERR_INPUT;
+    *out = NULL;
+    if (n_threads < 1 || n_threads > 1024) return G4_ERR_INPUT;
+    p = (g4_pool *)G4_MALLOC(sizeof *p);
+    if (!p) return G4_ERR_NOMEM;
+    memset(p, 0, sizeof *p);
+    p->n = n_threads;
+    p->threads = (pthread_t *)G4_MALLOC(sizeof(pthread_t) * (size_t)n_threads);
+    if (!p->threads) { G4_FREE(p); return G4_ERR_NOMEM; }
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_mutex_init(&p->run_mu, NULL);
+    pthread_cond_init(&p->go, NULL);
+    pthread_cond_init(&p->done, NULL);
+    for (i = 1; i < n_threads; i++) {
+        g4__worker_arg *wa = (g4__worker_arg *)G4_MALLOC(sizeof *wa);
+        if (wa) { wa->p = p; wa->part = i; }
+        if (!wa || pthread_create(&p->threads[i], NULL, g4__worker, wa) != 0) {
+            G4_FREE(wa);
+            p->n = i; /* stop the ones started */
+            g4_pool_free(p);
+            return G4_ERR_NOMEM;
+        }
+    }
+    *out = p;
+    return G4_OK;
+}
+
+G4__DEF void g4_pool_free(g4_pool *p) {
+    int i;
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->quit = 1;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    for (i = 1; i < p->n; i++) pthread_join(p->threads[i], NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->run_mu);
+    pthread_cond_destroy(&p->go);
+    pthread_cond_destroy(&p->done);
+    G4_FREE(p->threads);
+    G4_FREE(p);
+}
+
+static void g4__parallel(g4_pool *p, void (*fn)(void *, int, int), void *ctx) {
+    if (!p || p->n == 1) { fn(ctx, 0, 1); return; }
+    pthread_mutex_lock(&p->run_mu);
+    pthread_mutex_lock(&p->mu);
+    p->fn = fn;
+    p->ctx = ctx;
+    p->pending = p->n - 1;
+    p->gen++;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    fn(ctx, 0, p->n);
+    pthread_mutex_lock(&p->mu);
+    while (p->pending) pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+    pthread_mutex_unlock(&p->run_mu);
+}
+#else
+struct g4_pool { int n; };
+G4__DEF g4_result g4_pool_create(g4_pool **out, int n_threads) {
+    if (!out) return G4_ERR_INPUT;
+    *out = NULL;
+    if (n_threads != 1) return G4_ERR_INPUT; /* built without threads */
+    *out = (g4_pool *)G4_MALLOC(sizeof(g4_pool));
+    if (!*out) return G4_ERR_NOMEM;
+    (*out)->n = 1;
+    return G4_OK;
+}
+G4__DEF void g4_pool_free(g4_pool *p) { G4_FREE(p); }
+static void g4__parallel(g4_pool *p, void (*fn)(void *, int, int), void *ctx) { (void)p; fn(ctx, 0, 1); }
+#endif
+
+G4__DEF int g4_pool_threads(const g4_pool *p) { return p ? p->n : 1; }
+G4__DEF const char *g4_simd_name(void) { return G4__SIMD_NAME; }
+
+/* The matmul the forward pass calls: output rows split across the session's
+   threads in blocks of 4 (the SIMD tile), each part on the SIMD kernel. */
+typedef struct { float *y; const float *x; const g4_tensor *w; int n; } g4__mm_job;
+
+static void g4__matmul_part(void *ctx, int part, int n_parts) {
+    g4__mm_job *j = (g4__mm_job *)ctx;
+    int out = (int)j->w->shape[0], blocks = (out + 3) / 4;
+    int b0 = (int)((int64_t)blocks * part / n_parts), b1 = (int)((int64_t)blocks * (part + 1) / n_parts);
+    int o0 = 4 * b0, o1 = 4 * b1 < out ? 4 * b1 : out;
+    if (o0 < o1) g4__matmul_rows(j->y, j->x, j->w, j->n, o0, o1);
+}
+
+static void g4__matmul(const g4_session *s, float *y, const float *x, const g4_tensor *w, int n) {
+    g4__mm_job j;
+    j.y = y; j.x = x; j.w = w; j.n = n;
+    if ((int64_t)w->shape[0] * w->shape[1] * n < 32768) g4__matmul_part(&j, 0, 1); /* too small to share */
+    else g4__parallel(s->cfg.pool, g4__matmul_part, &j);
 }
 
 /* Gemma4RMSNorm: y = x * (mean(x^2) + eps)^-0.5 * w, w used as stored (not 1+w);
@@ -2026,8 +2328,7 @@ static void g4__attend(float *out, const float *q, const g4_kv_slot *sl, int kvh
     int D = sl->head_dim, stride = sl->kv_heads * D, k, d;
     for (k = lo; k <= hi; k++) {
         const float *key = sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D;
-        float acc = 0.0f;
-        for (d = 0; d < D; d++) acc += q[d] * key[d];
+        float acc = g4__dot(q, key, D);
         scores[k - lo] = bf16 ? g4__bf16_round(acc) : acc;
     }
     g4__softmax(scores, hi - lo + 1);
@@ -2074,6 +2375,23 @@ static void g4__add(const g4_session *s, float *x, const float *y, size_t n) {
     g4__act(s, x, n);
 }
 
+/* Attention over the (token, head) pairs of a step, split across threads;
+   part p uses its own scores row. */
+typedef struct { const g4_session *s; const g4_kv_slot *sl; int n, NH, group, window; } g4__attn_job;
+
+static void g4__attn_part(void *ctx, int part, int n_parts) {
+    const g4__attn_job *j = (const g4__attn_job *)ctx;
+    const g4_session *s = j->s;
+    int D = j->sl->head_dim, total = j->n * j->NH, i;
+    int i0 = (int)((int64_t)total * part / n_parts), i1 = (int)((int64_t)total * (part + 1) / n_parts);
+    float *scores = s->scores + (size_t)part * (size_t)s->cfg.max_context;
+    for (i = i0; i < i1; i++) {
+        int t = i / j->NH, h = i % j->NH, p = s->pos + t, lo = 0;
+        if (j->window && p - j->window + 1 > 0) lo = p - j->window + 1;
+        g4__attend(s->att + (size_t)i * D, s->q + (size_t)i * D, j->sl, h / j->group, lo, p, scores, s->cfg.bf16);
+    }
+}
+
 /* Gemma4TextAttention for layer l on n tokens at positions pos0..: reads
    s->xn, writes the o_proj output to s->branch. */
 static g4_result g4__attention(g4_session *s, int l, int n) {
@@ -2085,10 +2403,11 @@ static g4_result g4__attention(g4_session *s, int l, int n) {
     int NH = m->config.num_attention_heads, D = lp->head_dim, KVH = lp->kv_heads, group = NH / KVH;
     int pos0 = s->pos, t, h, bf = s->cfg.bf16;
     size_t kvw = (size_t)KVH * D;
+    (void)group;
     g4_kv_slot *sl;
 
     /* queries: q_proj, q_norm per head, RoPE */
-    g4__matmul(s->q, s->xn, &lw->q_proj, n);
+    g4__matmul(s, s->q, s->xn, &lw->q_proj, n);
     g4__act(s, s->q, (size_t)n * NH * D);
     for (t = 0; t < n; t++)
         for (h = 0; h < NH; h++) {
@@ -2107,10 +2426,10 @@ static g4_result g4__attention(g4_session *s, int l, int n) {
             g4__seterr(s->error, "internal: layer %d's slot was written out of order", l);
             return G4_ERR_INPUT;
         }
-        g4__matmul(s->k_new, s->xn, &lw->k_proj, n);
+        g4__matmul(s, s->k_new, s->xn, &lw->k_proj, n);
         g4__act(s, s->k_new, (size_t)n * kvw);
         if (lp->has_v_proj) {
-            g4__matmul(s->v_new, s->xn, &lw->v_proj, n);
+            g4__matmul(s, s->v_new, s->xn, &lw->v_proj, n);
             g4__act(s, s->v_new, (size_t)n * kvw);
         } else {
             memcpy(s->v_new, s->k_new, sizeof(float) * (size_t)n * kvw);
@@ -2158,14 +2477,13 @@ static g4_result g4__attention(g4_session *s, int l, int n) {
         g4__tap(s, l, "self_attn.k", s->k_new, n, (int)kvw);
         g4__tap(s, l, "self_attn.v", s->v_new, n, (int)kvw);
     }
-    for (t = 0; t < n; t++) {
-        int p = pos0 + t, lo = 0;
-        if (lp->type == G4_SLIDING && p - m->config.sliding_window + 1 > 0) lo = p - m->config.sliding_window + 1;
-        for (h = 0; h < NH; h++)
-            g4__attend(s->att + ((size_t)t * NH + h) * D, s->q + ((size_t)t * NH + h) * D, sl, h / group, lo, p,
-                       s->scores, bf);
+    {
+        g4__attn_job j;
+        j.s = s; j.sl = sl; j.n = n; j.NH = NH; j.group = group;
+        j.window = lp->type == G4_SLIDING ? m->config.sliding_window : 0;
+        g4__parallel(s->cfg.pool, g4__attn_part, &j);
     }
-    g4__matmul(s->branch, s->att, &lw->o_proj, n);
+    g4__matmul(s, s->branch, s->att, &lw->o_proj, n);
     g4__act(s, s->branch, (size_t)n * m->config.hidden_size);
     g4__tap(s, l, "self_attn", s->branch, n, m->config.hidden_size);
     return G4_OK;
@@ -2175,15 +2493,15 @@ static g4_result g4__attention(g4_session *s, int l, int n) {
 static void g4__mlp(g4_session *s, int l, int n) {
     const g4_layer_weights *lw = &s->model->w.layers[l];
     size_t i, len = (size_t)n * (size_t)s->model->plan.layer[l].mlp_width;
-    g4__matmul(s->gate, s->xn, &lw->gate_proj, n);
+    g4__matmul(s, s->gate, s->xn, &lw->gate_proj, n);
     g4__act(s, s->gate, len);
-    g4__matmul(s->up, s->xn, &lw->up_proj, n);
+    g4__matmul(s, s->up, s->xn, &lw->up_proj, n);
     g4__act(s, s->up, len);
     for (i = 0; i < len; i++) s->gate[i] = g4__gelu(s->gate[i]);
     g4__act(s, s->gate, len);
     for (i = 0; i < len; i++) s->gate[i] *= s->up[i];
     g4__act(s, s->gate, len);
-    g4__matmul(s->branch, s->gate, &lw->down_proj, n);
+    g4__matmul(s, s->branch, s->gate, &lw->down_proj, n);
     g4__act(s, s->branch, (size_t)n * s->model->config.hidden_size);
     g4__tap(s, l, "mlp", s->branch, n, s->model->config.hidden_size);
 }
@@ -2206,7 +2524,7 @@ static void g4__moe(g4_session *s, int l, const float *r, const float *xn, float
     g4__act(s, u, (size_t)H);
     for (i = 0; i < H; i++) u[i] *= root;
     g4__act(s, u, (size_t)H);
-    g4__matmul(s->router, u, &lw->router_proj, 1);
+    g4__matmul(s, s->router, u, &lw->router_proj, 1);
     g4__act(s, s->router, (size_t)E);
     g4__softmax(s->router, E);
     /* top-k by probability (ties: lower expert id first), renormalise, per-expert scale */
@@ -2232,13 +2550,13 @@ static void g4__moe(g4_session *s, int l, const float *r, const float *xn, float
         gu.shape[0] = 2 * Ie; gu.shape[1] = H;
         dn.data = (const unsigned char *)dn.data + (size_t)e * H * Ie * g4__dtype_size(dn.dtype);
         dn.shape[0] = H; dn.shape[1] = Ie;
-        g4__matmul(s->gate, xn, &gu, 1);                  /* [gate | up] */
+        g4__matmul(s, s->gate, xn, &gu, 1);                  /* [gate | up] */
         g4__act(s, s->gate, (size_t)2 * Ie);
         for (i = 0; i < Ie; i++) s->up[i] = g4__gelu(s->gate[i]);
         g4__act(s, s->up, (size_t)Ie);
         for (i = 0; i < Ie; i++) s->up[i] *= s->gate[Ie + i];
         g4__act(s, s->up, (size_t)Ie);
-        g4__matmul(s->moe_y, s->up, &dn, 1);
+        g4__matmul(s, s->moe_y, s->up, &dn, 1);
         g4__act(s, s->moe_y, (size_t)H);
         for (i = 0; i < H; i++) s->moe_y[i] *= wk[k];
         g4__act(s, s->moe_y, (size_t)H);
@@ -2281,7 +2599,7 @@ static g4_result g4__layer(g4_session *s, int l, int n) {
     if (P) {
         size_t LP = (size_t)c->num_hidden_layers * P, np = (size_t)n * P;
         int j;
-        g4__matmul(s->ple, s->x, &lw->per_layer_input_gate, n);
+        g4__matmul(s, s->ple, s->x, &lw->per_layer_input_gate, n);
         g4__act(s, s->ple, np);
         g4__tap(s, l, "per_layer_input_gate", s->ple, n, P);
         for (i = 0; i < np; i++) s->ple[i] = g4__gelu(s->ple[i]);
@@ -2289,7 +2607,7 @@ static g4_result g4__layer(g4_session *s, int l, int n) {
         for (t = 0; t < n; t++)
             for (j = 0; j < P; j++) s->ple[(size_t)t * P + j] *= s->pli[(size_t)t * LP + (size_t)l * P + j];
         g4__act(s, s->ple, np);
-        g4__matmul(s->branch, s->ple, &lw->per_layer_projection, n);
+        g4__matmul(s, s->branch, s->ple, &lw->per_layer_projection, n);
         g4__act(s, s->branch, nh);
         g4__tap(s, l, "per_layer_projection", s->branch, n, H);
         g4__norm_rows(s, s->branch, s->branch, &lw->post_per_layer_input_norm, n, H, l, "post_per_layer_input_norm");
@@ -2322,7 +2640,7 @@ static void g4__per_layer_inputs(g4_session *s, const int32_t *ids, int n) {
     size_t LP = (size_t)L * P, i;
     const float proj_scale = (float)(1.0 / sqrt((double)c->hidden_size)), tok_scale = g4__scale(s, P);
     const float combine = (float)(1.0 / sqrt(2.0));
-    g4__matmul(s->pli, s->x, &m->w.per_layer_model_projection, n);
+    g4__matmul(s, s->pli, s->x, &m->w.per_layer_model_projection, n);
     g4__act(s, s->pli, (size_t)n * LP);
     for (i = 0; i < (size_t)n * LP; i++) s->pli[i] *= proj_scale;
     g4__act(s, s->pli, (size_t)n * LP);
@@ -2366,7 +2684,7 @@ static g4_result g4__step(g4_session *s, const int32_t *ids, int n, float *out, 
     if (out && first < n) {
         size_t k, cnt = (size_t)(n - first) * V;
         const float cap = c->final_logit_softcapping;
-        g4__matmul(out, s->xn + (size_t)first * H, &m->w.lm_head, n - first);
+        g4__matmul(s, out, s->xn + (size_t)first * H, &m->w.lm_head, n - first);
         g4__act(s, out, cnt);
         if (cap > 0.0f) {
             for (k = 0; k < cnt; k++) out[k] /= cap;

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Compiles gemma4.h with its implementation as C99 and as C++ (11 and 17), with
 # -Wall -Wextra -Wpedantic -Werror, under every compiler found; also with
-# GEMMA4_STATIC and G4_NO_MMAP. Fails on the first warning.
+# GEMMA4_STATIC, G4_NO_MMAP and G4_NO_THREADS, and with each SIMD path (scalar,
+# AVX2+FMA, AVX-512) on x86-64. Fails on the first warning.
 set -e
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -13,6 +14,7 @@ SRC
 cat > "$tmp/s.c" <<'SRC'
 #define GEMMA4_STATIC
 #define G4_NO_MMAP
+#define G4_NO_THREADS
 #define GEMMA4_IMPLEMENTATION
 #include "gemma4.h"
 int main(void) { g4_config c; return g4_config_parse(&c, "{}", 2, "x") == G4_OK; }
@@ -21,15 +23,20 @@ cp "$tmp/t.c" "$tmp/t.cpp"
 cp "$tmp/s.c" "$tmp/s.cpp"
 W="-Wall -Wextra -Wpedantic -Werror -I."
 n=0
-for cc in gcc clang; do
-  command -v $cc >/dev/null || continue
-  for f in t s; do $cc -std=c99 $W -c "$tmp/$f.c" -o "$tmp/o"; n=$((n+1)); done
-done
-for cxx in g++ clang++; do
-  command -v $cxx >/dev/null || continue
-  for std in c++11 c++17; do
-    for f in t s; do $cxx -std=$std $W -c "$tmp/$f.cpp" -o "$tmp/o"; n=$((n+1)); done
+simd="-DG4_NO_SIMD"
+case "$(uname -m)" in x86_64) simd="$simd -mavx2,-mfma,-mf16c -mavx512f";; esac
+for isa in $simd; do
+  isa=$(echo "$isa" | tr ',' ' ')
+  for cc in gcc clang; do
+    command -v $cc >/dev/null || continue
+    for f in t s; do $cc -std=c99 $W $isa -c "$tmp/$f.c" -o "$tmp/o"; n=$((n+1)); done
+  done
+  for cxx in g++ clang++; do
+    command -v $cxx >/dev/null || continue
+    for std in c++11 c++17; do
+      for f in t s; do $cxx -std=$std $W $isa -c "$tmp/$f.cpp" -o "$tmp/o"; n=$((n+1)); done
+    done
   done
 done
 [ $n -gt 0 ] || { echo "strict_compile: no compiler found"; exit 1; }
-echo "strict_compile: $n clean builds (C99, C++11, C++17; gcc/clang as present)"
+echo "strict_compile: $n clean builds (C99, C++11, C++17; gcc/clang as present; scalar/AVX2/AVX-512)"
