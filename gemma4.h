@@ -1601,35 +1601,102 @@ done:
     return r;
 }
 
-/* Looks up prefix+name; checks float dtype and the exact shape. dims: ndim
-   values. A missing optional tensor leaves *t zeroed. */
-static g4_result g4__bind(g4_model *m, g4_tensor *t, int required, const char *suffix, int layer, int ndim,
-                          int64_t d0, int64_t d1, int64_t d2) {
-    char name[256];
-    const g4__stinfo *st;
-    int64_t want[3];
-    int k, ok;
-    want[0] = d0; want[1] = d1; want[2] = d2;
-    if (layer >= 0) {
-        char tmp[200];
-        snprintf(tmp, sizeof tmp, "layers.%d.%s", layer, suffix);
-        snprintf(name, sizeof name, "%s%s", m->prefix, tmp);
-    } else if (strcmp(suffix, "lm_head.weight") == 0) {
-        snprintf(name, sizeof name, "lm_head.weight");
-    } else {
-        snprintf(name, sizeof name, "%s%s", m->prefix, suffix);
+/* Every tensor the text decoder reads, with its exact shape, in checkpoint
+   order: fn(m, user, where it goes, full name, ndim, dims) once for each. The
+   loader binds them (g4__bind); `gemma4 synth` writes random ones. Reader
+   layers' k_proj/v_proj/k_norm are not listed: they may be in a file (stale),
+   and are never bound and never read. */
+typedef g4_result (*g4__weight_fn)(g4_model *m, void *user, g4_tensor *dst, const char *name, int ndim,
+                                   const int64_t *dims);
+
+static g4_result g4__walk_weights(g4_model *m, g4__weight_fn fn, void *user) {
+    const g4_config *c = &m->config;
+    const g4_plan *p = &m->plan;
+    g4_weights *w = &m->w;
+    int64_t H = c->hidden_size, V = c->vocab_size, NH = c->num_attention_heads, L = c->num_hidden_layers;
+    int64_t P = c->hidden_size_per_layer_input;
+    g4_result r;
+    int i;
+#define G4__W(t, layer, suffix, nd, a, b, cc)                                                        \
+    do {                                                                                            \
+        char name_[256];                                                                            \
+        int64_t dims_[3];                                                                           \
+        dims_[0] = a; dims_[1] = b; dims_[2] = cc;                                                  \
+        if (layer >= 0) snprintf(name_, sizeof name_, "%slayers.%d.%s", m->prefix, layer, suffix);  \
+        else snprintf(name_, sizeof name_, "%s%s", m->prefix, suffix);                              \
+        if ((r = fn(m, user, t, name_, nd, dims_)) != G4_OK) return r;                              \
+    } while (0)
+    G4__W(&w->embed_tokens, -1, "embed_tokens.weight", 2, V, H, 0);
+    if (P) {
+        G4__W(&w->embed_tokens_per_layer, -1, "embed_tokens_per_layer.weight", 2, c->vocab_size_per_layer_input, L * P, 0);
+        G4__W(&w->per_layer_model_projection, -1, "per_layer_model_projection.weight", 2, L * P, H, 0);
+        G4__W(&w->per_layer_projection_norm, -1, "per_layer_projection_norm.weight", 1, P, 0, 0);
     }
+    G4__W(&w->norm, -1, "norm.weight", 1, H, 0, 0);
+    if (!c->tie_word_embeddings) {
+        int64_t dims[3];
+        dims[0] = V; dims[1] = H; dims[2] = 0;
+        if ((r = fn(m, user, &w->lm_head, "lm_head.weight", 2, dims)) != G4_OK) return r;
+    }
+    if (!w->layers) {
+        w->layers = (g4_layer_weights *)G4_MALLOC(sizeof(g4_layer_weights) * (size_t)L);
+        if (!w->layers) { g4__seterr(m->error, "out of memory"); return G4_ERR_NOMEM; }
+        memset(w->layers, 0, sizeof(g4_layer_weights) * (size_t)L);
+    }
+    for (i = 0; i < L; i++) {
+        const g4_layer_plan *lp = &p->layer[i];
+        g4_layer_weights *lw = &w->layers[i];
+        int64_t D = lp->head_dim, KV = lp->kv_heads, I = lp->mlp_width;
+        G4__W(&lw->input_layernorm, i, "input_layernorm.weight", 1, H, 0, 0);
+        G4__W(&lw->post_attention_layernorm, i, "post_attention_layernorm.weight", 1, H, 0, 0);
+        G4__W(&lw->pre_feedforward_layernorm, i, "pre_feedforward_layernorm.weight", 1, H, 0, 0);
+        G4__W(&lw->post_feedforward_layernorm, i, "post_feedforward_layernorm.weight", 1, H, 0, 0);
+        G4__W(&lw->layer_scalar, i, "layer_scalar", 1, 1, 0, 0);
+        G4__W(&lw->q_proj, i, "self_attn.q_proj.weight", 2, NH * D, H, 0);
+        G4__W(&lw->q_norm, i, "self_attn.q_norm.weight", 1, D, 0, 0);
+        G4__W(&lw->o_proj, i, "self_attn.o_proj.weight", 2, H, NH * D, 0);
+        if (lp->reads < 0) {
+            G4__W(&lw->k_proj, i, "self_attn.k_proj.weight", 2, KV * D, H, 0);
+            G4__W(&lw->k_norm, i, "self_attn.k_norm.weight", 1, D, 0, 0);
+            if (lp->has_v_proj) G4__W(&lw->v_proj, i, "self_attn.v_proj.weight", 2, KV * D, H, 0);
+        }
+        G4__W(&lw->gate_proj, i, "mlp.gate_proj.weight", 2, I, H, 0);
+        G4__W(&lw->up_proj, i, "mlp.up_proj.weight", 2, I, H, 0);
+        G4__W(&lw->down_proj, i, "mlp.down_proj.weight", 2, H, I, 0);
+        if (P) {
+            G4__W(&lw->per_layer_input_gate, i, "per_layer_input_gate.weight", 2, P, H, 0);
+            G4__W(&lw->per_layer_projection, i, "per_layer_projection.weight", 2, H, P, 0);
+            G4__W(&lw->post_per_layer_input_norm, i, "post_per_layer_input_norm.weight", 1, H, 0, 0);
+        }
+        if (lp->moe) {
+            int64_t E = c->num_experts, Ie = c->moe_intermediate_size;
+            G4__W(&lw->router_proj, i, "router.proj.weight", 2, E, H, 0);
+            G4__W(&lw->router_scale, i, "router.scale", 1, H, 0, 0);
+            G4__W(&lw->router_per_expert_scale, i, "router.per_expert_scale", 1, E, 0, 0);
+            G4__W(&lw->experts_gate_up, i, "experts.gate_up_proj", 3, E, 2 * Ie, H);
+            G4__W(&lw->experts_down, i, "experts.down_proj", 3, E, H, Ie);
+            G4__W(&lw->pre_feedforward_layernorm_2, i, "pre_feedforward_layernorm_2.weight", 1, H, 0, 0);
+            G4__W(&lw->post_feedforward_layernorm_1, i, "post_feedforward_layernorm_1.weight", 1, H, 0, 0);
+            G4__W(&lw->post_feedforward_layernorm_2, i, "post_feedforward_layernorm_2.weight", 1, H, 0, 0);
+        }
+    }
+#undef G4__W
+    if (c->tie_word_embeddings) w->lm_head = w->embed_tokens;
+    return G4_OK;
+}
+
+/* The loader's visitor: the tensor must exist, be BF16/F16/F32 and have
+   exactly the expected shape. */
+static g4_result g4__bind(g4_model *m, void *user, g4_tensor *t, const char *name, int ndim, const int64_t *want) {
+    const g4__stinfo *st = g4__st_find(m, name);
+    int k, ok;
+    char exp[96];
+    size_t el = 0;
+    (void)user;
+    for (k = 0; k < ndim; k++) el += (size_t)snprintf(exp + el, sizeof exp - el, "%s%lld", k ? ", " : "", (long long)want[k]);
     memset(t, 0, sizeof *t);
-    st = g4__st_find(m, name);
     if (!st) {
-        if (!required) return G4_OK;
-        if (ndim == 1) g4__seterr(m->error, "checkpoint has no tensor '%s' (expected [%lld])", name, (long long)d0);
-        else if (ndim == 2)
-            g4__seterr(m->error, "checkpoint has no tensor '%s' (expected [%lld, %lld])", name, (long long)d0,
-                       (long long)d1);
-        else
-            g4__seterr(m->error, "checkpoint has no tensor '%s' (expected [%lld, %lld, %lld])", name, (long long)d0,
-                       (long long)d1, (long long)d2);
+        g4__seterr(m->error, "checkpoint has no tensor '%s' (expected [%s])", name, exp);
         return G4_ERR_WEIGHTS;
     }
     if (st->t.dtype != G4_F32 && st->t.dtype != G4_F16 && st->t.dtype != G4_BF16) {
@@ -1639,12 +1706,10 @@ static g4_result g4__bind(g4_model *m, g4_tensor *t, int required, const char *s
     ok = st->t.ndim == ndim;
     for (k = 0; ok && k < ndim; k++) ok = st->t.shape[k] == want[k];
     if (!ok) {
-        char got[128] = "", exp[96] = "";
-        size_t gl = 0, el = 0;
+        char got[128] = "";
+        size_t gl = 0;
         for (k = 0; k < st->t.ndim && gl < sizeof got - 24; k++)
             gl += (size_t)snprintf(got + gl, sizeof got - gl, "%s%lld", k ? ", " : "", (long long)st->t.shape[k]);
-        for (k = 0; k < ndim; k++)
-            el += (size_t)snprintf(exp + el, sizeof exp - el, "%s%lld", k ? ", " : "", (long long)want[k]);
         g4__seterr(m->error, "%s: tensor '%s' has shape [%s], expected [%s]", m->files[st->file].path, name, got, exp);
         return G4_ERR_WEIGHTS;
     }
@@ -1653,13 +1718,6 @@ static g4_result g4__bind(g4_model *m, g4_tensor *t, int required, const char *s
 }
 
 static g4_result g4__bind_weights(g4_model *m) {
-    const g4_config *c = &m->config;
-    const g4_plan *p = &m->plan;
-    g4_weights *w = &m->w;
-    int64_t H = c->hidden_size, V = c->vocab_size, NH = c->num_attention_heads, L = c->num_hidden_layers;
-    int64_t P = c->hidden_size_per_layer_input;
-    g4_result r;
-    int i;
     /* which of the two naming schemes this checkpoint uses */
     if (g4__st_find(m, "model.language_model.embed_tokens.weight")) strcpy(m->prefix, "model.language_model.");
     else if (g4__st_find(m, "model.embed_tokens.weight")) strcpy(m->prefix, "model.");
@@ -1668,60 +1726,7 @@ static g4_result g4__bind_weights(g4_model *m) {
                    "'model.embed_tokens.weight'");
         return G4_ERR_WEIGHTS;
     }
-#define G4__B(t, req, name, layer, nd, a, b, cc) \
-    do { if ((r = g4__bind(m, t, req, name, layer, nd, a, b, cc)) != G4_OK) return r; } while (0)
-    G4__B(&w->embed_tokens, 1, "embed_tokens.weight", -1, 2, V, H, 0);
-    G4__B(&w->norm, 1, "norm.weight", -1, 1, H, 0, 0);
-    if (c->tie_word_embeddings) w->lm_head = w->embed_tokens;
-    else G4__B(&w->lm_head, 1, "lm_head.weight", -1, 2, V, H, 0);
-    if (P) {
-        G4__B(&w->embed_tokens_per_layer, 1, "embed_tokens_per_layer.weight", -1, 2, c->vocab_size_per_layer_input,
-              L * P, 0);
-        G4__B(&w->per_layer_model_projection, 1, "per_layer_model_projection.weight", -1, 2, L * P, H, 0);
-        G4__B(&w->per_layer_projection_norm, 1, "per_layer_projection_norm.weight", -1, 1, P, 0, 0);
-    }
-    w->layers = (g4_layer_weights *)G4_MALLOC(sizeof(g4_layer_weights) * (size_t)L);
-    if (!w->layers) { g4__seterr(m->error, "out of memory"); return G4_ERR_NOMEM; }
-    memset(w->layers, 0, sizeof(g4_layer_weights) * (size_t)L);
-    for (i = 0; i < L; i++) {
-        const g4_layer_plan *lp = &p->layer[i];
-        g4_layer_weights *lw = &w->layers[i];
-        int64_t D = lp->head_dim, KV = lp->kv_heads, I = lp->mlp_width;
-        G4__B(&lw->input_layernorm, 1, "input_layernorm.weight", i, 1, H, 0, 0);
-        G4__B(&lw->post_attention_layernorm, 1, "post_attention_layernorm.weight", i, 1, H, 0, 0);
-        G4__B(&lw->pre_feedforward_layernorm, 1, "pre_feedforward_layernorm.weight", i, 1, H, 0, 0);
-        G4__B(&lw->post_feedforward_layernorm, 1, "post_feedforward_layernorm.weight", i, 1, H, 0, 0);
-        G4__B(&lw->layer_scalar, 1, "layer_scalar", i, 1, 1, 0, 0);
-        G4__B(&lw->q_proj, 1, "self_attn.q_proj.weight", i, 2, NH * D, H, 0);
-        G4__B(&lw->q_norm, 1, "self_attn.q_norm.weight", i, 1, D, 0, 0);
-        G4__B(&lw->o_proj, 1, "self_attn.o_proj.weight", i, 2, H, NH * D, 0);
-        if (lp->reads < 0) { /* readers' k/v/k_norm may be in the file (stale); never bound, never read */
-            G4__B(&lw->k_proj, 1, "self_attn.k_proj.weight", i, 2, KV * D, H, 0);
-            G4__B(&lw->k_norm, 1, "self_attn.k_norm.weight", i, 1, D, 0, 0);
-            if (lp->has_v_proj) G4__B(&lw->v_proj, 1, "self_attn.v_proj.weight", i, 2, KV * D, H, 0);
-        }
-        G4__B(&lw->gate_proj, 1, "mlp.gate_proj.weight", i, 2, I, H, 0);
-        G4__B(&lw->up_proj, 1, "mlp.up_proj.weight", i, 2, I, H, 0);
-        G4__B(&lw->down_proj, 1, "mlp.down_proj.weight", i, 2, H, I, 0);
-        if (P) {
-            G4__B(&lw->per_layer_input_gate, 1, "per_layer_input_gate.weight", i, 2, P, H, 0);
-            G4__B(&lw->per_layer_projection, 1, "per_layer_projection.weight", i, 2, H, P, 0);
-            G4__B(&lw->post_per_layer_input_norm, 1, "post_per_layer_input_norm.weight", i, 1, H, 0, 0);
-        }
-        if (lp->moe) {
-            int64_t E = c->num_experts, Ie = c->moe_intermediate_size;
-            G4__B(&lw->router_proj, 1, "router.proj.weight", i, 2, E, H, 0);
-            G4__B(&lw->router_scale, 1, "router.scale", i, 1, H, 0, 0);
-            G4__B(&lw->router_per_expert_scale, 1, "router.per_expert_scale", i, 1, E, 0, 0);
-            G4__B(&lw->experts_gate_up, 1, "experts.gate_up_proj", i, 3, E, 2 * Ie, H);
-            G4__B(&lw->experts_down, 1, "experts.down_proj", i, 3, E, H, Ie);
-            G4__B(&lw->pre_feedforward_layernorm_2, 1, "pre_feedforward_layernorm_2.weight", i, 1, H, 0, 0);
-            G4__B(&lw->post_feedforward_layernorm_1, 1, "post_feedforward_layernorm_1.weight", i, 1, H, 0, 0);
-            G4__B(&lw->post_feedforward_layernorm_2, 1, "post_feedforward_layernorm_2.weight", i, 1, H, 0, 0);
-        }
-    }
-#undef G4__B
-    return G4_OK;
+    return g4__walk_weights(m, g4__bind, NULL);
 }
 
 G4__DEF void g4_model_free(g4_model *m) {
