@@ -11,16 +11,16 @@ DEMO     = data/tiny/e2b_like
 
 all: build/gemma4
 
-build/gemma4: examples/gemma4.c gemma4.h | build
+build/gemma4: examples/gemma4.c examples/compare.h examples/bench.h gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -o $@ examples/gemma4.c $(LDLIBS)
 
 build/minimal: examples/minimal.c gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -o $@ examples/minimal.c $(LDLIBS)
 
-build/test_gemma4: tests/test_gemma4.c gemma4.h | build
+build/test_gemma4: tests/test_gemma4.c examples/compare.h gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_gemma4.c $(LDLIBS)
 
-build/test_gemma4_san: tests/test_gemma4.c gemma4.h | build
+build/test_gemma4_san: tests/test_gemma4.c examples/compare.h gemma4.h | build
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_gemma4.c $(LDLIBS)
 
 build:

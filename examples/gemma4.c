@@ -4,6 +4,8 @@
      gemma4 logits DIR --ids 2,818,1010 --out FILE [--chunk N]
      gemma4 greedy DIR --ids 2,818 --new N [--chunk N]
      gemma4 compare DIR DUMP.safetensors [--tolerance T] [--f32|--bf16] [--chunk N]
+     gemma4 bench DIR [--threads N] [--prompt N] [--gen N]
+     gemma4 synth --config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N]
 
    `logits` runs the ids as one sequence and writes float32 little-endian
    logits for every position, [n_ids][vocab], to FILE, and prints the argmax
@@ -12,9 +14,11 @@
    tap by tap in forward order, how far gemma4.h is from the dump; exit status
    0 when every tap is within tolerance, 2 when one is not. Errors: one line on
    stderr, exit status 1. */
+#define _POSIX_C_SOURCE 200809L
 #define GEMMA4_IMPLEMENTATION
 #include "../gemma4.h"
 #include "compare.h"
+#include "bench.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +29,9 @@ static int usage(void) {
             "usage: gemma4 info PATH\n"
             "       gemma4 logits DIR --ids 2,818,1010 --out FILE [--chunk N]\n"
             "       gemma4 greedy DIR --ids 2,818 --new N [--chunk N]\n"
-            "       gemma4 compare DIR DUMP.safetensors [--tolerance T] [--f32|--bf16] [--chunk N]\n");
+            "       gemma4 compare DIR DUMP.safetensors [--tolerance T] [--f32|--bf16] [--chunk N]\n"
+            "       gemma4 bench DIR [--threads N] [--prompt N] [--gen N]\n"
+            "       gemma4 synth --config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N]\n");
     return 1;
 }
 
@@ -162,6 +168,8 @@ int main(int argc, char **argv) {
     dir = argv[2];
     if (strcmp(cmd, "info") == 0) return argc == 3 ? cmd_info(dir) : usage();
     if (strcmp(cmd, "compare") == 0) return argc >= 4 ? cmd_compare(argc, argv) : usage();
+    if (strcmp(cmd, "bench") == 0) return g4b_cmd_bench(argc, argv);
+    if (strcmp(cmd, "synth") == 0) return g4b_cmd_synth(argc, argv);
     if (strcmp(cmd, "logits") != 0 && strcmp(cmd, "greedy") != 0) return usage();
     for (i = 3; i < argc; i++) {
         if (i + 1 >= argc) return usage();

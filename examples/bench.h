@@ -1,0 +1,291 @@
+/* bench.h - `gemma4 synth` (a random checkpoint of any real shape) and
+   `gemma4 bench` (prefill and decode speed). Part of the CLI, not the library:
+   include after gemma4.h with GEMMA4_IMPLEMENTATION. */
+#ifndef G4_BENCH_H
+#define G4_BENCH_H
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/resource.h>
+
+static double g4b_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---------------------------------------------------------------- synth */
+
+typedef struct {
+    FILE *f;
+    g4_dtype dt;
+    int pass;            /* 0: header entries, 1: data */
+    uint64_t off;        /* data offset so far */
+    size_t hlen, hcap;
+    char *hdr;
+    uint64_t rng;
+    char error[256];
+} g4b_synth;
+
+static void g4b_hdr(g4b_synth *y, const char *fmt, ...) G4__PRINTF(2, 3);
+static void g4b_hdr(g4b_synth *y, const char *fmt, ...) {
+    va_list ap;
+    int n;
+    if (y->hlen + 512 > y->hcap) {
+        y->hcap = y->hcap * 2 + 4096;
+        y->hdr = (char *)realloc(y->hdr, y->hcap);
+    }
+    va_start(ap, fmt);
+    n = vsnprintf(y->hdr + y->hlen, y->hcap - y->hlen, fmt, ap);
+    va_end(ap);
+    y->hlen += (size_t)n;
+}
+
+static float g4b_rand(g4b_synth *y) { /* xorshift64*, uniform in [-1, 1) */
+    y->rng ^= y->rng >> 12;
+    y->rng ^= y->rng << 25;
+    y->rng ^= y->rng >> 27;
+    return (float)((y->rng * 2685821657736338717ull) >> 40) / 8388608.0f - 1.0f;
+}
+
+/* Visitor of g4__walk_weights: pass 0 lists the tensor in the header, pass 1
+   writes random data. Norm weights and scalars near 1, matrices ~ 1/sqrt(in). */
+static g4_result g4b_synth_tensor(g4_model *m, void *user, g4_tensor *dst, const char *name, int ndim,
+                                  const int64_t *dims) {
+    g4b_synth *y = (g4b_synth *)user;
+    uint64_t numel = 1, i;
+    size_t esz = g4__dtype_size(y->dt);
+    int k, matrix = ndim >= 2;
+    (void)m;
+    (void)dst;
+    for (k = 0; k < ndim; k++) numel *= (uint64_t)dims[k];
+    if (y->pass == 0) {
+        g4b_hdr(y, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[", y->off ? "," : "", name, y->dt == G4_BF16 ? "BF16" : "F32");
+        for (k = 0; k < ndim; k++) g4b_hdr(y, "%s%lld", k ? "," : "", (long long)dims[k]);
+        g4b_hdr(y, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)y->off, (unsigned long long)(y->off + numel * esz));
+        y->off += numel * esz;
+        return G4_OK;
+    }
+    {
+        float scale = matrix ? 1.0f / sqrtf((float)dims[ndim - 1]) : 0.1f, base = matrix ? 0.0f : 1.0f;
+        unsigned char buf[1 << 16];
+        size_t used = 0;
+        for (i = 0; i < numel; i++) {
+            float v = base + scale * g4b_rand(y);
+            if (y->dt == G4_BF16) {
+                uint32_t u;
+                uint16_t h;
+                memcpy(&u, &v, 4);
+                h = (uint16_t)(u >> 16);
+                memcpy(buf + used, &h, 2);
+            } else {
+                memcpy(buf + used, &v, 4);
+            }
+            used += esz;
+            if (used + 4 > sizeof buf) {
+                if (fwrite(buf, 1, used, y->f) != used) { snprintf(y->error, sizeof y->error, "write failed"); return G4_ERR_IO; }
+                used = 0;
+            }
+        }
+        if (used && fwrite(buf, 1, used, y->f) != used) { snprintf(y->error, sizeof y->error, "write failed"); return G4_ERR_IO; }
+    }
+    return G4_OK;
+}
+
+/* config.json in transformers' text-only form (gemma4_text + per_layer_config) */
+static int g4b_write_config(const char *path, const g4_config *c) {
+    FILE *f = fopen(path, "w");
+    int i, first = 1;
+    if (!f) return 0;
+    fprintf(f, "{\n  \"architectures\": [\"Gemma4ForCausalLM\"],\n  \"model_type\": \"gemma4_text\",\n");
+    fprintf(f, "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n", c->vocab_size, c->hidden_size, c->intermediate_size);
+    fprintf(f, "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n", c->num_hidden_layers,
+            c->num_attention_heads, c->num_key_value_heads);
+    fprintf(f, "  \"head_dim\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %g,\n  \"sliding_window\": %d,\n",
+            c->head_dim, c->max_position_embeddings, (double)c->rms_norm_eps, c->sliding_window);
+    if (c->final_logit_softcapping > 0) fprintf(f, "  \"final_logit_softcapping\": %g,\n", (double)c->final_logit_softcapping);
+    fprintf(f, "  \"tie_word_embeddings\": %s,\n  \"vocab_size_per_layer_input\": %d,\n  \"hidden_size_per_layer_input\": %d,\n",
+            c->tie_word_embeddings ? "true" : "false", c->vocab_size_per_layer_input, c->hidden_size_per_layer_input);
+    fprintf(f, "  \"attention_k_eq_v\": %s,\n  \"num_kv_shared_layers\": %d,\n  \"use_double_wide_mlp\": %s,\n",
+            c->attention_k_eq_v ? "true" : "false", c->num_kv_shared_layers, c->use_double_wide_mlp ? "true" : "false");
+    fprintf(f, "  \"enable_moe_block\": %s,\n", c->enable_moe_block ? "true" : "false");
+    if (c->enable_moe_block)
+        fprintf(f, "  \"num_experts\": %d,\n  \"top_k_experts\": %d,\n  \"moe_intermediate_size\": %d,\n", c->num_experts,
+                c->top_k_experts, c->moe_intermediate_size);
+    fprintf(f, "  \"rope_parameters\": {\n");
+    for (i = 0; i < 2; i++)
+        fprintf(f, "    \"%s\": {\"rope_type\": \"%s\", \"rope_theta\": %.1f, \"partial_rotary_factor\": %g, \"factor\": %g}%s\n",
+                i ? "full_attention" : "sliding_attention", c->rope[i].proportional ? "proportional" : "default",
+                (double)c->rope[i].theta, (double)c->rope[i].partial_rotary_factor, (double)c->rope[i].factor, i ? "" : ",");
+    fprintf(f, "  },\n  \"layer_types\": [");
+    for (i = 0; i < c->num_hidden_layers; i++)
+        fprintf(f, "%s\"%s\"", i ? ", " : "", c->layer_types[i] == G4_FULL ? "full_attention" : "sliding_attention");
+    fprintf(f, "],\n  \"per_layer_config\": {");
+    for (i = 0; i < c->num_hidden_layers; i++) {
+        if (c->layer_head_dim[i] == c->head_dim && c->layer_kv_heads[i] == c->num_key_value_heads) continue;
+        fprintf(f, "%s\n    \"%d\": {\"head_dim\": %d, \"num_key_value_heads\": %d}", first ? "" : ",", i, c->layer_head_dim[i],
+                c->layer_kv_heads[i]);
+        first = 0;
+    }
+    fprintf(f, "\n  }\n}\n");
+    return fclose(f) == 0;
+}
+
+/* gemma4 synth --config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N] */
+static int g4b_cmd_synth(int argc, char **argv) {
+    const char *cfg_path = NULL, *out = NULL;
+    int i, layers = 0, vocab = 0, dt = G4_BF16;
+    g4_model m;
+    g4b_synth y;
+    char path[4096];
+    g4_result r;
+    for (i = 2; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--config") == 0) cfg_path = argv[i + 1];
+        else if (strcmp(argv[i], "--out") == 0) out = argv[i + 1];
+        else if (strcmp(argv[i], "--layers") == 0) layers = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--vocab") == 0) vocab = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--dtype") == 0 && strcmp(argv[i + 1], "f32") == 0) dt = G4_F32;
+        else if (strcmp(argv[i], "--dtype") == 0 && strcmp(argv[i + 1], "bf16") == 0) dt = G4_BF16;
+        else { fprintf(stderr, "gemma4 synth: unknown option %s\n", argv[i]); return 1; }
+    }
+    if (i != argc || !cfg_path || !out) {
+        fprintf(stderr, "usage: gemma4 synth --config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N]\n");
+        return 1;
+    }
+    memset(&m, 0, sizeof m);
+    if (g4_config_load(&m.config, cfg_path) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m.config.error); return 1; }
+    if (vocab > 0) m.config.vocab_size = m.config.vocab_size_per_layer_input = vocab;
+    if (layers > 0 && layers < m.config.num_hidden_layers) {
+        /* keep the first N layer types (the last forced full) and the share of reader layers */
+        int L = m.config.num_hidden_layers;
+        m.config.num_kv_shared_layers = m.config.num_kv_shared_layers * layers / L;
+        m.config.num_hidden_layers = layers;
+        m.config.layer_types[layers - 1] = G4_FULL;
+        while (m.config.num_kv_shared_layers > 0 && g4_plan_build(&m.plan, &m.config) != G4_OK) m.config.num_kv_shared_layers--;
+    }
+    if (g4_plan_build(&m.plan, &m.config) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m.plan.error); return 1; }
+    strcpy(m.prefix, "model.");
+    mkdir(out, 0755);
+    snprintf(path, sizeof path, "%s/config.json", out);
+    if (!g4b_write_config(path, &m.config)) { fprintf(stderr, "gemma4: cannot write %s\n", path); return 1; }
+    memset(&y, 0, sizeof y);
+    y.dt = (g4_dtype)dt;
+    y.rng = 0x9E3779B97F4A7C15ull;
+    g4b_hdr(&y, "{");
+    if ((r = g4__walk_weights(&m, g4b_synth_tensor, &y)) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m.error); return 1; }
+    g4b_hdr(&y, "}");
+    while (y.hlen % 8) g4b_hdr(&y, " ");
+    snprintf(path, sizeof path, "%s/model.safetensors", out);
+    if (!(y.f = fopen(path, "wb"))) { fprintf(stderr, "gemma4: cannot write %s\n", path); return 1; }
+    {
+        unsigned char len[8];
+        uint64_t hl = y.hlen;
+        for (i = 0; i < 8; i++) len[i] = (unsigned char)(hl >> (8 * i));
+        fwrite(len, 1, 8, y.f);
+        fwrite(y.hdr, 1, y.hlen, y.f);
+    }
+    y.pass = 1;
+    r = g4__walk_weights(&m, g4b_synth_tensor, &y);
+    if (fclose(y.f) != 0 || r != G4_OK) { fprintf(stderr, "gemma4: writing %s failed\n", path); return 1; }
+    printf("synth: %d layers, vocab %d, %.2f GB of %s weights in %s\n", m.config.num_hidden_layers, m.config.vocab_size,
+           (double)y.off / 1e9, dt == G4_BF16 ? "bf16" : "f32", out);
+    free(y.hdr);
+    free(m.w.layers);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- bench */
+
+/* Weight bytes one decode token reads: every matrix and vector of every layer
+   (for MoE only top_k of num_experts experts), the final norm, the lm_head,
+   one embedding row and one PLE row, plus the PLE projection. */
+static double g4b_bytes_per_token(const g4_model *m) {
+    const g4_config *c = &m->config;
+    double b = 0;
+    int i, j;
+    const g4_tensor *t;
+#define G4B_SZ(t) ((t)->data ? (double)g4__dtype_size((t)->dtype) * (double)((t)->ndim >= 2 ? (t)->shape[0] * (t)->shape[1] * ((t)->ndim == 3 ? (t)->shape[2] : 1) : (t)->shape[0]) : 0.0)
+    for (i = 0; i < c->num_hidden_layers; i++) {
+        const g4_tensor *lt = (const g4_tensor *)(const void *)&m->w.layers[i];
+        int n = (int)(sizeof(g4_layer_weights) / sizeof(g4_tensor));
+        for (j = 0; j < n; j++) {
+            double sz = G4B_SZ(&lt[j]);
+            if (c->enable_moe_block && (&lt[j] == &m->w.layers[i].experts_gate_up || &lt[j] == &m->w.layers[i].experts_down))
+                sz *= (double)c->top_k_experts / (double)c->num_experts;
+            b += sz;
+        }
+    }
+    b += G4B_SZ(&m->w.norm) + G4B_SZ(&m->w.lm_head) + G4B_SZ(&m->w.per_layer_model_projection) + G4B_SZ(&m->w.per_layer_projection_norm);
+    t = &m->w.embed_tokens;
+    b += (double)g4__dtype_size(t->dtype) * (double)t->shape[1];
+    t = &m->w.embed_tokens_per_layer;
+    if (t->data) b += (double)g4__dtype_size(t->dtype) * (double)t->shape[1];
+#undef G4B_SZ
+    return b;
+}
+
+/* gemma4 bench DIR [--threads N] [--prompt N] [--gen N] */
+static int g4b_cmd_bench(int argc, char **argv) {
+    const char *dir = argv[2];
+    int i, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), prompt = 64, gen = 16, rc = 1;
+    g4_model m;
+    g4_session s;
+    g4_session_config sc = g4_session_config_init();
+    g4_pool *pool = NULL;
+    size_t bytes;
+    void *arena = NULL;
+    float *logits = NULL;
+    int32_t *ids = NULL;
+    double t0, t1, t2, bpt;
+    struct rusage ru;
+    for (i = 3; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--threads") == 0) threads = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--prompt") == 0) prompt = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--gen") == 0) gen = atoi(argv[i + 1]);
+        else { fprintf(stderr, "gemma4 bench: unknown option %s\n", argv[i]); return 1; }
+    }
+    if (i != argc || threads < 1 || prompt < 1 || gen < 1) {
+        fprintf(stderr, "usage: gemma4 bench DIR [--threads N] [--prompt N] [--gen N]\n");
+        return 1;
+    }
+    if (g4_model_load(&m, dir) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m.error); return 1; }
+    if (g4_pool_create(&pool, threads) != G4_OK) { fprintf(stderr, "gemma4: cannot start %d threads\n", threads); goto done; }
+    sc.max_context = prompt + gen;
+    sc.max_chunk = prompt;
+    sc.pool = pool;
+    if (g4_session_size(&m, &sc, &bytes) != G4_OK || !(arena = malloc(bytes)) ||
+        !(logits = (float *)malloc(sizeof(float) * (size_t)m.config.vocab_size)) ||
+        !(ids = (int32_t *)malloc(sizeof(int32_t) * (size_t)prompt))) {
+        fprintf(stderr, "gemma4: out of memory\n");
+        goto done;
+    }
+    if (g4_session_init(&s, &m, &sc, arena, bytes) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
+    for (i = 0; i < prompt; i++) ids[i] = (int32_t)((i * 7919 + 13) % m.config.vocab_size);
+    ids[0] = 2 % m.config.vocab_size;
+    t0 = g4b_now();
+    if (g4_forward(&s, ids, prompt, logits, G4_LOGITS_LAST) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
+    t1 = g4b_now();
+    for (i = 0; i < gen; i++) {
+        int32_t next = g4_argmax(logits, m.config.vocab_size);
+        if (g4_forward(&s, &next, 1, logits, G4_LOGITS_LAST) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
+    }
+    t2 = g4b_now();
+    bpt = g4b_bytes_per_token(&m);
+    getrusage(RUSAGE_SELF, &ru);
+    printf("model: %s, %d layers, %s kernels, %d threads\n", dir, m.config.num_hidden_layers, g4_simd_name(), threads);
+    printf("prefill: %.2f tok/s (%d tokens in %.2f s)\n", prompt / (t1 - t0), prompt, t1 - t0);
+    printf("decode: %.2f tok/s, %.2f GB/s (%.3f GB of weights per token, %d tokens in %.2f s)\n", gen / (t2 - t1),
+           bpt * gen / (t2 - t1) / 1e9, bpt / 1e9, gen, t2 - t1);
+    printf("memory: peak RSS %.0f MB, arena %.1f MB\n", (double)ru.ru_maxrss / 1024.0, (double)bytes / 1048576.0);
+    rc = 0;
+done:
+    free(ids);
+    free(logits);
+    free(arena);
+    g4_pool_free(pool);
+    g4_model_free(&m);
+    return rc;
+}
+
+#endif /* G4_BENCH_H */
