@@ -7,7 +7,7 @@ SAN      = -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-om
 LDLIBS   = -lm -lpthread
 DEMO     = data/tiny/e2b_like
 
-.PHONY: all run test unit sanitize strict clean
+.PHONY: all run test unit sanitize strict bench clean
 
 all: build/gemma4
 
@@ -50,6 +50,16 @@ test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san
 	@tail -n 1 build/sanitize.log
 	@echo "== tests"
 	./build/test_gemma4
+
+build/membw: bench/membw.c | build
+	$(CC) -O2 -march=native -o $@ bench/membw.c -lpthread
+
+build/fmapeak: bench/fmapeak.c | build
+	$(CC) -O2 -march=native -o $@ bench/fmapeak.c -lpthread
+
+# Not a test: speed on an E2B-shaped random checkpoint vs the machine and peers (bench/run.sh).
+bench: build/gemma4 build/membw build/fmapeak
+	sh bench/run.sh
 
 clean:
 	rm -rf build

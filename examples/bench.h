@@ -93,18 +93,26 @@ static g4_result g4b_synth_tensor(g4_model *m, void *user, g4_tensor *dst, const
     return G4_OK;
 }
 
+/* a JSON float that Python reads back as a float (30 -> "30.0") */
+static const char *g4b_f(char *buf, double v) {
+    snprintf(buf, 32, "%.9g", v);
+    if (!strpbrk(buf, ".en")) strcat(buf, ".0");
+    return buf;
+}
+
 /* config.json in transformers' text-only form (gemma4_text + per_layer_config) */
 static int g4b_write_config(const char *path, const g4_config *c) {
     FILE *f = fopen(path, "w");
     int i, first = 1;
+    char b1[32], b2[32], b3[32];
     if (!f) return 0;
     fprintf(f, "{\n  \"architectures\": [\"Gemma4ForCausalLM\"],\n  \"model_type\": \"gemma4_text\",\n");
     fprintf(f, "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n", c->vocab_size, c->hidden_size, c->intermediate_size);
     fprintf(f, "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n", c->num_hidden_layers,
             c->num_attention_heads, c->num_key_value_heads);
-    fprintf(f, "  \"head_dim\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %g,\n  \"sliding_window\": %d,\n",
-            c->head_dim, c->max_position_embeddings, (double)c->rms_norm_eps, c->sliding_window);
-    if (c->final_logit_softcapping > 0) fprintf(f, "  \"final_logit_softcapping\": %g,\n", (double)c->final_logit_softcapping);
+    fprintf(f, "  \"head_dim\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n  \"sliding_window\": %d,\n",
+            c->head_dim, c->max_position_embeddings, g4b_f(b1, c->rms_norm_eps), c->sliding_window);
+    if (c->final_logit_softcapping > 0) fprintf(f, "  \"final_logit_softcapping\": %s,\n", g4b_f(b1, c->final_logit_softcapping));
     fprintf(f, "  \"tie_word_embeddings\": %s,\n  \"vocab_size_per_layer_input\": %d,\n  \"hidden_size_per_layer_input\": %d,\n",
             c->tie_word_embeddings ? "true" : "false", c->vocab_size_per_layer_input, c->hidden_size_per_layer_input);
     fprintf(f, "  \"attention_k_eq_v\": %s,\n  \"num_kv_shared_layers\": %d,\n  \"use_double_wide_mlp\": %s,\n",
@@ -115,9 +123,9 @@ static int g4b_write_config(const char *path, const g4_config *c) {
                 c->top_k_experts, c->moe_intermediate_size);
     fprintf(f, "  \"rope_parameters\": {\n");
     for (i = 0; i < 2; i++)
-        fprintf(f, "    \"%s\": {\"rope_type\": \"%s\", \"rope_theta\": %.1f, \"partial_rotary_factor\": %g, \"factor\": %g}%s\n",
+        fprintf(f, "    \"%s\": {\"rope_type\": \"%s\", \"rope_theta\": %s, \"partial_rotary_factor\": %s, \"factor\": %s}%s\n",
                 i ? "full_attention" : "sliding_attention", c->rope[i].proportional ? "proportional" : "default",
-                (double)c->rope[i].theta, (double)c->rope[i].partial_rotary_factor, (double)c->rope[i].factor, i ? "" : ",");
+                g4b_f(b1, c->rope[i].theta), g4b_f(b2, c->rope[i].partial_rotary_factor), g4b_f(b3, c->rope[i].factor), i ? "" : ",");
     fprintf(f, "  },\n  \"layer_types\": [");
     for (i = 0; i < c->num_hidden_layers; i++)
         fprintf(f, "%s\"%s\"", i ? ", " : "", c->layer_types[i] == G4_FULL ? "full_attention" : "sliding_attention");
@@ -197,31 +205,36 @@ static int g4b_cmd_synth(int argc, char **argv) {
 
 /* ---------------------------------------------------------------- bench */
 
-/* Weight bytes one decode token reads: every matrix and vector of every layer
-   (for MoE only top_k of num_experts experts), the final norm, the lm_head,
-   one embedding row and one PLE row, plus the PLE projection. */
-static double g4b_bytes_per_token(const g4_model *m) {
+/* What one token reads and multiplies: every matrix and vector of every
+   layer (for MoE only top_k of num_experts experts), the final norm, the
+   lm_head, the PLE projection, one embedding row and one PLE row. *elems
+   counts weights, so a token costs about 2 * *elems FLOPs. */
+static double g4b_bytes_per_token(const g4_model *m, double *elems) {
     const g4_config *c = &m->config;
-    double b = 0;
+    double b = 0, e = 0;
     int i, j;
-    const g4_tensor *t;
-#define G4B_SZ(t) ((t)->data ? (double)g4__dtype_size((t)->dtype) * (double)((t)->ndim >= 2 ? (t)->shape[0] * (t)->shape[1] * ((t)->ndim == 3 ? (t)->shape[2] : 1) : (t)->shape[0]) : 0.0)
-    for (i = 0; i < c->num_hidden_layers; i++) {
-        const g4_tensor *lt = (const g4_tensor *)(const void *)&m->w.layers[i];
-        int n = (int)(sizeof(g4_layer_weights) / sizeof(g4_tensor));
+    const g4_tensor *extra[6];
+    extra[0] = &m->w.norm; extra[1] = &m->w.lm_head; extra[2] = &m->w.per_layer_model_projection;
+    extra[3] = &m->w.per_layer_projection_norm; extra[4] = NULL; extra[5] = NULL;
+    for (i = 0; i <= c->num_hidden_layers; i++) {
+        const g4_tensor *lt = i < c->num_hidden_layers ? (const g4_tensor *)(const void *)&m->w.layers[i] : NULL;
+        int n = lt ? (int)(sizeof(g4_layer_weights) / sizeof(g4_tensor)) : 4;
         for (j = 0; j < n; j++) {
-            double sz = G4B_SZ(&lt[j]);
-            if (c->enable_moe_block && (&lt[j] == &m->w.layers[i].experts_gate_up || &lt[j] == &m->w.layers[i].experts_down))
-                sz *= (double)c->top_k_experts / (double)c->num_experts;
-            b += sz;
+            const g4_tensor *t = lt ? &lt[j] : extra[j];
+            double cnt = 1;
+            int k;
+            if (!t->data) continue;
+            for (k = 0; k < t->ndim; k++) cnt *= (double)t->shape[k];
+            if (lt && c->enable_moe_block && (t == &m->w.layers[i].experts_gate_up || t == &m->w.layers[i].experts_down))
+                cnt *= (double)c->top_k_experts / (double)c->num_experts;
+            e += cnt;
+            b += cnt * (double)g4__dtype_size(t->dtype);
         }
     }
-    b += G4B_SZ(&m->w.norm) + G4B_SZ(&m->w.lm_head) + G4B_SZ(&m->w.per_layer_model_projection) + G4B_SZ(&m->w.per_layer_projection_norm);
-    t = &m->w.embed_tokens;
-    b += (double)g4__dtype_size(t->dtype) * (double)t->shape[1];
-    t = &m->w.embed_tokens_per_layer;
-    if (t->data) b += (double)g4__dtype_size(t->dtype) * (double)t->shape[1];
-#undef G4B_SZ
+    b += (double)g4__dtype_size(m->w.embed_tokens.dtype) * (double)m->w.embed_tokens.shape[1];
+    if (m->w.embed_tokens_per_layer.data)
+        b += (double)g4__dtype_size(m->w.embed_tokens_per_layer.dtype) * (double)m->w.embed_tokens_per_layer.shape[1];
+    if (elems) *elems = e;
     return b;
 }
 
@@ -237,7 +250,7 @@ static int g4b_cmd_bench(int argc, char **argv) {
     void *arena = NULL;
     float *logits = NULL;
     int32_t *ids = NULL;
-    double t0, t1, t2, bpt;
+    double t0, t1, t2, bpt, elems;
     struct rusage ru;
     for (i = 3; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--threads") == 0) threads = atoi(argv[i + 1]);
@@ -271,10 +284,11 @@ static int g4b_cmd_bench(int argc, char **argv) {
         if (g4_forward(&s, &next, 1, logits, G4_LOGITS_LAST) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
     }
     t2 = g4b_now();
-    bpt = g4b_bytes_per_token(&m);
+    bpt = g4b_bytes_per_token(&m, &elems);
     getrusage(RUSAGE_SELF, &ru);
     printf("model: %s, %d layers, %s kernels, %d threads\n", dir, m.config.num_hidden_layers, g4_simd_name(), threads);
-    printf("prefill: %.2f tok/s (%d tokens in %.2f s)\n", prompt / (t1 - t0), prompt, t1 - t0);
+    printf("prefill: %.2f tok/s, %.1f GFLOP/s (%d tokens in %.2f s)\n", prompt / (t1 - t0),
+           2.0 * elems * prompt / (t1 - t0) / 1e9, prompt, t1 - t0);
     printf("decode: %.2f tok/s, %.2f GB/s (%.3f GB of weights per token, %d tokens in %.2f s)\n", gen / (t2 - t1),
            bpt * gen / (t2 - t1) / 1e9, bpt / 1e9, gen, t2 - t1);
     printf("memory: peak RSS %.0f MB, arena %.1f MB\n", (double)ru.ru_maxrss / 1024.0, (double)bytes / 1048576.0);

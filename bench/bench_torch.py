@@ -1,0 +1,37 @@
+#!/usr/bin/env python3
+"""PyTorch eager (transformers) on the same checkpoint as `gemma4 bench`:
+    python bench/bench_torch.py DIR [--threads N] [--prompt N] [--gen N] [--dtype bfloat16|float32]
+prints the same "prefill:" / "decode:" lines."""
+import argparse
+import time
+
+import torch
+import transformers
+
+ap = argparse.ArgumentParser()
+ap.add_argument("dir")
+ap.add_argument("--threads", type=int, default=0)
+ap.add_argument("--prompt", type=int, default=64)
+ap.add_argument("--gen", type=int, default=16)
+ap.add_argument("--dtype", default="bfloat16")
+a = ap.parse_args()
+if a.threads:
+    torch.set_num_threads(a.threads)
+model = transformers.AutoModelForCausalLM.from_pretrained(a.dir, dtype=getattr(torch, a.dtype))
+model.eval()
+V = model.config.get_text_config().vocab_size
+ids = torch.tensor([[(i * 7919 + 13) % V for i in range(a.prompt)]])
+with torch.no_grad():
+    t0 = time.perf_counter()
+    out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+    t1 = time.perf_counter()
+    past = out.past_key_values
+    nxt = out.logits[:, -1:].argmax(-1)
+    for _ in range(a.gen):
+        out = model(input_ids=nxt, past_key_values=past, use_cache=True)
+        past = out.past_key_values
+        nxt = out.logits[:, -1:].argmax(-1)
+    t2 = time.perf_counter()
+print(f"model: {a.dir}, PyTorch {torch.__version__} eager {a.dtype}, {torch.get_num_threads()} threads")
+print(f"prefill: {a.prompt / (t1 - t0):.2f} tok/s ({a.prompt} tokens in {t1 - t0:.2f} s)")
+print(f"decode: {a.gen / (t2 - t1):.2f} tok/s ({a.gen} tokens in {t2 - t1:.2f} s)")

@@ -1,0 +1,60 @@
+#!/bin/sh
+# make bench: gemma4.h on an E2B-shaped random checkpoint against the machine's
+# limits and against peers on the same machine. Ratios, not absolute times:
+# the machines are shared and noisy.
+#   BENCH_CONFIG  config to shape the model (data/configs/gemma-4-E2B.json)
+#   BENCH_LAYERS / BENCH_VOCAB  shrink it (default: full size, ~10 GB on disk)
+#   BENCH_DIR     where the synthetic checkpoint goes (build/bench-model)
+#   THREADS PROMPT GEN
+#   BENCH_PY      a python with torch + transformers for the PyTorch peer
+#   LLAMA_BENCH   a llama.cpp llama-bench binary and BENCH_GGUF its model, for that peer
+set -e
+CONFIG=${BENCH_CONFIG:-data/configs/gemma-4-E2B.json}
+DIR=${BENCH_DIR:-build/bench-model}
+THREADS=${THREADS:-$(nproc)}
+PROMPT=${PROMPT:-64}
+GEN=${GEN:-16}
+opts=""
+[ -n "$BENCH_LAYERS" ] && opts="$opts --layers $BENCH_LAYERS"
+[ -n "$BENCH_VOCAB" ] && opts="$opts --vocab $BENCH_VOCAB"
+if [ ! -f "$DIR/model.safetensors" ]; then
+  echo "== writing a random $(basename "$CONFIG" .json)-shaped checkpoint to $DIR"
+  ./build/gemma4 synth --config "$CONFIG" --out "$DIR" --dtype bf16 $opts
+fi
+bw=$(./build/membw "$THREADS" 2048 | sed 's/read: \([0-9.]*\).*/\1/')
+fma=$(./build/fmapeak "$THREADS" | sed 's/fma: \([0-9.]*\).*/\1/')
+echo "== gemma4.h"
+./build/gemma4 bench "$DIR" --threads "$THREADS" --prompt "$PROMPT" --gen "$GEN" | tee build/bench-g4.txt
+g_pre=$(sed -n 's/^prefill: \([0-9.]*\) tok\/s, \([0-9.]*\) GFLOP.*/\1/p' build/bench-g4.txt)
+g_flops=$(sed -n 's/^prefill: [0-9.]* tok\/s, \([0-9.]*\) GFLOP.*/\1/p' build/bench-g4.txt)
+g_dec=$(sed -n 's/^decode: \([0-9.]*\) tok\/s, \([0-9.]*\) GB.*/\1/p' build/bench-g4.txt)
+g_gbs=$(sed -n 's/^decode: [0-9.]* tok\/s, \([0-9.]*\) GB.*/\1/p' build/bench-g4.txt)
+t_pre="-"; t_dec="-"
+if [ -n "$BENCH_PY" ]; then
+  echo "== PyTorch eager (transformers), bf16"
+  if "$BENCH_PY" bench/bench_torch.py "$DIR" --threads "$THREADS" --prompt "$PROMPT" --gen "$GEN" > build/bench-torch.txt 2>&1; then
+    cat build/bench-torch.txt | grep -v Loading
+    t_pre=$(sed -n 's/^prefill: \([0-9.]*\) tok.*/\1/p' build/bench-torch.txt)
+    t_dec=$(sed -n 's/^decode: \([0-9.]*\) tok.*/\1/p' build/bench-torch.txt)
+  else tail -3 build/bench-torch.txt; fi
+fi
+l_pre="-"; l_dec="-"
+if [ -n "$LLAMA_BENCH" ] && [ -n "$BENCH_GGUF" ]; then
+  echo "== llama.cpp"
+  "$LLAMA_BENCH" -m "$BENCH_GGUF" -t "$THREADS" -p "$PROMPT" -n "$GEN" -o csv > build/bench-llama.txt 2>/dev/null || true
+  l_pre=$(awk -F, '/"pp/{gsub(/"/,"",$0); print $(NF-1)}' build/bench-llama.txt | head -1)
+  l_dec=$(awk -F, '/"tg/{gsub(/"/,"",$0); print $(NF-1)}' build/bench-llama.txt | head -1)
+fi
+echo
+echo "== $(basename "$CONFIG" .json)-shaped bf16 model, $THREADS threads, prompt $PROMPT, decode $GEN"
+printf "%-28s %14s %14s\n" "" "prefill tok/s" "decode tok/s"
+printf "%-28s %14s %14s\n" "gemma4.h ($(./build/gemma4 bench 2>&1 | head -0; sed -n 's/.*, \([a-z0-9]*\) kernels.*/\1/p' build/bench-g4.txt))" "$g_pre" "$g_dec"
+printf "%-28s %14s %14s\n" "PyTorch eager bf16" "$t_pre" "$t_dec"
+printf "%-28s %14s %14s\n" "llama.cpp" "$l_pre" "$l_dec"
+echo
+awk -v bw="$bw" -v gbs="$g_gbs" -v fma="$fma" -v fl="$g_flops" -v tp="$t_pre" -v td="$t_dec" -v gp="$g_pre" -v gd="$g_dec" 'BEGIN {
+  printf "machine: read bandwidth %.1f GB/s, FMA peak %.1f GFLOP/s (float32, measured)\n", bw, fma
+  printf "decode:  %.1f GB/s of weights = %.0f%% of the read bandwidth (target 70%%)\n", gbs, 100 * gbs / bw
+  printf "prefill: %.1f GFLOP/s = %.0f%% of the FMA peak (target 50%%)\n", fl, 100 * fl / fma
+  if (tp != "-" && tp > 0) printf "vs PyTorch: prefill %.2fx, decode %.2fx\n", gp / tp, gd / td
+}'
