@@ -2502,10 +2502,11 @@ static void g4__mlp(g4_session *s, int l, int n) {
     g4__act(s, s->gate, len);
     g4__matmul(s, s->up, s->xn, &lw->up_proj, n);
     g4__act(s, s->up, len);
-    for (i = 0; i < len; i++) s->gate[i] = g4__gelu(s->gate[i]);
-    g4__act(s, s->gate, len);
-    for (i = 0; i < len; i++) s->gate[i] *= s->up[i];
-    g4__act(s, s->gate, len);
+    for (i = 0; i < len; i++) { /* one pass: gelu(gate) * up, each rounded in bf16 mode */
+        float g = g4__gelu(s->gate[i]);
+        if (s->cfg.bf16) g = g4__bf16_round(g);
+        s->gate[i] = s->cfg.bf16 ? g4__bf16_round(g * s->up[i]) : g * s->up[i];
+    }
     g4__matmul(s, s->branch, s->gate, &lw->down_proj, n);
     g4__act(s, s->branch, (size_t)n * s->model->config.hidden_size);
     g4__tap(s, l, "mlp", s->branch, n, s->model->config.hidden_size);
