@@ -333,10 +333,10 @@ typedef struct {
     /* the BPE model */
     uint32_t *vocab_off, *vocab_len; /* [n_vocab] the id's string in `vocab_str`; len UINT32_MAX: not in the BPE vocab */
     char *vocab_str;             /* BPE vocab strings, back to back */
-    uint64_t *vocab_hash;        /* open addressing: (string hash << 32 | id), UINT64_MAX empty */
+    uint32_t *vocab_hash;        /* open addressing, 4 words a slot: string hash, id (UINT32_MAX: empty), offset, length */
     uint32_t vocab_mask;         /* slots - 1 (a power of two) */
-    uint64_t *merge_key;         /* open addressing: (left id << 32 | right id), UINT64_MAX empty */
-    int32_t *merge_rank, *merge_id; /* the merge's rank and the id of left+right */
+    uint32_t *merge_slots;       /* open addressing, 4 words a slot: left id, right id
+                                    (UINT32_MAX: empty), the merge's rank, the id of left+right */
     uint32_t merge_mask;         /* slots - 1 */
     int32_t byte_id[256];        /* id of "<0xXX>" in the BPE vocab, or -1 */
     int32_t unk_id;              /* unk_token's id, or -1 */
@@ -2534,24 +2534,21 @@ static const char *g4__replace_all(const g4_replace *steps, int n_steps, const c
 
 static int32_t g4__vocab_find(const g4_tokenizer *t, const char *s, size_t n) {
     uint32_t hash = g4__hash_bytes(s, n), h = hash & t->vocab_mask;
-    for (;;) {
-        uint64_t slot = t->vocab_hash[h];
-        int32_t id = (int32_t)(uint32_t)slot;
-        if (slot == UINT64_MAX) return -1;
-        if ((uint32_t)(slot >> 32) == hash && t->vocab_len[id] == n &&
-            memcmp(t->vocab_str + t->vocab_off[id], s, n) == 0)
-            return id;
+    for (;;) { /* the slot holds all a probe needs: one cache line, then the string */
+        const uint32_t *slot = t->vocab_hash + 4 * (size_t)h;
+        if (slot[1] == G4__TOK_NONE) return -1;
+        if (slot[0] == hash && slot[3] == n && memcmp(t->vocab_str + slot[2], s, n) == 0) return (int32_t)slot[1];
         h = (h + 1) & t->vocab_mask;
     }
 }
 
 /* The merge of (a, b): its rank, and the merged id in *id; -1 if none. */
 static int32_t g4__merge_find(const g4_tokenizer *t, int32_t a, int32_t b, int32_t *id) {
-    uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
-    uint32_t h = g4__hash_u64(key) & t->merge_mask;
+    uint32_t h = g4__hash_u64((uint64_t)(uint32_t)a << 32 | (uint32_t)b) & t->merge_mask;
     for (;;) {
-        if (t->merge_key[h] == key) { *id = t->merge_id[h]; return t->merge_rank[h]; }
-        if (t->merge_key[h] == UINT64_MAX) return -1;
+        const uint32_t *slot = t->merge_slots + 4 * (size_t)h;
+        if (slot[0] == (uint32_t)a && slot[1] == (uint32_t)b) { *id = (int32_t)slot[3]; return (int32_t)slot[2]; }
+        if (slot[1] == G4__TOK_NONE) return -1;
         h = (h + 1) & t->merge_mask;
     }
 }
@@ -2597,11 +2594,11 @@ G4__DEF void g4_tokenizer_free(g4_tokenizer *t) {
     if (!t) return;
     G4_FREE(t->flags); G4_FREE(t->byte_value); G4_FREE(t->text_off); G4_FREE(t->text_len); G4_FREE(t->text);
     G4_FREE(t->vocab_off); G4_FREE(t->vocab_len); G4_FREE(t->vocab_str); G4_FREE(t->vocab_hash);
-    G4_FREE(t->merge_key); G4_FREE(t->merge_rank); G4_FREE(t->merge_id);
+    G4_FREE(t->merge_slots);
     G4_FREE(t->trie_child); G4_FREE(t->trie_next); G4_FREE(t->trie_id); G4_FREE(t->trie_byte);
     t->flags = NULL; t->byte_value = NULL; t->text_off = t->text_len = NULL; t->text = NULL;
     t->vocab_off = t->vocab_len = NULL; t->vocab_str = NULL; t->vocab_hash = NULL;
-    t->merge_key = NULL; t->merge_rank = t->merge_id = NULL;
+    t->merge_slots = NULL;
     t->trie_child = t->trie_next = t->trie_id = NULL; t->trie_byte = NULL;
     t->n_vocab = t->n_merges = t->n_added = t->n_trie = 0;
 }
@@ -2827,14 +2824,14 @@ static g4_result g4__tokp_vocab(g4__tokp *p, int vocab, int added) {
     t->vocab_off = (uint32_t *)G4_MALLOC(sizeof(uint32_t) * (size_t)t->n_vocab);
     t->vocab_len = (uint32_t *)G4_MALLOC(sizeof(uint32_t) * (size_t)t->n_vocab);
     t->vocab_str = (char *)G4_MALLOC(bytes + 1);
-    t->vocab_mask = g4__pow2_at_least((size_t)count * 4) - 1; /* load <= 1/4: short probes */
-    t->vocab_hash = (uint64_t *)G4_MALLOC(sizeof(uint64_t) * ((size_t)t->vocab_mask + 1));
+    t->vocab_mask = g4__pow2_at_least((size_t)count * 2) - 1; /* load <= 1/2 */
+    t->vocab_hash = (uint32_t *)G4_MALLOC(4 * sizeof(uint32_t) * ((size_t)t->vocab_mask + 1));
     if (!t->flags || !t->byte_value || !t->text_off || !t->text_len || !t->vocab_off || !t->vocab_len ||
         !t->vocab_str || !t->vocab_hash)
         return g4__tok_nomem(p);
     memset(t->flags, 0, (size_t)t->n_vocab);
     for (i = 0; i < (size_t)t->n_vocab; i++) { t->vocab_len[i] = G4__TOK_NONE; t->vocab_off[i] = 0; }
-    memset(t->vocab_hash, 0xff, sizeof(uint64_t) * ((size_t)t->vocab_mask + 1));
+    memset(t->vocab_hash, 0xff, 4 * sizeof(uint32_t) * ((size_t)t->vocab_mask + 1));
     for (c = j->nodes[vocab].child; c >= 0; c = j->nodes[c].next) {
         const char *key = j->nodes[c].key;
         size_t kl = strlen(key);
@@ -2849,8 +2846,11 @@ static g4_result g4__tokp_vocab(g4__tokp *p, int vocab, int added) {
         pos += kl;
         hash = g4__hash_bytes(key, kl);
         h = hash & t->vocab_mask;
-        while (t->vocab_hash[h] != UINT64_MAX) h = (h + 1) & t->vocab_mask;
-        t->vocab_hash[h] = (uint64_t)hash << 32 | (uint32_t)id;
+        while (t->vocab_hash[4 * (size_t)h + 1] != G4__TOK_NONE) h = (h + 1) & t->vocab_mask;
+        t->vocab_hash[4 * (size_t)h] = hash;
+        t->vocab_hash[4 * (size_t)h + 1] = (uint32_t)id;
+        t->vocab_hash[4 * (size_t)h + 2] = (uint32_t)pos - (uint32_t)kl;
+        t->vocab_hash[4 * (size_t)h + 3] = (uint32_t)kl;
     }
     return G4_OK;
 }
@@ -2865,12 +2865,10 @@ static g4_result g4__tokp_merges(g4__tokp *p, int merges) {
     if (merges < 0) { t->merge_mask = 15; }
     else if (j->nodes[merges].type != G4__JARR) return g4__tokp_fail(p, "model.merges must be an array");
     else t->merge_mask = g4__pow2_at_least((size_t)j->nodes[merges].count * 2) - 1;
-    t->merge_key = (uint64_t *)G4_MALLOC(sizeof(uint64_t) * ((size_t)t->merge_mask + 1));
-    t->merge_rank = (int32_t *)G4_MALLOC(sizeof(int32_t) * ((size_t)t->merge_mask + 1));
-    t->merge_id = (int32_t *)G4_MALLOC(sizeof(int32_t) * ((size_t)t->merge_mask + 1));
+    t->merge_slots = (uint32_t *)G4_MALLOC(4 * sizeof(uint32_t) * ((size_t)t->merge_mask + 1));
     buf = (char *)G4_MALLOC(cap);
-    if (!t->merge_key || !t->merge_rank || !t->merge_id || !buf) { G4_FREE(buf); return g4__tok_nomem(p); }
-    memset(t->merge_key, 0xff, sizeof(uint64_t) * ((size_t)t->merge_mask + 1));
+    if (!t->merge_slots || !buf) { G4_FREE(buf); return g4__tok_nomem(p); }
+    memset(t->merge_slots, 0xff, 4 * sizeof(uint32_t) * ((size_t)t->merge_mask + 1));
     for (c = merges < 0 ? -1 : j->nodes[merges].child; c >= 0; c = j->nodes[c].next, rank++) {
         const g4__jnode *nd = &j->nodes[c];
         const char *a, *b;
@@ -2878,6 +2876,7 @@ static g4_result g4__tokp_merges(g4__tokp *p, int merges) {
         int32_t ia, ib, im;
         uint64_t key;
         uint32_t h;
+        uint32_t *slot;
         if (nd->type == G4__JARR && nd->count == 2 && j->nodes[nd->child].type == G4__JSTR &&
             j->nodes[j->nodes[nd->child].next].type == G4__JSTR) {
             a = j->nodes[nd->child].str; la = j->nodes[nd->child].len;
@@ -2909,10 +2908,15 @@ static g4_result g4__tokp_merges(g4__tokp *p, int merges) {
         }
         key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib;
         h = g4__hash_u64(key) & t->merge_mask;
-        while (t->merge_key[h] != UINT64_MAX && t->merge_key[h] != key) h = (h + 1) & t->merge_mask;
-        t->merge_key[h] = key; /* a repeated pair: the later rank wins, as in tokenizers' map */
-        t->merge_rank[h] = rank;
-        t->merge_id[h] = im;
+        for (;;) {
+            slot = t->merge_slots + 4 * (size_t)h;
+            if (slot[1] == G4__TOK_NONE || (slot[0] == (uint32_t)ia && slot[1] == (uint32_t)ib)) break;
+            h = (h + 1) & t->merge_mask;
+        }
+        slot[0] = (uint32_t)ia; /* a repeated pair: the later rank wins, as in tokenizers' map */
+        slot[1] = (uint32_t)ib;
+        slot[2] = (uint32_t)rank;
+        slot[3] = (uint32_t)im;
     }
     t->n_merges = rank;
     G4_FREE(buf);
