@@ -39,6 +39,14 @@
          g4_forward(&s, &next, 1, logits, G4_LOGITS_LAST);   // decode one
          free(logits); free(arena); g4_model_free(&model);
 
+   TEXT
+     g4_tokenizer_load reads the checkpoint's tokenizer.json (BPE with byte
+     fallback, added tokens; encode/decode as the Python `tokenizers` library),
+     g4_chat_encode writes the Gemma 4 chat layout, g4_sampler_* samples
+     (greedy, temperature, top-k, top-p, min-p, repetition penalty, seeded),
+     g4_decode_next streams text. These allocate at init (the tokenizer's
+     tables, the sampler's scratch); g4_tokenize allocates scratch per call.
+
    MEMORY MODEL
      g4_model_load maps the safetensors files (nothing is converted or copied)
      and allocates a small tensor table. Everything a session needs - the K/V
