@@ -391,7 +391,8 @@ static int cmd_generate(int argc, char **argv) {
 static int cmd_chat(int argc, char **argv) {
     gen_opts o;
     gen_ctx g;
-    char line[16384];
+    char *line = NULL;
+    size_t line_cap = 0;
     int turn = 0, rc = 1;
     if (parse_gen_opts(argc, argv, &o, 1)) return 1;
     o.chat = 1;
@@ -404,7 +405,7 @@ static int cmd_chat(int argc, char **argv) {
         int n_new = 0;
         double tp = 0, td = 0;
         fprintf(stderr, "> ");
-        if (!fgets(line, sizeof line, stdin)) { rc = 0; break; }
+        if (getline(&line, &line_cap, stdin) < 0) { rc = 0; break; }
         l = strlen(line);
         while (l && (line[l - 1] == '\n' || line[l - 1] == '\r')) line[--l] = 0;
         if (!l) continue;
@@ -427,6 +428,7 @@ static int cmd_chat(int argc, char **argv) {
         free(ids);
         turn++;
     }
+    free(line);
     gen_free(&g);
     return rc;
 }
