@@ -23,6 +23,12 @@ build/test_gemma4: tests/test_gemma4.c examples/compare.h gemma4.h | build
 build/test_gemma4_san: tests/test_gemma4.c examples/compare.h gemma4.h | build
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_gemma4.c $(LDLIBS)
 
+build/test_tokenizer: tests/test_tokenizer.c gemma4.h | build
+	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_tokenizer.c $(LDLIBS)
+
+build/test_tokenizer_san: tests/test_tokenizer.c gemma4.h | build
+	$(CC) $(WARN) $(SAN) -o $@ tests/test_tokenizer.c $(LDLIBS)
+
 build:
 	mkdir -p build
 
@@ -36,15 +42,22 @@ run: build/gemma4
 strict: | build
 	sh tests/strict_compile.sh
 
-unit: build/gemma4 build/test_gemma4
+unit: build/gemma4 build/test_gemma4 build/test_tokenizer
 	./build/test_gemma4
+	./build/test_tokenizer
 
-sanitize: build/gemma4 build/test_gemma4_san
+sanitize: build/gemma4 build/test_gemma4_san build/test_tokenizer_san
 	./build/test_gemma4_san
+	./build/test_tokenizer_san
 
-test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san
+test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san build/test_tokenizer build/test_tokenizer_san
 	@echo "== README example"
 	./build/minimal $(DEMO)
+	@echo "== tokenizer, chat, sampler and generate tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+	./build/test_tokenizer_san > build/sanitize_tokenizer.log 2>&1 || { cat build/sanitize_tokenizer.log; exit 1; }
+	@tail -n 1 build/sanitize_tokenizer.log
+	@echo "== tokenizer, chat, sampler and generate tests"
+	./build/test_tokenizer
 	@echo "== tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 	./build/test_gemma4_san > build/sanitize.log 2>&1 || { cat build/sanitize.log; exit 1; }
 	@tail -n 1 build/sanitize.log

@@ -39,6 +39,14 @@
          g4_forward(&s, &next, 1, logits, G4_LOGITS_LAST);   // decode one
          free(logits); free(arena); g4_model_free(&model);
 
+   TEXT
+     g4_tokenizer_load reads the checkpoint's tokenizer.json (BPE with byte
+     fallback, added tokens; encode/decode as the Python `tokenizers` library),
+     g4_chat_encode writes the Gemma 4 chat layout, g4_sampler_* samples
+     (greedy, temperature, top-k, top-p, min-p, repetition penalty, seeded),
+     g4_decode_next streams text. These allocate at init (the tokenizer's
+     tables, the sampler's scratch); g4_tokenize allocates scratch per call.
+
    MEMORY MODEL
      g4_model_load maps the safetensors files (nothing is converted or copied)
      and allocates a small tensor table. Everything a session needs - the K/V
@@ -335,6 +343,162 @@ enum { G4_LOGITS_NONE = 0, G4_LOGITS_LAST = 1, G4_LOGITS_ALL = 2 };
    code). logits: NULL, or room for vocab (LAST) or n*vocab (ALL) floats. */
 G4_API g4_result g4_forward(g4_session *s, const int32_t *ids, int n, float *logits, int logits_mode);
 G4_API int32_t g4_argmax(const float *x, int n);
+
+/* ------------------------------------------------------------- tokenizer */
+/* Hugging Face tokenizer.json, the format Gemma checkpoints ship: a BPE model
+   with byte fallback, a Replace normalizer (" " -> U+2581), a Split
+   pre-tokenizer, a Replace + ByteFallback + Fuse decoder, a TemplateProcessing
+   post-processor and added tokens matched literally in the input (leftmost,
+   then longest), as the Python `tokenizers` library does. Other component
+   types are rejected at load with a message naming the field.
+   g4_tokenizer_load allocates (free with g4_tokenizer_free); afterwards the
+   tokenizer is read-only and may be shared by threads. Encoding allocates
+   temporary memory proportional to the text and frees it before returning. */
+
+enum { G4_TOKEN_ADDED = 1, G4_TOKEN_SPECIAL = 2 };  /* g4_tokenizer.flags bits */
+enum { G4_ENCODE_ADD_SPECIAL = 1 };   /* apply the post-processor template (e.g. <bos> first) */
+enum { G4_DECODE_SKIP_SPECIAL = 1 };  /* leave out added tokens marked "special" */
+#define G4_TOKENIZER_MAX_STEPS 8      /* most Replace steps in the normalizer or decoder */
+#define G4_TOKENIZER_MAX_TEMPLATE 8   /* most ids the post-processor adds before or after */
+
+/* A Replace step: every occurrence of `from` becomes `to` (both NUL-terminated). */
+typedef struct { char from[32], to[32]; } g4_replace;
+
+typedef struct {
+    int n_vocab;                 /* ids are [0, n_vocab): the BPE vocab and the added tokens */
+    int n_merges;                /* BPE merges; rank = index in the file's list */
+    int n_added;                 /* added tokens */
+    unsigned char *flags;        /* [n_vocab] G4_TOKEN_ADDED | G4_TOKEN_SPECIAL */
+    int16_t *byte_value;         /* [n_vocab] the byte of a "<0xXX>" token when the decoder has ByteFallback, else -1 */
+    uint32_t *text_off, *text_len; /* [n_vocab] the decoder's text for each id, in `text` (Replace steps applied) */
+    char *text;                  /* every id's decoded text, back to back */
+    int max_piece;               /* bytes g4_decode_next may write for one id, NUL included */
+    /* the BPE model */
+    uint32_t *vocab_off, *vocab_len; /* [n_vocab] the id's string in `vocab_str`; len UINT32_MAX: not in the BPE vocab */
+    char *vocab_str;             /* BPE vocab strings, back to back */
+    uint32_t *vocab_hash;        /* open addressing, 4 words a slot: string hash, id (UINT32_MAX: empty), offset, length */
+    uint32_t vocab_mask;         /* slots - 1 (a power of two) */
+    uint32_t *merge_slots;       /* open addressing, 4 words a slot: left id, right id
+                                    (UINT32_MAX: empty), the merge's rank, the id of left+right */
+    uint32_t merge_mask;         /* slots - 1 */
+    int32_t byte_id[256];        /* id of "<0xXX>" in the BPE vocab, or -1 */
+    int32_t unk_id;              /* unk_token's id, or -1 */
+    int byte_fallback, fuse_unk, ignore_merges; /* the BPE model's switches */
+    /* added tokens: a byte trie per matching mode; node 0 matches the raw
+       input ("normalized": false), node 1 the normalized text ("normalized": true) */
+    int32_t *trie_child, *trie_next, *trie_id; /* first child, next sibling, token id at this node (-1 none) */
+    unsigned char *trie_byte;    /* the byte leading into the node */
+    int n_trie;                  /* nodes in use */
+    /* the pipeline */
+    g4_replace norm[G4_TOKENIZER_MAX_STEPS]; int n_norm;   /* normalizer Replace steps, in order */
+    char split[32];              /* pre-tokenizer Split pattern (MergedWithPrevious); "" none */
+    g4_replace dec[G4_TOKENIZER_MAX_STEPS]; int n_dec;     /* decoder Replace steps, in order */
+    int32_t prefix[G4_TOKENIZER_MAX_TEMPLATE]; int n_prefix; /* post-processor ids before the text */
+    int32_t suffix[G4_TOKENIZER_MAX_TEMPLATE]; int n_suffix; /* post-processor ids after the text */
+    /* Gemma 4 control tokens, found by content (-1 when the file has none) */
+    int32_t bos, eos, pad;       /* "<bos>", "<eos>", "<pad>" */
+    int32_t turn_open, turn_close, think; /* "<|turn>", "<turn|>", "<|think|>" */
+    char error[G4_ERROR_MAX];
+} g4_tokenizer;
+
+/* PATH: a tokenizer.json, or a directory holding one. */
+G4_API g4_result g4_tokenizer_load(g4_tokenizer *t, const char *path);
+/* The text of a tokenizer.json; `name` only labels error messages. */
+G4_API g4_result g4_tokenizer_parse(g4_tokenizer *t, const char *json, size_t len, const char *name);
+G4_API void g4_tokenizer_free(g4_tokenizer *t);
+/* The id of a token by its exact string (added tokens first, then the BPE vocab), or -1. */
+G4_API int32_t g4_token_id(const g4_tokenizer *t, const char *s);
+/* Most ids g4_tokenize can produce for `len` bytes of text. */
+G4_API size_t g4_tokenize_max(const g4_tokenizer *t, size_t len);
+/* text[0..len) (UTF-8; an invalid byte counts as one character, which byte
+   fallback encodes) -> ids. *n_ids: the count. If it exceeds cap, nothing
+   more is written and the result is G4_ERR_INPUT with *n_ids the count needed.
+   G4_ERR_NOMEM if scratch memory cannot be had. t is not modified. */
+G4_API g4_result g4_tokenize(const g4_tokenizer *t, const char *text, size_t len, int flags, int32_t *ids,
+                             size_t cap, size_t *n_ids);
+/* ids -> text, exactly as tokenizers' decode: a run of byte tokens that is
+   not valid UTF-8 becomes U+FFFD per byte; ids without a string are skipped.
+   Writes at most cap bytes including a NUL; *len: the text's length. If it
+   does not fit, G4_ERR_INPUT with *len the length needed. G4_ERR_INPUT also
+   for an id outside [0, n_vocab). */
+G4_API g4_result g4_detokenize(const g4_tokenizer *t, const int32_t *ids, size_t n, int flags, char *out,
+                               size_t cap, size_t *len);
+
+/* Streaming decode: text as ids arrive, holding back only the bytes of an
+   unfinished UTF-8 character. For any ids whose byte runs are valid UTF-8
+   (everything g4_tokenize produces) the pieces concatenate to exactly
+   g4_detokenize's text. (For an invalid run, g4_detokenize replaces every byte
+   of the run, the stream only the bytes that cannot start or continue a
+   character.) */
+typedef struct {
+    unsigned char pending[4];    /* bytes of an unfinished character */
+    int n_pending;
+} g4_decode_state;
+/* Writes the text of one more id (NUL-terminated) to out, which must hold
+   t->max_piece bytes. Returns the bytes written (>= 0) or a g4_result < 0. */
+G4_API int g4_decode_next(const g4_tokenizer *t, g4_decode_state *st, int32_t id, int flags, char *out, size_t cap);
+/* At the end: U+FFFD for each byte of an unfinished character. out: >= 13 bytes. */
+G4_API int g4_decode_flush(g4_decode_state *st, char *out, size_t cap);
+
+/* ------------------------------------------------------------------ chat */
+/* The Gemma 4 chat layout (../shared/spec/gemma4-text.md section 6):
+     <bos><|turn>system\n[<|think|>]{system}<turn|>\n<|turn>user\n{msg}<turn|>\n<|turn>model\n
+   The text is rendered, then tokenized: the control tokens' ids come from the
+   tokenizer file. Role "assistant" is written "model". */
+typedef struct {
+    const char *role;            /* "system", "user", "model" (or "assistant") */
+    const char *content;         /* UTF-8, NUL-terminated */
+} g4_chat_message;
+
+enum {
+    G4_CHAT_BOS = 1,             /* start with <bos> (the start of a conversation) */
+    G4_CHAT_THINKING = 2,        /* <|think|> opens the system turn (one is added if none is given) */
+    G4_CHAT_OPEN_MODEL = 4,      /* end with "<|turn>model\n": the model answers next */
+    G4_CHAT_CONTINUE = 8         /* first close the model's turn: "<turn|>\n" (a generation loop
+                                    samples <turn|> as its stop token but does not feed it) */
+};
+/* Result and sizes as g4_tokenize. G4_ERR_INPUT also when the tokenizer has
+   no <|turn>/<turn|> tokens (t->turn_open < 0: not a Gemma 4 tokenizer). */
+G4_API g4_result g4_chat_encode(const g4_tokenizer *t, const g4_chat_message *msgs, int n_msgs, int flags,
+                                int32_t *ids, size_t cap, size_t *n_ids);
+/* 1 if generation stops at this id: <eos> or <turn|>. */
+G4_API int g4_chat_is_stop(const g4_tokenizer *t, int32_t id);
+
+/* --------------------------------------------------------------- sampler */
+/* Explicit state, no globals. The order is transformers' generate: repetition
+   penalty, then temperature, top-k, top-p, min-p, then a draw from the
+   softmax. temperature 0 (or top_k 1) is greedy: the argmax after the
+   penalty, lowest id on ties. The same seed and logits give the same tokens. */
+typedef struct {
+    float temperature;           /* 0: greedy; default 1 */
+    int top_k;                   /* keep the k most likely (ties at the k-th kept); 0: off */
+    float top_p;                 /* keep the smallest top set with mass >= p; 1: off */
+    float min_p;                 /* drop tokens with p < min_p * p_max; 0: off */
+    float repetition_penalty;    /* > 1 discourages tokens already seen (prompt included); 1: off */
+    uint64_t seed;               /* the random stream */
+} g4_sampler_config;
+
+typedef struct {
+    g4_sampler_config cfg;
+    int vocab;                   /* logits per step */
+    uint64_t rng;                /* xorshift64* state, from the seed */
+    int32_t *idx;                /* [vocab] candidate ids (scratch) */
+    float *prob;                 /* [vocab] candidate probabilities (scratch) */
+    unsigned char *seen;         /* [vocab] 1: the id was passed to g4_sampler_accept */
+    char error[G4_ERROR_MAX];
+} g4_sampler;
+
+G4_API g4_sampler_config g4_sampler_config_init(void);
+/* Allocates 9 bytes per vocab entry; free with g4_sampler_free. */
+G4_API g4_result g4_sampler_init(g4_sampler *s, const g4_sampler_config *cfg, int vocab);
+G4_API void g4_sampler_free(g4_sampler *s);
+/* Records an id for the repetition penalty (feed the prompt and every sampled id). */
+G4_API void g4_sampler_accept(g4_sampler *s, int32_t id);
+/* Forgets the seen ids and restarts the random stream from the seed. */
+G4_API void g4_sampler_reset(g4_sampler *s);
+/* Picks the next id from vocab logits (modified in place). Returns the id,
+   or -1 on bad input (message in s->error). Does not call accept. */
+G4_API int32_t g4_sampler_sample(g4_sampler *s, float *logits);
 
 #ifdef __cplusplus
 }
@@ -2752,6 +2916,1267 @@ G4__DEF int32_t g4_argmax(const float *x, int n) {
     if (!x || n < 1) return -1;
     for (i = 1; i < n; i++) if (x[i] > x[best]) best = i;
     return best;
+}
+
+/* ------------------------------------------------------------ tokenizer */
+/* tokenizer.json -> g4_tokenizer. Every array index read from the file is
+   range-checked; unknown component types are errors naming the field. */
+
+#define G4__TOK_NONE 0xFFFFFFFFu
+#define G4__TOK_MAX_IDS (1 << 24)     /* ids a file may use: 16M (Gemma: 262,145) */
+#define G4__TOK_MAX_FILE ((size_t)1 << 30)
+
+static uint32_t g4__hash_bytes(const char *s, size_t n) { /* FNV-1a */
+    uint32_t h = 2166136261u;
+    size_t i;
+    for (i = 0; i < n; i++) { h ^= (unsigned char)s[i]; h *= 16777619u; }
+    return h;
+}
+
+static uint32_t g4__hash_u64(uint64_t x) { /* murmur3 finalizer */
+    x ^= x >> 33; x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return (uint32_t)x;
+}
+
+static uint32_t g4__pow2_at_least(size_t n) {
+    uint32_t s = 16;
+    while (s < n && s < 0x80000000u) s <<= 1;
+    return s;
+}
+
+/* Length (1..4) of the valid UTF-8 character at s[0..n), 0 if none starts there
+   (stray continuation, overlong form, surrogate, beyond U+10FFFF, truncated). */
+static size_t g4__utf8_char(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    size_t need, i;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) need = 2;
+    else if (c >= 0xE0 && c <= 0xEF) need = 3;
+    else if (c >= 0xF0 && c <= 0xF4) need = 4;
+    else return 0;
+    if (n < need) return 0;
+    for (i = 1; i < need; i++) if ((s[i] & 0xC0) != 0x80) return 0;
+    if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
+        (c == 0xF4 && s[1] > 0x8F))
+        return 0;
+    return need;
+}
+
+static int g4__utf8_valid(const unsigned char *s, size_t n) {
+    size_t i = 0, k;
+    while (i < n) {
+        if (!(k = g4__utf8_char(s + i, n - i))) return 0;
+        i += k;
+    }
+    return 1;
+}
+
+/* Bytes a Replace sequence can turn n bytes into, at most. */
+static size_t g4__replace_bound(const g4_replace *steps, int n_steps, size_t n) {
+    int k;
+    for (k = 0; k < n_steps; k++) {
+        size_t fl = strlen(steps[k].from), tl = strlen(steps[k].to);
+        if (tl > fl) n += (n / fl) * (tl - fl);
+    }
+    return n;
+}
+
+/* Applies the steps in order (non-overlapping, left to right, as str.replace).
+   a and b: scratch of g4__replace_bound bytes each; returns the result (a or b, or in). */
+static const char *g4__replace_all(const g4_replace *steps, int n_steps, const char *in, size_t n, char *a, char *b,
+                                   size_t *out_len) {
+    const char *src = in;
+    int k;
+    for (k = 0; k < n_steps; k++) {
+        const char *from = steps[k].from, *to = steps[k].to;
+        size_t fl = strlen(from), tl = strlen(to), i = 0, o = 0;
+        char *dst = (k & 1) ? b : a;
+        while (i < n) {
+            if (i + fl <= n && src[i] == from[0] && memcmp(src + i, from, fl) == 0) {
+                memcpy(dst + o, to, tl);
+                o += tl;
+                i += fl;
+            } else {
+                dst[o++] = src[i++];
+            }
+        }
+        src = dst;
+        n = o;
+    }
+    *out_len = n;
+    return src;
+}
+
+static int32_t g4__vocab_find(const g4_tokenizer *t, const char *s, size_t n) {
+    uint32_t hash = g4__hash_bytes(s, n), h = hash & t->vocab_mask;
+    for (;;) { /* the slot holds all a probe needs: one cache line, then the string */
+        const uint32_t *slot = t->vocab_hash + 4 * (size_t)h;
+        if (slot[1] == G4__TOK_NONE) return -1;
+        if (slot[0] == hash && slot[3] == n && memcmp(t->vocab_str + slot[2], s, n) == 0) return (int32_t)slot[1];
+        h = (h + 1) & t->vocab_mask;
+    }
+}
+
+/* The merge of (a, b): its rank, and the merged id in *id; -1 if none. */
+static int32_t g4__merge_find(const g4_tokenizer *t, int32_t a, int32_t b, int32_t *id) {
+    uint32_t h = g4__hash_u64((uint64_t)(uint32_t)a << 32 | (uint32_t)b) & t->merge_mask;
+    for (;;) {
+        const uint32_t *slot = t->merge_slots + 4 * (size_t)h;
+        if (slot[0] == (uint32_t)a && slot[1] == (uint32_t)b) { *id = (int32_t)slot[3]; return (int32_t)slot[2]; }
+        if (slot[1] == G4__TOK_NONE) return -1;
+        h = (h + 1) & t->merge_mask;
+    }
+}
+
+static int32_t g4__trie_step(const g4_tokenizer *t, int32_t node, unsigned char byte) {
+    int32_t c;
+    for (c = t->trie_child[node]; c >= 0; c = t->trie_next[c])
+        if (t->trie_byte[c] == byte) return c;
+    return -1;
+}
+
+/* The longest added token of trie `root` that starts at s[0..n): its id and
+   *len, or -1. */
+static int32_t g4__trie_match(const g4_tokenizer *t, int32_t root, const char *s, size_t n, size_t *len) {
+    int32_t node = root, best = -1;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        if ((node = g4__trie_step(t, node, (unsigned char)s[i])) < 0) break;
+        if (t->trie_id[node] >= 0) { best = t->trie_id[node]; *len = i + 1; }
+    }
+    return best;
+}
+
+static void g4__trie_insert(g4_tokenizer *t, int32_t root, const char *s, size_t n, int32_t id) {
+    int32_t node = root;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        int32_t next = g4__trie_step(t, node, (unsigned char)s[i]);
+        if (next < 0) { /* capacity was sized to the total content length */
+            next = t->n_trie++;
+            t->trie_byte[next] = (unsigned char)s[i];
+            t->trie_id[next] = -1;
+            t->trie_child[next] = -1;
+            t->trie_next[next] = t->trie_child[node];
+            t->trie_child[node] = next;
+        }
+        node = next;
+    }
+    t->trie_id[node] = id; /* a repeated content: the later entry wins */
+}
+
+G4__DEF void g4_tokenizer_free(g4_tokenizer *t) {
+    if (!t) return;
+    G4_FREE(t->flags); G4_FREE(t->byte_value); G4_FREE(t->text_off); G4_FREE(t->text_len); G4_FREE(t->text);
+    G4_FREE(t->vocab_off); G4_FREE(t->vocab_len); G4_FREE(t->vocab_str); G4_FREE(t->vocab_hash);
+    G4_FREE(t->merge_slots);
+    G4_FREE(t->trie_child); G4_FREE(t->trie_next); G4_FREE(t->trie_id); G4_FREE(t->trie_byte);
+    t->flags = NULL; t->byte_value = NULL; t->text_off = t->text_len = NULL; t->text = NULL;
+    t->vocab_off = t->vocab_len = NULL; t->vocab_str = NULL; t->vocab_hash = NULL;
+    t->merge_slots = NULL;
+    t->trie_child = t->trie_next = t->trie_id = NULL; t->trie_byte = NULL;
+    t->n_vocab = t->n_merges = t->n_added = t->n_trie = 0;
+}
+
+/* Parsing context: the DOM, the file name for messages, the tokenizer. */
+typedef struct {
+    const g4__json *j;
+    const char *name;
+    g4_tokenizer *t;
+} g4__tokp;
+
+static g4_result g4__tokp_fail(g4__tokp *p, const char *fmt, ...) G4__PRINTF(2, 3);
+static g4_result g4__tokp_fail(g4__tokp *p, const char *fmt, ...) {
+    char msg[G4_ERROR_MAX - 64];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    g4__seterr(p->t->error, "%s: %s", p->name, msg);
+    return G4_ERR_JSON;
+}
+
+/* Node `n` as a string (NULL and an error if it is not one). */
+static const char *g4__tokp_str(g4__tokp *p, int n, const char *what, g4_result *r) {
+    if (n < 0 || p->j->nodes[n].type != G4__JSTR) {
+        *r = g4__tokp_fail(p, "%s must be a string, not %s", what, n < 0 ? "missing" : g4__jtype_name(p->j->nodes[n].type));
+        return NULL;
+    }
+    return p->j->nodes[n].str;
+}
+
+/* An optional boolean member; absent or null gives def. */
+static g4_result g4__tokp_bool(g4__tokp *p, int obj, const char *key, const char *scope, int def, int *out) {
+    int n = g4__jget(p->j, obj, key);
+    *out = def;
+    if (n < 0 || p->j->nodes[n].type == G4__JNULL) return G4_OK;
+    if (p->j->nodes[n].type != G4__JTRUE && p->j->nodes[n].type != G4__JFALSE)
+        return g4__tokp_fail(p, "%s.%s must be true or false", scope, key);
+    *out = p->j->nodes[n].type == G4__JTRUE;
+    return G4_OK;
+}
+
+/* An id: a JSON integer in [0, G4__TOK_MAX_IDS). */
+static g4_result g4__tokp_id(g4__tokp *p, int n, const char *what, int32_t *out) {
+    const g4__jnode *nd = n >= 0 ? &p->j->nodes[n] : NULL;
+    if (!nd || nd->type != G4__JNUM || !nd->is_int || nd->ival < 0 || nd->ival >= G4__TOK_MAX_IDS)
+        return g4__tokp_fail(p, "%s must be an integer id in [0, %d)", what, G4__TOK_MAX_IDS);
+    *out = (int32_t)nd->ival;
+    return G4_OK;
+}
+
+/* A Replace step {"type": "Replace", "pattern": {"String": s}, "content": c}. */
+static g4_result g4__tokp_replace(g4__tokp *p, int n, const char *where, g4_replace *out) {
+    int pat = g4__jget(p->j, n, "pattern"), str = g4__jget(p->j, pat, "String");
+    int content = g4__jget(p->j, n, "content");
+    g4_result r = G4_OK;
+    const char *from, *to;
+    if (str < 0) return g4__tokp_fail(p, "%s: only a Replace with a \"String\" pattern is supported", where);
+    if (!(from = g4__tokp_str(p, str, "Replace pattern", &r)) || !(to = g4__tokp_str(p, content, "Replace content", &r)))
+        return r;
+    if (!from[0] || p->j->nodes[str].len >= sizeof out->from || p->j->nodes[content].len >= sizeof out->to ||
+        strlen(from) != p->j->nodes[str].len || strlen(to) != p->j->nodes[content].len)
+        return g4__tokp_fail(p, "%s: Replace pattern and content must be 1 to 31 bytes without NUL", where);
+    memcpy(out->from, from, strlen(from) + 1);
+    memcpy(out->to, to, strlen(to) + 1);
+    return G4_OK;
+}
+
+static const char *g4__tokp_type(g4__tokp *p, int n) {
+    int ty = g4__jget(p->j, n, "type");
+    return ty >= 0 && p->j->nodes[ty].type == G4__JSTR ? p->j->nodes[ty].str : "";
+}
+
+static g4_result g4__tokp_normalizer(g4__tokp *p, int n) {
+    int items[G4_TOKENIZER_MAX_STEPS], n_items = 0, c;
+    const char *ty;
+    if (n < 0 || p->j->nodes[n].type == G4__JNULL) return G4_OK;
+    ty = g4__tokp_type(p, n);
+    if (strcmp(ty, "Sequence") == 0) {
+        int list = g4__jget(p->j, n, "normalizers");
+        if (list < 0 || p->j->nodes[list].type != G4__JARR) return g4__tokp_fail(p, "normalizer.normalizers must be an array");
+        for (c = p->j->nodes[list].child; c >= 0; c = p->j->nodes[c].next) {
+            if (n_items == G4_TOKENIZER_MAX_STEPS) return g4__tokp_fail(p, "normalizer: more than %d steps", G4_TOKENIZER_MAX_STEPS);
+            items[n_items++] = c;
+        }
+    } else {
+        items[n_items++] = n;
+    }
+    for (c = 0; c < n_items; c++) {
+        g4_result r;
+        ty = g4__tokp_type(p, items[c]);
+        if (strcmp(ty, "Replace") != 0)
+            return g4__tokp_fail(p, "normalizer type \"%s\" is not supported (Replace or a Sequence of Replace)", ty);
+        if ((r = g4__tokp_replace(p, items[c], "normalizer", &p->t->norm[p->t->n_norm])) != G4_OK) return r;
+        p->t->n_norm++;
+    }
+    return G4_OK;
+}
+
+static g4_result g4__tokp_pretok(g4__tokp *p, int n) {
+    int pat, str, beh, inv;
+    const char *ty;
+    g4_result r = G4_OK;
+    if (n < 0 || p->j->nodes[n].type == G4__JNULL) return G4_OK;
+    ty = g4__tokp_type(p, n);
+    if (strcmp(ty, "Split") != 0)
+        return g4__tokp_fail(p, "pre_tokenizer type \"%s\" is not supported (Split)", ty);
+    pat = g4__jget(p->j, n, "pattern");
+    str = g4__jget(p->j, pat, "String");
+    beh = g4__jget(p->j, n, "behavior");
+    if (str < 0) return g4__tokp_fail(p, "pre_tokenizer: only a Split with a \"String\" pattern is supported");
+    if (!g4__tokp_str(p, str, "pre_tokenizer.pattern.String", &r) || !g4__tokp_str(p, beh, "pre_tokenizer.behavior", &r)) return r;
+    if (strcmp(p->j->nodes[beh].str, "MergedWithPrevious") != 0)
+        return g4__tokp_fail(p, "pre_tokenizer.behavior \"%s\" is not supported (MergedWithPrevious)", p->j->nodes[beh].str);
+    if ((r = g4__tokp_bool(p, n, "invert", "pre_tokenizer", 0, &inv)) != G4_OK) return r;
+    if (inv) return g4__tokp_fail(p, "pre_tokenizer.invert true is not supported");
+    if (!p->j->nodes[str].len || p->j->nodes[str].len >= sizeof p->t->split || strlen(p->j->nodes[str].str) != p->j->nodes[str].len)
+        return g4__tokp_fail(p, "pre_tokenizer.pattern.String must be 1 to 31 bytes without NUL");
+    memcpy(p->t->split, p->j->nodes[str].str, p->j->nodes[str].len + 1);
+    return G4_OK;
+}
+
+static g4_result g4__tokp_decoder(g4__tokp *p, int n, int *byte_fallback) {
+    int items[G4_TOKENIZER_MAX_STEPS + 4], n_items = 0, c;
+    const char *ty;
+    *byte_fallback = 0;
+    if (n < 0 || p->j->nodes[n].type == G4__JNULL) return G4_OK;
+    ty = g4__tokp_type(p, n);
+    if (strcmp(ty, "Sequence") == 0) {
+        int list = g4__jget(p->j, n, "decoders");
+        if (list < 0 || p->j->nodes[list].type != G4__JARR) return g4__tokp_fail(p, "decoder.decoders must be an array");
+        for (c = p->j->nodes[list].child; c >= 0; c = p->j->nodes[c].next) {
+            if (n_items == G4_TOKENIZER_MAX_STEPS + 4) return g4__tokp_fail(p, "decoder: too many steps");
+            items[n_items++] = c;
+        }
+    } else {
+        items[n_items++] = n;
+    }
+    for (c = 0; c < n_items; c++) {
+        ty = g4__tokp_type(p, items[c]);
+        if (strcmp(ty, "Replace") == 0) {
+            g4_result r;
+            if (*byte_fallback) return g4__tokp_fail(p, "decoder: a Replace after ByteFallback is not supported");
+            if (p->t->n_dec == G4_TOKENIZER_MAX_STEPS) return g4__tokp_fail(p, "decoder: more than %d Replace steps", G4_TOKENIZER_MAX_STEPS);
+            if ((r = g4__tokp_replace(p, items[c], "decoder", &p->t->dec[p->t->n_dec])) != G4_OK) return r;
+            p->t->n_dec++;
+        } else if (strcmp(ty, "ByteFallback") == 0) {
+            *byte_fallback = 1;
+        } else if (strcmp(ty, "Fuse") != 0) { /* Fuse: the pieces are concatenated anyway */
+            return g4__tokp_fail(p, "decoder type \"%s\" is not supported (Replace, ByteFallback, Fuse)", ty);
+        }
+    }
+    return G4_OK;
+}
+
+/* TemplateProcessing: the ids of "single" before and after the sequence. */
+static g4_result g4__tokp_post(g4__tokp *p, int n) {
+    int single, specials, c, seen_seq = 0;
+    g4_tokenizer *t = p->t;
+    if (n < 0 || p->j->nodes[n].type == G4__JNULL) return G4_OK;
+    if (strcmp(g4__tokp_type(p, n), "TemplateProcessing") != 0)
+        return g4__tokp_fail(p, "post_processor type \"%s\" is not supported (TemplateProcessing)", g4__tokp_type(p, n));
+    single = g4__jget(p->j, n, "single");
+    specials = g4__jget(p->j, n, "special_tokens");
+    if (single < 0 || p->j->nodes[single].type != G4__JARR) return g4__tokp_fail(p, "post_processor.single must be an array");
+    for (c = p->j->nodes[single].child; c >= 0; c = p->j->nodes[c].next) {
+        int sp = g4__jget(p->j, c, "SpecialToken"), entry, ids, e;
+        const char *name;
+        g4_result r = G4_OK;
+        if (g4__jget(p->j, c, "Sequence") >= 0) {
+            if (seen_seq) return g4__tokp_fail(p, "post_processor.single names the sequence twice");
+            seen_seq = 1;
+            continue;
+        }
+        if (!(name = g4__tokp_str(p, g4__jget(p->j, sp, "id"), "post_processor.single[].SpecialToken.id", &r))) return r;
+        entry = g4__jget(p->j, specials, name);
+        ids = g4__jget(p->j, entry, "ids");
+        if (ids < 0 || p->j->nodes[ids].type != G4__JARR)
+            return g4__tokp_fail(p, "post_processor.special_tokens has no ids for \"%s\"", name);
+        for (e = p->j->nodes[ids].child; e >= 0; e = p->j->nodes[e].next) {
+            int32_t id;
+            int32_t *dst = seen_seq ? t->suffix : t->prefix;
+            int *cnt = seen_seq ? &t->n_suffix : &t->n_prefix;
+            if ((r = g4__tokp_id(p, e, "post_processor.special_tokens[].ids[]", &id)) != G4_OK) return r;
+            if (*cnt == G4_TOKENIZER_MAX_TEMPLATE) return g4__tokp_fail(p, "post_processor adds more than %d ids", G4_TOKENIZER_MAX_TEMPLATE);
+            dst[(*cnt)++] = id;
+        }
+    }
+    if (!seen_seq) return g4__tokp_fail(p, "post_processor.single has no Sequence");
+    return G4_OK;
+}
+
+static g4_result g4__tok_nomem(g4__tokp *p) {
+    g4__seterr(p->t->error, "%s: out of memory loading the tokenizer", p->name);
+    return G4_ERR_NOMEM;
+}
+
+/* model.vocab -> per-id strings and the string -> id hash. */
+static g4_result g4__tokp_vocab(g4__tokp *p, int vocab, int added) {
+    const g4__json *j = p->j;
+    g4_tokenizer *t = p->t;
+    int c, count = j->nodes[vocab].count;
+    int32_t max_id = -1;
+    size_t bytes = 0, pos = 0, i;
+    g4_result r;
+    for (c = j->nodes[vocab].child; c >= 0; c = j->nodes[c].next) {
+        int32_t id;
+        if ((r = g4__tokp_id(p, c, "model.vocab value", &id)) != G4_OK) return r;
+        if (id > max_id) max_id = id;
+        bytes += j->nodes[c].key ? strlen(j->nodes[c].key) : 0;
+    }
+    for (c = j->nodes[added].child; c >= 0; c = j->nodes[c].next) {
+        int32_t id;
+        if ((r = g4__tokp_id(p, g4__jget(j, c, "id"), "added_tokens[].id", &id)) != G4_OK) return r;
+        if (id > max_id) max_id = id;
+    }
+    if (max_id < 0) return g4__tokp_fail(p, "model.vocab is empty");
+    t->n_vocab = max_id + 1;
+    t->flags = (unsigned char *)G4_MALLOC((size_t)t->n_vocab);
+    t->byte_value = (int16_t *)G4_MALLOC(sizeof(int16_t) * (size_t)t->n_vocab);
+    t->text_off = (uint32_t *)G4_MALLOC(sizeof(uint32_t) * (size_t)t->n_vocab);
+    t->text_len = (uint32_t *)G4_MALLOC(sizeof(uint32_t) * (size_t)t->n_vocab);
+    t->vocab_off = (uint32_t *)G4_MALLOC(sizeof(uint32_t) * (size_t)t->n_vocab);
+    t->vocab_len = (uint32_t *)G4_MALLOC(sizeof(uint32_t) * (size_t)t->n_vocab);
+    t->vocab_str = (char *)G4_MALLOC(bytes + 1);
+    t->vocab_mask = g4__pow2_at_least((size_t)count * 2) - 1; /* load <= 1/2 */
+    t->vocab_hash = (uint32_t *)G4_MALLOC(4 * sizeof(uint32_t) * ((size_t)t->vocab_mask + 1));
+    if (!t->flags || !t->byte_value || !t->text_off || !t->text_len || !t->vocab_off || !t->vocab_len ||
+        !t->vocab_str || !t->vocab_hash)
+        return g4__tok_nomem(p);
+    memset(t->flags, 0, (size_t)t->n_vocab);
+    for (i = 0; i < (size_t)t->n_vocab; i++) { t->vocab_len[i] = G4__TOK_NONE; t->vocab_off[i] = 0; }
+    memset(t->vocab_hash, 0xff, 4 * sizeof(uint32_t) * ((size_t)t->vocab_mask + 1));
+    for (c = j->nodes[vocab].child; c >= 0; c = j->nodes[c].next) {
+        const char *key = j->nodes[c].key;
+        size_t kl = strlen(key);
+        int32_t id = (int32_t)j->nodes[c].ival;
+        uint32_t h, hash;
+        if (t->vocab_len[id] != G4__TOK_NONE)
+            return g4__tokp_fail(p, "model.vocab: id %ld is given to two strings", (long)id);
+        if (g4__vocab_find(t, key, kl) >= 0) return g4__tokp_fail(p, "model.vocab: \"%s\" appears twice", key);
+        memcpy(t->vocab_str + pos, key, kl);
+        t->vocab_off[id] = (uint32_t)pos;
+        t->vocab_len[id] = (uint32_t)kl;
+        pos += kl;
+        hash = g4__hash_bytes(key, kl);
+        h = hash & t->vocab_mask;
+        while (t->vocab_hash[4 * (size_t)h + 1] != G4__TOK_NONE) h = (h + 1) & t->vocab_mask;
+        t->vocab_hash[4 * (size_t)h] = hash;
+        t->vocab_hash[4 * (size_t)h + 1] = (uint32_t)id;
+        t->vocab_hash[4 * (size_t)h + 2] = (uint32_t)pos - (uint32_t)kl;
+        t->vocab_hash[4 * (size_t)h + 3] = (uint32_t)kl;
+    }
+    return G4_OK;
+}
+
+/* model.merges (["a", "b"] pairs, or legacy "a b" strings) -> ranked pair table. */
+static g4_result g4__tokp_merges(g4__tokp *p, int merges) {
+    const g4__json *j = p->j;
+    g4_tokenizer *t = p->t;
+    int c, rank = 0;
+    size_t cap = 256;
+    char *buf;
+    if (merges < 0) { t->merge_mask = 15; }
+    else if (j->nodes[merges].type != G4__JARR) return g4__tokp_fail(p, "model.merges must be an array");
+    else t->merge_mask = g4__pow2_at_least((size_t)j->nodes[merges].count * 2) - 1;
+    t->merge_slots = (uint32_t *)G4_MALLOC(4 * sizeof(uint32_t) * ((size_t)t->merge_mask + 1));
+    buf = (char *)G4_MALLOC(cap);
+    if (!t->merge_slots || !buf) { G4_FREE(buf); return g4__tok_nomem(p); }
+    memset(t->merge_slots, 0xff, 4 * sizeof(uint32_t) * ((size_t)t->merge_mask + 1));
+    for (c = merges < 0 ? -1 : j->nodes[merges].child; c >= 0; c = j->nodes[c].next, rank++) {
+        const g4__jnode *nd = &j->nodes[c];
+        const char *a, *b;
+        size_t la, lb;
+        int32_t ia, ib, im;
+        uint64_t key;
+        uint32_t h;
+        uint32_t *slot;
+        if (nd->type == G4__JARR && nd->count == 2 && j->nodes[nd->child].type == G4__JSTR &&
+            j->nodes[j->nodes[nd->child].next].type == G4__JSTR) {
+            a = j->nodes[nd->child].str; la = j->nodes[nd->child].len;
+            b = j->nodes[j->nodes[nd->child].next].str; lb = j->nodes[j->nodes[nd->child].next].len;
+        } else if (nd->type == G4__JSTR && (b = strchr(nd->str, ' ')) != NULL && !strchr(b + 1, ' ')) {
+            a = nd->str; la = (size_t)(b - nd->str);
+            b++; lb = nd->len - la - 1;
+        } else {
+            G4_FREE(buf);
+            return g4__tokp_fail(p, "model.merges[%d] must be a pair of strings", rank);
+        }
+        if (la + lb > cap) {
+            char *nb = (char *)G4_MALLOC(la + lb);
+            if (!nb) { G4_FREE(buf); return g4__tok_nomem(p); }
+            G4_FREE(buf);
+            buf = nb;
+            cap = la + lb;
+        }
+        memcpy(buf, a, la);
+        memcpy(buf + la, b, lb);
+        ia = g4__vocab_find(t, a, la);
+        ib = g4__vocab_find(t, b, lb);
+        im = g4__vocab_find(t, buf, la + lb);
+        if (ia < 0 || ib < 0 || im < 0) {
+            G4_FREE(buf);
+            return g4__tokp_fail(p, "model.merges[%d]: \"%.*s\" is not in model.vocab", rank,
+                                 ia < 0 ? (int)la : ib < 0 ? (int)lb : (int)(la + lb) > 200 ? 200 : (int)(la + lb),
+                                 ia < 0 ? a : ib < 0 ? b : "(the merged string)");
+        }
+        key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib;
+        h = g4__hash_u64(key) & t->merge_mask;
+        for (;;) {
+            slot = t->merge_slots + 4 * (size_t)h;
+            if (slot[1] == G4__TOK_NONE || (slot[0] == (uint32_t)ia && slot[1] == (uint32_t)ib)) break;
+            h = (h + 1) & t->merge_mask;
+        }
+        slot[0] = (uint32_t)ia; /* a repeated pair: the later rank wins, as in tokenizers' map */
+        slot[1] = (uint32_t)ib;
+        slot[2] = (uint32_t)rank;
+        slot[3] = (uint32_t)im;
+    }
+    t->n_merges = rank;
+    G4_FREE(buf);
+    return G4_OK;
+}
+
+/* added_tokens -> flags and the two tries. */
+static g4_result g4__tokp_added(g4__tokp *p, int added) {
+    const g4__json *j = p->j;
+    g4_tokenizer *t = p->t;
+    size_t total = 0;
+    int c, k = 0;
+    g4_result r = G4_OK;
+    for (c = j->nodes[added].child; c >= 0; c = j->nodes[c].next) {
+        int cn = g4__jget(j, c, "content");
+        if (!g4__tokp_str(p, cn, "added_tokens[].content", &r)) return r;
+        total += j->nodes[cn].len;
+    }
+    t->trie_child = (int32_t *)G4_MALLOC(sizeof(int32_t) * (total + 2));
+    t->trie_next = (int32_t *)G4_MALLOC(sizeof(int32_t) * (total + 2));
+    t->trie_id = (int32_t *)G4_MALLOC(sizeof(int32_t) * (total + 2));
+    t->trie_byte = (unsigned char *)G4_MALLOC(total + 2);
+    if (!t->trie_child || !t->trie_next || !t->trie_id || !t->trie_byte) return g4__tok_nomem(p);
+    t->n_trie = 2;
+    t->trie_child[0] = t->trie_child[1] = t->trie_next[0] = t->trie_next[1] = t->trie_id[0] = t->trie_id[1] = -1;
+    t->trie_byte[0] = t->trie_byte[1] = 0;
+    for (c = j->nodes[added].child; c >= 0; c = j->nodes[c].next, k++) {
+        int cn = g4__jget(j, c, "content"), special, normalized, lstrip, rstrip, single_word;
+        int32_t id;
+        char where[48];
+        snprintf(where, sizeof where, "added_tokens[%d]", k);
+        if (j->nodes[c].type != G4__JOBJ) return g4__tokp_fail(p, "%s must be an object", where);
+        if ((r = g4__tokp_id(p, g4__jget(j, c, "id"), "added_tokens[].id", &id)) != G4_OK) return r;
+        if ((r = g4__tokp_bool(p, c, "special", where, 0, &special)) != G4_OK ||
+            (r = g4__tokp_bool(p, c, "normalized", where, !special, &normalized)) != G4_OK ||
+            (r = g4__tokp_bool(p, c, "lstrip", where, 0, &lstrip)) != G4_OK ||
+            (r = g4__tokp_bool(p, c, "rstrip", where, 0, &rstrip)) != G4_OK ||
+            (r = g4__tokp_bool(p, c, "single_word", where, 0, &single_word)) != G4_OK)
+            return r;
+        if (lstrip || rstrip || single_word)
+            return g4__tokp_fail(p, "%s (\"%s\"): lstrip, rstrip and single_word are not supported", where,
+                                 j->nodes[cn].str);
+        t->flags[id] |= (unsigned char)(G4_TOKEN_ADDED | (special ? G4_TOKEN_SPECIAL : 0));
+        if (j->nodes[cn].len) g4__trie_insert(t, normalized ? 1 : 0, j->nodes[cn].str, j->nodes[cn].len, id);
+        t->n_added++;
+    }
+    return G4_OK;
+}
+
+static int g4__hexval(char ch) {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+}
+
+/* Every id's decoded text (Replace steps applied) and byte value. */
+static g4_result g4__tokp_decoded(g4__tokp *p, int added, int byte_fallback) {
+    g4_tokenizer *t = p->t;
+    size_t total = 0, pos = 0, maxlen = 0, len = 0, n;
+    int32_t id;
+    char *a, *b;
+    const char **strs = (const char **)G4_MALLOC(sizeof(char *) * (size_t)t->n_vocab);
+    size_t *lens = (size_t *)G4_MALLOC(sizeof(size_t) * (size_t)t->n_vocab);
+    if (!strs || !lens) { G4_FREE((void *)strs); G4_FREE(lens); return g4__tok_nomem(p); }
+    /* added tokens' strings: one pass over the list instead of one per id */
+    for (id = 0; id < t->n_vocab; id++) {
+        strs[id] = NULL;
+        if (!(t->flags[id] & G4_TOKEN_ADDED) && t->vocab_len[id] != G4__TOK_NONE) {
+            strs[id] = t->vocab_str + t->vocab_off[id];
+            lens[id] = t->vocab_len[id];
+        }
+    }
+    {
+        int c;
+        for (c = p->j->nodes[added].child; c >= 0; c = p->j->nodes[c].next) {
+            int cn = g4__jget(p->j, c, "content");
+            id = (int32_t)p->j->nodes[g4__jget(p->j, c, "id")].ival;
+            strs[id] = p->j->nodes[cn].str;
+            lens[id] = p->j->nodes[cn].len;
+        }
+    }
+    for (id = 0; id < t->n_vocab; id++) {
+        if (!strs[id]) continue;
+        n = g4__replace_bound(t->dec, t->n_dec, lens[id]);
+        total += n;
+        if (n > maxlen) maxlen = n;
+    }
+    t->text = (char *)G4_MALLOC(total + 1);
+    a = (char *)G4_MALLOC(maxlen + 1);
+    b = (char *)G4_MALLOC(maxlen + 1);
+    if (!t->text || !a || !b) { G4_FREE(a); G4_FREE(b); G4_FREE((void *)strs); G4_FREE(lens); return g4__tok_nomem(p); }
+    t->max_piece = 16;
+    for (id = 0; id < t->n_vocab; id++) {
+        const char *s;
+        t->byte_value[id] = -1;
+        t->text_off[id] = (uint32_t)pos;
+        t->text_len[id] = 0;
+        if (!strs[id]) { t->text_off[id] = G4__TOK_NONE; continue; } /* no string: decode skips it */
+        s = g4__replace_all(t->dec, t->n_dec, strs[id], lens[id], a, b, &len);
+        if (byte_fallback && len == 6 && memcmp(s, "<0x", 3) == 0 && s[5] == '>' && g4__hexval(s[3]) >= 0 &&
+            g4__hexval(s[4]) >= 0)
+            t->byte_value[id] = (int16_t)(g4__hexval(s[3]) * 16 + g4__hexval(s[4]));
+        memcpy(t->text + pos, s, len);
+        t->text_len[id] = (uint32_t)len;
+        pos += len;
+        if ((int)len + 16 > t->max_piece) t->max_piece = (int)len + 16;
+    }
+    G4_FREE(a); G4_FREE(b); G4_FREE((void *)strs); G4_FREE(lens);
+    return G4_OK;
+}
+
+static g4_result g4__tokp_model(g4__tokp *p, int model) {
+    const g4__json *j = p->j;
+    g4_tokenizer *t = p->t;
+    int n;
+    g4_result r = G4_OK;
+    const char *ty = g4__tokp_type(p, model);
+    if (ty[0] && strcmp(ty, "BPE") != 0) return g4__tokp_fail(p, "model.type \"%s\" is not supported (BPE)", ty);
+    if ((r = g4__tokp_bool(p, model, "byte_fallback", "model", 0, &t->byte_fallback)) != G4_OK ||
+        (r = g4__tokp_bool(p, model, "fuse_unk", "model", 0, &t->fuse_unk)) != G4_OK ||
+        (r = g4__tokp_bool(p, model, "ignore_merges", "model", 0, &t->ignore_merges)) != G4_OK)
+        return r;
+    n = g4__jget(j, model, "dropout");
+    if (n >= 0 && j->nodes[n].type != G4__JNULL && !(j->nodes[n].type == G4__JNUM && j->nodes[n].num == 0.0))
+        return g4__tokp_fail(p, "model.dropout must be null: BPE dropout is not supported");
+    if (((n = g4__jget(j, model, "continuing_subword_prefix")) >= 0 && j->nodes[n].type != G4__JNULL &&
+         !(j->nodes[n].type == G4__JSTR && j->nodes[n].len == 0)) ||
+        ((n = g4__jget(j, model, "end_of_word_suffix")) >= 0 && j->nodes[n].type != G4__JNULL &&
+         !(j->nodes[n].type == G4__JSTR && j->nodes[n].len == 0)))
+        return g4__tokp_fail(p, "model.continuing_subword_prefix and end_of_word_suffix are not supported");
+    t->unk_id = -1;
+    n = g4__jget(j, model, "unk_token");
+    if (n >= 0 && j->nodes[n].type != G4__JNULL) {
+        const char *unk = g4__tokp_str(p, n, "model.unk_token", &r);
+        if (!unk) return r;
+        if ((t->unk_id = g4__vocab_find(t, unk, j->nodes[n].len)) < 0)
+            return g4__tokp_fail(p, "model.unk_token \"%s\" is not in model.vocab", unk);
+    }
+    for (n = 0; n < 256; n++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", n);
+        t->byte_id[n] = g4__vocab_find(t, name, 6);
+    }
+    return G4_OK;
+}
+
+G4__DEF int32_t g4_token_id(const g4_tokenizer *t, const char *s) {
+    size_t n, len = 0;
+    int32_t id;
+    if (!t || !s || !t->vocab_hash) return -1;
+    n = strlen(s);
+    if (n && (id = g4__trie_match(t, 0, s, n, &len)) >= 0 && len == n) return id;
+    if (n && (id = g4__trie_match(t, 1, s, n, &len)) >= 0 && len == n) return id;
+    return g4__vocab_find(t, s, n);
+}
+
+G4__DEF g4_result g4_tokenizer_parse(g4_tokenizer *t, const char *json, size_t len, const char *name) {
+    g4__json j;
+    g4__tokp p;
+    g4_result r;
+    int root, model, vocab, added, byte_fallback_dec = 0;
+    if (!t) return G4_ERR_INPUT;
+    memset(t, 0, sizeof *t);
+    t->bos = t->eos = t->pad = t->turn_open = t->turn_close = t->think = t->unk_id = -1;
+    if (!json || !name) { g4__seterr(t->error, "g4_tokenizer_parse: NULL argument"); return G4_ERR_INPUT; }
+    if ((r = g4__json_parse(&j, json, len, name, t->error)) != G4_OK) return r;
+    p.j = &j; p.name = name; p.t = t;
+    root = 0;
+    model = g4__jget(&j, root, "model");
+    vocab = g4__jget(&j, model, "vocab");
+    added = g4__jget(&j, root, "added_tokens");
+    if (j.nodes[root].type != G4__JOBJ) r = g4__tokp_fail(&p, "the top level must be an object");
+    else if (model < 0 || j.nodes[model].type != G4__JOBJ) r = g4__tokp_fail(&p, "\"model\" must be an object");
+    else if (vocab < 0 || j.nodes[vocab].type != G4__JOBJ) r = g4__tokp_fail(&p, "model.vocab must be an object");
+    else if (added >= 0 && j.nodes[added].type != G4__JARR) r = g4__tokp_fail(&p, "added_tokens must be an array");
+    if (r == G4_OK && added < 0) { /* no added tokens: an empty array node stands in */
+        added = g4__json_new(&j, G4__JARR);
+        if (added < 0) r = g4__tok_nomem(&p);
+    }
+    if (r == G4_OK) r = g4__tokp_vocab(&p, vocab, added);
+    if (r == G4_OK) r = g4__tokp_merges(&p, g4__jget(&j, model, "merges"));
+    if (r == G4_OK) r = g4__tokp_model(&p, model);
+    if (r == G4_OK) r = g4__tokp_added(&p, added);
+    if (r == G4_OK) r = g4__tokp_normalizer(&p, g4__jget(&j, root, "normalizer"));
+    if (r == G4_OK) r = g4__tokp_pretok(&p, g4__jget(&j, root, "pre_tokenizer"));
+    if (r == G4_OK) r = g4__tokp_decoder(&p, g4__jget(&j, root, "decoder"), &byte_fallback_dec);
+    if (r == G4_OK) r = g4__tokp_post(&p, g4__jget(&j, root, "post_processor"));
+    if (r == G4_OK) r = g4__tokp_decoded(&p, added, byte_fallback_dec);
+    if (r == G4_OK) {
+        int k;
+        for (k = 0; k < t->n_prefix; k++) if (t->prefix[k] >= t->n_vocab) r = g4__tokp_fail(&p, "post_processor id %ld is not in the vocabulary", (long)t->prefix[k]);
+        for (k = 0; k < t->n_suffix; k++) if (t->suffix[k] >= t->n_vocab) r = g4__tokp_fail(&p, "post_processor id %ld is not in the vocabulary", (long)t->suffix[k]);
+    }
+    g4__json_free(&j);
+    if (r != G4_OK) {
+        char keep[G4_ERROR_MAX];
+        memcpy(keep, t->error, G4_ERROR_MAX);
+        g4_tokenizer_free(t);
+        memcpy(t->error, keep, G4_ERROR_MAX);
+        return r;
+    }
+    t->bos = g4_token_id(t, "<bos>");
+    t->eos = g4_token_id(t, "<eos>");
+    t->pad = g4_token_id(t, "<pad>");
+    t->turn_open = g4_token_id(t, "<|turn>");
+    t->turn_close = g4_token_id(t, "<turn|>");
+    t->think = g4_token_id(t, "<|think|>");
+    return G4_OK;
+}
+
+G4__DEF g4_result g4_tokenizer_load(g4_tokenizer *t, const char *path) {
+    char *text = NULL, *joined = NULL;
+    size_t len;
+    g4_result r;
+    if (!t) return G4_ERR_INPUT;
+    memset(t, 0, sizeof *t);
+    if (!path) { g4__seterr(t->error, "g4_tokenizer_load: NULL path"); return G4_ERR_INPUT; }
+    if (!(joined = g4__join(path, "tokenizer.json"))) { g4__seterr(t->error, "out of memory"); return G4_ERR_NOMEM; }
+    if (g4__exists(joined)) path = joined; /* PATH is a directory holding tokenizer.json */
+    if ((r = g4__read_file(path, &text, &len, G4__TOK_MAX_FILE, t->error)) == G4_OK) {
+        r = g4_tokenizer_parse(t, text, len, path);
+        G4_FREE(text);
+    }
+    G4_FREE(joined);
+    return r;
+}
+
+/* ----------------------------------------------------------- encoding */
+
+typedef struct { int32_t id, prev, next; uint32_t len; } g4__sym;     /* a BPE symbol (len 0: merged away) */
+typedef struct { int32_t rank, pos, id; } g4__merge;                  /* a candidate merge at symbol pos */
+
+/* Encoding state: output, and scratch grown as needed (freed at the end). */
+typedef struct {
+    const g4_tokenizer *t;
+    int32_t *ids; size_t cap, n;   /* the caller's buffer; n counts every id, written or not */
+    g4__sym *sym; size_t sym_cap;
+    g4__merge *heap; size_t heap_cap, heap_n;
+    int nomem;
+} g4__enc;
+
+static void g4__emit(g4__enc *e, int32_t id) {
+    if (e->n < e->cap) e->ids[e->n] = id;
+    e->n++;
+}
+
+static int g4__grow(void **p, size_t *cap, size_t need, size_t elem) {
+    void *np;
+    size_t nc = *cap ? *cap : 64;
+    if (need <= *cap) return 1;
+    while (nc < need) nc *= 2;
+    if (!(np = G4_MALLOC(nc * elem))) return 0;
+    G4_FREE(*p);
+    *p = np;
+    *cap = nc;
+    return 1;
+}
+
+static int g4__merge_less(const g4__merge *a, const g4__merge *b) {
+    return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;
+}
+
+static void g4__heap_push(g4__enc *e, int32_t rank, int32_t pos, int32_t id) {
+    size_t i = e->heap_n++;
+    g4__merge m;
+    m.rank = rank; m.pos = pos; m.id = id;
+    while (i > 0 && g4__merge_less(&m, &e->heap[(i - 1) / 2])) { e->heap[i] = e->heap[(i - 1) / 2]; i = (i - 1) / 2; }
+    e->heap[i] = m;
+}
+
+static g4__merge g4__heap_pop(g4__enc *e) {
+    g4__merge top = e->heap[0], last = e->heap[--e->heap_n];
+    size_t i = 0, n = e->heap_n;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && g4__merge_less(&e->heap[c + 1], &e->heap[c])) c++;
+        if (!g4__merge_less(&e->heap[c], &last)) break;
+        e->heap[i] = e->heap[c];
+        i = c;
+    }
+    if (n) e->heap[i] = last;
+    return top;
+}
+
+static void g4__push_pair(g4__enc *e, int32_t pos) {
+    int32_t id, rank = g4__merge_find(e->t, e->sym[pos].id, e->sym[e->sym[pos].next].id, &id);
+    if (rank >= 0) g4__heap_push(e, rank, pos, id);
+}
+
+static void g4__add_sym(g4__enc *e, size_t *n, int32_t id, uint32_t len) {
+    e->sym[*n].id = id;
+    e->sym[*n].len = len;
+    e->sym[*n].prev = (int32_t)*n - 1;
+    e->sym[*n].next = (int32_t)*n + 1;
+    (*n)++;
+}
+
+/* One pre-tokenized word -> ids: characters (or their bytes, or <unk>), then
+   the lowest-ranked merge first, leftmost on ties (tokenizers' word.rs). */
+static void g4__bpe(g4__enc *e, const char *s, size_t len) {
+    const g4_tokenizer *t = e->t;
+    size_t i = 0, n = 0, k, unk_len = 0;
+    int32_t id;
+    if (!len) return;
+    if (t->ignore_merges && (id = g4__vocab_find(t, s, len)) >= 0) { g4__emit(e, id); return; }
+    if (!g4__grow((void **)&e->sym, &e->sym_cap, len, sizeof(g4__sym)) ||
+        !g4__grow((void **)&e->heap, &e->heap_cap, 3 * len, sizeof(g4__merge))) {
+        e->nomem = 1;
+        return;
+    }
+    while (i < len) {
+        size_t cl = g4__utf8_char((const unsigned char *)s + i, len - i);
+        int all_bytes = t->byte_fallback;
+        if (!cl) cl = 1; /* an invalid byte is a character of its own */
+        if ((id = g4__vocab_find(t, s + i, cl)) >= 0) {
+            if (unk_len) { g4__add_sym(e, &n, t->unk_id, (uint32_t)unk_len); unk_len = 0; }
+            g4__add_sym(e, &n, id, (uint32_t)cl);
+        } else {
+            for (k = 0; k < cl && all_bytes; k++) all_bytes = t->byte_id[(unsigned char)s[i + k]] >= 0;
+            if (all_bytes) {
+                for (k = 0; k < cl; k++) g4__add_sym(e, &n, t->byte_id[(unsigned char)s[i + k]], 1);
+            } else if (t->unk_id >= 0) {
+                if (unk_len && !t->fuse_unk) { g4__add_sym(e, &n, t->unk_id, (uint32_t)unk_len); unk_len = 0; }
+                unk_len += cl;
+            } /* no unk token: the character is dropped, as tokenizers does */
+        }
+        i += cl;
+    }
+    if (unk_len) g4__add_sym(e, &n, t->unk_id, (uint32_t)unk_len);
+    if (!n) return;
+    e->sym[n - 1].next = -1;
+    e->heap_n = 0;
+    for (k = 0; k + 1 < n; k++) g4__push_pair(e, (int32_t)k);
+    while (e->heap_n) {
+        g4__merge top = g4__heap_pop(e);
+        g4__sym *left = &e->sym[top.pos], *right;
+        int32_t merged;
+        if (left->len == 0 || left->next < 0) continue;
+        right = &e->sym[left->next];
+        if (g4__merge_find(t, left->id, right->id, &merged) < 0 || merged != top.id) continue; /* stale */
+        left->id = top.id;
+        left->len += right->len;
+        right->len = 0;
+        left->next = right->next;
+        if (left->next >= 0) e->sym[left->next].prev = top.pos;
+        if (left->prev >= 0) g4__push_pair(e, left->prev);
+        if (left->next >= 0) g4__push_pair(e, top.pos);
+    }
+    for (k = 0; k < n; k = (size_t)e->sym[k].next) {
+        g4__emit(e, e->sym[k].id);
+        if (e->sym[k].next < 0) break;
+    }
+}
+
+/* The pre-tokenizer: Split(pattern, MergedWithPrevious) - every piece ends
+   just after an occurrence of the pattern. */
+static void g4__pretokenize(g4__enc *e, const char *s, size_t n) {
+    const char *pat = e->t->split;
+    size_t pl = strlen(pat), start = 0, i = 0;
+    if (!pl) { g4__bpe(e, s, n); return; }
+    while (i < n) {
+        if (i + pl <= n && memcmp(s + i, pat, pl) == 0) {
+            i += pl;
+            g4__bpe(e, s + start, i - start);
+            start = i;
+        } else {
+            i++;
+        }
+    }
+    g4__bpe(e, s + start, n - start);
+}
+
+/* Splits s on the added tokens of trie `root` (leftmost, then longest match):
+   the tokens are emitted, the text between goes to `rest`. */
+static void g4__split_added(g4__enc *e, int32_t root, const char *s, size_t n,
+                            void (*rest)(g4__enc *, const char *, size_t)) {
+    const g4_tokenizer *t = e->t;
+    size_t i = 0, start = 0, ml = 0;
+    if (t->trie_child[root] < 0) { rest(e, s, n); return; }
+    while (i < n) {
+        int32_t id = g4__trie_match(t, root, s + i, n - i, &ml);
+        if (id < 0) { i++; continue; }
+        if (i > start) rest(e, s + start, i - start);
+        g4__emit(e, id);
+        i += ml;
+        start = i;
+    }
+    if (n > start) rest(e, s + start, n - start);
+}
+
+static void g4__after_norm(g4__enc *e, const char *s, size_t n) { g4__split_added(e, 1, s, n, g4__pretokenize); }
+
+/* A stretch of input between raw added tokens: normalize, then the rest. */
+static void g4__normalize_segment(g4__enc *e, const char *s, size_t n) {
+    const g4_tokenizer *t = e->t;
+    size_t bound = g4__replace_bound(t->norm, t->n_norm, n), out_len;
+    char *a, *b;
+    const char *norm;
+    if (!t->n_norm) { g4__after_norm(e, s, n); return; }
+    a = (char *)G4_MALLOC(bound + 1);
+    b = (char *)G4_MALLOC(bound + 1);
+    if (!a || !b) { G4_FREE(a); G4_FREE(b); e->nomem = 1; return; }
+    norm = g4__replace_all(t->norm, t->n_norm, s, n, a, b, &out_len);
+    g4__after_norm(e, norm, out_len);
+    G4_FREE(a);
+    G4_FREE(b);
+}
+
+G4__DEF size_t g4_tokenize_max(const g4_tokenizer *t, size_t len) {
+    if (!t) return 0;
+    /* each normalized byte gives at most one id (a byte token) */
+    return g4__replace_bound(t->norm, t->n_norm, len) + (size_t)t->n_prefix + (size_t)t->n_suffix;
+}
+
+G4__DEF g4_result g4_tokenize(const g4_tokenizer *t, const char *text, size_t len, int flags, int32_t *ids,
+                              size_t cap, size_t *n_ids) {
+    g4__enc e;
+    int k;
+    if (n_ids) *n_ids = 0;
+    if (!t || !t->trie_child || (!text && len) || (!ids && cap) || !n_ids) return G4_ERR_INPUT;
+    memset(&e, 0, sizeof e);
+    e.t = t;
+    e.ids = ids;
+    e.cap = cap;
+    if (flags & G4_ENCODE_ADD_SPECIAL) for (k = 0; k < t->n_prefix; k++) g4__emit(&e, t->prefix[k]);
+    g4__split_added(&e, 0, text, len, g4__normalize_segment);
+    if (flags & G4_ENCODE_ADD_SPECIAL) for (k = 0; k < t->n_suffix; k++) g4__emit(&e, t->suffix[k]);
+    G4_FREE(e.sym);
+    G4_FREE(e.heap);
+    *n_ids = e.n;
+    if (e.nomem) return G4_ERR_NOMEM;
+    return e.n > cap ? G4_ERR_INPUT : G4_OK;
+}
+
+/* ----------------------------------------------------------- decoding */
+
+static const char g4__fffd[3] = {(char)0xEF, (char)0xBF, (char)0xBD}; /* U+FFFD */
+
+/* Appends to out[0..cap) at *pos, counting what does not fit. */
+static void g4__put(char *out, size_t cap, size_t *pos, const char *s, size_t n) {
+    if (*pos < cap) memcpy(out + *pos, s, *pos + n <= cap ? n : cap - *pos);
+    *pos += n;
+}
+
+/* A finished run of byte tokens: as text if valid UTF-8, else U+FFFD per byte. */
+static void g4__flush_run(char *out, size_t cap, size_t *pos, const unsigned char *run, size_t n) {
+    size_t k;
+    if (g4__utf8_valid(run, n)) g4__put(out, cap, pos, (const char *)run, n);
+    else for (k = 0; k < n; k++) g4__put(out, cap, pos, g4__fffd, 3);
+}
+
+G4__DEF g4_result g4_detokenize(const g4_tokenizer *t, const int32_t *ids, size_t n, int flags, char *out,
+                                size_t cap, size_t *len) {
+    size_t i, pos = 0, run_n = 0;
+    unsigned char small[64], *run = small;
+    size_t run_cap = sizeof small;
+    if (len) *len = 0;
+    if (!t || !t->text || (!ids && n) || (!out && cap) || !len) return G4_ERR_INPUT;
+    for (i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= t->n_vocab) return G4_ERR_INPUT;
+    for (i = 0; i <= n; i++) {
+        int32_t id = i < n ? ids[i] : -1;
+        if (i < n) {
+            if (t->text_off[id] == G4__TOK_NONE) continue; /* no string: skipped */
+            if ((flags & G4_DECODE_SKIP_SPECIAL) && (t->flags[id] & G4_TOKEN_SPECIAL)) continue;
+            if (t->byte_value[id] >= 0) {
+                if (run_n == run_cap) {
+                    unsigned char *nr = (unsigned char *)G4_MALLOC(run_cap * 2);
+                    if (!nr) { if (run != small) G4_FREE(run); return G4_ERR_NOMEM; }
+                    memcpy(nr, run, run_n);
+                    if (run != small) G4_FREE(run);
+                    run = nr;
+                    run_cap *= 2;
+                }
+                run[run_n++] = (unsigned char)t->byte_value[id];
+                continue;
+            }
+        }
+        if (run_n) { g4__flush_run(out, cap, &pos, run, run_n); run_n = 0; }
+        if (i < n) g4__put(out, cap, &pos, t->text + t->text_off[id], t->text_len[id]);
+    }
+    if (run != small) G4_FREE(run);
+    *len = pos;
+    if (pos + 1 > cap) return G4_ERR_INPUT;
+    out[pos] = 0;
+    return G4_OK;
+}
+
+/* Emits the complete characters at the front of the pending bytes; a byte that
+   cannot start or continue a character becomes U+FFFD. */
+static void g4__stream_drain(g4_decode_state *st, char *out, size_t cap, size_t *pos) {
+    while (st->n_pending) {
+        unsigned c = st->pending[0];
+        size_t need = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+        size_t have = (size_t)st->n_pending, k, ok = need != 0;
+        for (k = 1; ok && k < have && k < need; k++) ok = (st->pending[k] & 0xC0) == 0x80;
+        if (ok && have >= 2 && ((c == 0xE0 && st->pending[1] < 0xA0) || (c == 0xED && st->pending[1] > 0x9F) ||
+                                (c == 0xF0 && st->pending[1] < 0x90) || (c == 0xF4 && st->pending[1] > 0x8F)))
+            ok = 0;
+        if (ok && have < need) return; /* wait for the rest of the character */
+        if (ok) g4__put(out, cap, pos, (const char *)st->pending, need);
+        else { g4__put(out, cap, pos, g4__fffd, 3); need = 1; }
+        memmove(st->pending, st->pending + need, have - need);
+        st->n_pending -= (int)need;
+    }
+}
+
+G4__DEF int g4_decode_next(const g4_tokenizer *t, g4_decode_state *st, int32_t id, int flags, char *out, size_t cap) {
+    size_t pos = 0;
+    if (!t || !t->text || !st || !out || cap < (size_t)t->max_piece || id < 0 || id >= t->n_vocab ||
+        st->n_pending < 0 || st->n_pending > 3)
+        return G4_ERR_INPUT;
+    if (t->text_off[id] == G4__TOK_NONE || ((flags & G4_DECODE_SKIP_SPECIAL) && (t->flags[id] & G4_TOKEN_SPECIAL))) {
+        out[0] = 0;
+        return 0;
+    }
+    if (t->byte_value[id] >= 0) {
+        st->pending[st->n_pending++] = (unsigned char)t->byte_value[id];
+        g4__stream_drain(st, out, cap, &pos);
+    } else {
+        int k;
+        for (k = 0; k < st->n_pending; k++) g4__put(out, cap, &pos, g4__fffd, 3);
+        st->n_pending = 0;
+        g4__put(out, cap, &pos, t->text + t->text_off[id], t->text_len[id]);
+    }
+    out[pos] = 0;
+    return (int)pos;
+}
+
+G4__DEF int g4_decode_flush(g4_decode_state *st, char *out, size_t cap) {
+    size_t pos = 0;
+    int k;
+    if (!st || !out || cap < 13 || st->n_pending < 0 || st->n_pending > 3) return G4_ERR_INPUT;
+    for (k = 0; k < st->n_pending; k++) g4__put(out, cap, &pos, g4__fffd, 3);
+    st->n_pending = 0;
+    out[pos] = 0;
+    return (int)pos;
+}
+
+/* ----------------------------------------------------------------- chat */
+
+/* Appends s (or a token's string) to a growing buffer; 0 when out of memory. */
+static int g4__sbuf_add(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t nc = (*len + n + 1) * 2;
+        char *nb = (char *)G4_MALLOC(nc);
+        if (!nb) return 0;
+        if (*buf) memcpy(nb, *buf, *len);
+        G4_FREE(*buf);
+        *buf = nb;
+        *cap = nc;
+    }
+    memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = 0;
+    return 1;
+}
+
+static int g4__sbuf_tok(char **buf, size_t *len, size_t *cap, const g4_tokenizer *t, int32_t id) {
+    return g4__sbuf_add(buf, len, cap, t->text + t->text_off[id], t->text_len[id]);
+}
+
+G4__DEF g4_result g4_chat_encode(const g4_tokenizer *t, const g4_chat_message *msgs, int n_msgs, int flags,
+                                 int32_t *ids, size_t cap, size_t *n_ids) {
+    char *buf = NULL;
+    size_t len = 0, bcap = 0;
+    int i, ok = 1, think = (flags & G4_CHAT_THINKING) != 0;
+    g4_result r;
+    if (n_ids) *n_ids = 0;
+    if (!t || !t->text || !n_ids || n_msgs < 0 || (n_msgs && !msgs) || t->turn_open < 0 || t->turn_close < 0 ||
+        ((flags & G4_CHAT_BOS) && t->bos < 0) || (think && t->think < 0))
+        return G4_ERR_INPUT;
+    for (i = 0; i < n_msgs; i++)
+        if (!msgs[i].role || !msgs[i].content) return G4_ERR_INPUT;
+    if (flags & G4_CHAT_CONTINUE)
+        ok = g4__sbuf_tok(&buf, &len, &bcap, t, t->turn_close) && g4__sbuf_add(&buf, &len, &bcap, "\n", 1);
+    if (flags & G4_CHAT_BOS) ok = ok && g4__sbuf_tok(&buf, &len, &bcap, t, t->bos);
+    if (think && (n_msgs == 0 || strcmp(msgs[0].role, "system") != 0)) { /* a system turn just for the switch */
+        ok = ok && g4__sbuf_tok(&buf, &len, &bcap, t, t->turn_open) && g4__sbuf_add(&buf, &len, &bcap, "system\n", 7) &&
+             g4__sbuf_tok(&buf, &len, &bcap, t, t->think) && g4__sbuf_tok(&buf, &len, &bcap, t, t->turn_close) &&
+             g4__sbuf_add(&buf, &len, &bcap, "\n", 1);
+    }
+    for (i = 0; i < n_msgs && ok; i++) {
+        const char *role = strcmp(msgs[i].role, "assistant") == 0 ? "model" : msgs[i].role;
+        ok = g4__sbuf_tok(&buf, &len, &bcap, t, t->turn_open) && g4__sbuf_add(&buf, &len, &bcap, role, strlen(role)) &&
+             g4__sbuf_add(&buf, &len, &bcap, "\n", 1);
+        if (ok && i == 0 && think && strcmp(role, "system") == 0) ok = g4__sbuf_tok(&buf, &len, &bcap, t, t->think);
+        ok = ok && g4__sbuf_add(&buf, &len, &bcap, msgs[i].content, strlen(msgs[i].content)) &&
+             g4__sbuf_tok(&buf, &len, &bcap, t, t->turn_close) && g4__sbuf_add(&buf, &len, &bcap, "\n", 1);
+    }
+    if (flags & G4_CHAT_OPEN_MODEL)
+        ok = ok && g4__sbuf_tok(&buf, &len, &bcap, t, t->turn_open) && g4__sbuf_add(&buf, &len, &bcap, "model\n", 6);
+    if (!ok) { G4_FREE(buf); return G4_ERR_NOMEM; }
+    r = g4_tokenize(t, buf ? buf : "", len, 0, ids, cap, n_ids);
+    G4_FREE(buf);
+    return r;
+}
+
+G4__DEF int g4_chat_is_stop(const g4_tokenizer *t, int32_t id) {
+    return t && id >= 0 && (id == t->eos || id == t->turn_close);
+}
+
+/* -------------------------------------------------------------- sampler */
+
+G4__DEF g4_sampler_config g4_sampler_config_init(void) {
+    g4_sampler_config c;
+    memset(&c, 0, sizeof c);
+    c.temperature = 1.0f;
+    c.top_p = 1.0f;
+    c.repetition_penalty = 1.0f;
+    return c;
+}
+
+static uint64_t g4__splitmix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* A uniform double in [0, 1) from xorshift64*. */
+static double g4__rng_uniform(uint64_t *s) {
+    uint64_t x = *s;
+    x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
+    *s = x;
+    return (double)((x * 0x2545f4914f6cdd1dULL) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+G4__DEF void g4_sampler_reset(g4_sampler *s) {
+    if (!s || !s->seen) return;
+    memset(s->seen, 0, (size_t)s->vocab);
+    s->rng = g4__splitmix64(s->cfg.seed);
+    if (!s->rng) s->rng = 0x9e3779b97f4a7c15ULL;
+}
+
+G4__DEF void g4_sampler_free(g4_sampler *s) {
+    if (!s) return;
+    G4_FREE(s->idx); G4_FREE(s->prob); G4_FREE(s->seen);
+    s->idx = NULL; s->prob = NULL; s->seen = NULL;
+}
+
+G4__DEF g4_result g4_sampler_init(g4_sampler *s, const g4_sampler_config *cfg, int vocab) {
+    g4_sampler_config c;
+    if (!s) return G4_ERR_INPUT;
+    memset(s, 0, sizeof *s);
+    c = cfg ? *cfg : g4_sampler_config_init();
+    if (vocab < 1) { g4__seterr(s->error, "sampler: vocab %d must be positive", vocab); return G4_ERR_INPUT; }
+    if (!(c.temperature >= 0.0f) || c.top_k < 0 || !(c.top_p > 0.0f && c.top_p <= 1.0f) ||
+        !(c.min_p >= 0.0f && c.min_p <= 1.0f) || !(c.repetition_penalty > 0.0f)) {
+        g4__seterr(s->error, "sampler: out of range (temperature %g >= 0, top_k %d >= 0, top_p %g in (0,1], "
+                   "min_p %g in [0,1], repetition_penalty %g > 0)", (double)c.temperature, c.top_k, (double)c.top_p,
+                   (double)c.min_p, (double)c.repetition_penalty);
+        return G4_ERR_INPUT;
+    }
+    s->cfg = c;
+    s->vocab = vocab;
+    s->idx = (int32_t *)G4_MALLOC(sizeof(int32_t) * (size_t)vocab);
+    s->prob = (float *)G4_MALLOC(sizeof(float) * (size_t)vocab);
+    s->seen = (unsigned char *)G4_MALLOC((size_t)vocab);
+    if (!s->idx || !s->prob || !s->seen) {
+        g4_sampler_free(s);
+        g4__seterr(s->error, "sampler: out of memory for a vocab of %d", vocab);
+        return G4_ERR_NOMEM;
+    }
+    g4_sampler_reset(s);
+    return G4_OK;
+}
+
+G4__DEF void g4_sampler_accept(g4_sampler *s, int32_t id) {
+    if (s && s->seen && id >= 0 && id < s->vocab) s->seen[id] = 1;
+}
+
+/* Candidates sorted by logit, descending; ids ascending on ties. */
+static void g4__cand_sort(int32_t *idx, const float *logits, size_t n) {
+    /* heap sort: no recursion, no comparator context needed */
+    size_t start, end;
+    for (start = n / 2; start-- > 0;) {
+        size_t root = start;
+        for (;;) {
+            size_t c = 2 * root + 1;
+            int32_t tmp;
+            if (c >= n) break;
+            /* "greater" here means later in the final order: smaller logit, or larger id */
+            if (c + 1 < n && (logits[idx[c + 1]] < logits[idx[c]] ||
+                              (logits[idx[c + 1]] == logits[idx[c]] && idx[c + 1] > idx[c]))) c++;
+            if (!(logits[idx[c]] < logits[idx[root]] || (logits[idx[c]] == logits[idx[root]] && idx[c] > idx[root]))) break;
+            tmp = idx[root]; idx[root] = idx[c]; idx[c] = tmp;
+            root = c;
+        }
+    }
+    for (end = n; end-- > 1;) {
+        size_t root = 0;
+        int32_t tmp = idx[0]; idx[0] = idx[end]; idx[end] = tmp;
+        for (;;) {
+            size_t c = 2 * root + 1;
+            if (c >= end) break;
+            if (c + 1 < end && (logits[idx[c + 1]] < logits[idx[c]] ||
+                                (logits[idx[c + 1]] == logits[idx[c]] && idx[c + 1] > idx[c]))) c++;
+            if (!(logits[idx[c]] < logits[idx[root]] || (logits[idx[c]] == logits[idx[root]] && idx[c] > idx[root]))) break;
+            tmp = idx[root]; idx[root] = idx[c]; idx[c] = tmp;
+            root = c;
+        }
+    }
+}
+
+/* The k-th largest logit (k <= n), by a size-k min-heap in s->prob. */
+static float g4__kth_largest(float *heap, const float *x, int n, int k) {
+    int i, size = 0;
+    for (i = 0; i < n; i++) {
+        float v = x[i];
+        int j;
+        if (size < k) {
+            j = size++;
+            while (j > 0 && v < heap[(j - 1) / 2]) { heap[j] = heap[(j - 1) / 2]; j = (j - 1) / 2; }
+            heap[j] = v;
+        } else if (v > heap[0]) {
+            j = 0;
+            for (;;) {
+                int c = 2 * j + 1;
+                if (c >= k) break;
+                if (c + 1 < k && heap[c + 1] < heap[c]) c++;
+                if (heap[c] >= v) break;
+                heap[j] = heap[c];
+                j = c;
+            }
+            heap[j] = v;
+        }
+    }
+    return heap[0];
+}
+
+G4__DEF int32_t g4_sampler_sample(g4_sampler *s, float *logits) {
+    const g4_sampler_config *c;
+    int V, i;
+    size_t n = 0, k;
+    double sum, acc, u, maxl;
+    if (!s || !s->seen || !logits) return -1;
+    c = &s->cfg;
+    V = s->vocab;
+    for (i = 0; i < V; i++)
+        if (logits[i] != logits[i]) { g4__seterr(s->error, "sampler: logit %d is NaN", i); return -1; }
+    if (c->repetition_penalty != 1.0f) /* transformers: divide positive logits, multiply negative ones */
+        for (i = 0; i < V; i++)
+            if (s->seen[i]) logits[i] = logits[i] < 0 ? logits[i] * c->repetition_penalty : logits[i] / c->repetition_penalty;
+    if (c->temperature <= 0.0f) return g4_argmax(logits, V);
+    if (c->temperature != 1.0f)
+        for (i = 0; i < V; i++) logits[i] /= c->temperature;
+    if (c->top_k > 0 && c->top_k < V) { /* keep logits >= the k-th largest (ties kept) */
+        float kth = g4__kth_largest(s->prob, logits, V, c->top_k);
+        for (i = 0; i < V; i++) if (logits[i] >= kth) s->idx[n++] = i;
+    } else {
+        for (i = 0; i < V; i++) s->idx[n++] = i;
+    }
+    if (c->top_p < 1.0f) g4__cand_sort(s->idx, logits, n);
+    maxl = -HUGE_VAL;
+    for (k = 0; k < n; k++) if (logits[s->idx[k]] > maxl) maxl = logits[s->idx[k]];
+    if (maxl == -HUGE_VAL) { g4__seterr(s->error, "sampler: every logit is -inf"); return -1; }
+    for (sum = 0, k = 0; k < n; k++) sum += (s->prob[k] = (float)exp(logits[s->idx[k]] - maxl));
+    if (c->top_p < 1.0f) { /* transformers: drop the ascending prefix whose mass is <= 1 - top_p */
+        double cum = 0;
+        size_t keep = n;
+        for (k = n; k-- > 1;) {
+            cum += s->prob[k] / sum;
+            if (cum > 1.0 - c->top_p) break;
+            keep = k;
+        }
+        n = keep;
+    }
+    if (c->min_p > 0.0f) { /* drop p < min_p * p_max; p/p_max = exp(l - l_max) */
+        size_t m = 0;
+        for (k = 0; k < n; k++)
+            if (s->prob[k] >= c->min_p) { s->idx[m] = s->idx[k]; s->prob[m] = s->prob[k]; m++; }
+        n = m;
+    }
+    for (sum = 0, k = 0; k < n; k++) sum += s->prob[k];
+    u = g4__rng_uniform(&s->rng) * sum;
+    for (acc = 0, k = 0; k + 1 < n; k++) {
+        acc += s->prob[k];
+        if (u < acc) break;
+    }
+    return s->idx[k];
 }
 
 #endif /* GEMMA4_IMPLEMENTATION_DONE */

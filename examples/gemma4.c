@@ -6,23 +6,38 @@
      gemma4 compare DIR DUMP.safetensors [--tolerance T] [--f32|--bf16] [--chunk N]
      gemma4 bench DIR [--threads N] [--prompt N] [--gen N]
      gemma4 synth --config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N]
+     gemma4 tokenize TOKENIZER_JSON_OR_MODEL_DIR [TEXT]
+     gemma4 generate DIR --prompt "..." [--chat] [--system S] [--think] [--temp T]
+            [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]
+            [--max-tokens N] [--ctx N] [--tokenizer PATH]
+     gemma4 chat DIR [--system S] [--think] [sampling flags as generate]
 
    `logits` runs the ids as one sequence and writes float32 little-endian
    logits for every position, [n_ids][vocab], to FILE, and prints the argmax
    of each position. `greedy` appends N greedily chosen tokens and prints all
    ids. `compare` runs the ids stored in a dump (tools/hf_dump.py) and prints,
    tap by tap in forward order, how far gemma4.h is from the dump; exit status
-   0 when every tap is within tolerance, 2 when one is not. Errors: one line on
-   stderr, exit status 1. */
-#define _POSIX_C_SOURCE 200809L
+   0 when every tap is within tolerance, 2 when one is not.
+   `tokenize` prints the ids of TEXT (or of all of stdin) as tokenizers'
+   encode(TEXT).ids does (the post-processor's <bos> included). `generate`
+   streams the answer to stdout, then prints token counts and speeds to
+   stderr; it stops at <eos> or <turn|>. Defaults: temperature 1, top-k 64,
+   top-p 0.95 (Gemma's generation_config), a time-based seed printed to stderr;
+   --temp 0 is greedy. `chat` keeps one session, so each turn feeds only its
+   own tokens. The tokenizer is DIR/tokenizer.json unless --tokenizer is given.
+   Errors: one line on stderr, exit status 1. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, isatty, opendir */
 #define GEMMA4_IMPLEMENTATION
 #include "../gemma4.h"
 #include "compare.h"
 #include "bench.h"
 
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 static int usage(void) {
     fprintf(stderr,
@@ -31,7 +46,12 @@ static int usage(void) {
             "       gemma4 greedy DIR --ids 2,818 --new N [--chunk N]\n"
             "       gemma4 compare DIR DUMP.safetensors [--tolerance T] [--f32|--bf16] [--chunk N]\n"
             "       gemma4 bench DIR [--threads N] [--prompt N] [--gen N]\n"
-            "       gemma4 synth --config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N]\n");
+            "       gemma4 synth --config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N]\n"
+            "       gemma4 tokenize TOKENIZER_JSON_OR_MODEL_DIR [TEXT]\n"
+            "       gemma4 generate DIR --prompt \"...\" [--chat] [--system S] [--think] [--temp T] [--top-k K]\n"
+            "              [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--max-tokens N] [--ctx N]\n"
+            "              [--tokenizer PATH]\n"
+            "       gemma4 chat DIR [--system S] [--think] [sampling flags as generate]\n");
     return 1;
 }
 
@@ -154,6 +174,324 @@ done:
     return rc;
 }
 
+/* ------------------------------------------------ text in, text out (issue 5) */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* All of a stream, NUL-terminated (NULL when out of memory). */
+static char *read_all(FILE *f, size_t *len) {
+    size_t cap = 4096, n = 0, got;
+    char *buf = (char *)malloc(cap), *nb;
+    if (!buf) return NULL;
+    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (cap - n - 1 == 0) {
+            if (!(nb = (char *)realloc(buf, cap * 2))) { free(buf); return NULL; }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+/* gemma4 tokenize TOKENIZER_JSON_OR_MODEL_DIR [TEXT]: the ids of TEXT (or of all
+   of stdin) on one line, as tokenizers' encode(TEXT).ids (post-processor applied). */
+static int cmd_tokenize(int argc, char **argv) {
+    g4_tokenizer t;
+    char *text;
+    size_t len = 0, n, i, cap;
+    int32_t *ids;
+    int rc = 1;
+    if (argc > 4) return usage();
+    if (g4_tokenizer_load(&t, argv[2]) != G4_OK) { fprintf(stderr, "gemma4: %s\n", t.error); return 1; }
+    if (argc == 4) { len = strlen(argv[3]); text = (char *)malloc(len + 1); if (text) memcpy(text, argv[3], len + 1); }
+    else text = read_all(stdin, &len);
+    cap = g4_tokenize_max(&t, text ? len : 0);
+    ids = (int32_t *)malloc(sizeof(int32_t) * (cap ? cap : 1));
+    if (!text || !ids) fprintf(stderr, "gemma4: out of memory\n");
+    else if (g4_tokenize(&t, text, len, G4_ENCODE_ADD_SPECIAL, ids, cap, &n) != G4_OK) fprintf(stderr, "gemma4: tokenize failed\n");
+    else {
+        for (i = 0; i < n; i++) printf(i ? " %d" : "%d", (int)ids[i]);
+        printf("\n");
+        rc = 0;
+    }
+    free(text);
+    free(ids);
+    g4_tokenizer_free(&t);
+    return rc;
+}
+
+/* Reads the weight files once, so the model's pages are in memory before the
+   first step; on a terminal it shows how far it got. */
+static void warm_weights(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    double total = 0, done = 0;
+    int tty = isatty(2);
+    static char buf[1 << 20];
+    if (!d) return;
+    for (int pass = 0; pass < 2; pass++) {
+        rewinddir(d);
+        while ((e = readdir(d)) != NULL) {
+            size_t l = strlen(e->d_name);
+            char path[4096];
+            struct stat st;
+            FILE *f;
+            if (l < 12 || strcmp(e->d_name + l - 12, ".safetensors") != 0 || strcmp(e->d_name, "golden.safetensors") == 0)
+                continue;
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            if (stat(path, &st) != 0) continue;
+            if (pass == 0) { total += (double)st.st_size; continue; }
+            if (!(f = fopen(path, "rb"))) continue;
+            for (size_t got; (got = fread(buf, 1, sizeof buf, f)) > 0;) {
+                done += (double)got;
+                if (tty && ((long)(done / sizeof buf) % 64 == 0 || done >= total))
+                    fprintf(stderr, "\rloading %s: %.2f / %.2f GB (%.0f%%)", dir, done / 1e9, total / 1e9,
+                            total > 0 ? 100.0 * done / total : 100.0);
+            }
+            fclose(f);
+        }
+    }
+    if (tty && total > 0) fprintf(stderr, "\n");
+    closedir(d);
+}
+
+typedef struct {
+    const char *tokenizer, *system, *prompt;
+    int chat, think, max_tokens, ctx;
+    g4_sampler_config sc;
+    int seed_given;
+} gen_opts;
+
+/* The flags generate and chat share; returns 0, or 1 after printing usage. */
+static int parse_gen_opts(int argc, char **argv, gen_opts *o, int is_chat) {
+    int i;
+    memset(o, 0, sizeof *o);
+    o->sc = g4_sampler_config_init();
+    o->sc.top_k = 64;      /* Gemma's generation_config defaults */
+    o->sc.top_p = 0.95f;
+    o->max_tokens = is_chat ? 1024 : 256;
+    for (i = 3; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--chat") == 0) { o->chat = 1; continue; }
+        if (strcmp(a, "--think") == 0) { o->think = 1; continue; }
+        if (!v) return usage();
+        i++;
+        if (strcmp(a, "--prompt") == 0 && !is_chat) o->prompt = v;
+        else if (strcmp(a, "--system") == 0) o->system = v;
+        else if (strcmp(a, "--tokenizer") == 0) o->tokenizer = v;
+        else if (strcmp(a, "--temp") == 0) o->sc.temperature = (float)atof(v);
+        else if (strcmp(a, "--top-k") == 0) o->sc.top_k = atoi(v);
+        else if (strcmp(a, "--top-p") == 0) o->sc.top_p = (float)atof(v);
+        else if (strcmp(a, "--min-p") == 0) o->sc.min_p = (float)atof(v);
+        else if (strcmp(a, "--repeat-penalty") == 0) o->sc.repetition_penalty = (float)atof(v);
+        else if (strcmp(a, "--seed") == 0) { o->sc.seed = strtoull(v, NULL, 10); o->seed_given = 1; }
+        else if (strcmp(a, "--max-tokens") == 0) o->max_tokens = atoi(v);
+        else if (strcmp(a, "--ctx") == 0) o->ctx = atoi(v);
+        else return usage();
+    }
+    if ((!is_chat && !o->prompt) || o->max_tokens < 0 || o->ctx < 0) return usage();
+    if (!o->seed_given) o->sc.seed = (uint64_t)time(NULL);
+    return 0;
+}
+
+/* A loaded model + tokenizer + session + sampler. */
+typedef struct {
+    g4_model m;
+    g4_tokenizer t;
+    g4_session s;
+    g4_sampler smp;
+    void *arena;
+    float *logits;
+    char *piece;
+    int loaded_m, loaded_t;
+} gen_ctx;
+
+static void gen_free(gen_ctx *g) {
+    free(g->arena);
+    free(g->logits);
+    free(g->piece);
+    g4_sampler_free(&g->smp);
+    if (g->loaded_t) g4_tokenizer_free(&g->t);
+    if (g->loaded_m) g4_model_free(&g->m);
+}
+
+static int gen_open(gen_ctx *g, const char *dir, const gen_opts *o, int max_context) {
+    g4_session_config sc = g4_session_config_init();
+    size_t bytes;
+    memset(g, 0, sizeof *g);
+    if (g4_tokenizer_load(&g->t, o->tokenizer ? o->tokenizer : dir) != G4_OK) {
+        fprintf(stderr, "gemma4: %s%s\n", g->t.error, o->tokenizer ? "" : " (give the tokenizer with --tokenizer PATH)");
+        return 1;
+    }
+    g->loaded_t = 1;
+    warm_weights(dir);
+    if (g4_model_load(&g->m, dir) != G4_OK) { fprintf(stderr, "gemma4: %s\n", g->m.error); return 1; }
+    g->loaded_m = 1;
+    sc.max_context = o->ctx ? o->ctx : max_context;
+    if (g4_session_size(&g->m, &sc, &bytes) != G4_OK || !(g->arena = malloc(bytes))) {
+        fprintf(stderr, "gemma4: cannot allocate a session for %d positions\n", sc.max_context);
+        return 1;
+    }
+    if (g4_session_init(&g->s, &g->m, &sc, g->arena, bytes) != G4_OK) { fprintf(stderr, "gemma4: %s\n", g->s.error); return 1; }
+    if (g4_sampler_init(&g->smp, &o->sc, g->m.config.vocab_size) != G4_OK) { fprintf(stderr, "gemma4: %s\n", g->smp.error); return 1; }
+    g->logits = (float *)malloc(sizeof(float) * (size_t)g->m.config.vocab_size);
+    g->piece = (char *)malloc((size_t)g->t.max_piece);
+    if (!g->logits || !g->piece) { fprintf(stderr, "gemma4: out of memory\n"); return 1; }
+    return 0;
+}
+
+/* Feeds the prompt ids, then samples and streams up to max_tokens tokens,
+   stopping at <eos> or <turn|> (not fed, not printed). Adds to the counters. */
+static int gen_run(gen_ctx *g, const int32_t *ids, size_t n, int max_tokens, int *n_new, double *t_prefill,
+                   double *t_decode) {
+    g4_decode_state ds;
+    double t0 = now_s(), t1;
+    int i, k;
+    memset(&ds, 0, sizeof ds);
+    if (n > (size_t)(g->s.cfg.max_context - g->s.pos)) {
+        fprintf(stderr, "gemma4: %lu prompt tokens do not fit the %d positions left of the context (--ctx)\n",
+                (unsigned long)n, g->s.cfg.max_context - g->s.pos);
+        return 1;
+    }
+    for (i = 0; i < (int)n; i++) g4_sampler_accept(&g->smp, ids[i]);
+    if (g4_forward(&g->s, ids, (int)n, g->logits, G4_LOGITS_LAST) != G4_OK) { fprintf(stderr, "gemma4: %s\n", g->s.error); return 1; }
+    t1 = now_s();
+    *t_prefill += t1 - t0;
+    for (i = 0; i < max_tokens; i++) {
+        int32_t next = g4_sampler_sample(&g->smp, g->logits);
+        if (next < 0) { fprintf(stderr, "\ngemma4: %s\n", g->smp.error); return 1; }
+        if (g4_chat_is_stop(&g->t, next)) break;
+        if (next < g->t.n_vocab && (k = g4_decode_next(&g->t, &ds, next, G4_DECODE_SKIP_SPECIAL, g->piece, (size_t)g->t.max_piece)) > 0) {
+            fwrite(g->piece, 1, (size_t)k, stdout);
+            fflush(stdout);
+        }
+        g4_sampler_accept(&g->smp, next);
+        (*n_new)++;
+        if (i + 1 == max_tokens) break;
+        if (g->s.pos >= g->s.cfg.max_context) { fprintf(stderr, "\ngemma4: context full (%d positions)\n", g->s.pos); break; }
+        if (g4_forward(&g->s, &next, 1, g->logits, G4_LOGITS_LAST) != G4_OK) { fprintf(stderr, "\ngemma4: %s\n", g->s.error); return 1; }
+    }
+    if ((k = g4_decode_flush(&ds, g->piece, (size_t)g->t.max_piece)) > 0) fwrite(g->piece, 1, (size_t)k, stdout);
+    *t_decode += now_s() - t1;
+    return 0;
+}
+
+static void print_stats(int n_prompt, int n_new, double t_prefill, double t_decode) {
+    fprintf(stderr, "prompt %d tokens, generated %d tokens; prefill %.1f tok/s, decode %.1f tok/s\n", n_prompt, n_new,
+            t_prefill > 0 ? n_prompt / t_prefill : 0.0, t_decode > 0 && n_new > 0 ? n_new / t_decode : 0.0);
+}
+
+/* The prompt's ids: the chat layout, or <bos> + the text. Caller frees. */
+static int32_t *encode_prompt(const g4_tokenizer *t, const gen_opts *o, const char *user, int flags, size_t *n) {
+    size_t cap = g4_tokenize_max(t, strlen(user) + (o->system ? strlen(o->system) : 0)) + 64;
+    int32_t *ids = (int32_t *)malloc(sizeof(int32_t) * cap);
+    g4_result r;
+    if (!ids) return NULL;
+    if (o->chat || flags) {
+        g4_chat_message msgs[2];
+        int nm = 0;
+        if (!flags) flags = G4_CHAT_BOS;
+        if (o->system && (flags & G4_CHAT_BOS)) { msgs[nm].role = "system"; msgs[nm].content = o->system; nm++; }
+        msgs[nm].role = "user"; msgs[nm].content = user; nm++;
+        flags |= G4_CHAT_OPEN_MODEL | ((o->think && (flags & G4_CHAT_BOS)) ? G4_CHAT_THINKING : 0);
+        r = g4_chat_encode(t, msgs, nm, flags, ids, cap, n);
+        if (r != G4_OK && t->turn_open < 0) fprintf(stderr, "gemma4: the tokenizer has no <|turn> token: not a Gemma 4 chat tokenizer\n");
+    } else {
+        size_t k = 0;
+        if (t->bos >= 0) ids[k++] = t->bos;
+        r = g4_tokenize(t, user, strlen(user), 0, ids + k, cap - k, n);
+        *n += k;
+    }
+    if (r != G4_OK) { if (r != G4_ERR_INPUT || t->turn_open >= 0) fprintf(stderr, "gemma4: cannot encode the prompt (%s)\n", g4_result_str(r)); free(ids); return NULL; }
+    return ids;
+}
+
+/* gemma4 generate MODEL_DIR --prompt "..." [--chat] [--system S] [--think] [sampling] */
+static int cmd_generate(int argc, char **argv) {
+    gen_opts o;
+    gen_ctx g;
+    int32_t *ids;
+    size_t n;
+    int n_new = 0, rc = 1;
+    double tp = 0, td = 0;
+    g4_tokenizer probe;
+    if (parse_gen_opts(argc, argv, &o, 0)) return 1;
+    if (o.system && !o.chat) { fprintf(stderr, "gemma4: --system needs --chat\n"); return 1; }
+    /* the tokenizer first, to size the context to prompt + max_tokens */
+    if (g4_tokenizer_load(&probe, o.tokenizer ? o.tokenizer : argv[2]) != G4_OK) {
+        fprintf(stderr, "gemma4: %s%s\n", probe.error, o.tokenizer ? "" : " (give the tokenizer with --tokenizer PATH)");
+        return 1;
+    }
+    ids = encode_prompt(&probe, &o, o.prompt, 0, &n);
+    g4_tokenizer_free(&probe);
+    if (!ids) return 1;
+    if (!gen_open(&g, argv[2], &o, (int)n + o.max_tokens + 1)) {
+        if (!o.seed_given && o.sc.temperature > 0) fprintf(stderr, "seed %llu\n", (unsigned long long)o.sc.seed);
+        if (!gen_run(&g, ids, n, o.max_tokens, &n_new, &tp, &td)) {
+            printf("\n");
+            print_stats((int)n, n_new, tp, td);
+            rc = 0;
+        }
+    }
+    free(ids);
+    gen_free(&g);
+    return rc;
+}
+
+/* gemma4 chat MODEL_DIR: one session for the whole conversation; each turn
+   feeds only its own tokens, the earlier turns stay in the KV. */
+static int cmd_chat(int argc, char **argv) {
+    gen_opts o;
+    gen_ctx g;
+    char *line = NULL;
+    size_t line_cap = 0;
+    int turn = 0, rc = 1;
+    if (parse_gen_opts(argc, argv, &o, 1)) return 1;
+    o.chat = 1;
+    if (gen_open(&g, argv[2], &o, o.ctx ? o.ctx : 4096)) { gen_free(&g); return 1; }
+    if (!o.seed_given && o.sc.temperature > 0) fprintf(stderr, "seed %llu\n", (unsigned long long)o.sc.seed);
+    fprintf(stderr, "%d positions of context; /reset starts over, /quit or end of input leaves\n", g.s.cfg.max_context);
+    for (;;) {
+        int32_t *ids;
+        size_t n, l;
+        int n_new = 0;
+        double tp = 0, td = 0;
+        fprintf(stderr, "> ");
+        if (getline(&line, &line_cap, stdin) < 0) { rc = 0; break; }
+        l = strlen(line);
+        while (l && (line[l - 1] == '\n' || line[l - 1] == '\r')) line[--l] = 0;
+        if (!l) continue;
+        if (strcmp(line, "/quit") == 0) { rc = 0; break; }
+        if (strcmp(line, "/reset") == 0) { g4_session_reset(&g.s); g4_sampler_reset(&g.smp); turn = 0; continue; }
+        ids = encode_prompt(&g.t, &o, line, turn ? G4_CHAT_CONTINUE : G4_CHAT_BOS, &n);
+        if (!ids) break;
+        if (n + 1 > (size_t)(g.s.cfg.max_context - g.s.pos)) {
+            fprintf(stderr, "context full: %d of %d positions used; starting over (--ctx sets the size)\n", g.s.pos,
+                    g.s.cfg.max_context);
+            free(ids);
+            g4_session_reset(&g.s);
+            g4_sampler_reset(&g.smp);
+            ids = encode_prompt(&g.t, &o, line, G4_CHAT_BOS, &n);
+            if (!ids) break;
+        }
+        if (gen_run(&g, ids, n, o.max_tokens, &n_new, &tp, &td)) { free(ids); break; }
+        printf("\n");
+        print_stats((int)n, n_new, tp, td);
+        free(ids);
+        turn++;
+    }
+    free(line);
+    gen_free(&g);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     const char *cmd, *dir, *ids_arg = NULL, *out_path = NULL;
     int32_t *ids = NULL;
@@ -170,6 +508,9 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "compare") == 0) return argc >= 4 ? cmd_compare(argc, argv) : usage();
     if (strcmp(cmd, "bench") == 0) return g4b_cmd_bench(argc, argv);
     if (strcmp(cmd, "synth") == 0) return g4b_cmd_synth(argc, argv);
+    if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc, argv);
+    if (strcmp(cmd, "generate") == 0) return cmd_generate(argc, argv);
+    if (strcmp(cmd, "chat") == 0) return cmd_chat(argc, argv);
     if (strcmp(cmd, "logits") != 0 && strcmp(cmd, "greedy") != 0) return usage();
     for (i = 3; i < argc; i++) {
         if (i + 1 >= argc) return usage();

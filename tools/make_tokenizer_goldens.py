@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""Tokenizer and text-generation goldens for gemma4.h (issue 5).
+
+Writes, under data/tokenizer/:
+
+    tokenizer.json        a tiny tokenizer (512 ids) in exactly the format Gemma checkpoints ship:
+                          BPE with byte_fallback, Replace(" " -> "\u2581") normalizer,
+                          Split(" ", MergedWithPrevious) pre-tokenizer, Replace + ByteFallback + Fuse
+                          decoder, a TemplateProcessing post-processor that adds <bos>, and the
+                          Gemma 4 control tokens (<|turn>, <turn|>, <|think|>, ...) as added tokens.
+                          Its BPE merges are trained here with the `tokenizers` trainer on a small
+                          English corpus; its vocabulary fits the tiny models in data/tiny (512).
+    tiny_goldens.jsonl    the test strings encoded and decoded by the Python `tokenizers` library
+                          with tokenizer.json
+    gemma3_goldens.jsonl  the same strings with the full Gemma tokenizer at
+                          ../shared/data/gemma3-tokenizer/tokenizer.json (when present)
+    generate_golden.json  prompts rendered in the Gemma 4 chat layout, tokenized with tokenizer.json,
+                          and the tokens transformers' greedy generate() appends with
+                          data/tiny/e2b_like (float32, eager), with its decoded text
+    VERSIONS.txt          the versions that produced them
+
+Each goldens line is one JSON object, one of:
+    {"text": T, "ids": [...], "ids_special": [...], "decoded": D}
+        ids         = tok.encode(T, add_special_tokens=False).ids
+        ids_special = tok.encode(T).ids              (post-processor applied: <bos> first)
+        decoded     = tok.decode(ids, skip_special_tokens=False)
+    {"decode_ids": [...], "text": D, "text_skip": S}
+        random id sequences (byte-fallback runs, valid or not, special tokens):
+        D = tok.decode(ids, skip_special_tokens=False), S = with skip_special_tokens=True
+
+Usage (from the repository root):
+    /work/venv/bin/python tools/make_tokenizer_goldens.py
+"""
+
+import datetime
+import json
+import os
+import platform
+import random
+import sys
+
+import tokenizers
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+assert tokenizers.__version__ == "0.23.3", tokenizers.__version__
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "data", "tokenizer")
+FULL = os.path.join(ROOT, "..", "shared", "data", "gemma3-tokenizer", "tokenizer.json")
+VOCAB = 512
+
+# Gemma 4 names (spec section 6). Ids are this file's own; code must read them from the file.
+SPECIAL = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<|turn>", "<turn|>", "<|think|>",
+           "<|channel>", "<channel|>", "<|tool>", "<tool|>", "<|tool_call>", "<tool_call|>",
+           "<|tool_response>", "<tool_response|>", '<|"|>']
+NOT_SPECIAL = ["<mask>"]
+# Added (non-special) whitespace tokens, as the Gemma file has: runs of newlines, tabs, and "\u2581".
+ADDED_PLAIN = ["\n", "\n\n", "\n\n\n", "\t", "\t\t", "\u2581\u2581", "\u2581\u2581\u2581\u2581"]
+
+CORPUS = """
+The quick brown fox jumps over the lazy dog. A model reads text as tokens, one piece at a time.
+Machine learning is the study of programs that improve with data. Write a poem about the sea.
+The weather today is sunny with a light breeze, and the children are playing in the park.
+In the beginning there was only the word, and the word was written in a small notebook.
+Please answer the question in one sentence. What is the capital of France? It is Paris.
+def main(): return 0  # a tiny function in Python, with a comment and some indentation
+for (int i = 0; i < n; i++) { sum += x[i]; }  /* the same loop in C */
+She said that the river was wide, the mountains were high, and the road was long and winding.
+Numbers like 12, 345 and 6789 appear in text; so do dates such as 2024-05-01 and times like 10:30.
+You are a helpful assistant. Think step by step, then give the final answer to the user.
+Once upon a time, in a land far away, a princess and a dragon became the best of friends.
+Hello world! How are you doing today? I am fine, thank you. Let us go for a walk together.
+""".strip().split("\n")
+
+
+def build_tiny():
+    """Train merges on CORPUS, then lay out ids like Gemma: specials, added whitespace, bytes, BPE."""
+    trainer_tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    trainer_tok.normalizer = normalizers.Replace(" ", "\u2581")
+    # For training only: words start at "\u2581" so merges stay inside words.
+    trainer_tok.pre_tokenizer = pre_tokenizers.Split("\u2581", "merged_with_next")
+    fixed = len(SPECIAL) + len(ADDED_PLAIN) + 256
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB - fixed, limit_alphabet=70, show_progress=False,
+                                  special_tokens=[])
+    trainer_tok.train_from_iterator(CORPUS * 4, trainer=trainer)
+    trained = json.loads(trainer_tok.to_str())["model"]
+
+    vocab = {}
+    for s in SPECIAL + ADDED_PLAIN + ["<0x%02X>" % b for b in range(256)]:
+        vocab.setdefault(s, len(vocab))
+    for s, _ in sorted(trained["vocab"].items(), key=lambda kv: kv[1]):
+        if s not in vocab and len(vocab) < VOCAB:
+            vocab[s] = len(vocab)
+    merges = [m for m in trained["merges"] if m[0] in vocab and m[1] in vocab and m[0] + m[1] in vocab]
+    added = [dict(id=vocab[s], content=s, single_word=False, lstrip=False, rstrip=False, normalized=False,
+                  special=(s in SPECIAL and s not in NOT_SPECIAL)) for s in SPECIAL + ADDED_PLAIN]
+    bos = vocab["<bos>"]
+    doc = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+        "pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious",
+                          "invert": False},
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": "<bos>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"SpecialToken": {"id": "<bos>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                     {"SpecialToken": {"id": "<bos>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {"<bos>": {"id": "<bos>", "ids": [bos], "tokens": ["<bos>"]}},
+        },
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+            {"type": "ByteFallback"}, {"type": "Fuse"}]},
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+                  "vocab": vocab, "merges": merges},
+    }
+    assert len(vocab) <= VOCAB, len(vocab)
+    text = json.dumps(doc, ensure_ascii=False, indent=1) + "\n"
+    Tokenizer.from_str(text)  # the library must accept it
+    return text
+
+
+def test_strings():
+    """A few hundred varied strings: handwritten edge cases, then seeded random mixtures."""
+    s = [
+        "", " ", "  ", "   ", "a", "Hello", "Hello world", " Hello", "Hello ", "  two  spaces  ",
+        "The quick brown fox jumps over the lazy dog.", "hello\nworld", "line1\n\nline3\n\n\n\nend",
+        "\n", "\n\n", "\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n",
+        "\t", "a\tb\t\tc", "\t\t\t\tindented", "\r\n", "windows\r\nline\r\nends\r\n", " \n \t \r ",
+        "def f(x):\n    return x * 2\n", "int main(void) {\n\treturn 0;\n}\n",
+        "for (i = 0; i < n; ++i) { a[i] = b[i] << 2 | c[i] >> 3; }",
+        "SELECT * FROM users WHERE id = 42;", "<div class=\"x\">&amp; &lt;tag&gt;</div>",
+        "{\"key\": [1, 2.5, -3e10, null, true]}", "https://example.com/path?q=a+b&x=%20#frag",
+        "user@example.org", "C:\\Windows\\System32", "$ ls -la | grep '^d' > out.txt 2>&1",
+        "你好，世界！", "日本語のテキストです。", "한국어 텍스트", "繁體中文與简体中文",
+        "𠀀𠀁𪚥 (CJK extension B)", "नमस्ते दुनिया", "हिन्दी में लिखा गया वाक्य।", "क्षत्रिय",
+        "مرحبا بالعالم", "السَّلَامُ عَلَيْكُمْ", "שלום עולם", "Привет, мир!", "Γειά σου Κόσμε",
+        "ภาษาไทย", "Tiếng Việt có dấu", "ÅÄÖ åäö ß æøå", "e\u0301 vs \u00e9 (combining)",
+        "👋", "👋🏽", "👨‍👩‍👧‍👦", "🏳️‍🌈", "🇫🇷🇯🇵", "❤️‍🔥", "1️⃣", "👩🏾‍💻 codes", "emoji😀in😃text",
+        "\x00", "a\x00b", "\x01\x02\x03\x1f\x7f", "\x1b[31mred\x1b[0m", "\x0b\x0c", "\u0085\u2028\u2029",
+        "\u200b\u200c\u200d\u2060", "\ufeffBOM", "\u202eRTL override", "\ue000\uf8ff private use",
+        "\ufffd replacement", "\U0010fffd", "\u2581", "\u2581\u2581", "\u2581 mixed \u2581\u2581 ", "▁▁▁▁▁▁▁▁▁▁",
+        "<bos>", "<eos>", "<bos>hello<eos>", "<pad><unk><mask>", "<start_of_turn>user\nhi<end_of_turn>\n",
+        "<|turn>user\nHello<turn|>\n<|turn>model\n", "<|think|>", "<|channel>thought\n<channel|>",
+        "<start_of_tur", "<<bos>>", "<bos", "bos>", "< bos >", "<unused0><unused1>", "[multimodal]",
+        "<start_of_image>", "<0x41>", "<0xE4>", "text<eos>text<bos>text",
+        "a" * 1000, " " * 300, "ab" * 400, "\n" * 80, "\t" * 70, "=" * 200, "ha" * 150 + "!",
+        "the " * 200, "😀" * 50, "中" * 120, "-_-" * 90, "0123456789" * 30,
+        "Ünïcödé wïth äccénts", "½ ⅓ ¼ ∞ ≠ ≤ ≥ ∑ ∫ √", "x² + y² = z²", "αβγδε", "∀x∈ℝ: x² ≥ 0",
+        "The year 1999 and 2000, 3.14159, -42, +7, 1e-9, 0x1F", "CamelCaseIdentifierName",
+        "snake_case_identifier_name", "kebab-case-identifier", "ALL CAPS SHOUTING TEXT",
+        "Mr. O'Neil's \"quoted\" text — em dash – en dash … ellipsis", "‘curly’ “quotes” «guillemets»",
+        "tab\tseparated\tvalues\n1\t2\t3", "trailing newline\n", "\nleading newline", "   \n   ",
+        "mixed 中文 and English 🙂 and हिन्दी", "A", "AB", "ABC", " a", "  a", "a ", "a  ",
+    ]
+    rnd = random.Random(20261122)
+    pool = [" ", "  ", "\n", "\n\n", "\t", "the", "The", " of", "ing", "tion", "model", "token",
+            "你", "好", "世", "界", "न", "म", "स्", "ते", "ع", "ر", "ب", "😀", "👍🏻", "‍", "️", "é", "ñ",
+            "<bos>", "<eos>", "<|turn>", "<turn|>", "<start_of_turn>", "<", ">", "|", "▁", "\x00", "\x7f",
+            "0", "42", "3.14", "{", "}", "(", ")", ";", "def", "return", "    ", "\r", "x", "y", "z",
+            "a", "b", "c", "Hello", "world", ",", ".", "!", "?", "'", '"', "-", "_", "/", "\\"]
+    while len(s) < 320:
+        n = rnd.randint(1, 40)
+        s.append("".join(rnd.choice(pool) for _ in range(n)))
+    # Random code points, biased to the planes text uses (no surrogates).
+    while len(s) < 360:
+        cps = []
+        for _ in range(rnd.randint(1, 12)):
+            plane = rnd.choice([0x20, 0x80, 0x400, 0x900, 0x3040, 0x4E00, 0xAC00, 0x1F300, 0x20000])
+            cp = plane + rnd.randint(0, 0x100)
+            cps.append(chr(cp))
+        s.append("".join(cps))
+    return s
+
+
+def encode_lines(tok, strings):
+    lines = []
+    for t in strings:
+        ids = tok.encode(t, add_special_tokens=False).ids
+        ids_sp = tok.encode(t).ids
+        lines.append(json.dumps({"text": t, "ids": ids, "ids_special": ids_sp,
+                                 "decoded": tok.decode(ids, skip_special_tokens=False)}, ensure_ascii=True))
+    rnd = random.Random(7)
+    vocab = tok.get_vocab()
+    byte_ids = [vocab["<0x%02X>" % b] for b in range(256)]
+    special_ids = [vocab[s] for s in ("<bos>", "<eos>", "<pad>") if s in vocab]
+    n = tok.get_vocab_size(with_added_tokens=True)
+    for k in range(60):
+        ids = []
+        for _ in range(rnd.randint(1, 20)):
+            r = rnd.random()
+            if r < 0.35: ids.append(rnd.choice(byte_ids))
+            elif r < 0.5: ids.extend(vocab["<0x%02X>" % b] for b in "é中😀".encode()[rnd.randint(0, 2):][:rnd.randint(1, 4)])
+            elif r < 0.6: ids.append(rnd.choice(special_ids))
+            else: ids.append(rnd.randrange(n))
+        lines.append(json.dumps({"decode_ids": ids, "text": tok.decode(ids, skip_special_tokens=False),
+                                 "text_skip": tok.decode(ids, skip_special_tokens=True)}, ensure_ascii=True))
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------- generate ---
+def chat_text(system, user, thinking):
+    """The Gemma 4 chat layout of spec section 6, written out by hand."""
+    t = "<bos>"
+    if system is not None or thinking:
+        t += "<|turn>system\n" + ("<|think|>" if thinking else "") + (system or "") + "<turn|>\n"
+    return t + "<|turn>user\n" + user + "<turn|>\n<|turn>model\n"
+
+
+def make_generate_golden(tok):
+    import torch
+    import transformers
+    from transformers import Gemma4ForCausalLM, GenerationConfig
+    assert torch.__version__.startswith("2.15"), torch.__version__
+    assert transformers.__version__ == "5.23.0", transformers.__version__
+    torch.set_num_threads(1)
+    model = Gemma4ForCausalLM.from_pretrained(os.path.join(ROOT, "data", "tiny", "e2b_like"),
+                                              dtype=torch.float32, attn_implementation="eager").eval()
+    vocab = tok.get_vocab()
+    stop = [vocab["<eos>"], vocab["<turn|>"]]
+    cases = [
+        dict(name="chat", system="You are terse.", user="Write a poem about Machine Learning.", thinking=True,
+             chat=True),
+        dict(name="chat_nosys", system=None, user="Hello! How are you today?", thinking=False, chat=True),
+        dict(name="plain", prompt="The quick brown fox", chat=False),
+    ]
+    out = []
+    for c in cases:
+        text = chat_text(c["system"], c["user"], c["thinking"]) if c["chat"] else "<bos>" + c["prompt"]
+        prompt = tok.encode(text, add_special_tokens=False).ids
+        cfg = GenerationConfig(do_sample=False, max_new_tokens=40, eos_token_id=stop, pad_token_id=0,
+                               bos_token_id=vocab["<bos>"], return_dict_in_generate=True, output_logits=True)
+        with torch.no_grad():
+            res = model.generate(torch.tensor([prompt]), generation_config=cfg)
+        new = res.sequences[0, len(prompt):].tolist()
+        gap = min(float(torch.topk(l[0], 2).values[0] - torch.topk(l[0], 2).values[1]) for l in res.logits)
+        c = dict(c, prompt_text=text, prompt_ids=prompt, new_ids=new,
+                 new_text=tok.decode(new, skip_special_tokens=True), min_top2_gap=gap)
+        out.append(c)
+        print(f"generate {c['name']}: {len(prompt)} prompt ids, {len(new)} new, gap {gap:.3g}: {c['new_text']!r}")
+    return json.dumps(out, ensure_ascii=True, indent=1) + "\n", (torch.__version__, transformers.__version__)
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    tiny_text = build_tiny()
+    with open(os.path.join(OUT, "tokenizer.json"), "w", encoding="utf-8") as f:
+        f.write(tiny_text)
+    tiny = Tokenizer.from_str(tiny_text)
+    strings = test_strings()
+    with open(os.path.join(OUT, "tiny_goldens.jsonl"), "w") as f:
+        f.write(encode_lines(tiny, strings))
+    if os.path.exists(FULL):
+        full = Tokenizer.from_file(FULL)
+        with open(os.path.join(OUT, "gemma3_goldens.jsonl"), "w") as f:
+            f.write(encode_lines(full, strings))
+    else:
+        print(f"{FULL} absent: gemma3_goldens.jsonl not regenerated", file=sys.stderr)
+    gen, (tv, trv) = make_generate_golden(tiny)
+    with open(os.path.join(OUT, "generate_golden.json"), "w") as f:
+        f.write(gen)
+    with open(os.path.join(OUT, "VERSIONS.txt"), "w") as f:
+        f.write(f"tokenizers {tokenizers.__version__}\ntorch {tv}\ntransformers {trv}\n"
+                f"python {platform.python_version()}\n"
+                f"date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S} UTC\n"
+                f"command /work/venv/bin/python tools/make_tokenizer_goldens.py\n"
+                f"strings {len(strings)} (+60 random id sequences for decode)\n"
+                f"full tokenizer ../shared/data/gemma3-tokenizer/tokenizer.json (Gemma 3, same format)\n"
+                f"generate data/tiny/e2b_like, float32, eager, greedy, max_new_tokens 40, "
+                f"stop on <eos> and <turn|>\n")
+
+
+if __name__ == "__main__":
+    main()
