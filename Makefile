@@ -7,7 +7,7 @@ SAN      = -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-om
 LDLIBS   = -lm -lpthread
 DEMO     = data/tiny/e2b_like
 
-.PHONY: all run test unit sanitize strict bench clean
+.PHONY: all run test unit sanitize strict bench test-arm64 clean
 
 all: build/gemma4
 
@@ -69,6 +69,12 @@ build/membw: bench/membw.c | build
 
 build/fmapeak: bench/fmapeak.c | build
 	$(CC) -O2 -march=native -o $@ bench/fmapeak.c -lpthread
+
+# The NEON kernels: the suite cross-built for AArch64 and run under qemu-user
+# (needs gcc-aarch64-linux-gnu and qemu-user; .ci/run installs them).
+test-arm64: build/gemma4 | build
+	aarch64-linux-gnu-gcc $(WARN) -O2 -static -o build/test_gemma4_arm64 tests/test_gemma4.c $(LDLIBS)
+	qemu-aarch64 ./build/test_gemma4_arm64
 
 # Not a test: speed on an E2B-shaped random checkpoint vs the machine and peers (bench/run.sh).
 bench: build/gemma4 build/membw build/fmapeak

@@ -288,7 +288,7 @@ typedef struct g4_pool g4_pool;
 G4_API g4_result g4_pool_create(g4_pool **pool, int n_threads); /* allocates; n_threads >= 1 */
 G4_API void g4_pool_free(g4_pool *pool);
 G4_API int g4_pool_threads(const g4_pool *pool);
-G4_API const char *g4_simd_name(void); /* the kernels compiled in: "avx512", "avx2" or "scalar" */
+G4_API const char *g4_simd_name(void); /* kernels compiled in: "avx512", "avx2", "neon" or "scalar" */
 
 typedef struct {
     int max_context;     /* most positions the session holds (required) */
@@ -519,6 +519,8 @@ G4_API int32_t g4_sampler_sample(g4_sampler *s, float *logits);
 
 #if !defined(G4_NO_SIMD) && (defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)))
 #include <immintrin.h>
+#elif !defined(G4_NO_SIMD) && defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
 #endif
 #if !defined(G4_NO_THREADS) && (defined(__unix__) || defined(__APPLE__))
 #define G4__THREADS 1
@@ -2173,8 +2175,8 @@ G4__MAYBE_UNUSED static float g4__dot_ref(const float *a, const float *b, int n)
     return acc;
 }
 
-/* SIMD twins (x86-64 AVX-512F or AVX2+FMA, chosen at compile time; build with
-   -march=native). Every output element is accumulated lane-wise along `in` in
+/* SIMD twins (x86-64 AVX-512F or AVX2+FMA, or AArch64 NEON, chosen at compile
+   time; on x86-64 build with -march=native). Every output element is accumulated lane-wise along `in` in
    the same order whatever the tile it is computed in, then reduced by one fixed
    horizontal sum: a position gives the same bits in a 1-token decode step and
    in a prefill chunk. The order differs from the scalar reference (tested
@@ -2222,6 +2224,21 @@ static g4__vec g4__vload_w(const unsigned char *row, g4_dtype dt, size_t k) {
     return _mm256_loadu_ps((const float *)(const void *)(row + 4 * k));
 }
 #define g4__vload_x(p) _mm256_loadu_ps(p)
+#elif !defined(G4_NO_SIMD) && defined(__aarch64__) && defined(__ARM_NEON)
+#define G4__SIMD_NAME "neon"
+#define G4__VL 4
+typedef float32x4_t g4__vec;
+#define g4__vzero() vdupq_n_f32(0.0f)
+#define g4__vfma(a, b, c) vfmaq_f32(c, a, b)
+#define g4__vhsum(v) vaddvq_f32(v)
+static g4__vec g4__vload_w(const unsigned char *row, g4_dtype dt, size_t k) {
+    uint16_t h[4];
+    if (dt == G4_F32) return vld1q_f32((const float *)(const void *)(row + 4 * k));
+    memcpy(h, row + 2 * k, 8);
+    if (dt == G4_BF16) return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(h), 16));
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h)));
+}
+#define g4__vload_x(p) vld1q_f32(p)
 #endif
 
 #ifdef G4__SIMD_NAME
