@@ -38,6 +38,9 @@ build/test_bad_inputs_san: tests/test_bad_inputs.c gemma4.h | build
 build/test_threads: tests/test_threads.c gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -g -pthread -o $@ tests/test_threads.c $(LDLIBS)
 
+build/test_threads_san: tests/test_threads.c gemma4.h | build
+	$(CC) $(WARN) $(SAN) -pthread -o $@ tests/test_threads.c $(LDLIBS)
+
 build/test_threads_tsan: tests/test_threads.c gemma4.h | build
 	$(CC) $(WARN) -O1 -g -fsanitize=thread -pthread -o $@ tests/test_threads.c $(LDLIBS)
 
@@ -66,9 +69,10 @@ strict: | build
 unit: build/gemma4 build/test_gemma4
 	./build/test_gemma4
 
-sanitize: build/gemma4 build/gemma4_san build/test_gemma4_san build/test_bad_inputs_san
+sanitize: build/gemma4 build/gemma4_san build/test_gemma4_san build/test_bad_inputs_san build/test_threads_san
 	./build/test_gemma4_san
 	./build/test_bad_inputs_san data build/gemma4_san
+	./build/test_threads_san
 
 fuzz: $(FUZZERS:%=build/fuzz_%)
 	sh tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZERS)
@@ -81,7 +85,7 @@ tsan: build/test_threads_tsan
 	TSAN_OPTIONS=halt_on_error=1 ./build/test_threads_tsan
 
 test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san build/gemma4_san \
-      build/test_bad_inputs build/test_bad_inputs_san build/test_threads
+      build/test_bad_inputs build/test_bad_inputs_san build/test_threads build/test_threads_san
 	@echo "== README example"
 	./build/minimal $(DEMO)
 	@echo "== tests under AddressSanitizer + UndefinedBehaviorSanitizer"
@@ -89,8 +93,11 @@ test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san 
 	@tail -n 1 build/sanitize.log
 	./build/test_bad_inputs_san data build/gemma4_san > build/sanitize_bad.log 2>&1 || { cat build/sanitize_bad.log; exit 1; }
 	@tail -n 1 build/sanitize_bad.log
+	./build/test_threads_san > build/sanitize_threads.log 2>&1 || { cat build/sanitize_threads.log; exit 1; }
+	@tail -n 1 build/sanitize_threads.log
 	@echo "== two sessions, two threads"
-	./build/test_threads
+	./build/test_threads > build/threads.log 2>&1 || { cat build/threads.log; exit 1; }
+	@cat build/threads.log
 	@echo "== bad-input catalogue"
 	./build/test_bad_inputs data build/gemma4 > build/bad_inputs.log 2>&1 || { cat build/bad_inputs.log; exit 1; }
 	@tail -n 1 build/bad_inputs.log
@@ -98,7 +105,7 @@ test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san 
 	./build/test_gemma4 > build/tests.log 2>&1 || { cat build/tests.log; exit 1; }
 	@cat build/tests.log
 	@echo "== all suites"
-	@cat build/tests.log build/bad_inputs.log | awk '/^[0-9]+ passed, [0-9]+ failed$$/ { p += $$1; f += $$3 } END { print p " passed, " f " failed" }'
+	@cat build/threads.log build/bad_inputs.log build/tests.log | awk '/^[0-9]+ passed, [0-9]+ failed$$/ { p += $$1; f += $$3 } END { print p " passed, " f " failed" }'
 
 clean:
 	rm -rf build
