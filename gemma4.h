@@ -425,10 +425,20 @@ static char *g4__strdup(const char *s) {
 
 /* Whole file into memory (for JSON files), NUL-terminated. */
 static g4_result g4__read_file(const char *path, char **out, size_t *len, size_t max, char *err) {
-    FILE *f = fopen(path, "rb");
+    FILE *f;
     long n;
     char *buf;
     *out = NULL;
+#if G4__MMAP
+    { /* a directory, FIFO or device: refuse before opening (a FIFO would block) */
+        struct stat st;
+        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+            g4__seterr(err, "%s: %s", path, S_ISDIR(st.st_mode) ? "is a directory, not a file" : "not a regular file");
+            return G4_ERR_IO;
+        }
+    }
+#endif
+    f = fopen(path, "rb");
     if (!f) { g4__seterr(err, "%s: cannot open", path); return G4_ERR_IO; }
     if (getc(f) == EOF && ferror(f)) { /* fopen succeeds on a directory; reading it fails */
         fclose(f);
@@ -1270,7 +1280,7 @@ static g4_result g4__file_open(g4__file *f, const char *path, char *err) {
     {
         struct stat st;
         void *p;
-        int fd = open(path, O_RDONLY);
+        int fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO must not block: fstat refuses it below */
         if (fd < 0) { g4__seterr(err, "%s: cannot open", path); return G4_ERR_IO; }
         if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
             close(fd);
@@ -1492,9 +1502,14 @@ static char *g4__join(const char *dir, const char *name) {
 }
 
 static int g4__exists(const char *path) {
+#if G4__MMAP
+    struct stat st; /* no fopen: opening a FIFO would block */
+    return stat(path, &st) == 0;
+#else
     FILE *f = fopen(path, "rb");
     if (f) fclose(f);
     return f != NULL;
+#endif
 }
 
 static g4_result g4__add_file(g4_model *m, const char *dir, const char *name) {

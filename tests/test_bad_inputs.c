@@ -421,6 +421,14 @@ static void test_config_special(void) {
     rmdir(P(dir, "config.json"));
     end();
 
+    begin("config file: config.json is a FIFO (refused, not waited on)");
+    remove(P(dir, "config.json"));
+    mkfifo(P(dir, "config.json"), 0644);
+    expect(g4_config_load(&c, P(dir, "config.json")), G4_ERR_IO, c.error, "config.json", "not a regular file");
+    cli(args, 1, "not a regular file");
+    remove(P(dir, "config.json"));
+    end();
+
     begin("config file: missing");
     expect(g4_config_load(&c, P(dir, "config.json")), G4_ERR_IO, c.error, "config.json", "cannot open");
     cli(args, 1, "config.json");
@@ -578,6 +586,11 @@ static void test_safetensors_cases(void) {
     mkdir(STP, 0755);
     st_expect(G4_ERR_IO, "model.safetensors", "not a regular file");
     rmdir(STP);
+    end();
+    begin("safetensors: the path is a FIFO (refused, not waited on)");
+    mkfifo(STP, 0644);
+    st_expect(G4_ERR_IO, "model.safetensors", "not a regular file");
+    remove(STP);
     end();
     begin("safetensors: empty file");
     write_file(STP, "", 0);
@@ -862,6 +875,17 @@ static void test_index_cases(void) {
         cli(args, 1, "model.safetensors.index.json");
     }
     rmdir(P(g_ix_dir, "model.safetensors.index.json"));
+    end();
+    begin("index: the index is a FIFO (refused, not waited on)");
+    mkfifo(P(g_ix_dir, "model.safetensors.index.json"), 0644);
+    {
+        g4_model m;
+        char args[800];
+        expect(g4_model_load(&m, g_ix_dir), G4_ERR_IO, m.error, "model.safetensors.index.json", "not a regular file");
+        snprintf(args, sizeof args, "logits %s --ids 2 --out %s/cli_logits.bin", g_ix_dir, g_tmp);
+        cli(args, 1, "not a regular file");
+    }
+    remove(P(g_ix_dir, "model.safetensors.index.json"));
     end();
 }
 
