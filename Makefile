@@ -7,7 +7,7 @@ SAN      = -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-om
 LDLIBS   = -lm -lpthread
 DEMO     = data/tiny/e2b_like
 
-.PHONY: all run test unit sanitize strict bench test-arm64 clean
+.PHONY: all run test unit sanitize strict bench test-arm64 clean fuzz valgrind tsan
 
 all: build/gemma4
 
@@ -29,6 +29,36 @@ build/test_tokenizer: tests/test_tokenizer.c gemma4.h | build
 build/test_tokenizer_san: tests/test_tokenizer.c gemma4.h | build
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_tokenizer.c $(LDLIBS)
 
+# The bad-input catalogue (tests/test_bad_inputs.c) drives the CLI too:
+# build/gemma4 in the plain run, build/gemma4_san under the sanitizers.
+build/gemma4_san: examples/gemma4.c gemma4.h | build
+	$(CC) $(WARN) $(SAN) -o $@ examples/gemma4.c $(LDLIBS)
+
+build/test_bad_inputs: tests/test_bad_inputs.c gemma4.h | build
+	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_bad_inputs.c $(LDLIBS)
+
+build/test_bad_inputs_san: tests/test_bad_inputs.c gemma4.h | build
+	$(CC) $(WARN) $(SAN) -o $@ tests/test_bad_inputs.c $(LDLIBS)
+
+# Two sessions on one model from two threads (-pthread only here).
+build/test_threads: tests/test_threads.c gemma4.h | build
+	$(CC) $(WARN) $(CFLAGS) -g -pthread -o $@ tests/test_threads.c $(LDLIBS)
+
+build/test_threads_san: tests/test_threads.c gemma4.h | build
+	$(CC) $(WARN) $(SAN) -pthread -o $@ tests/test_threads.c $(LDLIBS)
+
+build/test_threads_tsan: tests/test_threads.c gemma4.h | build
+	$(CC) $(WARN) -O1 -g -fsanitize=thread -pthread -o $@ tests/test_threads.c $(LDLIBS)
+
+# libFuzzer harnesses (clang): make fuzz FUZZ_SECONDS=60 runs each in turn.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZERS       = json safetensors index
+FUZZ_FLAGS    = -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+
+build/fuzz_%: tests/fuzz/fuzz_%.c gemma4.h | build
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(LDLIBS)
+
 build:
 	mkdir -p build
 
@@ -42,27 +72,57 @@ run: build/gemma4
 strict: | build
 	sh tests/strict_compile.sh
 
-unit: build/gemma4 build/test_gemma4 build/test_tokenizer
+unit: build/gemma4 build/test_gemma4 build/test_tokenizer build/test_bad_inputs build/test_threads
 	./build/test_gemma4
 	./build/test_tokenizer
+	./build/test_bad_inputs data build/gemma4
+	./build/test_threads
 
-sanitize: build/gemma4 build/test_gemma4_san build/test_tokenizer_san
+sanitize: build/gemma4 build/gemma4_san build/test_gemma4_san build/test_bad_inputs_san build/test_threads_san build/test_tokenizer_san
 	./build/test_gemma4_san
+	./build/test_bad_inputs_san data build/gemma4_san
+	./build/test_threads_san
 	./build/test_tokenizer_san
 
-test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san build/test_tokenizer build/test_tokenizer_san
+fuzz: $(FUZZERS:%=build/fuzz_%)
+	sh tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZERS)
+
+# Memcheck on one golden test (the threads test: golden logits, then two threads).
+valgrind: build/test_threads
+	valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect ./build/test_threads
+
+tsan: build/test_threads_tsan
+	TSAN_OPTIONS=halt_on_error=1 ./build/test_threads_tsan
+
+test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san build/gemma4_san \
+      build/test_bad_inputs build/test_bad_inputs_san build/test_threads build/test_threads_san \
+      build/test_tokenizer build/test_tokenizer_san
 	@echo "== README example"
 	./build/minimal $(DEMO)
 	@echo "== tokenizer, chat, sampler and generate tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 	./build/test_tokenizer_san > build/sanitize_tokenizer.log 2>&1 || { cat build/sanitize_tokenizer.log; exit 1; }
 	@tail -n 1 build/sanitize_tokenizer.log
 	@echo "== tokenizer, chat, sampler and generate tests"
-	./build/test_tokenizer
+	./build/test_tokenizer > build/tokenizer.log 2>&1 || { cat build/tokenizer.log; exit 1; }
+	@cat build/tokenizer.log
 	@echo "== tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 	./build/test_gemma4_san > build/sanitize.log 2>&1 || { cat build/sanitize.log; exit 1; }
 	@tail -n 1 build/sanitize.log
+	./build/test_bad_inputs_san data build/gemma4_san > build/sanitize_bad.log 2>&1 || { cat build/sanitize_bad.log; exit 1; }
+	@tail -n 1 build/sanitize_bad.log
+	./build/test_threads_san > build/sanitize_threads.log 2>&1 || { cat build/sanitize_threads.log; exit 1; }
+	@tail -n 1 build/sanitize_threads.log
+	@echo "== two sessions, two threads"
+	./build/test_threads > build/threads.log 2>&1 || { cat build/threads.log; exit 1; }
+	@cat build/threads.log
+	@echo "== bad-input catalogue"
+	./build/test_bad_inputs data build/gemma4 > build/bad_inputs.log 2>&1 || { cat build/bad_inputs.log; exit 1; }
+	@tail -n 1 build/bad_inputs.log
 	@echo "== tests"
-	./build/test_gemma4
+	./build/test_gemma4 > build/tests.log 2>&1 || { cat build/tests.log; exit 1; }
+	@cat build/tests.log
+	@echo "== all suites"
+	@cat build/threads.log build/bad_inputs.log build/tokenizer.log build/tests.log | awk '/^[0-9]+ passed, [0-9]+ failed$$/ { p += $$1; f += $$3 } END { print p " passed, " f " failed" }'
 
 build/membw: bench/membw.c | build
 	$(CC) -O2 -march=native -o $@ bench/membw.c -lpthread

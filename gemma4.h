@@ -638,11 +638,26 @@ static char *g4__strdup(const char *s) {
 
 /* Whole file into memory (for JSON files), NUL-terminated. */
 static g4_result g4__read_file(const char *path, char **out, size_t *len, size_t max, char *err) {
-    FILE *f = fopen(path, "rb");
+    FILE *f;
     long n;
     char *buf;
     *out = NULL;
+#if G4__MMAP
+    { /* a directory, FIFO or device: refuse before opening (a FIFO would block) */
+        struct stat st;
+        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+            g4__seterr(err, "%s: %s", path, S_ISDIR(st.st_mode) ? "is a directory, not a file" : "not a regular file");
+            return G4_ERR_IO;
+        }
+    }
+#endif
+    f = fopen(path, "rb");
     if (!f) { g4__seterr(err, "%s: cannot open", path); return G4_ERR_IO; }
+    if (getc(f) == EOF && ferror(f)) { /* fopen succeeds on a directory; reading it fails */
+        fclose(f);
+        g4__seterr(err, "%s: cannot read (is it a directory?)", path);
+        return G4_ERR_IO;
+    }
     if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
         fclose(f);
         g4__seterr(err, "%s: cannot determine size (not a regular file?)", path);
@@ -674,6 +689,7 @@ static g4_result g4__read_file(const char *path, char **out, size_t *len, size_t
 
 enum { G4__JNULL, G4__JFALSE, G4__JTRUE, G4__JNUM, G4__JSTR, G4__JARR, G4__JOBJ };
 #define G4__JSON_MAX_DEPTH 64
+#define G4__JSON_MAX_NODES (1 << 24) /* values per document: bounds the parser's memory to 1 GiB */
 
 typedef struct {
     int type;
@@ -825,7 +841,7 @@ static int g4__json_number(g4__json *j, g4__jnode *nd) {
         }
     }
     ex = (eneg ? -e : e) - frac + dropped;
-    if (ex == 0) v = (double)mant;
+    if (ex == 0 || mant == 0) v = (double)mant; /* 0e400 is 0, not 0 * inf */
     else if (mant < (1ull << 53) && ex < 0 && ex >= -22) v = (double)mant / p10[-ex];
     else if (mant < (1ull << 53) && ex > 0 && ex <= 22) v = (double)mant * p10[ex];
     else v = (double)mant * pow(10.0, (double)ex);
@@ -932,6 +948,7 @@ static g4_result g4__json_parse(g4__json *j, const char *src, size_t len, const 
     j->err = err;
     if (len > (size_t)1 << 30) { g4__seterr(err, "%s: JSON text larger than 1 GiB", name); return G4_ERR_JSON; }
     j->cap = (int)(len / 2 + 2); /* every value takes at least one byte and a separator */
+    if (j->cap > G4__JSON_MAX_NODES) j->cap = G4__JSON_MAX_NODES;
     j->nodes = (g4__jnode *)G4_MALLOC(sizeof(g4__jnode) * (size_t)j->cap);
     j->strbuf = (char *)G4_MALLOC(len + 1);
     if (!j->nodes || !j->strbuf) {
@@ -988,6 +1005,11 @@ static g4_result g4__cfg_int(const g4__cfg *c, const char *key, int *out, int de
         return G4_OK;
     }
     nd = &c->j->nodes[n];
+    if (nd->type == G4__JNUM && !nd->is_int && nd->num == floor(nd->num) && (nd->num < (double)lo || nd->num > (double)hi)) {
+        g4__seterr(c->err, "%s: field '%s%s' is %g, outside [%lld, %lld]", c->name, c->scope, key, nd->num,
+                   (long long)lo, (long long)hi);
+        return G4_ERR_CONFIG;
+    }
     if (nd->type != G4__JNUM || !nd->is_int) {
         g4__seterr(c->err, "%s: field '%s%s' must be an integer, got %s", c->name, c->scope, key,
                    nd->type == G4__JNUM ? "a fractional number" : g4__jtype_name(nd->type));
@@ -1332,6 +1354,11 @@ static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const c
                        name);
             return G4_ERR_CONFIG;
         }
+        if (cfg->top_k_experts > 256) { /* the forward pass keeps the chosen experts in arrays of 256 */
+            g4__seterr(cfg->error, "%s: field '%stop_k_experts' is %d; gemma4.h supports at most 256", name, c.scope,
+                       cfg->top_k_experts);
+            return G4_ERR_CONFIG;
+        }
     }
     return G4_OK;
 }
@@ -1416,6 +1443,7 @@ G4__DEF g4_result g4_plan_build(g4_plan *p, const g4_config *c) {
 
 G4__DEF void g4_plan_print(const g4_plan *p, const g4_config *c, FILE *f) {
     int i;
+    if (!p || !c || !f) return;
     fprintf(f, "gemma4: %d layers, hidden %d, %d heads, vocab %d, window %d\n", c->num_hidden_layers, c->hidden_size,
             c->num_attention_heads, c->vocab_size, c->sliding_window);
     fprintf(f, "per-layer embeddings: %s", c->hidden_size_per_layer_input ? "" : "none\n");
@@ -1465,7 +1493,7 @@ static g4_result g4__file_open(g4__file *f, const char *path, char *err) {
     {
         struct stat st;
         void *p;
-        int fd = open(path, O_RDONLY);
+        int fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO must not block: fstat refuses it below */
         if (fd < 0) { g4__seterr(err, "%s: cannot open", path); return G4_ERR_IO; }
         if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
             close(fd);
@@ -1534,7 +1562,11 @@ static g4_result g4__st_parse(g4__file *f, int fi, g4__stinfo **list, int *n, in
         return G4_ERR_SAFETENSORS;
     }
     for (i = 7; i >= 0; i--) hlen = (hlen << 8) | f->bytes[i];
-    if (hlen > f->size - 8 || hlen > G4__MAX_HEADER || hlen < 2) {
+    if (hlen < 2) {
+        g4__seterr(err, "%s: header length %llu is too short for a JSON object", f->path, (unsigned long long)hlen);
+        return G4_ERR_SAFETENSORS;
+    }
+    if (hlen > f->size - 8 || hlen > G4__MAX_HEADER) {
         g4__seterr(err, "%s: header length %llu does not fit the file (%lu bytes)", f->path, (unsigned long long)hlen,
                    (unsigned long)f->size);
         return G4_ERR_SAFETENSORS;
@@ -1612,6 +1644,10 @@ static g4_result g4__st_parse(g4__file *f, int fi, g4__stinfo **list, int *n, in
             st->end = (uint64_t)en->ival;
         }
         esz = g4__dtype_size(st->t.dtype);
+        if (esz && numel > ((uint64_t)1 << 62) / esz) {
+            g4__seterr(err, "%s: tensor '%.200s': element count times dtype size overflows", f->path, name);
+            return G4_ERR_SAFETENSORS;
+        }
         if (esz && st->end - st->begin != numel * esz) {
             g4__seterr(err, "%s: tensor '%.200s': %llu bytes of data, but its shape and dtype need %llu", f->path, name,
                        (unsigned long long)(st->end - st->begin), (unsigned long long)(numel * esz));
@@ -1627,7 +1663,8 @@ static g4_result g4__st_parse(g4__file *f, int fi, g4__stinfo **list, int *n, in
 static g4_result g4__st_finish(g4_model *m) {
     int i;
     g4__stinfo **byoff;
-    qsort(m->tensors, (size_t)m->n_tensors, sizeof(g4__stinfo), g4__st_cmp_name);
+    const g4__stinfo *a;
+    if (m->n_tensors > 1) qsort(m->tensors, (size_t)m->n_tensors, sizeof(g4__stinfo), g4__st_cmp_name);
     for (i = 1; i < m->n_tensors; i++)
         if (strcmp(m->tensors[i - 1].name, m->tensors[i].name) == 0) {
             g4__seterr(m->error, "tensor '%.200s' appears twice (%s and %s)", m->tensors[i].name,
@@ -1639,8 +1676,10 @@ static g4_result g4__st_finish(g4_model *m) {
     if (!byoff) { g4__seterr(m->error, "out of memory"); return G4_ERR_NOMEM; }
     for (i = 0; i < m->n_tensors; i++) byoff[i] = &m->tensors[i];
     qsort(byoff, (size_t)m->n_tensors, sizeof(g4__stinfo *), g4__st_cmp_offset);
-    for (i = 1; i < m->n_tensors; i++) {
-        const g4__stinfo *a = byoff[i - 1], *b = byoff[i];
+    a = byoff[0];
+    for (i = 1; i < m->n_tensors; i++) { /* a: the tensor reaching furthest so far in this file */
+        const g4__stinfo *b = byoff[i];
+        if (a->file != b->file || byoff[i - 1]->end > a->end) a = byoff[i - 1];
         if (a->file == b->file && b->begin < a->end && b->begin != b->end) {
             g4__seterr(m->error, "%s: tensors '%.200s' and '%.200s' overlap", m->files[a->file].path, a->name, b->name);
             G4_FREE(byoff);
@@ -1676,9 +1715,14 @@ static char *g4__join(const char *dir, const char *name) {
 }
 
 static int g4__exists(const char *path) {
+#if G4__MMAP
+    struct stat st; /* no fopen: opening a FIFO would block */
+    return stat(path, &st) == 0;
+#else
     FILE *f = fopen(path, "rb");
     if (f) fclose(f);
     return f != NULL;
+#endif
 }
 
 static g4_result g4__add_file(g4_model *m, const char *dir, const char *name) {
@@ -1708,16 +1752,15 @@ static int g4__safe_shard_name(const char *s) {
     return 1;
 }
 
-static g4_result g4__load_index(g4_model *m, const char *dir, const char *index_path) {
-    char *text;
-    size_t len;
+/* The index text (read from index_path) -> its shards' tensors. */
+static g4_result g4__load_index_text(g4_model *m, const char *dir, const char *index_path, const char *text,
+                                     size_t len) {
     g4__json j;
     g4_result r;
     int wm, e, k, n_names = 0;
     const char **names;
-    if ((r = g4__read_file(index_path, &text, &len, 256u << 20, m->error)) != G4_OK) return r;
     r = g4__json_parse(&j, text, len, index_path, m->error);
-    if (r != G4_OK) { G4_FREE(text); return r; }
+    if (r != G4_OK) return r;
     wm = g4__jget(&j, 0, "weight_map");
     if (wm < 0 || j.nodes[wm].type != G4__JOBJ) {
         g4__seterr(m->error, "%s: needs a \"weight_map\" object", index_path);
@@ -1748,8 +1791,8 @@ static g4_result g4__load_index(g4_model *m, const char *dir, const char *index_
         g4__seterr(m->error, "%s: weight_map is empty", index_path);
         r = G4_ERR_SAFETENSORS;
     }
+    if (r == G4_OK) r = g4__st_finish(m); /* sorts by name; a tensor in two shards is an error */
     if (r == G4_OK) { /* every tensor the index lists must be in its shard */
-        qsort(m->tensors, (size_t)m->n_tensors, sizeof(g4__stinfo), g4__st_cmp_name);
         for (e = j.nodes[wm].child; e >= 0; e = j.nodes[e].next) {
             const g4__stinfo *st = g4__st_find(m, j.nodes[e].key);
             if (!st || strcmp(m->files[st->file].path + strlen(dir) + 1, j.nodes[e].str) != 0) {
@@ -1763,6 +1806,15 @@ static g4_result g4__load_index(g4_model *m, const char *dir, const char *index_
     G4_FREE((void *)names);
 done:
     g4__json_free(&j);
+    return r;
+}
+
+static g4_result g4__load_index(g4_model *m, const char *dir, const char *index_path) {
+    char *text;
+    size_t len;
+    g4_result r;
+    if ((r = g4__read_file(index_path, &text, &len, 256u << 20, m->error)) != G4_OK) return r;
+    r = g4__load_index_text(m, dir, index_path, text, len);
     G4_FREE(text);
     return r;
 }

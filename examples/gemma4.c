@@ -92,13 +92,12 @@ static int cmd_info(const char *path) {
     g4_config c;
     g4_plan p;
     g4_result r;
+    char buf[4096];
     if (is_dir(path)) {
-        char buf[4096];
         snprintf(buf, sizeof buf, "%s/config.json", path);
-        r = g4_config_load(&c, buf);
-    } else {
-        r = g4_config_load(&c, path);
+        path = buf;
     }
+    r = g4_config_load(&c, path);
     if (r != G4_OK) { fprintf(stderr, "gemma4: %s\n", c.error); return 1; }
     if (g4_plan_build(&p, &c) != G4_OK) { fprintf(stderr, "gemma4: %s: %s\n", path, p.error); return 1; }
     g4_plan_print(&p, &c, stdout);

@@ -1,0 +1,1147 @@
+/* The bad-input catalogue: every malformed config.json, safetensors file,
+   shard index, token list and API call we could think of, each a case that
+   asserts the exact result code and that the message names the file, tensor
+   or field. Unusual but valid inputs (extra tensors, metadata, unknown keys,
+   long strings) must load. Every bad config and checkpoint is also given to
+   the CLI, which must print exactly one line on stderr, exit 1, finish within
+   10 seconds and (built with sanitizers) print no sanitizer report.
+
+       build/test_bad_inputs [DATA_DIR [CLI]]     (defaults: data build/gemma4)
+
+   Each case prints "ok - ..." or "not ok - ..."; the last line is
+   "N passed, M failed". */
+#define _POSIX_C_SOURCE 200809L
+#define GEMMA4_IMPLEMENTATION
+#include "../gemma4.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int g_pass, g_fail, g_cur_failed;
+static char g_cur[300];
+static const char *g_data = "data", *g_cli = "build/gemma4";
+static char g_tmp[256];
+
+#define CHECK(cond, ...)                                                  \
+    do {                                                                  \
+        if (!(cond)) {                                                    \
+            printf("  FAIL %s:%d: %s: ", __FILE__, __LINE__, g_cur);      \
+            printf(__VA_ARGS__);                                          \
+            printf("\n");                                                 \
+            g_cur_failed = 1;                                             \
+        }                                                                 \
+    } while (0)
+
+static void begin(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_cur, sizeof g_cur, fmt, ap);
+    va_end(ap);
+    g_cur_failed = 0;
+}
+
+static void end(void) {
+    if (g_cur_failed) { g_fail++; printf("not ok - %s\n", g_cur); }
+    else { g_pass++; printf("ok - %s\n", g_cur); }
+    fflush(stdout);
+}
+
+/* "a/b" in one of 8 rotating buffers */
+static const char *P(const char *a, const char *b) {
+    static char buf[8][600];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", a, b);
+    return buf[k];
+}
+
+static const char *tiny(const char *name) {
+    static char buf[4][400];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/tiny/%s", g_data, name);
+    return buf[k];
+}
+
+static int write_file(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return 0;
+    if (len && fwrite(data, 1, len, f) != len) { fclose(f); return 0; }
+    fclose(f);
+    return 1;
+}
+
+static void copy_file(const char *from, const char *to) {
+    char *text, err[G4_ERROR_MAX];
+    size_t len;
+    if (g4__read_file(from, &text, &len, (size_t)1 << 26, err) != G4_OK) { printf("  cannot copy %s\n", from); return; }
+    write_file(to, text, len);
+    free(text);
+}
+
+static void rm_rf(const char *path) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    if (system(cmd) != 0) printf("  (could not remove %s)\n", path);
+}
+
+/* The result code and, when given, substrings of the message. */
+static void expect(g4_result got, g4_result want, const char *msg, const char *n1, const char *n2) {
+    CHECK(got == want, "result %d (%s), want %d (%s); message: %s", got, g4_result_str(got), want, g4_result_str(want),
+          msg);
+    if (n1) CHECK(strstr(msg, n1) != NULL, "message \"%s\" lacks \"%s\"", msg, n1);
+    if (n2) CHECK(strstr(msg, n2) != NULL, "message \"%s\" lacks \"%s\"", msg, n2);
+}
+
+/* ------------------------------------------------------------------ CLI */
+
+/* Runs the CLI with `args`; checks the exit status, and on failure that
+   stderr is exactly one line, holds `needle` (if given) and no sanitizer
+   report, all within 10 seconds. */
+static void cli(const char *args, int want_status, const char *needle) {
+    char cmd[2000], errpath[400], err[4096] = "";
+    struct timespec t0, t1;
+    double secs;
+    int st, lines = 0;
+    size_t n = 0, i;
+    FILE *f;
+    snprintf(errpath, sizeof errpath, "%s/cli.err", g_tmp);
+    snprintf(cmd, sizeof cmd, "%s %s > /dev/null 2> %s", g_cli, args, errpath);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    st = system(cmd);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    if ((f = fopen(errpath, "rb"))) { n = fread(err, 1, sizeof err - 1, f); fclose(f); }
+    err[n] = 0;
+    for (i = 0; i < n; i++) lines += err[i] == '\n';
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == want_status, "cli %s: status %d, want exit %d; stderr: %s", args, st,
+          want_status, err);
+    CHECK(secs < 10.0, "cli %s took %.1f s", args, secs);
+    CHECK(!strstr(err, "Sanitizer") && !strstr(err, "runtime error"), "cli %s: sanitizer report: %s", args, err);
+    if (want_status != 0) {
+        CHECK(lines == 1 && n > 1 && err[n - 1] == '\n', "cli %s: stderr must be one line, got %d: %s", args, lines, err);
+        if (needle) CHECK(strstr(err, needle) != NULL, "cli %s: stderr \"%s\" lacks \"%s\"", args, err, needle);
+    }
+}
+
+/* ---------------------------------------------------------- config.json */
+
+/* A valid two-layer config; later duplicate keys override (Python's json). */
+#define B0 "\"vocab_size\":32,\"hidden_size\":8,\"intermediate_size\":16,\"num_attention_heads\":4,\"head_dim\":4,\"global_head_dim\":8"
+#define B B0 ",\"num_key_value_heads\":2,\"num_hidden_layers\":2"
+#define C(extra) "{" B "," extra "}"
+#define ROPE_S "\"sliding_attention\":{\"rope_type\":\"default\",\"rope_theta\":10000.0}"
+
+typedef struct { const char *label, *json; g4_result want; const char *needle; } config_case;
+
+static const config_case g_config_cases[] = {
+    /* not JSON, or not an object */
+    {"empty text", "", G4_ERR_JSON, "unexpected end of input"},
+    {"only whitespace", " \n\t ", G4_ERR_JSON, "unexpected end of input"},
+    {"truncated inside a string", "{" B ",\"rope_parameters\":{\"slid", G4_ERR_JSON, "unterminated string"},
+    {"truncated after a colon", "{\"vocab_size\":", G4_ERR_JSON, "unexpected end of input"},
+    {"truncated before the closing brace", "{" B, G4_ERR_JSON, "expected ',' or '}'"},
+    {"top level is an array", "[1,2]", G4_ERR_CONFIG, "top level must be a JSON object, got an array"},
+    {"top level is a string", "\"gemma4\"", G4_ERR_CONFIG, "top level must be a JSON object, got a string"},
+    {"top level is null", "null", G4_ERR_CONFIG, "top level must be a JSON object, got null"},
+    {"NaN literal", C("\"rms_norm_eps\":NaN"), G4_ERR_JSON, "NaN"},
+    {"Infinity literal", C("\"rms_norm_eps\":Infinity"), G4_ERR_JSON, "Infinity"},
+    {"-Infinity literal", C("\"rms_norm_eps\":-Infinity"), G4_ERR_JSON, "bad number"},
+    {"a comment", "{/* x */" B "}", G4_ERR_JSON, "expected a member name"},
+    {"trailing comma", "{" B ",}", G4_ERR_JSON, "expected a member name"},
+    {"unknown escape", C("\"x\":\"\\q\""), G4_ERR_JSON, "unknown escape"},
+    {"control character in a string", C("\"x\":\"a\tb\""), G4_ERR_JSON, "control character"},
+    {"lone surrogate", C("\"x\":\"\\udc00\""), G4_ERR_JSON, "surrogate"},
+    {"trailing garbage", "{" B "} {}", G4_ERR_JSON, "trailing characters"},
+    {"number with a leading zero", C("\"sliding_window\":08"), G4_ERR_JSON, "leading zero"},
+    /* missing or wrongly typed required fields */
+    {"missing vocab_size", "{\"hidden_size\":8,\"intermediate_size\":16,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"num_hidden_layers\":2}",
+     G4_ERR_CONFIG, "'vocab_size' is missing"},
+    {"missing num_hidden_layers", "{" B0 ",\"num_key_value_heads\":2}", G4_ERR_CONFIG, "'num_hidden_layers' is missing"},
+    {"missing num_key_value_heads", "{" B0 ",\"num_hidden_layers\":2}", G4_ERR_CONFIG, "'num_key_value_heads' is missing"},
+    {"hidden_size null", C("\"hidden_size\":null"), G4_ERR_CONFIG, "'hidden_size' is missing"},
+    {"hidden_size a string", C("\"hidden_size\":\"8\""), G4_ERR_CONFIG, "'hidden_size' must be an integer, got a string"},
+    {"hidden_size true", C("\"hidden_size\":true"), G4_ERR_CONFIG, "'hidden_size' must be an integer, got true"},
+    {"head_dim an array", C("\"head_dim\":[4]"), G4_ERR_CONFIG, "'head_dim' must be an integer, got an array"},
+    {"intermediate_size a float", C("\"intermediate_size\":16.5"), G4_ERR_CONFIG,
+     "'intermediate_size' must be an integer, got a fractional number"},
+    {"num_attention_heads negative", C("\"num_attention_heads\":-4"), G4_ERR_CONFIG, "'num_attention_heads' is -4"},
+    {"num_key_value_heads zero", C("\"num_key_value_heads\":0"), G4_ERR_CONFIG, "'num_key_value_heads' is 0"},
+    {"vocab_size 1e30", C("\"vocab_size\":1e30"), G4_ERR_CONFIG, "'vocab_size' is 1e+30, outside"},
+    {"vocab_size with 23 digits", C("\"vocab_size\":99999999999999999999999"), G4_ERR_CONFIG, "'vocab_size' is 1e+23, outside"},
+    {"hidden_size 2^31", C("\"hidden_size\":2147483648"), G4_ERR_CONFIG, "'hidden_size' is 2147483648, outside"},
+    {"num_hidden_layers 257", C("\"num_hidden_layers\":257"), G4_ERR_CONFIG, "'num_hidden_layers' is 257"},
+    {"rms_norm_eps a string", C("\"rms_norm_eps\":\"1e-6\""), G4_ERR_CONFIG, "'rms_norm_eps' must be a number"},
+    {"rms_norm_eps negative", C("\"rms_norm_eps\":-1"), G4_ERR_CONFIG, "'rms_norm_eps' is -1"},
+    {"rms_norm_eps 1e999 (inf)", C("\"rms_norm_eps\":1e999"), G4_ERR_CONFIG, "'rms_norm_eps' is inf"},
+    {"tie_word_embeddings a string", C("\"tie_word_embeddings\":\"yes\""), G4_ERR_CONFIG,
+     "'tie_word_embeddings' must be true or false"},
+    {"sliding_window zero", C("\"sliding_window\":0"), G4_ERR_CONFIG, "'sliding_window' is 0"},
+    /* cross-field rules */
+    {"heads not divisible by KV heads", C("\"num_key_value_heads\":3"), G4_ERR_CONFIG,
+     "num_attention_heads (4) is not a multiple of its KV heads (3)"},
+    {"odd head_dim", C("\"head_dim\":5"), G4_ERR_CONFIG, "layer 0 has odd head_dim 5"},
+    {"odd global_head_dim", C("\"global_head_dim\":9"), G4_ERR_CONFIG, "layer 1 has odd head_dim 9"},
+    {"odd per-layer head_dim", C("\"per_layer_config\":{\"0\":{\"head_dim\":7}}"), G4_ERR_CONFIG, "layer 0 has odd head_dim 7"},
+    {"num_attention_heads * head_dim too large", C("\"num_attention_heads\":4096,\"head_dim\":2048"), G4_ERR_CONFIG,
+     "num_attention_heads * head_dim is too large"},
+    {"layer_types too short", C("\"layer_types\":[\"full_attention\"]"), G4_ERR_CONFIG,
+     "'layer_types' must be an array of num_hidden_layers (2) strings"},
+    {"layer_types too long", C("\"layer_types\":[\"full_attention\",\"full_attention\",\"full_attention\"]"), G4_ERR_CONFIG,
+     "'layer_types' must be an array of num_hidden_layers (2)"},
+    {"layer_types a string", C("\"layer_types\":\"full_attention\""), G4_ERR_CONFIG, "'layer_types' must be an array"},
+    {"layer_types unknown type", C("\"layer_types\":[\"chunked_attention\",\"full_attention\"]"), G4_ERR_CONFIG,
+     "layer_types[0] must be"},
+    {"layer_types a number", C("\"layer_types\":[\"sliding_attention\",1]"), G4_ERR_CONFIG, "layer_types[1] must be"},
+    {"num_kv_shared_layers negative", C("\"num_kv_shared_layers\":-1"), G4_ERR_CONFIG, "'num_kv_shared_layers' is -1"},
+    {"num_kv_shared_layers = layers", C("\"num_kv_shared_layers\":2"), G4_ERR_CONFIG,
+     "num_kv_shared_layers (2) must be below num_hidden_layers (2)"},
+    {"num_kv_shared_layers > layers", C("\"num_kv_shared_layers\":3"), G4_ERR_CONFIG, "num_kv_shared_layers (3) must be below"},
+    {"num_kv_shared_layers astronomically large", C("\"num_kv_shared_layers\":1e300"), G4_ERR_CONFIG,
+     "'num_kv_shared_layers' is 1e+300"},
+    {"reader layer with no owner of its type",
+     C("\"num_hidden_layers\":3,\"num_kv_shared_layers\":1,\"layer_types\":[\"sliding_attention\",\"sliding_attention\",\"full_attention\"]"),
+     G4_ERR_PLAN, "layer 2 (full_attention) reads shared K/V, but no layer before 2 is full_attention"},
+    /* per_layer_config */
+    {"per_layer_config an array", C("\"per_layer_config\":[]"), G4_ERR_CONFIG, "'per_layer_config' must be an object"},
+    {"per_layer_config key not a number", C("\"per_layer_config\":{\"x\":{}}"), G4_ERR_CONFIG, "per_layer_config key \"x\""},
+    {"per_layer_config key past the layers", C("\"per_layer_config\":{\"2\":{}}"), G4_ERR_CONFIG, "per_layer_config key \"2\""},
+    {"per_layer_config key empty", C("\"per_layer_config\":{\"\":{}}"), G4_ERR_CONFIG, "per_layer_config key \"\""},
+    {"per_layer_config key huge", C("\"per_layer_config\":{\"99999999999999999999\":{}}"), G4_ERR_CONFIG,
+     "per_layer_config key \"99999999999999999999\""},
+    {"per_layer_config entry not an object", C("\"per_layer_config\":{\"1\":8}"), G4_ERR_CONFIG,
+     "'per_layer_config.1' must be an object"},
+    {"per_layer_config unknown attribute", C("\"per_layer_config\":{\"1\":{\"intermediate_size\":8}}"), G4_ERR_CONFIG,
+     "per_layer_config.1.intermediate_size"},
+    {"per_layer_config head_dim zero", C("\"per_layer_config\":{\"1\":{\"head_dim\":0}}"), G4_ERR_CONFIG,
+     "per_layer_config.1.head_dim must be an integer"},
+    {"per_layer_config head_dim a string", C("\"per_layer_config\":{\"1\":{\"head_dim\":\"8\"}}"), G4_ERR_CONFIG,
+     "per_layer_config.1.head_dim must be an integer"},
+    {"per_layer_config KV heads not dividing", C("\"per_layer_config\":{\"1\":{\"num_key_value_heads\":3}}"), G4_ERR_CONFIG,
+     "layer 1: num_attention_heads (4) is not a multiple of its KV heads (3)"},
+    {"per_layer_config: one type, two head dims",
+     C("\"layer_types\":[\"full_attention\",\"full_attention\"],\"per_layer_config\":{\"0\":{\"head_dim\":8},\"1\":{\"head_dim\":16}}"),
+     G4_ERR_CONFIG, "layers 0 and 1 are both full_attention"},
+    /* rope_parameters */
+    {"rope_parameters an array", C("\"rope_parameters\":[]"), G4_ERR_CONFIG, "'rope_parameters' must be an object"},
+    {"rope_parameters entry a string", C("\"rope_parameters\":{\"sliding_attention\":\"default\"}"), G4_ERR_CONFIG,
+     "'rope_parameters.sliding_attention' must be an object"},
+    {"rope_type missing", C("\"rope_parameters\":{\"sliding_attention\":{\"rope_theta\":1.0}}"), G4_ERR_CONFIG,
+     "'rope_parameters.sliding_attention.rope_type' must be a string"},
+    {"rope_type unknown", C("\"rope_parameters\":{\"sliding_attention\":{\"rope_type\":\"yarn\",\"rope_theta\":1}}"), G4_ERR_CONFIG,
+     "rope_type \"yarn\" in 'rope_parameters.sliding_attention'"},
+    {"rope_theta missing", C("\"rope_parameters\":{" ROPE_S ",\"full_attention\":{\"rope_type\":\"default\"}}"), G4_ERR_CONFIG,
+     "'rope_parameters.full_attention.rope_theta' is missing"},
+    {"rope_theta a string", C("\"rope_parameters\":{\"sliding_attention\":{\"rope_type\":\"default\",\"rope_theta\":\"1e4\"}}"),
+     G4_ERR_CONFIG, "'rope_parameters.sliding_attention.rope_theta' must be a number"},
+    {"rope_theta negative", C("\"rope_parameters\":{\"sliding_attention\":{\"rope_type\":\"default\",\"rope_theta\":-1}}"),
+     G4_ERR_CONFIG, "'rope_parameters.sliding_attention.rope_theta' is -1"},
+    {"partial_rotary_factor 2", C("\"rope_parameters\":{" ROPE_S ",\"full_attention\":{\"rope_type\":\"proportional\",\"rope_theta\":1e6,\"partial_rotary_factor\":2}}"),
+     G4_ERR_CONFIG, "'rope_parameters.full_attention.partial_rotary_factor' is 2"},
+    {"rope factor 0", C("\"rope_parameters\":{" ROPE_S ",\"full_attention\":{\"rope_type\":\"proportional\",\"rope_theta\":1e6,\"factor\":0}}"),
+     G4_ERR_CONFIG, "'rope_parameters.full_attention.factor' is 0"},
+    {"rope_parameters without full_attention", C("\"rope_parameters\":{" ROPE_S "}"), G4_ERR_CONFIG,
+     "'rope_parameters' has no \"full_attention\" entry"},
+    /* model type and wrapper */
+    {"model_type a number", C("\"model_type\":4"), G4_ERR_CONFIG, "'model_type' must be a string"},
+    {"model_type llama", C("\"model_type\":\"llama\""), G4_ERR_CONFIG, "model_type \"llama\" is not a Gemma 4"},
+    {"gemma4 without text_config", "{\"model_type\":\"gemma4\"}", G4_ERR_CONFIG, "needs a 'text_config' object"},
+    {"text_config an array", "{\"model_type\":\"gemma4\",\"text_config\":[]}", G4_ERR_CONFIG, "'text_config' must be an object"},
+    {"text_config missing a field", "{\"model_type\":\"gemma4\",\"text_config\":{" B0 ",\"num_hidden_layers\":2}}", G4_ERR_CONFIG,
+     "'text_config.num_key_value_heads' is missing"},
+    {"text_config field mistyped", "{\"model_type\":\"gemma4\",\"text_config\":{" B ",\"hidden_size\":-8}}", G4_ERR_CONFIG,
+     "'text_config.hidden_size' is -8"},
+    {"wrapper tie_word_embeddings mistyped", "{\"model_type\":\"gemma4\",\"tie_word_embeddings\":1,\"text_config\":{" B "}}",
+     G4_ERR_CONFIG, "'tie_word_embeddings' must be true or false"},
+    /* features */
+    {"MoE without experts", C("\"enable_moe_block\":true"), G4_ERR_CONFIG, "enable_moe_block needs num_experts"},
+    {"MoE top_k above num_experts", C("\"enable_moe_block\":true,\"num_experts\":2,\"top_k_experts\":3,\"moe_intermediate_size\":4"),
+     G4_ERR_CONFIG, "num_experts >= top_k_experts"},
+    {"MoE top_k 300 (the forward pass holds 256)",
+     C("\"enable_moe_block\":true,\"num_experts\":512,\"top_k_experts\":300,\"moe_intermediate_size\":4"), G4_ERR_CONFIG,
+     "'top_k_experts' is 300"},
+    {"attention_bias true", C("\"attention_bias\":true"), G4_ERR_CONFIG, "'attention_bias' is true"},
+    {"hidden_activation silu", C("\"hidden_activation\":\"silu\""), G4_ERR_CONFIG, "'hidden_activation' is \"silu\""},
+    {"hidden_activation a number", C("\"hidden_activation\":1"), G4_ERR_CONFIG, "'hidden_activation' must be a string"},
+    {"use_bidirectional_attention all", C("\"use_bidirectional_attention\":\"all\""), G4_ERR_CONFIG,
+     "'use_bidirectional_attention' is \"all\""},
+};
+
+/* Unusual but valid configs: must parse and plan. */
+static const struct { const char *label, *json; } g_config_ok[] = {
+    {"unknown keys and nested metadata", C("\"quantization_config\":{\"a\":[1,{\"b\":null}]},\"my_key\":true,\"auto_map\":{}")},
+    {"null optional fields", C("\"num_experts\":null,\"top_k_experts\":null,\"moe_intermediate_size\":null,\"use_bidirectional_attention\":null")},
+    {"unicode escapes and UTF-8 in unknown keys", C("\"na\\u00efve \\ud83d\\ude00\":\"caf\xc3\xa9\",\"\\u0000\":1")},
+    {"a number written 0e400 (zero)", C("\"rms_norm_eps\":0e400")},
+    {"wrapper with vision and audio configs", "{\"model_type\":\"gemma4\",\"vision_config\":{\"hidden_size\":\"x\"},"
+                                               "\"audio_config\":null,\"text_config\":{" B "}}"},
+    {"per_layer_config with zero-padded keys", C("\"per_layer_config\":{\"01\":{\"head_dim\":8,\"num_key_value_heads\":1}}")},
+};
+
+static void write_config_dir(const char *dir, const char *json, size_t len) {
+    mkdir(dir, 0755);
+    write_file(P(dir, "config.json"), json, len);
+}
+
+static void test_config_cases(void) {
+    size_t k;
+    char dir[400], args[600];
+    snprintf(dir, sizeof dir, "%s/cfg", g_tmp);
+    for (k = 0; k < sizeof g_config_cases / sizeof g_config_cases[0]; k++) {
+        const config_case *cc = &g_config_cases[k];
+        g4_config c;
+        g4_result r;
+        begin("config: %s", cc->label);
+        r = g4_config_parse(&c, cc->json, strlen(cc->json), "t.json");
+        if (cc->want == G4_ERR_PLAN) {
+            g4_plan p;
+            CHECK(r == G4_OK, "the config itself is valid: %s", c.error);
+            expect(g4_plan_build(&p, &c), G4_ERR_PLAN, p.error, cc->needle, NULL);
+        } else {
+            expect(r, cc->want, c.error, cc->needle, "t.json");
+        }
+        /* the same file through the CLI: one line naming the file */
+        write_config_dir(dir, cc->json, strlen(cc->json));
+        snprintf(args, sizeof args, "info %s", dir);
+        cli(args, 1, "config.json");
+        end();
+    }
+    for (k = 0; k < sizeof g_config_ok / sizeof g_config_ok[0]; k++) {
+        g4_config c;
+        g4_plan p;
+        begin("config (valid): %s", g_config_ok[k].label);
+        CHECK(g4_config_parse(&c, g_config_ok[k].json, strlen(g_config_ok[k].json), "t.json") == G4_OK, "%s", c.error);
+        CHECK(g4_plan_build(&p, &c) == G4_OK, "%s", p.error);
+        if (strstr(g_config_ok[k].label, "0e400")) CHECK(c.rms_norm_eps == 0.0f, "0e400 must read as 0, got %g", c.rms_norm_eps);
+        if (strstr(g_config_ok[k].label, "zero-padded")) CHECK(c.layer_head_dim[1] == 8 && c.layer_kv_heads[1] == 1, "01 is layer 1");
+        write_config_dir(dir, g_config_ok[k].json, strlen(g_config_ok[k].json));
+        snprintf(args, sizeof args, "info %s", dir);
+        cli(args, 0, NULL);
+        end();
+    }
+}
+
+/* Configs that need more than a table row. */
+static void test_config_special(void) {
+    g4_config c;
+    char *big, dir[400], args[600];
+    size_t k, n;
+    snprintf(dir, sizeof dir, "%s/cfg", g_tmp);
+
+    begin("config: nesting 100 deep");
+    big = (char *)malloc(1000);
+    n = (size_t)sprintf(big, "{" B ",\"x\":");
+    for (k = 0; k < 100; k++) big[n++] = '[';
+    for (k = 0; k < 100; k++) big[n++] = ']';
+    big[n++] = '}';
+    expect(g4_config_parse(&c, big, n, "t.json"), G4_ERR_JSON, c.error, "nesting deeper than 64", "t.json");
+    write_config_dir(dir, big, n);
+    snprintf(args, sizeof args, "info %s", dir);
+    cli(args, 1, "nesting");
+    end();
+
+    begin("config (valid): nesting 63 deep in an unknown key");
+    n = (size_t)sprintf(big, "{" B ",\"x\":");
+    for (k = 0; k < 63; k++) big[n++] = '[';
+    for (k = 0; k < 63; k++) big[n++] = ']';
+    big[n++] = '}';
+    CHECK(g4_config_parse(&c, big, n, "t.json") == G4_OK, "%s", c.error);
+    free(big);
+    end();
+
+    begin("config (valid): a 4 MiB string value and a 64 KiB key");
+    big = (char *)malloc(5u << 20);
+    n = (size_t)sprintf(big, "{" B ",\"note\":\"");
+    for (k = 0; k < (4u << 20); k++) big[n++] = (char)('a' + k % 26);
+    n += (size_t)sprintf(big + n, "\",\"");
+    for (k = 0; k < (64u << 10); k++) big[n++] = 'k';
+    n += (size_t)sprintf(big + n, "\":1}");
+    CHECK(g4_config_parse(&c, big, n, "t.json") == G4_OK, "%s", c.error);
+    end();
+
+    begin("config: a 4 MiB model_type (message stays short)");
+    n = (size_t)sprintf(big, "{" B ",\"model_type\":\"");
+    for (k = 0; k < (4u << 20); k++) big[n++] = 'x';
+    n += (size_t)sprintf(big + n, "\"}");
+    expect(g4_config_parse(&c, big, n, "t.json"), G4_ERR_CONFIG, c.error, "model_type \"xxxx", "t.json");
+    CHECK(strlen(c.error) < 200, "message of %lu bytes", (unsigned long)strlen(c.error));
+    free(big);
+    end();
+
+    begin("config: NUL byte inside the text");
+    {
+        static const char t[] = "{\"vocab_size\":\0 3}";
+        expect(g4_config_parse(&c, t, sizeof t - 1, "t.json"), G4_ERR_JSON, c.error, "unexpected character", "t.json");
+        CHECK(strstr(c.error, "column 15") != NULL, "position: %s", c.error);
+    }
+    end();
+
+    begin("config: duplicate keys, the last wins (as Python's json)");
+    {
+        const char *t = C("\"hidden_size\":16");
+        CHECK(g4_config_parse(&c, t, strlen(t), "t.json") == G4_OK && c.hidden_size == 16, "hidden_size %d: %s",
+              c.hidden_size, c.error);
+    }
+    end();
+
+    begin("config file: empty");
+    write_config_dir(dir, "", 0);
+    expect(g4_config_load(&c, P(dir, "config.json")), G4_ERR_JSON, c.error, "config.json", "unexpected end");
+    snprintf(args, sizeof args, "info %s", dir);
+    cli(args, 1, "config.json");
+    end();
+
+    begin("config file: truncated copy of a real config");
+    {
+        char *text, err[G4_ERROR_MAX];
+        size_t len;
+        if (g4__read_file(P(tiny("e2b_like"), "config.json"), &text, &len, 1 << 20, err) == G4_OK) {
+            write_config_dir(dir, text, len / 2);
+            free(text);
+        }
+        expect(g4_config_load(&c, P(dir, "config.json")), G4_ERR_JSON, c.error, "config.json", "invalid JSON");
+        cli(args, 1, "config.json");
+    }
+    end();
+
+    begin("config file: config.json is a directory");
+    remove(P(dir, "config.json"));
+    mkdir(P(dir, "config.json"), 0755);
+    expect(g4_config_load(&c, P(dir, "config.json")), G4_ERR_IO, c.error, "config.json", "directory");
+    cli(args, 1, "directory");
+    {
+        g4_model m;
+        expect(g4_model_load(&m, dir), G4_ERR_IO, m.error, "config.json", "directory");
+    }
+    rmdir(P(dir, "config.json"));
+    end();
+
+    begin("config file: config.json is a FIFO (refused, not waited on)");
+    remove(P(dir, "config.json"));
+    mkfifo(P(dir, "config.json"), 0644);
+    expect(g4_config_load(&c, P(dir, "config.json")), G4_ERR_IO, c.error, "config.json", "not a regular file");
+    cli(args, 1, "not a regular file");
+    remove(P(dir, "config.json"));
+    end();
+
+    begin("config file: missing");
+    expect(g4_config_load(&c, P(dir, "config.json")), G4_ERR_IO, c.error, "config.json", "cannot open");
+    cli(args, 1, "config.json");
+    snprintf(args, sizeof args, "info %s/nope.json", dir);
+    cli(args, 1, "nope.json");
+    end();
+}
+
+/* ---------------------------------------------------------- safetensors */
+
+/* A safetensors file from raw parts: the 8-byte length (hlen as a uint64,
+   or the header's length when hlen is -1), the header text, then `data` bytes. */
+static void st_raw(const char *path, int64_t hlen, const char *header, size_t data) {
+    size_t hl = strlen(header), i;
+    uint64_t len = hlen == -1 ? (uint64_t)hl : (uint64_t)hlen;
+    unsigned char *buf = (unsigned char *)calloc(8 + hl + data + 1, 1);
+    for (i = 0; i < 8; i++) buf[i] = (unsigned char)(len >> (8 * i));
+    memcpy(buf + 8, header, hl);
+    for (i = 0; i < data; i++) buf[8 + hl + i] = (unsigned char)(i * 13);
+    write_file(path, buf, 8 + hl + data);
+    free(buf);
+}
+
+/* The tensors of a tiny checkpoint, to be edited and written back. */
+typedef struct { char name[160]; char dtype[16]; int ndim; int64_t shape[8]; const void *data; size_t bytes; } ent;
+typedef struct { g4_model src; ent *e; int n; } ents;
+
+static int ents_load(ents *s, const char *model) {
+    int i;
+    memset(s, 0, sizeof *s);
+    if (g4__add_file(&s->src, tiny(model), "model.safetensors") != G4_OK) { printf("  %s\n", s->src.error); return 0; }
+    s->e = (ent *)calloc((size_t)s->src.n_tensors + 16, sizeof(ent));
+    for (i = 0; i < s->src.n_tensors; i++) {
+        const g4__stinfo *st = &s->src.tensors[i];
+        ent *e = &s->e[s->n++];
+        snprintf(e->name, sizeof e->name, "%s", st->name);
+        snprintf(e->dtype, sizeof e->dtype, "%s", st->t.dtype == G4_BF16 ? "BF16" : st->t.dtype == G4_F16 ? "F16" : "F32");
+        e->ndim = st->t.ndim;
+        memcpy(e->shape, st->t.shape, sizeof e->shape);
+        e->data = st->t.data;
+        e->bytes = (size_t)(st->end - st->begin);
+    }
+    return 1;
+}
+
+static void ents_free(ents *s) {
+    free(s->e);
+    g4_model_free(&s->src);
+}
+
+static ent *ents_find(ents *s, const char *name) {
+    int i;
+    for (i = 0; i < s->n; i++)
+        if (strcmp(s->e[i].name, name) == 0) return &s->e[i];
+    printf("  no tensor %s to edit\n", name);
+    return &s->e[s->n]; /* a spare zeroed slot: the case then fails visibly */
+}
+
+static void ents_drop(ents *s, const char *name) {
+    ent *e = ents_find(s, name);
+    if (e < s->e + s->n) { *e = s->e[s->n - 1]; s->n--; }
+}
+
+static ent *ents_add(ents *s, const char *name, const char *dtype, int ndim, int64_t d0, int64_t d1, size_t bytes) {
+    static const unsigned char zeros[4096];
+    ent *e = &s->e[s->n++];
+    memset(e, 0, sizeof *e);
+    snprintf(e->name, sizeof e->name, "%s", name);
+    snprintf(e->dtype, sizeof e->dtype, "%s", dtype);
+    e->ndim = ndim;
+    e->shape[0] = d0;
+    e->shape[1] = d1;
+    e->data = zeros;
+    e->bytes = bytes;
+    return e;
+}
+
+static int ents_write(const ents *s, const char *path, const char *extra_header) {
+    FILE *f = fopen(path, "wb");
+    size_t cap = 1 << 20, hl = 0, off = 0;
+    char *hdr = (char *)malloc(cap);
+    int i, k;
+    if (!f || !hdr) { if (f) fclose(f); free(hdr); return 0; }
+    hl += (size_t)snprintf(hdr + hl, cap - hl, "{");
+    for (i = 0; i < s->n; i++) {
+        const ent *e = &s->e[i];
+        hl += (size_t)snprintf(hdr + hl, cap - hl, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[", i ? "," : "", e->name, e->dtype);
+        for (k = 0; k < e->ndim; k++) hl += (size_t)snprintf(hdr + hl, cap - hl, "%s%lld", k ? "," : "", (long long)e->shape[k]);
+        hl += (size_t)snprintf(hdr + hl, cap - hl, "],\"data_offsets\":[%lu,%lu]}", (unsigned long)off,
+                               (unsigned long)(off + e->bytes));
+        off += e->bytes;
+    }
+    if (extra_header) hl += (size_t)snprintf(hdr + hl, cap - hl, "%s", extra_header);
+    hl += (size_t)snprintf(hdr + hl, cap - hl, "}");
+    while (hl % 8) hdr[hl++] = ' ';
+    for (k = 0; k < 8; k++) fputc((int)(((uint64_t)hl >> (8 * k)) & 0xff), f);
+    fwrite(hdr, 1, hl, f);
+    for (i = 0; i < s->n; i++) fwrite(s->e[i].data, 1, s->e[i].bytes, f);
+    fclose(f);
+    free(hdr);
+    return 1;
+}
+
+static char g_st_dir[400];
+
+/* Loads g_st_dir (config.json of e2b_like + the model.safetensors just
+   written) and checks the result; then the CLI on the same directory. */
+static void st_expect(g4_result want, const char *n1, const char *n2) {
+    g4_model m;
+    char args[800];
+    g4_result r = g4_model_load(&m, g_st_dir);
+    expect(r, want, m.error, n1, n2);
+    if (r != G4_OK) CHECK(m.files == NULL && m.tensors == NULL && m.w.layers == NULL, "a failed load must free everything");
+    if (r == G4_OK) {
+        g4_session_config sc = g4_session_config_init();
+        size_t bytes;
+        void *arena;
+        g4_session s;
+        float logits[512 * 3];
+        int32_t ids[3] = {2, 81, 101};
+        sc.max_context = 8;
+        CHECK(g4_session_size(&m, &sc, &bytes) == G4_OK, "size");
+        arena = malloc(bytes);
+        CHECK(g4_session_init(&s, &m, &sc, arena, bytes) == G4_OK, "%s", s.error);
+        CHECK(g4_forward(&s, ids, 3, logits, G4_LOGITS_ALL) == G4_OK, "%s", s.error);
+        free(arena);
+        g4_model_free(&m);
+    }
+    snprintf(args, sizeof args, "logits %s --ids 2,81,101 --out %s/cli_logits.bin", g_st_dir, g_tmp);
+    cli(args, want == G4_OK ? 0 : 1, n1);
+}
+
+#define STP P(g_st_dir, "model.safetensors")
+#define T1 "\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}"
+
+static void raw_case(const char *label, int64_t hlen, const char *header, size_t data, g4_result want, const char *n1,
+                     const char *n2) {
+    begin("safetensors: %s", label);
+    st_raw(STP, hlen, header, data);
+    st_expect(want, n1, n2);
+    end();
+}
+
+static void test_safetensors_cases(void) {
+    ents s;
+    snprintf(g_st_dir, sizeof g_st_dir, "%s/st", g_tmp);
+    mkdir(g_st_dir, 0755);
+    copy_file(P(tiny("e2b_like"), "config.json"), P(g_st_dir, "config.json"));
+
+    begin("safetensors: missing file");
+    remove(STP);
+    st_expect(G4_ERR_IO, "model.safetensors", "cannot open");
+    end();
+    begin("safetensors: the path is a directory");
+    mkdir(STP, 0755);
+    st_expect(G4_ERR_IO, "model.safetensors", "not a regular file");
+    rmdir(STP);
+    end();
+    begin("safetensors: the path is a FIFO (refused, not waited on)");
+    mkfifo(STP, 0644);
+    st_expect(G4_ERR_IO, "model.safetensors", "not a regular file");
+    remove(STP);
+    end();
+    begin("safetensors: empty file");
+    write_file(STP, "", 0);
+    st_expect(G4_ERR_SAFETENSORS, "model.safetensors", "8-byte header length");
+    end();
+    begin("safetensors: 3 bytes");
+    write_file(STP, "abc", 3);
+    st_expect(G4_ERR_SAFETENSORS, "model.safetensors", "3 bytes");
+    end();
+    raw_case("header length 0", 0, "", 0, G4_ERR_SAFETENSORS, "model.safetensors", "header length 0");
+    raw_case("header length 1", 1, "{", 0, G4_ERR_SAFETENSORS, "model.safetensors", "header length 1");
+    raw_case("header length 2^64-2", -2, "{}", 0, G4_ERR_SAFETENSORS, "model.safetensors", "header length 18446744073709551614");
+    raw_case("header length one past the end", 3, "{}", 0, G4_ERR_SAFETENSORS, "model.safetensors",
+             "header length 3 does not fit the file (10 bytes)");
+    raw_case("header length 1 TiB", (int64_t)1 << 40, "{}", 64, G4_ERR_SAFETENSORS, "model.safetensors", "header length 1099511627776");
+    raw_case("header not JSON", -1, "{abc}", 0, G4_ERR_SAFETENSORS, "model.safetensors", "invalid JSON");
+    raw_case("header cut inside a string", 12, "{\"model.embed_tokens.weight\":{}}", 0, G4_ERR_SAFETENSORS,
+             "model.safetensors", "unterminated string");
+    raw_case("header is an array", -1, "[]", 0, G4_ERR_SAFETENSORS, "model.safetensors", "header must be a JSON object");
+    raw_case("header is a number", -1, "12", 0, G4_ERR_SAFETENSORS, "model.safetensors", "header must be a JSON object");
+    raw_case("header {} (no tensors)", -1, "{}", 0, G4_ERR_WEIGHTS, "embed_tokens", NULL);
+    raw_case("header with only __metadata__", -1, "{\"__metadata__\":{\"format\":\"pt\"}}", 0, G4_ERR_WEIGHTS, "embed_tokens", NULL);
+    raw_case("tensor entry not an object", -1, "{\"a\":1}", 0, G4_ERR_SAFETENSORS, "tensor 'a': entry must be an object", NULL);
+    raw_case("missing dtype", -1, "{\"a\":{\"shape\":[2],\"data_offsets\":[0,8]}}", 8, G4_ERR_SAFETENSORS,
+             "model.safetensors", "tensor 'a' has no dtype");
+    raw_case("dtype a number", -1, "{\"a\":{\"dtype\":4,\"shape\":[2],\"data_offsets\":[0,8]}}", 8, G4_ERR_SAFETENSORS,
+             "model.safetensors", "tensor 'a' has no dtype");
+    raw_case("missing shape", -1, "{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", 8, G4_ERR_SAFETENSORS,
+             "model.safetensors", "tensor 'a' needs a shape array");
+    raw_case("shape a string", -1, "{\"a\":{\"dtype\":\"F32\",\"shape\":\"2\",\"data_offsets\":[0,8]}}", 8, G4_ERR_SAFETENSORS,
+             "model.safetensors", "tensor 'a' needs a shape array");
+    raw_case("shape with 9 dims", -1, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", 4,
+             G4_ERR_SAFETENSORS, "tensor 'a' needs a shape array of at most 8 dims", NULL);
+    raw_case("negative dim", -1, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,-2],\"data_offsets\":[0,16]}}", 16, G4_ERR_SAFETENSORS,
+             "model.safetensors", "tensor 'a': shape[1] is not an integer");
+    raw_case("dim 2^41", -1, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2199023255552],\"data_offsets\":[0,16]}}", 16,
+             G4_ERR_SAFETENSORS, "tensor 'a': shape[0]", NULL);
+    raw_case("fractional dim", -1, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", 4, G4_ERR_SAFETENSORS,
+             "tensor 'a': shape[0]", NULL);
+    raw_case("dim a string", -1, "{\"a\":{\"dtype\":\"F32\",\"shape\":[\"4\"],\"data_offsets\":[0,16]}}", 16, G4_ERR_SAFETENSORS,
+             "tensor 'a': shape[0]", NULL);
+    raw_case("element count overflows", -1,
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[1099511627776,1099511627776],\"data_offsets\":[0,0]}}", 0,
+             G4_ERR_SAFETENSORS, "tensor 'a': element count overflows", NULL);
+    raw_case("element count times dtype size overflows", -1,
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[1099511627776,4194304],\"data_offsets\":[0,0]}}", 0,
+             G4_ERR_SAFETENSORS, "tensor 'a': element count times dtype size overflows", NULL);
+    raw_case("missing data_offsets", -1, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, G4_ERR_SAFETENSORS,
+             "tensor 'a' needs data_offsets", NULL);
+    raw_case("data_offsets with 3 entries", -1, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4,8]}}", 8,
+             G4_ERR_SAFETENSORS, "tensor 'a' needs data_offsets", NULL);
+    raw_case("data_offsets reversed", -1, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8,
+             G4_ERR_SAFETENSORS, "tensor 'a': data_offsets must satisfy", NULL);
+    raw_case("data_offsets negative", -1, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[-8,0]}}", 8,
+             G4_ERR_SAFETENSORS, "tensor 'a': data_offsets must satisfy", NULL);
+    raw_case("data_offsets past the end", -1, "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 8,
+             G4_ERR_SAFETENSORS, "tensor 'a': data_offsets must satisfy 0 <= begin <= end <= 8", NULL);
+    raw_case("data_offsets not integers", -1, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8.0]}}", 8,
+             G4_ERR_SAFETENSORS, "tensor 'a': data_offsets must satisfy", NULL);
+    raw_case("data_offsets disagree with shape x dtype", -1, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,8]}}",
+             16, G4_ERR_SAFETENSORS, "tensor 'a': 8 bytes of data, but its shape and dtype need 16", NULL);
+    raw_case("overlapping tensors", -1,
+             "{" T1 ",\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 16, G4_ERR_SAFETENSORS,
+             "tensors 'a' and 'b' overlap", "model.safetensors");
+    raw_case("overlap behind an empty tensor", -1,
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[8],\"data_offsets\":[0,32]},\"e\":{\"dtype\":\"F32\",\"shape\":[0],"
+             "\"data_offsets\":[8,8]},\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[16,24]}}",
+             32, G4_ERR_SAFETENSORS, "tensors 'a' and 'b' overlap", NULL);
+    raw_case("one tensor inside another", -1,
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[8],\"data_offsets\":[0,32]},\"b\":{\"dtype\":\"F32\",\"shape\":[1],"
+             "\"data_offsets\":[4,8]},\"c\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[20,24]}}",
+             32, G4_ERR_SAFETENSORS, "overlap", NULL);
+    raw_case("a name twice in one header", -1, "{" T1 "," T1 "}", 32, G4_ERR_SAFETENSORS, "tensor 'a' appears twice", NULL);
+
+    if (!ents_load(&s, "e2b_like")) { begin("safetensors: variants"); CHECK(0, "cannot read e2b_like"); end(); return; }
+    begin("safetensors: missing required tensor");
+    {
+        ents v = s;
+        v.e = (ent *)calloc((size_t)s.n + 16, sizeof(ent));
+        memcpy(v.e, s.e, sizeof(ent) * (size_t)s.n);
+        ents_drop(&v, "model.layers.3.mlp.down_proj.weight");
+        ents_write(&v, STP, NULL);
+        st_expect(G4_ERR_WEIGHTS, "checkpoint has no tensor 'model.layers.3.mlp.down_proj.weight' (expected [64, 96])", NULL);
+        free(v.e);
+    }
+    end();
+#define VARIANT(label, edit, want, n1, n2)                               \
+    do {                                                                 \
+        ents v = s;                                                      \
+        begin("safetensors: %s", label);                                 \
+        v.e = (ent *)calloc((size_t)s.n + 16, sizeof(ent));              \
+        memcpy(v.e, s.e, sizeof(ent) * (size_t)s.n);                     \
+        { edit; }                                                        \
+        ents_write(&v, STP, NULL);                                       \
+        st_expect(want, n1, n2);                                         \
+        free(v.e);                                                       \
+        end();                                                           \
+    } while (0)
+    VARIANT("right size, wrong shape (transposed)",
+            { ent *e = ents_find(&v, "model.layers.0.mlp.gate_proj.weight"); e->shape[0] = 64; e->shape[1] = 96; },
+            G4_ERR_WEIGHTS, "tensor 'model.layers.0.mlp.gate_proj.weight' has shape [64, 96], expected [96, 64]",
+            "model.safetensors");
+    VARIANT("right size, wrong rank", { ent *e = ents_find(&v, "model.norm.weight"); e->ndim = 2; e->shape[1] = e->shape[0]; e->shape[0] = 1; },
+            G4_ERR_WEIGHTS, "tensor 'model.norm.weight' has shape [1, 64], expected [64]", NULL);
+    VARIANT("unknown dtype on a required tensor", { snprintf(ents_find(&v, "model.norm.weight")->dtype, 16, "F8_E4M3"); },
+            G4_ERR_WEIGHTS, "tensor 'model.norm.weight' must be BF16, F16 or F32", "model.safetensors");
+    VARIANT("integer dtype on a required tensor", { snprintf(ents_find(&v, "model.layers.0.layer_scalar")->dtype, 16, "I16"); },
+            G4_ERR_WEIGHTS, "tensor 'model.layers.0.layer_scalar' must be BF16, F16 or F32", NULL);
+    VARIANT("I32 of the right byte count on a required tensor",
+            { ent *e = ents_find(&v, "model.norm.weight"); snprintf(e->dtype, 16, "I32"); e->shape[0] = 32; },
+            G4_ERR_WEIGHTS, "tensor 'model.norm.weight' must be BF16, F16 or F32", NULL);
+    VARIANT("dtype and size disagree (F32 label on BF16 bytes)", { snprintf(ents_find(&v, "model.norm.weight")->dtype, 16, "F32"); },
+            G4_ERR_SAFETENSORS, "tensor 'model.norm.weight': 128 bytes of data, but its shape and dtype need 256", NULL);
+    VARIANT("no embedding under either prefix", { snprintf(ents_find(&v, "model.embed_tokens.weight")->name, 160, "embed.weight"); },
+            G4_ERR_WEIGHTS, "neither 'model.language_model.embed_tokens.weight' nor 'model.embed_tokens.weight'", NULL);
+    VARIANT("tensor name duplicated by a \\u escape",
+            { snprintf(ents_find(&v, "model.layers.9.layer_scalar")->name, 160, "model.norm.w\\u0065ight"); },
+            G4_ERR_SAFETENSORS, "tensor 'model.norm.weight' appears twice", NULL);
+    /* valid: extra tensors the text decoder does not use */
+    VARIANT("(valid) vision and audio tower tensors",
+            { ents_add(&v, "model.vision_tower.encoder.weight", "BF16", 2, 4, 4, 32);
+              ents_add(&v, "model.audio_tower.conv.weight", "F32", 1, 3, 0, 12);
+              ents_add(&v, "model.embed_vision.weight", "F16", 2, 2, 2, 8); },
+            G4_OK, NULL, NULL);
+    VARIANT("(valid) stale reader K/V tensors",
+            { ents_add(&v, "model.layers.7.self_attn.k_proj.weight", "BF16", 2, 16, 64, 2048);
+              ents_add(&v, "model.layers.7.self_attn.v_proj.weight", "BF16", 2, 16, 64, 2048);
+              ents_add(&v, "model.layers.7.self_attn.k_norm.weight", "BF16", 1, 16, 0, 32); },
+            G4_OK, NULL, NULL);
+    VARIANT("(valid) unknown dtypes on unused tensors",
+            { ents_add(&v, "model.vision_tower.scale", "F8_E4M3", 1, 5, 0, 5);
+              ents_add(&v, "model.audio_tower.mask", "BOOL", 1, 3, 0, 3);
+              ents_add(&v, "model.vision_tower.q", "U4", 1, 8, 0, 4); },
+            G4_OK, NULL, NULL);
+    VARIANT("(valid) a zero-size tensor", { ents_add(&v, "model.vision_tower.empty", "F32", 2, 0, 7, 0); }, G4_OK, NULL, NULL);
+    begin("safetensors: (valid) __metadata__ with extra fields");
+    ents_write(&s, STP, ",\"__metadata__\":{\"format\":\"pt\",\"note\":\"x\\u00e9\",\"other\":[1,2]}");
+    st_expect(G4_OK, NULL, NULL);
+    end();
+    begin("safetensors: truncated data (file cut by 100 bytes)");
+    {
+        char *text, err[G4_ERROR_MAX];
+        size_t len;
+        ents_write(&s, STP, NULL);
+        if (g4__read_file(STP, &text, &len, (size_t)1 << 26, err) == G4_OK) {
+            write_file(STP, text, len - 100);
+            free(text);
+        }
+        st_expect(G4_ERR_SAFETENSORS, "model.safetensors: tensor '", "data_offsets must satisfy");
+    }
+    end();
+    begin("safetensors: truncated inside the header");
+    {
+        char *text, err[G4_ERROR_MAX];
+        size_t len;
+        ents_write(&s, STP, NULL);
+        if (g4__read_file(STP, &text, &len, (size_t)1 << 26, err) == G4_OK) {
+            write_file(STP, text, 1000);
+            free(text);
+        }
+        st_expect(G4_ERR_SAFETENSORS, "model.safetensors", "does not fit the file (1000 bytes)");
+    }
+    end();
+    begin("safetensors: untied config without lm_head.weight");
+    {
+        char *text, err[G4_ERROR_MAX], *p, *out;
+        size_t len;
+        if (g4__read_file(P(tiny("e2b_like"), "config.json"), &text, &len, 1 << 20, err) == G4_OK) {
+            out = (char *)malloc(len + 16);
+            if ((p = strstr(text, "\"tie_word_embeddings\": true"))) {
+                *p = 0;
+                snprintf(out, len + 16, "%s\"tie_word_embeddings\": false%s", text, p + 27);
+                write_file(P(g_st_dir, "config.json"), out, strlen(out));
+            } else printf("  e2b_like config has no tie_word_embeddings: true\n");
+            free(out);
+            free(text);
+        }
+        ents_write(&s, STP, NULL);
+        st_expect(G4_ERR_WEIGHTS, "checkpoint has no tensor 'lm_head.weight' (expected [512, 64])", NULL);
+        copy_file(P(tiny("e2b_like"), "config.json"), P(g_st_dir, "config.json"));
+    }
+    end();
+    ents_free(&s);
+}
+
+/* ---------------------------------------------------------- shard index */
+
+static char g_ix_dir[400];
+
+static void index_case(const char *label, const char *index_json, g4_result want, const char *n1, const char *n2) {
+    g4_model m;
+    char args[800];
+    g4_result r;
+    begin("index: %s", label);
+    write_file(P(g_ix_dir, "model.safetensors.index.json"), index_json, strlen(index_json));
+    r = g4_model_load(&m, g_ix_dir);
+    expect(r, want, m.error, n1, n2);
+    if (r != G4_OK) CHECK(m.files == NULL && m.tensors == NULL, "a failed load must free everything");
+    else g4_model_free(&m);
+    snprintf(args, sizeof args, "logits %s --ids 2,3 --out %s/cli_logits.bin", g_ix_dir, g_tmp);
+    cli(args, want == G4_OK ? 0 : 1, n1);
+    end();
+}
+
+#define SH1 "model-00001-of-00005.safetensors"
+
+static void test_index_cases(void) {
+    static const char *shards[] = {SH1, "model-00002-of-00005.safetensors", "model-00003-of-00005.safetensors",
+                                   "model-00004-of-00005.safetensors", "model-00005-of-00005.safetensors"};
+    char outside[400];
+    int k;
+    snprintf(g_ix_dir, sizeof g_ix_dir, "%s/ix/model", g_tmp);
+    mkdir(P(g_tmp, "ix"), 0755);
+    mkdir(g_ix_dir, 0755);
+    copy_file(P(tiny("31b_like"), "config.json"), P(g_ix_dir, "config.json"));
+    for (k = 0; k < 5; k++) copy_file(P(tiny("31b_like"), shards[k]), P(g_ix_dir, shards[k]));
+    /* a valid shard just outside the model directory: an escaping index must not reach it */
+    snprintf(outside, sizeof outside, "%s/ix/outside.safetensors", g_tmp);
+    copy_file(P(tiny("31b_like"), SH1), outside);
+
+    index_case("not JSON", "{\"weight_map\": {", G4_ERR_JSON, "model.safetensors.index.json", "invalid JSON");
+    index_case("empty file", "", G4_ERR_JSON, "model.safetensors.index.json", "unexpected end");
+    index_case("top level an array", "[\"" SH1 "\"]", G4_ERR_SAFETENSORS, "model.safetensors.index.json", "needs a \"weight_map\" object");
+    index_case("no weight_map", "{\"metadata\":{}}", G4_ERR_SAFETENSORS, "model.safetensors.index.json", "weight_map");
+    index_case("weight_map an array", "{\"weight_map\":[]}", G4_ERR_SAFETENSORS, "needs a \"weight_map\" object", NULL);
+    index_case("weight_map empty", "{\"weight_map\":{}}", G4_ERR_SAFETENSORS, "model.safetensors.index.json", "weight_map is empty");
+    index_case("a shard name that is a number", "{\"weight_map\":{\"model.norm.weight\":5}}", G4_ERR_SAFETENSORS,
+               "weight_map[\"model.norm.weight\"] must be a file name", NULL);
+    index_case("a shard that does not exist", "{\"weight_map\":{\"model.norm.weight\":\"model-00009-of-00005.safetensors\"}}",
+               G4_ERR_IO, "model-00009-of-00005.safetensors: cannot open", NULL);
+    index_case("shard path ../", "{\"weight_map\":{\"model.norm.weight\":\"../outside.safetensors\"}}", G4_ERR_SAFETENSORS,
+               "shard \"../outside.safetensors\" (for 'model.norm.weight') is not a plain file name", "refused");
+    index_case("shard path absolute", "{\"weight_map\":{\"model.norm.weight\":\"/etc/passwd\"}}", G4_ERR_SAFETENSORS,
+               "shard \"/etc/passwd\"", "refused");
+    index_case("shard path in a subdirectory", "{\"weight_map\":{\"model.norm.weight\":\"sub/" SH1 "\"}}", G4_ERR_SAFETENSORS,
+               "shard \"sub/" SH1 "\"", "refused");
+    index_case("shard path ..", "{\"weight_map\":{\"model.norm.weight\":\"..\"}}", G4_ERR_SAFETENSORS, "shard \"..\"", "refused");
+    index_case("shard path .", "{\"weight_map\":{\"model.norm.weight\":\".\"}}", G4_ERR_SAFETENSORS, "shard \".\"", "refused");
+    index_case("shard path with a backslash", "{\"weight_map\":{\"model.norm.weight\":\"..\\\\outside.safetensors\"}}",
+               G4_ERR_SAFETENSORS, "outside.safetensors", "refused");
+    index_case("shard path with a drive letter", "{\"weight_map\":{\"model.norm.weight\":\"C:" SH1 "\"}}", G4_ERR_SAFETENSORS,
+               "shard \"C:", "refused");
+    index_case("shard path empty", "{\"weight_map\":{\"model.norm.weight\":\"\"}}", G4_ERR_SAFETENSORS, "shard \"\"", "refused");
+    index_case("escaping shard after a good one",
+               "{\"weight_map\":{\"model.embed_tokens.weight\":\"" SH1 "\",\"model.norm.weight\":\"../outside.safetensors\"}}",
+               G4_ERR_SAFETENSORS, "../outside.safetensors", "refused");
+    index_case("a tensor listed in the wrong shard", "{\"weight_map\":{\"model.embed_tokens.weight\":\"model-00002-of-00005.safetensors\"}}",
+               G4_ERR_SAFETENSORS, "lists tensor 'model.embed_tokens.weight' in model-00002-of-00005.safetensors, but that shard does not have it",
+               NULL);
+    index_case("a tensor no shard has", "{\"weight_map\":{\"model.nope\":\"" SH1 "\"}}", G4_ERR_SAFETENSORS,
+               "lists tensor 'model.nope'", NULL);
+    copy_file(P(g_ix_dir, SH1), P(g_ix_dir, "copy.safetensors"));
+    index_case("one tensor in two shards",
+               "{\"weight_map\":{\"model.embed_tokens.weight\":\"" SH1 "\",\"x\":\"copy.safetensors\"}}", G4_ERR_SAFETENSORS,
+               "appears twice", "copy.safetensors");
+    mkdir(P(g_ix_dir, "dir.safetensors"), 0755);
+    index_case("a shard that is a directory", "{\"weight_map\":{\"model.norm.weight\":\"dir.safetensors\"}}", G4_ERR_IO,
+               "dir.safetensors: not a regular file", NULL);
+    write_file(P(g_ix_dir, "bad.safetensors"), "\x02\0\0\0\0\0\0\0[]", 10);
+    index_case("a shard with a bad header", "{\"weight_map\":{\"model.norm.weight\":\"bad.safetensors\"}}", G4_ERR_SAFETENSORS,
+               "bad.safetensors: the header must be a JSON object", NULL);
+    {
+        /* the real index of 31b_like, with extra metadata and unknown keys: valid */
+        char *text, err[G4_ERROR_MAX], *buf;
+        size_t len;
+        if (g4__read_file(P(tiny("31b_like"), "model.safetensors.index.json"), &text, &len, 1 << 22, err) == G4_OK) {
+            buf = (char *)malloc(len + 100);
+            snprintf(buf, len + 100, "{\"extra\":[1,{}],%s", text + 1);
+            index_case("(valid) the real index with an unknown key", buf, G4_OK, NULL, NULL);
+            free(buf);
+            free(text);
+        }
+    }
+    begin("index: the index is a directory");
+    remove(P(g_ix_dir, "model.safetensors.index.json"));
+    mkdir(P(g_ix_dir, "model.safetensors.index.json"), 0755);
+    {
+        g4_model m;
+        char args[800];
+        expect(g4_model_load(&m, g_ix_dir), G4_ERR_IO, m.error, "model.safetensors.index.json", "directory");
+        snprintf(args, sizeof args, "logits %s --ids 2 --out %s/cli_logits.bin", g_ix_dir, g_tmp);
+        cli(args, 1, "model.safetensors.index.json");
+    }
+    rmdir(P(g_ix_dir, "model.safetensors.index.json"));
+    end();
+    begin("index: the index is a FIFO (refused, not waited on)");
+    mkfifo(P(g_ix_dir, "model.safetensors.index.json"), 0644);
+    {
+        g4_model m;
+        char args[800];
+        expect(g4_model_load(&m, g_ix_dir), G4_ERR_IO, m.error, "model.safetensors.index.json", "not a regular file");
+        snprintf(args, sizeof args, "logits %s --ids 2 --out %s/cli_logits.bin", g_ix_dir, g_tmp);
+        cli(args, 1, "not a regular file");
+    }
+    remove(P(g_ix_dir, "model.safetensors.index.json"));
+    end();
+}
+
+/* ------------------------------------------------------------- runtime */
+
+static g4_model g_m; /* e2b_like: vocab 512 */
+
+static int open_session(g4_session *s, void **arena, int max_context, int chunk) {
+    g4_session_config sc = g4_session_config_init();
+    size_t bytes;
+    sc.max_context = max_context;
+    sc.max_chunk = chunk;
+    if (g4_session_size(&g_m, &sc, &bytes) != G4_OK) return 0;
+    *arena = malloc(bytes);
+    return g4_session_init(s, &g_m, &sc, *arena, bytes) == G4_OK;
+}
+
+static void test_runtime_cases(void) {
+    g4_session s;
+    void *arena = NULL;
+    static float logits[16 * 512];
+    int32_t ids[8] = {2, 81, 101, 77, 5, 6, 7, 8}, bad[3] = {2, 3, 4};
+    g4_session_config sc = g4_session_config_init();
+    size_t bytes;
+
+    begin("runtime: load the model");
+    {
+        int ok = g4_model_load(&g_m, tiny("e2b_like")) == G4_OK;
+        CHECK(ok, "%s", g_m.error);
+        ok = ok && open_session(&s, &arena, 6, 2);
+        CHECK(ok, "session: %s", s.error);
+        end();
+        if (!ok) return;
+    }
+
+#define FWD(label, idp, n, out, mode, want, needle)                                          \
+    do {                                                                                     \
+        int pos = s.pos;                                                                     \
+        begin("runtime: %s", label);                                                         \
+        expect(g4_forward(&s, idp, n, out, mode), want, s.error, needle, NULL);              \
+        if (want != G4_OK) CHECK(s.pos == pos, "an error must not advance the session");    \
+        end();                                                                               \
+    } while (0)
+    bad[0] = -1;
+    FWD("token id -1", bad, 1, logits, G4_LOGITS_LAST, G4_ERR_INPUT, "token id -1 at index 0 is outside the vocabulary [0, 512)");
+    bad[0] = 512;
+    FWD("token id = vocab", bad, 1, logits, G4_LOGITS_LAST, G4_ERR_INPUT, "token id 512 at index 0");
+    bad[0] = INT32_MAX;
+    FWD("token id INT32_MAX", bad, 1, logits, G4_LOGITS_LAST, G4_ERR_INPUT, "token id 2147483647");
+    bad[0] = 2; bad[1] = 3; bad[2] = INT32_MIN;
+    FWD("bad id after good ones (nothing runs)", bad, 3, logits, G4_LOGITS_LAST, G4_ERR_INPUT, "token id -2147483648 at index 2");
+    FWD("NULL ids", NULL, 1, logits, G4_LOGITS_LAST, G4_ERR_INPUT, "no tokens (ids NULL");
+    FWD("empty input", ids, 0, logits, G4_LOGITS_LAST, G4_ERR_INPUT, "no tokens (ids set, n 0)");
+    FWD("negative count", ids, -5, logits, G4_LOGITS_LAST, G4_ERR_INPUT, "n -5");
+    FWD("NULL logits with LAST", ids, 1, NULL, G4_LOGITS_LAST, G4_ERR_INPUT, "logits buffer is NULL");
+    FWD("NULL logits with ALL", ids, 1, NULL, G4_LOGITS_ALL, G4_ERR_INPUT, "logits buffer is NULL");
+    FWD("unknown logits mode", ids, 1, logits, 7, G4_ERR_INPUT, "unknown logits mode 7");
+    FWD("sequence longer than the context", ids, 7, logits, G4_LOGITS_ALL, G4_ERR_INPUT,
+        "7 tokens at position 0 exceed the session's max_context of 6");
+    FWD("first 4 tokens fit", ids, 4, logits, G4_LOGITS_ALL, G4_OK, NULL);
+    FWD("3 more do not", ids, 3, logits, G4_LOGITS_ALL, G4_ERR_INPUT, "3 tokens at position 4 exceed");
+    FWD("2 more fill it", ids, 2, NULL, G4_LOGITS_NONE, G4_OK, NULL);
+    FWD("then 1 more does not", ids, 1, logits, G4_LOGITS_LAST, G4_ERR_INPUT, "1 tokens at position 6 exceed");
+
+    begin("runtime: after every error the session still computes the same logits");
+    {
+        g4_session t;
+        void *arena2 = NULL;
+        float a[512], b[512];
+        g4_session_reset(&s);
+        CHECK(s.pos == 0, "reset");
+        CHECK(g4_forward(&s, ids, 5, a, G4_LOGITS_LAST) == G4_OK, "%s", s.error);
+        CHECK(open_session(&t, &arena2, 6, 2) && g4_forward(&t, ids, 5, b, G4_LOGITS_LAST) == G4_OK, "fresh");
+        CHECK(memcmp(a, b, sizeof a) == 0, "logits differ after errors");
+        free(arena2);
+    }
+    end();
+
+    begin("runtime: g4_forward(NULL)");
+    CHECK(g4_forward(NULL, ids, 1, logits, G4_LOGITS_LAST) == G4_ERR_INPUT, "NULL session");
+    end();
+    begin("runtime: a zeroed (never initialised) session");
+    {
+        g4_session z;
+        memset(&z, 0, sizeof z);
+        expect(g4_forward(&z, ids, 1, logits, G4_LOGITS_LAST), G4_ERR_INPUT, z.error, "session is not initialised", NULL);
+    }
+    end();
+
+    sc.max_context = 16;
+    CHECK(g4_session_size(&g_m, &sc, &bytes) == G4_OK, "size");
+    {
+        unsigned char *big = (unsigned char *)malloc(bytes + 64);
+        unsigned char *al = big + ((64 - (uintptr_t)big % 64) % 64);
+        g4_session t;
+        begin("arena: one byte too small");
+        expect(g4_session_init(&t, &g_m, &sc, al, bytes - 1), G4_ERR_ARENA, t.error, "too small", "g4_session_size");
+        end();
+        begin("arena: zero bytes");
+        expect(g4_session_init(&t, &g_m, &sc, al, 0), G4_ERR_ARENA, t.error, "arena of 0 bytes is too small", NULL);
+        end();
+        begin("arena: misaligned by 4");
+        expect(g4_session_init(&t, &g_m, &sc, al + 4, bytes), G4_ERR_ARENA, t.error, "not 16-byte aligned", NULL);
+        end();
+        begin("arena: misaligned by 8");
+        expect(g4_session_init(&t, &g_m, &sc, al + 8, bytes), G4_ERR_ARENA, t.error, "not 16-byte aligned", NULL);
+        end();
+        begin("arena: NULL");
+        expect(g4_session_init(&t, &g_m, &sc, NULL, bytes), G4_ERR_ARENA, t.error, "NULL arena", NULL);
+        end();
+        begin("arena: a failed init leaves a session g4_forward refuses");
+        g4_session_init(&t, &g_m, &sc, NULL, bytes);
+        expect(g4_forward(&t, ids, 1, logits, G4_LOGITS_LAST), G4_ERR_INPUT, t.error, "not initialised", NULL);
+        end();
+        begin("arena: 16-byte aligned (not 64) and exactly the reported size");
+        expect(g4_session_init(&t, &g_m, &sc, al + 16, bytes), G4_OK, t.error, NULL, NULL);
+        CHECK(g4_forward(&t, ids, 8, logits, G4_LOGITS_ALL) == G4_OK, "%s", t.error);
+        end();
+        free(big);
+    }
+    begin("session config: max_context 0");
+    sc.max_context = 0;
+    CHECK(g4_session_size(&g_m, &sc, &bytes) == G4_ERR_INPUT, "size");
+    expect(g4_session_init(&s, &g_m, &sc, arena, 1 << 20), G4_ERR_INPUT, s.error, "max_context must be >= 1 (got 0)", NULL);
+    end();
+    begin("session config: max_context negative");
+    sc.max_context = -3;
+    expect(g4_session_init(&s, &g_m, &sc, arena, 1 << 20), G4_ERR_INPUT, s.error, "max_context must be >= 1 (got -3)", NULL);
+    end();
+    begin("session config: max_chunk negative");
+    sc.max_context = 4;
+    sc.max_chunk = -1;
+    expect(g4_session_init(&s, &g_m, &sc, arena, 1 << 20), G4_ERR_INPUT, s.error, "max_chunk must be >= 0 (got -1)", NULL);
+    sc.max_chunk = 0;
+    end();
+    begin("session config: max_context INT32_MAX needs more than a small arena");
+    sc.max_context = INT32_MAX;
+    {
+        g4_result r = g4_session_size(&g_m, &sc, &bytes);
+        CHECK(r == G4_ERR_ARENA || (r == G4_OK && bytes > ((size_t)1 << 33)), "result %d, %lu bytes", r, (unsigned long)bytes);
+        r = g4_session_init(&s, &g_m, &sc, arena, 1 << 20);
+        CHECK(r == G4_ERR_ARENA, "result %d: %s", r, s.error);
+        CHECK(strstr(s.error, "too small") || strstr(s.error, "does not fit"), "%s", s.error);
+    }
+    sc.max_context = 4;
+    end();
+    begin("NULL: g4_session_size arguments");
+    CHECK(g4_session_size(&g_m, &sc, NULL) == G4_ERR_INPUT, "NULL bytes");
+    CHECK(g4_session_size(NULL, &sc, &bytes) == G4_ERR_INPUT, "NULL model");
+    CHECK(g4_session_size(&g_m, NULL, &bytes) == G4_ERR_INPUT, "NULL config");
+    end();
+    begin("NULL: g4_session_init arguments");
+    CHECK(g4_session_init(NULL, &g_m, &sc, arena, 1 << 20) == G4_ERR_INPUT, "NULL session");
+    expect(g4_session_init(&s, NULL, &sc, arena, 1 << 20), G4_ERR_INPUT, s.error, "NULL or unloaded model", NULL);
+    expect(g4_session_init(&s, &g_m, NULL, arena, 1 << 20), G4_ERR_INPUT, s.error, "NULL or unloaded model / config", NULL);
+    end();
+    begin("NULL: an unloaded (zeroed) model");
+    {
+        static g4_model z;
+        memset(&z, 0, sizeof z);
+        expect(g4_session_init(&s, &z, &sc, arena, 1 << 20), G4_ERR_INPUT, s.error, "unloaded model", NULL);
+    }
+    end();
+    begin("NULL: g4_model_load arguments");
+    {
+        static g4_model m;
+        CHECK(g4_model_load(NULL, "x") == G4_ERR_INPUT, "NULL model");
+        expect(g4_model_load(&m, NULL), G4_ERR_INPUT, m.error, "NULL model path", NULL);
+        expect(g4_model_load(&m, P(g_tmp, "no-such-model")), G4_ERR_IO, m.error, "no-such-model/config.json: cannot open", NULL);
+        g4_model_free(&m); /* freeing a failed load is harmless, twice too */
+        g4_model_free(&m);
+        g4_model_free(NULL);
+    }
+    end();
+    begin("NULL: config and plan arguments");
+    {
+        g4_config c;
+        g4_plan p;
+        CHECK(g4_config_parse(NULL, "{}", 2, "x") == G4_ERR_INPUT, "NULL config");
+        expect(g4_config_parse(&c, NULL, 5, "x.json"), G4_ERR_INPUT, c.error, "x.json: NULL text", NULL);
+        expect(g4_config_parse(&c, "", 0, NULL), G4_ERR_JSON, c.error, "config.json", NULL);
+        CHECK(g4_config_load(NULL, "x") == G4_ERR_INPUT, "NULL config");
+        expect(g4_config_load(&c, NULL), G4_ERR_INPUT, c.error, "NULL path", NULL);
+        CHECK(g4_plan_build(NULL, &c) == G4_ERR_INPUT, "NULL plan");
+        expect(g4_plan_build(&p, NULL), G4_ERR_INPUT, p.error, "NULL config", NULL);
+        g4_plan_print(NULL, &c, stdout);
+        g4_plan_print(&p, NULL, stdout);
+        g4_plan_print(&g_m.plan, &g_m.config, NULL);
+    }
+    end();
+    begin("NULL: small functions");
+    CHECK(g4_model_tensor(NULL, "x") == NULL && g4_model_tensor(&g_m, NULL) == NULL, "g4_model_tensor");
+    CHECK(g4_model_tensor(&g_m, "model.nope") == NULL, "absent tensor");
+    CHECK(g4_argmax(NULL, 5) == -1 && g4_argmax(logits, 0) == -1 && g4_argmax(logits, -1) == -1, "g4_argmax");
+    g4_session_reset(NULL);
+    CHECK(strcmp(g4_result_str((g4_result)-100), "unknown result") == 0, "g4_result_str");
+    end();
+    free(arena);
+    g4_model_free(&g_m);
+}
+
+/* ----------------------------------------------------------------- CLI */
+
+static void test_cli_cases(void) {
+    char args[800];
+    const char *d = tiny("e2b_like");
+    static const struct { const char *ids, *needle; } bad_ids[] = {
+        {"1,x", "--ids"}, {"-1", "--ids"}, {"''", "--ids"}, {"1,,2", "--ids"}, {"1,", "--ids"},
+        {"99999999999", "--ids"}, {"2.5", "--ids"}, {"0x10", "--ids"},
+        {"512", "token id 512 at index 0 is outside the vocabulary"}, {"2,3,4096", "token id 4096 at index 2"},
+    };
+    size_t k;
+    for (k = 0; k < sizeof bad_ids / sizeof bad_ids[0]; k++) {
+        begin("cli: logits --ids %s", bad_ids[k].ids);
+        snprintf(args, sizeof args, "logits %s --ids %s --out %s/cli_logits.bin", d, bad_ids[k].ids, g_tmp);
+        cli(args, 1, bad_ids[k].needle);
+        snprintf(args, sizeof args, "greedy %s --ids %s --new 2", d, bad_ids[k].ids);
+        cli(args, 1, bad_ids[k].needle);
+        end();
+    }
+    begin("cli: logits on a missing directory");
+    snprintf(args, sizeof args, "logits %s/nope --ids 1 --out %s/cli_logits.bin", g_tmp, g_tmp);
+    cli(args, 1, "nope/config.json: cannot open");
+    end();
+    begin("cli: logits to an unwritable path");
+    snprintf(args, sizeof args, "logits %s --ids 1 --out %s/no/such/dir/x.bin", d, g_tmp);
+    cli(args, 1, "cannot write");
+    end();
+    begin("cli: info on a missing path");
+    snprintf(args, sizeof args, "info %s/nope.json", g_tmp);
+    cli(args, 1, "nope.json: cannot open");
+    end();
+    begin("cli: valid runs exit 0");
+    snprintf(args, sizeof args, "logits %s --ids 2,81 --out %s/cli_logits.bin", d, g_tmp);
+    cli(args, 0, NULL);
+    snprintf(args, sizeof args, "info %s", d);
+    cli(args, 0, NULL);
+    end();
+}
+
+int main(int argc, char **argv) {
+    char tmpl[] = "/tmp/gemma4-bad-XXXXXX";
+    if (argc > 1) g_data = argv[1];
+    if (argc > 2) g_cli = argv[2];
+    if (!mkdtemp(tmpl)) { printf("cannot create a temporary directory\n"); return 1; }
+    snprintf(g_tmp, sizeof g_tmp, "%s", tmpl);
+    if (access(g_cli, X_OK) != 0) printf("warning: %s is not built; every CLI check will fail\n", g_cli);
+
+    test_config_cases();
+    test_config_special();
+    test_safetensors_cases();
+    test_index_cases();
+    test_runtime_cases();
+    test_cli_cases();
+
+    rm_rf(g_tmp);
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}
