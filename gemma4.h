@@ -704,7 +704,7 @@ typedef struct {
 
 typedef struct {
     g4__jnode *nodes;
-    int n, cap;
+    int n, cap, max_nodes;
     char *strbuf;
     size_t strpos;
     const char *src;
@@ -856,7 +856,17 @@ static int g4__json_value(g4__json *j, int depth);
 
 static int g4__json_new(g4__json *j, int type) {
     g4__jnode *nd;
-    if (j->n >= j->cap) return g4__json_fail(j, "too many values");
+    if (j->n >= j->cap) { /* grow by doubling, up to one node per two input bytes */
+        int cap = j->cap * 2 > j->max_nodes ? j->max_nodes : j->cap * 2;
+        g4__jnode *nn;
+        if (j->n >= cap) return g4__json_fail(j, "too many values");
+        nn = (g4__jnode *)G4_MALLOC(sizeof(g4__jnode) * (size_t)cap);
+        if (!nn) return g4__json_fail(j, "out of memory");
+        memcpy(nn, j->nodes, sizeof(g4__jnode) * (size_t)j->n);
+        G4_FREE(j->nodes);
+        j->nodes = nn;
+        j->cap = cap;
+    }
     nd = &j->nodes[j->n];
     memset(nd, 0, sizeof *nd);
     nd->type = type;
@@ -947,8 +957,9 @@ static g4_result g4__json_parse(g4__json *j, const char *src, size_t len, const 
     j->name = name;
     j->err = err;
     if (len > (size_t)1 << 30) { g4__seterr(err, "%s: JSON text larger than 1 GiB", name); return G4_ERR_JSON; }
-    j->cap = (int)(len / 2 + 2); /* every value takes at least one byte and a separator */
-    if (j->cap > G4__JSON_MAX_NODES) j->cap = G4__JSON_MAX_NODES;
+    j->max_nodes = (int)(len / 2 + 2); /* every value takes at least one byte and a separator */
+    if (j->max_nodes > G4__JSON_MAX_NODES) j->max_nodes = G4__JSON_MAX_NODES;
+    j->cap = j->max_nodes < 1024 ? j->max_nodes : 1024;
     j->nodes = (g4__jnode *)G4_MALLOC(sizeof(g4__jnode) * (size_t)j->cap);
     j->strbuf = (char *)G4_MALLOC(len + 1);
     if (!j->nodes || !j->strbuf) {
