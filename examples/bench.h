@@ -9,6 +9,26 @@
 #include <time.h>
 #include <sys/resource.h>
 
+/* Strict option parsing: a non-negative integer below 2^31, or -1; a finite
+   number, or NaN. (atoi would turn "x" into 0.) */
+static int g4b_int(const char *s) {
+    long v = 0;
+    if (!s || !*s) return -1;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9' || v > 214748364L) return -1;
+        v = v * 10 + (*s - '0');
+    }
+    return v > 0x7fffffffL ? -1 : (int)v;
+}
+
+static double g4b_num(const char *s) {
+    char *end;
+    double v;
+    if (!s || !*s) return NAN;
+    v = strtod(s, &end);
+    return *end || !isfinite(v) ? NAN : v;
+}
+
 static double g4b_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -151,8 +171,8 @@ static int g4b_cmd_synth(int argc, char **argv) {
     for (i = 2; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--config") == 0) cfg_path = argv[i + 1];
         else if (strcmp(argv[i], "--out") == 0) out = argv[i + 1];
-        else if (strcmp(argv[i], "--layers") == 0) layers = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--vocab") == 0) vocab = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--layers") == 0) layers = g4b_int(argv[i + 1]);
+        else if (strcmp(argv[i], "--vocab") == 0) vocab = g4b_int(argv[i + 1]);
         else if (strcmp(argv[i], "--dtype") == 0 && strcmp(argv[i + 1], "f32") == 0) dt = G4_F32;
         else if (strcmp(argv[i], "--dtype") == 0 && strcmp(argv[i + 1], "bf16") == 0) dt = G4_BF16;
         else { fprintf(stderr, "gemma4 synth: unknown option %s\n", argv[i]); return 1; }
@@ -253,9 +273,9 @@ static int g4b_cmd_bench(int argc, char **argv) {
     double t0, t1, t2, bpt, elems;
     struct rusage ru;
     for (i = 3; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--threads") == 0) threads = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--prompt") == 0) prompt = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--gen") == 0) gen = atoi(argv[i + 1]);
+        if (strcmp(argv[i], "--threads") == 0) threads = g4b_int(argv[i + 1]);
+        else if (strcmp(argv[i], "--prompt") == 0) prompt = g4b_int(argv[i + 1]);
+        else if (strcmp(argv[i], "--gen") == 0) gen = g4b_int(argv[i + 1]);
         else { fprintf(stderr, "gemma4 bench: unknown option %s\n", argv[i]); return 1; }
     }
     if (i != argc || threads < 1 || prompt < 1 || gen < 1) {

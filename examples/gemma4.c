@@ -29,8 +29,8 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, isatty, opendir */
 #define GEMMA4_IMPLEMENTATION
 #include "../gemma4.h"
-#include "compare.h"
 #include "bench.h"
+#include "compare.h"
 
 #include <dirent.h>
 #include <stdlib.h>
@@ -140,13 +140,14 @@ static int cmd_compare(int argc, char **argv) {
     for (i = 4; i < argc; i++) {
         if (strcmp(argv[i], "--f32") == 0) bf16 = 0;
         else if (strcmp(argv[i], "--bf16") == 0) bf16 = 1;
-        else if (strcmp(argv[i], "--tolerance") == 0 && i + 1 < argc) tol = atof(argv[++i]);
-        else if (strcmp(argv[i], "--chunk") == 0 && i + 1 < argc) chunk = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--tolerance") == 0 && i + 1 < argc) tol = g4b_num(argv[++i]);
+        else if (strcmp(argv[i], "--chunk") == 0 && i + 1 < argc) chunk = g4b_int(argv[++i]);
         else return usage();
     }
     if (g4cmp_open(&c, dump) != G4_OK) { fprintf(stderr, "gemma4: %s\n", c.error); g4cmp_close(&c); return 1; }
     if (g4_model_load(&m, dir) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m.error); g4cmp_close(&c); return 1; }
     sc.bf16 = bf16 >= 0 ? bf16 : c.bf16;
+    if (tol != tol) { g4cmp_close(&c); g4_model_free(&m); return usage(); }
     if (tol < 0) tol = sc.bf16 ? G4CMP_TOL_BF16 : G4CMP_TOL_F32;
     sc.max_context = c.n_ids;
     if (chunk > 0) sc.max_chunk = chunk;
@@ -285,17 +286,20 @@ static int parse_gen_opts(int argc, char **argv, gen_opts *o, int is_chat) {
         if (strcmp(a, "--prompt") == 0 && !is_chat) o->prompt = v;
         else if (strcmp(a, "--system") == 0) o->system = v;
         else if (strcmp(a, "--tokenizer") == 0) o->tokenizer = v;
-        else if (strcmp(a, "--temp") == 0) o->sc.temperature = (float)atof(v);
-        else if (strcmp(a, "--top-k") == 0) o->sc.top_k = atoi(v);
-        else if (strcmp(a, "--top-p") == 0) o->sc.top_p = (float)atof(v);
-        else if (strcmp(a, "--min-p") == 0) o->sc.min_p = (float)atof(v);
-        else if (strcmp(a, "--repeat-penalty") == 0) o->sc.repetition_penalty = (float)atof(v);
+        else if (strcmp(a, "--temp") == 0) o->sc.temperature = (float)g4b_num(v);
+        else if (strcmp(a, "--top-k") == 0) o->sc.top_k = g4b_int(v);
+        else if (strcmp(a, "--top-p") == 0) o->sc.top_p = (float)g4b_num(v);
+        else if (strcmp(a, "--min-p") == 0) o->sc.min_p = (float)g4b_num(v);
+        else if (strcmp(a, "--repeat-penalty") == 0) o->sc.repetition_penalty = (float)g4b_num(v);
         else if (strcmp(a, "--seed") == 0) { o->sc.seed = strtoull(v, NULL, 10); o->seed_given = 1; }
-        else if (strcmp(a, "--max-tokens") == 0) o->max_tokens = atoi(v);
-        else if (strcmp(a, "--ctx") == 0) o->ctx = atoi(v);
+        else if (strcmp(a, "--max-tokens") == 0) o->max_tokens = g4b_int(v);
+        else if (strcmp(a, "--ctx") == 0) o->ctx = g4b_int(v);
         else return usage();
     }
-    if ((!is_chat && !o->prompt) || o->max_tokens < 0 || o->ctx < 0) return usage();
+    if ((!is_chat && !o->prompt) || o->max_tokens < 0 || o->ctx < 0 || o->sc.top_k < 0 ||
+        o->sc.temperature != o->sc.temperature || o->sc.top_p != o->sc.top_p || o->sc.min_p != o->sc.min_p ||
+        o->sc.repetition_penalty != o->sc.repetition_penalty)
+        return usage(); /* a value that is not a number */
     if (!o->seed_given) o->sc.seed = (uint64_t)time(NULL);
     return 0;
 }
@@ -515,8 +519,8 @@ int main(int argc, char **argv) {
         if (i + 1 >= argc) return usage();
         if (strcmp(argv[i], "--ids") == 0) ids_arg = argv[++i];
         else if (strcmp(argv[i], "--out") == 0) out_path = argv[++i];
-        else if (strcmp(argv[i], "--chunk") == 0) chunk = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--new") == 0) n_new = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--chunk") == 0) chunk = g4b_int(argv[++i]);
+        else if (strcmp(argv[i], "--new") == 0) n_new = g4b_int(argv[++i]);
         else return usage();
     }
     if (!ids_arg || (cmd[0] == 'l' && !out_path) || (cmd[0] == 'g' && n_new < 0) || chunk < 0) return usage();

@@ -890,6 +890,9 @@ static void test_cli(void) {
     snprintf(cmd, sizeof cmd, "build/gemma4 logits %s --ids 1,x --out %s 2>/dev/null", tiny("e2b_like"), out);
     k = system(cmd);
     CHECK(WIFEXITED(k) && WEXITSTATUS(k) == 1, "bad ids must exit 1");
+    snprintf(cmd, sizeof cmd, "build/gemma4 logits %s --ids 1 --chunk x --out %s 2>/dev/null", tiny("e2b_like"), out);
+    k = system(cmd);
+    CHECK(WIFEXITED(k) && WEXITSTATUS(k) == 1, "a non-number option must exit 1, not become 0");
     snprintf(cmd, sizeof cmd, "build/gemma4 compare %s %s > /dev/null", tiny("e2b_like"), dumpfile("e2b_like_f32.safetensors"));
     k = system(cmd);
     CHECK(WIFEXITED(k) && WEXITSTATUS(k) == 0, "compare within tolerance must exit 0");
