@@ -41,10 +41,11 @@ EMUFLAGS   = -std=c++17 -O2 -g -Wall -Wextra -Werror -ffp-contract=off -DG4_CUDA
 # registers, stack and spills (ptxas -v).
 cuda: gemma4_cuda.cu gemma4.h | build
 	$(NVCC) $(NVFLAGS) -Xptxas -v -c gemma4_cuda.cu -o build/gemma4_cuda.o 2> build/ptxas.log || { cat build/ptxas.log; exit 1; }
-	@awk '/Compiling entry function/ { match($$0, /_Z[0-9]+(g4c_[a-z0-9_]+)/, a); k = substr($$0, RSTART, RLENGTH); \
-	      sub(/^_Z[0-9]+/, "", k); match($$0, /sm_[0-9]+/); arch = substr($$0, RSTART, RLENGTH) } \
-	      /bytes stack frame/ { st = $$0; gsub(/^ +/, "", st) } \
-	      /Used [0-9]+ registers/ { match($$0, /Used [0-9]+ registers/); printf "%-18s %s  %s; %s\n", k, arch, substr($$0, RSTART, RLENGTH), st }' build/ptxas.log
+	@awk '/Compiling entry function/ { match($$0, /_Z[0-9]+/); n = substr($$0, RSTART + 2, RLENGTH - 2) + 0; \
+	      k = substr($$0, RSTART + RLENGTH, n); match($$0, /sm_[0-9]+/); arch = substr($$0, RSTART, RLENGTH) } \
+	      /bytes stack frame/ { st = $$0; sub(/^ +/, "", st) } \
+	      /Used [0-9]+ registers/ { match($$0, /Used [0-9]+ registers/); \
+	        printf "%-18s %s  %s; %s\n", k, arch, substr($$0, RSTART, RLENGTH), st }' build/ptxas.log
 	@echo "cuda: build/gemma4_cuda.o for sm_80 and sm_90, no warnings"
 
 build/gemma4_cuda_emu.o: gemma4_cuda.cu gemma4.h tests/cuda_emu.h | build

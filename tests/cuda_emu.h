@@ -132,11 +132,12 @@ static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev) {
 
 #define G4EMU_MAX_ALLOCS 4096
 static struct { unsigned char *p; size_t n; } g4emu_allocs[G4EMU_MAX_ALLOCS];
+static int g4emu_nallocs; /* entries in use are below this */
 
 /* Is [p, p+n) inside one device allocation? */
 static bool g4emu_is_device(const void *p, size_t n) {
     const unsigned char *c = (const unsigned char *)p;
-    for (int i = 0; i < G4EMU_MAX_ALLOCS; i++)
+    for (int i = 0; i < g4emu_nallocs; i++)
         if (g4emu_allocs[i].p && c >= g4emu_allocs[i].p && c + n <= g4emu_allocs[i].p + g4emu_allocs[i].n) return true;
     return false;
 }
@@ -149,6 +150,7 @@ static inline cudaError_t cudaMalloc(void **p, size_t n) {
             if (posix_memalign(&q, 256, n ? n : 1) != 0) return g4emu_ret(cudaErrorMemoryAllocation);
             g4emu_allocs[i].p = (unsigned char *)q;
             g4emu_allocs[i].n = n;
+            if (i >= g4emu_nallocs) g4emu_nallocs = i + 1;
             *p = q;
             return cudaSuccess;
         }
@@ -158,7 +160,7 @@ template <class T> static inline cudaError_t cudaMalloc(T **p, size_t n) { retur
 
 static inline cudaError_t cudaFree(void *p) {
     if (!p) return cudaSuccess;
-    for (int i = 0; i < G4EMU_MAX_ALLOCS; i++)
+    for (int i = 0; i < g4emu_nallocs; i++)
         if (g4emu_allocs[i].p == p) {
             free(p);
             g4emu_allocs[i].p = NULL;
@@ -192,7 +194,8 @@ static inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 
 /* ---------------------------------------------------------------- fibers */
 /* A fiber switch saves the callee-saved registers on the current stack and
-   moves to another. On x86-64 this is a few instructions (no system call);
+   moves to another (the floating-point control state is shared: nothing in
+   the kernels changes it). On x86-64 this is a few instructions (no system call);
    elsewhere, or with G4EMU_UCONTEXT, glibc's swapcontext (which also saves
    the signal mask with a system call per switch: correct, but far slower). */
 
@@ -215,9 +218,7 @@ __asm__(".text\n"
         ".type g4emu_switch,@function\n"
         "g4emu_switch:\n"
         "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
-        "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
         "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
-        "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
         "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
         "  ret\n"
         ".size g4emu_switch, .-g4emu_switch\n"
@@ -235,12 +236,10 @@ static void *g4emu_sched_sp;
 static void g4emu_fiber_init(int i) {
     uintptr_t top = ((uintptr_t)(g4emu_fiber[i].stack + G4EMU_STACK)) & ~(uintptr_t)15;
     uint64_t *a = (uint64_t *)(top - 16); /* return address slot: 16-aligned, as after a call */
-    uint32_t csr[2] = {0x1F80u, 0x037Fu}; /* default MXCSR and x87 control word */
     a[0] = (uint64_t)(uintptr_t)&g4emu_fiber_main;
     a[1] = 0;
     for (int k = 1; k <= 6; k++) a[-k] = 0; /* rbp rbx r12 r13 r14 r15 */
-    memcpy(&a[-7], csr, 8);
-    g4emu_fiber[i].sp = &a[-7];
+    g4emu_fiber[i].sp = &a[-6];
 }
 static void g4emu_to_fiber(int i) { g4emu_switch(&g4emu_sched_sp, g4emu_fiber[i].sp); }
 static void g4emu_to_sched(void) { g4emu_switch(&g4emu_fiber[g4emu_cur].sp, g4emu_sched_sp); }
