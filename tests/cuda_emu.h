@@ -8,7 +8,8 @@
    - Kernels are plain functions (__global__, __device__ vanish). A launch,
      G4C_LAUNCH(kernel, grid, block, args...), runs the grid's blocks one
      after another. Inside a block every thread is a FIBER (ucontext) with its
-     own stack; the scheduler runs each fiber until it finishes or reaches
+     own stack; the scheduler runs each fiber (in a shuffled order each
+     round, so a missing barrier shows up as a wrong result) until it finishes or reaches
      __syncthreads(), which swaps back (x86-64: a register-saving switch in
      a few instructions; elsewhere, or with -DG4EMU_UCONTEXT, ucontext). A barrier is released when every
      thread of the block waits at it; a thread that exits while others wait
@@ -283,6 +284,25 @@ static void g4emu_set_thread(int i) {
     threadIdx.z = (unsigned)i / (blockDim.x * blockDim.y);
 }
 
+/* The order in which a round resumes the threads: a fresh permutation each
+   time (a fixed-seed generator, so runs repeat), so that a read that lacks
+   the __syncthreads before it sees stale data in some round instead of
+   always running after the write, as it would in thread order. */
+static int g4emu_order[G4EMU_MAX_THREADS];
+static uint32_t g4emu_seed = 0x9e3779b9u;
+
+static void g4emu_shuffle(int n) {
+    for (int i = 0; i < n; i++) g4emu_order[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        int j, t;
+        g4emu_seed = g4emu_seed * 1664525u + 1013904223u;
+        j = (int)((g4emu_seed >> 8) % (uint32_t)(i + 1));
+        t = g4emu_order[i];
+        g4emu_order[i] = g4emu_order[j];
+        g4emu_order[j] = t;
+    }
+}
+
 /* One block: all its threads as fibers, released barrier by barrier. */
 static void g4emu_run_block(int nthreads) {
     int alive = nthreads;
@@ -296,7 +316,9 @@ static void g4emu_run_block(int nthreads) {
     }
     while (alive > 0) {
         int waiting = 0, done = 0;
-        for (int i = 0; i < nthreads; i++) {
+        g4emu_shuffle(nthreads);
+        for (int j = 0; j < nthreads; j++) {
+            int i = g4emu_order[j];
             if (g4emu_fiber[i].state == G4EMU_DONE) continue;
             g4emu_set_thread(i);
             g4emu_fiber[i].state = G4EMU_RUNNING;
