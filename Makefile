@@ -7,7 +7,7 @@ SAN      = -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-om
 LDLIBS   = -lm
 DEMO     = data/tiny/e2b_like
 
-.PHONY: all run test unit sanitize strict clean cuda test-cuda test-cuda-emu
+.PHONY: all run test unit sanitize strict clean cuda test-cuda test-cuda-emu sanitize-cuda-emu
 
 all: build/gemma4
 
@@ -55,9 +55,20 @@ build/test_cuda_emu: tests/test_cuda.c build/gemma4_cuda_emu.o gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -g -DG4_CUDA_EMULATE -c tests/test_cuda.c -o build/test_cuda_emu.o
 	$(CXX) -o $@ build/test_cuda_emu.o build/gemma4_cuda_emu.o $(LDLIBS)
 
-# The CUDA path's tests through its own kernels, emulated on the host (no GPU, no nvcc).
+build/gemma4_cuda_emu_san.o: gemma4_cuda.cu gemma4.h tests/cuda_emu.h | build
+	$(CXX) $(EMUFLAGS) $(SAN) -x c++ -c gemma4_cuda.cu -o $@
+
+build/test_cuda_emu_san: tests/test_cuda.c build/gemma4_cuda_emu_san.o gemma4.h | build
+	$(CC) $(WARN) $(SAN) -DG4_CUDA_EMULATE -c tests/test_cuda.c -o build/test_cuda_emu_san.o
+	$(CXX) $(SAN) -o $@ build/test_cuda_emu_san.o build/gemma4_cuda_emu_san.o $(LDLIBS)
+
+# The CUDA path's tests through its own kernels, emulated on the host (no GPU,
+# no nvcc: g++ alone); sanitize-cuda-emu runs them under ASan + UBSan.
 test-cuda-emu: build/test_cuda_emu
 	./build/test_cuda_emu
+
+sanitize-cuda-emu: build/test_cuda_emu_san
+	./build/test_cuda_emu_san
 
 build/test_cuda: tests/test_cuda.c gemma4_cuda.cu gemma4.h | build
 	$(NVCC) $(NVFLAGS) -c gemma4_cuda.cu -o build/gemma4_cuda.o
@@ -86,12 +97,14 @@ unit: build/gemma4 build/test_gemma4
 sanitize: build/gemma4 build/test_gemma4_san
 	./build/test_gemma4_san
 
-test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san build/test_cuda_emu
+test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san build/test_cuda_emu build/test_cuda_emu_san
 	@echo "== README example"
 	./build/minimal $(DEMO)
-	@echo "== CUDA path, emulated on the host (tests/cuda_emu.h)"
+	@echo "== CUDA path, emulated on the host (tests/cuda_emu.h), plain and under ASan + UBSan"
 	./build/test_cuda_emu > build/cuda_emu.log 2>&1 || { cat build/cuda_emu.log; exit 1; }
 	@tail -n 2 build/cuda_emu.log
+	./build/test_cuda_emu_san > build/cuda_emu_san.log 2>&1 || { cat build/cuda_emu_san.log; exit 1; }
+	@tail -n 1 build/cuda_emu_san.log
 	@echo "== tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 	./build/test_gemma4_san > build/sanitize.log 2>&1 || { cat build/sanitize.log; exit 1; }
 	@tail -n 1 build/sanitize.log
