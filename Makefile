@@ -77,9 +77,8 @@ build/test_cuda: tests/test_cuda.c gemma4_cuda.cu gemma4.h | build
 
 # The same tests on a real GPU; says so plainly when there is none.
 test-cuda:
-	@command -v $(NVCC) >/dev/null || { echo "test-cuda: no nvcc here, nothing built or run (make test-cuda-emu runs the emulated tests)"; exit 0; }
-	$(MAKE) build/test_cuda
-	./build/test_cuda
+	@if command -v $(NVCC) >/dev/null; then $(MAKE) build/test_cuda && ./build/test_cuda; \
+	else echo "test-cuda: no nvcc here, nothing built or run (make test-cuda-emu runs the emulated tests)"; fi
 
 # The demo: the KV-sharing plan of a tiny E2B-shaped model, then its logits.
 run: build/gemma4
