@@ -7,7 +7,8 @@
    What it provides, and how:
    - Kernels are plain functions (__global__, __device__ vanish). A launch,
      G4C_LAUNCH(kernel, grid, block, args...), runs the grid's blocks one
-     after another. Inside a block every thread is a FIBER (ucontext) with its
+     after another, starting at a varying block and stepping through them
+     in a scrambled order. Inside a block every thread is a FIBER (ucontext) with its
      own stack; the scheduler runs each fiber (in a shuffled order each
      round, so a missing barrier shows up as a wrong result) until it finishes or reaches
      __syncthreads(), which swaps back (x86-64: a register-saving switch in
@@ -347,6 +348,13 @@ extern "C" long g4emu_launches(const char *name) {
     return 0;
 }
 
+/* A step coprime with n, so first + b * step (mod n) visits every block once. */
+static unsigned long g4emu_stride(unsigned long n) {
+    unsigned long a = n, b = 7;
+    while (b) { unsigned long t = a % b; a = b; b = t; }
+    return a == 1 ? 7 : 1;
+}
+
 template <class F> static void g4emu_trampoline(void *f) { (*(F *)f)(); }
 
 template <class F> static void g4emu_launch(const char *name, dim3 grid, dim3 block, F f) {
@@ -365,12 +373,14 @@ template <class F> static void g4emu_launch(const char *name, dim3 grid, dim3 bl
     g4emu_arg = &f;
     gridDim = grid;
     blockDim = block;
-    for (unsigned z = 0; z < grid.z; z++)
-        for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned x = 0; x < grid.x; x++) {
-                blockIdx = dim3(x, y, z);
-                g4emu_run_block((int)nthreads);
-            }
+    /* blocks one at a time, in a shuffled order (a GPU promises none) */
+    unsigned long nblocks = (unsigned long)grid.x * grid.y * grid.z, first = 0;
+    if (nblocks > 1) { g4emu_seed = g4emu_seed * 1664525u + 1013904223u; first = (g4emu_seed >> 8) % nblocks; }
+    for (unsigned long b = 0; b < nblocks; b++) {
+        unsigned long lin = (first + b * g4emu_stride(nblocks)) % nblocks;
+        blockIdx = dim3((unsigned)(lin % grid.x), (unsigned)(lin / grid.x % grid.y), (unsigned)(lin / ((unsigned long)grid.x * grid.y)));
+        g4emu_run_block((int)nthreads);
+    }
     g4emu_arg = NULL; /* the closure lives only for this launch */
 }
 

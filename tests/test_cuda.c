@@ -512,12 +512,14 @@ static void test_table_on_device(void) {
 /* Write once, then read, checked on both sides: a host table that says a
    slot was already written is refused before any kernel runs, and a reader
    pointed at a slot of another shape is caught by the attention kernel from
-   the DEVICE's table (the host's n_pos check passes). */
+   the DEVICE's table (the host's n_pos check passes); so is a sliding ring
+   too short for the window. */
 static void test_table_checks(void) {
     cctx c;
     int32_t ids[3] = {2, 81, 101};
     float logits[512];
     if (!cctx_open(&c, tiny("e2b_like"), 16, 4, 0)) { CHECK(0, "open"); return; }
+    CHECK(c.s.slots[2].writer == 2, "slot 2 is layer 2's");
     c.s.slots[2].n_pos = 5; /* owner 2's slot claims positions it never wrote */
     CHECK(g4_cuda_forward(&c.s, ids, 3, logits, G4_LOGITS_LAST) == G4_ERR_INPUT && strstr(c.s.error, "out of order"),
           "host check: %s", c.s.error);
@@ -537,6 +539,22 @@ static void test_table_checks(void) {
         c.s.error[0] = 0;
         CHECK(g4_cuda_forward(&c.s, ids, 3, logits, G4_LOGITS_LAST) == G4_ERR_INPUT && strstr(c.s.error, want),
               "device check: %s", c.s.error);
+        c.s.layer_slot[reader] = c.m.plan.layer[reader].kv_slot;
+    }
+    {   /* invariant 7 on the device: a sliding slot whose ring is shorter than
+           window - 1 + chunk (uploaded to the device by reset) loses keys the
+           window still needs; the attention kernel sees it. */
+        int32_t many[12] = {2, 81, 101, 77, 5, 9, 300, 4, 6, 8, 10, 12};
+        CHECK(c.s.slots[0].capacity == 8 - 1 + 4, "sliding capacity %d", c.s.slots[0].capacity);
+        c.s.slots[0].capacity = 6;
+        CHECK(g4_cuda_session_reset(&c.s) == G4_OK, "reset");
+        c.s.error[0] = 0;
+        CHECK(g4_cuda_forward(&c.s, many, 12, logits, G4_LOGITS_LAST) == G4_ERR_INPUT &&
+                  strstr(c.s.error, "no longer holds"),
+              "ring check: %s", c.s.error);
+        c.s.slots[0].capacity = 8 - 1 + 4;
+        CHECK(g4_cuda_session_reset(&c.s) == G4_OK && g4_cuda_forward(&c.s, many, 12, logits, G4_LOGITS_LAST) == G4_OK,
+              "the intact table runs: %s", c.s.error);
     }
     cctx_free(&c);
 }
