@@ -7,7 +7,7 @@ SAN      = -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-om
 LDLIBS   = -lm -lpthread
 DEMO     = data/tiny/e2b_like
 
-.PHONY: all run test unit sanitize strict bench test-arm64 clean fuzz valgrind tsan
+.PHONY: all run test unit sanitize strict bench test-arm64 clean fuzz valgrind tsan cuda test-cuda test-cuda-emu sanitize-cuda-emu
 
 all: build/gemma4
 
@@ -62,6 +62,60 @@ build/fuzz_%: tests/fuzz/fuzz_%.c gemma4.h | build
 build:
 	mkdir -p build
 
+# --- CUDA (gemma4_cuda.cu; see the README's CUDA section) -------------------
+NVCC      ?= nvcc
+CXX       ?= c++
+CUDA_ARCH  = -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+NVFLAGS    = -O2 -std=c++17 $(CUDA_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
+# The emulated build: the same .cu as host C++ against tests/cuda_emu.h, with
+# small blocks and grids (fibers are slow; every kernel strides, so any size
+# computes the same) and no FMA contraction (the kernels ask for none).
+EMUFLAGS   = -std=c++17 -O2 -g -Wall -Wextra -Werror -ffp-contract=off -DG4_CUDA_EMULATE \
+             -DG4C_THREADS=32 -DG4C_MAX_BLOCKS=3 -DG4C_TILE=8 -include tests/cuda_emu.h
+
+# Compiles for sm_80 and sm_90, warnings as errors, and prints every kernel's
+# registers, stack and spills (ptxas -v).
+cuda: gemma4_cuda.cu gemma4.h | build
+	$(NVCC) $(NVFLAGS) -Xptxas -v -c gemma4_cuda.cu -o build/gemma4_cuda.o 2> build/ptxas.log || { cat build/ptxas.log; exit 1; }
+	@awk '/Compiling entry function/ { match($$0, /_Z[0-9]+/); n = substr($$0, RSTART + 2, RLENGTH - 2) + 0; \
+	      k = substr($$0, RSTART + RLENGTH, n); match($$0, /sm_[0-9]+/); arch = substr($$0, RSTART, RLENGTH) } \
+	      /bytes stack frame/ { st = $$0; sub(/^ +/, "", st) } \
+	      /Used [0-9]+ registers/ { match($$0, /Used [0-9]+ registers/); \
+	        printf "%-18s %s  %s; %s\n", k, arch, substr($$0, RSTART, RLENGTH), st }' build/ptxas.log
+	@echo "cuda: build/gemma4_cuda.o for sm_80 and sm_90, no warnings"
+
+build/gemma4_cuda_emu.o: gemma4_cuda.cu gemma4.h tests/cuda_emu.h | build
+	$(CXX) $(EMUFLAGS) -x c++ -c gemma4_cuda.cu -o $@
+
+build/test_cuda_emu: tests/test_cuda.c build/gemma4_cuda_emu.o gemma4.h | build
+	$(CC) $(WARN) $(CFLAGS) -g -DG4_CUDA_EMULATE -c tests/test_cuda.c -o build/test_cuda_emu.o
+	$(CXX) -o $@ build/test_cuda_emu.o build/gemma4_cuda_emu.o $(LDLIBS)
+
+build/gemma4_cuda_emu_san.o: gemma4_cuda.cu gemma4.h tests/cuda_emu.h | build
+	$(CXX) $(EMUFLAGS) $(SAN) -x c++ -c gemma4_cuda.cu -o $@
+
+build/test_cuda_emu_san: tests/test_cuda.c build/gemma4_cuda_emu_san.o gemma4.h | build
+	$(CC) $(WARN) $(SAN) -DG4_CUDA_EMULATE -c tests/test_cuda.c -o build/test_cuda_emu_san.o
+	$(CXX) $(SAN) -o $@ build/test_cuda_emu_san.o build/gemma4_cuda_emu_san.o $(LDLIBS)
+
+# The CUDA path's tests through its own kernels, emulated on the host (no GPU,
+# no nvcc: g++ alone); sanitize-cuda-emu runs them under ASan + UBSan.
+test-cuda-emu: build/test_cuda_emu
+	./build/test_cuda_emu
+
+sanitize-cuda-emu: build/test_cuda_emu_san
+	./build/test_cuda_emu_san
+
+build/test_cuda: tests/test_cuda.c gemma4_cuda.cu gemma4.h | build
+	$(NVCC) $(NVFLAGS) -c gemma4_cuda.cu -o build/gemma4_cuda.o
+	$(CC) $(WARN) $(CFLAGS) -g -c tests/test_cuda.c -o build/test_cuda.o
+	$(NVCC) -o $@ build/test_cuda.o build/gemma4_cuda.o $(LDLIBS)
+
+# The same tests on a real GPU; says so plainly when there is none.
+test-cuda:
+	@if command -v $(NVCC) >/dev/null; then $(MAKE) build/test_cuda && ./build/test_cuda; \
+	else echo "test-cuda: no nvcc here, nothing built or run (make test-cuda-emu runs the emulated tests)"; fi
+
 # The demo: the KV-sharing plan of a tiny E2B-shaped model, then its logits.
 run: build/gemma4
 	./build/gemma4 info $(DEMO)
@@ -96,7 +150,7 @@ tsan: build/test_threads_tsan
 
 test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san build/gemma4_san \
       build/test_bad_inputs build/test_bad_inputs_san build/test_threads build/test_threads_san \
-      build/test_tokenizer build/test_tokenizer_san
+      build/test_tokenizer build/test_tokenizer_san build/test_cuda_emu build/test_cuda_emu_san
 	@echo "== README example"
 	./build/minimal $(DEMO)
 	@echo "== tokenizer, chat, sampler and generate tests under AddressSanitizer + UndefinedBehaviorSanitizer"
@@ -105,6 +159,11 @@ test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san 
 	@echo "== tokenizer, chat, sampler and generate tests"
 	./build/test_tokenizer > build/tokenizer.log 2>&1 || { cat build/tokenizer.log; exit 1; }
 	@cat build/tokenizer.log
+	@echo "== CUDA path, emulated on the host (tests/cuda_emu.h), plain and under ASan + UBSan"
+	./build/test_cuda_emu > build/cuda_emu.log 2>&1 || { cat build/cuda_emu.log; exit 1; }
+	@tail -n 2 build/cuda_emu.log
+	./build/test_cuda_emu_san > build/cuda_emu_san.log 2>&1 || { cat build/cuda_emu_san.log; exit 1; }
+	@tail -n 1 build/cuda_emu_san.log
 	@echo "== tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 	./build/test_gemma4_san > build/sanitize.log 2>&1 || { cat build/sanitize.log; exit 1; }
 	@tail -n 1 build/sanitize.log
@@ -122,7 +181,7 @@ test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san 
 	./build/test_gemma4 > build/tests.log 2>&1 || { cat build/tests.log; exit 1; }
 	@cat build/tests.log
 	@echo "== all suites"
-	@cat build/threads.log build/bad_inputs.log build/tokenizer.log build/tests.log | awk '/^[0-9]+ passed, [0-9]+ failed$$/ { p += $$1; f += $$3 } END { print p " passed, " f " failed" }'
+	@cat build/threads.log build/bad_inputs.log build/tokenizer.log build/cuda_emu.log build/tests.log | awk '/^[0-9]+ passed, [0-9]+ failed$$/ { p += $$1; f += $$3 } END { print p " passed, " f " failed" }'
 
 build/membw: bench/membw.c | build
 	$(CC) -O2 -march=native -o $@ bench/membw.c -lpthread

@@ -500,6 +500,83 @@ G4_API void g4_sampler_reset(g4_sampler *s);
    or -1 on bad input (message in s->error). Does not call accept. */
 G4_API int32_t g4_sampler_sample(g4_sampler *s, float *logits);
 
+#ifdef GEMMA4_CUDA
+/* ------------------------------------------------------------------ cuda */
+/* The CUDA twin of the forward pass, in gemma4_cuda.cu (compile it with nvcc
+   and link it with the program that defines GEMMA4_IMPLEMENTATION; define
+   GEMMA4_CUDA before including this header to see these declarations). Same
+   concepts as the CPU path: weights uploaded once as stored (BF16, F16, F32),
+   one DEVICE arena provided by the caller (K/V of the owner layers, the
+   shared-KV table, all scratch) plus a small HOST arena (the host mirror of
+   the table, tap staging), the same plan, one code path for prefill and
+   decode, the same taps (copied to the host only when cfg.tap is set).
+   Pointers named d_* and the k/v of every g4_kv_slot here are device memory. */
+
+#ifndef G4_CUDA_API
+#define G4_CUDA_API extern /* extern even under GEMMA4_STATIC: gemma4_cuda.cu is its own file */
+#endif
+#define G4_ERR_CUDA ((g4_result)-10) /* a CUDA runtime call failed; .error names it */
+enum { G4_CUDA_MATMUL_TILED = 0, G4_CUDA_MATMUL_PLAIN = 1 };
+
+typedef struct {
+    const g4_model *host;   /* config and plan are read here: keep it loaded */
+    g4_weights w;           /* host->w's tensors, data in device memory (layers: host array) */
+    void *d_weights;        /* the one device allocation holding every tensor */
+    size_t weight_bytes;
+    char error[G4_ERROR_MAX];
+} g4_cuda_model;
+
+typedef struct {
+    const g4_cuda_model *model;
+    g4_session_config cfg;
+    int matmul;                /* G4_CUDA_MATMUL_TILED (default) or G4_CUDA_MATMUL_PLAIN */
+    int pos;                   /* positions consumed so far */
+    int n_slots;
+    g4_kv_slot *slots;         /* host arena: the table as the host tracks it (k, v: device) */
+    int *layer_slot;           /* host arena: [L] slot each layer attends over */
+    float *stage;              /* host arena: tap staging [rows][max(H, L*P)] */
+    g4_kv_slot *d_slots;       /* device arena: the table the kernels read */
+    int *d_status;             /* device arena: nonzero when a kernel found a table violation */
+    int32_t *d_ids;            /* [rows] */
+    float *d_x, *d_xn, *d_branch, *d_branch2; /* [rows][H] */
+    float *d_q, *d_att;        /* [rows][NH*Dmax] */
+    float *d_k_new, *d_v_new;  /* [rows][KVHmax*Dmax] */
+    float *d_scores;           /* [rows*NH][max_context] */
+    float *d_gate, *d_up;      /* [rows][Imax] */
+    float *d_pli, *d_ple;      /* [rows][L*P], [rows][P] */
+    float *d_router;           /* [rows][E] */
+    int *d_top;                /* [rows][K] chosen experts, ascending id */
+    float *d_topw;             /* [rows][K] their weights */
+    float *d_moe_h, *d_moe_y;  /* [rows*K][2*Ie], [rows*K][H] */
+    float *d_logits;           /* [rows][V] */
+    float *d_inv_freq[2];      /* [Dmax/2] per layer type */
+    char error[G4_ERROR_MAX];
+} g4_cuda_session;
+
+/* Convenience for C callers without cuda_runtime.h: cudaMalloc / cudaFree
+   (for the device arena; the library itself never calls them per step). */
+G4_CUDA_API g4_result g4_cuda_malloc(void **p, size_t bytes, char *err);
+G4_CUDA_API void g4_cuda_free(void *p);
+/* G4_OK when a CUDA device is usable; else G4_ERR_CUDA with the reason in err
+   (G4_ERROR_MAX bytes). desc (may be NULL) gets the device's name. */
+G4_CUDA_API g4_result g4_cuda_device_check(char *desc, size_t desc_len, char *err);
+/* Copies every tensor the plan uses into one device allocation (reader layers'
+   stale K/V weights are not bound, hence never uploaded). */
+G4_CUDA_API g4_result g4_cuda_model_upload(g4_cuda_model *cm, const g4_model *m);
+G4_CUDA_API void g4_cuda_model_free(g4_cuda_model *cm);
+G4_CUDA_API g4_result g4_cuda_session_size(const g4_cuda_model *cm, const g4_session_config *cfg, size_t *device_bytes,
+                                      size_t *host_bytes);
+/* device_arena: cudaMalloc'd (or any device memory), >= device_bytes, 16-byte
+   aligned; host_arena: >= host_bytes, 16-byte aligned. Both stay the caller's. */
+G4_CUDA_API g4_result g4_cuda_session_init(g4_cuda_session *s, const g4_cuda_model *cm, const g4_session_config *cfg,
+                                      void *device_arena, size_t device_bytes, void *host_arena, size_t host_bytes);
+G4_CUDA_API g4_result g4_cuda_session_reset(g4_cuda_session *s);
+/* As g4_forward; ids and logits are host memory. */
+G4_CUDA_API g4_result g4_cuda_forward(g4_cuda_session *s, const int32_t *ids, int n, float *logits, int logits_mode);
+/* Copies the device's shared-KV table (n_slots entries) to out, for checks. */
+G4_CUDA_API g4_result g4_cuda_session_table(g4_cuda_session *s, g4_kv_slot *out, int max);
+#endif /* GEMMA4_CUDA */
+
 #ifdef __cplusplus
 }
 #endif

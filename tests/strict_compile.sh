@@ -1,8 +1,9 @@
 #!/bin/sh
 # Compiles gemma4.h with its implementation as C99 and as C++ (11 and 17), with
 # -Wall -Wextra -Wpedantic -Werror, under every compiler found; also with
-# GEMMA4_STATIC, G4_NO_MMAP and G4_NO_THREADS, and with each SIMD path (scalar,
-# AVX2+FMA, AVX-512) on x86-64. Fails on the first warning.
+# GEMMA4_STATIC, G4_NO_MMAP and G4_NO_THREADS, with the CUDA declarations
+# (GEMMA4_CUDA), and with each SIMD path (scalar, AVX2+FMA, AVX-512) on x86-64.
+# Fails on the first warning.
 set -e
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -19,7 +20,14 @@ cat > "$tmp/s.c" <<'SRC'
 #include "gemma4.h"
 int main(void) { g4_config c; return g4_config_parse(&c, "{}", 2, "x") == G4_OK; }
 SRC
+cat > "$tmp/c.c" <<'SRC'
+#define GEMMA4_CUDA
+#define GEMMA4_IMPLEMENTATION
+#include "gemma4.h"
+int main(void) { g4_cuda_session s; s.matmul = G4_CUDA_MATMUL_PLAIN; return s.matmul == 1 && G4_ERR_CUDA != G4_OK ? 0 : 1; }
+SRC
 cp "$tmp/t.c" "$tmp/t.cpp"
+cp "$tmp/c.c" "$tmp/c.cpp"
 cp "$tmp/s.c" "$tmp/s.cpp"
 W="-Wall -Wextra -Wpedantic -Werror -I."
 n=0
@@ -29,12 +37,12 @@ for isa in $simd; do
   isa=$(echo "$isa" | tr ',' ' ')
   for cc in gcc clang; do
     command -v $cc >/dev/null || continue
-    for f in t s; do $cc -std=c99 $W $isa -c "$tmp/$f.c" -o "$tmp/o"; n=$((n+1)); done
+    for f in t s c; do $cc -std=c99 $W $isa -c "$tmp/$f.c" -o "$tmp/o"; n=$((n+1)); done
   done
   for cxx in g++ clang++; do
     command -v $cxx >/dev/null || continue
     for std in c++11 c++17; do
-      for f in t s; do $cxx -std=$std $W $isa -c "$tmp/$f.cpp" -o "$tmp/o"; n=$((n+1)); done
+      for f in t s c; do $cxx -std=$std $W $isa -c "$tmp/$f.cpp" -o "$tmp/o"; n=$((n+1)); done
     done
   done
 done

@@ -1,0 +1,390 @@
+/* cuda_emu.h - just enough of CUDA to run gemma4_cuda.cu on the host, so the
+   CUDA path's own kernels can be tested on machines without a GPU.
+
+   Force-included when gemma4_cuda.cu is compiled as host C++:
+       g++ -std=c++17 -DG4_CUDA_EMULATE -include tests/cuda_emu.h -x c++ -c gemma4_cuda.cu
+
+   What it provides, and how:
+   - Kernels are plain functions (__global__, __device__ vanish). A launch,
+     G4C_LAUNCH(kernel, grid, block, args...), runs the grid's blocks one
+     after another, starting at a varying block and stepping through them
+     in a scrambled order. Inside a block every thread is a FIBER (ucontext) with its
+     own stack; the scheduler runs each fiber (in a shuffled order each
+     round, so a missing barrier shows up as a wrong result) until it finishes or reaches
+     __syncthreads(), which swaps back (x86-64: a register-saving switch in
+     a few instructions; elsewhere, or with -DG4EMU_UCONTEXT, ucontext). A barrier is released when every
+     thread of the block waits at it; a thread that exits while others wait
+     is a barrier divergence (a hang or UB on a GPU): the emulator aborts.
+   - blockIdx, threadIdx, blockDim, gridDim are globals the scheduler sets
+     before resuming each fiber (only one runs at a time).
+   - __shared__ is `static`: blocks run one at a time, so one copy per
+     kernel is exactly per-block shared memory.
+   - Device memory is host memory from an allocation registry, so
+     cudaMemcpy checks each side is (or is not) device memory for its kind,
+     and cudaFree refuses pointers it did not hand out.
+   - __fmul_rn/__fadd_rn/__fsub_rn are the host's float ops (the build
+     uses no FMA contraction, -ffp-contract=off); expf and friends are libm's.
+   - Launch checks as on a GPU: 1..1024 threads per block, nonempty grid.
+   - Test hooks (extern "C"): g4emu_fail_after(n) makes the n-th runtime call
+     or launch from now fail (every checked call's error path can be driven);
+     g4emu_launches(name) counts launches of a kernel.
+   No warp primitives are used by gemma4_cuda.cu, so none are emulated. */
+#ifndef G4_CUDA_EMU_H
+#define G4_CUDA_EMU_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <ucontext.h>
+
+#define __global__
+#define __device__
+#define __host__
+#define __shared__ static
+
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+static dim3 blockIdx, threadIdx, blockDim, gridDim;
+
+typedef enum {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorInvalidDevicePointer = 17,
+    cudaErrorUnknown = 999
+} cudaError_t;
+
+typedef enum {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3
+} cudaMemcpyKind;
+
+struct cudaDeviceProp {
+    char name[256];
+    int major, minor;
+};
+
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __uint_as_float(unsigned u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* ---------------------------------------------------------------- errors */
+
+static cudaError_t g4emu_last = cudaSuccess;
+static long g4emu_countdown = -1; /* > 0: calls until an injected failure */
+
+/* An injected failure: the n-th call from now (1 = the next) fails. */
+extern "C" void g4emu_fail_after(long n) { g4emu_countdown = n; }
+
+static bool g4emu_injected(void) {
+    if (g4emu_countdown > 0 && --g4emu_countdown == 0) { g4emu_countdown = -1; return true; }
+    return false;
+}
+
+static cudaError_t g4emu_ret(cudaError_t e) {
+    if (e != cudaSuccess) g4emu_last = e;
+    return e;
+}
+
+static inline const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument (emulated)";
+    case cudaErrorMemoryAllocation: return "out of memory (emulated)";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument (emulated)";
+    case cudaErrorInvalidDevicePointer: return "invalid device pointer (emulated)";
+    default: return "injected failure (emulated)";
+    }
+}
+
+static inline cudaError_t cudaGetLastError(void) {
+    cudaError_t e = g4emu_last;
+    g4emu_last = cudaSuccess;
+    return e;
+}
+
+static inline cudaError_t cudaGetDeviceCount(int *n) {
+    if (g4emu_injected()) return g4emu_ret(cudaErrorUnknown);
+    *n = 1;
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev) {
+    if (g4emu_injected() || dev != 0) return g4emu_ret(cudaErrorInvalidValue);
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "host emulation (tests/cuda_emu.h)");
+    p->major = 0;
+    return cudaSuccess;
+}
+
+/* --------------------------------------------------------- device memory */
+
+#define G4EMU_MAX_ALLOCS 4096
+static struct { unsigned char *p; size_t n; } g4emu_allocs[G4EMU_MAX_ALLOCS];
+static int g4emu_nallocs; /* entries in use are below this */
+
+/* Is [p, p+n) inside one device allocation? */
+static bool g4emu_is_device(const void *p, size_t n) {
+    const unsigned char *c = (const unsigned char *)p;
+    for (int i = 0; i < g4emu_nallocs; i++)
+        if (g4emu_allocs[i].p && c >= g4emu_allocs[i].p && c + n <= g4emu_allocs[i].p + g4emu_allocs[i].n) return true;
+    return false;
+}
+
+static inline cudaError_t cudaMalloc(void **p, size_t n) {
+    if (g4emu_injected()) return g4emu_ret(cudaErrorMemoryAllocation);
+    for (int i = 0; i < G4EMU_MAX_ALLOCS; i++)
+        if (!g4emu_allocs[i].p) {
+            void *q = NULL;
+            if (posix_memalign(&q, 256, n ? n : 1) != 0) return g4emu_ret(cudaErrorMemoryAllocation);
+            g4emu_allocs[i].p = (unsigned char *)q;
+            g4emu_allocs[i].n = n;
+            if (i >= g4emu_nallocs) g4emu_nallocs = i + 1;
+            *p = q;
+            return cudaSuccess;
+        }
+    return g4emu_ret(cudaErrorMemoryAllocation);
+}
+template <class T> static inline cudaError_t cudaMalloc(T **p, size_t n) { return cudaMalloc((void **)p, n); }
+
+static inline cudaError_t cudaFree(void *p) {
+    if (!p) return cudaSuccess;
+    for (int i = 0; i < g4emu_nallocs; i++)
+        if (g4emu_allocs[i].p == p) {
+            free(p);
+            g4emu_allocs[i].p = NULL;
+            return cudaSuccess;
+        }
+    return g4emu_ret(cudaErrorInvalidDevicePointer);
+}
+
+static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
+    bool dd = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyHostToDevice;
+    bool sd = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDeviceToHost;
+    if (g4emu_injected()) return g4emu_ret(cudaErrorUnknown);
+    if (n == 0) return cudaSuccess;
+    if (g4emu_is_device(dst, n) != dd || g4emu_is_device(src, n) != sd) {
+        fprintf(stderr, "cuda_emu: cudaMemcpy kind %d with dst %s device memory and src %s device memory\n", (int)kind,
+                g4emu_is_device(dst, n) ? "in" : "not in", g4emu_is_device(src, n) ? "in" : "not in");
+        return g4emu_ret(cudaErrorInvalidValue);
+    }
+    memmove(dst, src, n);
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaMemset(void *p, int v, size_t n) {
+    if (g4emu_injected()) return g4emu_ret(cudaErrorUnknown);
+    if (!g4emu_is_device(p, n)) return g4emu_ret(cudaErrorInvalidValue);
+    memset(p, v, n);
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+/* ---------------------------------------------------------------- fibers */
+/* A fiber switch saves the callee-saved registers on the current stack and
+   moves to another (the floating-point control state is shared: nothing in
+   the kernels changes it). On x86-64 this is a few instructions (no system call);
+   elsewhere, or with G4EMU_UCONTEXT, glibc's swapcontext (which also saves
+   the signal mask with a system call per switch: correct, but far slower). */
+
+#define G4EMU_STACK (256 * 1024)
+#define G4EMU_MAX_THREADS 1024
+
+enum { G4EMU_RUNNING, G4EMU_BARRIER, G4EMU_DONE };
+
+static void (*g4emu_body)(void *);
+static void *g4emu_arg;
+static const char *g4emu_kernel;
+static int g4emu_cur;
+static void g4emu_fiber_main(void);
+
+#if defined(__x86_64__) && !defined(G4EMU_UCONTEXT)
+/* void g4emu_switch(void **save_sp, void *load_sp) */
+extern "C" void g4emu_switch(void **save_sp, void *load_sp);
+__asm__(".text\n"
+        ".globl g4emu_switch\n"
+        ".type g4emu_switch,@function\n"
+        "g4emu_switch:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size g4emu_switch, .-g4emu_switch\n"
+        ".section .note.GNU-stack,\"\",@progbits\n"
+        ".text\n");
+
+static struct {
+    void *sp;
+    char *stack;
+    int state;
+} g4emu_fiber[G4EMU_MAX_THREADS];
+static void *g4emu_sched_sp;
+
+/* A fresh stack whose first switch "returns" into g4emu_fiber_main. */
+static void g4emu_fiber_init(int i) {
+    uintptr_t top = ((uintptr_t)(g4emu_fiber[i].stack + G4EMU_STACK)) & ~(uintptr_t)15;
+    uint64_t *a = (uint64_t *)(top - 16); /* return address slot: 16-aligned, as after a call */
+    a[0] = (uint64_t)(uintptr_t)&g4emu_fiber_main;
+    a[1] = 0;
+    for (int k = 1; k <= 6; k++) a[-k] = 0; /* rbp rbx r12 r13 r14 r15 */
+    g4emu_fiber[i].sp = &a[-6];
+}
+static void g4emu_to_fiber(int i) { g4emu_switch(&g4emu_sched_sp, g4emu_fiber[i].sp); }
+static void g4emu_to_sched(void) { g4emu_switch(&g4emu_fiber[g4emu_cur].sp, g4emu_sched_sp); }
+#else
+static struct {
+    ucontext_t ctx;
+    char *stack;
+    int state;
+    int ready;
+} g4emu_fiber[G4EMU_MAX_THREADS];
+static ucontext_t g4emu_sched;
+
+static void g4emu_fiber_init(int i) {
+    if (!g4emu_fiber[i].ready) { getcontext(&g4emu_fiber[i].ctx); g4emu_fiber[i].ready = 1; }
+    g4emu_fiber[i].ctx.uc_stack.ss_sp = g4emu_fiber[i].stack;
+    g4emu_fiber[i].ctx.uc_stack.ss_size = G4EMU_STACK;
+    g4emu_fiber[i].ctx.uc_link = NULL;
+    makecontext(&g4emu_fiber[i].ctx, g4emu_fiber_main, 0);
+}
+static void g4emu_to_fiber(int i) { swapcontext(&g4emu_sched, &g4emu_fiber[i].ctx); }
+static void g4emu_to_sched(void) { swapcontext(&g4emu_fiber[g4emu_cur].ctx, &g4emu_sched); }
+#endif
+
+/* A thread's whole life: the kernel, then back to the scheduler for good. */
+static void g4emu_fiber_main(void) {
+    g4emu_body(g4emu_arg);
+    g4emu_fiber[g4emu_cur].state = G4EMU_DONE;
+    g4emu_to_sched();
+    abort(); /* a finished fiber is never resumed */
+}
+
+static inline void __syncthreads(void) {
+    g4emu_fiber[g4emu_cur].state = G4EMU_BARRIER;
+    g4emu_to_sched();
+}
+
+static void g4emu_set_thread(int i) {
+    g4emu_cur = i;
+    threadIdx.x = (unsigned)i % blockDim.x;
+    threadIdx.y = (unsigned)i / blockDim.x % blockDim.y;
+    threadIdx.z = (unsigned)i / (blockDim.x * blockDim.y);
+}
+
+/* The order in which a round resumes the threads: a fresh permutation each
+   time (a fixed-seed generator, so runs repeat), so that a read that lacks
+   the __syncthreads before it sees stale data in some round instead of
+   always running after the write, as it would in thread order. */
+static int g4emu_order[G4EMU_MAX_THREADS];
+static uint32_t g4emu_seed = 0x9e3779b9u;
+
+static void g4emu_shuffle(int n) {
+    for (int i = 0; i < n; i++) g4emu_order[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        int j, t;
+        g4emu_seed = g4emu_seed * 1664525u + 1013904223u;
+        j = (int)((g4emu_seed >> 8) % (uint32_t)(i + 1));
+        t = g4emu_order[i];
+        g4emu_order[i] = g4emu_order[j];
+        g4emu_order[j] = t;
+    }
+}
+
+/* One block: all its threads as fibers, released barrier by barrier. */
+static void g4emu_run_block(int nthreads) {
+    int alive = nthreads;
+    for (int i = 0; i < nthreads; i++) {
+        if (!g4emu_fiber[i].stack) {
+            g4emu_fiber[i].stack = (char *)malloc(G4EMU_STACK);
+            if (!g4emu_fiber[i].stack) { fprintf(stderr, "cuda_emu: out of memory for fiber stacks\n"); abort(); }
+        }
+        g4emu_fiber_init(i);
+        g4emu_fiber[i].state = G4EMU_RUNNING;
+    }
+    while (alive > 0) {
+        int waiting = 0, done = 0;
+        g4emu_shuffle(nthreads);
+        for (int j = 0; j < nthreads; j++) {
+            int i = g4emu_order[j];
+            if (g4emu_fiber[i].state == G4EMU_DONE) continue;
+            g4emu_set_thread(i);
+            g4emu_fiber[i].state = G4EMU_RUNNING;
+            g4emu_to_fiber(i);
+        }
+        for (int i = 0; i < nthreads; i++) {
+            waiting += g4emu_fiber[i].state == G4EMU_BARRIER;
+            done += g4emu_fiber[i].state == G4EMU_DONE;
+        }
+        if (waiting && done) {
+            fprintf(stderr, "cuda_emu: barrier divergence in %s block (%u,%u): %d threads exited, %d wait at "
+                    "__syncthreads\n", g4emu_kernel, blockIdx.x, blockIdx.y, done, waiting);
+            abort();
+        }
+        alive = nthreads - done;
+    }
+}
+
+/* launch counts by kernel name */
+#define G4EMU_MAX_KERNELS 128
+static struct { const char *name; long n; } g4emu_count[G4EMU_MAX_KERNELS];
+
+extern "C" long g4emu_launches(const char *name) {
+    for (int i = 0; i < G4EMU_MAX_KERNELS && g4emu_count[i].name; i++)
+        if (strcmp(g4emu_count[i].name, name) == 0) return g4emu_count[i].n;
+    return 0;
+}
+
+/* A step coprime with n, so first + b * step (mod n) visits every block once. */
+static unsigned long g4emu_stride(unsigned long n) {
+    unsigned long a = n, b = 7;
+    while (b) { unsigned long t = a % b; a = b; b = t; }
+    return a == 1 ? 7 : 1;
+}
+
+template <class F> static void g4emu_trampoline(void *f) { (*(F *)f)(); }
+
+template <class F> static void g4emu_launch(const char *name, dim3 grid, dim3 block, F f) {
+    unsigned long nthreads = (unsigned long)block.x * block.y * block.z;
+    int i;
+    if (g4emu_injected() || nthreads < 1 || nthreads > G4EMU_MAX_THREADS || !grid.x || !grid.y || !grid.z) {
+        g4emu_ret(nthreads < 1 || nthreads > G4EMU_MAX_THREADS || !grid.x ? cudaErrorInvalidConfiguration
+                                                                          : cudaErrorUnknown);
+        return;
+    }
+    for (i = 0; i < G4EMU_MAX_KERNELS - 1 && g4emu_count[i].name && strcmp(g4emu_count[i].name, name) != 0; i++) {}
+    g4emu_count[i].name = name;
+    g4emu_count[i].n++;
+    g4emu_kernel = name;
+    g4emu_body = g4emu_trampoline<F>;
+    g4emu_arg = &f;
+    gridDim = grid;
+    blockDim = block;
+    /* blocks one at a time, in a shuffled order (a GPU promises none) */
+    unsigned long nblocks = (unsigned long)grid.x * grid.y * grid.z, first = 0;
+    if (nblocks > 1) { g4emu_seed = g4emu_seed * 1664525u + 1013904223u; first = (g4emu_seed >> 8) % nblocks; }
+    for (unsigned long b = 0; b < nblocks; b++) {
+        unsigned long lin = (first + b * g4emu_stride(nblocks)) % nblocks;
+        blockIdx = dim3((unsigned)(lin % grid.x), (unsigned)(lin / grid.x % grid.y), (unsigned)(lin / ((unsigned long)grid.x * grid.y)));
+        g4emu_run_block((int)nthreads);
+    }
+    g4emu_arg = NULL; /* the closure lives only for this launch */
+}
+
+#define G4C_LAUNCH(kernel, grid, block, ...) \
+    g4emu_launch(#kernel, dim3(grid), dim3(block), [&]() { kernel(__VA_ARGS__); })
+
+#endif /* G4_CUDA_EMU_H */
