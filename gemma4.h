@@ -3027,40 +3027,47 @@ static g4_result g4__step(g4_session *s, const int32_t *ids, int n, float *out, 
     return G4_OK;
 }
 
-G4__DEF g4_result g4_forward(g4_session *s, const int32_t *ids, int n, float *logits, int mode) {
-    const g4_config *c;
-    int i, done;
-    if (!s) return G4_ERR_INPUT;
-    if (!s->model || !s->slots) { g4__seterr(s->error, "session is not initialised"); return G4_ERR_INPUT; }
-    c = &s->model->config;
-    if (!ids || n < 1) { g4__seterr(s->error, "no tokens (ids %s, n %d)", ids ? "set" : "NULL", n); return G4_ERR_INPUT; }
+/* The checks every forward makes before touching the session (shared with the
+   CUDA twin): ids, count, room in the context, logits mode and buffer. */
+static g4_result g4__check_forward(const g4_config *c, int pos, int max_context, const int32_t *ids, int n,
+                                   const float *logits, int mode, char *err) {
+    int i;
+    if (!ids || n < 1) { g4__seterr(err, "no tokens (ids %s, n %d)", ids ? "set" : "NULL", n); return G4_ERR_INPUT; }
     if (mode != G4_LOGITS_NONE && mode != G4_LOGITS_LAST && mode != G4_LOGITS_ALL) {
-        g4__seterr(s->error, "unknown logits mode %d", mode);
+        g4__seterr(err, "unknown logits mode %d", mode);
         return G4_ERR_INPUT;
     }
-    if (mode != G4_LOGITS_NONE && !logits) { g4__seterr(s->error, "logits buffer is NULL"); return G4_ERR_INPUT; }
-    if (n > s->cfg.max_context - s->pos) {
-        g4__seterr(s->error, "%d tokens at position %d exceed the session's max_context of %d", n, s->pos,
-                   s->cfg.max_context);
+    if (mode != G4_LOGITS_NONE && !logits) { g4__seterr(err, "logits buffer is NULL"); return G4_ERR_INPUT; }
+    if (n > max_context - pos) {
+        g4__seterr(err, "%d tokens at position %d exceed the session's max_context of %d", n, pos, max_context);
         return G4_ERR_INPUT;
     }
     for (i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= c->vocab_size) {
-            g4__seterr(s->error, "token id %ld at index %d is outside the vocabulary [0, %d)", (long)ids[i], i,
-                       c->vocab_size);
+            g4__seterr(err, "token id %ld at index %d is outside the vocabulary [0, %d)", (long)ids[i], i, c->vocab_size);
             return G4_ERR_INPUT;
         }
         if (c->hidden_size_per_layer_input && ids[i] >= c->vocab_size_per_layer_input) {
-            g4__seterr(s->error, "token id %ld at index %d is outside the per-layer embedding table [0, %d)",
-                       (long)ids[i], i, c->vocab_size_per_layer_input);
+            g4__seterr(err, "token id %ld at index %d is outside the per-layer embedding table [0, %d)", (long)ids[i], i,
+                       c->vocab_size_per_layer_input);
             return G4_ERR_INPUT;
         }
     }
+    return G4_OK;
+}
+
+G4__DEF g4_result g4_forward(g4_session *s, const int32_t *ids, int n, float *logits, int mode) {
+    const g4_config *c;
+    g4_result r;
+    int done;
+    if (!s) return G4_ERR_INPUT;
+    if (!s->model || !s->slots) { g4__seterr(s->error, "session is not initialised"); return G4_ERR_INPUT; }
+    c = &s->model->config;
+    if ((r = g4__check_forward(c, s->pos, s->cfg.max_context, ids, n, logits, mode, s->error)) != G4_OK) return r;
     for (done = 0; done < n; done += s->cfg.max_chunk) {
         int cn = n - done < s->cfg.max_chunk ? n - done : s->cfg.max_chunk;
         float *out = NULL;
         int first = 0;
-        g4_result r;
         if (mode == G4_LOGITS_ALL) out = logits + (size_t)done * c->vocab_size;
         else if (mode == G4_LOGITS_LAST && done + cn == n) { out = logits; first = cn - 1; }
         if ((r = g4__step(s, ids + done, cn, out, first)) != G4_OK) return r;

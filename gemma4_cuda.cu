@@ -944,42 +944,20 @@ G4_CUDA_API g4_result g4_cuda_session_table(g4_cuda_session *s, g4_kv_slot *out,
 
 G4_CUDA_API g4_result g4_cuda_forward(g4_cuda_session *s, const int32_t *ids, int n, float *logits, int mode) {
     const g4_config *c;
-    int i, done;
+    g4_result r;
+    int done;
     if (!s) return G4_ERR_INPUT;
     if (!s->model || !s->slots) { g4c__seterr(s->error, "session is not initialised"); return G4_ERR_INPUT; }
     c = &s->model->host->config;
-    if (!ids || n < 1) { g4c__seterr(s->error, "no tokens (ids %s, n %d)", ids ? "set" : "NULL", n); return G4_ERR_INPUT; }
-    if (mode != G4_LOGITS_NONE && mode != G4_LOGITS_LAST && mode != G4_LOGITS_ALL) {
-        g4c__seterr(s->error, "unknown logits mode %d", mode);
-        return G4_ERR_INPUT;
-    }
-    if (mode != G4_LOGITS_NONE && !logits) { g4c__seterr(s->error, "logits buffer is NULL"); return G4_ERR_INPUT; }
     if (s->matmul != G4_CUDA_MATMUL_TILED && s->matmul != G4_CUDA_MATMUL_PLAIN) {
         g4c__seterr(s->error, "unknown matmul kind %d", s->matmul);
         return G4_ERR_INPUT;
     }
-    if (n > s->cfg.max_context - s->pos) {
-        g4c__seterr(s->error, "%d tokens at position %d exceed the session's max_context of %d", n, s->pos,
-                    s->cfg.max_context);
-        return G4_ERR_INPUT;
-    }
-    for (i = 0; i < n; i++) {
-        if (ids[i] < 0 || ids[i] >= c->vocab_size) {
-            g4c__seterr(s->error, "token id %ld at index %d is outside the vocabulary [0, %d)", (long)ids[i], i,
-                        c->vocab_size);
-            return G4_ERR_INPUT;
-        }
-        if (c->hidden_size_per_layer_input && ids[i] >= c->vocab_size_per_layer_input) {
-            g4c__seterr(s->error, "token id %ld at index %d is outside the per-layer embedding table [0, %d)",
-                        (long)ids[i], i, c->vocab_size_per_layer_input);
-            return G4_ERR_INPUT;
-        }
-    }
+    if ((r = g4__check_forward(c, s->pos, s->cfg.max_context, ids, n, logits, mode, s->error)) != G4_OK) return r;
     for (done = 0; done < n; done += s->cfg.max_chunk) {
         int cn = n - done < s->cfg.max_chunk ? n - done : s->cfg.max_chunk;
         float *out = NULL;
         int first = 0;
-        g4_result r;
         if (mode == G4_LOGITS_ALL) out = logits + (size_t)done * c->vocab_size;
         else if (mode == G4_LOGITS_LAST && done + cn == n) { out = logits; first = cn - 1; }
         if ((r = g4c__step(s, ids + done, cn, out, first)) != G4_OK) return r;
