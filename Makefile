@@ -17,16 +17,16 @@ build/gemma4: examples/gemma4.c examples/compare.h examples/bench.h gemma4.h | b
 build/minimal: examples/minimal.c gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -o $@ examples/minimal.c $(LDLIBS)
 
-build/test_gemma4: tests/test_gemma4.c examples/compare.h gemma4.h | build
+build/test_gemma4: tests/test_gemma4.c tests/harness.h examples/compare.h gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_gemma4.c $(LDLIBS)
 
-build/test_gemma4_san: tests/test_gemma4.c examples/compare.h gemma4.h | build
+build/test_gemma4_san: tests/test_gemma4.c tests/harness.h examples/compare.h gemma4.h | build
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_gemma4.c $(LDLIBS)
 
-build/test_tokenizer: tests/test_tokenizer.c gemma4.h | build
+build/test_tokenizer: tests/test_tokenizer.c tests/harness.h gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_tokenizer.c $(LDLIBS)
 
-build/test_tokenizer_san: tests/test_tokenizer.c gemma4.h | build
+build/test_tokenizer_san: tests/test_tokenizer.c tests/harness.h gemma4.h | build
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_tokenizer.c $(LDLIBS)
 
 # The bad-input catalogue (tests/test_bad_inputs.c) drives the CLI too:
@@ -34,20 +34,20 @@ build/test_tokenizer_san: tests/test_tokenizer.c gemma4.h | build
 build/gemma4_san: examples/gemma4.c gemma4.h | build
 	$(CC) $(WARN) $(SAN) -o $@ examples/gemma4.c $(LDLIBS)
 
-build/test_bad_inputs: tests/test_bad_inputs.c gemma4.h | build
+build/test_bad_inputs: tests/test_bad_inputs.c tests/harness.h gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_bad_inputs.c $(LDLIBS)
 
-build/test_bad_inputs_san: tests/test_bad_inputs.c gemma4.h | build
+build/test_bad_inputs_san: tests/test_bad_inputs.c tests/harness.h gemma4.h | build
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_bad_inputs.c $(LDLIBS)
 
 # Two sessions on one model from two threads (-pthread only here).
-build/test_threads: tests/test_threads.c gemma4.h | build
+build/test_threads: tests/test_threads.c tests/harness.h gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -g -pthread -o $@ tests/test_threads.c $(LDLIBS)
 
-build/test_threads_san: tests/test_threads.c gemma4.h | build
+build/test_threads_san: tests/test_threads.c tests/harness.h gemma4.h | build
 	$(CC) $(WARN) $(SAN) -pthread -o $@ tests/test_threads.c $(LDLIBS)
 
-build/test_threads_tsan: tests/test_threads.c gemma4.h | build
+build/test_threads_tsan: tests/test_threads.c tests/harness.h gemma4.h | build
 	$(CC) $(WARN) -O1 -g -fsanitize=thread -pthread -o $@ tests/test_threads.c $(LDLIBS)
 
 # libFuzzer harnesses (clang): make fuzz FUZZ_SECONDS=60 runs each in turn.
@@ -87,14 +87,14 @@ cuda: gemma4_cuda.cu gemma4.h | build
 build/gemma4_cuda_emu.o: gemma4_cuda.cu gemma4.h tests/cuda_emu.h | build
 	$(CXX) $(EMUFLAGS) -x c++ -c gemma4_cuda.cu -o $@
 
-build/test_cuda_emu: tests/test_cuda.c build/gemma4_cuda_emu.o gemma4.h | build
+build/test_cuda_emu: tests/test_cuda.c tests/harness.h build/gemma4_cuda_emu.o gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -g -DG4_CUDA_EMULATE -c tests/test_cuda.c -o build/test_cuda_emu.o
 	$(CXX) -o $@ build/test_cuda_emu.o build/gemma4_cuda_emu.o $(LDLIBS)
 
 build/gemma4_cuda_emu_san.o: gemma4_cuda.cu gemma4.h tests/cuda_emu.h | build
 	$(CXX) $(EMUFLAGS) $(SAN) -x c++ -c gemma4_cuda.cu -o $@
 
-build/test_cuda_emu_san: tests/test_cuda.c build/gemma4_cuda_emu_san.o gemma4.h | build
+build/test_cuda_emu_san: tests/test_cuda.c tests/harness.h build/gemma4_cuda_emu_san.o gemma4.h | build
 	$(CC) $(WARN) $(SAN) -DG4_CUDA_EMULATE -c tests/test_cuda.c -o build/test_cuda_emu_san.o
 	$(CXX) $(SAN) -o $@ build/test_cuda_emu_san.o build/gemma4_cuda_emu_san.o $(LDLIBS)
 
@@ -106,7 +106,7 @@ test-cuda-emu: build/test_cuda_emu
 sanitize-cuda-emu: build/test_cuda_emu_san
 	./build/test_cuda_emu_san
 
-build/test_cuda: tests/test_cuda.c gemma4_cuda.cu gemma4.h | build
+build/test_cuda: tests/test_cuda.c tests/harness.h gemma4_cuda.cu gemma4.h | build
 	$(NVCC) $(NVFLAGS) -c gemma4_cuda.cu -o build/gemma4_cuda.o
 	$(CC) $(WARN) $(CFLAGS) -g -c tests/test_cuda.c -o build/test_cuda.o
 	$(NVCC) -o $@ build/test_cuda.o build/gemma4_cuda.o $(LDLIBS)
@@ -181,7 +181,7 @@ test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san 
 	./build/test_gemma4 > build/tests.log 2>&1 || { cat build/tests.log; exit 1; }
 	@cat build/tests.log
 	@echo "== all suites"
-	@cat build/threads.log build/bad_inputs.log build/tokenizer.log build/cuda_emu.log build/tests.log | awk '/^[0-9]+ passed, [0-9]+ failed$$/ { p += $$1; f += $$3 } END { print p " passed, " f " failed" }'
+	@cat build/threads.log build/bad_inputs.log build/tokenizer.log build/cuda_emu.log build/tests.log | awk '/^[0-9]+ passed, [0-9]+ failed/ { p += $$1; f += $$3; s += $$5 } END { printf "%d passed, %d failed", p, f; if (s) printf ", %d skipped", s; print "" }'
 
 build/membw: bench/membw.c | build
 	$(CC) -O2 -march=native -o $@ bench/membw.c -lpthread

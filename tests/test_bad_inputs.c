@@ -22,34 +22,10 @@
 #include <time.h>
 #include <unistd.h>
 
-static int g_pass, g_fail, g_cur_failed;
-static char g_cur[300];
 static const char *g_data = "data", *g_cli = "build/gemma4";
 static char g_tmp[256];
 
-#define CHECK(cond, ...)                                                  \
-    do {                                                                  \
-        if (!(cond)) {                                                    \
-            printf("  FAIL %s:%d: %s: ", __FILE__, __LINE__, g_cur);      \
-            printf(__VA_ARGS__);                                          \
-            printf("\n");                                                 \
-            g_cur_failed = 1;                                             \
-        }                                                                 \
-    } while (0)
-
-static void begin(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(g_cur, sizeof g_cur, fmt, ap);
-    va_end(ap);
-    g_cur_failed = 0;
-}
-
-static void end(void) {
-    if (g_cur_failed) { g_fail++; printf("not ok - %s\n", g_cur); }
-    else { g_pass++; printf("ok - %s\n", g_cur); }
-    fflush(stdout);
-}
+#include "harness.h"
 
 /* "a/b" in one of 8 rotating buffers */
 static const char *P(const char *a, const char *b) {
@@ -1142,6 +1118,5 @@ int main(int argc, char **argv) {
     test_cli_cases();
 
     rm_rf(g_tmp);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return finish();
 }

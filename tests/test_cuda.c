@@ -48,29 +48,9 @@ extern long g4emu_launches(const char *kernel);
 #endif
 #define TOL 2e-5
 
-static int g_pass, g_fail, g_cur_failed;
-static const char *g_cur, *g_only; /* argv[2]: run only tests whose name contains it */
+#include "harness.h" /* g_only: argv[2], run only tests whose name contains it */
 static double g_worst_golden, g_worst_cpu; /* over all models, relative */
 
-#define CHECK(cond, ...)                                                         \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            printf("  FAIL %s:%d: %s: ", __FILE__, __LINE__, g_cur);             \
-            printf(__VA_ARGS__);                                                 \
-            printf("\n");                                                        \
-            g_cur_failed = 1;                                                    \
-        }                                                                        \
-    } while (0)
-
-static void run(const char *name, void (*fn)(void)) {
-    if (g_only && !strstr(name, g_only)) return;
-    g_cur = name;
-    g_cur_failed = 0;
-    fn();
-    if (g_cur_failed) { g_fail++; printf("not ok - %s\n", name); }
-    else { g_pass++; printf("ok - %s\n", name); }
-    fflush(stdout);
-}
 
 /* ------------------------------------------------------------- helpers */
 
@@ -1003,6 +983,5 @@ int main(int argc, char **argv) {
     }
     printf("max relative difference: vs transformers %.3g (bound %.1g), vs CPU path %.3g (bound %.1g)\n",
            g_worst_golden, TOL, g_worst_cpu, CPU_TOL);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return finish();
 }

@@ -23,27 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int g_pass, g_fail, g_cur_failed;
-static const char *g_cur;
-
-#define CHECK(cond, ...)                                                         \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            printf("  FAIL %s:%d: %s: ", __FILE__, __LINE__, g_cur);             \
-            printf(__VA_ARGS__);                                                 \
-            printf("\n");                                                        \
-            g_cur_failed = 1;                                                    \
-        }                                                                        \
-    } while (0)
-
-static void run(const char *name, void (*fn)(void)) {
-    g_cur = name;
-    g_cur_failed = 0;
-    fn();
-    if (g_cur_failed) { g_fail++; printf("not ok - %s\n", name); }
-    else { g_pass++; printf("ok - %s\n", name); }
-    fflush(stdout);
-}
+#include "harness.h"
 
 #define TOL 2e-5
 
@@ -1187,6 +1167,5 @@ int main(int argc, char **argv) {
         snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
         if (system(cmd) != 0) printf("(could not remove %s)\n", g_tmp);
     }
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return finish();
 }

@@ -14,28 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int g_pass, g_fail, g_cur_failed;
-static const char *g_cur;
 static const char *g_data = "data";
 
-#define CHECK(cond, ...)                                                  \
-    do {                                                                  \
-        if (!(cond)) {                                                    \
-            printf("  FAIL %s:%d: %s: ", __FILE__, __LINE__, g_cur);      \
-            printf(__VA_ARGS__);                                          \
-            printf("\n");                                                 \
-            g_cur_failed = 1;                                             \
-        }                                                                 \
-    } while (0)
-
-static void run(const char *name, void (*fn)(void)) {
-    g_cur = name;
-    g_cur_failed = 0;
-    fn();
-    if (g_cur_failed) { g_fail++; printf("not ok - %s\n", name); }
-    else { g_pass++; printf("ok - %s\n", name); }
-    fflush(stdout);
-}
+#include "harness.h"
 
 static const char *tiny(const char *name, const char *file) {
     static char buf[4][512];
@@ -180,6 +161,5 @@ int main(int argc, char **argv) {
     run("golden e2b_like: one session matches transformers", test_golden_e2b_like);
     run("two threads, one model (e2b_like: PLE, KV sharing) = one at a time", test_threads_e2b_like);
     run("two threads, one model (26b_like: MoE) = one at a time", test_threads_moe);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return finish();
 }

@@ -20,33 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int g_pass, g_fail, g_skip, g_cur_failed, g_cur_skipped;
-static const char *g_cur;
-
-#define CHECK(cond, ...)                                                         \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            printf("  FAIL %s:%d: %s: ", __FILE__, __LINE__, g_cur);             \
-            printf(__VA_ARGS__);                                                 \
-            printf("\n");                                                        \
-            g_cur_failed = 1;                                                    \
-        }                                                                        \
-    } while (0)
-
-static void skip(const char *why) {
-    printf("  skipped: %s\n", why);
-    g_cur_skipped = 1;
-}
-
-static void run(const char *name, void (*fn)(void)) {
-    g_cur = name;
-    g_cur_failed = g_cur_skipped = 0;
-    fn();
-    if (g_cur_failed) { g_fail++; printf("not ok - %s\n", name); }
-    else if (g_cur_skipped) { g_skip++; printf("skip - %s\n", name); }
-    else { g_pass++; printf("ok - %s\n", name); }
-    fflush(stdout);
-}
+#include "harness.h"
 
 #define TINY_TOK "data/tokenizer/tokenizer.json"
 #define FULL_TOK "../shared/data/gemma3-tokenizer/tokenizer.json"
@@ -778,7 +752,5 @@ int main(void) {
         snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
         if (system(cmd) != 0) printf("(could not remove %s)\n", g_tmp);
     }
-    if (g_skip) printf("%d skipped (see above)\n", g_skip);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return finish();
 }
