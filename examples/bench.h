@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* Strict option parsing: a non-negative integer below 2^31, or -1; a finite
    number, or NaN. (atoi would turn "x" into 0.) */
