@@ -41,20 +41,24 @@ fi
 l_pre="-"; l_dec="-"
 if [ -n "$LLAMA_BENCH" ] && [ -n "$BENCH_GGUF" ]; then
   echo "== llama.cpp"
-  "$LLAMA_BENCH" -m "$BENCH_GGUF" -t "$THREADS" -p "$PROMPT" -n "$GEN" -o csv > build/bench-llama.txt 2>/dev/null || true
-  l_pre=$(awk -F, '/"pp/{gsub(/"/,"",$0); print $(NF-1)}' build/bench-llama.txt | head -1)
-  l_dec=$(awk -F, '/"tg/{gsub(/"/,"",$0); print $(NF-1)}' build/bench-llama.txt | head -1)
+  "$LLAMA_BENCH" -m "$BENCH_GGUF" -t "$THREADS" -p "$PROMPT" -n "$GEN" -r 2 > build/bench-llama.txt 2>/dev/null || true
+  grep -E "pp$PROMPT|tg$GEN" build/bench-llama.txt || tail -3 build/bench-llama.txt
+  # markdown table: | model | size | params | backend | threads | test | t/s |
+  l_pre=$(awk -F'|' -v t="pp$PROMPT" '$7 ~ t { split($8, a, "±"); gsub(/ /, "", a[1]); print a[1] }' build/bench-llama.txt)
+  l_dec=$(awk -F'|' -v t="tg$GEN" '$7 ~ t { split($8, a, "±"); gsub(/ /, "", a[1]); print a[1] }' build/bench-llama.txt)
 fi
 echo
 echo "== $(basename "$CONFIG" .json)-shaped bf16 model, $THREADS threads, prompt $PROMPT, decode $GEN"
 printf "%-28s %14s %14s\n" "" "prefill tok/s" "decode tok/s"
 printf "%-28s %14s %14s\n" "gemma4.h ($(./build/gemma4 bench 2>&1 | head -0; sed -n 's/.*, \([a-z0-9]*\) kernels.*/\1/p' build/bench-g4.txt))" "$g_pre" "$g_dec"
 printf "%-28s %14s %14s\n" "PyTorch eager bf16" "$t_pre" "$t_dec"
-printf "%-28s %14s %14s\n" "llama.cpp" "$l_pre" "$l_dec"
+printf "%-28s %14s %14s\n" "llama.cpp bf16" "${l_pre:--}" "${l_dec:--}"
 echo
-awk -v bw="$bw" -v gbs="$g_gbs" -v fma="$fma" -v fl="$g_flops" -v tp="$t_pre" -v td="$t_dec" -v gp="$g_pre" -v gd="$g_dec" 'BEGIN {
+awk -v bw="$bw" -v gbs="$g_gbs" -v fma="$fma" -v fl="$g_flops" -v tp="$t_pre" -v td="$t_dec" -v gp="$g_pre" -v gd="$g_dec" \
+    -v lp="${l_pre:--}" -v ld="${l_dec:--}" 'BEGIN {
   printf "machine: read bandwidth %.1f GB/s, FMA peak %.1f GFLOP/s (float32, measured)\n", bw, fma
   printf "decode:  %.1f GB/s of weights = %.0f%% of the read bandwidth (target 70%%)\n", gbs, 100 * gbs / bw
   printf "prefill: %.1f GFLOP/s = %.0f%% of the FMA peak (target 50%%)\n", fl, 100 * fl / fma
-  if (tp != "-" && tp > 0) printf "vs PyTorch: prefill %.2fx, decode %.2fx\n", gp / tp, gd / td
+  if (tp != "-" && tp > 0) printf "gemma4.h vs PyTorch: prefill %.2fx, decode %.2fx\n", gp / tp, gd / td
+  if (lp != "-" && lp > 0) printf "gemma4.h vs llama.cpp: prefill %.2fx, decode %.2fx\n", gp / lp, gd / ld
 }'
