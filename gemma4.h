@@ -2406,18 +2406,25 @@ static void g4__tile(float *y, const float *x, const unsigned char *w, g4_dtype 
     for (u = 0; u < T; u++) xt[u] = x + (size_t)(t + u) * (size_t)in;
     for (r = 0; r < R; r++)
         for (u = 0; u < T; u++) acc[r][u] = g4__vzero();
-    if (R == 4 && T == 4) { /* the prefill tile, unrolled */
+    if (R == 4 && T == 4) { /* the prefill tile: 16 accumulators kept in registers */
+        g4__vec a00 = acc[0][0], a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00;
+        g4__vec a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00, a32 = a00, a33 = a00;
         for (k = 0; k < kv; k += G4__VL) {
             g4__vec w0 = g4__vload_w(row[0], dt, (size_t)k), w1 = g4__vload_w(row[1], dt, (size_t)k);
-            g4__vec w2 = g4__vload_w(row[2], dt, (size_t)k), w3 = g4__vload_w(row[3], dt, (size_t)k);
-            for (u = 0; u < 4; u++) {
-                g4__vec xv = g4__vload_x(xt[u] + k);
-                acc[0][u] = g4__vfma(w0, xv, acc[0][u]);
-                acc[1][u] = g4__vfma(w1, xv, acc[1][u]);
-                acc[2][u] = g4__vfma(w2, xv, acc[2][u]);
-                acc[3][u] = g4__vfma(w3, xv, acc[3][u]);
-            }
+            g4__vec w2 = g4__vload_w(row[2], dt, (size_t)k), w3 = g4__vload_w(row[3], dt, (size_t)k), xv;
+            xv = g4__vload_x(xt[0] + k);
+            a00 = g4__vfma(w0, xv, a00); a10 = g4__vfma(w1, xv, a10); a20 = g4__vfma(w2, xv, a20); a30 = g4__vfma(w3, xv, a30);
+            xv = g4__vload_x(xt[1] + k);
+            a01 = g4__vfma(w0, xv, a01); a11 = g4__vfma(w1, xv, a11); a21 = g4__vfma(w2, xv, a21); a31 = g4__vfma(w3, xv, a31);
+            xv = g4__vload_x(xt[2] + k);
+            a02 = g4__vfma(w0, xv, a02); a12 = g4__vfma(w1, xv, a12); a22 = g4__vfma(w2, xv, a22); a32 = g4__vfma(w3, xv, a32);
+            xv = g4__vload_x(xt[3] + k);
+            a03 = g4__vfma(w0, xv, a03); a13 = g4__vfma(w1, xv, a13); a23 = g4__vfma(w2, xv, a23); a33 = g4__vfma(w3, xv, a33);
         }
+        acc[0][0] = a00; acc[0][1] = a01; acc[0][2] = a02; acc[0][3] = a03;
+        acc[1][0] = a10; acc[1][1] = a11; acc[1][2] = a12; acc[1][3] = a13;
+        acc[2][0] = a20; acc[2][1] = a21; acc[2][2] = a22; acc[2][3] = a23;
+        acc[3][0] = a30; acc[3][1] = a31; acc[3][2] = a32; acc[3][3] = a33;
     } else if (T == 1) { /* decode: one row after the other, so the weights are one
                             sequential stream (interleaving 4 rows halved the bandwidth) */
         for (r = 0; r < R; r++)
