@@ -13,12 +13,16 @@
      In exactly one C or C++ file:
          #define GEMMA4_IMPLEMENTATION
          #include "gemma4.h"
-     Everywhere else just #include "gemma4.h". Link with -lm (and -lpthread
-     once threads land). Options, defined before the include:
+     Everywhere else just #include "gemma4.h". Link with -lm -lpthread; build
+     with -march=native (x86-64) for the SIMD kernels. Options, defined before
+     the include:
          GEMMA4_STATIC      make every function static (private to one file)
          G4_NO_MMAP         read weight files with fread instead of mmap
+         G4_NO_THREADS      no pthreads (g4_pool_create accepts only 1 thread)
+         G4_NO_SIMD         only the scalar reference kernels
          G4_MALLOC/G4_FREE  the allocator used by the load functions
          G4_MAX_LAYERS      most decoder layers a config may have (256)
+         GEMMA4_CUDA        declare the CUDA twin (gemma4_cuda.cu)
 
    EXAMPLE (error handling shortened; see examples/gemma4.c)
          g4_model model;
@@ -56,9 +60,11 @@
      "KV-shared" layers) get no storage: they hold a slot index into the table.
      Print the plan (g4_plan_print) to see who owns and who reads what.
 
-   THREAD SAFETY
+   THREAD SAFETY AND THREADS
      A loaded g4_model is read-only: any number of sessions, on any threads,
-     may share it. A session must be used by one thread at a time.
+     may share it. A session must be used by one thread at a time. To run one
+     forward on several cores, create a pool (g4_pool_create, yours to free)
+     and set g4_session_config.pool; threads never change a result bit.
 
    NUMERICS
      Activations, K/V and accumulation are float32; weights are read as stored
@@ -66,6 +72,14 @@
      checkpoint (loaded with dtype=torch.float32), to about 1e-5 relative. In
      float32, transformers' embedding scale is sqrt(hidden_size) in float32; the
      bf16-rounded scale (39.25 for E2B) is what it uses when run in bf16.
+     g4_session_config.bf16 = 1 rounds to bf16 wherever a bf16 transformers run
+     does (eager attention and experts), reproducing it to the last bit on the
+     test models. Prefill, chunked prefill and decode give identical bits.
+
+   TAPS
+     g4_session_config.tap, if set, sees every module output transformers has
+     (embed_tokens, layers.<i>.self_attn.q, layers.<i>.mlp, ..., logits; see
+     g4_tap_fn), for op-by-op comparison (build/gemma4 compare).
 
    LIMITS
      Text decoder only (vision/audio tensors are ignored). Batch size 1 per
