@@ -457,13 +457,15 @@ static g4_result g4c__add(g4_cuda_session *s, float *x, const float *b, size_t n
    callback is set; host rows (the logits) are passed as they are. */
 static g4_result g4c__tap(g4_cuda_session *s, const char *name, int layer, const float *data, int on_device, int rows,
                           int cols) {
-    char buf[48];
+    char buf[96];
     if (!s->cfg.tap) return G4_OK;
     if (on_device) {
         G4C_CHECK(s->error, cudaMemcpy(s->stage, data, sizeof(float) * (size_t)rows * cols, cudaMemcpyDeviceToHost));
         data = s->stage;
     }
-    if (layer >= 0 && strcmp(name, "layers") == 0) { snprintf(buf, sizeof buf, "layers.%d", layer); name = buf; }
+    /* the CPU's names: "layers.<i>.<what>", "layers.<i>" (what ""), or "<what>" */
+    if (layer >= 0 && *name) { snprintf(buf, sizeof buf, "layers.%d.%s", layer, name); name = buf; }
+    else if (layer >= 0) { snprintf(buf, sizeof buf, "layers.%d", layer); name = buf; }
     s->cfg.tap(s->cfg.tap_user, name, layer, data, rows, cols, s->pos);
     return G4_OK;
 }
@@ -482,6 +484,7 @@ static g4_result g4c__attention(g4_cuda_session *s, int l, int n) {
     G4C_TRY(g4c__rmsnorm(s, s->d_q, s->d_q, &lw->q_norm, n * NH, D));
     G4C_RUN(s->error, g4c_rope, g4c__grid((size_t)n * NH * (D / 2), G4C_THREADS), G4C_THREADS, s->d_q, inv_freq,
             n * NH, NH, D, pos0);
+    G4C_TRY(g4c__tap(s, "self_attn.q", l, s->d_q, 1, n, NH * D));
 
     if (lp->reads < 0) {
         /* an owner: k_proj (v_proj, or V = raw K), k_norm + RoPE, v_norm, append */
@@ -516,10 +519,23 @@ static g4_result g4c__attention(g4_cuda_session *s, int l, int n) {
                     slot, s->slots[slot].writer);
         return G4_ERR_INPUT;
     }
+    if (s->cfg.tap) { /* this step's K and V rows of the slot this layer attends over */
+        const g4_kv_slot *sv = &s->slots[slot];
+        size_t kvw = (size_t)KVH * D;
+        int t, which;
+        for (which = 0; which < 2; which++) {
+            for (t = 0; t < n; t++)
+                G4C_CHECK(s->error, cudaMemcpy(s->stage + (size_t)t * kvw,
+                                               (which ? sv->v : sv->k) + (size_t)((pos0 + t) % sv->capacity) * kvw,
+                                               sizeof(float) * kvw, cudaMemcpyDeviceToHost));
+            G4C_TRY(g4c__tap(s, which ? "self_attn.v" : "self_attn.k", l, s->stage, 0, n, (int)kvw));
+        }
+    }
     G4C_RUN(s->error, g4c_attention, g4c__grid((size_t)n * NH, 1), G4C_THREADS, s->d_att, s->d_q, s->d_slots, slot,
             s->d_scores, n, NH, KVH, D, pos0, lp->type == G4_SLIDING ? m->config.sliding_window : 0,
             s->cfg.max_context, l, s->d_status);
-    return g4c__matmul(s, s->d_branch, s->d_att, &lw->o_proj, n);
+    G4C_TRY(g4c__matmul(s, s->d_branch, s->d_att, &lw->o_proj, n));
+    return g4c__tap(s, "self_attn", l, s->d_branch, 1, n, m->config.hidden_size);
 }
 
 /* g4__mlp: down(gelu(gate(x)) * up(x)), d_xn -> d_branch */
@@ -529,7 +545,8 @@ static g4_result g4c__mlp(g4_cuda_session *s, int l, int n) {
     G4C_TRY(g4c__matmul(s, s->d_gate, s->d_xn, &lw->gate_proj, n));
     G4C_TRY(g4c__matmul(s, s->d_up, s->d_xn, &lw->up_proj, n));
     G4C_RUN(s->error, g4c_gelu_mul, g4c__grid(len, G4C_THREADS), G4C_THREADS, s->d_gate, s->d_up, len);
-    return g4c__matmul(s, s->d_branch, s->d_gate, &lw->down_proj, n);
+    G4C_TRY(g4c__matmul(s, s->d_branch, s->d_gate, &lw->down_proj, n));
+    return g4c__tap(s, "mlp", l, s->d_branch, 1, n, s->model->host->config.hidden_size);
 }
 
 /* g4__moe for all n tokens: residual d_x -> d_branch2 */
@@ -547,6 +564,7 @@ static g4_result g4c__moe(g4_cuda_session *s, int l, int n) {
             lw->router_per_expert_scale.data, (int)lw->router_per_expert_scale.dtype, n, E, K);
     /* experts on pre_feedforward_layernorm_2(r) */
     G4C_TRY(g4c__rmsnorm(s, s->d_xn, s->d_x, &lw->pre_feedforward_layernorm_2, n, H));
+    G4C_TRY(g4c__tap(s, "pre_feedforward_layernorm_2", l, s->d_xn, 1, n, H));
     G4C_RUN(s->error, g4c_moe_matmul, g4c__grid((size_t)n * K * 2 * Ie, G4C_THREADS), G4C_THREADS, s->d_moe_h,
             s->d_xn, H, 0, lw->experts_gate_up.data, (int)lw->experts_gate_up.dtype, s->d_top, n * K, K, H, 2 * Ie);
     G4C_RUN(s->error, g4c_moe_glu, g4c__grid((size_t)n * K * Ie, G4C_THREADS), G4C_THREADS, s->d_moe_h, n * K, Ie);
@@ -554,7 +572,7 @@ static g4_result g4c__moe(g4_cuda_session *s, int l, int n) {
             2 * Ie, 1, lw->experts_down.data, (int)lw->experts_down.dtype, s->d_top, n * K, K, Ie, H);
     G4C_RUN(s->error, g4c_moe_combine, g4c__grid((size_t)n * H, G4C_THREADS), G4C_THREADS, s->d_branch2, s->d_moe_y,
             s->d_topw, n, K, H);
-    return G4_OK;
+    return g4c__tap(s, "experts", l, s->d_branch2, 1, n, H);
 }
 
 /* g4__layer: Gemma4TextDecoderLayer l on d_x in place */
@@ -566,38 +584,48 @@ static g4_result g4c__layer(g4_cuda_session *s, int l, int n) {
 
     /* 1. attention block */
     G4C_TRY(g4c__rmsnorm(s, s->d_xn, s->d_x, &lw->input_layernorm, n, H));
+    G4C_TRY(g4c__tap(s, "input_layernorm", l, s->d_xn, 1, n, H));
     G4C_TRY(g4c__attention(s, l, n));
     G4C_TRY(g4c__rmsnorm(s, s->d_branch, s->d_branch, &lw->post_attention_layernorm, n, H));
+    G4C_TRY(g4c__tap(s, "post_attention_layernorm", l, s->d_branch, 1, n, H));
     G4C_TRY(g4c__add(s, s->d_x, s->d_branch, nh));
+    G4C_TRY(g4c__tap(s, "pre_feedforward_layernorm:input", l, s->d_x, 1, n, H));
 
     /* 2. feed-forward block */
     G4C_TRY(g4c__rmsnorm(s, s->d_xn, s->d_x, &lw->pre_feedforward_layernorm, n, H));
+    G4C_TRY(g4c__tap(s, "pre_feedforward_layernorm", l, s->d_xn, 1, n, H));
     G4C_TRY(g4c__mlp(s, l, n));
     if (s->model->host->plan.layer[l].moe) { /* 3. MoE beside the dense MLP */
         G4C_TRY(g4c__rmsnorm(s, s->d_branch, s->d_branch, &lw->post_feedforward_layernorm_1, n, H));
+        G4C_TRY(g4c__tap(s, "post_feedforward_layernorm_1", l, s->d_branch, 1, n, H));
         G4C_TRY(g4c__moe(s, l, n));
         G4C_TRY(g4c__rmsnorm(s, s->d_branch2, s->d_branch2, &lw->post_feedforward_layernorm_2, n, H));
+        G4C_TRY(g4c__tap(s, "post_feedforward_layernorm_2", l, s->d_branch2, 1, n, H));
         G4C_TRY(g4c__add(s, s->d_branch, s->d_branch2, nh));
     }
     /* 4. */
     G4C_TRY(g4c__rmsnorm(s, s->d_branch, s->d_branch, &lw->post_feedforward_layernorm, n, H));
+    G4C_TRY(g4c__tap(s, "post_feedforward_layernorm", l, s->d_branch, 1, n, H));
     G4C_TRY(g4c__add(s, s->d_x, s->d_branch, nh));
 
     /* 5. per-layer input */
     if (P) {
         int LP = c->num_hidden_layers * P;
         G4C_TRY(g4c__matmul(s, s->d_ple, s->d_x, &lw->per_layer_input_gate, n));
+        G4C_TRY(g4c__tap(s, "per_layer_input_gate", l, s->d_ple, 1, n, P));
         G4C_RUN(s->error, g4c_ple_gate, g4c__grid((size_t)n * P, G4C_THREADS), G4C_THREADS, s->d_ple, s->d_pli, n, P,
                 LP, l);
         G4C_TRY(g4c__matmul(s, s->d_branch, s->d_ple, &lw->per_layer_projection, n));
+        G4C_TRY(g4c__tap(s, "per_layer_projection", l, s->d_branch, 1, n, H));
         G4C_TRY(g4c__rmsnorm(s, s->d_branch, s->d_branch, &lw->post_per_layer_input_norm, n, H));
+        G4C_TRY(g4c__tap(s, "post_per_layer_input_norm", l, s->d_branch, 1, n, H));
         G4C_TRY(g4c__add(s, s->d_x, s->d_branch, nh));
     }
 
     /* 6. layer_scalar */
     G4C_RUN(s->error, g4c_layer_scalar, g4c__grid(nh, G4C_THREADS), G4C_THREADS, s->d_x, nh, lw->layer_scalar.data,
             (int)lw->layer_scalar.dtype);
-    return g4c__tap(s, "layers", l, s->d_x, 1, n, H);
+    return g4c__tap(s, "", l, s->d_x, 1, n, H);
 }
 
 /* g4__per_layer_inputs */
@@ -787,6 +815,7 @@ static void g4c__carve(g4_cuda_session *s, const g4_model *m, const g4_session_c
         if (cfg->reader_copies && lp->reads >= 0) n_slots++;
     }
     stage = rows * (H > L * P ? H : L * P);
+    if (stage < rows * NH * dmax) stage = rows * NH * dmax; /* the q tap */
     if (stage < dmax) stage = dmax;
     s->n_slots = n_slots;
     /* host: the table as the host tracks it, the layer -> slot map, tap staging */

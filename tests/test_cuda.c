@@ -241,7 +241,7 @@ static void compare_tap(void *user, const char *name, int layer, const float *da
             break;
         }
     /* (a) transformers */
-    if (strncmp(name, "layers.", 7) == 0) snprintf(key, sizeof key, "layer.%s", name + 7);
+    if (strncmp(name, "layers.", 7) == 0 && !strchr(name + 7, '.')) snprintf(key, sizeof key, "layer.%s", name + 7);
     else if (strcmp(name, "embed") == 0 || strcmp(name, "embed_tokens") == 0) snprintf(key, sizeof key, "embed");
     else if (strcmp(name, "per_layer_inputs") == 0) snprintf(key, sizeof key, "%s", name);
     else if (strcmp(name, "norm") == 0) snprintf(key, sizeof key, "final_norm");
@@ -324,6 +324,8 @@ static void check_golden(const char *model, int matmul) {
         CHECK(tc.seen >= cm.config.num_hidden_layers + 2, "only %d taps compared with transformers", tc.seen);
         CHECK(tc.seen_cpu == tc.taps && tc.taps >= cm.config.num_hidden_layers + 3,
               "only %d of the %d CUDA taps have a CPU tap of the same name", tc.seen_cpu, tc.taps);
+        CHECK(tc.taps == rec.n, "the CUDA path emits %d taps, the CPU path %d: the tap sets must be the same", tc.taps,
+              rec.n);
         free(out);
     }
     cctx_free(&c);
