@@ -52,70 +52,7 @@ extern long g4emu_launches(const char *kernel);
 static double g_worst_golden, g_worst_cpu; /* over all models, relative */
 
 
-/* ------------------------------------------------------------- helpers */
-
-static const char *g_data = "data";
-static char g_tmp[256];
-
-static const char *path2(const char *a, const char *b) {
-    static char buf[8][512];
-    static int k;
-    size_t la = strlen(a), lb = strlen(b);
-    k = (k + 1) % 8;
-    if (la + lb + 2 > sizeof buf[k]) return "path-too-long";
-    memcpy(buf[k], a, la);
-    buf[k][la] = '/';
-    memcpy(buf[k] + la + 1, b, lb + 1);
-    return buf[k];
-}
-
-static const char *tiny(const char *name) { return path2(g_data, path2("tiny", name)); }
-
-typedef struct { g4_model m; } golden;
-
-static int golden_open(golden *g, const char *model) {
-    memset(g, 0, sizeof *g);
-    if (g4__add_file(&g->m, tiny(model), "golden.safetensors") != G4_OK || g4__st_finish(&g->m) != G4_OK) {
-        printf("  cannot read %s/golden.safetensors: %s\n", tiny(model), g->m.error);
-        g4_model_free(&g->m);
-        return 0;
-    }
-    return 1;
-}
-
-static const float *golden_f32(golden *g, const char *name, int64_t *numel) {
-    const g4_tensor *t = g4_model_tensor(&g->m, name);
-    int k;
-    if (!t || t->dtype != G4_F32) return NULL;
-    *numel = 1;
-    for (k = 0; k < t->ndim; k++) *numel *= t->shape[k];
-    return (const float *)t->data;
-}
-
-static const int32_t *golden_ids(golden *g, const char *name, int *n) {
-    const g4_tensor *t = g4_model_tensor(&g->m, name);
-    *n = 0;
-    if (!t || t->dtype != G4_I32 || t->ndim != 1) return NULL;
-    *n = (int)t->shape[0];
-    return (const int32_t *)t->data;
-}
-
-static double max_abs(const float *a, size_t n) {
-    double m = 0;
-    size_t i;
-    for (i = 0; i < n; i++) if (fabs(a[i]) > m) m = fabs(a[i]);
-    return m;
-}
-
-static double max_diff(const float *a, const float *b, size_t n) {
-    double m = 0;
-    size_t i;
-    for (i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (d > m || d != d) m = d != d ? INFINITY : d;
-    }
-    return m;
-}
+#include "fixtures.h"
 
 /* A loaded model, uploaded, with one CUDA session. */
 typedef struct {
@@ -557,79 +494,11 @@ static void test_table_checks(void) {
 }
 
 /* Minimal safetensors writer for test checkpoints. */
-typedef struct { const char *name; const char *dtype; int ndim; int64_t shape[4]; const void *data; size_t bytes; } st_entry;
-
-static int st_write(const char *path, const st_entry *e, int n) {
-    FILE *f = fopen(path, "wb");
-    char *hdr = (char *)malloc(1 << 20);
-    size_t hl = 0, off = 0;
-    uint64_t len;
-    int i, k;
-    if (!f || !hdr) { if (f) fclose(f); free(hdr); return 0; }
-    hl += (size_t)sprintf(hdr + hl, "{");
-    for (i = 0; i < n; i++) {
-        hl += (size_t)sprintf(hdr + hl, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[", i ? "," : "", e[i].name, e[i].dtype);
-        for (k = 0; k < e[i].ndim; k++) hl += (size_t)sprintf(hdr + hl, "%s%lld", k ? "," : "", (long long)e[i].shape[k]);
-        hl += (size_t)sprintf(hdr + hl, "],\"data_offsets\":[%lu,%lu]}", (unsigned long)off, (unsigned long)(off + e[i].bytes));
-        off += e[i].bytes;
-    }
-    hl += (size_t)sprintf(hdr + hl, "}");
-    while (hl % 8) hdr[hl++] = ' ';
-    len = hl;
-    for (k = 0; k < 8; k++) fputc((int)((len >> (8 * k)) & 0xff), f);
-    fwrite(hdr, 1, hl, f);
-    for (i = 0; i < n; i++) fwrite(e[i].data, 1, e[i].bytes, f);
-    fclose(f);
-    free(hdr);
-    return 1;
-}
-
-static const char *dtype_str(g4_dtype t) {
-    return t == G4_BF16 ? "BF16" : t == G4_F16 ? "F16" : t == G4_F32 ? "F32" : t == G4_I32 ? "I32" : "I64";
-}
-
 static void write_text(const char *path, const char *text) {
     FILE *f = fopen(path, "wb");
     if (f) { fputs(text, f); fclose(f); }
 }
 
-static void copy_file(const char *from, const char *to) {
-    char *text;
-    size_t len;
-    char err[G4_ERROR_MAX];
-    FILE *f;
-    if (g4__read_file(from, &text, &len, 1 << 26, err) != G4_OK) return;
-    f = fopen(to, "wb");
-    if (f) { fwrite(text, 1, len, f); fclose(f); }
-    free(text);
-}
-
-/* dir/model.safetensors = every tensor of `model` plus `extra` */
-static int rewrite_checkpoint(const char *model, const char *dir, const st_entry *extra, int n_extra) {
-    g4_model m;
-    st_entry *e;
-    int i, n = 0, ok;
-    memset(&m, 0, sizeof m);
-    if (g4__add_file(&m, tiny(model), "model.safetensors") != G4_OK) return 0;
-    e = (st_entry *)malloc(sizeof(st_entry) * (size_t)(m.n_tensors + n_extra));
-    for (i = 0; i < m.n_tensors; i++) {
-        const g4__stinfo *st = &m.tensors[i];
-        e[n].name = st->name;
-        e[n].dtype = dtype_str(st->t.dtype);
-        e[n].ndim = st->t.ndim;
-        memcpy(e[n].shape, st->t.shape, sizeof e[n].shape);
-        e[n].data = st->t.data;
-        e[n].bytes = (size_t)(st->end - st->begin);
-        n++;
-    }
-    for (i = 0; i < n_extra; i++) e[n++] = extra[i];
-    mkdir(dir, 0755);
-    ok = st_write(path2(dir, "model.safetensors"), e, n);
-    copy_file(path2(tiny(model), "config.json"), path2(dir, "config.json"));
-    free(e);
-    g4_model_free(&m);
-    return ok;
-}
 
 /* Invariant 8 on the device: NaN reader K/V weights change no output bit
    (they are not even uploaded). */
@@ -780,7 +649,7 @@ static void test_head_dims_256_512(void) {
         LADD("layer_scalar", 1, 0);
 #undef LADD
     }
-    CHECK(st_write(path2(dir, "model.safetensors"), e, ne), "write");
+    CHECK(st_write(path2(dir, "model.safetensors"), e, ne, NULL), "write");
     for (i = 0; i < n; i++) ids[i] = (i * 37 + 5) % V;
     {
         g4_model m;
