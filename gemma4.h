@@ -2122,12 +2122,44 @@ static int g4__slot_capacity(const g4_model *m, int type, int max_context, int r
     return (int)cap;
 }
 
+/* The shared-KV table's storage (used by the CPU session and the CUDA twin):
+   K/V rows for owner layers only (and for readers in reader_copies mode), each
+   slot filled in, and every layer's slot. slots/layer_slot NULL: only count. */
+static void g4__carve_kv(g4_kv_slot *slots, int *layer_slot, const g4_model *m, const g4_session_config *cfg,
+                         g4__carver *cv) {
+    const g4_plan *p = &m->plan;
+    int i, next = p->n_slots;
+    for (i = 0; i < p->n_layers; i++) {
+        const g4_layer_plan *lp = &p->layer[i];
+        int own = lp->reads < 0 || cfg->reader_copies, slot = lp->reads < 0 ? lp->kv_slot : next;
+        int cap = g4__slot_capacity(m, lp->type, cfg->max_context, cfg->max_chunk);
+        uint64_t rows = (uint64_t)cap * (uint64_t)lp->kv_heads * (uint64_t)lp->head_dim;
+        float *k, *v;
+        if (!own) { if (layer_slot) layer_slot[i] = lp->kv_slot; continue; }
+        if (lp->reads >= 0) next++;
+        k = g4__take(cv, rows, sizeof(float));
+        v = g4__take(cv, rows, sizeof(float));
+        if (slots && layer_slot) {
+            g4_kv_slot *sl = &slots[slot];
+            sl->writer = i;
+            sl->type = lp->type;
+            sl->kv_heads = lp->kv_heads;
+            sl->head_dim = lp->head_dim;
+            sl->capacity = cap;
+            sl->n_pos = 0;
+            sl->k = k;
+            sl->v = v;
+            layer_slot[i] = slot;
+        }
+    }
+}
+
 static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config *cfg, g4__carver *cv) {
     const g4_config *c = &m->config;
     const g4_plan *p = &m->plan;
     uint64_t rows = (uint64_t)cfg->max_chunk, H = (uint64_t)c->hidden_size, NH = (uint64_t)c->num_attention_heads;
     uint64_t dmax = 0, kvw = 0, imax = 0, P = (uint64_t)c->hidden_size_per_layer_input;
-    int i, n_slots = p->n_slots, next;
+    int i, n_slots = p->n_slots;
     for (i = 0; i < p->n_layers; i++) {
         const g4_layer_plan *lp = &p->layer[i];
         if ((uint64_t)lp->head_dim > dmax) dmax = (uint64_t)lp->head_dim;
@@ -2139,29 +2171,7 @@ static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config 
     s->n_slots = n_slots;
     s->slots = (g4_kv_slot *)(void *)g4__take(cv, (uint64_t)n_slots, sizeof(g4_kv_slot));
     s->layer_slot = (int *)(void *)g4__take(cv, (uint64_t)p->n_layers, sizeof(int));
-    next = p->n_slots;
-    for (i = 0; i < p->n_layers; i++) { /* K/V storage: owners only (and reader copies in debug mode) */
-        const g4_layer_plan *lp = &p->layer[i];
-        int own = lp->reads < 0 || cfg->reader_copies, slot = lp->reads < 0 ? lp->kv_slot : next;
-        int cap = g4__slot_capacity(m, lp->type, cfg->max_context, cfg->max_chunk);
-        float *k, *v;
-        if (!own) { if (s->layer_slot) s->layer_slot[i] = lp->kv_slot; continue; }
-        if (lp->reads >= 0) next++;
-        k = g4__take(cv, (uint64_t)cap * (uint64_t)lp->kv_heads * (uint64_t)lp->head_dim, sizeof(float));
-        v = g4__take(cv, (uint64_t)cap * (uint64_t)lp->kv_heads * (uint64_t)lp->head_dim, sizeof(float));
-        if (s->slots) {
-            g4_kv_slot *sl = &s->slots[slot];
-            sl->writer = i;
-            sl->type = lp->type;
-            sl->kv_heads = lp->kv_heads;
-            sl->head_dim = lp->head_dim;
-            sl->capacity = cap;
-            sl->n_pos = 0;
-            sl->k = k;
-            sl->v = v;
-            s->layer_slot[i] = slot;
-        }
-    }
+    g4__carve_kv(s->slots, s->layer_slot, m, cfg, cv);
     s->x = g4__take(cv, rows * H, sizeof(float));
     s->xn = g4__take(cv, rows * H, sizeof(float));
     s->branch = g4__take(cv, rows * H, sizeof(float));

@@ -806,7 +806,7 @@ static void g4c__carve(g4_cuda_session *s, const g4_model *m, const g4_session_c
     uint64_t dmax = 0, kvw = 0, imax = 0, P = (uint64_t)c->hidden_size_per_layer_input, L = (uint64_t)p->n_layers;
     uint64_t E = c->enable_moe_block ? (uint64_t)c->num_experts : 0, K = c->enable_moe_block ? (uint64_t)c->top_k_experts : 0;
     uint64_t Ie = c->enable_moe_block ? (uint64_t)c->moe_intermediate_size : 0, stage;
-    int i, n_slots = p->n_slots, next;
+    int i, n_slots = p->n_slots;
     for (i = 0; i < p->n_layers; i++) {
         const g4_layer_plan *lp = &p->layer[i];
         if ((uint64_t)lp->head_dim > dmax) dmax = (uint64_t)lp->head_dim;
@@ -825,29 +825,7 @@ static void g4c__carve(g4_cuda_session *s, const g4_model *m, const g4_session_c
     /* device: the table, the status word, K/V for owners (and reader copies) */
     s->d_slots = (g4_kv_slot *)(void *)g4__take(dv, (uint64_t)n_slots, sizeof(g4_kv_slot));
     s->d_status = (int *)(void *)g4__take(dv, 1, sizeof(int));
-    next = p->n_slots;
-    for (i = 0; i < p->n_layers; i++) {
-        const g4_layer_plan *lp = &p->layer[i];
-        int own = lp->reads < 0 || cfg->reader_copies, slot = lp->reads < 0 ? lp->kv_slot : next;
-        int cap = g4__slot_capacity(m, lp->type, cfg->max_context, cfg->max_chunk);
-        float *k, *v;
-        if (!own) { if (s->layer_slot) s->layer_slot[i] = lp->kv_slot; continue; }
-        if (lp->reads >= 0) next++;
-        k = g4__take(dv, (uint64_t)cap * (uint64_t)lp->kv_heads * (uint64_t)lp->head_dim, sizeof(float));
-        v = g4__take(dv, (uint64_t)cap * (uint64_t)lp->kv_heads * (uint64_t)lp->head_dim, sizeof(float));
-        if (s->slots) {
-            g4_kv_slot *sl = &s->slots[slot];
-            sl->writer = i;
-            sl->type = lp->type;
-            sl->kv_heads = lp->kv_heads;
-            sl->head_dim = lp->head_dim;
-            sl->capacity = cap;
-            sl->n_pos = 0;
-            sl->k = k;
-            sl->v = v;
-            s->layer_slot[i] = slot;
-        }
-    }
+    g4__carve_kv(s->slots, s->layer_slot, m, cfg, dv); /* device K/V, host-side table entries */
     s->d_ids = (int32_t *)(void *)g4__take(dv, rows, sizeof(int32_t));
     s->d_x = g4__take(dv, rows * H, sizeof(float));
     s->d_xn = g4__take(dv, rows * H, sizeof(float));
