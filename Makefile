@@ -184,8 +184,11 @@ test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san 
 	@echo "== tests"
 	./build/test_gemma4 > build/tests.log 2>&1 || { cat build/tests.log; exit 1; }
 	@cat build/tests.log
+	@echo "== the core suite again on the other kernels this CPU runs (scalar, AVX2)"
+	sh tests/other_kernels.sh "$(CC)" "$(WARN)" > build/kernels.log 2>&1 || { cat build/kernels.log; exit 1; }
+	@cat build/kernels.log
 	@echo "== all suites"
-	@cat build/threads.log build/bad_inputs.log build/tokenizer.log build/cuda_emu.log build/tests.log | awk '/^[0-9]+ passed, [0-9]+ failed/ { p += $$1; f += $$3; s += $$5 } END { printf "%d passed, %d failed", p, f; if (s) printf ", %d skipped", s; print "" }'
+	@cat build/threads.log build/bad_inputs.log build/tokenizer.log build/cuda_emu.log build/tests.log build/kernels.log | awk '/^[0-9]+ passed, [0-9]+ failed/ { p += $$1; f += $$3; s += $$5 } END { printf "%d passed, %d failed", p, f; if (s) printf ", %d skipped", s; print "" }'
 
 build/membw: bench/membw.c | build
 	$(CC) -O2 -march=native -o $@ bench/membw.c -lpthread

@@ -272,7 +272,7 @@ static int g4b_cmd_bench(int argc, char **argv) {
     void *arena = NULL;
     float *logits = NULL;
     int32_t *ids = NULL;
-    double t0, t1, t2, bpt, elems;
+    double t0, t1, t2, bpt, elems, head;
     struct rusage ru;
     for (i = 3; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--threads") == 0) threads = g4b_int(argv[i + 1]);
@@ -312,8 +312,12 @@ static int g4b_cmd_bench(int argc, char **argv) {
     bpt = g4b_bytes_per_token(&m, &elems);
     getrusage(RUSAGE_SELF, &ru);
     printf("model: %s, %d layers, %s kernels, %d threads\n", dir, m.config.num_hidden_layers, g4_simd_name(), threads);
+    /* prefill FLOPs: 2 per weight per token, except lm_head, which only the
+       last token runs (G4_LOGITS_LAST); attention's own FLOPs (< 1% at
+       these lengths) are not counted */
+    head = (double)m.w.lm_head.shape[0] * (double)m.w.lm_head.shape[1];
     printf("prefill: %.2f tok/s, %.1f GFLOP/s (%d tokens in %.2f s)\n", prompt / (t1 - t0),
-           2.0 * elems * prompt / (t1 - t0) / 1e9, prompt, t1 - t0);
+           2.0 * ((elems - head) * prompt + head) / (t1 - t0) / 1e9, prompt, t1 - t0);
     printf("decode: %.2f tok/s, %.2f GB/s (%.3f GB of weights per token, %d tokens in %.2f s)\n", gen / (t2 - t1),
            bpt * gen / (t2 - t1) / 1e9, bpt / 1e9, gen, t2 - t1);
     printf("memory: peak RSS %.0f MB, arena %.1f MB\n", (double)ru.ru_maxrss / 1024.0, (double)bytes / 1048576.0);

@@ -884,15 +884,16 @@ static void test_compare_every_model(void) {
 static void test_simd_matmul_vs_scalar(void) {
     static const int ins[] = {1, 7, 16, 33, 64, 100, 257};
     static const int outs[] = {1, 3, 4, 5, 9, 17};
+    static const int ns[] = {1, 2, 5, 6, 7, 13}; /* tokens: below, at and past the tile's 4 or 6 */
     static const g4_dtype dts[] = {G4_F32, G4_F16, G4_BF16};
     unsigned seed = 12345;
-    int a, b, d, n;
-    printf("  kernels: %s\n", g4_simd_name());
+    int a, b, d, c;
+    printf("  kernels: %s, prefill tile %d rows x %d tokens\n", g4_simd_name(), G4__TR, G4__TT);
     for (d = 0; d < 3; d++)
         for (a = 0; a < 7; a++)
             for (b = 0; b < 6; b++)
-                for (n = 1; n <= 6; n += 4) {
-                    int in = ins[a], out = outs[b], i;
+                for (c = 0; c < 6; c++) {
+                    int in = ins[a], out = outs[b], n = ns[c], i, t;
                     size_t esz = g4__dtype_size(dts[d]);
                     unsigned char *wd = (unsigned char *)malloc(esz * (size_t)in * out);
                     float *x = (float *)malloc(sizeof(float) * (size_t)in * n);
@@ -923,11 +924,11 @@ static void test_simd_matmul_vs_scalar(void) {
                     }
                     /* different summation order only: a few ulp of the sum of |terms| (<= in) */
                     CHECK(err <= 1e-6 * in * 4, "dtype %d in %d out %d n %d: max diff %g", d, in, out, n, err);
-                    /* and a decode row equals the same row computed inside a prefill tile */
-                    if (n > 1) {
-                        g4__matmul_rows(y1, x + (size_t)in * (n - 1), &w, 1, 0, out);
-                        CHECK(memcmp(y1, y2 + (size_t)out * (n - 1), sizeof(float) * out) == 0,
-                              "dtype %d in %d out %d: decode row differs from the prefill tile", d, in, out);
+                    /* and every token's decode row equals its row computed inside a prefill tile */
+                    for (t = 0; t < n && n > 1; t++) {
+                        g4__matmul_rows(y1, x + (size_t)in * t, &w, 1, 0, out);
+                        CHECK(memcmp(y1, y2 + (size_t)out * t, sizeof(float) * out) == 0,
+                              "dtype %d in %d out %d n %d: token %d's decode row differs from the prefill tile", d, in, out, n, t);
                     }
                     free(wd); free(x); free(y1); free(y2);
                     (void)mag;
