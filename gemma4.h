@@ -342,6 +342,8 @@ typedef struct {
     float *router;             /* [E] router probabilities */
     float *moe_y;              /* [H] one expert's output */
     float *inv_freq[2];        /* [Dmax/2] per layer type */
+    uint16_t *xbf;             /* [rows][widest matmul input] a matmul's input as bf16
+                                  (builds with avx512_bf16 only; else empty) */
     char error[G4_ERROR_MAX];
 } g4_session;
 
@@ -612,6 +614,12 @@ G4_CUDA_API g4_result g4_cuda_session_table(g4_cuda_session *s, g4_kv_slot *out,
 #include <immintrin.h>
 #elif !defined(G4_NO_SIMD) && defined(__aarch64__) && defined(__ARM_NEON)
 #include <arm_neon.h>
+#endif
+/* bf16 mode's dot-product kernel (VDPBF16PS), where the CPU has avx512_bf16 */
+#if !defined(G4_NO_SIMD) && defined(__AVX512F__) && defined(__AVX512BF16__)
+#define G4__BF16DOT 1
+#else
+#define G4__BF16DOT 0
 #endif
 #if !defined(G4_NO_THREADS) && (defined(__unix__) || defined(__APPLE__))
 #define G4__THREADS 1
@@ -2189,6 +2197,13 @@ static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config 
     s->moe_y = g4__take(cv, H, sizeof(float));
     s->inv_freq[G4_SLIDING] = g4__take(cv, dmax / 2, sizeof(float));
     s->inv_freq[G4_FULL] = g4__take(cv, dmax / 2, sizeof(float));
+    {
+        uint64_t widest = H > NH * dmax ? H : NH * dmax;
+        if (imax > widest) widest = imax;
+        if (P > widest) widest = P;
+        /* carved whatever cfg->bf16 says: a caller may switch s->cfg.bf16 after init */
+        s->xbf = (uint16_t *)(void *)g4__take(cv, G4__BF16DOT ? rows * widest : 0, sizeof(uint16_t));
+    }
 }
 
 static g4_result g4__check_session_config(const g4_model *m, const g4_session_config *cfg, char *err) {
@@ -2515,6 +2530,81 @@ static float g4__dot(const float *a, const float *b, int n) {
     return s;
 }
 #define g4__matmul_rows g4__matmul_simd
+
+#if G4__BF16DOT
+/* The bf16-faithful mode on CPUs with avx512_bf16 (bf16 weights only). There
+   every matmul input has already been rounded to bf16, so it converts to bf16
+   exactly, and VDPBF16PS multiplies bf16 pairs exactly and adds them in
+   float32: lane i of a 32-element step adds w[2i+1] x[2i+1], then w[2i] x[2i]
+   (with denormals flushed, as the instruction does). Twice the FMA rate of the
+   float32 tile and no weight conversion. The order is this kernel's own, the
+   same in its decode rows and its prefill tile; the tail (in % 32) is added
+   after the horizontal sum, as above. */
+/* 32 bf16 values at p[k] (weights as stored, or the converted input) */
+static __m512bh g4__ldbf(const void *p, int k) {
+    return (__m512bh)_mm512_loadu_si512((const void *)((const unsigned char *)p + 2 * (size_t)k));
+}
+
+/* The input rows' first in - in % 32 values to bf16, once per matmul (exact:
+   they are bf16 values already). */
+static void g4__to_bf16(uint16_t *xb, const float *x, int n, int in) {
+    int t, k, kv = in - in % 32;
+    for (t = 0; t < n; t++)
+        for (k = 0; k < kv; k += 32) {
+            const float *p = x + (size_t)t * (size_t)in + k;
+            _mm512_storeu_si512((void *)(xb + (size_t)t * (size_t)in + k),
+                                (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(p + 16), _mm512_loadu_ps(p)));
+        }
+}
+
+static void g4__tile_bf16(float *y, const float *x, const uint16_t *xb, const unsigned char *w, int in, int out, int o,
+                          int R, int t, int T) {
+    __m512 acc[G4__TR][G4__TT];
+    __m512bh wv[G4__TR], xv;
+    float sum[G4__TR][G4__TT];
+    const unsigned char *row[G4__TR];
+    const float *xt[G4__TT];
+    const uint16_t *xbt[G4__TT];
+    int r, u, kv = in - in % 32, k;
+    for (r = 0; r < G4__TR; r++) row[r] = w + (size_t)(o + (r < R ? r : R - 1)) * (size_t)in * 2;
+    for (u = 0; u < G4__TT; u++) {
+        xt[u] = x + (size_t)(t + (u < T ? u : T - 1)) * (size_t)in;
+        xbt[u] = xb + (size_t)(t + (u < T ? u : T - 1)) * (size_t)in;
+    }
+    G4__UNROLL for (r = 0; r < G4__TR; r++)
+        G4__UNROLL for (u = 0; u < G4__TT; u++) acc[r][u] = _mm512_setzero_ps();
+    for (k = 0; k < kv; k += 32) {
+        G4__UNROLL for (r = 0; r < G4__TR; r++) wv[r] = g4__ldbf(row[r], k);
+        G4__UNROLL for (u = 0; u < G4__TT; u++) {
+            xv = g4__ldbf(xbt[u], k);
+            G4__IN_REGISTER(xv);
+            G4__UNROLL for (r = 0; r < G4__TR; r++) acc[r][u] = _mm512_dpbf16_ps(acc[r][u], wv[r], xv);
+        }
+    }
+    G4__UNROLL for (r = 0; r < G4__TR; r++)
+        G4__UNROLL for (u = 0; u < G4__TT; u++) sum[r][u] = _mm512_reduce_add_ps(acc[r][u]);
+    for (r = 0; r < R; r++)
+        for (u = 0; u < T; u++)
+            y[(size_t)(t + u) * (size_t)out + (size_t)(o + r)] = g4__tail(sum[r][u], xt[u], row[r], G4_BF16, kv, in);
+}
+
+/* xb: x as bf16 (g4__to_bf16) */
+static void g4__matmul_bf16dot(float *y, const float *x, const uint16_t *xb, const g4_tensor *w, int n, int o0, int o1) {
+    int out = (int)w->shape[0], in = (int)w->shape[1], o, t, k, kv = in - in % 32;
+    const unsigned char *base = (const unsigned char *)w->data;
+    if (n == 1) /* decode: one row after the other, as g4__rows1 */
+        for (o = o0; o < o1; o++) {
+            const unsigned char *row = base + (size_t)o * (size_t)in * 2;
+            __m512 acc = _mm512_setzero_ps();
+            for (k = 0; k < kv; k += 32) acc = _mm512_dpbf16_ps(acc, g4__ldbf(row, k), g4__ldbf(xb, k));
+            y[o] = g4__tail(_mm512_reduce_add_ps(acc), x, row, G4_BF16, kv, in);
+        }
+    else
+        for (o = o0; o < o1; o += G4__TR)
+            for (t = 0; t < n; t += G4__TT)
+                g4__tile_bf16(y, x, xb, base, in, out, o, o1 - o < G4__TR ? o1 - o : G4__TR, t, n - t < G4__TT ? n - t : G4__TT);
+}
+#endif
 #else
 #define G4__SIMD_NAME "scalar"
 #define G4__TR 4 /* threads split rows in blocks of G4__TR */
@@ -2671,19 +2761,28 @@ G4__DEF const char *g4_simd_name(void) { return G4__SIMD_NAME; }
 
 /* The matmul the forward pass calls: output rows split across the session's
    threads in blocks of G4__TR (the SIMD tile's rows), each part on the SIMD kernel. */
-typedef struct { float *y; const float *x; const g4_tensor *w; int n; } g4__mm_job;
+typedef struct { float *y; const float *x; const uint16_t *xb; const g4_tensor *w; int n, bf16dot; } g4__mm_job;
 
 static void g4__matmul_part(void *ctx, int part, int n_parts) {
     g4__mm_job *j = (g4__mm_job *)ctx;
     int out = (int)j->w->shape[0], blocks = (out + G4__TR - 1) / G4__TR;
     int b0 = (int)((int64_t)blocks * part / n_parts), b1 = (int)((int64_t)blocks * (part + 1) / n_parts);
     int o0 = G4__TR * b0, o1 = G4__TR * b1 < out ? G4__TR * b1 : out;
-    if (o0 < o1) g4__matmul_rows(j->y, j->x, j->w, j->n, o0, o1);
+    if (o0 >= o1) return;
+#if G4__BF16DOT
+    if (j->bf16dot) { g4__matmul_bf16dot(j->y, j->x, j->xb, j->w, j->n, o0, o1); return; }
+#endif
+    g4__matmul_rows(j->y, j->x, j->w, j->n, o0, o1);
 }
 
 static void g4__matmul(const g4_session *s, float *y, const float *x, const g4_tensor *w, int n) {
     g4__mm_job j;
     j.y = y; j.x = x; j.w = w; j.n = n;
+    j.xb = s->xbf;
+    j.bf16dot = G4__BF16DOT && s->cfg.bf16 && w->dtype == G4_BF16;
+#if G4__BF16DOT
+    if (j.bf16dot) g4__to_bf16(s->xbf, x, n, (int)w->shape[1]);
+#endif
     if ((int64_t)w->shape[0] * w->shape[1] * n < 32768) g4__matmul_part(&j, 0, 1); /* too small to share */
     else g4__parallel(s->cfg.pool, g4__matmul_part, &j);
 }

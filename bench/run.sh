@@ -29,6 +29,10 @@ g_pre=$(sed -n 's/^prefill: \([0-9.]*\) tok\/s, \([0-9.]*\) GFLOP.*/\1/p' build/
 g_flops=$(sed -n 's/^prefill: [0-9.]* tok\/s, \([0-9.]*\) GFLOP.*/\1/p' build/bench-g4.txt)
 g_dec=$(sed -n 's/^decode: \([0-9.]*\) tok\/s, \([0-9.]*\) GB.*/\1/p' build/bench-g4.txt)
 g_gbs=$(sed -n 's/^decode: [0-9.]* tok\/s, \([0-9.]*\) GB.*/\1/p' build/bench-g4.txt)
+echo "== gemma4.h, bf16-faithful mode (bf16 activations; avx512_bf16 dot products where the CPU has them)"
+./build/gemma4 bench "$DIR" --threads "$THREADS" --prompt "$PROMPT" --gen "$GEN" --bf16 | tee build/bench-g4bf16.txt
+b_pre=$(sed -n 's/^prefill: \([0-9.]*\) tok\/s.*/\1/p' build/bench-g4bf16.txt)
+b_dec=$(sed -n 's/^decode: \([0-9.]*\) tok\/s.*/\1/p' build/bench-g4bf16.txt)
 t_pre="-"; t_dec="-"
 if [ -n "$BENCH_PY" ]; then
   echo "== PyTorch eager (transformers), bf16"
@@ -51,6 +55,7 @@ echo
 echo "== $(basename "$CONFIG" .json)-shaped bf16 model, $THREADS threads, prompt $PROMPT, decode $GEN"
 printf "%-28s %14s %14s\n" "" "prefill tok/s" "decode tok/s"
 printf "%-28s %14s %14s\n" "gemma4.h ($(./build/gemma4 bench 2>&1 | head -0; sed -n 's/.*, \([a-z0-9]*\) kernels.*/\1/p' build/bench-g4.txt))" "$g_pre" "$g_dec"
+printf "%-28s %14s %14s\n" "gemma4.h bf16-faithful mode" "$b_pre" "$b_dec"
 printf "%-28s %14s %14s\n" "PyTorch eager bf16" "$t_pre" "$t_dec"
 printf "%-28s %14s %14s\n" "llama.cpp bf16" "${l_pre:--}" "${l_dec:--}"
 echo

@@ -260,7 +260,7 @@ static double g4b_bytes_per_token(const g4_model *m, double *elems) {
     return b;
 }
 
-/* gemma4 bench DIR [--threads N] [--prompt N] [--gen N] */
+/* gemma4 bench DIR [--threads N] [--prompt N] [--gen N] [--bf16] */
 static int g4b_cmd_bench(int argc, char **argv) {
     const char *dir = argv[2];
     int i, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), prompt = 64, gen = 16, rc = 1;
@@ -274,14 +274,16 @@ static int g4b_cmd_bench(int argc, char **argv) {
     int32_t *ids = NULL;
     double t0, t1, t2, bpt, elems, head;
     struct rusage ru;
-    for (i = 3; i + 1 < argc; i += 2) {
+    for (i = 3; i < argc; i += 2) {
+        if (strcmp(argv[i], "--bf16") == 0) { sc.bf16 = 1; i--; continue; }
+        if (i + 1 >= argc) break;
         if (strcmp(argv[i], "--threads") == 0) threads = g4b_int(argv[i + 1]);
         else if (strcmp(argv[i], "--prompt") == 0) prompt = g4b_int(argv[i + 1]);
         else if (strcmp(argv[i], "--gen") == 0) gen = g4b_int(argv[i + 1]);
         else { fprintf(stderr, "gemma4 bench: unknown option %s\n", argv[i]); return 1; }
     }
     if (i != argc || threads < 1 || prompt < 1 || gen < 1) {
-        fprintf(stderr, "usage: gemma4 bench DIR [--threads N] [--prompt N] [--gen N]\n");
+        fprintf(stderr, "usage: gemma4 bench DIR [--threads N] [--prompt N] [--gen N] [--bf16]\n");
         return 1;
     }
     if (g4_model_load(&m, dir) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m.error); return 1; }
@@ -311,7 +313,8 @@ static int g4b_cmd_bench(int argc, char **argv) {
     t2 = g4b_now();
     bpt = g4b_bytes_per_token(&m, &elems);
     getrusage(RUSAGE_SELF, &ru);
-    printf("model: %s, %d layers, %s kernels, %d threads\n", dir, m.config.num_hidden_layers, g4_simd_name(), threads);
+    printf("model: %s, %d layers, %s kernels, %d threads%s\n", dir, m.config.num_hidden_layers, g4_simd_name(), threads,
+           sc.bf16 ? ", bf16-faithful mode" : "");
     /* prefill FLOPs: 2 per weight per token, except lm_head, which only the
        last token runs (G4_LOGITS_LAST); attention's own FLOPs (< 1% at
        these lengths) are not counted */

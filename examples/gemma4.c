@@ -4,7 +4,7 @@
      gemma4 logits DIR --ids 2,818,1010 --out FILE [--chunk N]
      gemma4 greedy DIR --ids 2,818 --new N [--chunk N]
      gemma4 compare DIR DUMP.safetensors [--tolerance T] [--f32|--bf16] [--chunk N]
-     gemma4 bench DIR [--threads N] [--prompt N] [--gen N]
+     gemma4 bench DIR [--threads N] [--prompt N] [--gen N] [--bf16]
      gemma4 synth --config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N]
      gemma4 tokenize TOKENIZER_JSON_OR_MODEL_DIR [TEXT]
      gemma4 generate DIR --prompt "..." [--chat] [--system S] [--think] [--temp T]
@@ -45,7 +45,7 @@ static int usage(void) {
             "       gemma4 logits DIR --ids 2,818,1010 --out FILE [--chunk N]\n"
             "       gemma4 greedy DIR --ids 2,818 --new N [--chunk N]\n"
             "       gemma4 compare DIR DUMP.safetensors [--tolerance T] [--f32|--bf16] [--chunk N]\n"
-            "       gemma4 bench DIR [--threads N] [--prompt N] [--gen N]\n"
+            "       gemma4 bench DIR [--threads N] [--prompt N] [--gen N] [--bf16]\n"
             "       gemma4 synth --config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N]\n"
             "       gemma4 tokenize TOKENIZER_JSON_OR_MODEL_DIR [TEXT]\n"
             "       gemma4 generate DIR --prompt \"...\" [--chat] [--system S] [--think] [--temp T] [--top-k K]\n"

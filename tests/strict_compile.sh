@@ -32,7 +32,7 @@ cp "$tmp/s.c" "$tmp/s.cpp"
 W="-Wall -Wextra -Wpedantic -Werror -I."
 n=0
 simd="-DG4_NO_SIMD"
-case "$(uname -m)" in x86_64) simd="$simd -mavx2,-mfma,-mf16c -mavx512f";; esac
+case "$(uname -m)" in x86_64) simd="$simd -mavx2,-mfma,-mf16c -mavx512f -mavx512f,-mavx512bf16";; esac
 for isa in $simd; do
   isa=$(echo "$isa" | tr ',' ' ')
   for cc in gcc clang; do
@@ -47,4 +47,4 @@ for isa in $simd; do
   done
 done
 [ $n -gt 0 ] || { echo "strict_compile: no compiler found"; exit 1; }
-echo "strict_compile: $n clean builds (C99, C++11, C++17; gcc/clang as present; scalar/AVX2/AVX-512)"
+echo "strict_compile: $n clean builds (C99, C++11, C++17; gcc/clang as present; scalar/AVX2/AVX-512/AVX-512+BF16)"

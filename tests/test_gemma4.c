@@ -889,6 +889,11 @@ static void test_simd_matmul_vs_scalar(void) {
     unsigned seed = 12345;
     int a, b, d, c;
     printf("  kernels: %s, prefill tile %d rows x %d tokens\n", g4_simd_name(), G4__TR, G4__TT);
+#if G4__BF16DOT
+    printf("  bf16 mode: avx512_bf16 dot-product kernel (tested below)\n");
+#else
+    printf("  bf16 mode: float32 kernels (this build has no avx512_bf16)\n");
+#endif
     for (d = 0; d < 3; d++)
         for (a = 0; a < 7; a++)
             for (b = 0; b < 6; b++)
@@ -924,6 +929,29 @@ static void test_simd_matmul_vs_scalar(void) {
                     }
                     /* different summation order only: a few ulp of the sum of |terms| (<= in) */
                     CHECK(err <= 1e-6 * in * 4, "dtype %d in %d out %d n %d: max diff %g", d, in, out, n, err);
+#if G4__BF16DOT
+                    /* the avx512_bf16 kernel of the bf16 mode, on bf16 inputs (as that mode's are) */
+                    if (dts[d] == G4_BF16) {
+                        float *xb = (float *)malloc(sizeof(float) * (size_t)in * n);
+                        uint16_t *xh = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)in * n);
+                        double e2 = 0;
+                        for (i = 0; i < in * n; i++) xb[i] = g4__bf16_round(x[i]);
+                        g4__to_bf16(xh, xb, n, in);
+                        g4__matmul_ref(y1, xb, &w, n, 0, out);
+                        g4__matmul_bf16dot(y2, xb, xh, &w, n, 0, out);
+                        for (i = 0; i < out * n; i++)
+                            if (fabs(y1[i] - y2[i]) > e2) e2 = fabs(y1[i] - y2[i]);
+                        CHECK(e2 <= 1e-6 * in * 4, "bf16 dot: in %d out %d n %d: max diff %g", in, out, n, e2);
+                        for (t = 0; t < n && n > 1; t++) {
+                            g4__matmul_bf16dot(y1, xb + (size_t)in * t, xh + (size_t)in * t, &w, 1, 0, out);
+                            CHECK(memcmp(y1, y2 + (size_t)out * t, sizeof(float) * out) == 0,
+                                  "bf16 dot: in %d out %d n %d: token %d's decode row differs from the prefill tile", in, out, n, t);
+                        }
+                        free(xb);
+                        free(xh);
+                        g4__matmul_rows(y2, x, &w, n, 0, out); /* back to the float32 kernel's result */
+                    }
+#endif
                     /* and every token's decode row equals its row computed inside a prefill tile */
                     for (t = 0; t < n && n > 1; t++) {
                         g4__matmul_rows(y1, x + (size_t)in * t, &w, 1, 0, out);
