@@ -20,6 +20,7 @@
          G4_NO_MMAP         read weight files with fread instead of mmap
          G4_NO_THREADS      no pthreads (g4_pool_create accepts only 1 thread)
          G4_NO_SIMD         only the scalar reference kernels
+         G4_POOL_SPIN       polls a pool thread spins before it sleeps (50000)
          G4_MALLOC/G4_FREE  the allocator used by the load functions
          G4_MAX_LAYERS      most decoder layers a config may have (256)
          GEMMA4_CUDA        declare the CUDA twin (gemma4_cuda.cu)
@@ -75,6 +76,8 @@
      g4_session_config.bf16 = 1 rounds to bf16 wherever a bf16 transformers run
      does (eager attention and experts), reproducing it to the last bit on the
      test models. Prefill, chunked prefill and decode give identical bits.
+     With avx512_bf16 (-march=native on such a CPU) the bf16 mode's matmuls
+     use VDPBF16PS: its own summation order, the same in every step shape.
 
    TAPS
      g4_session_config.tap, if set, sees every module output transformers has
