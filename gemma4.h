@@ -2306,15 +2306,6 @@ static float g4__bf16_round(float f) {
     return f;
 }
 
-/* Cast n activations to the session's activation dtype: a no-op in float32
-   mode; in bf16 mode, rounding at exactly the points where transformers
-   running in bfloat16 produces a bf16 tensor. */
-static void g4__act(const g4_session *s, float *x, size_t n) {
-    size_t i;
-    if (!s->cfg.bf16) return;
-    for (i = 0; i < n; i++) x[i] = g4__bf16_round(x[i]);
-}
-
 /* Reference matmul on output rows [o0, o1): y[t][o] = sum_i x[t][i] * W[o][i]
    for t < n, x [n][in], W [out][in] as stored, summed left to right. */
 G4__MAYBE_UNUSED static void g4__matmul_ref(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1) {
@@ -2800,11 +2791,28 @@ static void g4__range_part(void *c, int part, int n_parts) {
     if (i0 < i1) j->fn(j->ctx, i0, i1);
 }
 
-static void g4__parallel_range(const g4_session *s, size_t n, void (*fn)(void *, size_t, size_t), void *ctx) {
+/* cost: the work of one item, in elements. (Jobs do not nest: fn must not
+   start another pool job.) */
+static void g4__parallel_range(const g4_session *s, size_t n, size_t cost, void (*fn)(void *, size_t, size_t),
+                               void *ctx) {
     g4__range_job j;
     j.fn = fn; j.ctx = ctx; j.n = n;
-    if (n < 4096) fn(ctx, 0, n); /* too small to share */
+    if (n < 2 || n * cost < 4096) fn(ctx, 0, n); /* too small to share */
     else g4__parallel(s->cfg.pool, g4__range_part, &j);
+}
+
+static void g4__bf16_round_range(void *ctx, size_t i0, size_t i1) {
+    float *x = (float *)ctx;
+    size_t i;
+    for (i = i0; i < i1; i++) x[i] = g4__bf16_round(x[i]);
+}
+
+/* Cast n activations to the session's activation dtype: a no-op in float32
+   mode; in bf16 mode, rounding at exactly the points where transformers
+   running in bfloat16 produces a bf16 tensor (split across threads when long;
+   never called from inside a pool job). */
+static void g4__act(const g4_session *s, float *x, size_t n) {
+    if (s->cfg.bf16) g4__parallel_range(s, n, 1, g4__bf16_round_range, x);
 }
 
 /* Gemma4RMSNorm: y = x * (mean(x^2) + eps)^-0.5 * w, w used as stored (not 1+w);
@@ -2890,21 +2898,48 @@ static void g4__tap(const g4_session *s, int layer, const char *what, const floa
     s->cfg.tap(s->cfg.tap_user, name, layer, data, rows, cols, s->pos);
 }
 
-/* RMSNorm of n rows of width w, in place or src -> dst, cast, tapped. */
+/* RMSNorm of n rows of width w, in place or src -> dst, cast, tapped. The
+   rows are split across threads. */
+typedef struct { const g4_session *s; float *dst; const float *src; const g4_tensor *w; int width; } g4__norm_job;
+
+static void g4__norm_range(void *ctx, size_t t0, size_t t1) {
+    const g4__norm_job *j = (const g4__norm_job *)ctx;
+    size_t t, i, W = (size_t)j->width;
+    for (t = t0; t < t1; t++) {
+        float *d = j->dst + t * W;
+        g4__rmsnorm(d, j->src + t * W, j->w, j->width, j->s->model->config.rms_norm_eps);
+        if (j->s->cfg.bf16) /* g4__act on this row */
+            for (i = 0; i < W; i++) d[i] = g4__bf16_round(d[i]);
+    }
+}
+
 static void g4__norm_rows(const g4_session *s, float *dst, const float *src, const g4_tensor *w, int n, int width,
                           int layer, const char *tap) {
-    int t;
-    for (t = 0; t < n; t++)
-        g4__rmsnorm(dst + (size_t)t * width, src + (size_t)t * width, w, width, s->model->config.rms_norm_eps);
-    g4__act(s, dst, (size_t)n * width);
+    g4__norm_job j;
+    j.s = s; j.dst = dst; j.src = src; j.w = w; j.width = width;
+    g4__parallel_range(s, (size_t)n, (size_t)width, g4__norm_range, &j);
     if (tap) g4__tap(s, layer, tap, dst, n, width);
 }
 
-/* x += y over n values, cast (a residual add) */
-static void g4__add(const g4_session *s, float *x, const float *y, size_t n) {
+/* x += y (or x *= scale when y is NULL) over n values, cast: a residual add,
+   or the layer scalar */
+typedef struct { const g4_session *s; float *x; const float *y; float scale; } g4__add_job;
+
+static void g4__add_range(void *ctx, size_t i0, size_t i1) {
+    const g4__add_job *j = (const g4__add_job *)ctx;
     size_t i;
-    for (i = 0; i < n; i++) x[i] += y[i];
-    g4__act(s, x, n);
+    if (j->y)
+        for (i = i0; i < i1; i++) j->x[i] += j->y[i];
+    else
+        for (i = i0; i < i1; i++) j->x[i] *= j->scale;
+    if (j->s->cfg.bf16)
+        for (i = i0; i < i1; i++) j->x[i] = g4__bf16_round(j->x[i]);
+}
+
+static void g4__add(const g4_session *s, float *x, const float *y, size_t n) {
+    g4__add_job j;
+    j.s = s; j.x = x; j.y = y; j.scale = 1.0f;
+    g4__parallel_range(s, n, 1, g4__add_range, &j);
 }
 
 /* Attention over the (token, head) pairs of a step, split across threads;
@@ -2921,6 +2956,22 @@ static void g4__attn_part(void *ctx, int part, int n_parts) {
         int t = i / j->NH, h = i % j->NH, p = s->pos + t, lo = 0;
         if (j->window && p - j->window + 1 > 0) lo = p - j->window + 1;
         g4__attend(s->att + (size_t)i * D, s->q + (size_t)i * D, j->sl, h / j->group, lo, p, scores, s->cfg.bf16);
+    }
+}
+
+/* q_norm (or k_norm) and RoPE on each (token, head) of x [n][heads][D], the
+   heads split across threads */
+typedef struct { const g4_session *s; float *x; const g4_tensor *norm; const float *inv_freq; int heads, D; } g4__heads_job;
+
+static void g4__norm_rope_heads(void *ctx, size_t i0, size_t i1) {
+    const g4__heads_job *j = (const g4__heads_job *)ctx;
+    size_t i, d;
+    for (i = i0; i < i1; i++) {
+        float *xh = j->x + i * (size_t)j->D;
+        g4__rmsnorm(xh, xh, j->norm, j->D, j->s->model->config.rms_norm_eps);
+        if (j->s->cfg.bf16) /* g4__act on this head */
+            for (d = 0; d < (size_t)j->D; d++) xh[d] = g4__bf16_round(xh[d]);
+        g4__rope(xh, j->inv_freq, j->D, j->s->pos + (int)(i / (size_t)j->heads), j->s->cfg.bf16);
     }
 }
 
@@ -2941,13 +2992,11 @@ static g4_result g4__attention(g4_session *s, int l, int n) {
     /* queries: q_proj, q_norm per head, RoPE */
     g4__matmul(s, s->q, s->xn, &lw->q_proj, n);
     g4__act(s, s->q, (size_t)n * NH * D);
-    for (t = 0; t < n; t++)
-        for (h = 0; h < NH; h++) {
-            float *qh = s->q + ((size_t)t * NH + h) * D;
-            g4__rmsnorm(qh, qh, &lw->q_norm, D, eps);
-            g4__act(s, qh, (size_t)D);
-            g4__rope(qh, inv_freq, D, pos0 + t, bf);
-        }
+    {
+        g4__heads_job j;
+        j.s = s; j.x = s->q; j.norm = &lw->q_norm; j.inv_freq = inv_freq; j.heads = NH; j.D = D;
+        g4__parallel_range(s, (size_t)n * NH, (size_t)D, g4__norm_rope_heads, &j);
+    }
     g4__tap(s, l, "self_attn.q", s->q, n, NH * D);
 
     if (lp->reads < 0) {
@@ -3040,7 +3089,7 @@ static void g4__mlp(g4_session *s, int l, int n) {
     g4__act(s, s->gate, len);
     g4__matmul(s, s->up, s->xn, &lw->up_proj, n);
     g4__act(s, s->up, len);
-    g4__parallel_range(s, len, g4__gelu_mul, s); /* one pass, split across threads */
+    g4__parallel_range(s, len, 1, g4__gelu_mul, s); /* one pass, split across threads */
     g4__matmul(s, s->branch, s->gate, &lw->down_proj, n);
     g4__act(s, s->branch, (size_t)n * s->model->config.hidden_size);
     g4__tap(s, l, "mlp", s->branch, n, s->model->config.hidden_size);
@@ -3156,9 +3205,9 @@ static g4_result g4__layer(g4_session *s, int l, int n) {
 
     /* 6. the whole residual stream is scaled by the learned layer_scalar */
     {
-        float ls = g4__get(&lw->layer_scalar, 0);
-        for (i = 0; i < nh; i++) s->x[i] *= ls;
-        g4__act(s, s->x, nh);
+        g4__add_job j;
+        j.s = s; j.x = s->x; j.y = NULL; j.scale = g4__get(&lw->layer_scalar, 0);
+        g4__parallel_range(s, nh, 1, g4__add_range, &j);
     }
     g4__tap(s, l, "", s->x, n, H);
     return G4_OK;
@@ -3247,7 +3296,7 @@ static g4_result g4__step(g4_session *s, const int32_t *ids, int n, float *out, 
         if (c->final_logit_softcapping > 0.0f) {
             g4__softcap_job j;
             j.s = s; j.x = out;
-            g4__parallel_range(s, cnt, g4__softcap, &j);
+            g4__parallel_range(s, cnt, 1, g4__softcap, &j);
         }
         g4__tap(s, -1, "logits", out, n - first, V);
     }
