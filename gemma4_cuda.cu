@@ -19,7 +19,8 @@
      of attention, the softmax denominator and the MoE combination are each a
      sequential loop), and products are not contracted into FMAs (__fmul_rn,
      __fadd_rn), so the only differences from the CPU path are the device's
-     expf/tanhf/sinf/cosf (a few ulp from glibc's) and the RMSNorm sum of
+     expf/tanhf/sinf/cosf (a few ulp from glibc's; GELU makes its own exp and
+     tanh from IEEE operations, as the CPU does) and the RMSNorm sum of
      squares, which is a tree in double instead of a loop in double.
 
    MEMORY
@@ -129,11 +130,23 @@ __device__ static float g4c__ld(const void *p, int dtype, size_t i) {
     return ((const float *)p)[i];
 }
 
-/* gelu_pytorch_tanh, rounded as g4__gelu */
+/* gelu_pytorch_tanh: g4__gelu's operations one for one (its exp and tanh
+   included), so the same bits as the CPU path */
 __device__ static float g4c__gelu(float x) {
-    const float k = 0.7978845608028654f;
-    float inner = G4C_MUL(k, G4C_ADD(x, G4C_MUL(G4C_MUL(G4C_MUL(0.044715f, x), x), x)));
-    return G4C_MUL(G4C_MUL(0.5f, x), G4C_ADD(1.0f, tanhf(inner)));
+    const float c0 = 1.44269504088896341f, c1 = 0.693359375f, c2 = 2.12194440e-4f;
+    const float p[6] = {G4__EXP_P};
+    float z = G4C_MUL(G4__GELU_K, G4C_ADD(x, G4C_MUL(0.044715f, G4C_MUL(G4C_MUL(x, x), x))));
+    float a = fminf(fabsf(G4C_ADD(z, z)), 87.0f), n, r, e, u;
+    int j;
+    n = G4C_SUB(__fmaf_rn(a, c0, G4__EXP_MAGIC), G4__EXP_MAGIC);
+    r = __fmaf_rn(n, -c1, a);
+    r = __fmaf_rn(n, c2, r);
+    e = p[0];
+    for (j = 1; j < 6; j++) e = __fmaf_rn(e, r, p[j]);
+    e = G4C_ADD(__fmaf_rn(e, G4C_MUL(r, r), r), 1.0f);
+    e = G4C_MUL(e, __uint_as_float((unsigned)((int)n + 127) << 23)); /* exp(2|z|) */
+    u = G4C_SUB(1.0f, __fdiv_rn(2.0f, G4C_ADD(e, 1.0f)));             /* tanh(|z|) */
+    return G4C_MUL(G4C_MUL(0.5f, x), z < 0.0f ? G4C_SUB(1.0f, u) : G4C_ADD(1.0f, u));
 }
 
 /* ---------------------------------------------------------------- kernels */

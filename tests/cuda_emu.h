@@ -22,7 +22,7 @@
    - Device memory is host memory from an allocation registry, so
      cudaMemcpy checks each side is (or is not) device memory for its kind,
      and cudaFree refuses pointers it did not hand out.
-   - __fmul_rn/__fadd_rn/__fsub_rn are the host's float ops (the build
+   - __fmul_rn/__fadd_rn/__fsub_rn/__fdiv_rn/__fmaf_rn are the host's float ops (the build
      uses no FMA contraction, -ffp-contract=off); expf and friends are libm's.
    - Launch checks as on a GPU: 1..1024 threads per block, nonempty grid.
    - Test hooks (extern "C"): g4emu_fail_after(n) makes the n-th runtime call
@@ -32,6 +32,7 @@
 #ifndef G4_CUDA_EMU_H
 #define G4_CUDA_EMU_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -75,6 +76,8 @@ struct cudaDeviceProp {
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 static inline float __uint_as_float(unsigned u) {
     float f;
     memcpy(&f, &u, 4);

@@ -969,6 +969,35 @@ static void test_simd_matmul_vs_scalar(void) {
     }
 }
 
+/* GELU: the SIMD path (g4__gelu_n, tails through a padded vector) gives the
+   scalar twin's bits, and both are as close to the exact formula as the
+   float32 formula with libm's tanhf (4.3e-7 near tanh = -1, where 1 + tanh
+   cancels; transformers' float32 gelu has the same error). */
+static void test_gelu_vs_scalar(void) {
+    static const size_t lens[] = {1, 5, 16, 17, 100, 4097};
+    float x[4097], y[4097];
+    double worst = 0, worst_libm = 0;
+    size_t k, i;
+    int same = 1;
+    for (k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+        size_t n = lens[k];
+        for (i = 0; i < n; i++) x[i] = n == 1 ? 0.5f : -20.0f + 40.0f * (float)i / (float)(n - 1);
+        g4__gelu_n(y, x, n);
+        for (i = 0; i < n; i++) {
+            float s = g4__gelu(x[i]), lm = 0.5f * x[i] * (1.0f + tanhf(0.7978845608028654f * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
+            double xd = x[i], ex = 0.5 * xd * (1.0 + tanh(0.7978845608028654 * (xd + 0.044715 * xd * xd * xd)));
+            same &= memcmp(&s, &y[i], sizeof s) == 0;
+            if (fabs(y[i] - ex) > worst) worst = fabs(y[i] - ex);
+            if (fabs(lm - ex) > worst_libm) worst_libm = fabs(lm - ex);
+        }
+    }
+    printf("  gelu on [-20, 20]: max error %.3g (libm tanhf formula: %.3g)\n", worst, worst_libm);
+    CHECK(same, "SIMD gelu differs from the scalar twin");
+    CHECK(worst <= 5e-7, "gelu max error %g", worst);
+    CHECK(g4__gelu(0.0f) == 0.0f && g4__gelu(30.0f) == 30.0f && g4__gelu(-30.0f) == 0.0f, "gelu at 0 and +-30");
+    CHECK(g4__gelu(INFINITY) == INFINITY && isnan(g4__gelu(NAN)), "gelu at inf and NaN");
+}
+
 /* Threads split work, never change a sum: every golden model gives the same
    bits with a 3-thread pool (so the goldens pass with threads on too). */
 static void test_threads_bit_identical(void) {
@@ -1048,6 +1077,7 @@ int main(int argc, char **argv) {
     run("cli: logits file, compare and exit codes", test_cli);
     run("compare: every tap matches a transformers dump", test_compare_all_taps_f32);
     run("simd matmul tiles vs the scalar reference", test_simd_matmul_vs_scalar);
+    run("gelu: SIMD = scalar twin, close to the exact formula", test_gelu_vs_scalar);
     run("threads: same bits as one thread, every golden model", test_threads_bit_identical);
     run("compare: every golden model, every tap, f32 and bf16", test_compare_every_model);
     run("compare: a planted wrong owner is caught at its tap", test_compare_finds_planted_wrong_owner);
