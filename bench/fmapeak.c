@@ -37,18 +37,20 @@ static void *run(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    int threads = argc > 1 ? atoi(argv[1]) : (int)sysconf(_SC_NPROCESSORS_ONLN), t;
+    int threads = argc > 1 ? atoi(argv[1]) : (int)sysconf(_SC_NPROCESSORS_ONLN), t, rep;
     pthread_t th[256];
     float out[256];
     struct timespec t0, t1;
-    double dt;
+    double dt, best = 0.0;
     if (threads < 1 || threads > 256) return 1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (t = 0; t < threads; t++) pthread_create(&th[t], NULL, run, &out[t]);
-    for (t = 0; t < threads; t++) pthread_join(th[t], NULL);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    dt = (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
-    printf("fma: %.1f GFLOP/s (%d threads, %d-lane vectors)%s\n", 2.0 * VL * 10 * ITERS * threads / dt / 1e9, threads, VL,
-           out[0] == 12345 ? " " : "");
+    for (rep = 0; rep < 5; rep++) { /* best of 5: the machines are shared */
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (t = 0; t < threads; t++) pthread_create(&th[t], NULL, run, &out[t]);
+        for (t = 0; t < threads; t++) pthread_join(th[t], NULL);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        dt = (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
+        if (2.0 * VL * 10 * ITERS * threads / dt / 1e9 > best) best = 2.0 * VL * 10 * ITERS * threads / dt / 1e9;
+    }
+    printf("fma: %.1f GFLOP/s (%d threads, %d-lane vectors, best of 5)%s\n", best, threads, VL, out[0] == 12345 ? " " : "");
     return 0;
 }

@@ -45,11 +45,17 @@ fi
 l_pre="-"; l_dec="-"
 if [ -n "$LLAMA_BENCH" ] && [ -n "$BENCH_GGUF" ]; then
   echo "== llama.cpp"
-  "$LLAMA_BENCH" -m "$BENCH_GGUF" -t "$THREADS" -p "$PROMPT" -n "$GEN" -r 2 > build/bench-llama.txt 2>/dev/null || true
-  grep -E "pp$PROMPT|tg$GEN" build/bench-llama.txt || tail -3 build/bench-llama.txt
-  # markdown table: | model | size | params | backend | threads | test | t/s |
-  l_pre=$(awk -F'|' -v t="pp$PROMPT" '$7 ~ t { split($8, a, "±"); gsub(/ /, "", a[1]); print a[1] }' build/bench-llama.txt)
-  l_dec=$(awk -F'|' -v t="tg$GEN" '$7 ~ t { split($8, a, "±"); gsub(/ /, "", a[1]); print a[1] }' build/bench-llama.txt)
+  "$LLAMA_BENCH" -m "$BENCH_GGUF" -t "$THREADS" -p "$PROMPT" -n "$GEN" -r 3 -o json > build/bench-llama.json 2>/dev/null || true
+  # the best of its 3 repetitions, as for gemma4.h and PyTorch
+  python3 -c '
+import json, sys
+for r in json.load(open(sys.argv[1])):
+    kind = "prefill" if r["n_prompt"] else "decode"
+    print("%s: %.2f tok/s (best of %s: %s)" % (kind, max(r["samples_ts"]), len(r["samples_ts"]), r["samples_ts"]))
+' build/bench-llama.json > build/bench-llama.txt || true
+  cat build/bench-llama.txt
+  l_pre=$(sed -n 's/^prefill: \([0-9.]*\) tok.*/\1/p' build/bench-llama.txt)
+  l_dec=$(sed -n 's/^decode: \([0-9.]*\) tok.*/\1/p' build/bench-llama.txt)
 fi
 echo
 echo "== $(basename "$CONFIG" .json)-shaped bf16 model, $THREADS threads, prompt $PROMPT, decode $GEN"
@@ -60,10 +66,12 @@ printf "%-28s %14s %14s\n" "PyTorch eager bf16" "$t_pre" "$t_dec"
 printf "%-28s %14s %14s\n" "llama.cpp bf16" "${l_pre:--}" "${l_dec:--}"
 echo
 awk -v bw="$bw" -v gbs="$g_gbs" -v fma="$fma" -v fl="$g_flops" -v tp="$t_pre" -v td="$t_dec" -v gp="$g_pre" -v gd="$g_dec" \
-    -v lp="${l_pre:--}" -v ld="${l_dec:--}" 'BEGIN {
+    -v lp="${l_pre:--}" -v ld="${l_dec:--}" -v bp="${b_pre:--}" -v bd="${b_dec:--}" 'BEGIN {
   printf "machine: read bandwidth %.1f GB/s, FMA peak %.1f GFLOP/s (float32, measured)\n", bw, fma
   printf "decode:  %.1f GB/s of weights = %.0f%% of the read bandwidth (target 70%%)\n", gbs, 100 * gbs / bw
   printf "prefill: %.1f GFLOP/s = %.0f%% of the FMA peak (target 50%%)\n", fl, 100 * fl / fma
   if (tp != "-" && tp > 0) printf "gemma4.h vs PyTorch: prefill %.2fx, decode %.2fx\n", gp / tp, gd / td
   if (lp != "-" && lp > 0) printf "gemma4.h vs llama.cpp: prefill %.2fx, decode %.2fx\n", gp / lp, gd / ld
+  if (tp != "-" && tp > 0 && bp != "-") printf "bf16-faithful mode vs PyTorch: prefill %.2fx, decode %.2fx\n", bp / tp, bd / td
+  if (lp != "-" && lp > 0 && bp != "-") printf "bf16-faithful mode vs llama.cpp: prefill %.2fx, decode %.2fx\n", bp / lp, bd / ld
 }'

@@ -263,7 +263,7 @@ static double g4b_bytes_per_token(const g4_model *m, double *elems) {
 /* gemma4 bench DIR [--threads N] [--prompt N] [--gen N] [--bf16] */
 static int g4b_cmd_bench(int argc, char **argv) {
     const char *dir = argv[2];
-    int i, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), prompt = 64, gen = 16, rc = 1;
+    int i, r, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), prompt = 64, gen = 16, rc = 1;
     g4_model m;
     g4_session s;
     g4_session_config sc = g4_session_config_init();
@@ -272,7 +272,7 @@ static int g4b_cmd_bench(int argc, char **argv) {
     void *arena = NULL;
     float *logits = NULL;
     int32_t *ids = NULL;
-    double t0, t1, t2, bpt, elems, head;
+    double t0, t1, t2, bpt, elems, head, best, pre;
     struct rusage ru;
     for (i = 3; i < argc; i += 2) {
         if (strcmp(argv[i], "--bf16") == 0) { sc.bf16 = 1; i--; continue; }
@@ -302,15 +302,31 @@ static int g4b_cmd_bench(int argc, char **argv) {
     ids[0] = 2 % m.config.vocab_size;
     /* warm-up: fault the mapped weights in (a cold page cache would dominate), then start over */
     if (g4_forward(&s, ids, prompt < 4 ? prompt : 4, logits, G4_LOGITS_LAST) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
-    g4_session_reset(&s);
-    t0 = g4b_now();
-    if (g4_forward(&s, ids, prompt, logits, G4_LOGITS_LAST) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
-    t1 = g4b_now();
-    for (i = 0; i < gen; i++) {
-        int32_t next = g4_argmax(logits, m.config.vocab_size);
-        if (g4_forward(&s, &next, 1, logits, G4_LOGITS_LAST) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
+    /* prefill: best of 3 (the machines are shared); the last one stays for decode */
+    for (i = 0, best = 1e30; i < 3; i++) {
+        g4_session_reset(&s);
+        t0 = g4b_now();
+        if (g4_forward(&s, ids, prompt, logits, G4_LOGITS_LAST) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
+        t1 = g4b_now();
+        if (t1 - t0 < best) best = t1 - t0;
     }
-    t2 = g4b_now();
+    pre = best;
+    /* decode: gen tokens after the prompt, best of 3 (the prompt re-run untimed) */
+    for (r = 0, best = 1e30; r < 3; r++) {
+        if (r > 0) {
+            g4_session_reset(&s);
+            if (g4_forward(&s, ids, prompt, logits, G4_LOGITS_LAST) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
+        }
+        t1 = g4b_now();
+        for (i = 0; i < gen; i++) {
+            int32_t next = g4_argmax(logits, m.config.vocab_size);
+            if (g4_forward(&s, &next, 1, logits, G4_LOGITS_LAST) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
+        }
+        t2 = g4b_now();
+        if (t2 - t1 < best) best = t2 - t1;
+    }
+    t1 = 0.0;
+    t2 = best;
     bpt = g4b_bytes_per_token(&m, &elems);
     getrusage(RUSAGE_SELF, &ru);
     printf("model: %s, %d layers, %s kernels, %d threads%s\n", dir, m.config.num_hidden_layers, g4_simd_name(), threads,
@@ -319,9 +335,9 @@ static int g4b_cmd_bench(int argc, char **argv) {
        last token runs (G4_LOGITS_LAST); attention's own FLOPs (< 1% at
        these lengths) are not counted */
     head = (double)m.w.lm_head.shape[0] * (double)m.w.lm_head.shape[1];
-    printf("prefill: %.2f tok/s, %.1f GFLOP/s (%d tokens in %.2f s)\n", prompt / (t1 - t0),
-           2.0 * ((elems - head) * prompt + head) / (t1 - t0) / 1e9, prompt, t1 - t0);
-    printf("decode: %.2f tok/s, %.2f GB/s (%.3f GB of weights per token, %d tokens in %.2f s)\n", gen / (t2 - t1),
+    printf("prefill: %.2f tok/s, %.1f GFLOP/s (%d tokens in %.2f s, best of 3)\n", prompt / pre,
+           2.0 * ((elems - head) * prompt + head) / pre / 1e9, prompt, pre);
+    printf("decode: %.2f tok/s, %.2f GB/s (%.3f GB of weights per token, %d tokens in %.2f s, best of 3)\n", gen / (t2 - t1),
            bpt * gen / (t2 - t1) / 1e9, bpt / 1e9, gen, t2 - t1);
     printf("memory: peak RSS %.0f MB, arena %.1f MB\n", (double)ru.ru_maxrss / 1024.0, (double)bytes / 1048576.0);
     rc = 0;
