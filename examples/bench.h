@@ -165,7 +165,7 @@ static int g4b_write_config(const char *path, const g4_config *c) {
 /* gemma4 synth --config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N] */
 static int g4b_cmd_synth(int argc, char **argv) {
     const char *cfg_path = NULL, *out = NULL;
-    int i, layers = 0, vocab = 0, dt = G4_BF16;
+    int i, layers = 0, vocab = 0, dt = G4_BF16; /* 0: keep the config's */
     g4_model m;
     g4b_synth y;
     char path[4096];
@@ -173,11 +173,16 @@ static int g4b_cmd_synth(int argc, char **argv) {
     for (i = 2; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--config") == 0) cfg_path = argv[i + 1];
         else if (strcmp(argv[i], "--out") == 0) out = argv[i + 1];
-        else if (strcmp(argv[i], "--layers") == 0) layers = g4b_int(argv[i + 1]);
-        else if (strcmp(argv[i], "--vocab") == 0) vocab = g4b_int(argv[i + 1]);
-        else if (strcmp(argv[i], "--dtype") == 0 && strcmp(argv[i + 1], "f32") == 0) dt = G4_F32;
-        else if (strcmp(argv[i], "--dtype") == 0 && strcmp(argv[i + 1], "bf16") == 0) dt = G4_BF16;
-        else { fprintf(stderr, "gemma4 synth: unknown option %s\n", argv[i]); return 1; }
+        else if (strcmp(argv[i], "--layers") == 0 || strcmp(argv[i], "--vocab") == 0) {
+            int v = g4b_int(argv[i + 1]);
+            if (v < 1) { fprintf(stderr, "gemma4 synth: %s must be a positive integer (got '%s')\n", argv[i], argv[i + 1]); return 1; }
+            if (argv[i][2] == 'l') layers = v;
+            else vocab = v;
+        } else if (strcmp(argv[i], "--dtype") == 0) {
+            if (strcmp(argv[i + 1], "f32") == 0) dt = G4_F32;
+            else if (strcmp(argv[i + 1], "bf16") == 0) dt = G4_BF16;
+            else { fprintf(stderr, "gemma4 synth: --dtype must be bf16 or f32 (got '%s')\n", argv[i + 1]); return 1; }
+        } else { fprintf(stderr, "gemma4 synth: unknown option %s\n", argv[i]); return 1; }
     }
     if (i != argc || !cfg_path || !out) {
         fprintf(stderr, "usage: gemma4 synth --config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N]\n");

@@ -1094,6 +1094,38 @@ static void test_cli_cases(void) {
     snprintf(args, sizeof args, "info %s/nope.json", g_tmp);
     cli(args, 1, "nope.json: cannot open");
     end();
+    {
+        static const struct { const char *opts, *needle; } bad_bench[] = {
+            {"--prompt 0", "usage"}, {"--threads x", "usage"}, {"--gen", "usage"}, {"--gen -3", "usage"},
+            {"--bogus 1", "unknown option --bogus"}, {"--threads 0", "usage"},
+        };
+        for (k = 0; k < sizeof bad_bench / sizeof bad_bench[0]; k++) {
+            begin("cli: bench %s", bad_bench[k].opts);
+            snprintf(args, sizeof args, "bench %s %s", d, bad_bench[k].opts);
+            cli(args, 1, bad_bench[k].needle);
+            end();
+        }
+    }
+    begin("cli: bench and synth, bad paths and values");
+    snprintf(args, sizeof args, "bench %s/nope --prompt 4 --gen 2", g_tmp);
+    cli(args, 1, "nope/config.json: cannot open");
+    snprintf(args, sizeof args, "synth --config %s/nope.json --out %s/synth", g_tmp, g_tmp);
+    cli(args, 1, "nope.json");
+    snprintf(args, sizeof args, "synth --config %s/config.json --out %s/synth --dtype f8", d, g_tmp);
+    cli(args, 1, "--dtype must be bf16 or f32 (got 'f8')");
+    snprintf(args, sizeof args, "synth --config %s/config.json --out %s/synth --layers 0", d, g_tmp);
+    cli(args, 1, "--layers must be a positive integer");
+    snprintf(args, sizeof args, "synth --config %s/config.json --out %s/synth --vocab 1e3", d, g_tmp);
+    cli(args, 1, "--vocab must be a positive integer");
+    end();
+    begin("cli: synth a checkpoint, then bench it (float32 and bf16 mode)");
+    snprintf(args, sizeof args, "synth --config %s/config.json --out %s/synth --dtype bf16", d, g_tmp);
+    cli(args, 0, NULL);
+    snprintf(args, sizeof args, "bench %s/synth --threads 2 --prompt 5 --gen 2", g_tmp);
+    cli(args, 0, NULL);
+    snprintf(args, sizeof args, "bench %s/synth --threads 1 --prompt 3 --gen 1 --bf16", g_tmp);
+    cli(args, 0, NULL);
+    end();
     begin("cli: valid runs exit 0");
     snprintf(args, sizeof args, "logits %s --ids 2,81 --out %s/cli_logits.bin", d, g_tmp);
     cli(args, 0, NULL);
