@@ -797,6 +797,7 @@ typedef struct {
     int type;
     int child, next, count;  /* first child, next sibling (-1 = none), #children */
     const char *key;         /* member name when the parent is an object */
+    size_t keylen;           /* its length (tokenizer.json's may hold a NUL) */
     const char *str;         /* decoded string (NUL-terminated) */
     size_t len;
     double num;
@@ -1000,6 +1001,7 @@ static int g4__json_container(g4__json *j, int depth, int is_obj) {
         child = g4__json_value(j, depth + 1);
         if (child < 0) return -1;
         j->nodes[child].key = key;
+        j->nodes[child].keylen = key ? klen : 0;
         if (last < 0) j->nodes[self].child = child; else j->nodes[last].next = child;
         last = child;
         j->nodes[self].count++;
@@ -1052,6 +1054,9 @@ static void g4__json_free(g4__json *j) {
 }
 
 /* Parses src[0..len) into j; node 0 is the root. err: G4_ERROR_MAX bytes. */
+/* Strings and member names may hold \u0000, as in Python's json: nodes keep
+   their lengths, and names are compared with them (g4__jis, g4__jget), so
+   "a\u0000b" never aliases "a". */
 static g4_result g4__json_parse(g4__json *j, const char *src, size_t len, const char *name, char *err) {
     memset(j, 0, sizeof *j);
     j->src = src;
@@ -1079,12 +1084,22 @@ static g4_result g4__json_parse(g4__json *j, const char *src, size_t len, const 
     return G4_OK;
 }
 
+/* Is node n the string lit (with n's length: a NUL inside never matches)? */
+static int g4__jis(const g4__jnode *n, const char *lit) {
+    return n->type == G4__JSTR && n->len == strlen(lit) && memcmp(n->str, lit, n->len) == 0;
+}
+
+/* Is node n's member name exactly key? */
+static int g4__jkey_is(const g4__jnode *n, const char *key) {
+    return n->key && n->keylen == strlen(key) && memcmp(n->key, key, n->keylen) == 0;
+}
+
 /* Member `key` of object node `obj` (the last one if repeated, as Python's json), or -1. */
 static int g4__jget(const g4__json *j, int obj, const char *key) {
     int c, found = -1;
     if (obj < 0 || j->nodes[obj].type != G4__JOBJ) return -1;
     for (c = j->nodes[obj].child; c >= 0; c = j->nodes[c].next)
-        if (strcmp(j->nodes[c].key, key) == 0) found = c;
+        if (g4__jkey_is(&j->nodes[c], key)) found = c;
     return found;
 }
 
@@ -1181,7 +1196,7 @@ static g4_result g4__cfg_expect_str(const g4__cfg *c, const char *key, const cha
                    g4__jtype_name(nd->type));
         return G4_ERR_CONFIG;
     }
-    if (strcmp(nd->str, ok1) != 0 && (!ok2 || strcmp(nd->str, ok2) != 0)) {
+    if (!g4__jis(nd, ok1) && (!ok2 || !g4__jis(nd, ok2))) {
         g4__seterr(c->err, "%s: field '%s%s' is \"%.64s\"; gemma4.h supports only \"%s\"%s%s%s", c->name, c->scope,
                    key, nd->str, ok1, ok2 ? " or \"" : "", ok2 ? ok2 : "", ok2 ? "\"" : "");
         return G4_ERR_CONFIG;
@@ -1229,8 +1244,8 @@ static g4_result g4__cfg_rope(const g4__cfg *c, g4_config *cfg, int used[2]) {
                        g4__type_name(t));
             return G4_ERR_CONFIG;
         }
-        if (strcmp(c->j->nodes[n].str, "default") == 0) prop = 0;
-        else if (strcmp(c->j->nodes[n].str, "proportional") == 0) prop = 1;
+        if (g4__jis(&c->j->nodes[n], "default")) prop = 0;
+        else if (g4__jis(&c->j->nodes[n], "proportional")) prop = 1;
         else {
             g4__seterr(c->err, "%s: rope_type \"%.64s\" in '%srope_parameters.%s' is not supported (default, proportional)",
                        c->name, c->j->nodes[n].str, c->scope, g4__type_name(t));
@@ -1271,7 +1286,7 @@ static g4_result g4__cfg_per_layer(const g4__cfg *c, g4_config *cfg, int plc) {
         const char *k = c->j->nodes[e].key, *p;
         long idx = 0;
         int a;
-        if (!*k) goto badkey;
+        if (!*k || strlen(k) != c->j->nodes[e].keylen) goto badkey; /* empty, or a NUL inside */
         for (p = k; *p; p++) {
             if (*p < '0' || *p > '9' || idx > 100000) goto badkey;
             idx = idx * 10 + (*p - '0');
@@ -1283,7 +1298,7 @@ static g4_result g4__cfg_per_layer(const g4__cfg *c, g4_config *cfg, int plc) {
         }
         for (a = c->j->nodes[e].child; a >= 0; a = c->j->nodes[a].next) {
             const g4__jnode *v = &c->j->nodes[a];
-            int is_hd = strcmp(v->key, "head_dim") == 0, is_kv = strcmp(v->key, "num_key_value_heads") == 0;
+            int is_hd = g4__jkey_is(v, "head_dim"), is_kv = g4__jkey_is(v, "num_key_value_heads");
             if (!is_hd && !is_kv) {
                 g4__seterr(c->err, "%s: per_layer_config.%s.%.64s: only head_dim and num_key_value_heads may vary by layer",
                            c->name, k, v->key);
@@ -1323,7 +1338,7 @@ static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const c
         g4__seterr(cfg->error, "%s: field 'model_type' must be a string", name);
         return G4_ERR_CONFIG;
     }
-    if (mt >= 0 && strcmp(j->nodes[mt].str, "gemma4") != 0 && strcmp(j->nodes[mt].str, "gemma4_text") != 0) {
+    if (mt >= 0 && !g4__jis(&j->nodes[mt], "gemma4") && !g4__jis(&j->nodes[mt], "gemma4_text")) {
         g4__seterr(cfg->error, "%s: model_type \"%.64s\" is not a Gemma 4 text model (gemma4, gemma4_text)", name,
                    j->nodes[mt].str);
         return G4_ERR_CONFIG;
@@ -1336,7 +1351,7 @@ static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const c
         }
         c.obj = n;
         c.scope = "text_config.";
-    } else if (mt >= 0 && strcmp(j->nodes[mt].str, "gemma4") == 0) {
+    } else if (mt >= 0 && g4__jis(&j->nodes[mt], "gemma4")) {
         g4__seterr(cfg->error, "%s: model_type gemma4 needs a 'text_config' object", name);
         return G4_ERR_CONFIG;
     }
@@ -1399,8 +1414,8 @@ static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const c
         }
         for (i = 0, e = j->nodes[n].child; e >= 0; e = j->nodes[e].next, i++) {
             const g4__jnode *v = &j->nodes[e];
-            if (v->type == G4__JSTR && strcmp(v->str, "sliding_attention") == 0) cfg->layer_types[i] = G4_SLIDING;
-            else if (v->type == G4__JSTR && strcmp(v->str, "full_attention") == 0) cfg->layer_types[i] = G4_FULL;
+            if (g4__jis(v, "sliding_attention")) cfg->layer_types[i] = G4_SLIDING;
+            else if (g4__jis(v, "full_attention")) cfg->layer_types[i] = G4_FULL;
             else {
                 g4__seterr(cfg->error, "%s: %slayer_types[%d] must be \"sliding_attention\" or \"full_attention\"",
                            name, c.scope, i);
@@ -1697,7 +1712,11 @@ static g4_result g4__st_parse(g4__file *f, int fi, g4__stinfo **list, int *n, in
         int dt, sh, off, d, k;
         g4__stinfo *st;
         uint64_t numel = 1, esz;
-        if (strcmp(name, "__metadata__") == 0) continue;
+        if (g4__jkey_is(&j->nodes[e], "__metadata__")) continue;
+        if (strlen(name) != j->nodes[e].keylen) {
+            g4__seterr(err, "%s: tensor name '%.200s\\u0000...' holds a NUL character", f->path, name);
+            return G4_ERR_SAFETENSORS;
+        }
         if (j->nodes[e].type != G4__JOBJ) {
             g4__seterr(err, "%s: tensor '%.200s': entry must be an object", f->path, name);
             return G4_ERR_SAFETENSORS;
@@ -1722,7 +1741,7 @@ static g4_result g4__st_parse(g4__file *f, int fi, g4__stinfo **list, int *n, in
             g4__seterr(err, "%s: tensor '%.200s' has no dtype string", f->path, name);
             return G4_ERR_SAFETENSORS;
         }
-        st->t.dtype = g4__dtype_from(j->nodes[dt].str);
+        st->t.dtype = strlen(j->nodes[dt].str) == j->nodes[dt].len ? g4__dtype_from(j->nodes[dt].str) : G4_DTYPE_OTHER;
         if (sh < 0 || j->nodes[sh].type != G4__JARR || j->nodes[sh].count > 8) {
             g4__seterr(err, "%s: tensor '%.200s' needs a shape array of at most 8 dims", f->path, name);
             return G4_ERR_SAFETENSORS;
@@ -1884,6 +1903,11 @@ static g4_result g4__load_index_text(g4_model *m, const char *dir, const char *i
     if (!names) { g4__seterr(m->error, "out of memory"); r = G4_ERR_NOMEM; goto done; }
     for (e = j.nodes[wm].child; e >= 0; e = j.nodes[e].next) {
         const g4__jnode *v = &j.nodes[e];
+        if (strlen(v->key) != v->keylen || (v->type == G4__JSTR && strlen(v->str) != v->len)) {
+            g4__seterr(m->error, "%s: weight_map[\"%.200s\"] holds a NUL character", index_path, v->key);
+            r = G4_ERR_SAFETENSORS;
+            break;
+        }
         if (v->type != G4__JSTR) {
             g4__seterr(m->error, "%s: weight_map[\"%.200s\"] must be a file name", index_path, v->key);
             r = G4_ERR_SAFETENSORS;
@@ -3705,7 +3729,9 @@ static g4_result g4__tokp_replace(g4__tokp *p, int n, const char *where, g4_repl
 
 static const char *g4__tokp_type(g4__tokp *p, int n) {
     int ty = g4__jget(p->j, n, "type");
-    return ty >= 0 && p->j->nodes[ty].type == G4__JSTR ? p->j->nodes[ty].str : "";
+    /* a type name holding a NUL is no known type (not its prefix) */
+    return ty >= 0 && p->j->nodes[ty].type == G4__JSTR && strlen(p->j->nodes[ty].str) == p->j->nodes[ty].len
+               ? p->j->nodes[ty].str : "";
 }
 
 static g4_result g4__tokp_normalizer(g4__tokp *p, int n) {
@@ -3844,7 +3870,7 @@ static g4_result g4__tokp_vocab(g4__tokp *p, int vocab, int added) {
         int32_t id;
         if ((r = g4__tokp_id(p, c, "model.vocab value", &id)) != G4_OK) return r;
         if (id > max_id) max_id = id;
-        bytes += j->nodes[c].key ? strlen(j->nodes[c].key) : 0;
+        bytes += j->nodes[c].keylen;
     }
     for (c = j->nodes[added].child; c >= 0; c = j->nodes[c].next) {
         int32_t id;
@@ -3870,7 +3896,7 @@ static g4_result g4__tokp_vocab(g4__tokp *p, int vocab, int added) {
     memset(t->vocab_hash, 0xff, 4 * sizeof(uint32_t) * ((size_t)t->vocab_mask + 1));
     for (c = j->nodes[vocab].child; c >= 0; c = j->nodes[c].next) {
         const char *key = j->nodes[c].key;
-        size_t kl = strlen(key);
+        size_t kl = j->nodes[c].keylen;
         int32_t id = (int32_t)j->nodes[c].ival;
         uint32_t h, hash;
         if (t->vocab_len[id] != G4__TOK_NONE)

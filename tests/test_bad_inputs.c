@@ -226,6 +226,13 @@ static const config_case g_config_cases[] = {
     /* model type and wrapper */
     {"model_type a number", C("\"model_type\":4"), G4_ERR_CONFIG, "'model_type' must be a string"},
     {"model_type llama", C("\"model_type\":\"llama\""), G4_ERR_CONFIG, "model_type \"llama\" is not a Gemma 4"},
+    /* \u0000 inside a name or value: never its prefix (Python's json keeps it whole) */
+    {"model_type gemma4_text\\u0000x", C("\"model_type\":\"gemma4_text\\u0000x\""), G4_ERR_CONFIG, "is not a Gemma 4"},
+    {"layer_types entry with \\u0000", C("\"layer_types\":[\"full_attention\\u0000\",\"full_attention\"]"), G4_ERR_CONFIG,
+     "layer_types[0] must be"},
+    {"per_layer_config key 0\\u0000", C("\"per_layer_config\":{\"0\\u0000\":{}}"), G4_ERR_CONFIG, "per_layer_config key \"0\""},
+    {"rope_type default\\u0000", C("\"rope_parameters\":{\"sliding_attention\":{\"rope_type\":\"default\\u0000\",\"rope_theta\":1.0}}"),
+     G4_ERR_CONFIG, "rope_type"},
     {"gemma4 without text_config", "{\"model_type\":\"gemma4\"}", G4_ERR_CONFIG, "needs a 'text_config' object"},
     {"text_config an array", "{\"model_type\":\"gemma4\",\"text_config\":[]}", G4_ERR_CONFIG, "'text_config' must be an object"},
     {"text_config missing a field", "{\"model_type\":\"gemma4\",\"text_config\":{" B0 ",\"num_hidden_layers\":2}}", G4_ERR_CONFIG,
@@ -673,6 +680,10 @@ static void test_safetensors_cases(void) {
             G4_ERR_WEIGHTS, "tensor 'model.norm.weight' has shape [1, 64], expected [64]", NULL);
     VARIANT("unknown dtype on a required tensor", { snprintf(ents_find(&v, "model.norm.weight")->dtype, 16, "F8_E4M3"); },
             G4_ERR_WEIGHTS, "tensor 'model.norm.weight' must be BF16, F16 or F32", "model.safetensors");
+    VARIANT("dtype BF16\\u0000 (not BF16)", { snprintf(ents_find(&v, "model.norm.weight")->dtype, 16, "BF16\\u0000"); },
+            G4_ERR_WEIGHTS, "tensor 'model.norm.weight' must be BF16, F16 or F32", NULL);
+    VARIANT("tensor name with \\u0000", { snprintf(ents_find(&v, "model.norm.weight")->name, 160, "model.norm.weight\\u0000x"); },
+            G4_ERR_SAFETENSORS, "tensor name 'model.norm.weight\\u0000...' holds a NUL character", "model.safetensors");
     VARIANT("integer dtype on a required tensor", { snprintf(ents_find(&v, "model.layers.0.layer_scalar")->dtype, 16, "I16"); },
             G4_ERR_WEIGHTS, "tensor 'model.layers.0.layer_scalar' must be BF16, F16 or F32", NULL);
     VARIANT("I32 of the right byte count on a required tensor",
@@ -795,6 +806,10 @@ static void test_index_cases(void) {
     index_case("weight_map empty", "{\"weight_map\":{}}", G4_ERR_SAFETENSORS, "model.safetensors.index.json", "weight_map is empty");
     index_case("a shard name that is a number", "{\"weight_map\":{\"model.norm.weight\":5}}", G4_ERR_SAFETENSORS,
                "weight_map[\"model.norm.weight\"] must be a file name", NULL);
+    index_case("a shard name with \\u0000", "{\"weight_map\":{\"model.norm.weight\":\"" SH1 "\\u0000.x\"}}", G4_ERR_SAFETENSORS,
+               "weight_map[\"model.norm.weight\"] holds a NUL character", NULL);
+    index_case("a tensor name with \\u0000", "{\"weight_map\":{\"model.norm.weight\\u0000\":\"" SH1 "\"}}", G4_ERR_SAFETENSORS,
+               "holds a NUL character", NULL);
     index_case("a shard that does not exist", "{\"weight_map\":{\"model.norm.weight\":\"model-00009-of-00005.safetensors\"}}",
                G4_ERR_IO, "model-00009-of-00005.safetensors: cannot open", NULL);
     index_case("shard path ../", "{\"weight_map\":{\"model.norm.weight\":\"../outside.safetensors\"}}", G4_ERR_SAFETENSORS,

@@ -563,6 +563,18 @@ static void test_json_parser(void) {
     CHECK(g4__json_parse(&j, "{\"a\":01}", 8, "j", err) == G4_ERR_JSON, "leading zero");
     CHECK(g4__json_parse(&j, "\"\\ud800\"", 8, "j", err) == G4_ERR_JSON, "lone surrogate");
     CHECK(g4__json_parse(&j, "{} x", 4, "j", err) == G4_ERR_JSON && strstr(err, "column 4"), "trailing: %s", err);
+    { /* \u0000 is kept, with the name's length: "ab\u0000c" is not "ab" */
+        const char *nul = "{\"ab\\u0000c\":1,\"ab\":2,\"s\":\"x\\u0000\"}";
+        CHECK(g4__json_parse(&j, nul, strlen(nul), "j", err) == G4_OK, "NUL: %s", err);
+        arr = j.nodes[0].child;
+        CHECK(j.nodes[arr].keylen == 4 && memcmp(j.nodes[arr].key, "ab\0c", 4) == 0, "a NUL key keeps its length");
+        arr = g4__jget(&j, 0, "ab");
+        CHECK(arr >= 0 && j.nodes[arr].ival == 2, "\"ab\\u0000c\" is not \"ab\"");
+        arr = g4__jget(&j, 0, "s");
+        CHECK(arr >= 0 && j.nodes[arr].len == 2 && g4__jis(&j.nodes[arr], "x\0") == 0 && !g4__jis(&j.nodes[arr], "x"),
+              "a string with a NUL is not its prefix");
+        g4__json_free(&j);
+    }
 }
 
 /* ------------------------------------------------------------ RoPE tables */
