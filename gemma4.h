@@ -21,6 +21,7 @@
          G4_NO_THREADS      no pthreads (g4_pool_create accepts only 1 thread)
          G4_NO_SIMD         only the scalar reference kernels
          G4_POOL_SPIN       polls a pool thread spins before it sleeps (50000)
+         G4_PARALLEL_MIN    smallest job split across the pool, in elements (4096)
          G4_MALLOC/G4_FREE  the allocator used by the load functions
          G4_MAX_LAYERS      most decoder layers a config may have (256)
          GEMMA4_CUDA        declare the CUDA twin (gemma4_cuda.cu)
@@ -627,6 +628,7 @@ G4_CUDA_API g4_result g4_cuda_session_table(g4_cuda_session *s, g4_kv_slot *out,
 #if !defined(G4_NO_THREADS) && (defined(__unix__) || defined(__APPLE__))
 #define G4__THREADS 1
 #include <pthread.h>
+#include <unistd.h>
 #else
 #define G4__THREADS 0
 #endif
@@ -2757,7 +2759,9 @@ static void g4__gelu_n(float *y, const float *x, size_t n) {
    a time (concurrent callers queue on run_mu). A decode step runs ~300 short
    jobs, and a condition-variable wake-up costs tens of microseconds on a VM,
    so both sides spin (G4_POOL_SPIN polls, about a millisecond) before they
-   sleep on the condition variable. */
+   sleep on the condition variable. A pool with more threads than the machine
+   has online CPUs does not spin: there, spinning threads would take the
+   cores the working ones need (measured: decode 5.6x slower). */
 #if G4__THREADS
 #ifndef G4_POOL_SPIN
 #define G4_POOL_SPIN 50000
@@ -2788,6 +2792,7 @@ struct g4_pool {
     unsigned gen; /* bumped (release) once fn/ctx/pending are set for a new job */
     int pending;  /* parts not yet finished by the workers */
     int quit;
+    int spin;     /* polls before sleeping: G4__SPINS, or 0 when oversubscribed */
     void (*fn)(void *ctx, int part, int n_parts);
     void *ctx;
 };
@@ -2801,7 +2806,7 @@ static void *g4__worker(void *arg) {
     unsigned seen = 0;
     G4_FREE(wa);
     for (;;) {
-        for (spin = 0; spin < G4__SPINS && G4__ALOAD(&p->gen) == seen && !G4__ALOAD(&p->quit); spin++) G4__PAUSE();
+        for (spin = 0; spin < p->spin && G4__ALOAD(&p->gen) == seen && !G4__ALOAD(&p->quit); spin++) G4__PAUSE();
         pthread_mutex_lock(&p->mu);
         while (G4__ALOAD(&p->gen) == seen && !G4__ALOAD(&p->quit)) pthread_cond_wait(&p->go, &p->mu);
         pthread_mutex_unlock(&p->mu);
@@ -2825,6 +2830,7 @@ G4__DEF g4_result g4_pool_create(g4_pool **out, int n_threads) {
     if (!p) return G4_ERR_NOMEM;
     memset(p, 0, sizeof *p);
     p->n = n_threads;
+    p->spin = n_threads <= sysconf(_SC_NPROCESSORS_ONLN) ? G4__SPINS : 0;
     p->threads = (pthread_t *)G4_MALLOC(sizeof(pthread_t) * (size_t)n_threads);
     if (!p->threads) { G4_FREE(p); return G4_ERR_NOMEM; }
     pthread_mutex_init(&p->mu, NULL);
@@ -2873,7 +2879,7 @@ static void g4__parallel(g4_pool *p, void (*fn)(void *, int, int), void *ctx) {
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
     fn(ctx, 0, p->n);
-    for (spin = 0; spin < G4__SPINS && G4__ALOAD(&p->pending); spin++) G4__PAUSE();
+    for (spin = 0; spin < p->spin && G4__ALOAD(&p->pending); spin++) G4__PAUSE();
     pthread_mutex_lock(&p->mu);
     while (G4__ALOAD(&p->pending)) pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
@@ -2896,6 +2902,13 @@ static void g4__parallel(g4_pool *p, void (*fn)(void *, int, int), void *ctx) { 
 
 G4__DEF int g4_pool_threads(const g4_pool *p) { return p ? p->n : 1; }
 G4__DEF const char *g4_simd_name(void) { return G4__SIMD_NAME; }
+
+/* Work below G4_PARALLEL_MIN elements (8x that in multiply-adds for a
+   matmul) runs on the calling thread alone; the tests set it to 1 so that
+   every split is exercised on the tiny models. */
+#ifndef G4_PARALLEL_MIN
+#define G4_PARALLEL_MIN 4096
+#endif
 
 /* The matmul the forward pass calls: output rows split across the session's
    threads in blocks of G4__TR (the SIMD tile's rows), each part on the SIMD kernel. */
@@ -2921,7 +2934,7 @@ static void g4__matmul(const g4_session *s, float *y, const float *x, const g4_t
 #if G4__BF16DOT
     if (j.bf16dot) g4__to_bf16(s->xbf, x, n, (int)w->shape[1]);
 #endif
-    if ((int64_t)w->shape[0] * w->shape[1] * n < 32768) g4__matmul_part(&j, 0, 1); /* too small to share */
+    if ((int64_t)w->shape[0] * w->shape[1] * n < 8 * (int64_t)G4_PARALLEL_MIN) g4__matmul_part(&j, 0, 1); /* too small to share */
     else g4__parallel(s->cfg.pool, g4__matmul_part, &j);
 }
 
@@ -2941,7 +2954,7 @@ static void g4__parallel_range(const g4_session *s, size_t n, size_t cost, void 
                                void *ctx) {
     g4__range_job j;
     j.fn = fn; j.ctx = ctx; j.n = n;
-    if (n < 2 || n * cost < 4096) fn(ctx, 0, n); /* too small to share */
+    if (n < 2 || n * cost < (size_t)G4_PARALLEL_MIN) fn(ctx, 0, n); /* too small to share */
     else g4__parallel(s->cfg.pool, g4__range_part, &j);
 }
 
