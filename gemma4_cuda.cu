@@ -21,7 +21,10 @@
      __fadd_rn), so the only differences from the CPU path are the device's
      expf/tanhf/sinf/cosf (a few ulp from glibc's; GELU makes its own exp and
      tanh from IEEE operations, as the CPU does) and the RMSNorm sum of
-     squares, which is a tree in double instead of a loop in double.
+     squares, which is a tree in double instead of a loop in double. The
+     bf16-faithful mode (cfg.bf16) rounds where the CPU's g4__act does: a
+     g4c_round launch after a plain op, and between the steps of a fused
+     kernel (its `bf` argument).
 
    MEMORY
      g4_cuda_model_upload: one cudaMalloc holding every tensor the plan uses,
@@ -149,8 +152,25 @@ __device__ static float g4c__gelu(float x) {
     return G4C_MUL(G4C_MUL(0.5f, x), z < 0.0f ? G4C_SUB(1.0f, u) : G4C_ADD(1.0f, u));
 }
 
+/* g4__bf16_round: to the nearest bf16, ties to even (NaN kept) */
+__device__ static float g4c__bf16(float f) {
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return f;
+    return __uint_as_float((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+}
+
+/* rounded when the session is in the bf16-faithful mode */
+__device__ static float g4c__r(float f, int bf) { return bf ? g4c__bf16(f) : f; }
+
 /* ---------------------------------------------------------------- kernels */
-/* One kernel per CPU operation, named after it. */
+/* One kernel per CPU operation, named after it. A kernel that fuses several
+   CPU steps takes `bf` (the bf16-faithful mode) and rounds between them as
+   the CPU's g4__act does; a plain op is followed by g4c_round instead. */
+
+/* g4__act: x to bf16, in place */
+__global__ void g4c_round(float *x, size_t n) {
+    G4C_FOR(i, n) x[i] = g4c__bf16(x[i]);
+}
 
 /* g4__step's embedding: x[t][i] = E[ids[t]][i] * scale */
 __global__ void g4c_embed(float *x, const void *E, int dt, const int32_t *ids, int n, int H, float scale) {
@@ -214,15 +234,22 @@ __global__ void g4c_rmsnorm(float *y, const float *x, const void *w, int dt, int
 }
 
 /* g4__rope on rows of `heads` heads of D: token t = row / heads is at pos0 + t */
-__global__ void g4c_rope(float *x, const float *inv_freq, int rows, int heads, int D, int pos0) {
+__global__ void g4c_rope(float *x, const float *inv_freq, int rows, int heads, int D, int pos0, int bf) {
     int half = D / 2;
     G4C_FOR(idx, (size_t)rows * half) {
         size_t r = idx / half;
         int j = (int)(idx % half), pos = pos0 + (int)(r / heads);
         float *xr = x + r * D;
         float a = G4C_MUL((float)pos, inv_freq[j]), c = cosf(a), s = sinf(a), x1 = xr[j], x2 = xr[j + half];
-        xr[j] = G4C_SUB(G4C_MUL(x1, c), G4C_MUL(x2, s));
-        xr[j + half] = G4C_ADD(G4C_MUL(x2, c), G4C_MUL(x1, s));
+        if (bf) { /* as g4__rope: cos/sin, each product and the sum rounded */
+            c = g4c__bf16(c);
+            s = g4c__bf16(s);
+            xr[j] = g4c__bf16(G4C_ADD(g4c__bf16(G4C_MUL(x1, c)), g4c__bf16(G4C_MUL(-x2, s))));
+            xr[j + half] = g4c__bf16(G4C_ADD(g4c__bf16(G4C_MUL(x2, c)), g4c__bf16(G4C_MUL(x1, s))));
+        } else {
+            xr[j] = G4C_SUB(G4C_MUL(x1, c), G4C_MUL(x2, s));
+            xr[j + half] = G4C_ADD(G4C_MUL(x2, c), G4C_MUL(x1, s));
+        }
     }
 }
 
@@ -265,7 +292,7 @@ __global__ void g4c_kv_copy(g4_kv_slot *slots, int src, int dst, int n, int pos0
      1: the slot does not hold exactly this step's positions (write once, then read)
      2: the window's oldest key is no longer in the slot's ring */
 __global__ void g4c_attention(float *att, const float *q, const g4_kv_slot *slots, int slot, float *scores, int n,
-                              int NH, int KVH, int D, int pos0, int window, int max_ctx, int layer, int *status) {
+                              int NH, int KVH, int D, int pos0, int window, int max_ctx, int layer, int *status, int bf) {
     __shared__ float red[G4C_THREADS];
     int tid = (int)threadIdx.x, group = NH / KVH;
     g4_kv_slot sl = slots[slot];
@@ -287,7 +314,7 @@ __global__ void g4c_attention(float *att, const float *q, const g4_kv_slot *slot
             const float *key = sl.k + (size_t)((lo + k) % sl.capacity) * stride + (size_t)(h / group) * D;
             float acc = 0.0f;
             for (int d = 0; d < D; d++) acc = G4C_ADD(acc, G4C_MUL(qh[d], key[d]));
-            sc[k] = acc;
+            sc[k] = g4c__r(acc, bf);
         }
         __syncthreads();
         mx = sc[0];
@@ -313,9 +340,9 @@ __global__ void g4c_attention(float *att, const float *q, const g4_kv_slot *slot
             float acc = 0.0f;
             for (int k = 0; k < cnt; k++) {
                 const float *val = sl.v + (size_t)((lo + k) % sl.capacity) * stride + (size_t)(h / group) * D;
-                acc = G4C_ADD(acc, G4C_MUL(sc[k], val[d]));
+                acc = G4C_ADD(acc, G4C_MUL(g4c__r(sc[k], bf), val[d]));
             }
-            att[(size_t)r * D + d] = acc;
+            att[(size_t)r * D + d] = g4c__r(acc, bf);
         }
         __syncthreads(); /* red[0] and sc are reused by this block's next row */
     }
@@ -338,32 +365,33 @@ __global__ void g4c_layer_scalar(float *x, size_t n, const void *ls, int dt) {
 }
 
 /* g4__mlp: gate = gelu(gate) * up */
-__global__ void g4c_gelu_mul(float *gate, const float *up, size_t n) {
-    G4C_FOR(i, n) gate[i] = G4C_MUL(g4c__gelu(gate[i]), up[i]);
+__global__ void g4c_gelu_mul(float *gate, const float *up, size_t n, int bf) {
+    G4C_FOR(i, n) gate[i] = g4c__r(G4C_MUL(g4c__r(g4c__gelu(gate[i]), bf), up[i]), bf);
 }
 
 /* g4__per_layer_inputs, last stage: pli = (pli + E_ple[id][l*P + j] * tok_scale) * combine */
 __global__ void g4c_ple_combine(float *pli, const void *E, int dt, const int32_t *ids, int n, int LP, float tok_scale,
-                                float combine) {
+                                float combine, int bf) {
     G4C_FOR(i, (size_t)n * LP) {
-        float e = g4c__ld(E, dt, (size_t)ids[i / LP] * LP + i % LP);
-        pli[i] = G4C_MUL(G4C_ADD(pli[i], G4C_MUL(e, tok_scale)), combine);
+        float e = g4c__r(G4C_MUL(g4c__ld(E, dt, (size_t)ids[i / LP] * LP + i % LP), tok_scale), bf);
+        pli[i] = g4c__r(G4C_MUL(g4c__r(G4C_ADD(pli[i], e), bf), combine), bf);
     }
 }
 
 /* g4__layer step 5: ple[t][j] = gelu(ple[t][j]) * pli[t][l*P + j] */
-__global__ void g4c_ple_gate(float *ple, const float *pli, int n, int P, int LP, int l) {
-    G4C_FOR(i, (size_t)n * P) ple[i] = G4C_MUL(g4c__gelu(ple[i]), pli[(i / P) * LP + (size_t)l * P + i % P]);
+__global__ void g4c_ple_gate(float *ple, const float *pli, int n, int P, int LP, int l, int bf) {
+    G4C_FOR(i, (size_t)n * P)
+        ple[i] = g4c__r(G4C_MUL(g4c__r(g4c__gelu(ple[i]), bf), pli[(i / P) * LP + (size_t)l * P + i % P]), bf);
 }
 
 /* g4__step's soft-cap: x = tanh(x / cap) * cap */
-__global__ void g4c_softcap(float *x, size_t n, float cap) {
-    G4C_FOR(i, n) x[i] = G4C_MUL(tanhf(x[i] / cap), cap);
+__global__ void g4c_softcap(float *x, size_t n, float cap, int bf) {
+    G4C_FOR(i, n) x[i] = g4c__r(G4C_MUL(g4c__r(tanhf(g4c__r(x[i] / cap, bf)), bf), cap), bf);
 }
 
 /* g4__moe's router input: u = (u * router_scale[i]) * H^-0.5 */
-__global__ void g4c_router_scale(float *u, const void *scale, int dt, int n, int H, float root) {
-    G4C_FOR(i, (size_t)n * H) u[i] = G4C_MUL(G4C_MUL(u[i], g4c__ld(scale, dt, i % H)), root);
+__global__ void g4c_router_scale(float *u, const void *scale, int dt, int n, int H, float root, int bf) {
+    G4C_FOR(i, (size_t)n * H) u[i] = g4c__r(G4C_MUL(g4c__r(G4C_MUL(u[i], g4c__ld(scale, dt, i % H)), bf), root), bf);
 }
 
 /* g4__moe's routing, one thread per token, exactly the CPU's loop: softmax
@@ -414,25 +442,33 @@ __global__ void g4c_moe_matmul(float *y, const float *x, int x_stride, int x_per
 }
 
 /* g4__moe: h[r][i] = gelu(h[r][i]) * h[r][Ie + i] (gate | up), in place */
-__global__ void g4c_moe_glu(float *h, int rows, int Ie) {
+__global__ void g4c_moe_glu(float *h, int rows, int Ie, int bf) {
     G4C_FOR(idx, (size_t)rows * Ie) {
         float *hr = h + (idx / Ie) * 2 * (size_t)Ie;
         size_t i = idx % Ie;
-        hr[i] = G4C_MUL(g4c__gelu(hr[i]), hr[Ie + i]);
+        hr[i] = g4c__r(G4C_MUL(g4c__r(g4c__gelu(hr[i]), bf), hr[Ie + i]), bf);
     }
 }
 
 /* g4__moe: out[t][i] = sum_k y[t*K + k][i] * w[t*K + k], k in ascending expert id */
-__global__ void g4c_moe_combine(float *out, const float *y, const float *w, int n, int K, int H) {
+__global__ void g4c_moe_combine(float *out, const float *y, const float *w, int n, int K, int H, int bf) {
     G4C_FOR(idx, (size_t)n * H) {
         size_t t = idx / H, i = idx % H;
         float acc = 0.0f;
-        for (int k = 0; k < K; k++) acc = G4C_ADD(acc, G4C_MUL(y[(t * K + k) * H + i], w[t * K + k]));
+        for (int k = 0; k < K; k++)
+            acc = g4c__r(G4C_ADD(acc, g4c__r(G4C_MUL(y[(t * K + k) * H + i], w[t * K + k]), bf)), bf);
         out[idx] = acc;
     }
 }
 
 /* ------------------------------------------------------------- launchers */
+
+/* g4__act: in the bf16-faithful mode, round n values to bf16. Every matmul,
+   norm and residual add is followed by it, as on the CPU. */
+static g4_result g4c__act(g4_cuda_session *s, float *x, size_t n) {
+    if (s->cfg.bf16) G4C_RUN(s->error, g4c_round, g4c__grid(n, G4C_THREADS), G4C_THREADS, x, n);
+    return G4_OK;
+}
 
 static g4_result g4c__matmul(g4_cuda_session *s, float *y, const float *x, const g4_tensor *w, int n) {
     int out = (int)w->shape[0], in = (int)w->shape[1];
@@ -444,18 +480,18 @@ static g4_result g4c__matmul(g4_cuda_session *s, float *y, const float *x, const
         G4C_RUN(s->error, g4c_matmul_tiled, g4c__grid(tiles, 1), dim3(G4C_TILE, G4C_TILE), y, x, w->data,
                 (int)w->dtype, n, in, out);
     }
-    return G4_OK;
+    return g4c__act(s, y, (size_t)n * out);
 }
 
 static g4_result g4c__rmsnorm(g4_cuda_session *s, float *y, const float *x, const g4_tensor *w, int rows, int n) {
     G4C_RUN(s->error, g4c_rmsnorm, g4c__grid((size_t)rows, 1), G4C_THREADS, y, x, w ? w->data : NULL,
             w ? (int)w->dtype : 0, rows, n, s->model->host->config.rms_norm_eps);
-    return G4_OK;
+    return g4c__act(s, y, (size_t)rows * n);
 }
 
 static g4_result g4c__add(g4_cuda_session *s, float *x, const float *b, size_t n) {
     G4C_RUN(s->error, g4c_add, g4c__grid(n, G4C_THREADS), G4C_THREADS, x, b, n);
-    return G4_OK;
+    return g4c__act(s, x, n);
 }
 
 #define G4C_TRY(call)                             \
@@ -489,14 +525,14 @@ static g4_result g4c__attention(g4_cuda_session *s, int l, int n) {
     const g4_layer_plan *lp = &m->plan.layer[l];
     const g4_layer_weights *lw = &s->model->w.layers[l];
     const float *inv_freq = s->d_inv_freq[lp->type];
-    int NH = m->config.num_attention_heads, D = lp->head_dim, KVH = lp->kv_heads, pos0 = s->pos, slot;
+    int NH = m->config.num_attention_heads, D = lp->head_dim, KVH = lp->kv_heads, pos0 = s->pos, slot, bf = s->cfg.bf16;
     g4_kv_slot *sl;
 
     /* queries: q_proj, q_norm per head, RoPE */
     G4C_TRY(g4c__matmul(s, s->d_q, s->d_xn, &lw->q_proj, n));
     G4C_TRY(g4c__rmsnorm(s, s->d_q, s->d_q, &lw->q_norm, n * NH, D));
     G4C_RUN(s->error, g4c_rope, g4c__grid((size_t)n * NH * (D / 2), G4C_THREADS), G4C_THREADS, s->d_q, inv_freq,
-            n * NH, NH, D, pos0);
+            n * NH, NH, D, pos0, bf);
     G4C_TRY(g4c__tap(s, "self_attn.q", l, s->d_q, 1, n, NH * D));
 
     if (lp->reads < 0) {
@@ -512,7 +548,7 @@ static g4_result g4c__attention(g4_cuda_session *s, int l, int n) {
                                             cudaMemcpyDeviceToDevice));
         G4C_TRY(g4c__rmsnorm(s, s->d_k_new, s->d_k_new, &lw->k_norm, n * KVH, D));
         G4C_RUN(s->error, g4c_rope, g4c__grid((size_t)n * KVH * (D / 2), G4C_THREADS), G4C_THREADS, s->d_k_new,
-                inv_freq, n * KVH, KVH, D, pos0);
+                inv_freq, n * KVH, KVH, D, pos0, bf);
         G4C_TRY(g4c__rmsnorm(s, s->d_v_new, s->d_v_new, NULL, n * KVH, D));
         G4C_RUN(s->error, g4c_kv_append, g4c__grid((size_t)n * KVH * D, G4C_THREADS), G4C_THREADS, s->d_slots,
                 lp->kv_slot, s->d_k_new, s->d_v_new, n, pos0);
@@ -546,7 +582,7 @@ static g4_result g4c__attention(g4_cuda_session *s, int l, int n) {
     }
     G4C_RUN(s->error, g4c_attention, g4c__grid((size_t)n * NH, 1), G4C_THREADS, s->d_att, s->d_q, s->d_slots, slot,
             s->d_scores, n, NH, KVH, D, pos0, lp->type == G4_SLIDING ? m->config.sliding_window : 0,
-            s->cfg.max_context, l, s->d_status);
+            s->cfg.max_context, l, s->d_status, bf);
     G4C_TRY(g4c__matmul(s, s->d_branch, s->d_att, &lw->o_proj, n));
     return g4c__tap(s, "self_attn", l, s->d_branch, 1, n, m->config.hidden_size);
 }
@@ -557,7 +593,7 @@ static g4_result g4c__mlp(g4_cuda_session *s, int l, int n) {
     size_t len = (size_t)n * (size_t)s->model->host->plan.layer[l].mlp_width;
     G4C_TRY(g4c__matmul(s, s->d_gate, s->d_xn, &lw->gate_proj, n));
     G4C_TRY(g4c__matmul(s, s->d_up, s->d_xn, &lw->up_proj, n));
-    G4C_RUN(s->error, g4c_gelu_mul, g4c__grid(len, G4C_THREADS), G4C_THREADS, s->d_gate, s->d_up, len);
+    G4C_RUN(s->error, g4c_gelu_mul, g4c__grid(len, G4C_THREADS), G4C_THREADS, s->d_gate, s->d_up, len, s->cfg.bf16);
     G4C_TRY(g4c__matmul(s, s->d_branch, s->d_gate, &lw->down_proj, n));
     return g4c__tap(s, "mlp", l, s->d_branch, 1, n, s->model->host->config.hidden_size);
 }
@@ -571,7 +607,7 @@ static g4_result g4c__moe(g4_cuda_session *s, int l, int n) {
     /* router: weightless norm, * scale * H^-0.5, proj, softmax, top-k */
     G4C_TRY(g4c__rmsnorm(s, s->d_branch2, s->d_x, NULL, n, H));
     G4C_RUN(s->error, g4c_router_scale, g4c__grid((size_t)n * H, G4C_THREADS), G4C_THREADS, s->d_branch2,
-            lw->router_scale.data, (int)lw->router_scale.dtype, n, H, root);
+            lw->router_scale.data, (int)lw->router_scale.dtype, n, H, root, s->cfg.bf16);
     G4C_TRY(g4c__matmul(s, s->d_router, s->d_branch2, &lw->router_proj, n));
     G4C_RUN(s->error, g4c_moe_route, g4c__grid((size_t)n, G4C_THREADS), G4C_THREADS, s->d_router, s->d_top, s->d_topw,
             lw->router_per_expert_scale.data, (int)lw->router_per_expert_scale.dtype, n, E, K);
@@ -580,11 +616,14 @@ static g4_result g4c__moe(g4_cuda_session *s, int l, int n) {
     G4C_TRY(g4c__tap(s, "pre_feedforward_layernorm_2", l, s->d_xn, 1, n, H));
     G4C_RUN(s->error, g4c_moe_matmul, g4c__grid((size_t)n * K * 2 * Ie, G4C_THREADS), G4C_THREADS, s->d_moe_h,
             s->d_xn, H, 0, lw->experts_gate_up.data, (int)lw->experts_gate_up.dtype, s->d_top, n * K, K, H, 2 * Ie);
-    G4C_RUN(s->error, g4c_moe_glu, g4c__grid((size_t)n * K * Ie, G4C_THREADS), G4C_THREADS, s->d_moe_h, n * K, Ie);
+    G4C_TRY(g4c__act(s, s->d_moe_h, (size_t)n * K * 2 * Ie));
+    G4C_RUN(s->error, g4c_moe_glu, g4c__grid((size_t)n * K * Ie, G4C_THREADS), G4C_THREADS, s->d_moe_h, n * K, Ie,
+            s->cfg.bf16);
     G4C_RUN(s->error, g4c_moe_matmul, g4c__grid((size_t)n * K * H, G4C_THREADS), G4C_THREADS, s->d_moe_y, s->d_moe_h,
             2 * Ie, 1, lw->experts_down.data, (int)lw->experts_down.dtype, s->d_top, n * K, K, Ie, H);
+    G4C_TRY(g4c__act(s, s->d_moe_y, (size_t)n * K * H));
     G4C_RUN(s->error, g4c_moe_combine, g4c__grid((size_t)n * H, G4C_THREADS), G4C_THREADS, s->d_branch2, s->d_moe_y,
-            s->d_topw, n, K, H);
+            s->d_topw, n, K, H, s->cfg.bf16);
     return g4c__tap(s, "experts", l, s->d_branch2, 1, n, H);
 }
 
@@ -627,7 +666,7 @@ static g4_result g4c__layer(g4_cuda_session *s, int l, int n) {
         G4C_TRY(g4c__matmul(s, s->d_ple, s->d_x, &lw->per_layer_input_gate, n));
         G4C_TRY(g4c__tap(s, "per_layer_input_gate", l, s->d_ple, 1, n, P));
         G4C_RUN(s->error, g4c_ple_gate, g4c__grid((size_t)n * P, G4C_THREADS), G4C_THREADS, s->d_ple, s->d_pli, n, P,
-                LP, l);
+                LP, l, s->cfg.bf16);
         G4C_TRY(g4c__matmul(s, s->d_branch, s->d_ple, &lw->per_layer_projection, n));
         G4C_TRY(g4c__tap(s, "per_layer_projection", l, s->d_branch, 1, n, H));
         G4C_TRY(g4c__rmsnorm(s, s->d_branch, s->d_branch, &lw->post_per_layer_input_norm, n, H));
@@ -638,6 +677,7 @@ static g4_result g4c__layer(g4_cuda_session *s, int l, int n) {
     /* 6. layer_scalar */
     G4C_RUN(s->error, g4c_layer_scalar, g4c__grid(nh, G4C_THREADS), G4C_THREADS, s->d_x, nh, lw->layer_scalar.data,
             (int)lw->layer_scalar.dtype);
+    G4C_TRY(g4c__act(s, s->d_x, nh));
     return g4c__tap(s, "", l, s->d_x, 1, n, H);
 }
 
@@ -646,14 +686,17 @@ static g4_result g4c__per_layer_inputs(g4_cuda_session *s, int n) {
     const g4_config *c = &s->model->host->config;
     const g4_weights *w = &s->model->w;
     int P = c->hidden_size_per_layer_input, L = c->num_hidden_layers, LP = L * P;
-    const float proj_scale = (float)(1.0 / sqrt((double)c->hidden_size)), tok_scale = (float)sqrt((double)P);
+    const float proj_scale = (float)(1.0 / sqrt((double)c->hidden_size));
+    const float tok_scale = s->cfg.bf16 ? g4__bf16_round((float)sqrt((double)P)) : (float)sqrt((double)P); /* g4__scale */
     const float combine = (float)(1.0 / sqrt(2.0));
     G4C_TRY(g4c__matmul(s, s->d_pli, s->d_x, &w->per_layer_model_projection, n));
     G4C_RUN(s->error, g4c_scale, g4c__grid((size_t)n * LP, G4C_THREADS), G4C_THREADS, s->d_pli, (size_t)n * LP,
             proj_scale);
+    G4C_TRY(g4c__act(s, s->d_pli, (size_t)n * LP));
     G4C_TRY(g4c__rmsnorm(s, s->d_pli, s->d_pli, &w->per_layer_projection_norm, n * L, P));
     G4C_RUN(s->error, g4c_ple_combine, g4c__grid((size_t)n * LP, G4C_THREADS), G4C_THREADS, s->d_pli,
-            w->embed_tokens_per_layer.data, (int)w->embed_tokens_per_layer.dtype, s->d_ids, n, LP, tok_scale, combine);
+            w->embed_tokens_per_layer.data, (int)w->embed_tokens_per_layer.dtype, s->d_ids, n, LP, tok_scale, combine,
+            s->cfg.bf16);
     return g4c__tap(s, "per_layer_inputs", -1, s->d_pli, 1, n, LP);
 }
 
@@ -662,11 +705,12 @@ static g4_result g4c__step(g4_cuda_session *s, const int32_t *ids, int n, float 
     const g4_config *c = &s->model->host->config;
     const g4_weights *w = &s->model->w;
     int H = c->hidden_size, V = c->vocab_size, l, status = 0;
-    const float embed_scale = (float)sqrt((double)H);
+    const float embed_scale = s->cfg.bf16 ? g4__bf16_round((float)sqrt((double)H)) : (float)sqrt((double)H); /* g4__scale */
 
     G4C_CHECK(s->error, cudaMemcpy(s->d_ids, ids, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice));
     G4C_RUN(s->error, g4c_embed, g4c__grid((size_t)n * H, G4C_THREADS), G4C_THREADS, s->d_x, w->embed_tokens.data,
             (int)w->embed_tokens.dtype, s->d_ids, n, H, embed_scale);
+    G4C_TRY(g4c__act(s, s->d_x, (size_t)n * H));
     G4C_TRY(g4c__tap(s, "embed_tokens", -1, s->d_x, 1, n, H));
     if (c->hidden_size_per_layer_input) G4C_TRY(g4c__per_layer_inputs(s, n));
 
@@ -679,7 +723,7 @@ static g4_result g4c__step(g4_cuda_session *s, const int32_t *ids, int n, float 
         G4C_TRY(g4c__matmul(s, s->d_logits, s->d_xn + (size_t)first * H, &w->lm_head, n - first));
         if (c->final_logit_softcapping > 0.0f)
             G4C_RUN(s->error, g4c_softcap, g4c__grid(cnt, G4C_THREADS), G4C_THREADS, s->d_logits, cnt,
-                    c->final_logit_softcapping);
+                    c->final_logit_softcapping, s->cfg.bf16);
         G4C_CHECK(s->error, cudaMemcpy(out, s->d_logits, sizeof(float) * cnt, cudaMemcpyDeviceToHost));
         G4C_TRY(g4c__tap(s, "logits", -1, out, 0, n - first, V));
     }
@@ -904,10 +948,6 @@ G4_CUDA_API g4_result g4_cuda_session_init(g4_cuda_session *s, const g4_cuda_mod
     if (!cm || !cm->host || !cm->d_weights) { g4c__seterr(s->error, "model is not uploaded"); return G4_ERR_INPUT; }
     m = cm->host;
     if ((r = g4__check_session_config(m, cfg, s->error)) != G4_OK) return r;
-    if (cfg->bf16) { /* not mirrored yet: refuse rather than silently run float32 */
-        g4c__seterr(s->error, "the bf16-faithful mode (g4_session_config.bf16) is CPU-only for now");
-        return G4_ERR_INPUT;
-    }
     if ((r = g4_cuda_session_size(cm, cfg, &need_d, &need_h)) != G4_OK) {
         g4c__seterr(s->error, "session for %d positions does not fit in memory", cfg->max_context);
         return r;

@@ -43,8 +43,10 @@
 extern void g4emu_fail_after(long n);
 extern long g4emu_launches(const char *kernel);
 #define CPU_TOL 0.0
+#define CPU_TOL_BF16 0.0
 #else
 #define CPU_TOL 2e-5
+#define CPU_TOL_BF16 3e-2 /* a device tanhf/expf ulp can move a bf16 rounding: one bf16 ulp is 3.9e-3 */
 #endif
 #define TOL 2e-5
 
@@ -149,7 +151,7 @@ static void record_free(tap_record *r) {
 }
 
 typedef struct {
-    golden *g;
+    golden *g;                       /* NULL: compare with the CPU run only */
     tap_record *cpu;
     int fails, seen, seen_cpu, taps; /* taps: every CUDA tap; seen_cpu: those the CPU run also had */
     double worst, worst_cpu;
@@ -178,6 +180,7 @@ static void compare_tap(void *user, const char *name, int layer, const float *da
             break;
         }
     /* (a) transformers */
+    if (!tc->g) return;
     if (strncmp(name, "layers.", 7) == 0 && !strchr(name + 7, '.')) snprintf(key, sizeof key, "layer.%s", name + 7);
     else if (strcmp(name, "embed") == 0 || strcmp(name, "embed_tokens") == 0) snprintf(key, sizeof key, "embed");
     else if (strcmp(name, "per_layer_inputs") == 0) snprintf(key, sizeof key, "%s", name);
@@ -271,6 +274,77 @@ static void check_golden(const char *model, int matmul) {
     free(arena);
     g4_model_free(&cm);
     g4_model_free(&g.m);
+}
+
+/* The bf16-faithful mode: every tap and the logits equal the CPU's bf16 mode
+   (the scalar CPU path, whose bf16 mode matches transformers-bf16: see the
+   core suite), and differ from float32 (the mode is on). */
+static void check_bf16(const char *model) {
+    golden g;
+    cctx c;
+    g4_model cm;
+    g4_session cs;
+    g4_session_config sc = g4_session_config_init();
+    void *arena;
+    size_t bytes;
+    int n, V;
+    const int32_t *ids;
+    float *out, *cpu_out, *f32_out;
+    tap_record rec;
+    tap_check tc;
+    if (!golden_open(&g, model)) { CHECK(0, "no golden for %s", model); return; }
+    ids = golden_ids(&g, "input_ids", &n);
+    if (!ids) { CHECK(0, "golden lacks input_ids"); g4_model_free(&g.m); return; }
+    memset(&rec, 0, sizeof rec);
+    CHECK(g4_model_load(&cm, tiny(model)) == G4_OK, "load: %s", cm.error);
+    V = cm.config.vocab_size;
+    sc.max_context = n;
+    sc.bf16 = 1;
+    sc.tap = record_tap;
+    sc.tap_user = &rec;
+    g4_session_size(&cm, &sc, &bytes);
+    arena = malloc(bytes);
+    cpu_out = (float *)malloc(sizeof(float) * (size_t)n * V);
+    f32_out = (float *)malloc(sizeof(float) * (size_t)n * V);
+    out = (float *)malloc(sizeof(float) * (size_t)n * V);
+    CHECK(g4_session_init(&cs, &cm, &sc, arena, bytes) == G4_OK && g4_forward(&cs, ids, n, cpu_out, G4_LOGITS_ALL) == G4_OK,
+          "cpu forward: %s", cs.error);
+    if (!cctx_open(&c, tiny(model), n, 0, 0)) {
+        CHECK(0, "cuda session");
+    } else {
+        CHECK(g4_cuda_forward(&c.s, ids, n, f32_out, G4_LOGITS_ALL) == G4_OK, "f32 forward: %s", c.s.error);
+        g4_cuda_session_reset(&c.s);
+        memset(&tc, 0, sizeof tc);
+        tc.cpu = &rec;
+        c.s.cfg.bf16 = 1;
+        c.s.cfg.tap = compare_tap;
+        c.s.cfg.tap_user = &tc;
+        CHECK(g4_cuda_forward(&c.s, ids, n, out, G4_LOGITS_ALL) == G4_OK, "bf16 forward: %s", c.s.error);
+        {
+            double dc = max_diff(out, cpu_out, (size_t)n * V), s2 = max_abs(cpu_out, (size_t)n * V);
+            double df = max_diff(out, f32_out, (size_t)n * V);
+            printf("  %s bf16 mode: logits vs the CPU's bf16 mode %.3g relative, worst tap %.3g; vs float32 %.3g\n",
+                   model, dc / s2, tc.worst_cpu, df / s2);
+            CHECK(dc <= CPU_TOL_BF16 * s2, "bf16 logits differ from the CPU's: %.3g", dc / s2);
+            CHECK(df > 1e-3 * s2, "bf16 logits are float32's: the mode is not on");
+        }
+        CHECK(tc.fails == 0, "%d taps differ", tc.fails);
+        CHECK(tc.seen_cpu == tc.taps && tc.taps == rec.n, "tap sets: CUDA %d, matched %d, CPU %d", tc.taps, tc.seen_cpu, rec.n);
+    }
+    cctx_free(&c);
+    record_free(&rec);
+    free(cpu_out);
+    free(f32_out);
+    free(out);
+    free(arena);
+    g4_model_free(&cm);
+    g4_model_free(&g.m);
+}
+
+static void test_bf16_mode(void) {
+    static const char *models[] = {"e2b_like", "e4b_like", "31b_like", "26b_like"};
+    int k;
+    for (k = 0; k < 4; k++) check_bf16(models[k]);
 }
 
 static void test_golden_e2b_like(void) { check_golden("e2b_like", G4_CUDA_MATMUL_TILED); }
@@ -831,6 +905,7 @@ int main(int argc, char **argv) {
     run("cuda golden plain (f16)", test_golden_plain);
     run("cuda golden legacy_keys (f32)", test_golden_legacy_keys);
     run("cuda goldens with the plain matmul", test_golden_plain_matmul);
+    run("cuda bf16-faithful mode = the CPU's, tap by tap", test_bf16_mode);
     run("cuda tiled matmul = plain matmul, bit for bit", test_tiled_equals_plain);
     run("cuda greedy decode = transformers generate", test_greedy_matches_generate);
     run("cuda chunked prefill and decode = one-shot (e2b_like)", test_chunked_e2b);
