@@ -2624,6 +2624,15 @@ static float g4__dot(const float *a, const float *b, int n) {
 }
 #define g4__matmul_rows g4__matmul_simd
 
+/* y[i] += a * x[i], a product then a sum per element as the scalar loop
+   (attention's weighted sum of values) */
+static void g4__axpy(float *y, float a, const float *x, int n) {
+    int i, nv = n - n % G4__VL;
+    g4__vec av = g4__vset1(a);
+    for (i = 0; i < nv; i += G4__VL) g4__vstore(y + i, g4__vadd(g4__vload_x(y + i), g4__vmul(av, g4__vload_x(x + i))));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
 /* g4__gelu on VL lanes: the same operations, so the same bits */
 static g4__vec g4__gelu_v(g4__vec x) {
     static const float c[3] = {G4__EXP_C}, p[6] = {G4__EXP_P};
@@ -2750,6 +2759,10 @@ static void g4__matmul_bf16dot(float *y, const float *x, const uint16_t *xb, con
 static void g4__gelu_n(float *y, const float *x, size_t n) {
     size_t i;
     for (i = 0; i < n; i++) y[i] = g4__gelu(x[i]);
+}
+static void g4__axpy(float *y, float a, const float *x, int n) {
+    int i;
+    for (i = 0; i < n; i++) y[i] += a * x[i];
 }
 #endif
 
@@ -3027,8 +3040,7 @@ static void g4__attend(float *out, const float *q, const g4_kv_slot *sl, int kvh
     for (d = 0; d < D; d++) out[d] = 0.0f;
     for (k = lo; k <= hi; k++) {
         const float *val = sl->v + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D;
-        float p = bf16 ? g4__bf16_round(scores[k - lo]) : scores[k - lo];
-        for (d = 0; d < D; d++) out[d] += p * val[d];
+        g4__axpy(out, bf16 ? g4__bf16_round(scores[k - lo]) : scores[k - lo], val, D);
     }
     if (bf16)
         for (d = 0; d < D; d++) out[d] = g4__bf16_round(out[d]);
