@@ -203,14 +203,45 @@ static void compare_tap(void *user, const char *name, int layer, const float *da
 
 /* ----------------------------------------------- goldens, layer by layer */
 
+/* The CPU path on `model` (float32 or the bf16 mode) over n ids: every tap
+   recorded in *rec, all logits in r->logits (cpu_run_free frees both). */
+typedef struct {
+    g4_model m;
+    void *arena;
+    float *logits;
+} cpu_run;
+
+static int cpu_record(cpu_run *r, const char *model, int bf16, const int32_t *ids, int n, tap_record *rec) {
+    g4_session s;
+    g4_session_config sc = g4_session_config_init();
+    size_t bytes;
+    memset(rec, 0, sizeof *rec);
+    r->arena = NULL;
+    r->logits = NULL;
+    if (g4_model_load(&r->m, tiny(model)) != G4_OK) { CHECK(0, "load: %s", r->m.error); return 0; }
+    sc.max_context = n;
+    sc.bf16 = bf16;
+    sc.tap = record_tap;
+    sc.tap_user = rec;
+    g4_session_size(&r->m, &sc, &bytes);
+    r->arena = malloc(bytes);
+    r->logits = (float *)malloc(sizeof(float) * (size_t)n * r->m.config.vocab_size);
+    CHECK(g4_session_init(&s, &r->m, &sc, r->arena, bytes) == G4_OK && g4_forward(&s, ids, n, r->logits, G4_LOGITS_ALL) == G4_OK,
+          "cpu forward: %s", s.error);
+    return 1;
+}
+
+static void cpu_run_free(cpu_run *r, tap_record *rec) {
+    record_free(rec);
+    free(r->logits);
+    free(r->arena);
+    g4_model_free(&r->m);
+}
+
 static void check_golden(const char *model, int matmul) {
     golden g;
     cctx c;
-    g4_model cm;
-    g4_session cs;
-    g4_session_config sc = g4_session_config_init();
-    void *arena;
-    size_t bytes;
+    cpu_run cpu;
     int n, V;
     int64_t numel;
     const int32_t *ids;
@@ -222,19 +253,9 @@ static void check_golden(const char *model, int matmul) {
     ids = golden_ids(&g, "input_ids", &n);
     ref = golden_f32(&g, "logits", &numel);
     CHECK(ids && ref, "golden lacks input_ids/logits");
-    if (!ids || !ref) { g4_model_free(&g.m); return; }
-    /* the CPU path, every tap recorded */
-    memset(&rec, 0, sizeof rec);
-    CHECK(g4_model_load(&cm, tiny(model)) == G4_OK, "load: %s", cm.error);
-    V = cm.config.vocab_size;
-    sc.max_context = n;
-    sc.tap = record_tap;
-    sc.tap_user = &rec;
-    g4_session_size(&cm, &sc, &bytes);
-    arena = malloc(bytes);
-    cpu_out = (float *)malloc(sizeof(float) * (size_t)n * V);
-    CHECK(g4_session_init(&cs, &cm, &sc, arena, bytes) == G4_OK && g4_forward(&cs, ids, n, cpu_out, G4_LOGITS_ALL) == G4_OK,
-          "cpu forward: %s", cs.error);
+    if (!ids || !ref || !cpu_record(&cpu, model, 0, ids, n, &rec)) { g4_model_free(&g.m); return; }
+    V = cpu.m.config.vocab_size;
+    cpu_out = cpu.logits;
     /* the CUDA path, every tap compared with both */
     if (!cctx_open(&c, tiny(model), n, 0, 0)) {
         CHECK(0, "cuda session");
@@ -261,18 +282,15 @@ static void check_golden(const char *model, int matmul) {
             if (tc.worst_cpu > g_worst_cpu) g_worst_cpu = tc.worst_cpu;
         }
         CHECK(tc.fails == 0, "%d taps differ", tc.fails);
-        CHECK(tc.seen >= cm.config.num_hidden_layers + 2, "only %d taps compared with transformers", tc.seen);
-        CHECK(tc.seen_cpu == tc.taps && tc.taps >= cm.config.num_hidden_layers + 3,
+        CHECK(tc.seen >= cpu.m.config.num_hidden_layers + 2, "only %d taps compared with transformers", tc.seen);
+        CHECK(tc.seen_cpu == tc.taps && tc.taps >= cpu.m.config.num_hidden_layers + 3,
               "only %d of the %d CUDA taps have a CPU tap of the same name", tc.seen_cpu, tc.taps);
         CHECK(tc.taps == rec.n, "the CUDA path emits %d taps, the CPU path %d: the tap sets must be the same", tc.taps,
               rec.n);
         free(out);
     }
     cctx_free(&c);
-    record_free(&rec);
-    free(cpu_out);
-    free(arena);
-    g4_model_free(&cm);
+    cpu_run_free(&cpu, &rec);
     g4_model_free(&g.m);
 }
 
@@ -282,11 +300,7 @@ static void check_golden(const char *model, int matmul) {
 static void check_bf16(const char *model) {
     golden g;
     cctx c;
-    g4_model cm;
-    g4_session cs;
-    g4_session_config sc = g4_session_config_init();
-    void *arena;
-    size_t bytes;
+    cpu_run cpu;
     int n, V;
     const int32_t *ids;
     float *out, *cpu_out, *f32_out;
@@ -294,21 +308,11 @@ static void check_bf16(const char *model) {
     tap_check tc;
     if (!golden_open(&g, model)) { CHECK(0, "no golden for %s", model); return; }
     ids = golden_ids(&g, "input_ids", &n);
-    if (!ids) { CHECK(0, "golden lacks input_ids"); g4_model_free(&g.m); return; }
-    memset(&rec, 0, sizeof rec);
-    CHECK(g4_model_load(&cm, tiny(model)) == G4_OK, "load: %s", cm.error);
-    V = cm.config.vocab_size;
-    sc.max_context = n;
-    sc.bf16 = 1;
-    sc.tap = record_tap;
-    sc.tap_user = &rec;
-    g4_session_size(&cm, &sc, &bytes);
-    arena = malloc(bytes);
-    cpu_out = (float *)malloc(sizeof(float) * (size_t)n * V);
+    if (!ids || !cpu_record(&cpu, model, 1, ids, n, &rec)) { CHECK(ids != NULL, "golden lacks input_ids"); g4_model_free(&g.m); return; }
+    V = cpu.m.config.vocab_size;
+    cpu_out = cpu.logits;
     f32_out = (float *)malloc(sizeof(float) * (size_t)n * V);
     out = (float *)malloc(sizeof(float) * (size_t)n * V);
-    CHECK(g4_session_init(&cs, &cm, &sc, arena, bytes) == G4_OK && g4_forward(&cs, ids, n, cpu_out, G4_LOGITS_ALL) == G4_OK,
-          "cpu forward: %s", cs.error);
     if (!cctx_open(&c, tiny(model), n, 0, 0)) {
         CHECK(0, "cuda session");
     } else {
@@ -332,12 +336,9 @@ static void check_bf16(const char *model) {
         CHECK(tc.seen_cpu == tc.taps && tc.taps == rec.n, "tap sets: CUDA %d, matched %d, CPU %d", tc.taps, tc.seen_cpu, rec.n);
     }
     cctx_free(&c);
-    record_free(&rec);
-    free(cpu_out);
+    cpu_run_free(&cpu, &rec);
     free(f32_out);
     free(out);
-    free(arena);
-    g4_model_free(&cm);
     g4_model_free(&g.m);
 }
 
