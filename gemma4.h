@@ -2515,19 +2515,13 @@ static g4__vec g4__vload_w(const unsigned char *row, g4_dtype dt, size_t k) {
    FMAs, and the tile becomes load-bound (measured: 47 -> 80 GFLOP/s on one
    Zen 4 core). G4__UNROLL: unroll the tile's fixed-count loops so the
    accumulators are registers, not an array in memory. */
-#ifndef G4__PREFETCH_AHEAD
-#define G4__PREFETCH_AHEAD 4096
-#endif
 #if !defined(__GNUC__)
-#define G4__PREFETCH(p) ((void)0)
 #undef G4__IN_REGISTER
 #define G4__IN_REGISTER(v) ((void)0)
 #define G4__UNROLL
 #elif defined(__clang__)
-#define G4__PREFETCH(p) __builtin_prefetch(p)
 #define G4__UNROLL _Pragma("clang loop unroll(full)")
 #else
-#define G4__PREFETCH(p) __builtin_prefetch(p)
 #define G4__UNROLL _Pragma("GCC unroll 8")
 #endif
 
