@@ -3062,12 +3062,11 @@ typedef struct { const g4_session *s; float *dst; const float *src; const g4_ten
 
 static void g4__norm_range(void *ctx, size_t t0, size_t t1) {
     const g4__norm_job *j = (const g4__norm_job *)ctx;
-    size_t t, i, W = (size_t)j->width;
+    size_t t, W = (size_t)j->width;
     for (t = t0; t < t1; t++) {
         float *d = j->dst + t * W;
         g4__rmsnorm(d, j->src + t * W, j->w, j->width, j->s->model->config.rms_norm_eps);
-        if (j->s->cfg.bf16) /* g4__act on this row */
-            for (i = 0; i < W; i++) d[i] = g4__bf16_round(d[i]);
+        if (j->s->cfg.bf16) g4__bf16_round_range(d, 0, W); /* g4__act on this row */
     }
 }
 
@@ -3090,8 +3089,7 @@ static void g4__add_range(void *ctx, size_t i0, size_t i1) {
         for (i = i0; i < i1; i++) j->x[i] += j->y[i];
     else
         for (i = i0; i < i1; i++) j->x[i] *= j->scale;
-    if (j->s->cfg.bf16)
-        for (i = i0; i < i1; i++) j->x[i] = g4__bf16_round(j->x[i]);
+    if (j->s->cfg.bf16) g4__bf16_round_range(j->x, i0, i1);
 }
 
 static void g4__add(const g4_session *s, float *x, const float *y, size_t n) {
@@ -3123,12 +3121,11 @@ typedef struct { const g4_session *s; float *x; const g4_tensor *norm; const flo
 
 static void g4__norm_rope_heads(void *ctx, size_t i0, size_t i1) {
     const g4__heads_job *j = (const g4__heads_job *)ctx;
-    size_t i, d;
+    size_t i;
     for (i = i0; i < i1; i++) {
         float *xh = j->x + i * (size_t)j->D;
         g4__rmsnorm(xh, xh, j->norm, j->D, j->s->model->config.rms_norm_eps);
-        if (j->s->cfg.bf16) /* g4__act on this head */
-            for (d = 0; d < (size_t)j->D; d++) xh[d] = g4__bf16_round(xh[d]);
+        if (j->s->cfg.bf16) g4__bf16_round_range(xh, 0, (size_t)j->D); /* g4__act on this head */
         g4__rope(xh, j->inv_freq, j->D, j->s->pos + (int)(i / (size_t)j->heads), j->s->cfg.bf16);
     }
 }
@@ -3494,20 +3491,29 @@ static g4_result g4__check_forward(const g4_config *c, int pos, int max_context,
     return G4_OK;
 }
 
+/* The chunk of a forward call that starts at token `done` (shared with the
+   CUDA twin): returns its length; out and first say which logits rows it writes
+   (out NULL: none; rows [first, length) go to out). */
+static int g4__chunk(int done, int n, int max_chunk, int mode, float *logits, int vocab, float **out, int *first) {
+    int cn = n - done < max_chunk ? n - done : max_chunk;
+    *out = NULL;
+    *first = 0;
+    if (mode == G4_LOGITS_ALL) *out = logits + (size_t)done * vocab;
+    else if (mode == G4_LOGITS_LAST && done + cn == n) { *out = logits; *first = cn - 1; }
+    return cn;
+}
+
 G4__DEF g4_result g4_forward(g4_session *s, const int32_t *ids, int n, float *logits, int mode) {
     const g4_config *c;
     g4_result r;
-    int done;
+    int done, cn, first;
+    float *out;
     if (!s) return G4_ERR_INPUT;
     if (!s->model || !s->slots) { g4__seterr(s->error, "session is not initialised"); return G4_ERR_INPUT; }
     c = &s->model->config;
     if ((r = g4__check_forward(c, s->pos, s->cfg.max_context, ids, n, logits, mode, s->error)) != G4_OK) return r;
-    for (done = 0; done < n; done += s->cfg.max_chunk) {
-        int cn = n - done < s->cfg.max_chunk ? n - done : s->cfg.max_chunk;
-        float *out = NULL;
-        int first = 0;
-        if (mode == G4_LOGITS_ALL) out = logits + (size_t)done * c->vocab_size;
-        else if (mode == G4_LOGITS_LAST && done + cn == n) { out = logits; first = cn - 1; }
+    for (done = 0; done < n; done += cn) {
+        cn = g4__chunk(done, n, s->cfg.max_chunk, mode, logits, c->vocab_size, &out, &first);
         if ((r = g4__step(s, ids + done, cn, out, first)) != G4_OK) return r;
     }
     return G4_OK;

@@ -519,6 +519,13 @@ static g4_result g4c__tap(g4_cuda_session *s, const char *name, int layer, const
     return G4_OK;
 }
 
+/* g4__norm_rows: RMSNorm of n rows of width H (cast), then its tap */
+static g4_result g4c__norm_rows(g4_cuda_session *s, float *y, const float *x, const g4_tensor *w, int n, int H, int layer,
+                                const char *tap) {
+    G4C_TRY(g4c__rmsnorm(s, y, x, w, n, H));
+    return g4c__tap(s, tap, layer, y, 1, n, H);
+}
+
 /* g4__attention: s->d_xn -> s->d_branch for layer l */
 static g4_result g4c__attention(g4_cuda_session *s, int l, int n) {
     const g4_model *m = s->model->host;
@@ -612,8 +619,8 @@ static g4_result g4c__moe(g4_cuda_session *s, int l, int n) {
     G4C_RUN(s->error, g4c_moe_route, g4c__grid((size_t)n, G4C_THREADS), G4C_THREADS, s->d_router, s->d_top, s->d_topw,
             lw->router_per_expert_scale.data, (int)lw->router_per_expert_scale.dtype, n, E, K);
     /* experts on pre_feedforward_layernorm_2(r) */
-    G4C_TRY(g4c__rmsnorm(s, s->d_xn, s->d_x, &lw->pre_feedforward_layernorm_2, n, H));
-    G4C_TRY(g4c__tap(s, "pre_feedforward_layernorm_2", l, s->d_xn, 1, n, H));
+    G4C_TRY(g4c__norm_rows(s, s->d_xn, s->d_x, &lw->pre_feedforward_layernorm_2, n, H,
+            l, "pre_feedforward_layernorm_2"));
     G4C_RUN(s->error, g4c_moe_matmul, g4c__grid((size_t)n * K * 2 * Ie, G4C_THREADS), G4C_THREADS, s->d_moe_h,
             s->d_xn, H, 0, lw->experts_gate_up.data, (int)lw->experts_gate_up.dtype, s->d_top, n * K, K, H, 2 * Ie);
     G4C_TRY(g4c__act(s, s->d_moe_h, (size_t)n * K * 2 * Ie));
@@ -635,29 +642,27 @@ static g4_result g4c__layer(g4_cuda_session *s, int l, int n) {
     size_t nh = (size_t)n * H;
 
     /* 1. attention block */
-    G4C_TRY(g4c__rmsnorm(s, s->d_xn, s->d_x, &lw->input_layernorm, n, H));
-    G4C_TRY(g4c__tap(s, "input_layernorm", l, s->d_xn, 1, n, H));
+    G4C_TRY(g4c__norm_rows(s, s->d_xn, s->d_x, &lw->input_layernorm, n, H, l, "input_layernorm"));
     G4C_TRY(g4c__attention(s, l, n));
-    G4C_TRY(g4c__rmsnorm(s, s->d_branch, s->d_branch, &lw->post_attention_layernorm, n, H));
-    G4C_TRY(g4c__tap(s, "post_attention_layernorm", l, s->d_branch, 1, n, H));
+    G4C_TRY(g4c__norm_rows(s, s->d_branch, s->d_branch, &lw->post_attention_layernorm, n, H,
+            l, "post_attention_layernorm"));
     G4C_TRY(g4c__add(s, s->d_x, s->d_branch, nh));
     G4C_TRY(g4c__tap(s, "pre_feedforward_layernorm:input", l, s->d_x, 1, n, H));
 
     /* 2. feed-forward block */
-    G4C_TRY(g4c__rmsnorm(s, s->d_xn, s->d_x, &lw->pre_feedforward_layernorm, n, H));
-    G4C_TRY(g4c__tap(s, "pre_feedforward_layernorm", l, s->d_xn, 1, n, H));
+    G4C_TRY(g4c__norm_rows(s, s->d_xn, s->d_x, &lw->pre_feedforward_layernorm, n, H, l, "pre_feedforward_layernorm"));
     G4C_TRY(g4c__mlp(s, l, n));
     if (s->model->host->plan.layer[l].moe) { /* 3. MoE beside the dense MLP */
-        G4C_TRY(g4c__rmsnorm(s, s->d_branch, s->d_branch, &lw->post_feedforward_layernorm_1, n, H));
-        G4C_TRY(g4c__tap(s, "post_feedforward_layernorm_1", l, s->d_branch, 1, n, H));
+        G4C_TRY(g4c__norm_rows(s, s->d_branch, s->d_branch, &lw->post_feedforward_layernorm_1, n, H,
+                l, "post_feedforward_layernorm_1"));
         G4C_TRY(g4c__moe(s, l, n));
-        G4C_TRY(g4c__rmsnorm(s, s->d_branch2, s->d_branch2, &lw->post_feedforward_layernorm_2, n, H));
-        G4C_TRY(g4c__tap(s, "post_feedforward_layernorm_2", l, s->d_branch2, 1, n, H));
+        G4C_TRY(g4c__norm_rows(s, s->d_branch2, s->d_branch2, &lw->post_feedforward_layernorm_2, n, H,
+                l, "post_feedforward_layernorm_2"));
         G4C_TRY(g4c__add(s, s->d_branch, s->d_branch2, nh));
     }
     /* 4. */
-    G4C_TRY(g4c__rmsnorm(s, s->d_branch, s->d_branch, &lw->post_feedforward_layernorm, n, H));
-    G4C_TRY(g4c__tap(s, "post_feedforward_layernorm", l, s->d_branch, 1, n, H));
+    G4C_TRY(g4c__norm_rows(s, s->d_branch, s->d_branch, &lw->post_feedforward_layernorm, n, H,
+            l, "post_feedforward_layernorm"));
     G4C_TRY(g4c__add(s, s->d_x, s->d_branch, nh));
 
     /* 5. per-layer input */
@@ -669,8 +674,8 @@ static g4_result g4c__layer(g4_cuda_session *s, int l, int n) {
                 LP, l, s->cfg.bf16);
         G4C_TRY(g4c__matmul(s, s->d_branch, s->d_ple, &lw->per_layer_projection, n));
         G4C_TRY(g4c__tap(s, "per_layer_projection", l, s->d_branch, 1, n, H));
-        G4C_TRY(g4c__rmsnorm(s, s->d_branch, s->d_branch, &lw->post_per_layer_input_norm, n, H));
-        G4C_TRY(g4c__tap(s, "post_per_layer_input_norm", l, s->d_branch, 1, n, H));
+        G4C_TRY(g4c__norm_rows(s, s->d_branch, s->d_branch, &lw->post_per_layer_input_norm, n, H,
+                l, "post_per_layer_input_norm"));
         G4C_TRY(g4c__add(s, s->d_x, s->d_branch, nh));
     }
 
@@ -716,8 +721,7 @@ static g4_result g4c__step(g4_cuda_session *s, const int32_t *ids, int n, float 
 
     for (l = 0; l < c->num_hidden_layers; l++) G4C_TRY(g4c__layer(s, l, n));
 
-    G4C_TRY(g4c__rmsnorm(s, s->d_xn, s->d_x, &w->norm, n, H));
-    G4C_TRY(g4c__tap(s, "norm", -1, s->d_xn, 1, n, H));
+    G4C_TRY(g4c__norm_rows(s, s->d_xn, s->d_x, &w->norm, n, H, -1, "norm"));
     if (out && first < n) {
         size_t cnt = (size_t)(n - first) * V;
         G4C_TRY(g4c__matmul(s, s->d_logits, s->d_xn + (size_t)first * H, &w->lm_head, n - first));
@@ -1005,7 +1009,8 @@ G4_CUDA_API g4_result g4_cuda_session_table(g4_cuda_session *s, g4_kv_slot *out,
 G4_CUDA_API g4_result g4_cuda_forward(g4_cuda_session *s, const int32_t *ids, int n, float *logits, int mode) {
     const g4_config *c;
     g4_result r;
-    int done;
+    int done, cn, first;
+    float *out;
     if (!s) return G4_ERR_INPUT;
     if (!s->model || !s->slots) { g4c__seterr(s->error, "session is not initialised"); return G4_ERR_INPUT; }
     c = &s->model->host->config;
@@ -1014,12 +1019,8 @@ G4_CUDA_API g4_result g4_cuda_forward(g4_cuda_session *s, const int32_t *ids, in
         return G4_ERR_INPUT;
     }
     if ((r = g4__check_forward(c, s->pos, s->cfg.max_context, ids, n, logits, mode, s->error)) != G4_OK) return r;
-    for (done = 0; done < n; done += s->cfg.max_chunk) {
-        int cn = n - done < s->cfg.max_chunk ? n - done : s->cfg.max_chunk;
-        float *out = NULL;
-        int first = 0;
-        if (mode == G4_LOGITS_ALL) out = logits + (size_t)done * c->vocab_size;
-        else if (mode == G4_LOGITS_LAST && done + cn == n) { out = logits; first = cn - 1; }
+    for (done = 0; done < n; done += cn) {
+        cn = g4__chunk(done, n, s->cfg.max_chunk, mode, logits, c->vocab_size, &out, &first);
         if ((r = g4c__step(s, ids + done, cn, out, first)) != G4_OK) return r;
     }
     return G4_OK;

@@ -277,7 +277,7 @@ static int g4b_cmd_bench(int argc, char **argv) {
     void *arena = NULL;
     float *logits = NULL;
     int32_t *ids = NULL;
-    double t0, t1, t2, bpt, elems, head, best, pre;
+    double t0, t1, t2, bpt, elems, head, best, pre, dec;
     struct rusage ru;
     for (i = 3; i < argc; i += 2) {
         if (strcmp(argv[i], "--bf16") == 0) { sc.bf16 = 1; i--; continue; }
@@ -330,8 +330,7 @@ static int g4b_cmd_bench(int argc, char **argv) {
         t2 = g4b_now();
         if (t2 - t1 < best) best = t2 - t1;
     }
-    t1 = 0.0;
-    t2 = best;
+    dec = best;
     bpt = g4b_bytes_per_token(&m, &elems);
     getrusage(RUSAGE_SELF, &ru);
     printf("model: %s, %d layers, %s kernels, %d threads%s\n", dir, m.config.num_hidden_layers, g4_simd_name(), threads,
@@ -342,8 +341,8 @@ static int g4b_cmd_bench(int argc, char **argv) {
     head = (double)m.w.lm_head.shape[0] * (double)m.w.lm_head.shape[1];
     printf("prefill: %.2f tok/s, %.1f GFLOP/s (%d tokens in %.2f s, best of 3)\n", prompt / pre,
            2.0 * ((elems - head) * prompt + head) / pre / 1e9, prompt, pre);
-    printf("decode: %.2f tok/s, %.2f GB/s (%.3f GB of weights per token, %d tokens in %.2f s, best of 3)\n", gen / (t2 - t1),
-           bpt * gen / (t2 - t1) / 1e9, bpt / 1e9, gen, t2 - t1);
+    printf("decode: %.2f tok/s, %.2f GB/s (%.3f GB of weights per token, %d tokens in %.2f s, best of 3)\n", gen / dec,
+           bpt * gen / dec / 1e9, bpt / 1e9, gen, dec);
     printf("memory: peak RSS %.0f MB, arena %.1f MB\n", (double)ru.ru_maxrss / 1024.0, (double)bytes / 1048576.0);
     rc = 0;
 done:
