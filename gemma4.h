@@ -9,6 +9,50 @@
      Gemma 4's later layers read their keys and values from. It is meant to be
      read op by op next to transformers' modeling_gemma4.py.
 
+   MAP
+     Every section starts with a banner that ends in ">>name": search the file
+     for ">>forward" to jump to the forward pass. In order:
+       >>api             the declarations: result codes, config, plan, weights,
+                         session (taps, threads, g4_forward), tokenizer, chat,
+                         sampler, CUDA twin
+       >>implementation  everything below is compiled only with GEMMA4_IMPLEMENTATION
+       >>utilities       errors, float16/bf16 conversion, tensor elements, files
+       >>json            the JSON reader (config.json, tokenizer.json, shard index)
+       >>config          config.json -> g4_config (Gemma4TextConfig)
+       >>plan            which layers own K/V and which read whose (shared KV)
+       >>safetensors     safetensors headers and the shard index
+       >>loading         g4_model_load: tensors by transformers' names, shapes
+       >>kernels         the scalar reference kernels: bf16 rounding, matmul, dot, gelu
+       >>backend         SIMD twins (>>simd), the bf16 dot kernel (>>bf16dot), the
+                         thread pool and threaded loops (>>threads): the scalar
+                         kernels made fast. A first reading can skip it.
+       >>ops             the Gemma ops: activation cast, RMSNorm, RoPE, softmax,
+                         attention of one query head
+       >>session         the arena: K/V slots, the shared-KV table, scratch
+       >>forward         the model: embeddings, per-layer inputs, decoder layer,
+                         attention, MLP, MoE, logits (modeling_gemma4.py's order)
+       >>tokenizer       tokenizer.json; >>encoding, >>decoding
+       >>chat            the Gemma 4 chat layout
+       >>sampler         the sampler
+
+   SHAPES
+     Comments give shapes as [rows][cols] or [a, b]; a weight W is [out, in]
+     as stored, and y = x W^T. The letters:
+       H    hidden_size                  L    num_hidden_layers
+       NH   num_attention_heads          V    vocab_size
+       KVH  a layer's key/value heads    P    hidden_size_per_layer_input
+       D    a layer's head_dim           E    num_experts
+       I    a layer's dense MLP width    K    top_k_experts
+            (intermediate_size, doubled  Ie   moe_intermediate_size
+            by use_double_wide_mlp)      S    tokens of the current step (rows)
+     "max" after a letter (Dmax, KVHmax, Imax) is its largest value over the
+     layers; rows is max_chunk, the most tokens in one step.
+
+   GOLDENS
+     The tests compare against transformers 5.23.0 with torch 2.15.0 (float32
+     CPU, eager attention and experts) on tiny random-weight Gemma 4 models;
+     the repository's data/tiny/VERSIONS.txt records the full environment.
+
    INTEGRATION
      In exactly one C or C++ file:
          #define GEMMA4_IMPLEMENTATION
@@ -97,6 +141,9 @@
      Nothing in the library exits, prints (except g4_plan_print) or asserts on
      input.
 */
+/* ======================================================================== */
+/*                                API >>api                                 */
+/* ======================================================================== */
 #ifndef GEMMA4_H
 #define GEMMA4_H
 
@@ -603,7 +650,7 @@ G4_CUDA_API g4_result g4_cuda_session_table(g4_cuda_session *s, g4_kv_slot *out,
 #endif /* GEMMA4_H */
 
 /* ======================================================================== */
-/*                              IMPLEMENTATION                              */
+/*                   IMPLEMENTATION >>implementation                        */
 /* ======================================================================== */
 #ifdef GEMMA4_IMPLEMENTATION
 #ifndef GEMMA4_IMPLEMENTATION_DONE
@@ -664,7 +711,7 @@ G4_CUDA_API g4_result g4_cuda_session_table(g4_cuda_session *s, g4_kv_slot *out,
 #define G4__MAYBE_UNUSED
 #endif
 
-/* ------------------------------------------------------------ utilities */
+/* ------------------------------------------------- utilities >>utilities */
 
 static void g4__seterr(char *dst, const char *fmt, ...) G4__PRINTF(2, 3);
 static void g4__seterr(char *dst, const char *fmt, ...) {
@@ -787,7 +834,7 @@ static g4_result g4__read_file(const char *path, char **out, size_t *len, size_t
     return G4_OK;
 }
 
-/* ----------------------------------------------------------------- JSON */
+/* ----------------------------------------------------------- JSON >>json */
 /* A small DOM parser (RFC 8259, strict: no NaN/Infinity, no comments, no
    trailing commas), depth-limited, with every string decoded once. */
 
@@ -1110,7 +1157,7 @@ static const char *g4__jtype_name(int t) {
     return names[t];
 }
 
-/* --------------------------------------------------------------- config */
+/* ------------------------------------------------------- config >>config */
 
 typedef struct {
     const g4__json *j;
@@ -1519,7 +1566,7 @@ G4__DEF g4_result g4_config_load(g4_config *cfg, const char *path) {
     return r;
 }
 
-/* ----------------------------------------------------------------- plan */
+/* ----------------------------------------------------------- plan >>plan */
 /* transformers' rule (Gemma4TextConfig.kv_sharing_modes): layers at or after
    first_shared = L - num_kv_shared_layers read the K/V of the LAST earlier
    layer of the same type. Every other layer owns a slot of the table. */
@@ -1592,7 +1639,7 @@ G4__DEF void g4_plan_print(const g4_plan *p, const g4_config *c, FILE *f) {
     }
 }
 
-/* ---------------------------------------------------------- safetensors */
+/* --------------------------------------------- safetensors >>safetensors */
 /* File layout: u64 little-endian N, N bytes of JSON header, then the data.
    Header: {"name": {"dtype": "BF16", "shape": [..], "data_offsets": [b, e]},
    "__metadata__": {...}}; offsets are relative to the data. Every number is
@@ -1836,7 +1883,7 @@ G4__DEF const g4_tensor *g4_model_tensor(const g4_model *m, const char *name) {
     return st ? &st->t : NULL;
 }
 
-/* --------------------------------------------------------- model loading */
+/* ----------------------------------------------- model loading >>loading */
 
 static char *g4__join(const char *dir, const char *name) {
     size_t a = strlen(dir), b = strlen(name);
@@ -2128,197 +2175,7 @@ G4__DEF g4_result g4_model_load(g4_model *m, const char *dir) {
     return r;
 }
 
-/* -------------------------------------------------------------- session */
-
-G4__DEF g4_session_config g4_session_config_init(void) {
-    g4_session_config c;
-    memset(&c, 0, sizeof c);
-    c.max_chunk = 64;
-    return c;
-}
-
-/* Carves every session buffer from `base` (or only counts when base is NULL);
-   the same walk sizes and fills the arena, so the two cannot disagree. */
-typedef struct {
-    unsigned char *base;
-    uint64_t off;
-    int overflow;
-} g4__carver;
-
-static float *g4__take(g4__carver *cv, uint64_t count, size_t elem) {
-    uint64_t bytes = count * elem, start = (cv->off + 63) & ~(uint64_t)63;
-    if (count && bytes / count != elem) cv->overflow = 1;
-    if (start + bytes < start || start + bytes > ((uint64_t)1 << 46)) cv->overflow = 1;
-    cv->off = start + bytes;
-    return cv->base && !cv->overflow ? (float *)(void *)(cv->base + start) : NULL;
-}
-
-static int g4__slot_capacity(const g4_model *m, int type, int max_context, int rows) {
-    int64_t cap = (int64_t)m->config.sliding_window - 1 + rows;
-    if (type == G4_FULL || cap > max_context) return max_context;
-    return (int)cap;
-}
-
-/* The shared-KV table's storage (used by the CPU session and the CUDA twin):
-   K/V rows for owner layers only (and for readers in reader_copies mode), each
-   slot filled in, and every layer's slot. slots/layer_slot NULL: only count. */
-static void g4__carve_kv(g4_kv_slot *slots, int *layer_slot, const g4_model *m, const g4_session_config *cfg,
-                         g4__carver *cv) {
-    const g4_plan *p = &m->plan;
-    int i, next = p->n_slots;
-    for (i = 0; i < p->n_layers; i++) {
-        const g4_layer_plan *lp = &p->layer[i];
-        int own = lp->reads < 0 || cfg->reader_copies, slot = lp->reads < 0 ? lp->kv_slot : next;
-        int cap = g4__slot_capacity(m, lp->type, cfg->max_context, cfg->max_chunk);
-        uint64_t rows = (uint64_t)cap * (uint64_t)lp->kv_heads * (uint64_t)lp->head_dim;
-        float *k, *v;
-        if (!own) { if (layer_slot) layer_slot[i] = lp->kv_slot; continue; }
-        if (lp->reads >= 0) next++;
-        k = g4__take(cv, rows, sizeof(float));
-        v = g4__take(cv, rows, sizeof(float));
-        if (slots && layer_slot) {
-            g4_kv_slot *sl = &slots[slot];
-            sl->writer = i;
-            sl->type = lp->type;
-            sl->kv_heads = lp->kv_heads;
-            sl->head_dim = lp->head_dim;
-            sl->capacity = cap;
-            sl->n_pos = 0;
-            sl->k = k;
-            sl->v = v;
-            layer_slot[i] = slot;
-        }
-    }
-}
-
-static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config *cfg, g4__carver *cv) {
-    const g4_config *c = &m->config;
-    const g4_plan *p = &m->plan;
-    uint64_t rows = (uint64_t)cfg->max_chunk, H = (uint64_t)c->hidden_size, NH = (uint64_t)c->num_attention_heads;
-    uint64_t dmax = 0, kvw = 0, imax = 0, P = (uint64_t)c->hidden_size_per_layer_input;
-    int i, n_slots = p->n_slots;
-    for (i = 0; i < p->n_layers; i++) {
-        const g4_layer_plan *lp = &p->layer[i];
-        if ((uint64_t)lp->head_dim > dmax) dmax = (uint64_t)lp->head_dim;
-        if ((uint64_t)lp->kv_heads * (uint64_t)lp->head_dim > kvw) kvw = (uint64_t)lp->kv_heads * (uint64_t)lp->head_dim;
-        if ((uint64_t)lp->mlp_width > imax) imax = (uint64_t)lp->mlp_width;
-        if (cfg->reader_copies && lp->reads >= 0) n_slots++;
-    }
-    if (c->enable_moe_block && (uint64_t)c->moe_intermediate_size * 2 > imax) imax = (uint64_t)c->moe_intermediate_size * 2;
-    s->n_slots = n_slots;
-    s->slots = (g4_kv_slot *)(void *)g4__take(cv, (uint64_t)n_slots, sizeof(g4_kv_slot));
-    s->layer_slot = (int *)(void *)g4__take(cv, (uint64_t)p->n_layers, sizeof(int));
-    g4__carve_kv(s->slots, s->layer_slot, m, cfg, cv);
-    s->x = g4__take(cv, rows * H, sizeof(float));
-    s->xn = g4__take(cv, rows * H, sizeof(float));
-    s->branch = g4__take(cv, rows * H, sizeof(float));
-    s->branch2 = g4__take(cv, rows * H, sizeof(float));
-    s->q = g4__take(cv, rows * NH * dmax, sizeof(float));
-    s->att = g4__take(cv, rows * NH * dmax, sizeof(float));
-    s->k_new = g4__take(cv, rows * kvw, sizeof(float));
-    s->v_new = g4__take(cv, rows * kvw, sizeof(float));
-    s->scores = g4__take(cv, (uint64_t)g4_pool_threads(cfg->pool) * (uint64_t)cfg->max_context, sizeof(float));
-    s->gate = g4__take(cv, rows * imax, sizeof(float));
-    s->up = g4__take(cv, rows * imax, sizeof(float));
-    s->pli = g4__take(cv, rows * (uint64_t)c->num_hidden_layers * P, sizeof(float));
-    s->ple = g4__take(cv, rows * P, sizeof(float));
-    s->router = g4__take(cv, (uint64_t)c->num_experts, sizeof(float));
-    s->moe_y = g4__take(cv, H, sizeof(float));
-    s->inv_freq[G4_SLIDING] = g4__take(cv, dmax / 2, sizeof(float));
-    s->inv_freq[G4_FULL] = g4__take(cv, dmax / 2, sizeof(float));
-    {
-        uint64_t widest = H > NH * dmax ? H : NH * dmax;
-        if (imax > widest) widest = imax;
-        if (P > widest) widest = P;
-        /* carved whatever cfg->bf16 says: a caller may switch s->cfg.bf16 after init */
-        s->xbf = (uint16_t *)(void *)g4__take(cv, G4__BF16DOT ? rows * widest : 0, sizeof(uint16_t));
-    }
-}
-
-static g4_result g4__check_session_config(const g4_model *m, const g4_session_config *cfg, char *err) {
-    if (!m || !cfg || !m->w.layers) { g4__seterr(err, "NULL or unloaded model / config"); return G4_ERR_INPUT; }
-    if (cfg->max_context < 1) { g4__seterr(err, "session max_context must be >= 1 (got %d)", cfg->max_context); return G4_ERR_INPUT; }
-    if (cfg->max_chunk < 0) { g4__seterr(err, "session max_chunk must be >= 0 (got %d)", cfg->max_chunk); return G4_ERR_INPUT; }
-    return G4_OK;
-}
-
-static g4_session_config g4__session_defaults(const g4_session_config *cfg) {
-    g4_session_config c = *cfg;
-    if (c.max_chunk == 0) c.max_chunk = 64;
-    if (c.max_chunk > c.max_context) c.max_chunk = c.max_context;
-    return c;
-}
-
-G4__DEF g4_result g4_session_size(const g4_model *m, const g4_session_config *cfg, size_t *bytes) {
-    g4_session tmp;
-    g4_session_config c;
-    g4__carver cv;
-    g4_result r;
-    char err[G4_ERROR_MAX];
-    if (!bytes) return G4_ERR_INPUT;
-    *bytes = 0;
-    if ((r = g4__check_session_config(m, cfg, err)) != G4_OK) return r;
-    c = g4__session_defaults(cfg);
-    memset(&tmp, 0, sizeof tmp);
-    memset(&cv, 0, sizeof cv);
-    g4__carve(&tmp, m, &c, &cv);
-    if (cv.overflow || cv.off + 64 > (uint64_t)(size_t)-1) return G4_ERR_ARENA;
-    *bytes = (size_t)cv.off + 64; /* slack: the arena only needs 16-byte alignment */
-    return G4_OK;
-}
-
-/* RoPE inverse frequencies, in float32 exactly as transformers computes them:
-   default: 1/theta^(2j/D) for all D/2 pairs; proportional: the same with the
-   full D as denominator for the first int(p*D/2) pairs, 0 for the rest. */
-static void g4__rope_init(float *inv_freq, const g4_rope_config *rc, int D) {
-    int j, half = D / 2, rot = rc->proportional ? (int)floor((double)rc->partial_rotary_factor * D / 2) : half;
-    for (j = 0; j < half; j++) {
-        float f = j < rot ? 1.0f / powf(rc->theta, (float)(2 * j) / (float)D) : 0.0f;
-        inv_freq[j] = rc->proportional ? f / rc->factor : f;
-    }
-}
-
-G4__DEF g4_result g4_session_init(g4_session *s, const g4_model *m, const g4_session_config *cfg, void *arena,
-                                  size_t arena_bytes) {
-    size_t need;
-    g4__carver cv;
-    g4_session_config c;
-    g4_result r;
-    int t, i;
-    if (!s) return G4_ERR_INPUT;
-    memset(s, 0, sizeof *s);
-    if ((r = g4__check_session_config(m, cfg, s->error)) != G4_OK) return r;
-    if ((r = g4_session_size(m, cfg, &need)) != G4_OK) {
-        g4__seterr(s->error, "session for %d positions does not fit in memory", cfg->max_context);
-        return r;
-    }
-    if (!arena) { g4__seterr(s->error, "NULL arena"); return G4_ERR_ARENA; }
-    if ((uintptr_t)arena % 16) { g4__seterr(s->error, "arena %p is not 16-byte aligned", arena); return G4_ERR_ARENA; }
-    if (arena_bytes < need) {
-        g4__seterr(s->error, "arena of %lu bytes is too small: this session needs %lu (g4_session_size)",
-                   (unsigned long)arena_bytes, (unsigned long)need);
-        return G4_ERR_ARENA;
-    }
-    c = g4__session_defaults(cfg);
-    memset(&cv, 0, sizeof cv);
-    cv.base = (unsigned char *)arena + ((64 - (uintptr_t)arena % 64) % 64);
-    s->model = m;
-    s->cfg = c;
-    g4__carve(s, m, &c, &cv);
-    for (t = 0; t < 2; t++)
-        for (i = 0; i < m->plan.n_layers; i++)
-            if (m->plan.layer[i].type == t) { g4__rope_init(s->inv_freq[t], &m->config.rope[t], m->plan.layer[i].head_dim); break; }
-    return G4_OK;
-}
-
-G4__DEF void g4_session_reset(g4_session *s) {
-    int i;
-    if (!s || !s->slots) return;
-    s->pos = 0;
-    for (i = 0; i < s->n_slots; i++) s->slots[i].n_pos = 0;
-}
-
-/* -------------------------------------------------------------- kernels */
+/* ---------------------------------------------- scalar kernels >>kernels */
 /* The scalar reference kernels. Everything heavy goes through these few
    functions; faster versions go beside them and are tested against them. */
 
@@ -2406,6 +2263,14 @@ G4__MAYBE_UNUSED static float g4__gelu(float x) {
     return (0.5f * x) * (z < 0.0f ? 1.0f - u : 1.0f + u);
 }
 
+/* ============================================================= >>backend */
+/* BACKEND: how the scalar kernels above run fast - the SIMD twins (>>simd),
+   the bf16 dot-product kernel (>>bf16dot), the thread pool and the threaded
+   matmul and elementwise loops (>>threads). Each computes what its scalar
+   kernel computes (tested against it; its own comment gives its summation
+   order). A first reading can skip to >>ops. */
+
+/* ----------------------------------------------------------- SIMD >>simd */
 /* SIMD twins (x86-64 AVX-512F or AVX2+FMA, or AArch64 NEON, chosen at compile
    time; on x86-64 build with -march=native). Every output element is accumulated lane-wise along `in` in
    the same order whatever the tile it is computed in, then reduced by one fixed
@@ -2659,6 +2524,7 @@ static void g4__gelu_n(float *y, const float *x, size_t n) {
 }
 
 #if G4__BF16DOT
+/* ---------------------------------------------------- bf16 dot >>bf16dot */
 /* The bf16-faithful mode on CPUs with avx512_bf16 (bf16 weights only). There
    every matmul input has already been rounded to bf16, so it converts to bf16
    exactly, and VDPBF16PS multiplies bf16 pairs exactly and adds them in
@@ -2760,7 +2626,7 @@ static void g4__axpy(float *y, float a, const float *x, int n) {
 }
 #endif
 
-/* ---------------------------------------------------------------- threads */
+/* ----------------------------------------------------- threads >>threads */
 /* A caller-owned pool: n-1 worker threads plus the calling thread. A job is
    fn(ctx, part, n_parts) run once for every part; the pool serves one job at
    a time (concurrent callers queue on run_mu). A decode step runs ~300 short
@@ -2965,6 +2831,13 @@ static void g4__parallel_range(const g4_session *s, size_t n, size_t cost, void 
     else g4__parallel(s->cfg.pool, g4__range_part, &j);
 }
 
+/* ======================================================== end of backend */
+
+/* ------------------------------------------------------- model ops >>ops */
+/* The Gemma ops the forward pass is made of, one module each: the cast to the
+   activation dtype, Gemma4RMSNorm, RoPE (its inverse frequencies and the
+   rotation), softmax, and eager attention for one query head. */
+
 static void g4__bf16_round_range(void *ctx, size_t i0, size_t i1) {
     float *x = (float *)ctx;
     size_t i;
@@ -2990,6 +2863,17 @@ static void g4__rmsnorm(float *y, const float *x, const g4_tensor *w, int n, flo
     for (i = 0; i < n; i++) y[i] = w ? (x[i] * inv) * g4__get(w, (size_t)i) : x[i] * inv;
 }
 
+
+/* RoPE inverse frequencies, in float32 exactly as transformers computes them:
+   default: 1/theta^(2j/D) for all D/2 pairs; proportional: the same with the
+   full D as denominator for the first int(p*D/2) pairs, 0 for the rest. */
+static void g4__rope_init(float *inv_freq, const g4_rope_config *rc, int D) {
+    int j, half = D / 2, rot = rc->proportional ? (int)floor((double)rc->partial_rotary_factor * D / 2) : half;
+    for (j = 0; j < half; j++) {
+        float f = j < rot ? 1.0f / powf(rc->theta, (float)(2 * j) / (float)D) : 0.0f;
+        inv_freq[j] = rc->proportional ? f / rc->factor : f;
+    }
+}
 
 /* rotate_half RoPE on one head: element j pairs with j + D/2. Pairs whose
    inv_freq is 0 (proportional RoPE's unrotated part) come out unchanged.
@@ -3040,7 +2924,186 @@ static void g4__attend(float *out, const float *q, const g4_kv_slot *sl, int kvh
         for (d = 0; d < D; d++) out[d] = g4__bf16_round(out[d]);
 }
 
-/* --------------------------------------------------------- forward pass */
+/* ----------------------------------------------------- session >>session */
+
+G4__DEF g4_session_config g4_session_config_init(void) {
+    g4_session_config c;
+    memset(&c, 0, sizeof c);
+    c.max_chunk = 64;
+    return c;
+}
+
+/* Carves every session buffer from `base` (or only counts when base is NULL);
+   the same walk sizes and fills the arena, so the two cannot disagree. */
+typedef struct {
+    unsigned char *base;
+    uint64_t off;
+    int overflow;
+} g4__carver;
+
+static float *g4__take(g4__carver *cv, uint64_t count, size_t elem) {
+    uint64_t bytes = count * elem, start = (cv->off + 63) & ~(uint64_t)63;
+    if (count && bytes / count != elem) cv->overflow = 1;
+    if (start + bytes < start || start + bytes > ((uint64_t)1 << 46)) cv->overflow = 1;
+    cv->off = start + bytes;
+    return cv->base && !cv->overflow ? (float *)(void *)(cv->base + start) : NULL;
+}
+
+static int g4__slot_capacity(const g4_model *m, int type, int max_context, int rows) {
+    int64_t cap = (int64_t)m->config.sliding_window - 1 + rows;
+    if (type == G4_FULL || cap > max_context) return max_context;
+    return (int)cap;
+}
+
+/* The shared-KV table's storage (used by the CPU session and the CUDA twin):
+   K/V rows for owner layers only (and for readers in reader_copies mode), each
+   slot filled in, and every layer's slot. slots/layer_slot NULL: only count. */
+static void g4__carve_kv(g4_kv_slot *slots, int *layer_slot, const g4_model *m, const g4_session_config *cfg,
+                         g4__carver *cv) {
+    const g4_plan *p = &m->plan;
+    int i, next = p->n_slots;
+    for (i = 0; i < p->n_layers; i++) {
+        const g4_layer_plan *lp = &p->layer[i];
+        int own = lp->reads < 0 || cfg->reader_copies, slot = lp->reads < 0 ? lp->kv_slot : next;
+        int cap = g4__slot_capacity(m, lp->type, cfg->max_context, cfg->max_chunk);
+        uint64_t rows = (uint64_t)cap * (uint64_t)lp->kv_heads * (uint64_t)lp->head_dim;
+        float *k, *v;
+        if (!own) { if (layer_slot) layer_slot[i] = lp->kv_slot; continue; }
+        if (lp->reads >= 0) next++;
+        k = g4__take(cv, rows, sizeof(float));
+        v = g4__take(cv, rows, sizeof(float));
+        if (slots && layer_slot) {
+            g4_kv_slot *sl = &slots[slot];
+            sl->writer = i;
+            sl->type = lp->type;
+            sl->kv_heads = lp->kv_heads;
+            sl->head_dim = lp->head_dim;
+            sl->capacity = cap;
+            sl->n_pos = 0;
+            sl->k = k;
+            sl->v = v;
+            layer_slot[i] = slot;
+        }
+    }
+}
+
+static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config *cfg, g4__carver *cv) {
+    const g4_config *c = &m->config;
+    const g4_plan *p = &m->plan;
+    uint64_t rows = (uint64_t)cfg->max_chunk, H = (uint64_t)c->hidden_size, NH = (uint64_t)c->num_attention_heads;
+    uint64_t dmax = 0, kvw = 0, imax = 0, P = (uint64_t)c->hidden_size_per_layer_input;
+    int i, n_slots = p->n_slots;
+    for (i = 0; i < p->n_layers; i++) {
+        const g4_layer_plan *lp = &p->layer[i];
+        if ((uint64_t)lp->head_dim > dmax) dmax = (uint64_t)lp->head_dim;
+        if ((uint64_t)lp->kv_heads * (uint64_t)lp->head_dim > kvw) kvw = (uint64_t)lp->kv_heads * (uint64_t)lp->head_dim;
+        if ((uint64_t)lp->mlp_width > imax) imax = (uint64_t)lp->mlp_width;
+        if (cfg->reader_copies && lp->reads >= 0) n_slots++;
+    }
+    if (c->enable_moe_block && (uint64_t)c->moe_intermediate_size * 2 > imax) imax = (uint64_t)c->moe_intermediate_size * 2;
+    s->n_slots = n_slots;
+    s->slots = (g4_kv_slot *)(void *)g4__take(cv, (uint64_t)n_slots, sizeof(g4_kv_slot));
+    s->layer_slot = (int *)(void *)g4__take(cv, (uint64_t)p->n_layers, sizeof(int));
+    g4__carve_kv(s->slots, s->layer_slot, m, cfg, cv);
+    s->x = g4__take(cv, rows * H, sizeof(float));
+    s->xn = g4__take(cv, rows * H, sizeof(float));
+    s->branch = g4__take(cv, rows * H, sizeof(float));
+    s->branch2 = g4__take(cv, rows * H, sizeof(float));
+    s->q = g4__take(cv, rows * NH * dmax, sizeof(float));
+    s->att = g4__take(cv, rows * NH * dmax, sizeof(float));
+    s->k_new = g4__take(cv, rows * kvw, sizeof(float));
+    s->v_new = g4__take(cv, rows * kvw, sizeof(float));
+    s->scores = g4__take(cv, (uint64_t)g4_pool_threads(cfg->pool) * (uint64_t)cfg->max_context, sizeof(float));
+    s->gate = g4__take(cv, rows * imax, sizeof(float));
+    s->up = g4__take(cv, rows * imax, sizeof(float));
+    s->pli = g4__take(cv, rows * (uint64_t)c->num_hidden_layers * P, sizeof(float));
+    s->ple = g4__take(cv, rows * P, sizeof(float));
+    s->router = g4__take(cv, (uint64_t)c->num_experts, sizeof(float));
+    s->moe_y = g4__take(cv, H, sizeof(float));
+    s->inv_freq[G4_SLIDING] = g4__take(cv, dmax / 2, sizeof(float));
+    s->inv_freq[G4_FULL] = g4__take(cv, dmax / 2, sizeof(float));
+    {
+        uint64_t widest = H > NH * dmax ? H : NH * dmax;
+        if (imax > widest) widest = imax;
+        if (P > widest) widest = P;
+        /* carved whatever cfg->bf16 says: a caller may switch s->cfg.bf16 after init */
+        s->xbf = (uint16_t *)(void *)g4__take(cv, G4__BF16DOT ? rows * widest : 0, sizeof(uint16_t));
+    }
+}
+
+static g4_result g4__check_session_config(const g4_model *m, const g4_session_config *cfg, char *err) {
+    if (!m || !cfg || !m->w.layers) { g4__seterr(err, "NULL or unloaded model / config"); return G4_ERR_INPUT; }
+    if (cfg->max_context < 1) { g4__seterr(err, "session max_context must be >= 1 (got %d)", cfg->max_context); return G4_ERR_INPUT; }
+    if (cfg->max_chunk < 0) { g4__seterr(err, "session max_chunk must be >= 0 (got %d)", cfg->max_chunk); return G4_ERR_INPUT; }
+    return G4_OK;
+}
+
+static g4_session_config g4__session_defaults(const g4_session_config *cfg) {
+    g4_session_config c = *cfg;
+    if (c.max_chunk == 0) c.max_chunk = 64;
+    if (c.max_chunk > c.max_context) c.max_chunk = c.max_context;
+    return c;
+}
+
+G4__DEF g4_result g4_session_size(const g4_model *m, const g4_session_config *cfg, size_t *bytes) {
+    g4_session tmp;
+    g4_session_config c;
+    g4__carver cv;
+    g4_result r;
+    char err[G4_ERROR_MAX];
+    if (!bytes) return G4_ERR_INPUT;
+    *bytes = 0;
+    if ((r = g4__check_session_config(m, cfg, err)) != G4_OK) return r;
+    c = g4__session_defaults(cfg);
+    memset(&tmp, 0, sizeof tmp);
+    memset(&cv, 0, sizeof cv);
+    g4__carve(&tmp, m, &c, &cv);
+    if (cv.overflow || cv.off + 64 > (uint64_t)(size_t)-1) return G4_ERR_ARENA;
+    *bytes = (size_t)cv.off + 64; /* slack: the arena only needs 16-byte alignment */
+    return G4_OK;
+}
+
+G4__DEF g4_result g4_session_init(g4_session *s, const g4_model *m, const g4_session_config *cfg, void *arena,
+                                  size_t arena_bytes) {
+    size_t need;
+    g4__carver cv;
+    g4_session_config c;
+    g4_result r;
+    int t, i;
+    if (!s) return G4_ERR_INPUT;
+    memset(s, 0, sizeof *s);
+    if ((r = g4__check_session_config(m, cfg, s->error)) != G4_OK) return r;
+    if ((r = g4_session_size(m, cfg, &need)) != G4_OK) {
+        g4__seterr(s->error, "session for %d positions does not fit in memory", cfg->max_context);
+        return r;
+    }
+    if (!arena) { g4__seterr(s->error, "NULL arena"); return G4_ERR_ARENA; }
+    if ((uintptr_t)arena % 16) { g4__seterr(s->error, "arena %p is not 16-byte aligned", arena); return G4_ERR_ARENA; }
+    if (arena_bytes < need) {
+        g4__seterr(s->error, "arena of %lu bytes is too small: this session needs %lu (g4_session_size)",
+                   (unsigned long)arena_bytes, (unsigned long)need);
+        return G4_ERR_ARENA;
+    }
+    c = g4__session_defaults(cfg);
+    memset(&cv, 0, sizeof cv);
+    cv.base = (unsigned char *)arena + ((64 - (uintptr_t)arena % 64) % 64);
+    s->model = m;
+    s->cfg = c;
+    g4__carve(s, m, &c, &cv);
+    for (t = 0; t < 2; t++)
+        for (i = 0; i < m->plan.n_layers; i++)
+            if (m->plan.layer[i].type == t) { g4__rope_init(s->inv_freq[t], &m->config.rope[t], m->plan.layer[i].head_dim); break; }
+    return G4_OK;
+}
+
+G4__DEF void g4_session_reset(g4_session *s) {
+    int i;
+    if (!s || !s->slots) return;
+    s->pos = 0;
+    for (i = 0; i < s->n_slots; i++) s->slots[i].n_pos = 0;
+}
+
+/* ------------------------------------------------ forward pass >>forward */
 /* Read next to transformers' modeling_gemma4.py: Gemma4TextModel.forward,
    Gemma4TextDecoderLayer.forward, Gemma4TextAttention.forward, ... Every
    module output is a tap point (see g4_tap_fn), named by its module path. */
@@ -3526,7 +3589,7 @@ G4__DEF int32_t g4_argmax(const float *x, int n) {
     return best;
 }
 
-/* ------------------------------------------------------------ tokenizer */
+/* ------------------------------------------------- tokenizer >>tokenizer */
 /* tokenizer.json -> g4_tokenizer. Every array index read from the file is
    range-checked; unknown component types are errors naming the field. */
 
@@ -4232,7 +4295,7 @@ G4__DEF g4_result g4_tokenizer_load(g4_tokenizer *t, const char *path) {
     return r;
 }
 
-/* ----------------------------------------------------------- encoding */
+/* --------------------------------------------------- encoding >>encoding */
 
 typedef struct { int32_t id, prev, next; uint32_t len; } g4__sym;     /* a BPE symbol (len 0: merged away) */
 typedef struct { int32_t rank, pos, id; } g4__merge;                  /* a candidate merge at symbol pos */
@@ -4440,7 +4503,7 @@ G4__DEF g4_result g4_tokenize(const g4_tokenizer *t, const char *text, size_t le
     return e.n > cap ? G4_ERR_INPUT : G4_OK;
 }
 
-/* ----------------------------------------------------------- decoding */
+/* --------------------------------------------------- decoding >>decoding */
 
 static const char g4__fffd[3] = {(char)0xEF, (char)0xBF, (char)0xBD}; /* U+FFFD */
 
@@ -4545,7 +4608,7 @@ G4__DEF int g4_decode_flush(g4_decode_state *st, char *out, size_t cap) {
     return (int)pos;
 }
 
-/* ----------------------------------------------------------------- chat */
+/* ----------------------------------------------------------- chat >>chat */
 
 /* Appends s (or a token's string) to a growing buffer; 0 when out of memory. */
 static int g4__sbuf_add(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
@@ -4608,7 +4671,7 @@ G4__DEF int g4_chat_is_stop(const g4_tokenizer *t, int32_t id) {
     return t && id >= 0 && (id == t->eos || id == t->turn_close);
 }
 
-/* -------------------------------------------------------------- sampler */
+/* ----------------------------------------------------- sampler >>sampler */
 
 G4__DEF g4_sampler_config g4_sampler_config_init(void) {
     g4_sampler_config c;
