@@ -467,93 +467,95 @@ static int cmd_chat(int argc, char **argv) {
 
 /* --------------------------------------------------- logits and greedy */
 
-/* The options logits and greedy share: --ids, --chunk, and --out / --new. */
+/* What logits and greedy share: the options (--ids, --chunk, and --out or
+   --new), the model, a session for every position and the logits rows. */
 typedef struct {
     int32_t *ids;
     int n, chunk, n_new;
     const char *out_path;
-} run_opts;
+    g4_model m;
+    g4_session s;
+    float *logits;
+} run_ctx;
 
-static int parse_run_opts(int argc, char **argv, run_opts *o) {
+static int run_close(run_ctx *r, int rc) {
+    free(r->logits);
+    free(r->ids);
+    g4_session_destroy(&r->s);
+    g4_model_free(&r->m);
+    return rc;
+}
+
+/* Parses argv, loads DIR and opens a session for the ids (and --new more),
+   with room for the logits of every id (logits) or of one (greedy). */
+static int run_open(int argc, char **argv, run_ctx *r) {
     const char *ids_arg = NULL;
-    int i, logits = strcmp(argv[1], "logits") == 0;
-    memset(o, 0, sizeof *o);
-    o->n_new = -1;
+    int i, all = strcmp(argv[1], "logits") == 0;
+    memset(r, 0, sizeof *r);
+    r->n_new = all ? 0 : -1;
     for (i = 3; i < argc; i++) {
         if (i + 1 >= argc) return usage(argv[1]);
         if (strcmp(argv[i], "--ids") == 0) ids_arg = argv[++i];
-        else if (strcmp(argv[i], "--chunk") == 0) o->chunk = g4b_int(argv[++i]);
-        else if (logits && strcmp(argv[i], "--out") == 0) o->out_path = argv[++i];
-        else if (!logits && strcmp(argv[i], "--new") == 0) o->n_new = g4b_int(argv[++i]);
+        else if (strcmp(argv[i], "--chunk") == 0) r->chunk = g4b_int(argv[++i]);
+        else if (all && strcmp(argv[i], "--out") == 0) r->out_path = argv[++i];
+        else if (!all && strcmp(argv[i], "--new") == 0) r->n_new = g4b_int(argv[++i]);
         else return usage(argv[1]);
     }
-    if (!ids_arg || (logits && !o->out_path) || (!logits && o->n_new < 0) || o->chunk < 0) return usage(argv[1]);
-    return (o->n = parse_ids(ids_arg, &o->ids)) < 0;
+    if (!ids_arg || (all && !r->out_path) || r->n_new < 0 || r->chunk < 0) return usage(argv[1]);
+    if ((r->n = parse_ids(ids_arg, &r->ids)) < 0) return 1;
+    if (open_session(argv[2], r->n + r->n_new, r->chunk, &r->m, &r->s)) { free(r->ids); return 1; }
+    r->logits = (float *)malloc(sizeof(float) * (size_t)(all ? r->n : 1) * (size_t)r->m.config.vocab_size);
+    if (!r->logits) { fprintf(stderr, "gemma4: out of memory for the logits\n"); return run_close(r, 1); }
+    return 0;
 }
 
 /* gemma4 logits DIR --ids ... --out FILE: all logits [n][V] to FILE, argmax of each */
 static int cmd_logits(int argc, char **argv) {
-    run_opts o;
-    g4_model m;
-    g4_session s;
-    float *logits = NULL;
+    run_ctx r;
     FILE *f;
-    int i, V, rc = 1;
-    if (parse_run_opts(argc, argv, &o)) return 1;
-    if (open_session(argv[2], o.n, o.chunk, &m, &s)) { free(o.ids); return 1; }
-    V = m.config.vocab_size;
-    logits = (float *)malloc(sizeof(float) * (size_t)o.n * (size_t)V);
-    if (!logits) { fprintf(stderr, "gemma4: out of memory for %d x %d logits\n", o.n, V); goto done; }
-    if (g4_forward(&s, o.ids, o.n, logits, G4_LOGITS_ALL) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
-    if (!(f = fopen(o.out_path, "wb"))) { fprintf(stderr, "gemma4: cannot write %s\n", o.out_path); goto done; }
-    if (fwrite(logits, sizeof(float), (size_t)o.n * V, f) != (size_t)o.n * V) {
+    int i, V;
+    size_t cnt;
+    if (run_open(argc, argv, &r)) return 1;
+    V = r.m.config.vocab_size;
+    cnt = (size_t)r.n * V;
+    if (g4_forward(&r.s, r.ids, r.n, r.logits, G4_LOGITS_ALL) != G4_OK) {
+        fprintf(stderr, "gemma4: %s\n", r.s.error);
+        return run_close(&r, 1);
+    }
+    if (!(f = fopen(r.out_path, "wb"))) { fprintf(stderr, "gemma4: cannot write %s\n", r.out_path); return run_close(&r, 1); }
+    if (fwrite(r.logits, sizeof(float), cnt, f) != cnt) {
         fclose(f);
-        fprintf(stderr, "gemma4: short write to %s\n", o.out_path);
-        goto done;
+        fprintf(stderr, "gemma4: short write to %s\n", r.out_path);
+        return run_close(&r, 1);
     }
     fclose(f);
     printf("argmax:");
-    for (i = 0; i < o.n; i++) printf(" %d", (int)g4_argmax(logits + (size_t)i * V, V));
-    printf("\nwrote %d x %d float32 logits to %s\n", o.n, V, o.out_path);
-    rc = 0;
-done:
-    free(logits);
-    free(o.ids);
-    g4_session_destroy(&s);
-    g4_model_free(&m);
-    return rc;
+    for (i = 0; i < r.n; i++) printf(" %d", (int)g4_argmax(r.logits + (size_t)i * V, V));
+    printf("\nwrote %d x %d float32 logits to %s\n", r.n, V, r.out_path);
+    return run_close(&r, 0);
 }
 
 /* gemma4 greedy DIR --ids ... --new N: the ids, then N greedily chosen ones */
 static int cmd_greedy(int argc, char **argv) {
-    run_opts o;
-    g4_model m;
-    g4_session s;
-    float *logits = NULL;
-    int i, V, rc = 1;
-    if (parse_run_opts(argc, argv, &o)) return 1;
-    if (open_session(argv[2], o.n + o.n_new, o.chunk, &m, &s)) { free(o.ids); return 1; }
-    V = m.config.vocab_size;
-    if (!(logits = (float *)malloc(sizeof(float) * (size_t)V))) { fprintf(stderr, "gemma4: out of memory\n"); goto done; }
-    if (g4_forward(&s, o.ids, o.n, logits, G4_LOGITS_LAST) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
-    for (i = 0; i < o.n; i++) printf("%d ", (int)o.ids[i]);
-    for (i = 0; i < o.n_new; i++) {
-        int32_t next = g4_argmax(logits, V);
-        printf("%d%s", (int)next, i + 1 < o.n_new ? " " : "");
+    run_ctx r;
+    int i;
+    if (run_open(argc, argv, &r)) return 1;
+    if (g4_forward(&r.s, r.ids, r.n, r.logits, G4_LOGITS_LAST) != G4_OK) {
+        fprintf(stderr, "gemma4: %s\n", r.s.error);
+        return run_close(&r, 1);
+    }
+    for (i = 0; i < r.n; i++) printf("%d ", (int)r.ids[i]);
+    for (i = 0; i < r.n_new; i++) {
+        int32_t next = g4_argmax(r.logits, r.m.config.vocab_size);
+        printf("%d%s", (int)next, i + 1 < r.n_new ? " " : "");
         fflush(stdout);
-        if (i + 1 < o.n_new && g4_forward(&s, &next, 1, logits, G4_LOGITS_LAST) != G4_OK) {
-            fprintf(stderr, "\ngemma4: %s\n", s.error);
-            goto done;
+        if (i + 1 < r.n_new && g4_forward(&r.s, &next, 1, r.logits, G4_LOGITS_LAST) != G4_OK) {
+            fprintf(stderr, "\ngemma4: %s\n", r.s.error);
+            return run_close(&r, 1);
         }
     }
     printf("\n");
-    rc = 0;
-done:
-    free(logits);
-    free(o.ids);
-    g4_session_destroy(&s);
-    g4_model_free(&m);
-    return rc;
+    return run_close(&r, 0);
 }
 
 /* ------------------------------------------------------------ commands */
