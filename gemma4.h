@@ -2999,19 +2999,37 @@ static void g4__carve_kv(g4_kv_slot *slots, int *layer_slot, const g4_model *m, 
     }
 }
 
+/* The widest layer shapes, which size the scratch rows (shared with the CUDA
+   twin's carver): Dmax, KVHmax*Dmax (one K/V row), Imax; and the slots: one
+   per owner, plus one per reader in reader_copies mode. */
+typedef struct {
+    uint64_t dmax, kvw, imax;
+    int n_slots;
+} g4__widths;
+
+static g4__widths g4__max_widths(const g4_plan *p, const g4_session_config *cfg) {
+    g4__widths w;
+    int i;
+    memset(&w, 0, sizeof w);
+    w.n_slots = p->n_slots;
+    for (i = 0; i < p->n_layers; i++) {
+        const g4_layer_plan *lp = &p->layer[i];
+        uint64_t kvw = (uint64_t)lp->kv_heads * (uint64_t)lp->head_dim;
+        if ((uint64_t)lp->head_dim > w.dmax) w.dmax = (uint64_t)lp->head_dim;
+        if (kvw > w.kvw) w.kvw = kvw;
+        if ((uint64_t)lp->mlp_width > w.imax) w.imax = (uint64_t)lp->mlp_width;
+        if (cfg->reader_copies && lp->reads >= 0) w.n_slots++;
+    }
+    return w;
+}
+
 static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config *cfg, g4__carver *cv) {
     const g4_config *c = &m->config;
     const g4_plan *p = &m->plan;
+    const g4__widths w = g4__max_widths(p, cfg);
     uint64_t rows = (uint64_t)cfg->max_chunk, H = (uint64_t)c->hidden_size, NH = (uint64_t)c->num_attention_heads;
-    uint64_t dmax = 0, kvw = 0, imax = 0, P = (uint64_t)c->hidden_size_per_layer_input;
-    int i, n_slots = p->n_slots;
-    for (i = 0; i < p->n_layers; i++) {
-        const g4_layer_plan *lp = &p->layer[i];
-        if ((uint64_t)lp->head_dim > dmax) dmax = (uint64_t)lp->head_dim;
-        if ((uint64_t)lp->kv_heads * (uint64_t)lp->head_dim > kvw) kvw = (uint64_t)lp->kv_heads * (uint64_t)lp->head_dim;
-        if ((uint64_t)lp->mlp_width > imax) imax = (uint64_t)lp->mlp_width;
-        if (cfg->reader_copies && lp->reads >= 0) n_slots++;
-    }
+    uint64_t dmax = w.dmax, kvw = w.kvw, imax = w.imax, P = (uint64_t)c->hidden_size_per_layer_input;
+    int n_slots = w.n_slots;
     if (c->enable_moe_block && (uint64_t)c->moe_intermediate_size * 2 > imax) imax = (uint64_t)c->moe_intermediate_size * 2;
     s->n_slots = n_slots;
     s->slots = (g4_kv_slot *)(void *)g4__take(cv, (uint64_t)n_slots, sizeof(g4_kv_slot));
@@ -3151,15 +3169,20 @@ G4__DEF void g4_session_destroy(g4_session *s) {
    Gemma4TextDecoderLayer.forward, Gemma4TextAttention.forward, ... Every
    module output is a tap point (see g4_tap_fn), named by its module path. */
 
-/* Calls the tap, if any, with "layers.<layer>.<what>" (or just "layers.<layer>"
-   when what is "", or "<what>" when layer < 0). Free when no tap is set. */
+/* A tap's name (shared with the CUDA twin): "layers.<layer>.<what>", just
+   "layers.<layer>" when what is "", or "<what>" when layer < 0. */
+static const char *g4__tap_name(char *buf, size_t cap, int layer, const char *what) {
+    if (layer < 0) return what;
+    if (!*what) snprintf(buf, cap, "layers.%d", layer);
+    else snprintf(buf, cap, "layers.%d.%s", layer, what);
+    return buf;
+}
+
+/* Calls the tap, if any, with that name. Free when no tap is set. */
 static void g4__tap(const g4_session *s, int layer, const char *what, const float *data, int rows, int cols) {
     char name[96];
     if (!s->cfg.tap) return;
-    if (layer < 0) snprintf(name, sizeof name, "%s", what);
-    else if (!*what) snprintf(name, sizeof name, "layers.%d", layer);
-    else snprintf(name, sizeof name, "layers.%d.%s", layer, what);
-    s->cfg.tap(s->cfg.tap_user, name, layer, data, rows, cols, s->pos);
+    s->cfg.tap(s->cfg.tap_user, g4__tap_name(name, sizeof name, layer, what), layer, data, rows, cols, s->pos);
 }
 
 /* RMSNorm of n rows of width w, in place or src -> dst, cast, tapped. The
@@ -3478,11 +3501,13 @@ static g4_result g4__layer(g4_session *s, int l, int n) {
 }
 
 /* The embedding scale: sqrt(H) cast to the activation dtype, as transformers
-   casts its embed_scale buffer (39.191837 in float32, 39.25 in bf16 for E2B). */
-static float g4__scale(const g4_session *s, int dim) {
+   casts its embed_scale buffer (39.191837 in float32, 39.25 in bf16 for E2B).
+   g4__scale_mode takes the mode as a flag (shared with the CUDA twin). */
+static float g4__scale_mode(int bf16, int dim) {
     float f = (float)sqrt((double)dim);
-    return s->cfg.bf16 ? g4__bf16_round(f) : f;
+    return bf16 ? g4__bf16_round(f) : f;
 }
+static float g4__scale(const g4_session *s, int dim) { return g4__scale_mode(s->cfg.bf16, dim); }
 
 /* Per-Layer Embeddings for n tokens (Gemma4TextModel.get_per_layer_inputs +
    project_per_layer_inputs): pli = (norm(x0 W^T * H^-0.5) + E_ple[id] * sqrt(P)) * 2^-0.5 */
@@ -3597,32 +3622,53 @@ static g4_result g4__check_forward(const g4_config *c, int pos, int max_context,
     return G4_OK;
 }
 
-/* The chunk of a forward call that starts at token `done` (shared with the
-   CUDA twin): returns its length; out and first say which logits rows it writes
-   (out NULL: none; rows [first, length) go to out). */
-static int g4__chunk(int done, int n, int max_chunk, int mode, float *logits, int vocab, float **out, int *first) {
-    int cn = n - done < max_chunk ? n - done : max_chunk;
-    *out = NULL;
-    *first = 0;
-    if (mode == G4_LOGITS_ALL) *out = logits + (size_t)done * vocab;
-    else if (mode == G4_LOGITS_LAST && done + cn == n) { *out = logits; *first = cn - 1; }
-    return cn;
+/* The chunks of one forward call (shared with the CUDA twin):
+       r = g4__chunks_begin(&ch, ...);            checks the call
+       while (r == G4_OK && g4__chunks_next(&ch)) r = step(ch.ids, ch.n, ch.out, ch.first);
+   A chunk is at most max_chunk tokens; it writes logits rows [first, n) to
+   out (out NULL: none). c NULL: the session is not initialised. */
+typedef struct {
+    const int32_t *ids; /* the chunk: n tokens */
+    int n, first;
+    float *out;
+    const int32_t *all; /* the call */
+    float *logits;
+    int done, total, max_chunk, mode, vocab;
+} g4__chunks;
+
+static g4_result g4__chunks_begin(g4__chunks *ch, const g4_config *c, int pos, const g4_session_config *cfg,
+                                  const int32_t *ids, int n, float *logits, int mode, char *err) {
+    memset(ch, 0, sizeof *ch);
+    if (!c) { g4__seterr(err, "session is not initialised"); return G4_ERR_INPUT; }
+    ch->all = ids;
+    ch->logits = logits;
+    ch->total = n;
+    ch->max_chunk = cfg->max_chunk;
+    ch->mode = mode;
+    ch->vocab = c->vocab_size;
+    return g4__check_forward(c, pos, cfg->max_context, ids, n, logits, mode, err);
+}
+
+static int g4__chunks_next(g4__chunks *ch) {
+    ch->done += ch->n;
+    if (ch->done >= ch->total) return 0;
+    ch->n = ch->total - ch->done < ch->max_chunk ? ch->total - ch->done : ch->max_chunk;
+    ch->ids = ch->all + ch->done;
+    ch->out = NULL;
+    ch->first = 0;
+    if (ch->mode == G4_LOGITS_ALL) ch->out = ch->logits + (size_t)ch->done * ch->vocab;
+    else if (ch->mode == G4_LOGITS_LAST && ch->done + ch->n == ch->total) { ch->out = ch->logits; ch->first = ch->n - 1; }
+    return 1;
 }
 
 G4__DEF g4_result g4_forward(g4_session *s, const int32_t *ids, int n, float *logits, int mode) {
-    const g4_config *c;
+    g4__chunks ch;
     g4_result r;
-    int done, cn, first;
-    float *out;
     if (!s) return G4_ERR_INPUT;
-    if (!s->model || !s->slots) { g4__seterr(s->error, "session is not initialised"); return G4_ERR_INPUT; }
-    c = &s->model->config;
-    if ((r = g4__check_forward(c, s->pos, s->cfg.max_context, ids, n, logits, mode, s->error)) != G4_OK) return r;
-    for (done = 0; done < n; done += cn) {
-        cn = g4__chunk(done, n, s->cfg.max_chunk, mode, logits, c->vocab_size, &out, &first);
-        if ((r = g4__step(s, ids + done, cn, out, first)) != G4_OK) return r;
-    }
-    return G4_OK;
+    r = g4__chunks_begin(&ch, s->model && s->slots ? &s->model->config : NULL, s->pos, &s->cfg, ids, n, logits, mode,
+                         s->error);
+    while (r == G4_OK && g4__chunks_next(&ch)) r = g4__step(s, ch.ids, ch.n, ch.out, ch.first);
+    return r;
 }
 
 G4__DEF int32_t g4_argmax(const float *x, int n) {

@@ -69,21 +69,13 @@
 
 /* ------------------------------------------------------------ utilities */
 
-static void g4c__seterr(char *dst, const char *fmt, ...) G4__PRINTF(2, 3);
-static void g4c__seterr(char *dst, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(dst, G4_ERROR_MAX, fmt, ap);
-    va_end(ap);
-}
-
 /* Every CUDA runtime call goes through this: on failure the object's .error
    names the call, the file and line, and the runtime's message. */
 #define G4C_CHECK(err, call)                                                                            \
     do {                                                                                                \
         cudaError_t e_ = (call);                                                                        \
         if (e_ != cudaSuccess) {                                                                        \
-            g4c__seterr((err), "%s:%d: %s failed: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            g4__seterr((err), "%s:%d: %s failed: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
             return G4_ERR_CUDA;                                                                         \
         }                                                                                               \
     } while (0)
@@ -94,7 +86,7 @@ static void g4c__seterr(char *dst, const char *fmt, ...) {
         cudaError_t e_;                                                                                 \
         G4C_LAUNCH(kernel, grid, block, __VA_ARGS__);                                                   \
         if ((e_ = cudaGetLastError()) != cudaSuccess) {                                                 \
-            g4c__seterr((err), "%s:%d: launch of %s failed: %s", __FILE__, __LINE__, #kernel,          \
+            g4__seterr((err), "%s:%d: launch of %s failed: %s", __FILE__, __LINE__, #kernel,          \
                         cudaGetErrorString(e_));                                                        \
             return G4_ERR_CUDA;                                                                         \
         }                                                                                               \
@@ -136,14 +128,13 @@ __device__ static float g4c__ld(const void *p, int dtype, size_t i) {
 /* gelu_pytorch_tanh: g4__gelu's operations one for one (its exp and tanh
    included), so the same bits as the CPU path */
 __device__ static float g4c__gelu(float x) {
-    const float c0 = 1.44269504088896341f, c1 = 0.693359375f, c2 = 2.12194440e-4f;
-    const float p[6] = {G4__EXP_P};
+    const float c[3] = {G4__EXP_C}, p[6] = {G4__EXP_P};
     float z = G4C_MUL(G4__GELU_K, G4C_ADD(x, G4C_MUL(0.044715f, G4C_MUL(G4C_MUL(x, x), x))));
     float a = fminf(fabsf(G4C_ADD(z, z)), 87.0f), n, r, e, u;
     int j;
-    n = G4C_SUB(__fmaf_rn(a, c0, G4__EXP_MAGIC), G4__EXP_MAGIC);
-    r = __fmaf_rn(n, -c1, a);
-    r = __fmaf_rn(n, c2, r);
+    n = G4C_SUB(__fmaf_rn(a, c[0], G4__EXP_MAGIC), G4__EXP_MAGIC);
+    r = __fmaf_rn(n, -c[1], a);
+    r = __fmaf_rn(n, c[2], r);
     e = p[0];
     for (j = 1; j < 6; j++) e = __fmaf_rn(e, r, p[j]);
     e = G4C_ADD(__fmaf_rn(e, G4C_MUL(r, r), r), 1.0f);
@@ -512,10 +503,7 @@ static g4_result g4c__tap(g4_cuda_session *s, const char *name, int layer, const
         G4C_CHECK(s->error, cudaMemcpy(s->stage, data, sizeof(float) * (size_t)rows * cols, cudaMemcpyDeviceToHost));
         data = s->stage;
     }
-    /* the CPU's names: "layers.<i>.<what>", "layers.<i>" (what ""), or "<what>" */
-    if (layer >= 0 && *name) { snprintf(buf, sizeof buf, "layers.%d.%s", layer, name); name = buf; }
-    else if (layer >= 0) { snprintf(buf, sizeof buf, "layers.%d", layer); name = buf; }
-    s->cfg.tap(s->cfg.tap_user, name, layer, data, rows, cols, s->pos);
+    s->cfg.tap(s->cfg.tap_user, g4__tap_name(buf, sizeof buf, layer, name), layer, data, rows, cols, s->pos);
     return G4_OK;
 }
 
@@ -546,7 +534,7 @@ static g4_result g4c__attention(g4_cuda_session *s, int l, int n) {
         /* an owner: k_proj (v_proj, or V = raw K), k_norm + RoPE, v_norm, append */
         sl = &s->slots[lp->kv_slot];
         if (sl->writer != l || sl->n_pos != pos0) {
-            g4c__seterr(s->error, "internal: layer %d's slot was written out of order", l);
+            g4__seterr(s->error, "internal: layer %d's slot was written out of order", l);
             return G4_ERR_INPUT;
         }
         G4C_TRY(g4c__matmul(s, s->d_k_new, s->d_xn, &lw->k_proj, n));
@@ -571,7 +559,7 @@ static g4_result g4c__attention(g4_cuda_session *s, int l, int n) {
        the kernel on the device's */
     slot = s->layer_slot[l];
     if (s->slots[slot].n_pos != pos0 + n) {
-        g4c__seterr(s->error, "internal: layer %d reads slot %d before its writer (layer %d) appended this step", l,
+        g4__seterr(s->error, "internal: layer %d reads slot %d before its writer (layer %d) appended this step", l,
                     slot, s->slots[slot].writer);
         return G4_ERR_INPUT;
     }
@@ -692,7 +680,7 @@ static g4_result g4c__per_layer_inputs(g4_cuda_session *s, int n) {
     const g4_weights *w = &s->model->w;
     int P = c->hidden_size_per_layer_input, L = c->num_hidden_layers, LP = L * P;
     const float proj_scale = (float)(1.0 / sqrt((double)c->hidden_size));
-    const float tok_scale = s->cfg.bf16 ? g4__bf16_round((float)sqrt((double)P)) : (float)sqrt((double)P); /* g4__scale */
+    const float tok_scale = g4__scale_mode(s->cfg.bf16, P);
     const float combine = (float)(1.0 / sqrt(2.0));
     G4C_TRY(g4c__matmul(s, s->d_pli, s->d_x, &w->per_layer_model_projection, n));
     G4C_RUN(s->error, g4c_scale, g4c__grid((size_t)n * LP, G4C_THREADS), G4C_THREADS, s->d_pli, (size_t)n * LP,
@@ -710,7 +698,7 @@ static g4_result g4c__step(g4_cuda_session *s, const int32_t *ids, int n, float 
     const g4_config *c = &s->model->host->config;
     const g4_weights *w = &s->model->w;
     int H = c->hidden_size, V = c->vocab_size, l, status = 0;
-    const float embed_scale = s->cfg.bf16 ? g4__bf16_round((float)sqrt((double)H)) : (float)sqrt((double)H); /* g4__scale */
+    const float embed_scale = g4__scale_mode(s->cfg.bf16, H);
 
     G4C_CHECK(s->error, cudaMemcpy(s->d_ids, ids, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice));
     G4C_RUN(s->error, g4c_embed, g4c__grid((size_t)n * H, G4C_THREADS), G4C_THREADS, s->d_x, w->embed_tokens.data,
@@ -734,7 +722,7 @@ static g4_result g4c__step(g4_cuda_session *s, const int32_t *ids, int n, float 
     /* the device's own table checks (g4c_attention) */
     G4C_CHECK(s->error, cudaMemcpy(&status, s->d_status, sizeof status, cudaMemcpyDeviceToHost));
     if (status) {
-        g4c__seterr(s->error, "device table check: layer %d %s", status / 16 - 1,
+        g4__seterr(s->error, "device table check: layer %d %s", status / 16 - 1,
                     status % 16 == 1 ? "read a slot that did not hold exactly this step's positions"
                                      : "needed a key its slot's ring no longer holds");
         return G4_ERR_INPUT;
@@ -760,7 +748,7 @@ G4_CUDA_API g4_result g4_cuda_device_check(char *desc, size_t desc_len, char *er
     int n = 0;
     cudaDeviceProp prop;
     G4C_CHECK(err, cudaGetDeviceCount(&n));
-    if (n < 1) { g4c__seterr(err, "no CUDA device"); return G4_ERR_CUDA; }
+    if (n < 1) { g4__seterr(err, "no CUDA device"); return G4_ERR_CUDA; }
     G4C_CHECK(err, cudaGetDeviceProperties(&prop, 0));
     if (desc && desc_len) snprintf(desc, desc_len, "%s (sm_%d%d), %d device(s)", prop.name, prop.major, prop.minor, n);
     return G4_OK;
@@ -825,21 +813,21 @@ G4_CUDA_API g4_result g4_cuda_model_upload(g4_cuda_model *cm, const g4_model *m)
     void *block = NULL;
     if (!cm) return G4_ERR_INPUT;
     memset(cm, 0, sizeof *cm);
-    if (!m || !m->w.layers) { g4c__seterr(cm->error, "NULL or unloaded model"); return G4_ERR_INPUT; }
+    if (!m || !m->w.layers) { g4__seterr(cm->error, "NULL or unloaded model"); return G4_ERR_INPUT; }
     if (m->config.enable_moe_block && m->config.top_k_experts > 256) {
-        g4c__seterr(cm->error, "top_k_experts %d: the CUDA router handles at most 256", m->config.top_k_experts);
+        g4__seterr(cm->error, "top_k_experts %d: the CUDA router handles at most 256", m->config.top_k_experts);
         return G4_ERR_CONFIG;
     }
     cm->host = m;
     cm->w = m->w;
     cm->w.layers = (g4_layer_weights *)malloc(sizeof(g4_layer_weights) * (size_t)m->config.num_hidden_layers);
-    if (!cm->w.layers) { g4c__seterr(cm->error, "out of memory for the layer table"); return G4_ERR_NOMEM; }
+    if (!cm->w.layers) { g4__seterr(cm->error, "out of memory for the layer table"); return G4_ERR_NOMEM; }
     memcpy(cm->w.layers, m->w.layers, sizeof(g4_layer_weights) * (size_t)m->config.num_hidden_layers);
     g4c__upload_walk(cm, m, NULL, &total);
     {
         cudaError_t e = cudaMalloc(&block, total);
         if (e != cudaSuccess) {
-            g4c__seterr(cm->error, "cudaMalloc of %lu bytes for the weights failed: %s", (unsigned long)total,
+            g4__seterr(cm->error, "cudaMalloc of %lu bytes for the weights failed: %s", (unsigned long)total,
                         cudaGetErrorString(e));
             g4_cuda_model_free(cm);
             return e == cudaErrorMemoryAllocation ? G4_ERR_NOMEM : G4_ERR_CUDA;
@@ -861,20 +849,14 @@ G4_CUDA_API g4_result g4_cuda_model_upload(g4_cuda_model *cm, const g4_model *m)
    them (g4__carve's pattern, with the CPU's own carver). */
 static void g4c__carve(g4_cuda_session *s, const g4_model *m, const g4_session_config *cfg, g4__carver *dv,
                        g4__carver *hv) {
-        const g4_config *c = &m->config;
+    const g4_config *c = &m->config;
     const g4_plan *p = &m->plan;
+    const g4__widths w = g4__max_widths(p, cfg);
     uint64_t rows = (uint64_t)cfg->max_chunk, H = (uint64_t)c->hidden_size, NH = (uint64_t)c->num_attention_heads;
-    uint64_t dmax = 0, kvw = 0, imax = 0, P = (uint64_t)c->hidden_size_per_layer_input, L = (uint64_t)p->n_layers;
+    uint64_t dmax = w.dmax, kvw = w.kvw, imax = w.imax, P = (uint64_t)c->hidden_size_per_layer_input, L = (uint64_t)p->n_layers;
     uint64_t E = c->enable_moe_block ? (uint64_t)c->num_experts : 0, K = c->enable_moe_block ? (uint64_t)c->top_k_experts : 0;
     uint64_t Ie = c->enable_moe_block ? (uint64_t)c->moe_intermediate_size : 0, stage;
-    int i, n_slots = p->n_slots;
-    for (i = 0; i < p->n_layers; i++) {
-        const g4_layer_plan *lp = &p->layer[i];
-        if ((uint64_t)lp->head_dim > dmax) dmax = (uint64_t)lp->head_dim;
-        if ((uint64_t)lp->kv_heads * (uint64_t)lp->head_dim > kvw) kvw = (uint64_t)lp->kv_heads * (uint64_t)lp->head_dim;
-        if ((uint64_t)lp->mlp_width > imax) imax = (uint64_t)lp->mlp_width;
-        if (cfg->reader_copies && lp->reads >= 0) n_slots++;
-    }
+    int n_slots = w.n_slots;
     stage = rows * (H > L * P ? H : L * P);
     if (stage < rows * NH * dmax) stage = rows * NH * dmax; /* the q tap */
     if (stage < dmax) stage = dmax;
@@ -949,24 +931,24 @@ G4_CUDA_API g4_result g4_cuda_session_init(g4_cuda_session *s, const g4_cuda_mod
     const g4_model *m;
     if (!s) return G4_ERR_INPUT;
     memset(s, 0, sizeof *s);
-    if (!cm || !cm->host || !cm->d_weights) { g4c__seterr(s->error, "model is not uploaded"); return G4_ERR_INPUT; }
+    if (!cm || !cm->host || !cm->d_weights) { g4__seterr(s->error, "model is not uploaded"); return G4_ERR_INPUT; }
     m = cm->host;
     if ((r = g4__check_session_config(m, cfg, s->error)) != G4_OK) return r;
     if ((r = g4_cuda_session_size(cm, cfg, &need_d, &need_h)) != G4_OK) {
-        g4c__seterr(s->error, "session for %d positions does not fit in memory", cfg->max_context);
+        g4__seterr(s->error, "session for %d positions does not fit in memory", cfg->max_context);
         return r;
     }
     if (!device_arena || !host_arena) {
-        g4c__seterr(s->error, "NULL %s arena", device_arena ? "host" : "device");
+        g4__seterr(s->error, "NULL %s arena", device_arena ? "host" : "device");
         return G4_ERR_ARENA;
     }
     if ((uintptr_t)device_arena % 16 || (uintptr_t)host_arena % 16) {
-        g4c__seterr(s->error, "%s arena %p is not 16-byte aligned", (uintptr_t)device_arena % 16 ? "device" : "host",
+        g4__seterr(s->error, "%s arena %p is not 16-byte aligned", (uintptr_t)device_arena % 16 ? "device" : "host",
                     (uintptr_t)device_arena % 16 ? device_arena : host_arena);
         return G4_ERR_ARENA;
     }
     if (device_bytes < need_d || host_bytes < need_h) {
-        g4c__seterr(s->error, "%s arena of %lu bytes is too small: this session needs %lu (g4_cuda_session_size)",
+        g4__seterr(s->error, "%s arena of %lu bytes is too small: this session needs %lu (g4_cuda_session_size)",
                     device_bytes < need_d ? "device" : "host",
                     (unsigned long)(device_bytes < need_d ? device_bytes : host_bytes),
                     (unsigned long)(device_bytes < need_d ? need_d : need_h));
@@ -1007,23 +989,17 @@ G4_CUDA_API g4_result g4_cuda_session_table(g4_cuda_session *s, g4_kv_slot *out,
 }
 
 G4_CUDA_API g4_result g4_cuda_forward(g4_cuda_session *s, const int32_t *ids, int n, float *logits, int mode) {
-    const g4_config *c;
+    g4__chunks ch;
     g4_result r;
-    int done, cn, first;
-    float *out;
     if (!s) return G4_ERR_INPUT;
-    if (!s->model || !s->slots) { g4c__seterr(s->error, "session is not initialised"); return G4_ERR_INPUT; }
-    c = &s->model->host->config;
-    if (s->matmul != G4_CUDA_MATMUL_TILED && s->matmul != G4_CUDA_MATMUL_PLAIN) {
-        g4c__seterr(s->error, "unknown matmul kind %d", s->matmul);
-        return G4_ERR_INPUT;
+    r = g4__chunks_begin(&ch, s->model && s->slots ? &s->model->host->config : NULL, s->pos, &s->cfg, ids, n, logits,
+                         mode, s->error);
+    if (r == G4_OK && s->matmul != G4_CUDA_MATMUL_TILED && s->matmul != G4_CUDA_MATMUL_PLAIN) {
+        g4__seterr(s->error, "unknown matmul kind %d", s->matmul);
+        r = G4_ERR_INPUT;
     }
-    if ((r = g4__check_forward(c, s->pos, s->cfg.max_context, ids, n, logits, mode, s->error)) != G4_OK) return r;
-    for (done = 0; done < n; done += cn) {
-        cn = g4__chunk(done, n, s->cfg.max_chunk, mode, logits, c->vocab_size, &out, &first);
-        if ((r = g4c__step(s, ids + done, cn, out, first)) != G4_OK) return r;
-    }
-    return G4_OK;
+    while (r == G4_OK && g4__chunks_next(&ch)) r = g4c__step(s, ch.ids, ch.n, ch.out, ch.first);
+    return r;
 }
 
 } /* extern "C" */
