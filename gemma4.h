@@ -520,7 +520,8 @@ G4_API int g4_decode_next(const g4_tokenizer *t, g4_decode_state *st, int32_t id
 G4_API int g4_decode_flush(g4_decode_state *st, char *out, size_t cap);
 
 /* ------------------------------------------------------------------ chat */
-/* The Gemma 4 chat layout (../shared/spec/gemma4-text.md section 6):
+/* The Gemma 4 chat layout (Google's Gemma 4 prompt-formatting guide,
+   ai.google.dev/gemma/docs/core/prompt-formatting-gemma4):
      <bos><|turn>system\n[<|think|>]{system}<turn|>\n<|turn>user\n{msg}<turn|>\n<|turn>model\n
    The text is rendered, then tokenized: the control tokens' ids come from the
    tokenizer file. Role "assistant" is written "model". */

@@ -5,14 +5,15 @@
 #   - llama.cpp built from source: the sources vendored in the llama-cpp-python
 #     0.3.36 sdist, llama-bench built with cmake (-DGGML_NATIVE=ON);
 #   - the benchmark checkpoint converted to GGUF bf16 with llama.cpp's own
-#     convert_hf_to_gguf.py. The converter needs a tokenizer: the Gemma
-#     tokenizer in ../shared/data is used, trimmed to the model's 262144 ids.
+#     convert_hf_to_gguf.py. The converter needs a tokenizer: the full Gemma 3
+#     tokenizer (data/external/gemma3-tokenizer/, see README) is used, trimmed
+#     to the model's 262144 ids; TOKENIZER_DIR names another folder.
 # Then:  BENCH_PY=build/peers/venv/bin/python LLAMA_BENCH=build/peers/llama-bench \
 #        BENCH_GGUF=build/peers/model-bf16.gguf make bench
 set -e
 DIR=${BENCH_DIR:-build/bench-model}
 P=build/peers
-TOK=${TOKENIZER_DIR:-../shared/data/gemma3-tokenizer}
+TOK=${TOKENIZER_DIR:-data/external/gemma3-tokenizer}
 mkdir -p $P
 [ -x $P/venv/bin/python ] || python3 -m venv $P/venv
 $P/venv/bin/pip install -q torch==2.15.0 transformers==5.23.0 safetensors numpy sentencepiece scikit-build-core

@@ -4,9 +4,10 @@
    Goldens (tools/make_tokenizer_goldens.py, versions in data/tokenizer/VERSIONS.txt):
      data/tokenizer/tiny_goldens.jsonl    the Python `tokenizers` library on
                                           data/tokenizer/tokenizer.json (512 ids)
-     data/tokenizer/gemma3_goldens.jsonl  the same strings on the full Gemma
-                                          tokenizer, ../shared/data/gemma3-tokenizer/
-                                          (those tests skip, saying so, when it is absent)
+     data/tokenizer/gemma3_goldens.jsonl  the same strings on the full Gemma 3
+                                          tokenizer, looked for in the ignored folder
+                                          data/external/gemma3-tokenizer/ (see README;
+                                          those tests skip, saying so, when it is absent)
      data/tokenizer/generate_golden.json  transformers' greedy generate() on
                                           data/tiny/e2b_like from chat-format prompts
    Run from the repository root (make test does). */
@@ -23,7 +24,7 @@
 #include "harness.h"
 
 #define TINY_TOK "data/tokenizer/tokenizer.json"
-#define FULL_TOK "../shared/data/gemma3-tokenizer/tokenizer.json"
+#define FULL_TOK "data/external/gemma3-tokenizer/tokenizer.json"
 static char g_tmp[256];
 
 static double now_s(void) {
@@ -170,7 +171,7 @@ static void test_full_goldens(void) {
     g4_tokenizer t;
     int nt, nd;
     double t0;
-    if (access(FULL_TOK, R_OK) != 0) { skip(FULL_TOK " is absent (it lives beside the checkout, in ../shared)"); return; }
+    if (access(FULL_TOK, R_OK) != 0) { skip(FULL_TOK " is absent (README, *Text in, text out*, says where to get it)"); return; }
     t0 = now_s();
     if (g4_tokenizer_load(&t, FULL_TOK) != G4_OK) { CHECK(0, "%s", t.error); return; }
     printf("  loaded %d ids, %d merges, %d added tokens in %.3f s\n", t.n_vocab, t.n_merges, t.n_added, now_s() - t0);
@@ -741,7 +742,7 @@ int main(void) {
     run("streaming decode: characters split over byte tokens", test_stream_bytes);
     run("tokenize/detokenize: buffer sizes and bad ids", test_sizes_and_errors);
     run("malformed tokenizer.json: errors name the field, never a crash", test_malformed);
-    run("chat layout: spec section 6, ids from the file", test_chat_layout);
+    run("chat layout: Google's prompt-formatting guide, ids from the file", test_chat_layout);
     run("greedy generate from text = transformers generate (e2b_like)", test_generate_greedy);
     run("chat keeps the KV: second turn = whole history", test_chat_keeps_kv);
     run("sampler: greedy, penalty, temperature, top-k, top-p, min-p, seed", test_sampler);

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Independent NumPy re-implementation of the Gemma 4 text decoder, written from
-/work/shared/spec/gemma4-text.md (not from transformers), checked against the goldens.
+"""Independent NumPy re-implementation of the Gemma 4 text decoder, checked against the
+goldens. It was written from a prose description of the architecture (the math README.md
+and gemma4.h's comments describe), not from transformers' code, and it imports neither
+transformers nor torch: a second oracle whose mistakes would not be transformers' own.
 
 It reads only config.json + the safetensors files of each data/tiny/<model>/ directory,
 the way a C loader would:
@@ -12,7 +14,8 @@ the way a C loader would:
   * single-file or sharded (model.safetensors.index.json) weights; unknown tensors
     (vision/audio towers, stale k/v of KV-shared layers) are ignored.
 
-All math in float32.  Usage: /work/venv/bin/python tools/check_goldens_numpy.py [data/tiny]
+All math in float32.  Usage (from the repository root, with the venv of README's *What is verified*):
+    venv/bin/python tools/check_goldens_numpy.py [data/tiny]
 """
 
 import json

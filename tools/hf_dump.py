@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Dump transformers' Gemma 4 activations under gemma4.h's tap names.
 
-    python tools/hf_dump.py MODEL_DIR --ids 2,818,1010 --out DUMP.safetensors [--dtype float32|bfloat16]
+    venv/bin/python tools/hf_dump.py MODEL_DIR --ids 2,818,1010 --out DUMP.safetensors [--dtype float32|bfloat16]
 
 Runs the checkpoint in MODEL_DIR with transformers on the ids (one sequence,
 one forward, no cache) and writes one safetensors file holding:

@@ -6,8 +6,9 @@ data/configs/<name>.json      written by transformers 5.23.0 itself: Gemma4Confi
                               form: text_config.per_layer_config instead of global_head_dim /
                               num_global_key_value_heads).
 data/configs/hub/<name>.json  the hub's legacy form (text_config carries global_head_dim and
-                              num_global_key_value_heads), built by hand from the §3 table of
-                              /work/shared/spec/gemma4-text.md.
+                              num_global_key_value_heads), the form of the config.json files
+                              published with the checkpoints (google/gemma-4-E2B, -E4B, -31B,
+                              -26B-A4B on the Hugging Face Hub), built here from RELEASED below.
 
 The converter (src/transformers/models/gemma4/convert_gemma4_weights.py) is not shipped in the
 transformers wheel; _VARIANTS below is copied from it (huggingface/transformers, commit
@@ -18,10 +19,11 @@ the tensor shapes transformers derives from each config.
 Checks (the script fails if any does not hold):
   * both forms load with AutoConfig and resolve to the same per-layer layer_type, head_dim,
     num_key_value_heads and KV-sharing mode, and to the same text-decoder tensor shapes;
-  * those shapes match the spec's §3/§7 tables (q/k/v/o, MLP widths, experts, PLE, the 31B
-    text parameter count 30,697,345,340).
+  * those shapes match the released checkpoints' (check_released below: q/k/v/o, MLP widths,
+    experts, PLE, and the 31B text decoder's 30,697,345,340 parameters).
 
-Usage (from the repository root): /work/venv/bin/python tools/make_configs.py [--out data/configs]
+Usage (from the repository root, with the venv of README's *What is verified*):
+    venv/bin/python tools/make_configs.py [--out data/configs]
 """
 
 import argparse
@@ -119,8 +121,8 @@ def _variants():
     }
 
 
-# ------------------------------------------------------ hub legacy form (spec §3) ---
-SPEC_TABLE = {
+# ------------------------------------------- the released models, hub legacy form ---
+RELEASED = {
     #                H     L   heads kv  gkv   k_eq_v  inter  shared double P    W     maxpos   pattern
     "gemma-4-E2B": (1536, 35, 8, 1, None, False, 6144, 20, True, 256, 512, 131072, 5),
     "gemma-4-E4B": (2560, 42, 8, 2, None, False, 10240, 18, False, 256, 512, 131072, 6),
@@ -149,7 +151,7 @@ AUDIO_HUB = {
 
 
 def hub_config(name):
-    H, L, NH, KV, GKV, KEQV, I, NSH, DBL, P, W, MAXPOS, PAT = SPEC_TABLE[name]
+    H, L, NH, KV, GKV, KEQV, I, NSH, DBL, P, W, MAXPOS, PAT = RELEASED[name]
     if PAT == 5:
         layer_types = (["sliding_attention"] * 4 + ["full_attention"]) * (L // 5)
     else:
@@ -243,8 +245,8 @@ def resolved(path):
     return tc, per_layer, shapes, n_params
 
 
-def check_against_spec(name, tc, shapes, n_params):
-    H, L, NH, KV, GKV, KEQV, I, NSH, DBL, P, W, MAXPOS, PAT = SPEC_TABLE[name]
+def check_released(name, tc, shapes, n_params):
+    H, L, NH, KV, GKV, KEQV, I, NSH, DBL, P, W, MAXPOS, PAT = RELEASED[name]
     first_shared = L - NSH
     for i in range(L):
         full = tc.layer_types[i] == "full_attention"
@@ -278,7 +280,7 @@ def check_against_spec(name, tc, shapes, n_params):
         assert shapes["embed_tokens_per_layer.weight"] == (262144, L * P)
         assert shapes["per_layer_model_projection.weight"] == (L * P, H)
     if name == "gemma-4-31B":
-        assert n_params == 30_697_345_340, n_params  # spec §7 (verified hub inventory)
+        assert n_params == 30_697_345_340, n_params  # the 31B text decoder's parameters
     assert tc.sliding_window == W and tc.max_position_embeddings == MAXPOS
 
 
@@ -312,7 +314,7 @@ def main():
         assert pl_a == pl_b, f"{name}: per-layer resolution differs"
         assert sh_a == sh_b, f"{name}: text tensor shapes differ"
         assert n_a == n_b
-        check_against_spec(name, tc_a, sh_a, n_a)
+        check_released(name, tc_a, sh_a, n_a)
         saved = json.load(open(conv_path))["text_config"]
         full = [i for i, t in enumerate(tc_a.layer_types) if t == "full_attention"]
         shared = [i for i, m in enumerate(tc_a.kv_sharing_modes) if m == "reuse"]

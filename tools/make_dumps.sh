@@ -1,9 +1,10 @@
 #!/bin/sh
 # Tap dumps from transformers for the compare / bf16 tests (data/dumps/).
-# Needs a venv with the pinned versions (see tools/make_goldens.py):
-#   PY=venv/bin/python sh tools/make_dumps.sh
+# From the repository root, with the venv of README's *What is verified*
+# (tools/requirements.txt):
+#   sh tools/make_dumps.sh          (PY=other/python sh tools/make_dumps.sh for another one)
 set -e
-PY=${PY:-python3}
+PY=${PY:-venv/bin/python}
 IDS=2,81,101,77,5,9,300,41,12,7,99,100   # 12 tokens, past the sliding window of 8
 mkdir -p data/dumps
 $PY tools/hf_dump.py data/tiny/e2b_like --ids $IDS --out data/dumps/e2b_like_f32.safetensors

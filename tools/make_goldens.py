@@ -16,7 +16,7 @@ pattern and force the last layer to full attention), and `legacy_keys` is put in
 legacy form (global_head_dim / num_global_key_value_heads instead of per_layer_config) and
 gets stale k_proj/v_proj/k_norm tensors for its KV-shared layers, as the released E2B/E4B
 files have.  tools/check_goldens_numpy.py re-derives every golden from config + weights
-with an independent NumPy implementation of the spec.
+with an independent NumPy implementation.
 
 golden.safetensors holds (no metadata, byte-reproducible):
     input_ids          I32 [S]
@@ -34,8 +34,8 @@ Everything runs on CPU in float32 with attn_implementation="eager" (and
 experts_implementation="eager" for the MoE model).  Deterministic: every model
 has a fixed seed.
 
-Usage (from the repository root):
-    /work/venv/bin/python tools/make_goldens.py [--out data/tiny] [--only name ...]
+Usage (from the repository root, with the venv of README's *What is verified*):
+    venv/bin/python tools/make_goldens.py [--out data/tiny] [--only name ...]
 """
 
 import argparse
@@ -513,8 +513,8 @@ def main():
         f.write(f"python {platform.python_version()}\n")
         f.write(f"platform {platform.platform()}\n")
         f.write(f"date {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M:%S UTC')}\n")
-        f.write("command cd /work/main && /work/venv/bin/python " + " ".join(sys.argv) + "\n")
-        f.write("check   cd /work/main && /work/venv/bin/python tools/check_goldens_numpy.py\n")
+        f.write("command venv/bin/python " + " ".join(["tools/" + os.path.basename(sys.argv[0])] + sys.argv[1:]) + "\n")
+        f.write("check   venv/bin/python tools/check_goldens_numpy.py\n")
         f.write("goldens float32 CPU, attn_implementation=eager, experts_implementation=eager, "
                 f"torch.set_num_threads(1); prompt_len {PROMPT_LEN}, new_tokens {NEW_TOKENS}\n")
         for s in summary:

