@@ -17,10 +17,10 @@ build/gemma4: examples/gemma4.c examples/compare.h examples/bench.h gemma4.h | b
 build/minimal: examples/minimal.c gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -o $@ examples/minimal.c $(LDLIBS)
 
-build/test_gemma4: tests/test_gemma4.c tests/harness.h tests/fixtures.h examples/compare.h gemma4.h | build
+build/test_gemma4: tests/test_gemma4.c tests/harness.h tests/fixtures.h tests/invariants.h examples/compare.h gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_gemma4.c $(LDLIBS)
 
-build/test_gemma4_san: tests/test_gemma4.c tests/harness.h tests/fixtures.h examples/compare.h gemma4.h | build
+build/test_gemma4_san: tests/test_gemma4.c tests/harness.h tests/fixtures.h tests/invariants.h examples/compare.h gemma4.h | build
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_gemma4.c $(LDLIBS)
 
 build/test_tokenizer: tests/test_tokenizer.c tests/harness.h gemma4.h | build
@@ -87,14 +87,14 @@ cuda: gemma4_cuda.cu gemma4.h | build
 build/gemma4_cuda_emu.o: gemma4_cuda.cu gemma4.h tests/cuda_emu.h | build
 	$(CXX) $(EMUFLAGS) -x c++ -c gemma4_cuda.cu -o $@
 
-build/test_cuda_emu: tests/test_cuda.c tests/harness.h tests/fixtures.h build/gemma4_cuda_emu.o gemma4.h | build
+build/test_cuda_emu: tests/test_cuda.c tests/harness.h tests/fixtures.h tests/invariants.h build/gemma4_cuda_emu.o gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -g -DG4_CUDA_EMULATE -c tests/test_cuda.c -o build/test_cuda_emu.o
 	$(CXX) -o $@ build/test_cuda_emu.o build/gemma4_cuda_emu.o $(LDLIBS)
 
 build/gemma4_cuda_emu_san.o: gemma4_cuda.cu gemma4.h tests/cuda_emu.h | build
 	$(CXX) $(EMUFLAGS) $(SAN) -x c++ -c gemma4_cuda.cu -o $@
 
-build/test_cuda_emu_san: tests/test_cuda.c tests/harness.h tests/fixtures.h build/gemma4_cuda_emu_san.o gemma4.h | build
+build/test_cuda_emu_san: tests/test_cuda.c tests/harness.h tests/fixtures.h tests/invariants.h build/gemma4_cuda_emu_san.o gemma4.h | build
 	$(CC) $(WARN) $(SAN) -DG4_CUDA_EMULATE -c tests/test_cuda.c -o build/test_cuda_emu_san.o
 	$(CXX) $(SAN) -o $@ build/test_cuda_emu_san.o build/gemma4_cuda_emu_san.o $(LDLIBS)
 
@@ -106,7 +106,7 @@ test-cuda-emu: build/test_cuda_emu
 sanitize-cuda-emu: build/test_cuda_emu_san
 	./build/test_cuda_emu_san
 
-build/test_cuda: tests/test_cuda.c tests/harness.h tests/fixtures.h gemma4_cuda.cu gemma4.h | build
+build/test_cuda: tests/test_cuda.c tests/harness.h tests/fixtures.h tests/invariants.h gemma4_cuda.cu gemma4.h | build
 	$(NVCC) $(NVFLAGS) -c gemma4_cuda.cu -o build/gemma4_cuda.o
 	$(CC) $(WARN) $(CFLAGS) -g -c tests/test_cuda.c -o build/test_cuda.o
 	$(NVCC) -o $@ build/test_cuda.o build/gemma4_cuda.o $(LDLIBS)

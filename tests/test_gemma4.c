@@ -1,6 +1,6 @@
 /* The gemma4.h test suite: tiny Gemma 4 models built and run by transformers
    (data/tiny/, see tools/make_goldens.py), the released configs (data/configs/),
-   and the shared-KV invariants of ../shared/spec/shared-kv.md.
+   and the shared-KV invariants (tests/invariants.h, shared with the CUDA suite).
 
    Tolerances (float32 gemma4.h vs float32 transformers on the same weights):
      logits:        max |ours - ref| <= 2e-5 * max |ref|   (largest logit)
@@ -26,351 +26,10 @@
 
 #include "harness.h"
 
-#define TOL 2e-5
-
 #include "fixtures.h"
+#include "invariants.h"
 
-/* A loaded model with one session; freed by ctx_free. */
-typedef struct {
-    g4_model m;
-    g4_session s;
-    void *arena;
-    size_t bytes;
-} ctx;
-
-static int ctx_open(ctx *c, const char *dir, int max_context, int chunk, int reader_copies) {
-    g4_session_config sc = g4_session_config_init();
-    memset(c, 0, sizeof *c);
-    if (g4_model_load(&c->m, dir) != G4_OK) { printf("  load %s: %s\n", dir, c->m.error); return 0; }
-    sc.max_context = max_context;
-    sc.max_chunk = chunk;
-    sc.reader_copies = reader_copies;
-    if (g4_session_size(&c->m, &sc, &c->bytes) != G4_OK) return 0;
-    c->arena = malloc(c->bytes);
-    if (g4_session_init(&c->s, &c->m, &sc, c->arena, c->bytes) != G4_OK) {
-        printf("  session: %s\n", c->s.error);
-        return 0;
-    }
-    return 1;
-}
-
-static void ctx_free(ctx *c) {
-    free(c->arena);
-    g4_model_free(&c->m);
-}
-
-/* Runs ids through a fresh session in pieces of `step` tokens per g4_forward
-   call (0 = all at once) and returns all logits [n][V] (malloc'd). */
-static float *run_logits(const char *dir, const int32_t *ids, int n, int chunk, int step, int reader_copies) {
-    ctx c;
-    float *out;
-    int done;
-    if (!ctx_open(&c, dir, n, chunk, reader_copies)) { ctx_free(&c); return NULL; }
-    out = (float *)malloc(sizeof(float) * (size_t)n * c.m.config.vocab_size);
-    for (done = 0; done < n;) {
-        int k = step ? (n - done < step ? n - done : step) : n;
-        if (g4_forward(&c.s, ids + done, k, out + (size_t)done * c.m.config.vocab_size, G4_LOGITS_ALL) != G4_OK) {
-            printf("  forward: %s\n", c.s.error);
-            free(out);
-            ctx_free(&c);
-            return NULL;
-        }
-        done += k;
-    }
-    ctx_free(&c);
-    return out;
-}
-
-/* --------------------------------------------- goldens from transformers */
-
-typedef struct { golden *g; int fails; double worst; int seen; } tap_check;
-
-static void layer_tap(void *user, const char *name, int layer, const float *data, int rows, int cols, int pos0) {
-    tap_check *tc = (tap_check *)user;
-    char key[64];
-    int64_t numel;
-    const float *ref;
-    (void)layer;
-    if (strncmp(name, "layers.", 7) == 0 && !strchr(name + 7, '.')) snprintf(key, sizeof key, "layer.%s", name + 7);
-    else if (strcmp(name, "embed_tokens") == 0) snprintf(key, sizeof key, "embed");
-    else if (strcmp(name, "per_layer_inputs") == 0) snprintf(key, sizeof key, "%s", name);
-    else if (strcmp(name, "norm") == 0) snprintf(key, sizeof key, "final_norm");
-    else return;
-    ref = golden_f32(tc->g, key, &numel);
-    if (!ref) { printf("  golden has no '%s'\n", key); tc->fails++; return; }
-    {
-        size_t off = (size_t)pos0 * cols, cnt = (size_t)rows * cols;
-        double d = max_diff(data, ref + off, cnt), scale = max_abs(ref, (size_t)numel), rel = d / scale;
-        if (off + cnt > (size_t)numel || !(rel <= TOL)) {
-            printf("  %s: max diff %.3g (%.3g relative)\n", key, d, rel);
-            tc->fails++;
-        }
-        if (rel > tc->worst) tc->worst = rel;
-        tc->seen++;
-    }
-}
-
-static void check_golden(const char *model) {
-    golden g;
-    ctx c;
-    int n, V;
-    int64_t numel;
-    const int32_t *ids;
-    const float *ref;
-    float *out;
-    tap_check tc;
-    if (!golden_open(&g, model)) { CHECK(0, "no golden for %s", model); return; }
-    ids = golden_ids(&g, "input_ids", &n);
-    ref = golden_f32(&g, "logits", &numel);
-    CHECK(ids && ref, "golden lacks input_ids/logits");
-    if (!ids || !ref || !ctx_open(&c, tiny(model), n, 0, 0)) { g4_model_free(&g.m); return; }
-    V = c.m.config.vocab_size;
-    CHECK(numel == (int64_t)n * V, "golden logits shape");
-    memset(&tc, 0, sizeof tc);
-    tc.g = &g;
-    c.s.cfg.tap = layer_tap;
-    c.s.cfg.tap_user = &tc;
-    out = (float *)malloc(sizeof(float) * (size_t)n * V);
-    CHECK(g4_forward(&c.s, ids, n, out, G4_LOGITS_ALL) == G4_OK, "forward: %s", c.s.error);
-    {
-        double d = max_diff(out, ref, (size_t)n * V), scale = max_abs(ref, (size_t)n * V);
-        printf("  %s: %d tokens, logits max diff %.3g = %.3g of max |logit| %.3g; worst layer %.3g\n", model, n, d,
-               d / scale, scale, tc.worst);
-        CHECK(d <= TOL * scale, "logits differ from transformers: %.3g > %.3g", d, TOL * scale);
-    }
-    CHECK(tc.fails == 0, "%d taps differ from transformers", tc.fails);
-    CHECK(tc.seen >= c.m.config.num_hidden_layers + 2, "only %d taps compared", tc.seen);
-    free(out);
-    ctx_free(&c);
-    g4_model_free(&g.m);
-}
-
-static void test_golden_e2b_like(void) { check_golden("e2b_like"); }
-static void test_golden_e4b_like_wrapper(void) { check_golden("e4b_like"); }
-static void test_golden_31b_like_sharded(void) { check_golden("31b_like"); }
-static void test_golden_26b_like_moe(void) { check_golden("26b_like"); }
-static void test_golden_plain_f16(void) { check_golden("plain"); }
-static void test_golden_legacy_keys(void) { check_golden("legacy_keys"); }
-
-/* greedy decode, one token per g4_forward, equals transformers' generate */
-static void check_greedy(const char *model) {
-    golden g;
-    ctx c;
-    int n, i, prompt = 6;
-    int64_t numel;
-    const int32_t *want;
-    const float *step_ref;
-    float *logits;
-    if (!golden_open(&g, model)) { CHECK(0, "no golden"); return; }
-    want = golden_ids(&g, "greedy_ids", &n);
-    CHECK(want && n > prompt, "golden lacks greedy_ids");
-    if (!want || n <= prompt || !ctx_open(&c, tiny(model), n, 0, 0)) { g4_model_free(&g.m); return; }
-    logits = (float *)malloc(sizeof(float) * c.m.config.vocab_size);
-    step_ref = golden_f32(&g, "greedy_logits", &numel);
-    CHECK(step_ref && numel == (int64_t)(n - prompt) * c.m.config.vocab_size, "golden lacks greedy_logits");
-    CHECK(g4_forward(&c.s, want, prompt, logits, G4_LOGITS_LAST) == G4_OK, "prefill");
-    for (i = prompt; i < n; i++) {
-        int32_t next = g4_argmax(logits, c.m.config.vocab_size);
-        if (step_ref) { /* the logits transformers' generate saw at this step (DynamicCache decode) */
-            const float *r = step_ref + (size_t)(i - prompt) * c.m.config.vocab_size;
-            double d = max_diff(logits, r, (size_t)c.m.config.vocab_size), sc = max_abs(r, (size_t)c.m.config.vocab_size);
-            CHECK(d <= TOL * sc, "%s step %d: decode logits differ by %.3g (%.3g relative)", model, i - prompt, d, d / sc);
-        }
-        CHECK(next == want[i], "token %d: got %d, transformers %d", i, (int)next, (int)want[i]);
-        if (next != want[i]) break;
-        if (i + 1 < n) CHECK(g4_forward(&c.s, &next, 1, logits, G4_LOGITS_LAST) == G4_OK, "decode");
-    }
-    free(logits);
-    ctx_free(&c);
-    g4_model_free(&g.m);
-}
-
-static void test_greedy_matches_generate(void) {
-    check_greedy("e2b_like");
-    check_greedy("e4b_like");
-    check_greedy("31b_like");
-    check_greedy("26b_like");
-    check_greedy("plain");
-}
-
-/* --------------------------------------- one code path: chunks and decode */
-
-static void check_chunking(const char *model) {
-    golden g;
-    int n, V, k;
-    const int32_t *ids;
-    float *ref;
-    /* (max_chunk, tokens per call): one shot, decode, chunks of 3, chunk > window */
-    static const int plans[][2] = {{1, 1}, {3, 0}, {3, 5}, {13, 0}, {64, 7}, {2, 2}};
-    if (!golden_open(&g, model)) { CHECK(0, "no golden"); return; }
-    ids = golden_ids(&g, "input_ids", &n);
-    if (!ids) { CHECK(0, "golden lacks input_ids"); g4_model_free(&g.m); return; }
-    ref = run_logits(tiny(model), ids, n, 64, 0, 0);
-    CHECK(ref != NULL, "one-shot run");
-    if (!ref) { g4_model_free(&g.m); return; }
-    {
-        g4_model tmp;
-        g4_model_load(&tmp, tiny(model));
-        V = tmp.config.vocab_size;
-        CHECK(n > tmp.config.sliding_window, "sequence (%d) must exceed the window (%d)", n, tmp.config.sliding_window);
-        g4_model_free(&tmp);
-    }
-    for (k = 0; k < (int)(sizeof plans / sizeof plans[0]); k++) {
-        float *out = run_logits(tiny(model), ids, n, plans[k][0], plans[k][1], 0);
-        CHECK(out != NULL, "run");
-        if (out) {
-            double d = max_diff(out, ref, (size_t)n * V);
-            CHECK(d == 0.0, "%s: max_chunk %d, %d per call: differs from one-shot prefill by %.3g", model, plans[k][0],
-                  plans[k][1], d);
-        }
-        free(out);
-    }
-    free(ref);
-    g4_model_free(&g.m);
-}
-
-static void test_chunked_equals_oneshot_e2b(void) { check_chunking("e2b_like"); }
-static void test_chunked_equals_oneshot_moe(void) { check_chunking("26b_like"); }
-static void test_chunked_equals_oneshot_31b(void) { check_chunking("31b_like"); }
-
-/* ----------------------------------------------- shared-KV table invariants */
-
-static void test_reader_copies_same_logits(void) {
-    golden g;
-    int n;
-    const int32_t *ids;
-    float *a, *b;
-    if (!golden_open(&g, "e2b_like")) { CHECK(0, "no golden"); return; }
-    ids = golden_ids(&g, "input_ids", &n);
-    if (!ids) { CHECK(0, "golden lacks input_ids"); g4_model_free(&g.m); return; }
-    a = run_logits(tiny("e2b_like"), ids, n, 5, 0, 0);
-    b = run_logits(tiny("e2b_like"), ids, n, 5, 0, 1);
-    CHECK(a && b && max_diff(a, b, (size_t)n * 512) == 0.0, "owners-only table and per-reader copies differ");
-    free(a);
-    free(b);
-    g4_model_free(&g.m);
-}
-
-static void test_table_owners_only(void) {
-    ctx c, d;
-    int i, readers = 0;
-    if (!ctx_open(&c, tiny("e2b_like"), 32, 4, 0) || !ctx_open(&d, tiny("e2b_like"), 32, 4, 1)) {
-        CHECK(0, "open");
-        return;
-    }
-    CHECK(c.s.n_slots == c.m.plan.first_shared, "slots %d != owners %d", c.s.n_slots, c.m.plan.first_shared);
-    for (i = 0; i < c.m.plan.n_layers; i++) {
-        const g4_layer_plan *lp = &c.m.plan.layer[i];
-        if (lp->reads >= 0) {
-            readers++;
-            CHECK(c.s.layer_slot[i] == c.s.layer_slot[lp->reads], "reader %d does not share slot of %d", i, lp->reads);
-        } else {
-            CHECK(c.s.slots[c.s.layer_slot[i]].writer == i, "slot of owner %d has writer %d", i,
-                  c.s.slots[c.s.layer_slot[i]].writer);
-        }
-    }
-    CHECK(readers == 4, "e2b_like has 4 readers, plan says %d", readers);
-    CHECK(d.s.n_slots == c.s.n_slots + readers, "debug copies: %d slots", d.s.n_slots);
-    CHECK(d.bytes > c.bytes, "reader copies must need more arena (%lu vs %lu)", (unsigned long)d.bytes,
-          (unsigned long)c.bytes);
-    /* sliding slots hold window-1+chunk rows, full ones the whole context */
-    CHECK(c.s.slots[0].capacity == 8 - 1 + 4, "sliding capacity %d", c.s.slots[0].capacity);
-    CHECK(c.s.slots[4].capacity == 32, "full capacity %d", c.s.slots[4].capacity);
-    ctx_free(&c);
-    ctx_free(&d);
-}
-
-/* Invariant 8: reader layers' K/V weights are optional and never read. The
-   transformers-saved e2b_like has none; add NaN ones and nothing may change. */
-static void test_stale_reader_kv_weights_ignored(void) {
-    golden g;
-    int n, i, L = 10, k = 0;
-    const int32_t *ids;
-    float *a, *b, *nan_kv = (float *)malloc(sizeof(float) * 32 * 64);
-    st_entry extra[12];
-    char names[12][96];
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s/stale_kv", g_tmp);
-    for (i = 0; i < 32 * 64; i++) nan_kv[i] = NAN;
-    for (i = 6; i < L; i++) { /* e2b_like readers are 6..9; D 16 (sliding) or 32 (full), 1 KV head */
-        int D = i == 9 ? 32 : 16;
-        static const char *what[3] = {"k_proj.weight", "v_proj.weight", "k_norm.weight"};
-        int w;
-        for (w = 0; w < 3; w++, k++) {
-            snprintf(names[k], sizeof names[k], "model.layers.%d.self_attn.%s", i, what[w]);
-            extra[k].name = names[k];
-            extra[k].dtype = "F32";
-            extra[k].ndim = w == 2 ? 1 : 2;
-            extra[k].shape[0] = D;
-            extra[k].shape[1] = 64;
-            extra[k].data = nan_kv;
-            extra[k].bytes = sizeof(float) * (size_t)D * (w == 2 ? 1 : 64);
-        }
-    }
-    CHECK(rewrite_checkpoint("e2b_like", dir, extra, k), "write %s", dir);
-    if (!golden_open(&g, "e2b_like")) { CHECK(0, "no golden"); free(nan_kv); return; }
-    ids = golden_ids(&g, "input_ids", &n);
-    if (!ids) { CHECK(0, "golden lacks input_ids"); g4_model_free(&g.m); return; }
-    a = run_logits(tiny("e2b_like"), ids, n, 64, 0, 0);
-    b = run_logits(dir, ids, n, 64, 0, 0);
-    CHECK(b != NULL, "checkpoint with stale reader K/V must load");
-    CHECK(a && b && max_diff(a, b, (size_t)n * 512) == 0.0, "NaN reader K/V weights changed the output");
-    {
-        g4_model m;
-        g4_result r = g4_model_load(&m, dir);
-        CHECK(r == G4_OK, "load: %s", m.error);
-        if (r != G4_OK) goto out;
-        CHECK(g4_model_tensor(&m, "model.layers.6.self_attn.k_proj.weight") != NULL, "the stale tensor is in the file");
-        CHECK(m.w.layers[6].k_proj.data == NULL && m.w.layers[9].v_proj.data == NULL, "reader K/V must not be bound");
-        g4_model_free(&m);
-    }
-out:
-    free(a);
-    free(b);
-    free(nan_kv);
-    g4_model_free(&g.m);
-}
-
-/* Invariant 5/6: readers see exactly the positions of this step; the slot's
-   counter never drives positions. Two interleaved sessions stay independent. */
-static void test_sessions_independent(void) {
-    golden g;
-    ctx a, b;
-    int n, i;
-    const int32_t *ids;
-    float *la, *lb, *ref;
-    if (!golden_open(&g, "e2b_like")) { CHECK(0, "no golden"); return; }
-    ids = golden_ids(&g, "input_ids", &n);
-    if (!ids) { CHECK(0, "golden lacks input_ids"); g4_model_free(&g.m); return; }
-    ref = run_logits(tiny("e2b_like"), ids, n, 64, 0, 0);
-    if (!ctx_open(&a, tiny("e2b_like"), n, 4, 0)) { CHECK(0, "open"); return; }
-    b.s = a.s; /* a second session on the same loaded model */
-    {
-        g4_session_config sc = a.s.cfg;
-        size_t bytes;
-        g4_session_size(&a.m, &sc, &bytes);
-        b.arena = malloc(bytes);
-        CHECK(g4_session_init(&b.s, &a.m, &sc, b.arena, bytes) == G4_OK, "init b");
-    }
-    la = (float *)malloc(sizeof(float) * (size_t)n * 512);
-    lb = (float *)malloc(sizeof(float) * (size_t)n * 512);
-    for (i = 0; i < n; i++) { /* interleave: a one token at a time, b in reverse-sized bites */
-        CHECK(g4_forward(&a.s, ids + i, 1, la + (size_t)i * 512, G4_LOGITS_ALL) == G4_OK, "a");
-        if (i % 2 == 1) CHECK(g4_forward(&b.s, ids + i - 1, 2, lb + (size_t)(i - 1) * 512, G4_LOGITS_ALL) == G4_OK, "b");
-    }
-    CHECK(ref && max_diff(la, ref, (size_t)n * 512) == 0.0, "session a drifted");
-    CHECK(ref && max_diff(lb, ref, (size_t)n * 512) == 0.0, "session b drifted");
-    g4_session_reset(&a.s);
-    CHECK(a.s.pos == 0, "reset");
-    CHECK(g4_forward(&a.s, ids, n, la, G4_LOGITS_ALL) == G4_OK && max_diff(la, ref, (size_t)n * 512) == 0.0,
-          "a reset session must reproduce the first run");
-    free(la);
-    free(lb);
-    free(ref);
-    free(b.arena);
-    ctx_free(&a);
-    g4_model_free(&g.m);
-}
+#define TOL G4T_TOL
 
 /* ------------------------------------------------------- released configs */
 
@@ -388,7 +47,8 @@ static const char *cfgfile(const char *dir, const char *name) {
     return buf[k];
 }
 
-/* The plan every released model must have (spec sections 3 and 5). */
+/* The plan every released model must have: layer types, head dims, KV heads,
+   owners and readers (the tail rule), MLP widths, RoPE. */
 static void check_released(const char *name, int L, int H, int sliding_kv, int full_kv, int k_eq_v, int first_shared,
                            int src_sliding, int src_full, int I, int I_shared, int P, int window) {
     const char *forms[2] = {"", "hub/"};
@@ -599,29 +259,6 @@ static void test_rope_proportional(void) {
 
 /* --------------------------------------------------- runtime input errors */
 
-static void test_forward_input_errors(void) {
-    ctx c;
-    int32_t ids[4] = {2, 3, 4, 5}, bad;
-    float *logits;
-    if (!ctx_open(&c, tiny("e2b_like"), 4, 2, 0)) { CHECK(0, "open"); return; }
-    logits = (float *)malloc(sizeof(float) * 8 * 512);
-    bad = 512;
-    CHECK(g4_forward(&c.s, &bad, 1, logits, G4_LOGITS_LAST) == G4_ERR_INPUT && strstr(c.s.error, "512"), "id >= vocab");
-    bad = -1;
-    CHECK(g4_forward(&c.s, &bad, 1, logits, G4_LOGITS_LAST) == G4_ERR_INPUT, "negative id");
-    CHECK(g4_forward(&c.s, ids, 0, logits, G4_LOGITS_LAST) == G4_ERR_INPUT, "empty input");
-    CHECK(g4_forward(&c.s, NULL, 1, logits, G4_LOGITS_LAST) == G4_ERR_INPUT, "NULL ids");
-    CHECK(g4_forward(&c.s, ids, 1, NULL, G4_LOGITS_LAST) == G4_ERR_INPUT, "NULL logits");
-    CHECK(g4_forward(&c.s, ids, 1, logits, 7) == G4_ERR_INPUT, "bad mode");
-    CHECK(c.s.pos == 0, "errors must not advance the session");
-    CHECK(g4_forward(&c.s, ids, 3, logits, G4_LOGITS_LAST) == G4_OK, "3 of 4");
-    CHECK(g4_forward(&c.s, ids, 2, logits, G4_LOGITS_LAST) == G4_ERR_INPUT && strstr(c.s.error, "max_context"),
-          "over-long: %s", c.s.error);
-    CHECK(g4_forward(&c.s, ids, 1, NULL, G4_LOGITS_NONE) == G4_OK, "the 4th fits");
-    free(logits);
-    ctx_free(&c);
-}
-
 static void test_arena_errors(void) {
     g4_model m;
     g4_session s;
@@ -735,7 +372,7 @@ static void test_cli(void) {
     f = fopen(out, "rb");
     CHECK(f && fread(file, sizeof(float), (size_t)n * V, f) == (size_t)n * V, "read %s", out);
     if (f) fclose(f);
-    ref = run_logits(tiny("e2b_like"), ids, n, 64, 0, 0);
+    ref = g4t_logits(&g4t_cpu, tiny("e2b_like"), ids, n, 64, 0, 0);
     /* build/gemma4 may use other kernels than this test binary (the sanitizer
        build is scalar), so the same tolerance as against transformers */
     CHECK(ref && max_diff(file, ref, (size_t)n * V) <= TOL * max_abs(ref, (size_t)n * V), "CLI logits differ from the library's");
@@ -772,20 +409,20 @@ static void test_cli(void) {
    owner's slot instead of its own owner's. */
 static int run_compare(g4cmp *c, const char *model, const char *dump, int bf16, int chunk, double tol, int reader,
                        int wrong_owner, FILE *report) {
-    ctx x;
+    g4t_run x;
     float *logits;
     int first = -2;
     if (g4cmp_open(c, dump) != G4_OK) { printf("  %s\n", c->error); return -2; }
-    if (!ctx_open(&x, tiny(model), c->n_ids, chunk, 0)) { ctx_free(&x); return -2; }
-    x.s.cfg.tap = g4cmp_tap;
-    x.s.cfg.tap_user = c;
-    x.s.cfg.bf16 = bf16;
+    if (!g4t_open(&x, &g4t_cpu, tiny(model), c->n_ids, chunk, 0)) { g4t_close(&x); return -2; }
+    x.s.cfg->tap = g4cmp_tap;
+    x.s.cfg->tap_user = c;
+    x.s.cfg->bf16 = bf16;
     if (wrong_owner >= 0) x.s.layer_slot[reader] = x.s.layer_slot[wrong_owner];
     logits = (float *)malloc(sizeof(float) * (size_t)c->n_ids * x.m.config.vocab_size);
-    if (g4_forward(&x.s, c->ids, c->n_ids, logits, G4_LOGITS_ALL) == G4_OK) first = g4cmp_report(c, tol, report);
+    if (g4t_cpu.forward(&x.s, c->ids, c->n_ids, logits, G4_LOGITS_ALL) == G4_OK) first = g4cmp_report(c, tol, report);
     else printf("  forward: %s\n", x.s.error);
     free(logits);
-    ctx_free(&x);
+    g4t_close(&x);
     return first;
 }
 
@@ -1026,31 +663,38 @@ static void test_threads_bit_identical(void) {
     for (k = 0; k < 12; k++) {
         int nt = k < 6 ? 2 : 3;
         golden g;
-        ctx a, b;
+        g4t_run a;
+        g4_session b;
+        void *b_arena;
         int n, V;
         const int32_t *ids;
         float *la, *lb;
         if (k % 6 == 0) CHECK(g4_pool_create(&pool, nt) == G4_OK && g4_pool_threads(pool) == nt, "pool");
         if (!golden_open(&g, models[k % 6])) { CHECK(0, "golden"); continue; }
         ids = golden_ids(&g, "input_ids", &n);
-        if (!ids || !ctx_open(&a, tiny(models[k % 6]), n, 7, 0)) { CHECK(0, "open"); g4_model_free(&g.m); continue; }
+        if (!ids || !g4t_open(&a, &g4t_cpu, tiny(models[k % 6]), n, 7, 0)) {
+            CHECK(0, "open");
+            g4t_close(&a);
+            g4_model_free(&g.m);
+            continue;
+        }
         V = a.m.config.vocab_size;
-        {
-            g4_session_config sc = a.s.cfg;
+        { /* b: the same session config with the pool, in an arena of the test's own */
+            g4_session_config sc = *a.s.cfg;
             size_t bytes;
             sc.pool = pool;
-            b.m = a.m;
-            CHECK(g4_session_size(&a.m, &sc, &bytes) == G4_OK && bytes > a.bytes, "threads need more scores rows");
-            b.arena = malloc(bytes);
-            CHECK(g4_session_init(&b.s, &a.m, &sc, b.arena, bytes) == G4_OK, "init");
+            CHECK(g4_session_size(&a.m, &sc, &bytes) == G4_OK && bytes > a.s.bytes, "threads need more scores rows");
+            b_arena = malloc(bytes);
+            CHECK(g4_session_init(&b, &a.m, &sc, b_arena, bytes) == G4_OK, "init");
         }
-        a.s.cfg.bf16 = b.s.cfg.bf16 = k >= 6; /* the second round in the bf16-faithful mode */
+        a.s.cfg->bf16 = b.cfg.bf16 = k >= 6; /* the second round in the bf16-faithful mode */
         la = (float *)malloc(sizeof(float) * (size_t)n * V);
         lb = (float *)malloc(sizeof(float) * (size_t)n * V);
-        CHECK(g4_forward(&a.s, ids, n, la, G4_LOGITS_ALL) == G4_OK && g4_forward(&b.s, ids, n, lb, G4_LOGITS_ALL) == G4_OK, "fwd");
+        CHECK(g4t_cpu.forward(&a.s, ids, n, la, G4_LOGITS_ALL) == G4_OK && g4_forward(&b, ids, n, lb, G4_LOGITS_ALL) == G4_OK,
+              "fwd");
         CHECK(memcmp(la, lb, sizeof(float) * (size_t)n * V) == 0, "%s: %d threads differ from 1", models[k % 6], nt);
-        free(la); free(lb); free(b.arena);
-        ctx_free(&a);
+        free(la); free(lb); free(b_arena);
+        g4t_close(&a);
         g4_model_free(&g.m);
         if (k % 6 == 5) g4_pool_free(pool);
     }
@@ -1062,20 +706,7 @@ int main(int argc, char **argv) {
     if (!mkdtemp(tmpl)) { printf("cannot create a temporary directory\n"); return 1; }
     snprintf(g_tmp, sizeof g_tmp, "%s", tmpl);
 
-    run("golden e2b_like (PLE, KV sharing, double-wide MLP, bf16)", test_golden_e2b_like);
-    run("golden e4b_like (multimodal wrapper prefix, 5:1, towers ignored)", test_golden_e4b_like_wrapper);
-    run("golden 31b_like (attention_k_eq_v, sharded, bf16)", test_golden_31b_like_sharded);
-    run("golden 26b_like (MoE, bf16)", test_golden_26b_like_moe);
-    run("golden plain (default layer_types, f16)", test_golden_plain_f16);
-    run("golden legacy_keys (hub-form keys, stale reader K/V, f32)", test_golden_legacy_keys);
-    run("greedy decode: logits and tokens of transformers generate", test_greedy_matches_generate);
-    run("chunked prefill and decode = one-shot (e2b_like)", test_chunked_equals_oneshot_e2b);
-    run("chunked prefill and decode = one-shot (MoE)", test_chunked_equals_oneshot_moe);
-    run("chunked prefill and decode = one-shot (k_eq_v)", test_chunked_equals_oneshot_31b);
-    run("owners-only table = per-reader copies", test_reader_copies_same_logits);
-    run("table: storage for owners only, readers share slots", test_table_owners_only);
-    run("stale reader K/V weights (NaN) are never read", test_stale_reader_kv_weights_ignored);
-    run("sessions on one model are independent; reset", test_sessions_independent);
+    g4t_run_all(&g4t_cpu, NULL, 0, NULL); /* tests/invariants.h */
     run("plan: gemma-4-E2B", test_plan_e2b);
     run("plan: gemma-4-E4B", test_plan_e4b);
     run("plan: gemma-4-31B", test_plan_31b);
@@ -1087,7 +718,6 @@ int main(int argc, char **argv) {
     run("config: errors name the field", test_config_errors);
     run("json parser", test_json_parser);
     run("rope: proportional pairs and denominator", test_rope_proportional);
-    run("forward: bad input is an error", test_forward_input_errors);
     run("arena: undersized, misaligned, NULL", test_arena_errors);
     run("checkpoint: malformed files are errors", test_checkpoint_errors);
     run("wrapper checkpoint: tower tensors ignored", test_wrapper_ignores_towers);
