@@ -68,7 +68,7 @@
          G4_NO_SIMD         only the scalar reference kernels
          G4_POOL_SPIN       polls a pool thread spins before it sleeps (50000)
          G4_PARALLEL_MIN    smallest job split across the pool, in elements (4096)
-         G4_MALLOC/G4_FREE  the allocator used by the load functions
+         G4_MALLOC/G4_FREE  the allocator of the load functions and g4_session_create
          G4_MAX_LAYERS      most decoder layers a config may have (256)
          GEMMA4_CUDA        declare the CUDA twin (gemma4_cuda.cu)
 
@@ -84,6 +84,8 @@
          void *arena = malloc(bytes);
          g4_session s;
          g4_session_init(&s, &model, &sc, arena, bytes);
+         // (or g4_session_create(&s, &model, &sc): the arena allocated for
+         //  you, freed by g4_session_destroy(&s))
          int32_t prompt[] = {2, 818, 1010};
          float *logits = malloc(sizeof(float) * model.config.vocab_size);
          g4_forward(&s, prompt, 3, logits, G4_LOGITS_LAST);  // prefill
@@ -103,9 +105,11 @@
      g4_model_load maps the safetensors files (nothing is converted or copied)
      and allocates a small tensor table. Everything a session needs - the K/V
      storage of the layers that own K/V, the shared-KV table and all scratch -
-     lives in ONE caller-provided arena whose size g4_session_size reports.
-     g4_forward never allocates. Layers that read another layer's K/V (Gemma 4's
-     "KV-shared" layers) get no storage: they hold a slot index into the table.
+     lives in ONE caller-provided arena whose size g4_session_size reports
+     (g4_session_create allocates it instead, for a caller that does not care
+     where it lives; g4_session_destroy frees it). g4_forward never allocates.
+     Layers that read another layer's K/V (Gemma 4's "KV-shared" layers) get
+     no storage: they hold a slot index into the table.
      Print the plan (g4_plan_print) to see who owns and who reads what.
 
    THREAD SAFETY AND THREADS
@@ -398,6 +402,8 @@ typedef struct {
     float *inv_freq[2];        /* [Dmax/2] per layer type */
     uint16_t *xbf;             /* [rows][widest matmul input] a matmul's input as bf16
                                   (builds with avx512_bf16 only; else empty) */
+    size_t arena_bytes;        /* the arena's size, as given to g4_session_init */
+    void *own_arena;           /* g4_session_create's allocation; NULL: the caller's arena */
     char error[G4_ERROR_MAX];
 } g4_session;
 
@@ -407,6 +413,12 @@ G4_API g4_result g4_session_size(const g4_model *m, const g4_session_config *cfg
 G4_API g4_result g4_session_init(g4_session *s, const g4_model *m, const g4_session_config *cfg,
                                  void *arena, size_t arena_bytes);
 G4_API void g4_session_reset(g4_session *s); /* forget all positions */
+/* The same session with an arena of its own, for callers that do not care
+   where the arena lives: g4_session_size, G4_MALLOC, g4_session_init in one
+   call (G4_ERR_NOMEM when the allocation fails); g4_session_destroy frees it.
+   g4_session_destroy on a g4_session_init session frees nothing. */
+G4_API g4_result g4_session_create(g4_session *s, const g4_model *m, const g4_session_config *cfg);
+G4_API void g4_session_destroy(g4_session *s);
 
 enum { G4_LOGITS_NONE = 0, G4_LOGITS_LAST = 1, G4_LOGITS_ALL = 2 };
 /* Run n tokens at positions s->pos .. s->pos+n-1 (prefill or decode: the same
@@ -3164,6 +3176,7 @@ G4__DEF g4_result g4_session_init(g4_session *s, const g4_model *m, const g4_ses
     cv.base = (unsigned char *)arena + ((64 - (uintptr_t)arena % 64) % 64);
     s->model = m;
     s->cfg = c;
+    s->arena_bytes = arena_bytes;
     g4__carve(s, m, &c, &cv);
     for (t = 0; t < 2; t++)
         for (i = 0; i < m->plan.n_layers; i++)
@@ -3176,6 +3189,36 @@ G4__DEF void g4_session_reset(g4_session *s) {
     if (!s || !s->slots) return;
     s->pos = 0;
     for (i = 0; i < s->n_slots; i++) s->slots[i].n_pos = 0;
+}
+
+G4__DEF g4_result g4_session_create(g4_session *s, const g4_model *m, const g4_session_config *cfg) {
+    size_t bytes;
+    void *raw;
+    g4_result r;
+    if (!s) return G4_ERR_INPUT;
+    memset(s, 0, sizeof *s);
+    if ((r = g4__check_session_config(m, cfg, s->error)) != G4_OK) return r;
+    if ((r = g4_session_size(m, cfg, &bytes)) != G4_OK || bytes > (size_t)-1 - 16) {
+        g4__seterr(s->error, "session for %d positions does not fit in memory", cfg->max_context);
+        return r != G4_OK ? r : G4_ERR_ARENA;
+    }
+    if (!(raw = G4_MALLOC(bytes + 16))) { /* + 16: G4_MALLOC need not align to 16 */
+        g4__seterr(s->error, "out of memory for a session arena of %lu bytes (%d positions)", (unsigned long)bytes,
+                   cfg->max_context);
+        return G4_ERR_NOMEM;
+    }
+    if ((r = g4_session_init(s, m, cfg, (unsigned char *)raw + (16 - (uintptr_t)raw % 16) % 16, bytes)) != G4_OK) {
+        G4_FREE(raw);
+        return r;
+    }
+    s->own_arena = raw;
+    return G4_OK;
+}
+
+G4__DEF void g4_session_destroy(g4_session *s) {
+    if (!s) return;
+    G4_FREE(s->own_arena);
+    memset(s, 0, sizeof *s);
 }
 
 /* ------------------------------------------------ forward pass >>forward */
