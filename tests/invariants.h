@@ -1,7 +1,7 @@
 /* invariants.h - the tests every forward-pass backend must pass, written once.
-   tests/test_gemma4.c runs them on gemma4.h's CPU forward (g4t_cpu below),
+   tests/test_gemma4.c runs them on gemma4.h's CPU forward (g4i_cpu below),
    tests/test_cuda.c on gemma4_cuda.cu's (on a GPU or in the emulator). A
-   backend is a g4t_backend: its form of a loaded model, and open / forward /
+   backend is a g4i_backend: its form of a loaded model, and open / forward /
    reset / close of a session on it.
 
    The shared-KV invariants (README, *The arena and the shared-KV table*), and
@@ -10,27 +10,27 @@
         head dim, KV heads, and for a reader the owner it reads; a reader with
         no owner of its type is rejected, naming the layer.
                                                test_gemma4.c: plan, config tests
-     2. One arena, the caller's: K/V storage for owner layers only.   g4t_table
+     2. One arena, the caller's: K/V storage for owner layers only.   g4i_table
      3. The table, not a pointer copy: one slot per owner, which layer writes
         it, where its K/V live, how many positions it holds; a reader holds a
-        slot index.                                                    g4t_table
+        slot index.                                                    g4i_table
      4. One code path: chunked prefill and token-by-token decode give the bits
-        of one prefill.                                   g4t_chunking, g4t_greedy
+        of one prefill.                                   g4i_chunking, g4i_greedy
      5. Write once, then read: within a step an owner appends its rows before a
         reader runs, and every slot then holds exactly the positions consumed.
-                                         g4t_table; test_cuda.c: the table checks
+                                         g4i_table; test_cuda.c: the table checks
      6. Positions come from the step, not from a slot's counter: interleaved
-        sessions on one model stay independent.                     g4t_sessions
-     7. A sliding owner keeps window - 1 + chunk rows.                 g4t_table
+        sessions on one model stay independent.                     g4i_sessions
+     7. A sliding owner keeps window - 1 + chunk rows.                 g4i_table
      8. Reader K/V weights are optional and never read: NaN ones change no bit.
-                                                             g4t_stale_reader_kv
+                                                             g4i_stale_reader_kv
      9. The plan can be printed.             test_gemma4.c: plan print format
-   Besides: logits and layer outputs equal transformers' (g4t_golden), greedy
-   decode equals generate (g4t_greedy), the debug table with a copy per reader
-   equals the owners-only one (g4t_reader_copies), bad forward input is an
-   error that changes nothing (g4t_forward_errors).
+   Besides: logits and layer outputs equal transformers' (g4i_golden), greedy
+   decode equals generate (g4i_greedy), the debug table with a copy per reader
+   equals the owners-only one (g4i_reader_copies), bad forward input is an
+   error that changes nothing (g4i_forward_errors).
 
-   Tolerances: against transformers, max |ours - ref| <= G4T_TOL * max |ref|
+   Tolerances: against transformers, max |ours - ref| <= G4I_TOL * max |ref|
    per tensor (why 2e-5: tests/test_gemma4.c's top comment); between runs of
    one backend (chunking, decode, sessions, reader copies, stale weights):
    exact, since every kernel is row-wise and a position computes the same bits
@@ -38,7 +38,7 @@
 #ifndef G4_TEST_INVARIANTS_H
 #define G4_TEST_INVARIANTS_H
 
-#define G4T_TOL 2e-5
+#define G4I_TOL 2e-5
 
 typedef struct {
     void *impl;               /* the backend's session and arenas */
@@ -50,7 +50,7 @@ typedef struct {
     int n_slots;
     int *layer_slot;
     size_t bytes;             /* its arena (on CUDA: the device arena) */
-} g4t_session;
+} g4i_session;
 
 typedef struct {
     const char *name;   /* "cpu", "cuda", ... in messages */
@@ -60,20 +60,20 @@ typedef struct {
     void *(*model_open)(const g4_model *m);
     void (*model_close)(void *bm);
     /* a session on bm; 0 after printing why (close it all the same) */
-    int (*open)(g4t_session *s, void *bm, const g4_session_config *cfg, int variant);
-    g4_result (*forward)(g4t_session *s, const int32_t *ids, int n, float *logits, int mode);
-    g4_result (*reset)(g4t_session *s);
-    void (*close)(g4t_session *s);
+    int (*open)(g4i_session *s, void *bm, const g4_session_config *cfg, int variant);
+    g4_result (*forward)(g4i_session *s, const int32_t *ids, int n, float *logits, int mode);
+    g4_result (*reset)(g4i_session *s);
+    void (*close)(g4i_session *s);
     /* optional: copies the table the kernels read (CUDA: the device's) */
-    g4_result (*read_table)(g4t_session *s, g4_kv_slot *out, int max);
-} g4t_backend;
+    g4_result (*read_table)(g4i_session *s, g4_kv_slot *out, int max);
+} g4i_backend;
 
 /* ------------------------------------------------------------ the CPU */
 
-H_UNUSED static void *g4t_cpu_model_open(const g4_model *m) { return (void *)(uintptr_t)m; }
-H_UNUSED static void g4t_cpu_model_close(void *bm) { (void)bm; }
+H_UNUSED static void *g4i_cpu_model_open(const g4_model *m) { return (void *)(uintptr_t)m; }
+H_UNUSED static void g4i_cpu_model_close(void *bm) { (void)bm; }
 
-H_UNUSED static int g4t_cpu_open(g4t_session *s, void *bm, const g4_session_config *cfg, int variant) {
+H_UNUSED static int g4i_cpu_open(g4i_session *s, void *bm, const g4_session_config *cfg, int variant) {
     g4_session *ss = (g4_session *)calloc(1, sizeof *ss);
     (void)variant;
     memset(s, 0, sizeof *s);
@@ -89,36 +89,36 @@ H_UNUSED static int g4t_cpu_open(g4t_session *s, void *bm, const g4_session_conf
     return 1;
 }
 
-H_UNUSED static g4_result g4t_cpu_forward(g4t_session *s, const int32_t *ids, int n, float *logits, int mode) {
+H_UNUSED static g4_result g4i_cpu_forward(g4i_session *s, const int32_t *ids, int n, float *logits, int mode) {
     return g4_forward((g4_session *)s->impl, ids, n, logits, mode);
 }
 
-H_UNUSED static g4_result g4t_cpu_reset(g4t_session *s) {
+H_UNUSED static g4_result g4i_cpu_reset(g4i_session *s) {
     g4_session_reset((g4_session *)s->impl);
     return G4_OK;
 }
 
-H_UNUSED static void g4t_cpu_close(g4t_session *s) {
+H_UNUSED static void g4i_cpu_close(g4i_session *s) {
     g4_session_destroy((g4_session *)s->impl);
     free(s->impl);
     s->impl = NULL;
 }
 
-H_UNUSED static const g4t_backend g4t_cpu = {"cpu", 0, g4t_cpu_model_open, g4t_cpu_model_close, g4t_cpu_open,
-                                             g4t_cpu_forward, g4t_cpu_reset, g4t_cpu_close, NULL};
+H_UNUSED static const g4i_backend g4i_cpu = {"cpu", 0, g4i_cpu_model_open, g4i_cpu_model_close, g4i_cpu_open,
+                                             g4i_cpu_forward, g4i_cpu_reset, g4i_cpu_close, NULL};
 
 /* --------------------------------------------------------------- runs */
 
 /* A loaded model, the backend's form of it and one session. */
 typedef struct {
-    const g4t_backend *b;
+    const g4i_backend *b;
     g4_model m;
     void *bm;
-    g4t_session s;
-} g4t_run;
+    g4i_session s;
+} g4i_run;
 
-/* 0 after printing why; g4t_close either way. */
-H_UNUSED static int g4t_open(g4t_run *r, const g4t_backend *b, const char *dir, int max_context, int chunk,
+/* 0 after printing why; g4i_close either way. */
+H_UNUSED static int g4i_open(g4i_run *r, const g4i_backend *b, const char *dir, int max_context, int chunk,
                              int reader_copies) {
     g4_session_config sc = g4_session_config_init();
     memset(r, 0, sizeof *r);
@@ -131,7 +131,7 @@ H_UNUSED static int g4t_open(g4t_run *r, const g4t_backend *b, const char *dir, 
     return b->open(&r->s, r->bm, &sc, b->variant);
 }
 
-H_UNUSED static void g4t_close(g4t_run *r) {
+H_UNUSED static void g4i_close(g4i_run *r) {
     if (r->s.impl) r->b->close(&r->s);
     if (r->bm) r->b->model_close(r->bm);
     g4_model_free(&r->m);
@@ -140,12 +140,12 @@ H_UNUSED static void g4t_close(g4t_run *r) {
 
 /* All logits [n][V] of ids through a fresh session, `step` tokens per forward
    call (0: all at once); NULL after printing why. */
-H_UNUSED static float *g4t_logits(const g4t_backend *b, const char *dir, const int32_t *ids, int n, int chunk, int step,
+H_UNUSED static float *g4i_logits(const g4i_backend *b, const char *dir, const int32_t *ids, int n, int chunk, int step,
                                   int reader_copies) {
-    g4t_run r;
+    g4i_run r;
     float *out = NULL;
     int done, k;
-    if (g4t_open(&r, b, dir, n, chunk, reader_copies)) {
+    if (g4i_open(&r, b, dir, n, chunk, reader_copies)) {
         out = (float *)malloc(sizeof(float) * (size_t)n * r.m.config.vocab_size);
         for (done = 0; out && done < n; done += k) {
             k = step ? (n - done < step ? n - done : step) : n;
@@ -156,13 +156,13 @@ H_UNUSED static float *g4t_logits(const g4t_backend *b, const char *dir, const i
             }
         }
     }
-    g4t_close(&r);
+    g4i_close(&r);
     return out;
 }
 
 /* The golden's input_ids (NULL, a failed check, and nothing to free when it
    has none); g4_model_free(&g->m) when done. */
-H_UNUSED static const int32_t *g4t_input_ids(golden *g, const char *model, int *n) {
+H_UNUSED static const int32_t *g4i_input_ids(golden *g, const char *model, int *n) {
     const int32_t *ids;
     if (!golden_open(g, model)) { CHECK(0, "no golden for %s", model); return NULL; }
     if (!(ids = golden_ids(g, "input_ids", n))) {
@@ -173,7 +173,7 @@ H_UNUSED static const int32_t *g4t_input_ids(golden *g, const char *model, int *
 }
 
 /* The vocabulary and window of a model directory's config. */
-H_UNUSED static g4_config g4t_config(const char *model) {
+H_UNUSED static g4_config g4i_config(const char *model) {
     g4_config c;
     if (g4_config_load(&c, path2(tiny(model), "config.json")) != G4_OK) printf("  %s\n", c.error);
     return c;
@@ -187,11 +187,11 @@ typedef struct {
     char (*name)[96];
     float **data;
     size_t *cnt;
-} g4t_taps;
+} g4i_taps;
 
-H_UNUSED static void g4t_record_tap(void *user, const char *name, int layer, const float *data, int rows, int cols,
+H_UNUSED static void g4i_record_tap(void *user, const char *name, int layer, const float *data, int rows, int cols,
                                     int pos0) {
-    g4t_taps *r = (g4t_taps *)user;
+    g4i_taps *r = (g4i_taps *)user;
     size_t cnt = (size_t)rows * cols;
     (void)layer;
     (void)pos0;
@@ -207,7 +207,7 @@ H_UNUSED static void g4t_record_tap(void *user, const char *name, int layer, con
     r->cnt[r->n++] = cnt;
 }
 
-H_UNUSED static void g4t_taps_free(g4t_taps *r) {
+H_UNUSED static void g4i_taps_free(g4i_taps *r) {
     int i;
     for (i = 0; i < r->n; i++) free(r->data[i]);
     free(r->name);
@@ -217,19 +217,19 @@ H_UNUSED static void g4t_taps_free(g4t_taps *r) {
 }
 
 /* A tap callback comparing each tap with transformers' golden (the layer
-   outputs, embed_tokens, per_layer_inputs, the final norm; G4T_TOL) and, when
+   outputs, embed_tokens, per_layer_inputs, the final norm; G4I_TOL) and, when
    ref is set, with the same tap of a reference run (ref_tol). */
 typedef struct {
     golden *g;            /* NULL: no transformers comparison */
-    const g4t_taps *ref;  /* NULL: no reference run */
+    const g4i_taps *ref;  /* NULL: no reference run */
     double ref_tol;
     int fails, seen, seen_ref, taps; /* seen_ref: taps the reference run also had */
     double worst, worst_ref;         /* relative */
-} g4t_tap_check;
+} g4i_tap_check;
 
-H_UNUSED static void g4t_compare_tap(void *user, const char *name, int layer, const float *data, int rows, int cols,
+H_UNUSED static void g4i_compare_tap(void *user, const char *name, int layer, const float *data, int rows, int cols,
                                      int pos0) {
-    g4t_tap_check *tc = (g4t_tap_check *)user;
+    g4i_tap_check *tc = (g4i_tap_check *)user;
     size_t cnt = (size_t)rows * cols, off = (size_t)pos0 * cols;
     char key[64];
     int64_t numel;
@@ -259,7 +259,7 @@ H_UNUSED static void g4t_compare_tap(void *user, const char *name, int layer, co
     {
         double d = off + cnt <= (size_t)numel ? max_diff(data, want + off, cnt) : INFINITY;
         double rel = d / max_abs(want, (size_t)numel);
-        if (!(rel <= G4T_TOL)) {
+        if (!(rel <= G4I_TOL)) {
             printf("  %s: max diff %.3g (%.3g relative) from transformers\n", key, d, rel);
             tc->fails++;
         }
@@ -271,47 +271,47 @@ H_UNUSED static void g4t_compare_tap(void *user, const char *name, int layer, co
 /* ------------------------------------------------------- the invariants */
 
 /* The worst relative differences a suite reports at its end. */
-typedef struct { double golden, ref; } g4t_worst;
+typedef struct { double golden, ref; } g4i_worst;
 
 /* Goldens, layer by layer: the logits and every layer output of `model`
-   within G4T_TOL of transformers'. With ref (another backend, e.g. the CPU
+   within G4I_TOL of transformers'. With ref (another backend, e.g. the CPU
    for CUDA): every tap and the logits within ref_tol of ref's run, and the
    same set of taps. */
-H_UNUSED static void g4t_golden(const g4t_backend *b, const char *model, const g4t_backend *ref, double ref_tol,
-                                g4t_worst *worst) {
+H_UNUSED static void g4i_golden(const g4i_backend *b, const char *model, const g4i_backend *ref, double ref_tol,
+                                g4i_worst *worst) {
     golden g;
-    g4t_run r;
-    g4t_taps rec;
-    g4t_tap_check tc;
+    g4i_run r;
+    g4i_taps rec;
+    g4i_tap_check tc;
     int n, V;
     int64_t numel = 0;
     const int32_t *ids;
     const float *want;
     float *out = NULL, *ref_out = NULL;
     memset(&r, 0, sizeof r);
-    if (!(ids = g4t_input_ids(&g, model, &n))) return;
+    if (!(ids = g4i_input_ids(&g, model, &n))) return;
     want = golden_f32(&g, "logits", &numel);
     CHECK(want != NULL, "golden lacks logits");
     memset(&rec, 0, sizeof rec);
     memset(&tc, 0, sizeof tc);
     tc.g = &g;
     if (ref) { /* the reference run, every tap recorded */
-        if (g4t_open(&r, ref, tiny(model), n, 0, 0)) {
-            r.s.cfg->tap = g4t_record_tap;
+        if (g4i_open(&r, ref, tiny(model), n, 0, 0)) {
+            r.s.cfg->tap = g4i_record_tap;
             r.s.cfg->tap_user = &rec;
             ref_out = (float *)malloc(sizeof(float) * (size_t)n * r.m.config.vocab_size);
             CHECK(ref->forward(&r.s, ids, n, ref_out, G4_LOGITS_ALL) == G4_OK, "%s forward: %s", ref->name, r.s.error);
         }
-        g4t_close(&r);
+        g4i_close(&r);
         CHECK(ref_out != NULL, "%s run", ref->name);
         tc.ref = &rec;
         tc.ref_tol = ref_tol;
     }
-    if (want && (!ref || ref_out) && g4t_open(&r, b, tiny(model), n, 0, 0)) {
+    if (want && (!ref || ref_out) && g4i_open(&r, b, tiny(model), n, 0, 0)) {
         double d, scale;
         V = r.m.config.vocab_size;
         CHECK(numel == (int64_t)n * V, "golden logits shape");
-        r.s.cfg->tap = g4t_compare_tap;
+        r.s.cfg->tap = g4i_compare_tap;
         r.s.cfg->tap_user = &tc;
         out = (float *)malloc(sizeof(float) * (size_t)n * V);
         CHECK(b->forward(&r.s, ids, n, out, G4_LOGITS_ALL) == G4_OK, "forward: %s", r.s.error);
@@ -319,7 +319,7 @@ H_UNUSED static void g4t_golden(const g4t_backend *b, const char *model, const g
         scale = max_abs(want, (size_t)n * V);
         printf("  %s %s: %d tokens, logits %.3g of max |logit| %.3g from transformers, worst layer %.3g", b->name, model,
                n, d / scale, scale, tc.worst);
-        CHECK(d <= G4T_TOL * scale, "logits differ from transformers: %.3g > %.3g", d, G4T_TOL * scale);
+        CHECK(d <= G4I_TOL * scale, "logits differ from transformers: %.3g > %.3g", d, G4I_TOL * scale);
         if (worst && d / scale > worst->golden) worst->golden = d / scale;
         if (worst && tc.worst > worst->golden) worst->golden = tc.worst;
         if (ref) {
@@ -337,18 +337,18 @@ H_UNUSED static void g4t_golden(const g4t_backend *b, const char *model, const g
     } else if (want && (!ref || ref_out)) {
         CHECK(0, "%s session", b->name);
     }
-    g4t_close(&r);
+    g4i_close(&r);
     free(out);
     free(ref_out);
-    g4t_taps_free(&rec);
+    g4i_taps_free(&rec);
     g4_model_free(&g.m);
 }
 
 /* Greedy decode, one token per forward call: the logits transformers'
    generate saw at each step (DynamicCache decode) and its tokens. */
-H_UNUSED static void g4t_greedy(const g4t_backend *b, const char *model) {
+H_UNUSED static void g4i_greedy(const g4i_backend *b, const char *model) {
     golden g;
-    g4t_run r;
+    g4i_run r;
     int n, i, V, prompt = 6;
     int64_t numel;
     const int32_t *want;
@@ -358,9 +358,9 @@ H_UNUSED static void g4t_greedy(const g4t_backend *b, const char *model) {
     if (!golden_open(&g, model)) { CHECK(0, "no golden for %s", model); return; }
     want = golden_ids(&g, "greedy_ids", &n);
     CHECK(want && n > prompt, "golden lacks greedy_ids");
-    if (!want || n <= prompt || !g4t_open(&r, b, tiny(model), n, 0, 0)) {
+    if (!want || n <= prompt || !g4i_open(&r, b, tiny(model), n, 0, 0)) {
         CHECK(!want || n <= prompt, "%s session", b->name);
-        g4t_close(&r);
+        g4i_close(&r);
         g4_model_free(&g.m);
         return;
     }
@@ -374,33 +374,33 @@ H_UNUSED static void g4t_greedy(const g4t_backend *b, const char *model) {
         if (step_ref) {
             const float *ref = step_ref + (size_t)(i - prompt) * V;
             double d = max_diff(logits, ref, (size_t)V), sc = max_abs(ref, (size_t)V);
-            CHECK(d <= G4T_TOL * sc, "%s step %d: decode logits differ by %.3g (%.3g relative)", model, i - prompt, d, d / sc);
+            CHECK(d <= G4I_TOL * sc, "%s step %d: decode logits differ by %.3g (%.3g relative)", model, i - prompt, d, d / sc);
         }
         CHECK(next == want[i], "%s token %d: got %d, transformers %d", model, i, (int)next, (int)want[i]);
         if (next != want[i]) break;
         if (i + 1 < n) CHECK(b->forward(&r.s, &next, 1, logits, G4_LOGITS_LAST) == G4_OK, "decode: %s", r.s.error);
     }
     free(logits);
-    g4t_close(&r);
+    g4i_close(&r);
     g4_model_free(&g.m);
 }
 
 /* Invariant 4: chunked prefill and decode give one prefill's bits, for every
    (max_chunk, tokens per call): decode, chunks of 3, a chunk longer than the
    window, calls that split chunks. */
-H_UNUSED static void g4t_chunking(const g4t_backend *b, const char *model) {
+H_UNUSED static void g4i_chunking(const g4i_backend *b, const char *model) {
     static const int plans[][2] = {{1, 1}, {3, 0}, {3, 5}, {13, 0}, {64, 7}, {2, 2}};
     golden g;
-    g4_config c = g4t_config(model);
+    g4_config c = g4i_config(model);
     int n, k;
     const int32_t *ids;
     float *ref;
-    if (!(ids = g4t_input_ids(&g, model, &n))) return;
+    if (!(ids = g4i_input_ids(&g, model, &n))) return;
     CHECK(n > c.sliding_window, "sequence (%d) must exceed the window (%d)", n, c.sliding_window);
-    ref = g4t_logits(b, tiny(model), ids, n, 64, 0, 0);
+    ref = g4i_logits(b, tiny(model), ids, n, 64, 0, 0);
     CHECK(ref != NULL, "one-shot run");
     for (k = 0; ref && k < (int)(sizeof plans / sizeof plans[0]); k++) {
-        float *out = g4t_logits(b, tiny(model), ids, n, plans[k][0], plans[k][1], 0);
+        float *out = g4i_logits(b, tiny(model), ids, n, plans[k][0], plans[k][1], 0);
         double d = out ? max_diff(out, ref, (size_t)n * c.vocab_size) : INFINITY;
         CHECK(d == 0.0, "%s: max_chunk %d, %d per call: differs from one-shot prefill by %.3g", model, plans[k][0],
               plans[k][1], d);
@@ -411,14 +411,14 @@ H_UNUSED static void g4t_chunking(const g4t_backend *b, const char *model) {
 }
 
 /* The debug table with a K/V copy per reader gives the owners-only table's bits. */
-H_UNUSED static void g4t_reader_copies(const g4t_backend *b) {
+H_UNUSED static void g4i_reader_copies(const g4i_backend *b) {
     golden g;
     int n;
     const int32_t *ids;
     float *own, *copies;
-    if (!(ids = g4t_input_ids(&g, "e2b_like", &n))) return;
-    own = g4t_logits(b, tiny("e2b_like"), ids, n, 5, 0, 0);
-    copies = g4t_logits(b, tiny("e2b_like"), ids, n, 5, 0, 1);
+    if (!(ids = g4i_input_ids(&g, "e2b_like", &n))) return;
+    own = g4i_logits(b, tiny("e2b_like"), ids, n, 5, 0, 0);
+    copies = g4i_logits(b, tiny("e2b_like"), ids, n, 5, 0, 1);
     CHECK(own && copies && max_diff(own, copies, (size_t)n * 512) == 0.0, "owners-only table and per-reader copies differ");
     free(own);
     free(copies);
@@ -430,17 +430,17 @@ H_UNUSED static void g4t_reader_copies(const g4t_backend *b) {
    capacities, more arena for copies; after each step every slot holds exactly
    the positions consumed (and the table the kernels read agrees); reset
    empties it. */
-H_UNUSED static void g4t_table(const g4t_backend *b) {
-    g4t_run c, d;
+H_UNUSED static void g4i_table(const g4i_backend *b) {
+    g4i_run c, d;
     g4_kv_slot kt[2 * G4_MAX_LAYERS];
     int32_t ids[7] = {2, 81, 101, 77, 5, 9, 300};
     float logits[512];
     int i, step, readers = 0;
     memset(&d, 0, sizeof d);
-    if (!g4t_open(&c, b, tiny("e2b_like"), 32, 4, 0) || !g4t_open(&d, b, tiny("e2b_like"), 32, 4, 1)) {
+    if (!g4i_open(&c, b, tiny("e2b_like"), 32, 4, 0) || !g4i_open(&d, b, tiny("e2b_like"), 32, 4, 1)) {
         CHECK(0, "open");
-        g4t_close(&c);
-        g4t_close(&d);
+        g4i_close(&c);
+        g4i_close(&d);
         return;
     }
     CHECK(c.s.n_slots == c.m.plan.first_shared, "slots %d != owners %d", c.s.n_slots, c.m.plan.first_shared);
@@ -480,14 +480,14 @@ H_UNUSED static void g4t_table(const g4t_backend *b) {
     CHECK(b->reset(&c.s) == G4_OK && *c.s.pos == 0 && c.s.slots[0].n_pos == 0, "reset must empty the table");
     if (b->read_table)
         CHECK(b->read_table(&c.s, kt, 2 * G4_MAX_LAYERS) == G4_OK && kt[0].n_pos == 0, "reset must empty the kernels' table");
-    g4t_close(&c);
-    g4t_close(&d);
+    g4i_close(&c);
+    g4i_close(&d);
 }
 
 /* Invariant 8: reader layers' K/V weights are optional and never read. The
    transformers-saved e2b_like has none; add NaN ones (readers 6..9: D 16
    sliding, 32 full, 1 KV head) and no output bit may change. */
-H_UNUSED static void g4t_stale_reader_kv(const g4t_backend *b) {
+H_UNUSED static void g4i_stale_reader_kv(const g4i_backend *b) {
     static const char *what[3] = {"k_proj.weight", "v_proj.weight", "k_norm.weight"};
     golden g;
     int n, i, w, k = 0;
@@ -511,9 +511,9 @@ H_UNUSED static void g4t_stale_reader_kv(const g4t_backend *b) {
         }
     }
     CHECK(rewrite_checkpoint("e2b_like", dir, extra, k), "write %s", dir);
-    if (!(ids = g4t_input_ids(&g, "e2b_like", &n))) { free(nan_kv); return; }
-    clean = g4t_logits(b, tiny("e2b_like"), ids, n, 64, 0, 0);
-    stale = g4t_logits(b, dir, ids, n, 64, 0, 0);
+    if (!(ids = g4i_input_ids(&g, "e2b_like", &n))) { free(nan_kv); return; }
+    clean = g4i_logits(b, tiny("e2b_like"), ids, n, 64, 0, 0);
+    stale = g4i_logits(b, dir, ids, n, 64, 0, 0);
     CHECK(stale != NULL, "checkpoint with stale reader K/V must load and run");
     CHECK(clean && stale && max_diff(clean, stale, (size_t)n * 512) == 0.0, "NaN reader K/V weights changed the output");
     {
@@ -534,18 +534,18 @@ H_UNUSED static void g4t_stale_reader_kv(const g4t_backend *b) {
 /* Invariants 5 and 6: two sessions on one model, interleaved (a one token per
    call, b two), each gives one prefill's bits; a reset session reproduces its
    first run. */
-H_UNUSED static void g4t_sessions(const g4t_backend *b) {
+H_UNUSED static void g4i_sessions(const g4i_backend *b) {
     golden g;
-    g4t_run a;
-    g4t_session s2;
+    g4i_run a;
+    g4i_session s2;
     int n, i, even;
     const int32_t *ids;
     float *la, *lb, *ref;
-    if (!(ids = g4t_input_ids(&g, "e2b_like", &n))) return;
+    if (!(ids = g4i_input_ids(&g, "e2b_like", &n))) return;
     even = n - n % 2;
-    ref = g4t_logits(b, tiny("e2b_like"), ids, n, 64, 0, 0);
+    ref = g4i_logits(b, tiny("e2b_like"), ids, n, 64, 0, 0);
     memset(&s2, 0, sizeof s2);
-    if (!g4t_open(&a, b, tiny("e2b_like"), n, 4, 0) || !b->open(&s2, a.bm, a.s.cfg, b->variant)) {
+    if (!g4i_open(&a, b, tiny("e2b_like"), n, 4, 0) || !b->open(&s2, a.bm, a.s.cfg, b->variant)) {
         CHECK(0, "open");
     } else {
         la = (float *)malloc(sizeof(float) * (size_t)n * 512);
@@ -564,7 +564,7 @@ H_UNUSED static void g4t_sessions(const g4t_backend *b) {
         free(lb);
     }
     if (s2.impl) b->close(&s2);
-    g4t_close(&a);
+    g4i_close(&a);
     free(ref);
     g4_model_free(&g.m);
 }
@@ -572,11 +572,11 @@ H_UNUSED static void g4t_sessions(const g4t_backend *b) {
 /* Bad forward input is G4_ERR_INPUT, naming what is wrong, and never moves
    the session: ids outside the vocabulary, no tokens, NULL ids or logits, an
    unknown mode, more tokens than the context holds. */
-H_UNUSED static void g4t_forward_errors(const g4t_backend *b) {
-    g4t_run r;
+H_UNUSED static void g4i_forward_errors(const g4i_backend *b) {
+    g4i_run r;
     int32_t ids[4] = {2, 3, 4, 5}, bad;
     float logits[8 * 512];
-    if (!g4t_open(&r, b, tiny("e2b_like"), 4, 2, 0)) { CHECK(0, "open"); g4t_close(&r); return; }
+    if (!g4i_open(&r, b, tiny("e2b_like"), 4, 2, 0)) { CHECK(0, "open"); g4i_close(&r); return; }
     bad = 512;
     CHECK(b->forward(&r.s, &bad, 1, logits, G4_LOGITS_LAST) == G4_ERR_INPUT && strstr(r.s.error, "512"), "id >= vocab");
     bad = -1;
@@ -590,13 +590,13 @@ H_UNUSED static void g4t_forward_errors(const g4t_backend *b) {
     CHECK(b->forward(&r.s, ids, 2, logits, G4_LOGITS_LAST) == G4_ERR_INPUT && strstr(r.s.error, "max_context"),
           "over-long: %s", r.s.error);
     CHECK(b->forward(&r.s, ids, 1, NULL, G4_LOGITS_NONE) == G4_OK, "the 4th fits: %s", r.s.error);
-    g4t_close(&r);
+    g4i_close(&r);
 }
 
 /* ------------------------------------------------------------ all of them */
 
 /* begin(name) unless g_only excludes the test; 1 when it runs. */
-H_UNUSED static int g4t_begin(const char *fmt, ...) {
+H_UNUSED static int g4i_begin(const char *fmt, ...) {
     char name[sizeof g_cur];
     va_list ap;
     va_start(ap, fmt);
@@ -609,7 +609,7 @@ H_UNUSED static int g4t_begin(const char *fmt, ...) {
 
 /* Every invariant above on b, one harness test each, named after b. The
    goldens are also compared with ref's run (NULL: none) within ref_tol. */
-H_UNUSED static void g4t_run_all(const g4t_backend *b, const g4t_backend *ref, double ref_tol, g4t_worst *worst) {
+H_UNUSED static void g4i_run_all(const g4i_backend *b, const g4i_backend *ref, double ref_tol, g4i_worst *worst) {
     static const char *goldens[][2] = {
         {"e2b_like", "PLE, KV sharing, double-wide MLP, bf16"},
         {"e4b_like", "multimodal wrapper prefix, 5:1, towers ignored"},
@@ -621,24 +621,24 @@ H_UNUSED static void g4t_run_all(const g4t_backend *b, const g4t_backend *ref, d
     static const char *chunked[][2] = {{"e2b_like", "e2b_like"}, {"26b_like", "MoE"}, {"31b_like", "k_eq_v"}};
     int k;
     for (k = 0; k < 6; k++)
-        if (g4t_begin("%s: golden %s (%s)", b->name, goldens[k][0], goldens[k][1])) {
-            g4t_golden(b, goldens[k][0], ref, ref_tol, worst);
+        if (g4i_begin("%s: golden %s (%s)", b->name, goldens[k][0], goldens[k][1])) {
+            g4i_golden(b, goldens[k][0], ref, ref_tol, worst);
             end();
         }
-    if (g4t_begin("%s: greedy decode: logits and tokens of transformers generate", b->name)) {
-        for (k = 0; k < 5; k++) g4t_greedy(b, goldens[k][0]);
+    if (g4i_begin("%s: greedy decode: logits and tokens of transformers generate", b->name)) {
+        for (k = 0; k < 5; k++) g4i_greedy(b, goldens[k][0]);
         end();
     }
     for (k = 0; k < 3; k++)
-        if (g4t_begin("%s: chunked prefill and decode = one-shot (%s)", b->name, chunked[k][1])) {
-            g4t_chunking(b, chunked[k][0]);
+        if (g4i_begin("%s: chunked prefill and decode = one-shot (%s)", b->name, chunked[k][1])) {
+            g4i_chunking(b, chunked[k][0]);
             end();
         }
-    if (g4t_begin("%s: owners-only table = per-reader copies", b->name)) { g4t_reader_copies(b); end(); }
-    if (g4t_begin("%s: table: owners only, readers share slots, positions per step", b->name)) { g4t_table(b); end(); }
-    if (g4t_begin("%s: stale reader K/V weights (NaN) are never read", b->name)) { g4t_stale_reader_kv(b); end(); }
-    if (g4t_begin("%s: sessions on one model are independent; reset", b->name)) { g4t_sessions(b); end(); }
-    if (g4t_begin("%s: forward: bad input is an error", b->name)) { g4t_forward_errors(b); end(); }
+    if (g4i_begin("%s: owners-only table = per-reader copies", b->name)) { g4i_reader_copies(b); end(); }
+    if (g4i_begin("%s: table: owners only, readers share slots, positions per step", b->name)) { g4i_table(b); end(); }
+    if (g4i_begin("%s: stale reader K/V weights (NaN) are never read", b->name)) { g4i_stale_reader_kv(b); end(); }
+    if (g4i_begin("%s: sessions on one model are independent; reset", b->name)) { g4i_sessions(b); end(); }
+    if (g4i_begin("%s: forward: bad input is an error", b->name)) { g4i_forward_errors(b); end(); }
 }
 
 #endif /* G4_TEST_INVARIANTS_H */

@@ -56,7 +56,7 @@ extern long g4emu_launches(const char *kernel);
 #include "fixtures.h"
 #include "invariants.h"
 
-static g4t_worst g_worst; /* over all models, relative: vs transformers, vs the CPU path */
+static g4i_worst g_worst; /* over all models, relative: vs transformers, vs the CPU path */
 
 /* --------------------------------------------- the CUDA backend for invariants.h */
 
@@ -81,7 +81,7 @@ static void cuda_model_close(void *bm) {
     free(bm);
 }
 
-static int cuda_open(g4t_session *s, void *bm, const g4_session_config *cfg, int matmul) {
+static int cuda_open(g4i_session *s, void *bm, const g4_session_config *cfg, int matmul) {
     cuda_impl *c = (cuda_impl *)calloc(1, sizeof *c);
     char err[G4_ERROR_MAX];
     memset(s, 0, sizeof *s);
@@ -104,19 +104,19 @@ static int cuda_open(g4t_session *s, void *bm, const g4_session_config *cfg, int
     return 1;
 }
 
-static g4_cuda_session *cuda_session(g4t_session *s) { return &((cuda_impl *)s->impl)->s; }
+static g4_cuda_session *cuda_session(g4i_session *s) { return &((cuda_impl *)s->impl)->s; }
 
-static g4_result cuda_forward(g4t_session *s, const int32_t *ids, int n, float *logits, int mode) {
+static g4_result cuda_forward(g4i_session *s, const int32_t *ids, int n, float *logits, int mode) {
     return g4_cuda_forward(cuda_session(s), ids, n, logits, mode);
 }
 
-static g4_result cuda_reset(g4t_session *s) { return g4_cuda_session_reset(cuda_session(s)); }
+static g4_result cuda_reset(g4i_session *s) { return g4_cuda_session_reset(cuda_session(s)); }
 
-static g4_result cuda_read_table(g4t_session *s, g4_kv_slot *out, int max) {
+static g4_result cuda_read_table(g4i_session *s, g4_kv_slot *out, int max) {
     return g4_cuda_session_table(cuda_session(s), out, max);
 }
 
-static void cuda_close(g4t_session *s) {
+static void cuda_close(g4i_session *s) {
     cuda_impl *c = (cuda_impl *)s->impl;
     g4_cuda_free(c->darena);
     free(c->harena);
@@ -124,19 +124,19 @@ static void cuda_close(g4t_session *s) {
     s->impl = NULL;
 }
 
-static const g4t_backend g4t_cuda = {"cuda", G4_CUDA_MATMUL_TILED, cuda_model_open, cuda_model_close, cuda_open,
+static const g4i_backend g4i_cuda = {"cuda", G4_CUDA_MATMUL_TILED, cuda_model_open, cuda_model_close, cuda_open,
                                      cuda_forward, cuda_reset, cuda_close, cuda_read_table};
-static const g4t_backend g4t_cuda_plain = {"cuda (plain matmul)", G4_CUDA_MATMUL_PLAIN, cuda_model_open, cuda_model_close,
+static const g4i_backend g4i_cuda_plain = {"cuda (plain matmul)", G4_CUDA_MATMUL_PLAIN, cuda_model_open, cuda_model_close,
                                            cuda_open, cuda_forward, cuda_reset, cuda_close, cuda_read_table};
 
 /* ----------------------------------------------- goldens, layer by layer */
 
 /* transformers' goldens with the plain matmul, every tap and the logits also
-   against the scalar CPU path (the tiled matmul: g4t_run_all in main) */
+   against the scalar CPU path (the tiled matmul: g4i_run_all in main) */
 static void test_golden_plain_matmul(void) {
-    g4t_golden(&g4t_cuda_plain, "e2b_like", &g4t_cpu, CPU_TOL, &g_worst);
-    g4t_golden(&g4t_cuda_plain, "26b_like", &g4t_cpu, CPU_TOL, &g_worst);
-    g4t_golden(&g4t_cuda_plain, "legacy_keys", &g4t_cpu, CPU_TOL, &g_worst);
+    g4i_golden(&g4i_cuda_plain, "e2b_like", &g4i_cpu, CPU_TOL, &g_worst);
+    g4i_golden(&g4i_cuda_plain, "26b_like", &g4i_cpu, CPU_TOL, &g_worst);
+    g4i_golden(&g4i_cuda_plain, "legacy_keys", &g4i_cpu, CPU_TOL, &g_worst);
 }
 
 /* The bf16-faithful mode: every tap and the logits equal the CPU's bf16 mode
@@ -144,36 +144,36 @@ static void test_golden_plain_matmul(void) {
    core suite), and differ from float32 (the mode is on). */
 static void check_bf16(const char *model) {
     golden g;
-    g4t_run cpu, c;
-    g4t_taps rec;
-    g4t_tap_check tc;
+    g4i_run cpu, c;
+    g4i_taps rec;
+    g4i_tap_check tc;
     int n, V;
     const int32_t *ids;
     float *out = NULL, *cpu_out = NULL, *f32_out = NULL;
     memset(&rec, 0, sizeof rec);
     memset(&tc, 0, sizeof tc);
     memset(&c, 0, sizeof c);
-    if (!(ids = g4t_input_ids(&g, model, &n))) return;
-    if (g4t_open(&cpu, &g4t_cpu, tiny(model), n, 0, 0)) { /* the CPU's bf16 mode, every tap recorded */
+    if (!(ids = g4i_input_ids(&g, model, &n))) return;
+    if (g4i_open(&cpu, &g4i_cpu, tiny(model), n, 0, 0)) { /* the CPU's bf16 mode, every tap recorded */
         cpu.s.cfg->bf16 = 1;
-        cpu.s.cfg->tap = g4t_record_tap;
+        cpu.s.cfg->tap = g4i_record_tap;
         cpu.s.cfg->tap_user = &rec;
         cpu_out = (float *)malloc(sizeof(float) * (size_t)n * cpu.m.config.vocab_size);
-        CHECK(g4t_cpu.forward(&cpu.s, ids, n, cpu_out, G4_LOGITS_ALL) == G4_OK, "cpu forward: %s", cpu.s.error);
+        CHECK(g4i_cpu.forward(&cpu.s, ids, n, cpu_out, G4_LOGITS_ALL) == G4_OK, "cpu forward: %s", cpu.s.error);
     }
-    g4t_close(&cpu);
-    if (cpu_out && g4t_open(&c, &g4t_cuda, tiny(model), n, 0, 0)) {
+    g4i_close(&cpu);
+    if (cpu_out && g4i_open(&c, &g4i_cuda, tiny(model), n, 0, 0)) {
         V = c.m.config.vocab_size;
         f32_out = (float *)malloc(sizeof(float) * (size_t)n * V);
         out = (float *)malloc(sizeof(float) * (size_t)n * V);
-        CHECK(g4t_cuda.forward(&c.s, ids, n, f32_out, G4_LOGITS_ALL) == G4_OK, "f32 forward: %s", c.s.error);
-        g4t_cuda.reset(&c.s);
+        CHECK(g4i_cuda.forward(&c.s, ids, n, f32_out, G4_LOGITS_ALL) == G4_OK, "f32 forward: %s", c.s.error);
+        g4i_cuda.reset(&c.s);
         tc.ref = &rec;
         tc.ref_tol = CPU_TOL_BF16;
         c.s.cfg->bf16 = 1;
-        c.s.cfg->tap = g4t_compare_tap;
+        c.s.cfg->tap = g4i_compare_tap;
         c.s.cfg->tap_user = &tc;
-        CHECK(g4t_cuda.forward(&c.s, ids, n, out, G4_LOGITS_ALL) == G4_OK, "bf16 forward: %s", c.s.error);
+        CHECK(g4i_cuda.forward(&c.s, ids, n, out, G4_LOGITS_ALL) == G4_OK, "bf16 forward: %s", c.s.error);
         {
             double dc = max_diff(out, cpu_out, (size_t)n * V), s2 = max_abs(cpu_out, (size_t)n * V);
             double df = max_diff(out, f32_out, (size_t)n * V);
@@ -188,8 +188,8 @@ static void check_bf16(const char *model) {
     } else {
         CHECK(0, "cpu run or cuda session");
     }
-    g4t_close(&c);
-    g4t_taps_free(&rec);
+    g4i_close(&c);
+    g4i_taps_free(&rec);
     free(cpu_out);
     free(f32_out);
     free(out);
@@ -211,9 +211,9 @@ static void test_tiled_equals_plain(void) {
         int n;
         const int32_t *ids;
         float *a, *b;
-        if (!(ids = g4t_input_ids(&g, models[k], &n))) continue;
-        a = g4t_logits(&g4t_cuda, tiny(models[k]), ids, n, 64, 0, 0);
-        b = g4t_logits(&g4t_cuda_plain, tiny(models[k]), ids, n, 64, 0, 0);
+        if (!(ids = g4i_input_ids(&g, models[k], &n))) continue;
+        a = g4i_logits(&g4i_cuda, tiny(models[k]), ids, n, 64, 0, 0);
+        b = g4i_logits(&g4i_cuda_plain, tiny(models[k]), ids, n, 64, 0, 0);
         CHECK(a && b && max_diff(a, b, (size_t)n * 512) == 0.0, "%s: tiled and plain matmul differ", models[k]);
         free(a);
         free(b);
@@ -227,11 +227,11 @@ static void test_tiled_equals_plain(void) {
    the DEVICE's table (the host's n_pos check passes); so is a sliding ring
    too short for the window. */
 static void test_table_checks(void) {
-    g4t_run r;
+    g4i_run r;
     g4_cuda_session *cs;
     int32_t ids[3] = {2, 81, 101};
     float logits[512];
-    if (!g4t_open(&r, &g4t_cuda, tiny("e2b_like"), 16, 4, 0)) { CHECK(0, "open"); g4t_close(&r); return; }
+    if (!g4i_open(&r, &g4i_cuda, tiny("e2b_like"), 16, 4, 0)) { CHECK(0, "open"); g4i_close(&r); return; }
     cs = cuda_session(&r.s);
     CHECK(cs->slots[2].writer == 2, "slot 2 is layer 2's");
     cs->slots[2].n_pos = 5; /* owner 2's slot claims positions it never wrote */
@@ -247,7 +247,7 @@ static void test_table_checks(void) {
             if (lp->reads < 0 && lp->type == G4_FULL) full_slot = lp->kv_slot;
         }
         CHECK(reader >= 0 && full_slot >= 0, "e2b_like has a sliding reader and a full owner");
-        if (reader < 0 || full_slot < 0) { g4t_close(&r); return; }
+        if (reader < 0 || full_slot < 0) { g4i_close(&r); return; }
         cs->layer_slot[reader] = full_slot;
         snprintf(want, sizeof want, "device table check: layer %d", reader);
         cs->error[0] = 0;
@@ -270,7 +270,7 @@ static void test_table_checks(void) {
         CHECK(g4_cuda_session_reset(cs) == G4_OK && g4_cuda_forward(cs, many, 12, logits, G4_LOGITS_LAST) == G4_OK,
               "the intact table runs: %s", cs->error);
     }
-    g4t_close(&r);
+    g4i_close(&r);
 }
 
 /* A text file (a test checkpoint's config.json). */
@@ -361,8 +361,8 @@ static void test_head_dims_256_512(void) {
               m.plan.layer[0].head_dim, m.plan.layer[1].head_dim);
         g4_model_free(&m);
     }
-    cpu = g4t_logits(&g4t_cpu, dir, ids, n, 0, 0, 0);
-    gpu = g4t_logits(&g4t_cuda, dir, ids, n, 5, 0, 0);
+    cpu = g4i_logits(&g4i_cpu, dir, ids, n, 0, 0, 0);
+    gpu = g4i_logits(&g4i_cuda, dir, ids, n, 5, 0, 0);
     {
         double d = gpu && cpu ? max_diff(gpu, cpu, (size_t)n * V) : INFINITY, sc = cpu ? max_abs(cpu, (size_t)n * V) : 1;
         printf("  head dims 256/512: CUDA vs CPU %.3g relative (max |logit| %.3g)\n", d / sc, sc);
@@ -509,9 +509,9 @@ int main(int argc, char **argv) {
     snprintf(g_tmp, sizeof g_tmp, "%s", tmpl);
 
     /* tests/invariants.h: the goldens (each layer also against the scalar CPU
-       path, g4t_cpu), greedy decode, chunking, the shared-KV table, sessions,
+       path, g4i_cpu), greedy decode, chunking, the shared-KV table, sessions,
        stale reader weights, bad input */
-    g4t_run_all(&g4t_cuda, &g4t_cpu, CPU_TOL, &g_worst);
+    g4i_run_all(&g4i_cuda, &g4i_cpu, CPU_TOL, &g_worst);
     run("cuda goldens with the plain matmul", test_golden_plain_matmul);
     run("cuda bf16-faithful mode = the CPU's, tap by tap", test_bf16_mode);
     run("cuda tiled matmul = plain matmul, bit for bit", test_tiled_equals_plain);
@@ -528,6 +528,6 @@ int main(int argc, char **argv) {
         if (system(cmd) != 0) printf("(could not remove %s)\n", g_tmp);
     }
     printf("max relative difference: vs transformers %.3g (bound %.1g), vs CPU path %.3g (bound %.1g)\n",
-           g_worst.golden, G4T_TOL, g_worst.ref, CPU_TOL);
+           g_worst.golden, G4I_TOL, g_worst.ref, CPU_TOL);
     return finish();
 }

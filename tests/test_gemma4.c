@@ -29,7 +29,7 @@
 #include "fixtures.h"
 #include "invariants.h"
 
-#define TOL G4T_TOL
+#define TOL G4I_TOL
 
 /* ------------------------------------------------------- released configs */
 
@@ -372,7 +372,7 @@ static void test_cli(void) {
     f = fopen(out, "rb");
     CHECK(f && fread(file, sizeof(float), (size_t)n * V, f) == (size_t)n * V, "read %s", out);
     if (f) fclose(f);
-    ref = g4t_logits(&g4t_cpu, tiny("e2b_like"), ids, n, 64, 0, 0);
+    ref = g4i_logits(&g4i_cpu, tiny("e2b_like"), ids, n, 64, 0, 0);
     /* build/gemma4 may use other kernels than this test binary (the sanitizer
        build is scalar), so the same tolerance as against transformers */
     CHECK(ref && max_diff(file, ref, (size_t)n * V) <= TOL * max_abs(ref, (size_t)n * V), "CLI logits differ from the library's");
@@ -409,20 +409,20 @@ static void test_cli(void) {
    owner's slot instead of its own owner's. */
 static int run_compare(g4cmp *c, const char *model, const char *dump, int bf16, int chunk, double tol, int reader,
                        int wrong_owner, FILE *report) {
-    g4t_run x;
+    g4i_run x;
     float *logits;
     int first = -2;
     if (g4cmp_open(c, dump) != G4_OK) { printf("  %s\n", c->error); return -2; }
-    if (!g4t_open(&x, &g4t_cpu, tiny(model), c->n_ids, chunk, 0)) { g4t_close(&x); return -2; }
+    if (!g4i_open(&x, &g4i_cpu, tiny(model), c->n_ids, chunk, 0)) { g4i_close(&x); return -2; }
     x.s.cfg->tap = g4cmp_tap;
     x.s.cfg->tap_user = c;
     x.s.cfg->bf16 = bf16;
     if (wrong_owner >= 0) x.s.layer_slot[reader] = x.s.layer_slot[wrong_owner];
     logits = (float *)malloc(sizeof(float) * (size_t)c->n_ids * x.m.config.vocab_size);
-    if (g4t_cpu.forward(&x.s, c->ids, c->n_ids, logits, G4_LOGITS_ALL) == G4_OK) first = g4cmp_report(c, tol, report);
+    if (g4i_cpu.forward(&x.s, c->ids, c->n_ids, logits, G4_LOGITS_ALL) == G4_OK) first = g4cmp_report(c, tol, report);
     else printf("  forward: %s\n", x.s.error);
     free(logits);
-    g4t_close(&x);
+    g4i_close(&x);
     return first;
 }
 
@@ -663,7 +663,7 @@ static void test_threads_bit_identical(void) {
     for (k = 0; k < 12; k++) {
         int nt = k < 6 ? 2 : 3;
         golden g;
-        g4t_run a;
+        g4i_run a;
         g4_session b;
         void *b_arena;
         int n, V;
@@ -672,9 +672,9 @@ static void test_threads_bit_identical(void) {
         if (k % 6 == 0) CHECK(g4_pool_create(&pool, nt) == G4_OK && g4_pool_threads(pool) == nt, "pool");
         if (!golden_open(&g, models[k % 6])) { CHECK(0, "golden"); continue; }
         ids = golden_ids(&g, "input_ids", &n);
-        if (!ids || !g4t_open(&a, &g4t_cpu, tiny(models[k % 6]), n, 7, 0)) {
+        if (!ids || !g4i_open(&a, &g4i_cpu, tiny(models[k % 6]), n, 7, 0)) {
             CHECK(0, "open");
-            g4t_close(&a);
+            g4i_close(&a);
             g4_model_free(&g.m);
             continue;
         }
@@ -690,11 +690,11 @@ static void test_threads_bit_identical(void) {
         a.s.cfg->bf16 = b.cfg.bf16 = k >= 6; /* the second round in the bf16-faithful mode */
         la = (float *)malloc(sizeof(float) * (size_t)n * V);
         lb = (float *)malloc(sizeof(float) * (size_t)n * V);
-        CHECK(g4t_cpu.forward(&a.s, ids, n, la, G4_LOGITS_ALL) == G4_OK && g4_forward(&b, ids, n, lb, G4_LOGITS_ALL) == G4_OK,
+        CHECK(g4i_cpu.forward(&a.s, ids, n, la, G4_LOGITS_ALL) == G4_OK && g4_forward(&b, ids, n, lb, G4_LOGITS_ALL) == G4_OK,
               "fwd");
         CHECK(memcmp(la, lb, sizeof(float) * (size_t)n * V) == 0, "%s: %d threads differ from 1", models[k % 6], nt);
         free(la); free(lb); free(b_arena);
-        g4t_close(&a);
+        g4i_close(&a);
         g4_model_free(&g.m);
         if (k % 6 == 5) g4_pool_free(pool);
     }
@@ -706,7 +706,7 @@ int main(int argc, char **argv) {
     if (!mkdtemp(tmpl)) { printf("cannot create a temporary directory\n"); return 1; }
     snprintf(g_tmp, sizeof g_tmp, "%s", tmpl);
 
-    g4t_run_all(&g4t_cpu, NULL, 0, NULL); /* tests/invariants.h */
+    g4i_run_all(&g4i_cpu, NULL, 0, NULL); /* tests/invariants.h */
     run("plan: gemma-4-E2B", test_plan_e2b);
     run("plan: gemma-4-E4B", test_plan_e4b);
     run("plan: gemma-4-31B", test_plan_31b);
