@@ -75,7 +75,7 @@
     do {                                                                                                \
         cudaError_t e_ = (call);                                                                        \
         if (e_ != cudaSuccess) {                                                                        \
-            g4__seterr((err), "%s:%d: %s failed: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            g4__seterr((err), "%s:%d: %s failed: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_));   \
             return G4_ERR_CUDA;                                                                         \
         }                                                                                               \
     } while (0)
@@ -86,8 +86,8 @@
         cudaError_t e_;                                                                                 \
         G4C_LAUNCH(kernel, grid, block, __VA_ARGS__);                                                   \
         if ((e_ = cudaGetLastError()) != cudaSuccess) {                                                 \
-            g4__seterr((err), "%s:%d: launch of %s failed: %s", __FILE__, __LINE__, #kernel,          \
-                        cudaGetErrorString(e_));                                                        \
+            g4__seterr((err), "%s:%d: launch of %s failed: %s", __FILE__, __LINE__, #kernel,            \
+                       cudaGetErrorString(e_));                                                         \
             return G4_ERR_CUDA;                                                                         \
         }                                                                                               \
     } while (0)
@@ -560,7 +560,7 @@ static g4_result g4c__attention(g4_cuda_session *s, int l, int n) {
     slot = s->layer_slot[l];
     if (s->slots[slot].n_pos != pos0 + n) {
         g4__seterr(s->error, "internal: layer %d reads slot %d before its writer (layer %d) appended this step", l,
-                    slot, s->slots[slot].writer);
+                   slot, s->slots[slot].writer);
         return G4_ERR_INPUT;
     }
     if (s->cfg.tap) { /* this step's K and V rows of the slot this layer attends over */
@@ -723,8 +723,8 @@ static g4_result g4c__step(g4_cuda_session *s, const int32_t *ids, int n, float 
     G4C_CHECK(s->error, cudaMemcpy(&status, s->d_status, sizeof status, cudaMemcpyDeviceToHost));
     if (status) {
         g4__seterr(s->error, "device table check: layer %d %s", status / 16 - 1,
-                    status % 16 == 1 ? "read a slot that did not hold exactly this step's positions"
-                                     : "needed a key its slot's ring no longer holds");
+                   status % 16 == 1 ? "read a slot that did not hold exactly this step's positions"
+                                    : "needed a key its slot's ring no longer holds");
         return G4_ERR_INPUT;
     }
     s->pos += n;
@@ -828,7 +828,7 @@ G4_CUDA_API g4_result g4_cuda_model_upload(g4_cuda_model *cm, const g4_model *m)
         cudaError_t e = cudaMalloc(&block, total);
         if (e != cudaSuccess) {
             g4__seterr(cm->error, "cudaMalloc of %lu bytes for the weights failed: %s", (unsigned long)total,
-                        cudaGetErrorString(e));
+                       cudaGetErrorString(e));
             g4_cuda_model_free(cm);
             return e == cudaErrorMemoryAllocation ? G4_ERR_NOMEM : G4_ERR_CUDA;
         }
@@ -944,14 +944,14 @@ G4_CUDA_API g4_result g4_cuda_session_init(g4_cuda_session *s, const g4_cuda_mod
     }
     if ((uintptr_t)device_arena % 16 || (uintptr_t)host_arena % 16) {
         g4__seterr(s->error, "%s arena %p is not 16-byte aligned", (uintptr_t)device_arena % 16 ? "device" : "host",
-                    (uintptr_t)device_arena % 16 ? device_arena : host_arena);
+                   (uintptr_t)device_arena % 16 ? device_arena : host_arena);
         return G4_ERR_ARENA;
     }
     if (device_bytes < need_d || host_bytes < need_h) {
         g4__seterr(s->error, "%s arena of %lu bytes is too small: this session needs %lu (g4_cuda_session_size)",
-                    device_bytes < need_d ? "device" : "host",
-                    (unsigned long)(device_bytes < need_d ? device_bytes : host_bytes),
-                    (unsigned long)(device_bytes < need_d ? need_d : need_h));
+                   device_bytes < need_d ? "device" : "host",
+                   (unsigned long)(device_bytes < need_d ? device_bytes : host_bytes),
+                   (unsigned long)(device_bytes < need_d ? need_d : need_h));
         return G4_ERR_ARENA;
     }
     c = g4__session_defaults(cfg);
