@@ -570,7 +570,9 @@ static int cmd_greedy(int argc, char **argv) {
 
 /* Every command: its name, its handler (argv[1] is the name, argv[2] the
    first argument) and its arguments for the usage text ('\n' continues them
-   on an indented line). A new command is one row here. */
+   on an indented line in the full listing; a command's own usage error joins
+   them into one line, as every error is one line; "| ..." starts another
+   form of the command). A new command is one row here. */
 static const struct {
     const char *name;
     int (*run)(int argc, char **argv);
@@ -582,7 +584,7 @@ static const struct {
     {"compare", cmd_compare, "DIR DUMP.safetensors [--tolerance T] [--f32|--bf16] [--chunk N]"},
     {"grad", g4t_cmd_grad, "DIR --ids 2,818,... [--labels L,...] [--recompute] [--threads N] --out FILE"},
     {"bench", g4t_cmd_bench, "DIR [--threads N] [--prompt N] [--gen N] [--bf16]\n"
-                             "DIR --grad [--recompute] [--threads N] [--prompt N]"},
+                             "| DIR --grad [--recompute] [--threads N] [--prompt N]"},
     {"synth", g4b_cmd_synth, "--config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N]"},
     {"tokenize", cmd_tokenize, "TOKENIZER_JSON_OR_MODEL_DIR [TEXT]"},
     {"generate", cmd_generate, "DIR --prompt \"...\" [--chat] [--system S] [--think] [--temp T] [--top-k K]\n"
@@ -599,8 +601,9 @@ static int usage(const char *command) {
         if (command && strcmp(command, commands[k].name) != 0) continue;
         fprintf(stderr, "%s gemma4 %s ", first ? "usage:" : "      ", commands[k].name);
         for (; *a; a++) {
-            fputc(*a, stderr);
-            if (*a == '\n') fprintf(stderr, "              ");
+            if (*a != '\n') fputc(*a, stderr);
+            else if (command) fputc(' ', stderr); /* one line */
+            else fprintf(stderr, "\n              ");
         }
         fputc('\n', stderr);
         first = 0;
