@@ -130,6 +130,14 @@
      With avx512_bf16 (-march=native on such a CPU) the bf16 mode's matmuls
      use VDPBF16PS: its own summation order, the same in every step shape.
 
+   TRAINING
+     g4_train_size / g4_train_init / g4_loss_and_grad: transformers' loss
+     (model(ids, labels=labels).loss) and its float32 gradient for every
+     trained parameter, in one caller arena plus one gradient block; the
+     shared-KV gradient flows from readers into their owner's slot, counted.
+     recompute = 1 keeps only layer inputs (bit-identical gradients). See
+     >>backward and the README's training section.
+
    TAPS
      g4_session_config.tap, if set, sees every module output transformers has
      (embed_tokens, layers.<i>.self_attn.q, layers.<i>.mlp, ..., logits; see

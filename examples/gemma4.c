@@ -78,7 +78,10 @@ static int cmd_info(int argc, char **argv) {
     g4_plan p;
     g4_result r;
     char buf[4096];
-    if (argc != 3) return usage(argv[1]);
+    int train = 0;
+    if (argc == 5 && strcmp(argv[3], "--train") == 0) {
+        if ((train = g4b_int(argv[4])) < 2) { fprintf(stderr, "gemma4 info: --train needs a length >= 2\n"); return 1; }
+    } else if (argc != 3) return usage(argv[1]);
     if (is_dir(path)) {
         snprintf(buf, sizeof buf, "%s/config.json", path);
         path = buf;
@@ -87,7 +90,7 @@ static int cmd_info(int argc, char **argv) {
     if (r != G4_OK) { fprintf(stderr, "gemma4: %s\n", c.error); return 1; }
     if (g4_plan_build(&p, &c) != G4_OK) { fprintf(stderr, "gemma4: %s: %s\n", path, p.error); return 1; }
     g4_plan_print(&p, &c, stdout);
-    return 0;
+    return train ? g4t_print_sizes(&c, &p, train) : 0;
 }
 
 /* Loads DIR and opens a session for n tokens (g4_session_destroy, then
@@ -574,13 +577,12 @@ static const struct {
     int (*run)(int argc, char **argv);
     const char *args;
 } commands[] = {
-    {"info", cmd_info, "PATH"},
+    {"info", cmd_info, "PATH [--train N]"},
     {"logits", cmd_logits, "DIR --ids 2,818,1010 --out FILE [--chunk N]"},
     {"greedy", cmd_greedy, "DIR --ids 2,818 --new N [--chunk N]"},
     {"compare", cmd_compare, "DIR DUMP.safetensors [--tolerance T] [--f32|--bf16] [--chunk N]"},
     {"grad", g4t_cmd_grad, "DIR --ids 2,818,... [--labels L,...] [--recompute] [--threads N] --out FILE"},
-    {"bench", g4t_cmd_bench, "DIR [--threads N] [--prompt N] [--gen N] [--bf16]\n"
-                             "DIR --grad [--recompute] [--threads N] [--prompt N]"},
+    {"bench", g4t_cmd_bench, "DIR [--threads N] [--prompt N] [--gen N] [--bf16 | --grad [--recompute]]"},
     {"synth", g4b_cmd_synth, "--config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N]"},
     {"tokenize", cmd_tokenize, "TOKENIZER_JSON_OR_MODEL_DIR [TEXT]"},
     {"generate", cmd_generate, "DIR --prompt \"...\" [--chat] [--system S] [--think] [--temp T] [--top-k K]\n"
