@@ -40,6 +40,7 @@ typedef struct {
     g4_model tm, dm;
     g4_session t, d;
     void *ta, *da;
+    size_t dbytes;
     int has_d;
 } pair;
 
@@ -58,7 +59,7 @@ static int pair_open(pair *p, const char *target, const char *drafter, int max_c
     if (!drafter) return 1;
     p->has_d = 1;
     if (g4_model_load(&p->dm, tiny(drafter)) != G4_OK) { printf("  load %s: %s\n", drafter, p->dm.error); return 0; }
-    if (g4_drafter_size(&p->dm, &p->t, &bytes) != G4_OK || !(p->da = malloc(bytes)) ||
+    if (g4_drafter_size(&p->dm, &p->t, &bytes) != G4_OK || !(p->da = malloc(p->dbytes = bytes)) ||
         g4_drafter_init(&p->d, &p->dm, &p->t, p->da, bytes) != G4_OK) {
         printf("  drafter %s: %s\n", drafter, p->d.error);
         return 0;
@@ -408,6 +409,131 @@ static void test_spec_errors(void) {
     pair_free(&p);
 }
 
+/* ------------------------------------------- speculative sampling */
+
+/* proposes the target's most likely next token (a deterministic drafter whose
+   drafts are often accepted, so both branches of the rule run) */
+static int32_t propose_fixed(void *user, int pos, int i, int32_t drafted) {
+    const int32_t *ids = (const int32_t *)user;
+    (void)pos; (void)drafted;
+    return ids[i];
+}
+
+/* Pearson's chi-square of N samples (frequencies emp) against the exact
+   distribution, cells with expected count < 5 pooled; *df: degrees of freedom */
+static double chi2(const float *emp, const float *exact, int V, int N, int *df) {
+    double x = 0, po = 0, pe = 0;
+    int y, cells = 0;
+    for (y = 0; y < V; y++) {
+        double e = (double)exact[y] * N, o = (double)emp[y] * N;
+        if (e >= 5) { x += (o - e) * (o - e) / e; cells++; }
+        else { po += o; pe += e; }
+    }
+    if (pe > 0) { x += (po - pe) * (po - pe) / (pe > 1 ? pe : 1); cells++; }
+    *df = cells - 1;
+    return x;
+}
+
+/* The exact distribution (temperature 1, top-k 8) of the next token after ids */
+static void exact_dist(pair *q, g4_sampler *smp, const int32_t *ids, int n, float *dist) {
+    g4_session_reset(&q->t);
+    CHECK(g4_forward(&q->t, ids, n, dist, G4_LOGITS_LAST) == G4_OK, "forward");
+    CHECK(g4__sampler_dist(smp, dist, dist) == -2, "dist");
+}
+
+static void check_spec_sampling(int use_drafter) {
+    enum { N = 4000, K = 3, TOPK = 8 };
+    pair p, q;
+    g4_spec sp;
+    g4_sampler smp;
+    g4_sampler_config sc = g4_sampler_config_init();
+    int32_t prompt[10], x1 = 77, seq[13], out[2 * (K + 1)], drafts[K];
+    float *h0, *p1, *p2, *emp1, *emp2;
+    size_t bytes;
+    void *work = NULL;
+    int i, n = 10, V, trial, y, accepted_any = 0, rejected_any = 0;
+    double tv1 = 0, tv2 = 0, x2a, x2b;
+    int dfa, dfb;
+    for (i = 0; i < n; i++) prompt[i] = (int32_t)(11 + (i * 41) % 480);
+    if (!pair_open(&p, "e2b_like", "e2b_drafter", 32, 24) || !pair_open(&q, "e2b_like", NULL, 32, 8)) {
+        CHECK(0, "open"); pair_free(&p); pair_free(&q); return;
+    }
+    V = p.tm.config.vocab_size;
+    sc.temperature = 1.0f; sc.top_k = TOPK; sc.top_p = 1.0f; sc.seed = 1234;
+    CHECK(g4_sampler_init(&smp, &sc, V) == G4_OK, "sampler");
+    h0 = (float *)malloc(sizeof(float) * (size_t)p.tm.config.hidden_size);
+    p1 = (float *)calloc((size_t)V, sizeof(float));
+    p2 = (float *)calloc((size_t)V, sizeof(float));
+    emp1 = (float *)calloc((size_t)V, sizeof(float));
+    emp2 = (float *)calloc((size_t)V, sizeof(float));
+    /* exact: p1 = p(y1 | prompt, x1); p2 = sum_y1 p1(y1) p(y2 | prompt, x1, y1) */
+    memcpy(seq, prompt, sizeof prompt);
+    seq[n] = x1;
+    exact_dist(&q, &smp, seq, n + 1, p1);
+    {
+        float *tmp = (float *)malloc(sizeof(float) * (size_t)V);
+        for (y = 0; y < V; y++) {
+            int j;
+            if (p1[y] <= 0) continue;
+            seq[n + 1] = y;
+            exact_dist(&q, &smp, seq, n + 2, tmp);
+            for (j = 0; j < V; j++) p2[j] += p1[y] * tmp[j];
+        }
+        free(tmp);
+    }
+    /* the drafter proposes (through propose) the exact argmax continuation */
+    drafts[0] = g4_argmax(p1, V);
+    seq[n + 1] = drafts[0];
+    {
+        float *tmp = (float *)malloc(sizeof(float) * (size_t)V);
+        exact_dist(&q, &smp, seq, n + 2, tmp);
+        drafts[1] = g4_argmax(tmp, V);
+        drafts[2] = 5;
+        free(tmp);
+    }
+    CHECK(g4_spec_size(&p.tm, K, &bytes) == G4_OK && (work = malloc(bytes)), "spec size");
+    CHECK(g4_spec_init(&sp, &p.t, &p.d, K, work, bytes) == G4_OK, "init: %s", sp.error);
+    if (!use_drafter) { sp.propose = propose_fixed; sp.propose_user = drafts; }
+    CHECK(g4_forward_hidden(&p.t, prompt, n, sp.logits, G4_LOGITS_LAST, h0) == G4_OK, "prefill");
+    for (trial = 0; trial < N; trial++) {
+        int got = 0, m;
+        /* the state after the prompt and x1: positions [0, n) run, x1 next (the
+           target's rings, max_chunk 24, hold every position: rewinding is exact) */
+        CHECK(g4_session_rewind(&p.t, n) == G4_OK, "rewind: %s", p.t.error);
+        memcpy(sp.h, h0, sizeof(float) * (size_t)p.tm.config.hidden_size);
+        sp.last = x1;
+        memset(smp.seen, 0, (size_t)V);
+        while (got < 2) {
+            long acc = sp.accepted;
+            if (g4_spec_round(&sp, &smp, out + got, &m) != G4_OK) { CHECK(0, "round: %s", sp.error); trial = N; break; }
+            if (sp.accepted > acc) accepted_any = 1;
+            if (m < K + 1) rejected_any = 1;
+            got += m;
+        }
+        emp1[out[0]] += 1.0f / N;
+        emp2[out[1]] += 1.0f / N;
+    }
+    for (y = 0; y < V; y++) { tv1 += 0.5 * fabs(emp1[y] - p1[y]); tv2 += 0.5 * fabs(emp2[y] - p2[y]); }
+    x2a = chi2(emp1, p1, V, N, &dfa);
+    x2b = chi2(emp2, p2, V, N, &dfb);
+    if (getenv("G4_VERBOSE"))
+        printf("  %s: first token chi2 %.1f (df %d), TV %.4f; second chi2 %.1f (df %d), TV %.4f\n",
+               use_drafter ? "drafter" : "argmax drafts", x2a, dfa, tv1, x2b, dfb, tv2);
+    CHECK(x2a < dfa + 4 * sqrt(2.0 * dfa) && x2b < dfb + 4 * sqrt(2.0 * dfb),
+          "%s: the outputs are not the target's distribution: chi2 %.1f (df %d) first token, %.1f (df %d) second",
+          use_drafter ? "drafter" : "argmax drafts", x2a, dfa, x2b, dfb);
+    CHECK(accepted_any && rejected_any, "both branches of the acceptance rule ran (accepted %d rejected %d)", accepted_any, rejected_any);
+    free(h0); free(p1); free(p2); free(emp1); free(emp2); free(work);
+    g4_sampler_free(&smp);
+    pair_free(&p);
+    pair_free(&q);
+}
+
+static void test_spec_sampling_distribution(void) {
+    check_spec_sampling(0);
+    check_spec_sampling(1);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) g_data = argv[1];
     (void)g_tmp;
@@ -417,5 +543,6 @@ int main(int argc, char **argv) {
     run("rewind: recompute is bit-identical, sliding ring limit, range", test_rewind_recompute_exact);
     run("drafter: validation against the target, reads checked, reset detected", test_drafter_validation);
     run("speculative: setup errors", test_spec_errors);
+    run("speculative sampling: the output distribution is the target's", test_spec_sampling_distribution);
     return finish();
 }

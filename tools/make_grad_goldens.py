@@ -13,8 +13,8 @@ holding (no metadata, byte-reproducible):
                                       (nn.Embedding(padding_idx=0) gives that row no lookup gradient)
     labels               I32 [S]      = input_ids with -100 at LABEL_IGNORED positions
     loss                 F32 [1]      model(input_ids, labels=labels).loss
-    loss64               F64 [1]      the same loss from the float64 model
-    gstat.<param>        F64 [2+NPROJ] for EVERY parameter with a gradient, named as in the
+    loss64               F32 [1]      the same loss from the float64 model
+    gstat.<param>        F32 [2+NPROJ] for EVERY parameter with a gradient, named as in the
                                       checkpoint (tied lm_head: under embed_tokens): sum of squares,
                                       max |g|, then <g, r_j> for the pseudo-random sign vectors r_j
                                       defined in sign_vector() (computed identically in C)
@@ -23,7 +23,7 @@ holding (no metadata, byte-reproducible):
                                       (norm weights, router scale / per_expert_scale, ...)
     dembed               F32 [S, H]   dL/d(scaled embedding entering layer 0)
     dlayer.<i>           F32 [S, H]   dL/d(output of decoder layer i)
-    fd.<param>           F64 [k, 2]   rows (flat element index, dL/dtheta) from central finite
+    fd.<param>           F32 [k, 2]   rows (flat element index, dL/dtheta) from central finite
                                       differences of the float64 model's loss (h = FD_H): a second
                                       oracle that does not use autograd
 
@@ -96,7 +96,7 @@ def gstat(g):
     out = [float(np.sum(g * g)), float(np.max(np.abs(g)))]
     for j in range(NPROJ):
         out.append(float(np.dot(g, sign_vector(j, g.size))))
-    return torch.tensor(out, dtype=torch.float64)
+    return torch.tensor(out, dtype=torch.float32)  # computed in float64, stored as F32
 
 
 class true_float64:
@@ -296,7 +296,7 @@ def make_one(name, root):
     print(f"{name}: float64 vs float32 autograd: max over tensors of max|dg|/max|g| {f64_rel:.3g}")
 
     out = {"input_ids": ids.to(torch.int32), "labels": labels.to(torch.int32),
-           "loss": loss.reshape(1).float(), "loss64": loss64.reshape(1).double()}
+           "loss": loss.reshape(1).float(), "loss64": loss64.reshape(1).float()}
     for n, g in sorted(grads.items()):
         out["gstat." + ckpt(n)] = gstat(g)
         if name in FULL_MODELS or g.numel() <= FULL_MAX:
@@ -313,7 +313,7 @@ def make_one(name, root):
             g32 = float(grads64[n].reshape(-1)[i])
             scale = float(grads[n].abs().max())
             worst_fd = max(worst_fd, abs(d - g32) / scale)
-        out["fd." + n] = torch.tensor(rows, dtype=torch.float64)
+        out["fd." + n] = torch.tensor(rows, dtype=torch.float32)
     f64ctx.__exit__(None, None, None)
     print(f"{name}: {sum(1 for k in out if k.startswith('fd.'))} tensors finite-differenced; "
           f"max |fd - autograd64| / max|g| {worst_fd:.3g}")
