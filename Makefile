@@ -142,7 +142,7 @@ strict: | build
 unit: build/gemma4 build/test_gemma4 build/test_tokenizer build/test_bad_inputs build/test_threads build/test_train build/test_drafter
 	./build/test_gemma4
 	./build/test_train
-	./build/test_drafter
+	./build/test_drafter data build/gemma4
 	./build/test_tokenizer
 	./build/test_bad_inputs data build/gemma4
 	./build/test_threads
@@ -150,7 +150,7 @@ unit: build/gemma4 build/test_gemma4 build/test_tokenizer build/test_bad_inputs 
 sanitize: build/gemma4 build/gemma4_san build/test_gemma4_san build/test_bad_inputs_san build/test_threads_san build/test_tokenizer_san build/test_train_san build/test_drafter_san
 	./build/test_gemma4_san
 	./build/test_train_san
-	./build/test_drafter_san
+	./build/test_drafter_san data build/gemma4_san
 	./build/test_bad_inputs_san data build/gemma4_san
 	./build/test_threads_san
 	./build/test_tokenizer_san
@@ -193,10 +193,10 @@ test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san 
 	@tail -n 1 build/sanitize_bad.log
 	./build/test_threads_san > build/sanitize_threads.log 2>&1 || { cat build/sanitize_threads.log; exit 1; }
 	@tail -n 1 build/sanitize_threads.log
-	./build/test_drafter_san > build/sanitize_drafter.log 2>&1 || { cat build/sanitize_drafter.log; exit 1; }
+	./build/test_drafter_san data build/gemma4_san > build/sanitize_drafter.log 2>&1 || { cat build/sanitize_drafter.log; exit 1; }
 	@tail -n 1 build/sanitize_drafter.log
 	@echo "== drafters, rewind and speculative decoding"
-	./build/test_drafter > build/drafter.log 2>&1 || { cat build/drafter.log; exit 1; }
+	./build/test_drafter data build/gemma4 > build/drafter.log 2>&1 || { cat build/drafter.log; exit 1; }
 	@cat build/drafter.log
 	@echo "== two sessions, two threads"
 	./build/test_threads > build/threads.log 2>&1 || { cat build/threads.log; exit 1; }
