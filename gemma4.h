@@ -484,6 +484,9 @@ typedef struct {
     int bf16;            /* must be 0: the backward is float32 only */
     g4_pool *pool;       /* threads for the forward and backward, or NULL */
     g4_tap_fn tap; void *tap_user; /* optional: the forward's taps, passed on */
+    g4_tap_fn grad_tap; void *grad_tap_user; /* optional: dL/d(output) at the forward's tap points, in
+                                                backward order, under the same names (not self_attn.k/.v,
+                                                logits) */
     int debug_drop_reader_kv_grads; /* TEST ONLY: readers do not add their dK/dV to the owner's slot
                                        (what a rebuilt shared-KV dict does) */
 } g4_train_config;
@@ -4128,6 +4131,16 @@ static void g4__train_tap(void *user, const char *name, int layer, const float *
     if (dst) memcpy(dst, data, sizeof(float) * (size_t)rows * (size_t)cols);
 }
 
+/* the backward's tap: dL/d(the output named as the forward's tap) */
+static void g4__gtap(const g4_train *t, int layer, const char *what, const float *data, int rows, int cols) {
+    char name[96];
+    if (!t->cfg.grad_tap) return;
+    if (layer < 0) snprintf(name, sizeof name, "%s", what);
+    else if (!*what) snprintf(name, sizeof name, "layers.%d", layer);
+    else snprintf(name, sizeof name, "layers.%d.%s", layer, what);
+    t->cfg.grad_tap(t->cfg.grad_tap_user, name, layer, data, rows, cols, 0);
+}
+
 /* ---- the arena ---- */
 typedef struct { g4_train *t; size_t n, floats; } g4__grad_walk;
 
@@ -4489,6 +4502,7 @@ static g4_result g4__attention_backward(g4_train *t, float *G, int l, int n, con
                             lo, tt, t->probs);
     }
     /* queries: q = RoPE(q_norm(q_proj(xn))) */
+    g4__gtap(t, l, "self_attn.q", t->dq, n, (int)qw);
     g4__matmul(&t->s, t->qraw, xn, &lw->q_proj, n);
     for (i = 0; i < n * NH; i++) {
         float *g = t->dq + (size_t)i * D;
@@ -4536,6 +4550,7 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
     g4_result res;
 
     /* 6. h *= layer_scalar (a buffer: no gradient of its own) */
+    g4__gtap(t, l, "", t->dx, n, H);
     for (i = 0; i < nh; i++) t->dx[i] *= ls;
 
     /* 5. per-layer input: h = x5 + post_per_layer_input_norm(proj(gelu(gate(x5)) * pli_l)) */
@@ -4543,9 +4558,11 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
         size_t LP = (size_t)c->num_hidden_layers * P, np = (size_t)n * P;
         const float *pg = g4__saved(t, l, G4__A_PG);
         float *x5 = t->tmp;
+        g4__gtap(t, l, "post_per_layer_input_norm", t->dx, n, H);
         for (i = 0; i < nh; i++) x5[i] = r[i] + g4__saved(t, l, G4__A_PFN)[i];
         g4__norm_rows_backward(t->dbr, g4__grad(t, G, &lw->post_per_layer_input_norm), t->dx,
                                g4__saved(t, l, G4__A_PP), &lw->post_per_layer_input_norm, n, H, eps);
+        g4__gtap(t, l, "per_layer_projection", t->dbr, n, H);
         g4__gelu_n(t->pa, pg, np);                        /* gelu(gate) */
         for (tk = 0; tk < n; tk++)
             for (j = 0; j < P; j++) t->dpa[(size_t)tk * P + j] = t->pa[(size_t)tk * P + j] * t->pli[tk * LP + (size_t)l * P + j];
@@ -4559,11 +4576,13 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
                 t->dpli[ol] += da * t->pa[o];
                 t->dpa[o] = da * t->pli[ol] * g4__gelu_grad(pg[o]);
             }
+        g4__gtap(t, l, "per_layer_input_gate", t->dpa, n, P);
         g4__matmul_backward(t->dx, g4__grad(t, G, &lw->per_layer_input_gate), t->dpa, x5, &lw->per_layer_input_gate, n,
                             t->wrow);
     }
 
     /* 4. x5 = r + post_feedforward_layernorm(m): dr = dx5 + (the paths through m) */
+    g4__gtap(t, l, "post_feedforward_layernorm", t->dx, n, H);
     memcpy(t->dr, t->dx, sizeof(float) * nh);
     m_in = g4__saved(t, l, G4__A_MLP);
     if (lp->moe) { /* m = post_feedforward_layernorm_1(mlp) + post_feedforward_layernorm_2(experts(r)) */
@@ -4575,6 +4594,7 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
     if (lp->moe) {
         g4__norm_rows_backward(t->tmp2, g4__grad(t, G, &lw->post_feedforward_layernorm_2), t->dbr,
                                g4__saved(t, l, G4__A_EXP), &lw->post_feedforward_layernorm_2, n, H, eps);
+        g4__gtap(t, l, "experts", t->tmp2, n, H);
         g4__norm_rows_backward(t->dbr, g4__grad(t, G, &lw->post_feedforward_layernorm_1), t->dbr,
                                g4__saved(t, l, G4__A_MLP), &lw->post_feedforward_layernorm_1, n, H, eps);
         for (tk = 0; tk < n; tk++) {
@@ -4587,6 +4607,7 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
     }
     { /* Gemma4TextMLP: down(gelu(gate(xn2)) * up(xn2)), gate and up recomputed */
         const float *xn2 = g4__saved(t, l, G4__A_XN2);
+        g4__gtap(t, l, "mlp", t->dbr, n, H);
         g4__matmul(&t->s, t->gate, xn2, &lw->gate_proj, n);
         g4__matmul(&t->s, t->up, xn2, &lw->up_proj, n);
         g4__gelu_n(t->dup, t->gate, ni);                  /* gelu(gate) */
@@ -4602,16 +4623,21 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
         memset(t->dxn, 0, sizeof(float) * nh);
         g4__matmul_backward(t->dxn, g4__grad(t, G, &lw->gate_proj), t->dgate, xn2, &lw->gate_proj, n, t->wrow);
         g4__matmul_backward(t->dxn, g4__grad(t, G, &lw->up_proj), t->dup, xn2, &lw->up_proj, n, t->wrow);
+        g4__gtap(t, l, "pre_feedforward_layernorm", t->dxn, n, H);
         g4__norm_rows_backward(t->tmp, g4__grad(t, G, &lw->pre_feedforward_layernorm), t->dxn, r,
                                &lw->pre_feedforward_layernorm, n, H, eps);
         g4__add_into(t->dr, t->tmp, nh);
     }
 
     /* 3. r = x + post_attention_layernorm(attn(input_layernorm(x))) */
+    g4__gtap(t, l, "pre_feedforward_layernorm:input", t->dr, n, H);
+    g4__gtap(t, l, "post_attention_layernorm", t->dr, n, H);
     memcpy(t->dx, t->dr, sizeof(float) * nh);
     g4__norm_rows_backward(t->dbr, g4__grad(t, G, &lw->post_attention_layernorm), t->dr, g4__saved(t, l, G4__A_ATTN),
                            &lw->post_attention_layernorm, n, H, eps);
+    g4__gtap(t, l, "self_attn", t->dbr, n, H);
     if ((res = g4__attention_backward(t, G, l, n, t->dbr, t->dxn)) != G4_OK) return res;
+    g4__gtap(t, l, "input_layernorm", t->dxn, n, H);
     g4__norm_rows_backward(t->tmp, g4__grad(t, G, &lw->input_layernorm), t->dxn, g4__saved(t, l - 1, G4__A_OUT),
                            &lw->input_layernorm, n, H, eps);
     g4__add_into(t->dx, t->tmp, nh);
@@ -4760,6 +4786,7 @@ G4__DEF g4_result g4_loss_and_grad(g4_train *t, const int32_t *ids, const int32_
     /* the loss, then the final norm */
     total = g4__loss_backward(t, G, ids, labels, n, used);
     *loss = (float)total;
+    g4__gtap(t, -1, "norm", t->dxn, n, H);
     g4__norm_rows_backward(t->dx, g4__grad(t, G, &m->w.norm), t->dxn, g4__saved(t, c->num_hidden_layers - 1, G4__A_OUT),
                            &m->w.norm, n, H, c->rms_norm_eps);
 
@@ -4780,7 +4807,11 @@ G4__DEF g4_result g4_loss_and_grad(g4_train *t, const int32_t *ids, const int32_
     }
 
     /* the embeddings: per-layer inputs, then E[id] * sqrt(H) (the pad row gets no lookup gradient) */
-    if (c->hidden_size_per_layer_input) g4__per_layer_inputs_backward(t, G, ids, n);
+    if (c->hidden_size_per_layer_input) {
+        g4__gtap(t, -1, "per_layer_inputs", t->dpli, n, c->num_hidden_layers * c->hidden_size_per_layer_input);
+        g4__per_layer_inputs_backward(t, G, ids, n);
+    }
+    g4__gtap(t, -1, "embed_tokens", t->dx, n, H);
     {
         float *dE = g4__grad(t, G, &m->w.embed_tokens), scale = (float)sqrt((double)H);
         for (tk = 0; tk < n; tk++)
