@@ -573,7 +573,7 @@ static int cmd_chat(int argc, char **argv) {
         }
         ids = encode_prompt(&g.t, &o, line, turn ? G4_CHAT_CONTINUE : G4_CHAT_BOS, &n);
         if (!ids) break;
-        if (n + 1 > (size_t)(g.s.cfg.max_context - g.s.pos)) {
+        if (n + 1 + (g.has_drafter ? (size_t)o.draft_tokens + 2 : 0) > (size_t)(g.s.cfg.max_context - g.s.pos)) {
             fprintf(stderr, "context full: %d of %d positions used; starting over (--ctx sets the size)\n", g.s.pos,
                     g.s.cfg.max_context);
             free(ids);
@@ -789,7 +789,7 @@ static const struct {
     {"draft", cmd_draft, "TARGET_DIR --drafter DRAFTER_DIR --ids 2,818 --steps K --out FILE"},
     {"compare", cmd_compare, "DIR DUMP.safetensors [--tolerance T] [--f32|--bf16] [--chunk N]"},
     {"grad", g4t_cmd_grad, "DIR --ids 2,818,... [--labels L,...] [--recompute] [--threads N] --out FILE"},
-    {"bench", g4b_cmd_bench, "DIR [--threads N] [--prompt N] [--gen N] [--bf16]"},
+    {"bench", g4b_cmd_bench, "DIR [--threads N] [--prompt N] [--gen N] [--bf16] [--drafter DRAFTER_DIR [--draft-tokens K]]"},
     {"synth", g4b_cmd_synth, "--config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N]"},
     {"tokenize", cmd_tokenize, "TOKENIZER_JSON_OR_MODEL_DIR [TEXT]"},
     {"generate", cmd_generate, "DIR --prompt \"...\" [--chat] [--system S] [--think] [--temp T] [--top-k K]\n"
