@@ -108,6 +108,16 @@ static int open_session(const char *dir, int n, int chunk, g4_model *m, g4_sessi
     return 0;
 }
 
+/* The end of a command that opened a session: frees buf (the logits, say),
+   the ids, the session and the model; returns rc. */
+static int close_session(g4_model *m, g4_session *s, int32_t *ids, void *buf, int rc) {
+    free(buf);
+    free(ids);
+    g4_session_destroy(s);
+    g4_model_free(m);
+    return rc;
+}
+
 /* A drafter (gemma4_assistant) attached to a target session, with the
    speculative decoding workspace (drafter_free when done). */
 typedef struct {
@@ -716,11 +726,7 @@ static int cmd_logits(int argc, char **argv) {
     printf("\nwrote %d x %d float32 logits to %s\n", o.n, V, o.out_path);
     rc = 0;
 done:
-    free(logits);
-    free(o.ids);
-    g4_session_destroy(&s);
-    g4_model_free(&m);
-    return rc;
+    return close_session(&m, &s, o.ids, logits, rc);
 }
 
 /* greedy with --drafter: the same tokens from speculative rounds, then the
@@ -749,12 +755,8 @@ static int greedy_spec(const char *dir, run_opts *o) {
     print_spec_stats(&x.sp);
     rc = 0;
 done:
-    free(out);
-    free(o->ids);
     drafter_free(&x);
-    g4_session_destroy(&s);
-    g4_model_free(&m);
-    return rc;
+    return close_session(&m, &s, o->ids, out, rc);
 }
 
 /* gemma4 draft TARGET --drafter DRAFTER --ids ... --steps K --out FILE: the
@@ -793,13 +795,9 @@ static int cmd_draft(int argc, char **argv) {
     rc = 0;
 done:
     if (f) fclose(f);
-    free(logits);
     free(h);
-    free(o.ids);
     drafter_free(&x);
-    g4_session_destroy(&s);
-    g4_model_free(&m);
-    return rc;
+    return close_session(&m, &s, o.ids, logits, rc);
 }
 
 /* gemma4 greedy DIR --ids ... --new N: the ids, then N greedily chosen ones */
@@ -828,11 +826,7 @@ static int cmd_greedy(int argc, char **argv) {
     printf("\n");
     rc = 0;
 done:
-    free(logits);
-    free(o.ids);
-    g4_session_destroy(&s);
-    g4_model_free(&m);
-    return rc;
+    return close_session(&m, &s, o.ids, logits, rc);
 }
 
 /* ------------------------------------------------------------ commands */
