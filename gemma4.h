@@ -532,7 +532,7 @@ typedef struct {
     double *row_loss;                          /* [max_seq] each row's cross-entropy */
     float *dyt;                                /* [max(S * widest projection output, 64 * V)] dY transposed */
     float *logits;                             /* [min(max_seq, G4_TRAIN_ROWS)][V] */
-    float *moe;                                /* MoE scratch: [6H + 4E + 4Ie] */
+    float *moe;                                /* MoE scratch: [4H + 2E + 6Ie] */
     float **slot_dk, **slot_dv;                /* [n_slots] -> [S][KVH*D] the owner slots' K/V gradients */
     int *pending;                              /* [n_slots] readers of the slot whose backward has not run */
     char error[G4_ERROR_MAX];
@@ -4288,7 +4288,7 @@ static void g4__train_tap(void *user, const char *name, int layer, const float *
     g4_train *t = (g4_train *)user;
     float *dst = NULL;
     int k;
-    if (t->cfg.tap) t->cfg.tap(t->cfg.tap_user, name, layer, data, rows, cols, pos0);
+    if (t->cfg.tap && t->recomputing < 0) t->cfg.tap(t->cfg.tap_user, name, layer, data, rows, cols, pos0);
     if (layer < 0) {
         if (!strcmp(name, "embed_tokens")) dst = g4__saved(t, -1, G4__A_OUT);
         else if (!strcmp(name, "per_layer_inputs")) dst = t->pli;
@@ -4418,7 +4418,7 @@ static void g4__train_carve(g4_train *t, const g4_model *m, const g4_train_confi
         G4__T(dyt, S * wide > head ? S * wide : head);
     }
     G4__T(logits, (S < G4_TRAIN_ROWS ? S : G4_TRAIN_ROWS) * (uint64_t)c->vocab_size);
-    G4__T(moe, 6 * H + 4 * E + 4 * Ie);
+    G4__T(moe, 4 * H + 2 * E + 6 * Ie); /* see g4__moe_backward */
 #undef G4__T
     {
         float **dk = (float **)(void *)g4__take(cv, (uint64_t)p->n_slots, sizeof(float *));
