@@ -23,9 +23,10 @@
        >>safetensors     safetensors headers and the shard index
        >>loading         g4_model_load: tensors by transformers' names, shapes
        >>kernels         the scalar reference kernels: bf16 rounding, matmul, dot, gelu
-       >>backend         SIMD twins (>>simd), the bf16 dot kernel (>>bf16dot), the
-                         thread pool and threaded loops (>>threads): the scalar
-                         kernels made fast. A first reading can skip it.
+       >>backend         SIMD twins (>>simd), the prefill GEMM (>>gemm), the bf16
+                         dot kernel (>>bf16dot), the thread pool and threaded
+                         loops (>>threads): the scalar kernels made fast. A first
+                         reading can skip it.
        >>ops             the Gemma ops: activation cast, RMSNorm, RoPE, softmax,
                          attention of one query head
        >>session         the arena: K/V slots, the shared-KV table, scratch
@@ -2268,7 +2269,7 @@ G4__MAYBE_UNUSED static float g4__gelu(float x) {
 
 /* ============================================================= >>backend */
 /* BACKEND: how the scalar kernels above run fast - the SIMD twins (>>simd),
-   the bf16 dot-product kernel (>>bf16dot), the thread pool and the threaded
+   the packed prefill GEMM (>>gemm), the bf16 dot-product kernel (>>bf16dot), the thread pool and the threaded
    matmul and elementwise loops (>>threads). Each computes what its scalar
    kernel computes (tested against it; its own comment gives its summation
    order). A first reading can skip to >>ops. */
