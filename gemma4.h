@@ -2224,6 +2224,54 @@ G4__MAYBE_UNUSED static void g4__matmul_ref(float *y, const float *x, const g4_t
     }
 }
 
+/* The bf16-faithful mode's matmul (bf16 weights, bf16-valued x): every output
+   summed in the order of torch's bf16 F.linear on a CPU where ATen runs its
+   AVX2 kernels (cpublas' gemm_transa_ -> dot_with_fp32_arith, 8-lane float
+   vectors), as the transformers-bf16 goldens were made:
+     - 8 accumulators r of 8 lanes l take the inputs 64 j + 8 r + l;
+     - then r += r + 4, r += r + 2, r += r + 1, and the 8 lanes of r = 0 are
+       added as ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7)) (g4__hsum8);
+     - the inputs past the last multiple of 64, 16 at a time, go into one more
+       8-lane accumulator (lane l: 16 j + l, then 16 j + 8 + l), whose lanes
+       are added the same way and then added to the sum;
+     - the last in % 16 inputs are added one by one.
+   A product of two bf16 values is exact in float32, so FMA or multiply-then-
+   add give the same bits. Measured equal to torch 2.15's F.linear on 500k
+   bf16 outputs (in 16 to 1536, 1 to 300 rows); tests/test_gemma4.c checks
+   the AVX2 twin against this function. Under AVX-512 kernels torch sums in
+   16 lanes instead: that order is not this one. */
+static float g4__hsum8(const float *v) {
+    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+}
+
+G4__MAYBE_UNUSED static void g4__matmul_torch_ref(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1) {
+    int out = (int)w->shape[0], in = (int)w->shape[1], la = in & ~63, lv = in & ~15, o, t, i, r, l;
+    const uint16_t *base = (const uint16_t *)w->data;
+    for (o = o0; o < o1; o++) {
+        const uint16_t *row = base + (size_t)o * (size_t)in;
+        for (t = 0; t < n; t++) {
+            const float *xt = x + (size_t)t * (size_t)in;
+            float acc[8][8], tail[8], sum;
+            memset(acc, 0, sizeof acc);
+            memset(tail, 0, sizeof tail);
+            for (i = 0; i < la; i += 64)
+                for (r = 0; r < 8; r++)
+                    for (l = 0; l < 8; l++) acc[r][l] += xt[i + 8 * r + l] * g4__bf16_to_f32(row[i + 8 * r + l]);
+            for (r = 0; r < 4; r++) for (l = 0; l < 8; l++) acc[r][l] += acc[r + 4][l];
+            for (r = 0; r < 2; r++) for (l = 0; l < 8; l++) acc[r][l] += acc[r + 2][l];
+            for (l = 0; l < 8; l++) acc[0][l] += acc[1][l];
+            sum = g4__hsum8(acc[0]);
+            for (i = la; i < lv; i += 16) {
+                for (l = 0; l < 8; l++) tail[l] += xt[i + l] * g4__bf16_to_f32(row[i + l]);
+                for (l = 0; l < 8; l++) tail[l] += xt[i + 8 + l] * g4__bf16_to_f32(row[i + 8 + l]);
+            }
+            sum += g4__hsum8(tail);
+            for (i = lv; i < in; i++) sum += xt[i] * g4__bf16_to_f32(row[i]);
+            y[(size_t)t * (size_t)out + (size_t)o] = sum;
+        }
+    }
+}
+
 G4__MAYBE_UNUSED static float g4__dot_ref(const float *a, const float *b, int n) {
     float acc = 0.0f;
     int i;
@@ -2240,8 +2288,12 @@ G4__MAYBE_UNUSED static float g4__dot_ref(const float *a, const float *b, int n)
    polynomial in FMAs, times 2^n. This scalar function, g4__gelu_v (SIMD) and
    the CUDA twin make exactly these IEEE operations, so they give the same
    bits. libm's tanhf cost 10% of a prefill; this is 96.6% bit-equal to
-   torch's float32 gelu (libm tanhf: 96.8%), within 2.4e-7 of it (tested). */
+   torch's float32 gelu (libm tanhf: 96.8%), within 2.4e-7 of it (tested).
+   Past |z| = 8.664339742 tanh is exactly 1, as in Sleef's tanhf, which ATen's
+   vectorised gelu calls: 1 + tanh(z) is then 0 for z < 0, and in the bf16
+   mode the result equals torch's bf16 gelu for every bf16 input (tested). */
 #define G4__GELU_K 0.7978845608028654f
+#define G4__TANH_ONE (2.0f * 8.664339742f) /* on a = |2z|: Sleef's tanhf is +-1 past |z| = 8.664339742 */
 #define G4__EXP_MAGIC 12582912.0f /* 1.5 * 2^23: adding it rounds to an integer */
 #define G4__EXP_C 1.44269504088896341f, 0.693359375f, 2.12194440e-4f
 #define G4__EXP_P 1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f
@@ -2260,6 +2312,7 @@ G4__MAYBE_UNUSED static float g4__gelu(float x) {
     memcpy(&u, &bits, 4);
     e = e * u;                     /* exp(2|z|) */
     u = 1.0f - 2.0f / (e + 1.0f); /* tanh(|z|) */
+    if (G4__TANH_ONE - a < 0.0f) u = 1.0f;
     return (0.5f * x) * (z < 0.0f ? 1.0f - u : 1.0f + u);
 }
 
@@ -2506,6 +2559,7 @@ static g4__vec g4__gelu_v(g4__vec x) {
     e = g4__vadd(g4__vfma(e, g4__vmul(r, r), r), one);
     e = g4__vmul(e, g4__vpow2(n));
     u = g4__vsub(one, g4__vdiv(g4__vset1(2.0f), g4__vadd(e, one)));
+    u = g4__vifneg(g4__vsub(g4__vset1(G4__TANH_ONE), a), one, u);
     return g4__vmul(g4__vmul(g4__vset1(0.5f), x), g4__vifneg(z, g4__vsub(one, u), g4__vadd(one, u)));
 }
 
@@ -2624,6 +2678,49 @@ static void g4__axpy(float *y, float a, const float *x, int n) {
     int i;
     for (i = 0; i < n; i++) y[i] += a * x[i];
 }
+#endif
+
+/* g4__matmul_torch_ref on 8-lane vectors (AVX2 and FMA, also under AVX-512):
+   the same lanes and the same additions, so the same bits (tested). */
+#if !defined(G4_NO_SIMD) && defined(__AVX2__) && defined(__FMA__)
+#define G4__TORCH_MM 1
+static __m256 g4__vbf16_8(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)p)), 16));
+}
+static float g4__hsum8_v(__m256 v) {
+    float lanes[8];
+    _mm256_storeu_ps(lanes, v);
+    return g4__hsum8(lanes);
+}
+static void g4__matmul_torch(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1) {
+    int out = (int)w->shape[0], in = (int)w->shape[1], la = in & ~63, lv = in & ~15, o, t, i, r;
+    const uint16_t *base = (const uint16_t *)w->data;
+    for (o = o0; o < o1; o++) {
+        const uint16_t *row = base + (size_t)o * (size_t)in;
+        for (t = 0; t < n; t++) {
+            const float *xt = x + (size_t)t * (size_t)in;
+            __m256 acc[8], tail = _mm256_setzero_ps();
+            float sum;
+            for (r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
+            for (i = 0; i < la; i += 64)
+                for (r = 0; r < 8; r++)
+                    acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xt + i + 8 * r), g4__vbf16_8(row + i + 8 * r), acc[r]);
+            for (r = 0; r < 4; r++) acc[r] = _mm256_add_ps(acc[r], acc[r + 4]);
+            for (r = 0; r < 2; r++) acc[r] = _mm256_add_ps(acc[r], acc[r + 2]);
+            sum = g4__hsum8_v(_mm256_add_ps(acc[0], acc[1]));
+            for (i = la; i < lv; i += 16) {
+                tail = _mm256_fmadd_ps(_mm256_loadu_ps(xt + i), g4__vbf16_8(row + i), tail);
+                tail = _mm256_fmadd_ps(_mm256_loadu_ps(xt + i + 8), g4__vbf16_8(row + i + 8), tail);
+            }
+            sum += g4__hsum8_v(tail);
+            for (i = lv; i < in; i++) sum += xt[i] * g4__bf16_to_f32(row[i]);
+            y[(size_t)t * (size_t)out + (size_t)o] = sum;
+        }
+    }
+}
+#else
+#define G4__TORCH_MM 0
+#define g4__matmul_torch g4__matmul_torch_ref
 #endif
 
 /* ----------------------------------------------------- threads >>threads */
@@ -2785,7 +2882,7 @@ G4__DEF const char *g4_simd_name(void) { return G4__SIMD_NAME; }
 
 /* The matmul the forward pass calls: output rows split across the session's
    threads in blocks of G4__TR (the SIMD tile's rows), each part on the SIMD kernel. */
-typedef struct { float *y; const float *x; const uint16_t *xb; const g4_tensor *w; int n, bf16dot; } g4__mm_job;
+typedef struct { float *y; const float *x; const uint16_t *xb; const g4_tensor *w; int n, bf16dot, torch; } g4__mm_job;
 
 static void g4__matmul_part(void *ctx, int part, int n_parts) {
     g4__mm_job *j = (g4__mm_job *)ctx;
@@ -2796,6 +2893,7 @@ static void g4__matmul_part(void *ctx, int part, int n_parts) {
 #if G4__BF16DOT
     if (j->bf16dot) { g4__matmul_bf16dot(j->y, j->x, j->xb, j->w, j->n, o0, o1); return; }
 #endif
+    if (j->torch) { g4__matmul_torch(j->y, j->x, j->w, j->n, o0, o1); return; }
     g4__matmul_rows(j->y, j->x, j->w, j->n, o0, o1);
 }
 
@@ -2804,6 +2902,7 @@ static void g4__matmul(const g4_session *s, float *y, const float *x, const g4_t
     j.y = y; j.x = x; j.w = w; j.n = n;
     j.xb = s->xbf;
     j.bf16dot = G4__BF16DOT && s->cfg.bf16 && w->dtype == G4_BF16;
+    j.torch = !j.bf16dot && s->cfg.bf16 && w->dtype == G4_BF16; /* torch's summation order */
 #if G4__BF16DOT
     if (j.bf16dot) g4__to_bf16(s->xbf, x, n, (int)w->shape[1]);
 #endif
@@ -2852,14 +2951,79 @@ static void g4__act(const g4_session *s, float *x, size_t n) {
     if (s->cfg.bf16) g4__parallel_range(s, n, 1, g4__bf16_round_range, x);
 }
 
+/* torch's float32 sum of squares of a contiguous row, in its order (ATen's
+   cascade sum for an inner reduction, SumKernel.cpp, as built for AVX2): the
+   row is read as 8-lane vectors, 4 side by side, so (k, l) is one of 32
+   float32 accumulators and its m-th term is v[(4m + k) 8 + l], m < rows =
+   n / 32. Each accumulator adds its terms in 4 levels of 2^p (p = max(4,
+   ceil(log2 rows) / 4)): level 0 takes 2^p terms, then is added into level
+   1, and so on up while the term count is a multiple of the level's size.
+   G4__TSUM_VL / G4__TSUM_ILP name those widths; gemma4_cuda.cu's g4c__tsum_lane
+   is this function op for op. */
+#define G4__TSUM_VL 8
+#define G4__TSUM_ILP 4
+static float g4__tsum_lane(const float *v, int rows, int k, int l) {
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, t;
+    int p = 4, step, i = 0, j, c = 0;
+    while ((1 << c) < rows) c++; /* ceil(log2 rows), and 1 for rows <= 2 as ATen's CeilLog2 */
+    if (rows <= 2) c = 1;
+    if (c / 4 > p) p = c / 4;
+    step = 1 << p;
+    while (i + step <= rows) {
+        for (j = 0; j < step; j++, i++) {
+            t = v[(size_t)(G4__TSUM_ILP * i + k) * G4__TSUM_VL + (size_t)l];
+            acc[0] += t * t;
+        }
+        for (j = 1; j < 4; j++) {
+            acc[j] += acc[j - 1];
+            acc[j - 1] = 0.0f;
+            if (i & ((step - 1) << (j * p))) break;
+        }
+    }
+    for (; i < rows; i++) {
+        t = v[(size_t)(G4__TSUM_ILP * i + k) * G4__TSUM_VL + (size_t)l];
+        acc[0] += t * t;
+    }
+    return ((acc[0] + acc[1]) + acc[2]) + acc[3];
+}
+
+/* sum of x[i]^2 (each square rounded to float32) as torch sums it: a row
+   shorter than one vector is summed as 1-lane vectors; otherwise the 32
+   lane accumulators above, the vectors past the last group of 4 added into
+   group 0, the 4 groups added lane-wise, then the scalar tail and the 8
+   lanes in order. Tested against torch on many rows (tests/test_gemma4.c
+   and the bf16 goldens). */
+static float g4__sum_squares(const float *x, int n) {
+    float part[G4__TSUM_ILP][G4__TSUM_VL], total = 0.0f, t;
+    int vl = n < G4__TSUM_VL ? 1 : G4__TSUM_VL, nv = n / vl, rows = nv / G4__TSUM_ILP, k, l, i;
+    if (vl == 1) { /* the same cascade on 1-lane vectors */
+        float a[G4__TSUM_ILP] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (k = 0; k < G4__TSUM_ILP && k < n; k++) a[k] = rows ? x[k] * x[k] : 0.0f;
+        for (i = rows * G4__TSUM_ILP; i < n; i++) a[0] += x[i] * x[i];
+        return ((a[0] + a[1]) + a[2]) + a[3];
+    }
+    for (k = 0; k < G4__TSUM_ILP; k++)
+        for (l = 0; l < G4__TSUM_VL; l++) part[k][l] = g4__tsum_lane(x, rows, k, l);
+    for (i = rows * G4__TSUM_ILP; i < nv; i++)
+        for (l = 0; l < G4__TSUM_VL; l++) {
+            t = x[(size_t)i * G4__TSUM_VL + (size_t)l];
+            part[0][l] += t * t;
+        }
+    for (k = 1; k < G4__TSUM_ILP; k++)
+        for (l = 0; l < G4__TSUM_VL; l++) part[0][l] += part[k][l];
+    for (i = nv * G4__TSUM_VL; i < n; i++) total += x[i] * x[i];
+    for (l = 0; l < G4__TSUM_VL; l++) total += part[0][l];
+    return total;
+}
+
 /* Gemma4RMSNorm: y = x * (mean(x^2) + eps)^-0.5 * w, w used as stored (not 1+w);
-   w == NULL is the weightless norm (v_norm, the router's norm). In place is fine. */
+   w == NULL is the weightless norm (v_norm, the router's norm). In place is fine.
+   Every step in float32 as transformers' _norm runs it (hidden_states.float()):
+   the squares' sum in torch's order, / n, + eps, pow(-0.5) which ATen computes
+   as 1 / sqrt, then x * that, then * w. */
 static void g4__rmsnorm(float *y, const float *x, const g4_tensor *w, int n, float eps) {
-    double ss = 0.0;
-    float inv;
+    float inv = 1.0f / sqrtf(g4__sum_squares(x, n) / (float)n + eps);
     int i;
-    for (i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
-    inv = 1.0f / sqrtf((float)(ss / n) + eps);
     for (i = 0; i < n; i++) y[i] = w ? (x[i] * inv) * g4__get(w, (size_t)i) : x[i] * inv;
 }
 
@@ -2901,6 +3065,62 @@ static void g4__softmax(float *x, int n) {
     for (i = 1; i < n; i++) if (x[i] > mx) mx = x[i];
     for (i = 0; i < n; i++) { x[i] = expf(x[i] - mx); sum += x[i]; }
     for (i = 0; i < n; i++) x[i] /= sum;
+}
+
+/* expf as torch's CPU softmax computes it: Vectorized<float>::exp, which is
+   Sleef's expf_u10 (Sleef_expf8_u10 under AVX2). This mirrors Sleef's
+   algorithm (xexpf in sleefsimdsp.c, Boost Software License 1.0), written
+   from it: q = rint(d / ln 2), s = d - q ln 2 in two FMAs (ln 2 split in
+   L2U + L2L), u = a degree-5 polynomial in FMAs, u = 1 + (s^2 u + s),
+   times 2^q as two exact scalings (2^(q >> 1) 2^(q - (q >> 1))); 0 below
+   -104, inf above 100. Tested bit-equal to Sleef_expf8_u10avx2 on 10M
+   inputs in [-104, 100] (see the README's bf16 section). */
+static float g4__fbits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static float g4__expf_sleef(float d) {
+    float s, u;
+    int q;
+    if (d != d) return d;
+    if (d < -104.0f) return 0.0f;
+    if (d > 100.0f) return g4__fbits(0x7f800000u);
+    q = (int)lrintf(d * 1.442695040888963407359924681001892137f);
+    s = fmaf((float)q, -0.693145751953125f, d);
+    s = fmaf((float)q, -1.428606765330187045e-06f, s);
+    u = 0.000198527617612853646278381f;
+    u = fmaf(u, s, 0.00139304355252534151077271f);
+    u = fmaf(u, s, 0.00833336077630519866943359f);
+    u = fmaf(u, s, 0.0416664853692054748535156f);
+    u = fmaf(u, s, 0.166666671633720397949219f);
+    u = fmaf(u, s, 0.5f);
+    u = 1.0f + fmaf(s * s, u, s);
+    u = u * g4__fbits((uint32_t)((q >> 1) + 127) << 23);
+    return u * g4__fbits((uint32_t)((q - (q >> 1)) + 127) << 23);
+}
+
+/* torch's float32 softmax over the last dim on an AVX2 CPU (ATen's
+   _vec_softmax_lastdim): max, e = exp(x - max) (g4__expf_sleef), the sum of e as
+   vec::reduce_all adds it, then e * (1 / sum). x holds the row's entries
+   k0 .. k0 + n - 1 of a row of `len` (the others are masked: their e is 0
+   and they add nothing, but the position of an entry picks its lane): a row
+   shorter than 8 is summed in order; otherwise entry k goes to lane k % 8,
+   each lane summed in order, the lanes added as g4__hsum8. */
+static void g4__softmax_torch(float *x, int n, int k0, int len) {
+    float mx = x[0], lanes[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, sum = 0.0f, inv;
+    int i;
+    for (i = 1; i < n; i++) if (x[i] > mx) mx = x[i];
+    for (i = 0; i < n; i++) x[i] = g4__expf_sleef(x[i] - mx);
+    if (len < 8)
+        for (i = 0; i < n; i++) sum += x[i];
+    else {
+        for (i = 0; i < n; i++) lanes[(k0 + i) % 8] += x[i];
+        sum = g4__hsum8(lanes);
+    }
+    inv = 1.0f / sum;
+    for (i = 0; i < n; i++) x[i] *= inv;
 }
 
 /* One query head over keys [lo, hi] of a slot: scores = q.k (scale 1.0),

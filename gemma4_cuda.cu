@@ -19,9 +19,11 @@
      of attention, the softmax denominator and the MoE combination are each a
      sequential loop), and products are not contracted into FMAs (__fmul_rn,
      __fadd_rn), so the only differences from the CPU path are the device's
-     expf/tanhf/sinf/cosf (a few ulp from glibc's; GELU makes its own exp and
-     tanh from IEEE operations, as the CPU does) and the RMSNorm sum of
-     squares, which is a tree in double instead of a loop in double. The
+     expf/sinf/cosf (a few ulp from glibc's; GELU makes its own exp and tanh
+     from IEEE operations, as the CPU does). The RMSNorm sum of squares is
+     torch's float32 order, as on the CPU (32 lanes, one thread each), and in
+     the bf16 mode a bf16 weight's matmul sums in torch's bf16 F.linear order
+     (g4c_matmul_torch, as g4__matmul_torch_ref). The
      bf16-faithful mode (cfg.bf16) rounds where the CPU's g4__act does: a
      g4c_round launch after a plain op, and between the steps of a fused
      kernel (its `bf` argument).
@@ -149,6 +151,7 @@ __device__ static float g4c__gelu(float x) {
     e = G4C_ADD(__fmaf_rn(e, G4C_MUL(r, r), r), 1.0f);
     e = G4C_MUL(e, __uint_as_float((unsigned)((int)n + 127) << 23)); /* exp(2|z|) */
     u = G4C_SUB(1.0f, __fdiv_rn(2.0f, G4C_ADD(e, 1.0f)));             /* tanh(|z|) */
+    if (G4C_SUB(G4__TANH_ONE, a) < 0.0f) u = 1.0f;                     /* Sleef's tanhf is 1 there */
     return G4C_MUL(G4C_MUL(0.5f, x), z < 0.0f ? G4C_SUB(1.0f, u) : G4C_ADD(1.0f, u));
 }
 
@@ -210,26 +213,113 @@ __global__ void g4c_matmul_tiled(float *y, const float *x, const void *W, int dt
     }
 }
 
+/* g4__matmul_torch_ref (the bf16 mode, bf16 weights): one thread per output,
+   summed in torch's bf16 F.linear order, op for op */
+__device__ static float g4c__hsum8(const float *v) {
+    return G4C_ADD(G4C_ADD(G4C_ADD(v[0], v[4]), G4C_ADD(v[2], v[6])), G4C_ADD(G4C_ADD(v[1], v[5]), G4C_ADD(v[3], v[7])));
+}
+
+__global__ void g4c_matmul_torch(float *y, const float *x, const uint16_t *W, int n, int in, int out) {
+    G4C_FOR(idx, (size_t)n * out) {
+        size_t t = idx / out, o = idx % out;
+        const float *xt = x + t * in;
+        const uint16_t *row = W + o * in;
+        float acc[8][8], tail[8], sum;
+        int la = in & ~63, lv = in & ~15, i, r, l;
+        for (r = 0; r < 8; r++)
+            for (l = 0; l < 8; l++) acc[r][l] = 0.0f;
+        for (l = 0; l < 8; l++) tail[l] = 0.0f;
+        for (i = 0; i < la; i += 64)
+            for (r = 0; r < 8; r++)
+                for (l = 0; l < 8; l++)
+                    acc[r][l] = G4C_ADD(acc[r][l], G4C_MUL(xt[i + 8 * r + l], g4c__ld(row, G4_BF16, (size_t)(i + 8 * r + l))));
+        for (r = 0; r < 4; r++) for (l = 0; l < 8; l++) acc[r][l] = G4C_ADD(acc[r][l], acc[r + 4][l]);
+        for (r = 0; r < 2; r++) for (l = 0; l < 8; l++) acc[r][l] = G4C_ADD(acc[r][l], acc[r + 2][l]);
+        for (l = 0; l < 8; l++) acc[0][l] = G4C_ADD(acc[0][l], acc[1][l]);
+        sum = g4c__hsum8(acc[0]);
+        for (i = la; i < lv; i += 16) {
+            for (l = 0; l < 8; l++) tail[l] = G4C_ADD(tail[l], G4C_MUL(xt[i + l], g4c__ld(row, G4_BF16, (size_t)(i + l))));
+            for (l = 0; l < 8; l++) tail[l] = G4C_ADD(tail[l], G4C_MUL(xt[i + 8 + l], g4c__ld(row, G4_BF16, (size_t)(i + 8 + l))));
+        }
+        sum = G4C_ADD(sum, g4c__hsum8(tail));
+        for (i = lv; i < in; i++) sum = G4C_ADD(sum, G4C_MUL(xt[i], g4c__ld(row, G4_BF16, (size_t)i)));
+        y[idx] = sum;
+    }
+}
+
+/* g4__tsum_lane: one of torch's 32 lane accumulators of a sum of squares */
+__device__ static float g4c__tsum_lane(const float *v, int rows, int k, int l) {
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, t;
+    int p = 4, step, i = 0, j, c = 0;
+    while ((1 << c) < rows) c++;
+    if (rows <= 2) c = 1;
+    if (c / 4 > p) p = c / 4;
+    step = 1 << p;
+    while (i + step <= rows) {
+        for (j = 0; j < step; j++, i++) {
+            t = v[(size_t)(G4__TSUM_ILP * i + k) * G4__TSUM_VL + (size_t)l];
+            acc[0] = G4C_ADD(acc[0], G4C_MUL(t, t));
+        }
+        for (j = 1; j < 4; j++) {
+            acc[j] = G4C_ADD(acc[j], acc[j - 1]);
+            acc[j - 1] = 0.0f;
+            if (i & ((step - 1) << (j * p))) break;
+        }
+    }
+    for (; i < rows; i++) {
+        t = v[(size_t)(G4__TSUM_ILP * i + k) * G4__TSUM_VL + (size_t)l];
+        acc[0] = G4C_ADD(acc[0], G4C_MUL(t, t));
+    }
+    return G4C_ADD(G4C_ADD(G4C_ADD(acc[0], acc[1]), acc[2]), acc[3]);
+}
+
+/* g4__sum_squares after its lanes: part[k * 8 + l] holds lane (k, l) when
+   n >= 8 (for n < 8 it is not read) */
+__device__ static float g4c__sum_squares_finish(const float *part_in, const float *x, int n) {
+    float part[G4__TSUM_ILP][G4__TSUM_VL], total = 0.0f, t;
+    int nv, rows, k, l, i;
+    if (n < G4__TSUM_VL) {
+        float a[G4__TSUM_ILP] = {0.0f, 0.0f, 0.0f, 0.0f};
+        rows = n / G4__TSUM_ILP;
+        for (k = 0; k < G4__TSUM_ILP && k < n; k++) a[k] = rows ? G4C_MUL(x[k], x[k]) : 0.0f;
+        for (i = rows * G4__TSUM_ILP; i < n; i++) a[0] = G4C_ADD(a[0], G4C_MUL(x[i], x[i]));
+        return G4C_ADD(G4C_ADD(G4C_ADD(a[0], a[1]), a[2]), a[3]);
+    }
+    nv = n / G4__TSUM_VL;
+    rows = nv / G4__TSUM_ILP;
+    for (k = 0; k < G4__TSUM_ILP; k++)
+        for (l = 0; l < G4__TSUM_VL; l++) part[k][l] = part_in[k * G4__TSUM_VL + l];
+    for (i = rows * G4__TSUM_ILP; i < nv; i++)
+        for (l = 0; l < G4__TSUM_VL; l++) {
+            t = x[(size_t)i * G4__TSUM_VL + (size_t)l];
+            part[0][l] = G4C_ADD(part[0][l], G4C_MUL(t, t));
+        }
+    for (k = 1; k < G4__TSUM_ILP; k++)
+        for (l = 0; l < G4__TSUM_VL; l++) part[0][l] = G4C_ADD(part[0][l], part[k][l]);
+    for (i = nv * G4__TSUM_VL; i < n; i++) total = G4C_ADD(total, G4C_MUL(x[i], x[i]));
+    for (l = 0; l < G4__TSUM_VL; l++) total = G4C_ADD(total, part[0][l]);
+    return total;
+}
+
 /* g4__rmsnorm on `rows` rows of n: y = x * (mean(x^2) + eps)^-0.5 (* w when
-   w != NULL). One block per row; the sum of squares is a tree in double. */
+   w != NULL). One block per row; its first 32 threads compute torch's 32
+   lane sums of squares (g4__sum_squares), thread 0 finishes the sum. */
 __global__ void g4c_rmsnorm(float *y, const float *x, const void *w, int dt, int rows, int n, float eps) {
-    __shared__ double red[G4C_THREADS];
+    __shared__ float part[G4__TSUM_ILP * G4__TSUM_VL];
+    __shared__ float inv_s;
     int tid = (int)threadIdx.x;
     G4C_ROWS(r, rows) {
         const float *xr = x + (size_t)r * n;
         float *yr = y + (size_t)r * n;
-        double ss = 0.0;
-        for (int i = tid; i < n; i += (int)blockDim.x) ss += (double)xr[i] * (double)xr[i];
-        red[tid] = ss;
+        if (n >= G4__TSUM_VL && tid < G4__TSUM_ILP * G4__TSUM_VL)
+            part[tid] = g4c__tsum_lane(xr, n / G4__TSUM_VL / G4__TSUM_ILP, tid / G4__TSUM_VL, tid % G4__TSUM_VL);
         __syncthreads();
-        for (int s = (int)blockDim.x / 2; s > 0; s /= 2) {
-            if (tid < s) red[tid] += red[tid + s];
-            __syncthreads();
-        }
-        float inv = 1.0f / sqrtf((float)(red[0] / n) + eps);
+        if (tid == 0) inv_s = __fdiv_rn(1.0f, sqrtf(G4C_ADD(__fdiv_rn(g4c__sum_squares_finish(part, xr, n), (float)n), eps)));
+        __syncthreads();
+        float inv = inv_s;
         for (int i = tid; i < n; i += (int)blockDim.x)
             yr[i] = w ? G4C_MUL(G4C_MUL(xr[i], inv), g4c__ld(w, dt, (size_t)i)) : G4C_MUL(xr[i], inv);
-        __syncthreads(); /* red[0] is read by all before the next row overwrites it */
+        __syncthreads(); /* part and inv_s are read by all before the next row overwrites them */
     }
 }
 
@@ -472,7 +562,10 @@ static g4_result g4c__act(g4_cuda_session *s, float *x, size_t n) {
 
 static g4_result g4c__matmul(g4_cuda_session *s, float *y, const float *x, const g4_tensor *w, int n) {
     int out = (int)w->shape[0], in = (int)w->shape[1];
-    if (s->matmul == G4_CUDA_MATMUL_PLAIN) {
+    if (s->cfg.bf16 && w->dtype == G4_BF16) { /* g4__matmul: torch's summation order */
+        G4C_RUN(s->error, g4c_matmul_torch, g4c__grid((size_t)n * out, G4C_THREADS), G4C_THREADS, y, x,
+                (const uint16_t *)w->data, n, in, out);
+    } else if (s->matmul == G4_CUDA_MATMUL_PLAIN) {
         G4C_RUN(s->error, g4c_matmul, g4c__grid((size_t)n * out, G4C_THREADS), G4C_THREADS, y, x, w->data,
                 (int)w->dtype, n, in, out);
     } else {
