@@ -386,6 +386,7 @@ typedef struct {
     const g4_model *model;
     g4_session_config cfg;
     int pos;                   /* positions consumed so far */
+    int fwd_end, fwd_n;        /* the running g4_forward call: its end position and token count (bf16 mode) */
     int n_slots;
     g4_kv_slot *slots;         /* the shared-KV table */
     int *layer_slot;           /* [L] slot each layer attends over */
@@ -682,6 +683,7 @@ typedef struct {
     g4_session_config cfg;
     int matmul;                /* G4_CUDA_MATMUL_TILED (default) or G4_CUDA_MATMUL_PLAIN */
     int pos;                   /* positions consumed so far */
+    int fwd_end, fwd_n;        /* the running g4_forward call: its end position and token count (bf16 mode) */
     int n_slots;
     g4_kv_slot *slots;         /* host arena: the table as the host tracks it (k, v: device) */
     int *layer_slot;           /* host arena: [L] slot each layer attends over */
@@ -2384,7 +2386,9 @@ G4__MAYBE_UNUSED static float g4__dot_ref(const float *a, const float *b, int n)
 #define G4__EXP_MAGIC 12582912.0f /* 1.5 * 2^23: adding it rounds to an integer */
 #define G4__EXP_C 1.44269504088896341f, 0.693359375f, 2.12194440e-4f
 #define G4__EXP_P 1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f
-G4__MAYBE_UNUSED static float g4__gelu(float x) {
+/* clamp = 0: without the exact 1 past |z| = 8.664339742, as ATen's scalar
+   gelu (glibc's tanhf) rounds in bf16 (g4__gelu_torch_n) */
+static float g4__gelu_x(float x, int clamp) {
     static const float c[3] = {G4__EXP_C}, p[6] = {G4__EXP_P};
     float z = G4__GELU_K * (x + 0.044715f * (x * x * x)), a = fminf(fabsf(z + z), 87.0f), n, r, e, u;
     uint32_t bits;
@@ -2399,9 +2403,11 @@ G4__MAYBE_UNUSED static float g4__gelu(float x) {
     memcpy(&u, &bits, 4);
     e = e * u;                     /* exp(2|z|) */
     u = 1.0f - 2.0f / (e + 1.0f); /* tanh(|z|) */
-    if (G4__TANH_ONE - a < 0.0f) u = 1.0f;
+    if (clamp && G4__TANH_ONE - a < 0.0f) u = 1.0f;
     return (0.5f * x) * (z < 0.0f ? 1.0f - u : 1.0f + u);
 }
+
+G4__MAYBE_UNUSED static float g4__gelu(float x) { return g4__gelu_x(x, 1); }
 
 /* ============================================================= >>backend */
 /* BACKEND: how the scalar kernels above run fast - the SIMD twins (>>simd),
@@ -3103,6 +3109,19 @@ static float g4__sum_squares(const float *x, int n) {
     return total;
 }
 
+/* gelu as ATen runs it on a bf16 tensor of `total` elements (a contiguous
+   tensor, or one row of a strided one such as an expert's gate half): 32
+   elements at a time through its vectorised code (Sleef's tanhf, exactly 1
+   past |z| = 8.664339742: g4__gelu_n), the last total % 32 through its scalar
+   code (glibc's tanhf, without that: g4__gelu_x(x, 0)). x[0 .. n) are the
+   tensor's elements off .. off + n - 1; in place is fine. Equal to torch's
+   bf16 gelu on every bf16 input, on either path (tested in Python). */
+static void g4__gelu_torch_n(float *y, const float *x, size_t n, size_t off, size_t total) {
+    size_t tail = total & ~(size_t)31, cut = tail > off ? (tail - off < n ? tail - off : n) : 0, i;
+    for (i = cut; i < n; i++) y[i] = g4__gelu_x(x[i], 0); /* first: in place, g4__gelu_n overwrites x */
+    g4__gelu_n(y, x, cut);
+}
+
 /* Gemma4RMSNorm: y = x * (mean(x^2) + eps)^-0.5 * w, w used as stored (not 1+w);
    w == NULL is the weightless norm (v_norm, the router's norm). In place is fine.
    Every step in float32 as transformers' _norm runs it (hidden_states.float()):
@@ -3210,25 +3229,194 @@ static void g4__softmax_torch(float *x, int n, int k0, int len) {
     for (i = 0; i < n; i++) x[i] *= inv;
 }
 
+/* torch.topk(p, K) on the CPU, for which K of E entries it picks when values
+   tie (exact ties are common: router logits are bf16). ATen's topk_impl_loop
+   (TopKImpl.h) fills (value, index) pairs in index order and runs, with the
+   comparison a > b (NaN first), std::partial_sort to K when 64 K <= E, else
+   std::nth_element at K - 1; torch is built against GCC's libstdc++, whose
+   algorithms these mirror, written from their description: introselect
+   (median of 3 moved to the front, unguarded partition, insertion sort below
+   4 elements, heap select after 2 floor(log2 E) rounds) and heap select
+   (make_heap on the first K, then every later entry that beats the root is
+   swapped in and sifted down). The chosen set was checked equal to
+   torch.topk's on 10k tie-heavy rows (E 2 to 1000, K 1 to 8); which of the
+   tied values is picked is neither "lower index" nor "higher index" (a test
+   shows a golden where the higher index wins). top[] gets the K indices in
+   descending value, as torch returns them (ties among equal values in any
+   order: their values are the same). E <= 256. */
+typedef struct { float v; int i; } g4__vi;
+
+static int g4__tk_gt(const g4__vi *a, const g4__vi *b) {
+    return (a->v != a->v && b->v == b->v) || a->v > b->v;
+}
+
+static void g4__tk_swap(g4__vi *a, g4__vi *b) {
+    g4__vi t = *a;
+    *a = *b;
+    *b = t;
+}
+
+static void g4__tk_adjust(g4__vi *q, int hole, int n, g4__vi v) {
+    int top = hole, c = hole, parent;
+    while (c < (n - 1) / 2) {
+        c = 2 * (c + 1);
+        if (g4__tk_gt(&q[c], &q[c - 1])) c--;
+        q[hole] = q[c];
+        hole = c;
+    }
+    if ((n & 1) == 0 && c == (n - 2) / 2) {
+        c = 2 * (c + 1);
+        q[hole] = q[c - 1];
+        hole = c - 1;
+    }
+    parent = (hole - 1) / 2;
+    while (hole > top && g4__tk_gt(&q[parent], &v)) {
+        q[hole] = q[parent];
+        hole = parent;
+        parent = (hole - 1) / 2;
+    }
+    q[hole] = v;
+}
+
+static void g4__tk_heap_select(g4__vi *q, int m, int n) {
+    int parent, i;
+    if (m >= 2)
+        for (parent = (m - 2) / 2;; parent--) {
+            g4__tk_adjust(q, parent, m, q[parent]);
+            if (parent == 0) break;
+        }
+    for (i = m; i < n; i++)
+        if (g4__tk_gt(&q[i], &q[0])) {
+            g4__vi v = q[i];
+            q[i] = q[0];
+            g4__tk_adjust(q, 0, m, v);
+        }
+}
+
+static void g4__tk_nth(g4__vi *q, int nth, int n) {
+    int f = 0, l = n, depth = 0, i;
+    while ((2 << depth) <= n) depth++; /* floor(log2 n) */
+    depth *= 2;
+    while (l - f > 3) {
+        int a = f + 1, b = f + (l - f) / 2, c = l - 1, lo = f + 1, hi = l;
+        if (depth == 0) {
+            g4__tk_heap_select(q + f, nth + 1 - f, l - f);
+            g4__tk_swap(&q[f], &q[nth]);
+            return;
+        }
+        depth--;
+        if (g4__tk_gt(&q[a], &q[b])) {
+            if (g4__tk_gt(&q[b], &q[c])) g4__tk_swap(&q[f], &q[b]);
+            else if (g4__tk_gt(&q[a], &q[c])) g4__tk_swap(&q[f], &q[c]);
+            else g4__tk_swap(&q[f], &q[a]);
+        } else if (g4__tk_gt(&q[a], &q[c])) g4__tk_swap(&q[f], &q[a]);
+        else if (g4__tk_gt(&q[b], &q[c])) g4__tk_swap(&q[f], &q[c]);
+        else g4__tk_swap(&q[f], &q[b]);
+        for (;;) { /* unguarded partition of [f + 1, l) around q[f] */
+            while (g4__tk_gt(&q[lo], &q[f])) lo++;
+            hi--;
+            while (g4__tk_gt(&q[f], &q[hi])) hi--;
+            if (!(lo < hi)) break;
+            g4__tk_swap(&q[lo], &q[hi]);
+            lo++;
+        }
+        if (lo <= nth) f = lo;
+        else l = lo;
+    }
+    for (i = f + 1; i < l; i++) { /* insertion sort of [f, l) */
+        g4__vi v = q[i];
+        int j = i;
+        if (g4__tk_gt(&v, &q[f])) {
+            for (j = i; j > f; j--) q[j] = q[j - 1];
+            q[f] = v;
+        } else {
+            while (g4__tk_gt(&v, &q[j - 1])) { q[j] = q[j - 1]; j--; }
+            q[j] = v;
+        }
+    }
+}
+
+static void g4__topk_torch(const float *p, int E, int K, int *top) {
+    g4__vi q[256];
+    int i, j;
+    for (i = 0; i < E; i++) { q[i].v = p[i]; q[i].i = i; }
+    if (K * 64 <= E) g4__tk_heap_select(q, K, E);
+    else g4__tk_nth(q, K - 1, E);
+    for (i = 1; i < K; i++) /* descending value */
+        for (j = i; j > 0 && g4__tk_gt(&q[j], &q[j - 1]); j--) g4__tk_swap(&q[j], &q[j - 1]);
+    for (i = 0; i < K; i++) top[i] = q[i].i;
+}
+
 /* One query head over keys [lo, hi] of a slot: scores = q.k (scale 1.0),
    softmax in float32, out = sum p * v. Keys live in row pos % capacity.
-   bf16 (transformers' eager path): scores and p are cast to bf16, out too. */
-static void g4__attend(float *out, const float *q, const g4_kv_slot *sl, int kvh, int lo, int hi, float *scores,
-                       int bf16) {
+   bf16: g4__attend_torch instead. */
+static void g4__attend(float *out, const float *q, const g4_kv_slot *sl, int kvh, int lo, int hi, float *scores) {
     int D = sl->head_dim, stride = sl->kv_heads * D, k, d;
     for (k = lo; k <= hi; k++) {
         const float *key = sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D;
-        float acc = g4__dot(q, key, D);
-        scores[k - lo] = bf16 ? g4__bf16_round(acc) : acc;
+        scores[k - lo] = g4__dot(q, key, D);
     }
     g4__softmax(scores, hi - lo + 1);
     for (d = 0; d < D; d++) out[d] = 0.0f;
     for (k = lo; k <= hi; k++) {
         const float *val = sl->v + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D;
-        g4__axpy(out, bf16 ? g4__bf16_round(scores[k - lo]) : scores[k - lo], val, D);
+        g4__axpy(out, scores[k - lo], val, D);
     }
-    if (bf16)
-        for (d = 0; d < D; d++) out[d] = g4__bf16_round(out[d]);
+}
+
+/* torch's dot product of two float rows of bf16 values: g4__matmul_torch_ref's
+   order (ATen's dot_with_fp32_arith, AVX2) */
+static float g4__dot_torch(const float *a, const float *b, int n) {
+    float acc[8][8], tail[8], sum;
+    int la = n & ~63, lv = n & ~15, i, r, l;
+    memset(acc, 0, sizeof acc);
+    memset(tail, 0, sizeof tail);
+    for (i = 0; i < la; i += 64)
+        for (r = 0; r < 8; r++)
+            for (l = 0; l < 8; l++) acc[r][l] += a[i + 8 * r + l] * b[i + 8 * r + l];
+    for (r = 0; r < 4; r++) for (l = 0; l < 8; l++) acc[r][l] += acc[r + 4][l];
+    for (r = 0; r < 2; r++) for (l = 0; l < 8; l++) acc[r][l] += acc[r + 2][l];
+    for (l = 0; l < 8; l++) acc[0][l] += acc[1][l];
+    sum = g4__hsum8(acc[0]);
+    for (i = la; i < lv; i += 16) {
+        for (l = 0; l < 8; l++) tail[l] += a[i + l] * b[i + l];
+        for (l = 0; l < 8; l++) tail[l] += a[i + 8 + l] * b[i + 8 + l];
+    }
+    sum += g4__hsum8(tail);
+    for (i = lv; i < n; i++) sum += a[i] * b[i];
+    return sum;
+}
+
+/* transformers' eager attention for one query head in bf16, in torch's
+   order, as in one forward over `nq` queries whose key rows hold `len`
+   positions (0 .. len - 1; keys outside [lo, hi] are masked):
+     - scores = q.k as torch.matmul(q, k^T) in bf16: ATen's bmm runs its naive
+       loop (the dot in order) when D nq len < 400, else cpublas' gemm_transa_
+       (g4__dot_torch); each rounded to bf16;
+     - p = torch's float32 softmax (g4__softmax_torch), rounded to bf16;
+     - out = p @ v as cpublas' gemm_notrans_: per output 4 partial sums, key k
+       into partial k % 4 for k < 4 floor(len / 4), the rest into partial 0,
+       then ((0 + 1) + 2) + 3; rounded to bf16.
+   Products of bf16 values are exact, so the order of the additions is all
+   that matters. Measured equal to torch on 2.7M outputs (S 3 to 100, D 16
+   to 256). */
+static void g4__attend_torch(float *out, const float *q, const g4_kv_slot *sl, int kvh, int lo, int hi, float *scores,
+                             int nq, int len) {
+    int D = sl->head_dim, stride = sl->kv_heads * D, k, d, naive = (int64_t)D * nq * len < 400, tail4 = len & ~3;
+    for (k = lo; k <= hi; k++) {
+        const float *key = sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D;
+        scores[k - lo] = g4__bf16_round(naive ? g4__dot_ref(q, key, D) : g4__dot_torch(q, key, D));
+    }
+    g4__softmax_torch(scores, hi - lo + 1, lo, len);
+    for (k = lo; k <= hi; k++) scores[k - lo] = g4__bf16_round(scores[k - lo]);
+    for (d = 0; d < D; d++) {
+        float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (k = lo; k <= hi; k++) {
+            const float *val = sl->v + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D;
+            part[k < tail4 ? k % 4 : 0] += scores[k - lo] * val[d];
+        }
+        out[d] = g4__bf16_round(((part[0] + part[1]) + part[2]) + part[3]);
+    }
 }
 
 /* ----------------------------------------------------- session >>session */
@@ -3512,7 +3700,10 @@ static void g4__attn_part(void *ctx, int part, int n_parts) {
     for (i = i0; i < i1; i++) {
         int t = i / j->NH, h = i % j->NH, p = s->pos + t, lo = 0;
         if (j->window && p - j->window + 1 > 0) lo = p - j->window + 1;
-        g4__attend(s->att + (size_t)i * D, s->q + (size_t)i * D, j->sl, h / j->group, lo, p, scores, s->cfg.bf16);
+        if (s->cfg.bf16)
+            g4__attend_torch(s->att + (size_t)i * D, s->q + (size_t)i * D, j->sl, h / j->group, lo, p, scores, s->fwd_n,
+                             s->fwd_end);
+        else g4__attend(s->att + (size_t)i * D, s->q + (size_t)i * D, j->sl, h / j->group, lo, p, scores);
     }
 }
 
@@ -3627,12 +3818,18 @@ static g4_result g4__attention(g4_session *s, int l, int n) {
 }
 
 /* gate[i] = gelu(gate[i]) * up[i] over [i0, i1), each rounded in bf16 mode */
+typedef struct { const g4_session *s; size_t width; } g4__gelu_job;
+
 static void g4__gelu_mul(void *ctx, size_t i0, size_t i1) {
-    const g4_session *s = (const g4_session *)ctx;
+    const g4__gelu_job *j = (const g4__gelu_job *)ctx;
+    const g4_session *s = j->s;
     size_t i, b;
     for (b = i0; b < i1; b += 1024) { /* blocks that stay in L1 between the two loops */
         size_t e = i1 - b < 1024 ? i1 : b + 1024;
-        g4__gelu_n(s->gate + b, s->gate + b, e - b);
+        if (s->cfg.bf16) /* the call's [fwd_n x width] tensor, as transformers holds it */
+            g4__gelu_torch_n(s->gate + b, s->gate + b, e - b, (size_t)(s->pos - s->fwd_end + s->fwd_n) * j->width + b,
+                             (size_t)s->fwd_n * j->width);
+        else g4__gelu_n(s->gate + b, s->gate + b, e - b);
         for (i = b; i < e; i++) {
             float g = s->cfg.bf16 ? g4__bf16_round(s->gate[i]) : s->gate[i];
             s->gate[i] = s->cfg.bf16 ? g4__bf16_round(g * s->up[i]) : g * s->up[i];
@@ -3644,11 +3841,14 @@ static void g4__gelu_mul(void *ctx, size_t i0, size_t i1) {
 static void g4__mlp(g4_session *s, int l, int n) {
     const g4_layer_weights *lw = &s->model->w.layers[l];
     size_t len = (size_t)n * (size_t)s->model->plan.layer[l].mlp_width;
+    g4__gelu_job gj;
+    gj.s = s;
+    gj.width = (size_t)s->model->plan.layer[l].mlp_width;
     g4__matmul(s, s->gate, s->xn, &lw->gate_proj, n);
     g4__act(s, s->gate, len);
     g4__matmul(s, s->up, s->xn, &lw->up_proj, n);
     g4__act(s, s->up, len);
-    g4__parallel_range(s, len, 1, g4__gelu_mul, s); /* one pass, split across threads */
+    g4__parallel_range(s, len, 1, g4__gelu_mul, &gj); /* one pass, split across threads */
     g4__matmul(s, s->branch, s->gate, &lw->down_proj, n);
     g4__act(s, s->branch, (size_t)n * s->model->config.hidden_size);
     g4__tap(s, l, "mlp", s->branch, n, s->model->config.hidden_size);
@@ -3674,17 +3874,13 @@ static void g4__moe(g4_session *s, int l, const float *r, const float *xn, float
     g4__act(s, u, (size_t)H);
     g4__matmul(s, s->router, u, &lw->router_proj, 1);
     g4__act(s, s->router, (size_t)E);
-    g4__softmax(s->router, E);
-    /* top-k by probability (ties: lower expert id first), renormalise, per-expert scale */
+    if (s->cfg.bf16) g4__softmax_torch(s->router, E, 0, E);
+    else g4__softmax(s->router, E);
+    /* top-k by probability, ties broken as torch.topk on the CPU does
+       (g4__topk_torch), renormalise (summed in topk's order), per-expert scale */
+    g4__topk_torch(s->router, E, K, top);
     for (k = 0; k < K; k++) {
-        int best = -1;
-        for (e = 0; e < E; e++) {
-            int taken = 0, j;
-            for (j = 0; j < k; j++) taken |= top[j] == e;
-            if (!taken && (best < 0 || s->router[e] > s->router[best])) best = e;
-        }
-        top[k] = best;
-        wk[k] = s->router[best];
+        wk[k] = s->router[top[k]];
         wsum += wk[k];
     }
     for (k = 0; k < K; k++) wk[k] = (wk[k] / wsum) * g4__get(&lw->router_per_expert_scale, (size_t)top[k]);
@@ -3700,7 +3896,8 @@ static void g4__moe(g4_session *s, int l, const float *r, const float *xn, float
         dn.shape[0] = H; dn.shape[1] = Ie;
         g4__matmul(s, s->gate, xn, &gu, 1);                  /* [gate | up] */
         g4__act(s, s->gate, (size_t)2 * Ie);
-        g4__gelu_n(s->up, s->gate, (size_t)Ie);
+        if (s->cfg.bf16) g4__gelu_torch_n(s->up, s->gate, (size_t)Ie, 0, (size_t)Ie); /* a row of the gate half */
+        else g4__gelu_n(s->up, s->gate, (size_t)Ie);
         g4__act(s, s->up, (size_t)Ie);
         for (i = 0; i < Ie; i++) s->up[i] *= s->gate[Ie + i];
         g4__act(s, s->up, (size_t)Ie);
@@ -3750,7 +3947,9 @@ static g4_result g4__layer(g4_session *s, int l, int n) {
         g4__matmul(s, s->ple, s->x, &lw->per_layer_input_gate, n);
         g4__act(s, s->ple, np);
         g4__tap(s, l, "per_layer_input_gate", s->ple, n, P);
-        g4__gelu_n(s->ple, s->ple, np);
+        if (s->cfg.bf16) /* the call's [fwd_n x P] tensor */
+            g4__gelu_torch_n(s->ple, s->ple, np, (size_t)(s->pos - s->fwd_end + s->fwd_n) * P, (size_t)s->fwd_n * P);
+        else g4__gelu_n(s->ple, s->ple, np);
         g4__act(s, s->ple, np);
         for (t = 0; t < n; t++)
             for (j = 0; j < P; j++) s->ple[(size_t)t * P + j] *= s->pli[(size_t)t * LP + (size_t)l * P + j];
@@ -3913,6 +4112,8 @@ G4__DEF g4_result g4_forward(g4_session *s, const int32_t *ids, int n, float *lo
     if (!s->model || !s->slots) { g4__seterr(s->error, "session is not initialised"); return G4_ERR_INPUT; }
     c = &s->model->config;
     if ((r = g4__check_forward(c, s->pos, s->cfg.max_context, ids, n, logits, mode, s->error)) != G4_OK) return r;
+    s->fwd_end = s->pos + n;
+    s->fwd_n = n;
     for (done = 0; done < n; done += cn) {
         cn = g4__chunk(done, n, s->cfg.max_chunk, mode, logits, c->vocab_size, &out, &first);
         if ((r = g4__step(s, ids + done, cn, out, first)) != G4_OK) return r;
@@ -4431,7 +4632,7 @@ static g4_result g4__attention_backward(g4_train *t, float *G, int l, int n, con
     /* o_proj: the heads' outputs recomputed as the forward computed them */
     for (i = 0; i < n * NH; i++) {
         int tt = i / NH, h = i % NH, lo = window && tt - window + 1 > 0 ? tt - window + 1 : 0;
-        g4__attend(t->att + (size_t)i * D, q + (size_t)i * D, sl, h / group, lo, tt, t->probs, 0);
+        g4__attend(t->att + (size_t)i * D, q + (size_t)i * D, sl, h / group, lo, tt, t->probs);
     }
     memset(t->datt, 0, sizeof(float) * (size_t)n * qw);
     g4__matmul_backward(t->datt, g4__grad(t, G, &lw->o_proj), dout, t->att, &lw->o_proj, n, t->wrow);
