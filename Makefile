@@ -11,7 +11,7 @@ DEMO     = data/tiny/e2b_like
 
 all: build/gemma4
 
-build/gemma4: examples/gemma4.c examples/compare.h examples/bench.h gemma4.h | build
+build/gemma4: examples/gemma4.c examples/compare.h examples/bench.h examples/train.h gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -o $@ examples/gemma4.c $(LDLIBS)
 
 build/minimal: examples/minimal.c gemma4.h | build
@@ -24,6 +24,7 @@ build/test_gemma4_san: tests/test_gemma4.c tests/harness.h tests/fixtures.h exam
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_gemma4.c $(LDLIBS)
 
 # The training reference: backward ops, gradients against torch autograd (data/tiny/*/grad_golden.safetensors).
+# Its CLI cases run build/gemma4 (build/gemma4_san under the sanitizers): the path is argv[2].
 build/test_train: tests/test_train.c tests/harness.h tests/fixtures.h gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_train.c $(LDLIBS)
 
@@ -38,7 +39,7 @@ build/test_tokenizer_san: tests/test_tokenizer.c tests/harness.h gemma4.h | buil
 
 # The bad-input catalogue (tests/test_bad_inputs.c) drives the CLI too:
 # build/gemma4 in the plain run, build/gemma4_san under the sanitizers.
-build/gemma4_san: examples/gemma4.c gemma4.h | build
+build/gemma4_san: examples/gemma4.c examples/compare.h examples/bench.h examples/train.h gemma4.h | build
 	$(CC) $(WARN) $(SAN) -o $@ examples/gemma4.c $(LDLIBS)
 
 build/test_bad_inputs: tests/test_bad_inputs.c tests/harness.h gemma4.h | build
@@ -135,14 +136,14 @@ strict: | build
 
 unit: build/gemma4 build/test_gemma4 build/test_tokenizer build/test_bad_inputs build/test_threads build/test_train
 	./build/test_gemma4
-	./build/test_train
+	./build/test_train data build/gemma4
 	./build/test_tokenizer
 	./build/test_bad_inputs data build/gemma4
 	./build/test_threads
 
 sanitize: build/gemma4 build/gemma4_san build/test_gemma4_san build/test_bad_inputs_san build/test_threads_san build/test_tokenizer_san build/test_train_san
 	./build/test_gemma4_san
-	./build/test_train_san
+	./build/test_train_san data build/gemma4_san
 	./build/test_bad_inputs_san data build/gemma4_san
 	./build/test_threads_san
 	./build/test_tokenizer_san
@@ -189,9 +190,9 @@ test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san 
 	./build/test_threads > build/threads.log 2>&1 || { cat build/threads.log; exit 1; }
 	@cat build/threads.log
 	@echo "== training reference (gradients vs torch autograd), plain and under ASan + UBSan"
-	./build/test_train > build/train.log 2>&1 || { cat build/train.log; exit 1; }
+	./build/test_train data build/gemma4 > build/train.log 2>&1 || { cat build/train.log; exit 1; }
 	@tail -n 1 build/train.log
-	./build/test_train_san > build/train_san.log 2>&1 || { cat build/train_san.log; exit 1; }
+	./build/test_train_san data build/gemma4_san > build/train_san.log 2>&1 || { cat build/train_san.log; exit 1; }
 	@tail -n 1 build/train_san.log
 	@echo "== bad-input catalogue"
 	./build/test_bad_inputs data build/gemma4 > build/bad_inputs.log 2>&1 || { cat build/bad_inputs.log; exit 1; }

@@ -447,6 +447,9 @@ typedef struct {
     int bf16;            /* must be 0: the backward is float32 only */
     g4_pool *pool;       /* threads for the forward and backward, or NULL */
     g4_tap_fn tap; void *tap_user; /* optional: the forward's taps, passed on */
+    g4_tap_fn grad_tap; void *grad_tap_user; /* optional: dL/d(output) at the forward's tap points, in
+                                                backward order, under the same names (not self_attn.k/.v,
+                                                logits) */
     int debug_drop_reader_kv_grads; /* TEST ONLY: readers do not add their dK/dV to the owner's slot
                                        (what a rebuilt shared-KV dict does) */
 } g4_train_config;
@@ -467,6 +470,7 @@ typedef struct {
     int n_grads;
     g4_grad_entry *grads;      /* [n_grads], in the checkpoint walk's order */
     size_t grad_floats;        /* size of the caller's gradient block */
+    size_t arena_bytes;        /* the training arena, as given to g4_train_init */
     size_t saved_bytes;        /* of the arena: activations kept for the backward */
     int n;                     /* tokens of the current call */
     int recomputing;           /* layer whose activations the taps refill (recompute mode), else -1 */
@@ -477,8 +481,8 @@ typedef struct {
     float *kraw, *vraw, *dk, *dv;              /* [S][KVHmax*Dmax] */
     float *gate, *up, *dgate, *dup;            /* [S][max(Imax, 2*Ie)] */
     float *dpli, *pproj, *pa, *dpa;            /* [S][L*P] x2, [S][P] x2 */
-    float *probs, *wrow;                       /* [max_seq], [widest matmul input] */
-    float *logits;                             /* [G4_TRAIN_ROWS][V] */
+    float *probs;                              /* [max_seq] */
+    float *logits;                             /* [min(max_seq, G4_TRAIN_ROWS)][V] */
     float *moe;                                /* MoE scratch: [6H + 4E + 4Ie] */
     float **slot_dk, **slot_dv;                /* [n_slots] -> [S][KVH*D] the owner slots' K/V gradients */
     int *pending;                              /* [n_slots] readers of the slot whose backward has not run */
@@ -4138,7 +4142,7 @@ G4__DEF int32_t g4_argmax(const float *x, int n) {
    backward, which runs after every reader (reverse layer order), checks that
    all of them did before it consumes the slot. */
 
-#define G4_TRAIN_ROWS 16   /* logits rows computed at a time for the loss */
+#define G4_TRAIN_ROWS 64   /* logits rows computed at a time for the loss (the arena holds min(max_seq, 64) x V) */
 
 /* RMSNorm (g4__rmsnorm): y = x * inv * w, inv = (mean(x^2) + eps)^-0.5.
    dx = inv * (w dy) - x * inv^3 * sum(w dy x) / n;  dw += dy * x * inv.
@@ -4188,21 +4192,95 @@ static float g4__gelu_grad(float x) {
     return left_d + right_d;
 }
 
-/* y = x W^T (g4__matmul; W [out, in] read as stored, x [n][in]):
-   dx[t] += dy[t] W  and  dw[o] += sum_t dy[t][o] x[t]  (either may be NULL).
-   wrow: [in] scratch. Each dx[t][i] sums over o in ascending order, each
-   dw[o][i] over t: a fixed order. */
-static void g4__matmul_backward(float *dx, float *dw, const float *dy, const float *x, const g4_tensor *w, int n,
-                                float *wrow) {
-    int out = (int)w->shape[0], in = (int)w->shape[1], o, t, i;
-    for (o = 0; o < out; o++) {
-        if (dx) {
-            for (i = 0; i < in; i++) wrow[i] = g4__get(w, (size_t)o * in + (size_t)i);
-            for (t = 0; t < n; t++) g4__axpy(dx + (size_t)t * in, dy[(size_t)t * out + o], wrow, in);
+/* y = x W^T (g4__matmul) backward: dX += dY W and dW += dY^T X, both
+   C[r][c] += sum_k A(r, k) * B[k][c] for r < R,
+   columns [c0, c1), k < K in ascending order, A(r, k) = A[r*ar + k*ak], B's
+   rows ldb elements apart in dtype bdt (a weight as stored, or float32
+   activations). Both gradients of y = x W^T are this shape:
+     dX += dY W:      C = dX [n][in], A(t, o) = dY[t][o],  B = W   [out][in]
+     dW += dY^T X:    C = dW [out][in], A(o, t) = dY[t][o], B = X  [n][in]
+   A tile is G4__OR rows x 2 vectors of columns, accumulated over all k in
+   registers, then added to C. Threads split the columns in whole tiles, so
+   every element is computed by the same code in the same order whatever the
+   thread count. */
+#define G4__OR 6
+static float g4__get_row(const unsigned char *row, g4_dtype dt, int c) {
+    g4_tensor t;
+    t.data = row;
+    t.dtype = dt;
+    return g4__get(&t, (size_t)c);
+}
+
+static void g4__outer_acc(float *C, size_t ldc, const float *A, size_t ar, size_t ak, const unsigned char *B,
+                          g4_dtype bdt, size_t ldb, int R, int K, int c0, int c1) {
+    size_t esz = g4__dtype_size(bdt);
+    int r0, c, k, u;
+    for (r0 = 0; r0 < R; r0 += G4__OR) {
+        int nr = R - r0 < G4__OR ? R - r0 : G4__OR;
+        const float *a[G4__OR];
+        for (u = 0; u < G4__OR; u++) a[u] = A + (size_t)(r0 + (u < nr ? u : nr - 1)) * ar;
+        c = c0;
+#ifdef G4__VL
+        for (; c + 2 * G4__VL <= c1; c += 2 * G4__VL) {
+            g4__vec acc[G4__OR][2];
+            G4__UNROLL for (u = 0; u < G4__OR; u++) { acc[u][0] = g4__vzero(); acc[u][1] = g4__vzero(); }
+            for (k = 0; k < K; k++) {
+                const unsigned char *row = B + (size_t)k * ldb * esz;
+                g4__vec b0 = g4__vload_w(row, bdt, (size_t)c), b1 = g4__vload_w(row, bdt, (size_t)c + G4__VL);
+                G4__UNROLL for (u = 0; u < G4__OR; u++) {
+                    g4__vec av = g4__vset1(a[u][(size_t)k * ak]);
+                    acc[u][0] = g4__vfma(av, b0, acc[u][0]);
+                    acc[u][1] = g4__vfma(av, b1, acc[u][1]);
+                }
+            }
+            for (u = 0; u < nr; u++) {
+                float *y = C + (size_t)(r0 + u) * ldc + c;
+                g4__vstore(y, g4__vadd(g4__vload_x(y), acc[u][0]));
+                g4__vstore(y + G4__VL, g4__vadd(g4__vload_x(y + G4__VL), acc[u][1]));
+            }
         }
-        if (dw)
-            for (t = 0; t < n; t++) g4__axpy(dw + (size_t)o * in, dy[(size_t)t * out + o], x + (size_t)t * in, in);
+#endif
+        for (; c < c1; c++) /* the last columns (or all, without SIMD): one at a time */
+            for (u = 0; u < nr; u++) {
+                float acc = 0.0f;
+                for (k = 0; k < K; k++) acc += a[u][(size_t)k * ak] * g4__get_row(B + (size_t)k * ldb * esz, bdt, c);
+                C[(size_t)(r0 + u) * ldc + c] += acc;
+            }
     }
+}
+
+typedef struct {
+    float *C; size_t ldc; const float *A; size_t ar, ak; const unsigned char *B; g4_dtype bdt; size_t ldb; int R, K, N;
+} g4__outer_job;
+
+#ifdef G4__VL
+#define G4__OC (2 * G4__VL)
+#else
+#define G4__OC 8
+#endif
+static void g4__outer_part(void *ctx, int part, int n_parts) {
+    const g4__outer_job *j = (const g4__outer_job *)ctx;
+    int tiles = (j->N + G4__OC - 1) / G4__OC;
+    int t0 = (int)((int64_t)tiles * part / n_parts), t1 = (int)((int64_t)tiles * (part + 1) / n_parts);
+    int c0 = t0 * G4__OC, c1 = t1 * G4__OC < j->N ? t1 * G4__OC : j->N;
+    if (c0 < c1) g4__outer_acc(j->C, j->ldc, j->A, j->ar, j->ak, j->B, j->bdt, j->ldb, j->R, j->K, c0, c1);
+}
+
+static void g4__outer(const g4_session *s, float *C, size_t ldc, const float *A, size_t ar, size_t ak,
+                      const unsigned char *B, g4_dtype bdt, size_t ldb, int R, int K, int N) {
+    g4__outer_job j;
+    j.C = C; j.ldc = ldc; j.A = A; j.ar = ar; j.ak = ak; j.B = B; j.bdt = bdt; j.ldb = ldb; j.R = R; j.K = K; j.N = N;
+    if ((int64_t)R * K * N < 8 * (int64_t)G4_PARALLEL_MIN) g4__outer_part(&j, 0, 1);
+    else g4__parallel(s->cfg.pool, g4__outer_part, &j);
+}
+
+/* y = x W^T (g4__matmul; W [out, in] read as stored, x [n][in]): dx[t] += dy[t] W
+   and dw[o] += sum_t dy[t][o] x[t] (either may be NULL), threaded */
+static void g4__matmul_bwd(const g4_session *s, float *dx, float *dw, const float *dy, const float *x, const g4_tensor *w,
+                           int n) {
+    int out = (int)w->shape[0], in = (int)w->shape[1];
+    if (dx) g4__outer(s, dx, (size_t)in, dy, (size_t)out, 1, (const unsigned char *)w->data, w->dtype, (size_t)in, n, out, in);
+    if (dw) g4__outer(s, dw, (size_t)in, dy, 1, (size_t)out, (const unsigned char *)(const void *)x, G4_F32, (size_t)in, out, n, in);
 }
 
 /* g4__attend's backward for one query head q over keys [lo, hi] of a slot:
@@ -4287,6 +4365,16 @@ static void g4__train_tap(void *user, const char *name, int layer, const float *
     if (dst) memcpy(dst, data, sizeof(float) * (size_t)rows * (size_t)cols);
 }
 
+/* the backward's tap: dL/d(the output named as the forward's tap) */
+static void g4__gtap(const g4_train *t, int layer, const char *what, const float *data, int rows, int cols) {
+    char name[96];
+    if (!t->cfg.grad_tap) return;
+    if (layer < 0) snprintf(name, sizeof name, "%s", what);
+    else if (!*what) snprintf(name, sizeof name, "layers.%d", layer);
+    else snprintf(name, sizeof name, "layers.%d.%s", layer, what);
+    t->cfg.grad_tap(t->cfg.grad_tap_user, name, layer, data, rows, cols, 0);
+}
+
 /* ---- the arena ---- */
 typedef struct { g4_train *t; size_t n, floats; } g4__grad_walk;
 
@@ -4331,7 +4419,7 @@ static void g4__train_carve(g4_train *t, const g4_model *m, const g4_train_confi
     const g4_plan *p = &m->plan;
     uint64_t S = (uint64_t)cfg->max_seq, H = (uint64_t)c->hidden_size, NH = (uint64_t)c->num_attention_heads;
     uint64_t P = (uint64_t)c->hidden_size_per_layer_input, LP = (uint64_t)c->num_hidden_layers * P;
-    uint64_t dmax = 0, kvw = 0, imax = 0, widest, E = (uint64_t)c->num_experts, Ie = (uint64_t)c->moe_intermediate_size;
+    uint64_t dmax = 0, kvw = 0, imax = 0, E = (uint64_t)c->num_experts, Ie = (uint64_t)c->moe_intermediate_size;
     uint64_t shared[G4__ACTS];
     int L = p->n_layers, l, k;
     float **act;
@@ -4371,10 +4459,6 @@ static void g4__train_carve(g4_train *t, const g4_model *m, const g4_train_confi
                     if (k != G4__A_OUT && g4__act_width(m, l, k)) act[(size_t)(l + 1) * G4__ACTS + (size_t)k] = ptr;
         }
     if (t) t->act = act;
-    widest = H > NH * dmax ? H : NH * dmax;
-    if (imax > widest) widest = imax;
-    if (LP > widest) widest = LP;
-    if ((uint64_t)c->vocab_size > widest) widest = (uint64_t)c->vocab_size;
 #define G4__T(field, count) do { float *p_ = g4__take(cv, (count), sizeof(float)); if (t) t->field = p_; } while (0)
     G4__T(pli, S * LP);
     G4__T(xn_final, S * H);
@@ -4384,8 +4468,8 @@ static void g4__train_carve(g4_train *t, const g4_model *m, const g4_train_confi
     G4__T(kraw, S * kvw); G4__T(vraw, S * kvw); G4__T(dk, S * kvw); G4__T(dv, S * kvw);
     G4__T(gate, S * imax); G4__T(up, S * imax); G4__T(dgate, S * imax); G4__T(dup, S * imax);
     G4__T(dpli, S * LP); G4__T(pproj, S * LP); G4__T(pa, S * P); G4__T(dpa, S * P);
-    G4__T(probs, S); G4__T(wrow, widest);
-    G4__T(logits, (uint64_t)G4_TRAIN_ROWS * (uint64_t)c->vocab_size);
+    G4__T(probs, S);
+    G4__T(logits, (S < G4_TRAIN_ROWS ? S : G4_TRAIN_ROWS) * (uint64_t)c->vocab_size);
     G4__T(moe, 6 * H + 4 * E + 4 * Ie);
 #undef G4__T
     {
@@ -4478,6 +4562,7 @@ G4__DEF g4_result g4_train_init(g4_train *t, const g4_model *m, const g4_train_c
     t->cfg = *cfg;
     g4__train_carve(t, m, cfg, &cv, sess, &saved);
     t->saved_bytes = saved;
+    t->arena_bytes = arena_bytes;
     t->grad_floats = floats;
     t->recomputing = -1;
     memset(&gw, 0, sizeof gw);
@@ -4587,13 +4672,13 @@ static void g4__moe_backward(g4_train *t, float *G, int l, const float *dout, co
         dw = (float)acc;                                   /* dL/d w_k */
         for (i = 0; i < H; i++) du[i] = dout[i] * wk;     /* dL/dy */
         for (i = 0; i < Ie; i++) dgu[i] = 0.0f;
-        g4__matmul_backward(dgu, ddn, du, act, &dn, 1, t->wrow); /* dgu[0..Ie) = dL/d act */
+        g4__matmul_bwd(&t->s, dgu, ddn, du, act, &dn, 1); /* dgu[0..Ie) = dL/d act */
         for (i = 0; i < Ie; i++) {
             float da = dgu[i];
             dgu[i] = da * gu[Ie + i] * g4__gelu_grad(gu[i]);
             dgu[Ie + i] = da * gl[i];
         }
-        g4__matmul_backward(dxn3, dgup, dgu, xn3, &gup, 1, t->wrow);
+        g4__matmul_bwd(&t->s, dxn3, dgup, dgu, xn3, &gup, 1);
         dpes[top[k]] += dw * q[k];
         dq[k] = dw * pes;
     }
@@ -4603,7 +4688,7 @@ static void g4__moe_backward(g4_train *t, float *G, int l, const float *dout, co
     for (k = 0; k < K; k++) dprobs[top[k]] = (dq[k] - (float)dot) / wsum;
     g4__softmax_backward(dprobs, probs, E);               /* dL/d router logits */
     for (i = 0; i < H; i++) du[i] = 0.0f;
-    g4__matmul_backward(du, g4__grad(t, G, &lw->router_proj), dprobs, u3, &lw->router_proj, 1, t->wrow);
+    g4__matmul_bwd(&t->s, du, g4__grad(t, G, &lw->router_proj), dprobs, u3, &lw->router_proj, 1);
     for (i = 0; i < H; i++) {
         float d2 = du[i] * root;                          /* dL/d (u1 * scale) */
         dscale[i] += d2 * u1[i];
@@ -4635,7 +4720,7 @@ static g4_result g4__attention_backward(g4_train *t, float *G, int l, int n, con
         g4__attend(t->att + (size_t)i * D, q + (size_t)i * D, sl, h / group, lo, tt, t->probs);
     }
     memset(t->datt, 0, sizeof(float) * (size_t)n * qw);
-    g4__matmul_backward(t->datt, g4__grad(t, G, &lw->o_proj), dout, t->att, &lw->o_proj, n, t->wrow);
+    g4__matmul_bwd(&t->s, t->datt, g4__grad(t, G, &lw->o_proj), dout, t->att, &lw->o_proj, n);
     /* softmax(q k) v: dq, and dK/dV into the slot's gradient */
     if (lp->reads >= 0 && t->cfg.debug_drop_reader_kv_grads) { /* the planted bug: a throwaway slot */
         dk = t->dk; dv = t->dv;
@@ -4648,6 +4733,7 @@ static g4_result g4__attention_backward(g4_train *t, float *G, int l, int n, con
                             lo, tt, t->probs);
     }
     /* queries: q = RoPE(q_norm(q_proj(xn))) */
+    g4__gtap(t, l, "self_attn.q", t->dq, n, (int)qw);
     g4__matmul(&t->s, t->qraw, xn, &lw->q_proj, n);
     for (i = 0; i < n * NH; i++) {
         float *g = t->dq + (size_t)i * D;
@@ -4655,7 +4741,7 @@ static g4_result g4__attention_backward(g4_train *t, float *G, int l, int n, con
         g4__rmsnorm_backward(g, g4__grad(t, G, &lw->q_norm), g, t->qraw + (size_t)i * D, &lw->q_norm, D, eps);
     }
     memset(dxn, 0, sizeof(float) * (size_t)n * H);
-    g4__matmul_backward(dxn, g4__grad(t, G, &lw->q_proj), t->dq, xn, &lw->q_proj, n, t->wrow);
+    g4__matmul_bwd(&t->s, dxn, g4__grad(t, G, &lw->q_proj), t->dq, xn, &lw->q_proj, n);
     if (lp->reads >= 0) { t->pending[slot]--; return G4_OK; }
 
     /* an owner: every reader of this slot must have added its part by now */
@@ -4674,9 +4760,9 @@ static g4_result g4__attention_backward(g4_train *t, float *G, int l, int n, con
             g4__rmsnorm_backward(dk + o, g4__grad(t, G, &lw->k_norm), dk + o, t->kraw + o, &lw->k_norm, D, eps);
             g4__rmsnorm_backward(dv + o, NULL, dv + o, t->vraw + o, NULL, D, eps);
         }
-    if (lp->has_v_proj) g4__matmul_backward(dxn, g4__grad(t, G, &lw->v_proj), dv, xn, &lw->v_proj, n, t->wrow);
+    if (lp->has_v_proj) g4__matmul_bwd(&t->s, dxn, g4__grad(t, G, &lw->v_proj), dv, xn, &lw->v_proj, n);
     else g4__add_into(dk, dv, (size_t)n * kvw); /* V was the raw K */
-    g4__matmul_backward(dxn, g4__grad(t, G, &lw->k_proj), dk, xn, &lw->k_proj, n, t->wrow);
+    g4__matmul_bwd(&t->s, dxn, g4__grad(t, G, &lw->k_proj), dk, xn, &lw->k_proj, n);
     return G4_OK;
 }
 
@@ -4695,6 +4781,7 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
     g4_result res;
 
     /* 6. h *= layer_scalar (a buffer: no gradient of its own) */
+    g4__gtap(t, l, "", t->dx, n, H);
     for (i = 0; i < nh; i++) t->dx[i] *= ls;
 
     /* 5. per-layer input: h = x5 + post_per_layer_input_norm(proj(gelu(gate(x5)) * pli_l)) */
@@ -4702,15 +4789,17 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
         size_t LP = (size_t)c->num_hidden_layers * P, np = (size_t)n * P;
         const float *pg = g4__saved(t, l, G4__A_PG);
         float *x5 = t->tmp;
+        g4__gtap(t, l, "post_per_layer_input_norm", t->dx, n, H);
         for (i = 0; i < nh; i++) x5[i] = r[i] + g4__saved(t, l, G4__A_PFN)[i];
         g4__norm_rows_backward(t->dbr, g4__grad(t, G, &lw->post_per_layer_input_norm), t->dx,
                                g4__saved(t, l, G4__A_PP), &lw->post_per_layer_input_norm, n, H, eps);
+        g4__gtap(t, l, "per_layer_projection", t->dbr, n, H);
         g4__gelu_n(t->pa, pg, np);                        /* gelu(gate) */
         for (tk = 0; tk < n; tk++)
             for (j = 0; j < P; j++) t->dpa[(size_t)tk * P + j] = t->pa[(size_t)tk * P + j] * t->pli[tk * LP + (size_t)l * P + j];
         memset(t->tmp2, 0, sizeof(float) * np);           /* dL/d(gelu(gate) * pli) */
-        g4__matmul_backward(t->tmp2, g4__grad(t, G, &lw->per_layer_projection), t->dbr, t->dpa,
-                            &lw->per_layer_projection, n, t->wrow);
+        g4__matmul_bwd(&t->s, t->tmp2, g4__grad(t, G, &lw->per_layer_projection), t->dbr, t->dpa,
+                       &lw->per_layer_projection, n);
         for (tk = 0; tk < n; tk++)
             for (j = 0; j < P; j++) {
                 size_t o = (size_t)tk * P + j, ol = tk * LP + (size_t)l * P + j;
@@ -4718,11 +4807,13 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
                 t->dpli[ol] += da * t->pa[o];
                 t->dpa[o] = da * t->pli[ol] * g4__gelu_grad(pg[o]);
             }
-        g4__matmul_backward(t->dx, g4__grad(t, G, &lw->per_layer_input_gate), t->dpa, x5, &lw->per_layer_input_gate, n,
-                            t->wrow);
+        g4__gtap(t, l, "per_layer_input_gate", t->dpa, n, P);
+        g4__matmul_bwd(&t->s, t->dx, g4__grad(t, G, &lw->per_layer_input_gate), t->dpa, x5, &lw->per_layer_input_gate,
+                       n);
     }
 
     /* 4. x5 = r + post_feedforward_layernorm(m): dr = dx5 + (the paths through m) */
+    g4__gtap(t, l, "post_feedforward_layernorm", t->dx, n, H);
     memcpy(t->dr, t->dx, sizeof(float) * nh);
     m_in = g4__saved(t, l, G4__A_MLP);
     if (lp->moe) { /* m = post_feedforward_layernorm_1(mlp) + post_feedforward_layernorm_2(experts(r)) */
@@ -4734,6 +4825,7 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
     if (lp->moe) {
         g4__norm_rows_backward(t->tmp2, g4__grad(t, G, &lw->post_feedforward_layernorm_2), t->dbr,
                                g4__saved(t, l, G4__A_EXP), &lw->post_feedforward_layernorm_2, n, H, eps);
+        g4__gtap(t, l, "experts", t->tmp2, n, H);
         g4__norm_rows_backward(t->dbr, g4__grad(t, G, &lw->post_feedforward_layernorm_1), t->dbr,
                                g4__saved(t, l, G4__A_MLP), &lw->post_feedforward_layernorm_1, n, H, eps);
         for (tk = 0; tk < n; tk++) {
@@ -4746,31 +4838,37 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
     }
     { /* Gemma4TextMLP: down(gelu(gate(xn2)) * up(xn2)), gate and up recomputed */
         const float *xn2 = g4__saved(t, l, G4__A_XN2);
+        g4__gtap(t, l, "mlp", t->dbr, n, H);
         g4__matmul(&t->s, t->gate, xn2, &lw->gate_proj, n);
         g4__matmul(&t->s, t->up, xn2, &lw->up_proj, n);
         g4__gelu_n(t->dup, t->gate, ni);                  /* gelu(gate) */
         for (i = 0; i < ni; i++) t->dgate[i] = t->dup[i] * t->up[i];
-        g4__matmul_backward(NULL, g4__grad(t, G, &lw->down_proj), t->dbr, t->dgate, &lw->down_proj, n, t->wrow);
+        g4__matmul_bwd(&t->s, NULL, g4__grad(t, G, &lw->down_proj), t->dbr, t->dgate, &lw->down_proj, n);
         memset(t->dgate, 0, sizeof(float) * ni);
-        g4__matmul_backward(t->dgate, NULL, t->dbr, NULL, &lw->down_proj, n, t->wrow);
+        g4__matmul_bwd(&t->s, t->dgate, NULL, t->dbr, NULL, &lw->down_proj, n);
         for (i = 0; i < ni; i++) {
             float da = t->dgate[i];
             t->dgate[i] = da * t->up[i] * g4__gelu_grad(t->gate[i]);
             t->dup[i] = da * t->dup[i];
         }
         memset(t->dxn, 0, sizeof(float) * nh);
-        g4__matmul_backward(t->dxn, g4__grad(t, G, &lw->gate_proj), t->dgate, xn2, &lw->gate_proj, n, t->wrow);
-        g4__matmul_backward(t->dxn, g4__grad(t, G, &lw->up_proj), t->dup, xn2, &lw->up_proj, n, t->wrow);
+        g4__matmul_bwd(&t->s, t->dxn, g4__grad(t, G, &lw->gate_proj), t->dgate, xn2, &lw->gate_proj, n);
+        g4__matmul_bwd(&t->s, t->dxn, g4__grad(t, G, &lw->up_proj), t->dup, xn2, &lw->up_proj, n);
+        g4__gtap(t, l, "pre_feedforward_layernorm", t->dxn, n, H);
         g4__norm_rows_backward(t->tmp, g4__grad(t, G, &lw->pre_feedforward_layernorm), t->dxn, r,
                                &lw->pre_feedforward_layernorm, n, H, eps);
         g4__add_into(t->dr, t->tmp, nh);
     }
 
     /* 3. r = x + post_attention_layernorm(attn(input_layernorm(x))) */
+    g4__gtap(t, l, "pre_feedforward_layernorm:input", t->dr, n, H);
+    g4__gtap(t, l, "post_attention_layernorm", t->dr, n, H);
     memcpy(t->dx, t->dr, sizeof(float) * nh);
     g4__norm_rows_backward(t->dbr, g4__grad(t, G, &lw->post_attention_layernorm), t->dr, g4__saved(t, l, G4__A_ATTN),
                            &lw->post_attention_layernorm, n, H, eps);
+    g4__gtap(t, l, "self_attn", t->dbr, n, H);
     if ((res = g4__attention_backward(t, G, l, n, t->dbr, t->dxn)) != G4_OK) return res;
+    g4__gtap(t, l, "input_layernorm", t->dxn, n, H);
     g4__norm_rows_backward(t->tmp, g4__grad(t, G, &lw->input_layernorm), t->dxn, g4__saved(t, l - 1, G4__A_OUT),
                            &lw->input_layernorm, n, H, eps);
     g4__add_into(t->dx, t->tmp, nh);
@@ -4857,8 +4955,7 @@ static double g4__loss_backward(g4_train *t, float *G, const int32_t *ids, const
                 z[j] = cap > 0.0f ? ((g * cap) * (1.0f - z[j] * z[j])) / cap : g;
             }
         }
-        g4__matmul_backward(t->dxn + (size_t)r0 * H, dlm, t->logits, t->xn_final + (size_t)r0 * H, &m->w.lm_head, nr,
-                            t->wrow);
+        g4__matmul_bwd(&t->s, t->dxn + (size_t)r0 * H, dlm, t->logits, t->xn_final + (size_t)r0 * H, &m->w.lm_head, nr);
     }
     return total / used;
 }
@@ -4886,8 +4983,8 @@ static void g4__per_layer_inputs_backward(g4_train *t, float *G, const int32_t *
         g4__rmsnorm_backward(t->dpli + i * P, dnorm, t->dpli + i * P, t->pproj + i * P, &m->w.per_layer_projection_norm, P,
                              c->rms_norm_eps);
     for (i = 0; i < nlp; i++) t->dpli[i] *= proj_scale;
-    g4__matmul_backward(t->dx, g4__grad(t, G, &m->w.per_layer_model_projection), t->dpli, x0,
-                        &m->w.per_layer_model_projection, n, t->wrow);
+    g4__matmul_bwd(&t->s, t->dx, g4__grad(t, G, &m->w.per_layer_model_projection), t->dpli, x0,
+                   &m->w.per_layer_model_projection, n);
 }
 
 G4__DEF g4_result g4_loss_and_grad(g4_train *t, const int32_t *ids, const int32_t *labels, int n, float *loss,
@@ -4919,6 +5016,7 @@ G4__DEF g4_result g4_loss_and_grad(g4_train *t, const int32_t *ids, const int32_
     /* the loss, then the final norm */
     total = g4__loss_backward(t, G, ids, labels, n, used);
     *loss = (float)total;
+    g4__gtap(t, -1, "norm", t->dxn, n, H);
     g4__norm_rows_backward(t->dx, g4__grad(t, G, &m->w.norm), t->dxn, g4__saved(t, c->num_hidden_layers - 1, G4__A_OUT),
                            &m->w.norm, n, H, c->rms_norm_eps);
 
@@ -4939,7 +5037,11 @@ G4__DEF g4_result g4_loss_and_grad(g4_train *t, const int32_t *ids, const int32_
     }
 
     /* the embeddings: per-layer inputs, then E[id] * sqrt(H) (the pad row gets no lookup gradient) */
-    if (c->hidden_size_per_layer_input) g4__per_layer_inputs_backward(t, G, ids, n);
+    if (c->hidden_size_per_layer_input) {
+        g4__gtap(t, -1, "per_layer_inputs", t->dpli, n, c->num_hidden_layers * c->hidden_size_per_layer_input);
+        g4__per_layer_inputs_backward(t, G, ids, n);
+    }
+    g4__gtap(t, -1, "embed_tokens", t->dx, n, H);
     {
         float *dE = g4__grad(t, G, &m->w.embed_tokens), scale = (float)sqrt((double)H);
         for (tk = 0; tk < n; tk++)

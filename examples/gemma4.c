@@ -10,6 +10,7 @@
    ids. `compare` runs the ids stored in a dump (tools/hf_dump.py) and prints,
    tap by tap in forward order, how far gemma4.h is from the dump; exit status
    0 when every tap is within tolerance, 2 when one is not.
+   `grad` writes the loss and every trained tensor's gradient (examples/train.h).
    `tokenize` prints the ids of TEXT (or of all of stdin) as tokenizers'
    encode(TEXT).ids does (the post-processor's <bos> included). `generate`
    streams the answer to stdout, then prints token counts and speeds to
@@ -34,6 +35,8 @@
 /* "usage: gemma4 NAME ARGS" for one command, or for all (NULL); returns 1.
    The lines come from the table `commands` below. */
 static int usage(const char *command);
+static int parse_ids(const char *s, int32_t **out);
+#include "train.h"
 
 /* "2,818,1010" -> ids; returns the count, or -1 with a message. */
 static int parse_ids(const char *s, int32_t **out) {
@@ -142,6 +145,11 @@ static int cmd_compare(int argc, char **argv) {
            c.bf16 ? "bfloat16" : "float32", c.n_ids);
     first = g4cmp_report(&c, tol, stdout);
     rc = first >= 0 ? 2 : 0;
+    if (g4_model_tensor(&c.dump, "loss")) { /* a --grad dump: the loss and the gradients too */
+        int g = sc.bf16 ? 1 : g4t_compare_grads(&m, dump, &c, tol);
+        if (sc.bf16) fprintf(stderr, "gemma4: gradients are compared in float32 only\n");
+        if (g > rc || g == 1) rc = g;
+    }
 done:
     free(logits);
     g4_session_destroy(&s);
@@ -570,7 +578,9 @@ static const struct {
     {"logits", cmd_logits, "DIR --ids 2,818,1010 --out FILE [--chunk N]"},
     {"greedy", cmd_greedy, "DIR --ids 2,818 --new N [--chunk N]"},
     {"compare", cmd_compare, "DIR DUMP.safetensors [--tolerance T] [--f32|--bf16] [--chunk N]"},
-    {"bench", g4b_cmd_bench, "DIR [--threads N] [--prompt N] [--gen N] [--bf16]"},
+    {"grad", g4t_cmd_grad, "DIR --ids 2,818,... [--labels L,...] [--recompute] [--threads N] --out FILE"},
+    {"bench", g4t_cmd_bench, "DIR [--threads N] [--prompt N] [--gen N] [--bf16]\n"
+                             "DIR --grad [--recompute] [--threads N] [--prompt N]"},
     {"synth", g4b_cmd_synth, "--config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N]"},
     {"tokenize", cmd_tokenize, "TOKENIZER_JSON_OR_MODEL_DIR [TEXT]"},
     {"generate", cmd_generate, "DIR --prompt \"...\" [--chat] [--system S] [--think] [--temp T] [--top-k K]\n"

@@ -21,8 +21,11 @@ holding (no metadata, byte-reproducible):
     grad.<param>         F32 [shape]  the full gradient: every parameter of FULL_MODELS, and in the
                                       other models every parameter with <= FULL_MAX elements
                                       (norm weights, router scale / per_expert_scale, ...)
-    dembed               F32 [S, H]   dL/d(scaled embedding entering layer 0)
-    dlayer.<i>           F32 [S, H]   dL/d(output of decoder layer i)
+    grad.embed_tokens    F32 [S, H]   dL/d(scaled embedding entering layer 0)
+    grad.layers.<i>      F32 [S, H]   dL/d(output of decoder layer i)
+                                      (the names tools/hf_dump.py --grad uses: `build/gemma4 compare
+                                      DIR DIR/grad_golden.safetensors` checks the loss, these and
+                                      the stored parameter gradients)
     fd.<param>           F32 [k, 2]   rows (flat element index, dL/dtheta) from central finite
                                       differences of the float64 model's loss (h = FD_H): a second
                                       oracle that does not use autograd
@@ -186,9 +189,9 @@ def run(model, ids, labels, taps=False):
                 h.retain_grad()
                 saved[key] = h
             return hook
-        hooks.append(tm.embed_tokens.register_forward_hook(keep("dembed")))
+        hooks.append(tm.embed_tokens.register_forward_hook(keep("grad.embed_tokens")))
         for i, layer in enumerate(tm.layers):
-            hooks.append(layer.register_forward_hook(keep(f"dlayer.{i}")))
+            hooks.append(layer.register_forward_hook(keep(f"grad.layers.{i}")))
     f64 = next(model.parameters()).dtype == torch.float64
     try:
         out = model(input_ids=ids[None], labels=labels[None], use_cache=False)
