@@ -482,6 +482,7 @@ typedef struct {
     float *gate, *up, *dgate, *dup;            /* [S][max(Imax, 2*Ie)] */
     float *dpli, *pproj, *pa, *dpa;            /* [S][L*P] x2, [S][P] x2 */
     float *probs;                              /* [max_seq] */
+    float *dyt;                                /* [max(S * widest projection output, 64 * V)] dY transposed */
     float *logits;                             /* [min(max_seq, G4_TRAIN_ROWS)][V] */
     float *moe;                                /* MoE scratch: [6H + 4E + 4Ie] */
     float **slot_dk, **slot_dv;                /* [n_slots] -> [S][KVH*D] the owner slots' K/V gradients */
@@ -4199,11 +4200,19 @@ static float g4__gelu_grad(float x) {
    activations). Both gradients of y = x W^T are this shape:
      dX += dY W:      C = dX [n][in], A(t, o) = dY[t][o],  B = W   [out][in]
      dW += dY^T X:    C = dW [out][in], A(o, t) = dY[t][o], B = X  [n][in]
-   A tile is G4__OR rows x 2 vectors of columns, accumulated over all k in
-   registers, then added to C. Threads split the columns in whole tiles, so
-   every element is computed by the same code in the same order whatever the
-   thread count. */
+   A tile is G4__OR rows x 2 vectors of columns, accumulated over G4__OK k in
+   registers, then added to C; the columns go in blocks of 4 tiles, k in
+   blocks of G4__OK, so that the block of B stays in cache while every row
+   tile passes over it. Threads split the
+   columns in whole blocks, so every element is computed by the same code in
+   the same order whatever the thread count. */
 #define G4__OR 6
+#define G4__OK 256 /* k per pass over a block of columns */
+#ifdef G4__VL
+#define G4__OC (2 * G4__VL) /* columns of a tile */
+#else
+#define G4__OC 8
+#endif
 static float g4__get_row(const unsigned char *row, g4_dtype dt, int c) {
     g4_tensor t;
     t.data = row;
@@ -4211,41 +4220,51 @@ static float g4__get_row(const unsigned char *row, g4_dtype dt, int c) {
     return g4__get(&t, (size_t)c);
 }
 
+/* one tile: rows [r0, r0+nr) (nr <= G4__OR) x columns [cb, ce) */
+static void g4__outer_tile(float *C, size_t ldc, const float *A, size_t ar, size_t ak, const unsigned char *B,
+                           g4_dtype bdt, size_t ldb, size_t esz, int r0, int nr, int K, int cb, int ce) {
+    int c, k, u;
+    const float *a[G4__OR];
+    for (u = 0; u < G4__OR; u++) a[u] = A + (size_t)(r0 + (u < nr ? u : nr - 1)) * ar;
+    c = cb;
+#ifdef G4__VL
+    for (; c + 2 * G4__VL <= ce; c += 2 * G4__VL) {
+        g4__vec acc[G4__OR][2];
+        G4__UNROLL for (u = 0; u < G4__OR; u++) { acc[u][0] = g4__vzero(); acc[u][1] = g4__vzero(); }
+        for (k = 0; k < K; k++) {
+            const unsigned char *row = B + (size_t)k * ldb * esz;
+            g4__vec b0 = g4__vload_w(row, bdt, (size_t)c), b1 = g4__vload_w(row, bdt, (size_t)c + G4__VL);
+            G4__UNROLL for (u = 0; u < G4__OR; u++) {
+                g4__vec av = g4__vset1(a[u][(size_t)k * ak]);
+                acc[u][0] = g4__vfma(av, b0, acc[u][0]);
+                acc[u][1] = g4__vfma(av, b1, acc[u][1]);
+            }
+        }
+        for (u = 0; u < nr; u++) {
+            float *y = C + (size_t)(r0 + u) * ldc + c;
+            g4__vstore(y, g4__vadd(g4__vload_x(y), acc[u][0]));
+            g4__vstore(y + G4__VL, g4__vadd(g4__vload_x(y + G4__VL), acc[u][1]));
+        }
+    }
+#endif
+    for (; c < ce; c++) /* the last columns (or all, without SIMD): one at a time */
+        for (u = 0; u < nr; u++) {
+            float acc = 0.0f;
+            for (k = 0; k < K; k++) acc += a[u][(size_t)k * ak] * g4__get_row(B + (size_t)k * ldb * esz, bdt, c);
+            C[(size_t)(r0 + u) * ldc + c] += acc;
+        }
+}
+
 static void g4__outer_acc(float *C, size_t ldc, const float *A, size_t ar, size_t ak, const unsigned char *B,
                           g4_dtype bdt, size_t ldb, int R, int K, int c0, int c1) {
     size_t esz = g4__dtype_size(bdt);
-    int r0, c, k, u;
-    for (r0 = 0; r0 < R; r0 += G4__OR) {
-        int nr = R - r0 < G4__OR ? R - r0 : G4__OR;
-        const float *a[G4__OR];
-        for (u = 0; u < G4__OR; u++) a[u] = A + (size_t)(r0 + (u < nr ? u : nr - 1)) * ar;
-        c = c0;
-#ifdef G4__VL
-        for (; c + 2 * G4__VL <= c1; c += 2 * G4__VL) {
-            g4__vec acc[G4__OR][2];
-            G4__UNROLL for (u = 0; u < G4__OR; u++) { acc[u][0] = g4__vzero(); acc[u][1] = g4__vzero(); }
-            for (k = 0; k < K; k++) {
-                const unsigned char *row = B + (size_t)k * ldb * esz;
-                g4__vec b0 = g4__vload_w(row, bdt, (size_t)c), b1 = g4__vload_w(row, bdt, (size_t)c + G4__VL);
-                G4__UNROLL for (u = 0; u < G4__OR; u++) {
-                    g4__vec av = g4__vset1(a[u][(size_t)k * ak]);
-                    acc[u][0] = g4__vfma(av, b0, acc[u][0]);
-                    acc[u][1] = g4__vfma(av, b1, acc[u][1]);
-                }
-            }
-            for (u = 0; u < nr; u++) {
-                float *y = C + (size_t)(r0 + u) * ldc + c;
-                g4__vstore(y, g4__vadd(g4__vload_x(y), acc[u][0]));
-                g4__vstore(y + G4__VL, g4__vadd(g4__vload_x(y + G4__VL), acc[u][1]));
-            }
-        }
-#endif
-        for (; c < c1; c++) /* the last columns (or all, without SIMD): one at a time */
-            for (u = 0; u < nr; u++) {
-                float acc = 0.0f;
-                for (k = 0; k < K; k++) acc += a[u][(size_t)k * ak] * g4__get_row(B + (size_t)k * ldb * esz, bdt, c);
-                C[(size_t)(r0 + u) * ldc + c] += acc;
-            }
+    int r0, cb, k0;
+    for (cb = c0; cb < c1; cb += 4 * G4__OC) {
+        int ce = cb + 4 * G4__OC < c1 ? cb + 4 * G4__OC : c1;
+        for (k0 = 0; k0 < K; k0 += G4__OK) /* k in blocks: the block's rows of B stay in L1 */
+            for (r0 = 0; r0 < R; r0 += G4__OR)
+                g4__outer_tile(C, ldc, A + (size_t)k0 * ak, ar, ak, B + (size_t)k0 * ldb * esz, bdt, ldb, esz, r0,
+                               R - r0 < G4__OR ? R - r0 : G4__OR, K - k0 < G4__OK ? K - k0 : G4__OK, cb, ce);
     }
 }
 
@@ -4253,16 +4272,11 @@ typedef struct {
     float *C; size_t ldc; const float *A; size_t ar, ak; const unsigned char *B; g4_dtype bdt; size_t ldb; int R, K, N;
 } g4__outer_job;
 
-#ifdef G4__VL
-#define G4__OC (2 * G4__VL)
-#else
-#define G4__OC 8
-#endif
 static void g4__outer_part(void *ctx, int part, int n_parts) {
     const g4__outer_job *j = (const g4__outer_job *)ctx;
-    int tiles = (j->N + G4__OC - 1) / G4__OC;
-    int t0 = (int)((int64_t)tiles * part / n_parts), t1 = (int)((int64_t)tiles * (part + 1) / n_parts);
-    int c0 = t0 * G4__OC, c1 = t1 * G4__OC < j->N ? t1 * G4__OC : j->N;
+    int blocks = (j->N + 4 * G4__OC - 1) / (4 * G4__OC);
+    int b0 = (int)((int64_t)blocks * part / n_parts), b1 = (int)((int64_t)blocks * (part + 1) / n_parts);
+    int c0 = b0 * 4 * G4__OC, c1 = b1 * 4 * G4__OC < j->N ? b1 * 4 * G4__OC : j->N;
     if (c0 < c1) g4__outer_acc(j->C, j->ldc, j->A, j->ar, j->ak, j->B, j->bdt, j->ldb, j->R, j->K, c0, c1);
 }
 
@@ -4275,12 +4289,17 @@ static void g4__outer(const g4_session *s, float *C, size_t ldc, const float *A,
 }
 
 /* y = x W^T (g4__matmul; W [out, in] read as stored, x [n][in]): dx[t] += dy[t] W
-   and dw[o] += sum_t dy[t][o] x[t] (either may be NULL), threaded */
+   and dw[o] += sum_t dy[t][o] x[t] (either may be NULL), threaded. dyt: room
+   for n * out floats (dy transposed, so that a row tile of dW reads it
+   contiguously). */
 static void g4__matmul_bwd(const g4_session *s, float *dx, float *dw, const float *dy, const float *x, const g4_tensor *w,
-                           int n) {
-    int out = (int)w->shape[0], in = (int)w->shape[1];
+                           int n, float *dyt) {
+    int out = (int)w->shape[0], in = (int)w->shape[1], t, o;
     if (dx) g4__outer(s, dx, (size_t)in, dy, (size_t)out, 1, (const unsigned char *)w->data, w->dtype, (size_t)in, n, out, in);
-    if (dw) g4__outer(s, dw, (size_t)in, dy, 1, (size_t)out, (const unsigned char *)(const void *)x, G4_F32, (size_t)in, out, n, in);
+    if (!dw) return;
+    for (t = 0; t < n; t++)
+        for (o = 0; o < out; o++) dyt[(size_t)o * n + t] = dy[(size_t)t * out + o];
+    g4__outer(s, dw, (size_t)in, dyt, (size_t)n, 1, (const unsigned char *)(const void *)x, G4_F32, (size_t)in, out, n, in);
 }
 
 /* g4__attend's backward for one query head q over keys [lo, hi] of a slot:
@@ -4469,6 +4488,13 @@ static void g4__train_carve(g4_train *t, const g4_model *m, const g4_train_confi
     G4__T(gate, S * imax); G4__T(up, S * imax); G4__T(dgate, S * imax); G4__T(dup, S * imax);
     G4__T(dpli, S * LP); G4__T(pproj, S * LP); G4__T(pa, S * P); G4__T(dpa, S * P);
     G4__T(probs, S);
+    {
+        uint64_t wide = H > NH * dmax ? H : NH * dmax, head = (S < G4_TRAIN_ROWS ? S : G4_TRAIN_ROWS) * (uint64_t)c->vocab_size;
+        if (imax > wide) wide = imax;
+        if (LP > wide) wide = LP;
+        if (E > wide) wide = E;
+        G4__T(dyt, S * wide > head ? S * wide : head);
+    }
     G4__T(logits, (S < G4_TRAIN_ROWS ? S : G4_TRAIN_ROWS) * (uint64_t)c->vocab_size);
     G4__T(moe, 6 * H + 4 * E + 4 * Ie);
 #undef G4__T
@@ -4672,13 +4698,13 @@ static void g4__moe_backward(g4_train *t, float *G, int l, const float *dout, co
         dw = (float)acc;                                   /* dL/d w_k */
         for (i = 0; i < H; i++) du[i] = dout[i] * wk;     /* dL/dy */
         for (i = 0; i < Ie; i++) dgu[i] = 0.0f;
-        g4__matmul_bwd(&t->s, dgu, ddn, du, act, &dn, 1); /* dgu[0..Ie) = dL/d act */
+        g4__matmul_bwd(&t->s, dgu, ddn, du, act, &dn, 1, t->dyt); /* dgu[0..Ie) = dL/d act */
         for (i = 0; i < Ie; i++) {
             float da = dgu[i];
             dgu[i] = da * gu[Ie + i] * g4__gelu_grad(gu[i]);
             dgu[Ie + i] = da * gl[i];
         }
-        g4__matmul_bwd(&t->s, dxn3, dgup, dgu, xn3, &gup, 1);
+        g4__matmul_bwd(&t->s, dxn3, dgup, dgu, xn3, &gup, 1, t->dyt);
         dpes[top[k]] += dw * q[k];
         dq[k] = dw * pes;
     }
@@ -4688,7 +4714,7 @@ static void g4__moe_backward(g4_train *t, float *G, int l, const float *dout, co
     for (k = 0; k < K; k++) dprobs[top[k]] = (dq[k] - (float)dot) / wsum;
     g4__softmax_backward(dprobs, probs, E);               /* dL/d router logits */
     for (i = 0; i < H; i++) du[i] = 0.0f;
-    g4__matmul_bwd(&t->s, du, g4__grad(t, G, &lw->router_proj), dprobs, u3, &lw->router_proj, 1);
+    g4__matmul_bwd(&t->s, du, g4__grad(t, G, &lw->router_proj), dprobs, u3, &lw->router_proj, 1, t->dyt);
     for (i = 0; i < H; i++) {
         float d2 = du[i] * root;                          /* dL/d (u1 * scale) */
         dscale[i] += d2 * u1[i];
@@ -4720,7 +4746,7 @@ static g4_result g4__attention_backward(g4_train *t, float *G, int l, int n, con
         g4__attend(t->att + (size_t)i * D, q + (size_t)i * D, sl, h / group, lo, tt, t->probs);
     }
     memset(t->datt, 0, sizeof(float) * (size_t)n * qw);
-    g4__matmul_bwd(&t->s, t->datt, g4__grad(t, G, &lw->o_proj), dout, t->att, &lw->o_proj, n);
+    g4__matmul_bwd(&t->s, t->datt, g4__grad(t, G, &lw->o_proj), dout, t->att, &lw->o_proj, n, t->dyt);
     /* softmax(q k) v: dq, and dK/dV into the slot's gradient */
     if (lp->reads >= 0 && t->cfg.debug_drop_reader_kv_grads) { /* the planted bug: a throwaway slot */
         dk = t->dk; dv = t->dv;
@@ -4741,7 +4767,7 @@ static g4_result g4__attention_backward(g4_train *t, float *G, int l, int n, con
         g4__rmsnorm_backward(g, g4__grad(t, G, &lw->q_norm), g, t->qraw + (size_t)i * D, &lw->q_norm, D, eps);
     }
     memset(dxn, 0, sizeof(float) * (size_t)n * H);
-    g4__matmul_bwd(&t->s, dxn, g4__grad(t, G, &lw->q_proj), t->dq, xn, &lw->q_proj, n);
+    g4__matmul_bwd(&t->s, dxn, g4__grad(t, G, &lw->q_proj), t->dq, xn, &lw->q_proj, n, t->dyt);
     if (lp->reads >= 0) { t->pending[slot]--; return G4_OK; }
 
     /* an owner: every reader of this slot must have added its part by now */
@@ -4760,9 +4786,9 @@ static g4_result g4__attention_backward(g4_train *t, float *G, int l, int n, con
             g4__rmsnorm_backward(dk + o, g4__grad(t, G, &lw->k_norm), dk + o, t->kraw + o, &lw->k_norm, D, eps);
             g4__rmsnorm_backward(dv + o, NULL, dv + o, t->vraw + o, NULL, D, eps);
         }
-    if (lp->has_v_proj) g4__matmul_bwd(&t->s, dxn, g4__grad(t, G, &lw->v_proj), dv, xn, &lw->v_proj, n);
+    if (lp->has_v_proj) g4__matmul_bwd(&t->s, dxn, g4__grad(t, G, &lw->v_proj), dv, xn, &lw->v_proj, n, t->dyt);
     else g4__add_into(dk, dv, (size_t)n * kvw); /* V was the raw K */
-    g4__matmul_bwd(&t->s, dxn, g4__grad(t, G, &lw->k_proj), dk, xn, &lw->k_proj, n);
+    g4__matmul_bwd(&t->s, dxn, g4__grad(t, G, &lw->k_proj), dk, xn, &lw->k_proj, n, t->dyt);
     return G4_OK;
 }
 
@@ -4799,7 +4825,7 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
             for (j = 0; j < P; j++) t->dpa[(size_t)tk * P + j] = t->pa[(size_t)tk * P + j] * t->pli[tk * LP + (size_t)l * P + j];
         memset(t->tmp2, 0, sizeof(float) * np);           /* dL/d(gelu(gate) * pli) */
         g4__matmul_bwd(&t->s, t->tmp2, g4__grad(t, G, &lw->per_layer_projection), t->dbr, t->dpa,
-                       &lw->per_layer_projection, n);
+                       &lw->per_layer_projection, n, t->dyt);
         for (tk = 0; tk < n; tk++)
             for (j = 0; j < P; j++) {
                 size_t o = (size_t)tk * P + j, ol = tk * LP + (size_t)l * P + j;
@@ -4809,7 +4835,7 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
             }
         g4__gtap(t, l, "per_layer_input_gate", t->dpa, n, P);
         g4__matmul_bwd(&t->s, t->dx, g4__grad(t, G, &lw->per_layer_input_gate), t->dpa, x5, &lw->per_layer_input_gate,
-                       n);
+                       n, t->dyt);
     }
 
     /* 4. x5 = r + post_feedforward_layernorm(m): dr = dx5 + (the paths through m) */
@@ -4843,17 +4869,17 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
         g4__matmul(&t->s, t->up, xn2, &lw->up_proj, n);
         g4__gelu_n(t->dup, t->gate, ni);                  /* gelu(gate) */
         for (i = 0; i < ni; i++) t->dgate[i] = t->dup[i] * t->up[i];
-        g4__matmul_bwd(&t->s, NULL, g4__grad(t, G, &lw->down_proj), t->dbr, t->dgate, &lw->down_proj, n);
+        g4__matmul_bwd(&t->s, NULL, g4__grad(t, G, &lw->down_proj), t->dbr, t->dgate, &lw->down_proj, n, t->dyt);
         memset(t->dgate, 0, sizeof(float) * ni);
-        g4__matmul_bwd(&t->s, t->dgate, NULL, t->dbr, NULL, &lw->down_proj, n);
+        g4__matmul_bwd(&t->s, t->dgate, NULL, t->dbr, NULL, &lw->down_proj, n, t->dyt);
         for (i = 0; i < ni; i++) {
             float da = t->dgate[i];
             t->dgate[i] = da * t->up[i] * g4__gelu_grad(t->gate[i]);
             t->dup[i] = da * t->dup[i];
         }
         memset(t->dxn, 0, sizeof(float) * nh);
-        g4__matmul_bwd(&t->s, t->dxn, g4__grad(t, G, &lw->gate_proj), t->dgate, xn2, &lw->gate_proj, n);
-        g4__matmul_bwd(&t->s, t->dxn, g4__grad(t, G, &lw->up_proj), t->dup, xn2, &lw->up_proj, n);
+        g4__matmul_bwd(&t->s, t->dxn, g4__grad(t, G, &lw->gate_proj), t->dgate, xn2, &lw->gate_proj, n, t->dyt);
+        g4__matmul_bwd(&t->s, t->dxn, g4__grad(t, G, &lw->up_proj), t->dup, xn2, &lw->up_proj, n, t->dyt);
         g4__gtap(t, l, "pre_feedforward_layernorm", t->dxn, n, H);
         g4__norm_rows_backward(t->tmp, g4__grad(t, G, &lw->pre_feedforward_layernorm), t->dxn, r,
                                &lw->pre_feedforward_layernorm, n, H, eps);
@@ -4955,7 +4981,7 @@ static double g4__loss_backward(g4_train *t, float *G, const int32_t *ids, const
                 z[j] = cap > 0.0f ? ((g * cap) * (1.0f - z[j] * z[j])) / cap : g;
             }
         }
-        g4__matmul_bwd(&t->s, t->dxn + (size_t)r0 * H, dlm, t->logits, t->xn_final + (size_t)r0 * H, &m->w.lm_head, nr);
+        g4__matmul_bwd(&t->s, t->dxn + (size_t)r0 * H, dlm, t->logits, t->xn_final + (size_t)r0 * H, &m->w.lm_head, nr, t->dyt);
     }
     return total / used;
 }
@@ -4984,7 +5010,7 @@ static void g4__per_layer_inputs_backward(g4_train *t, float *G, const int32_t *
                              c->rms_norm_eps);
     for (i = 0; i < nlp; i++) t->dpli[i] *= proj_scale;
     g4__matmul_bwd(&t->s, t->dx, g4__grad(t, G, &m->w.per_layer_model_projection), t->dpli, x0,
-                   &m->w.per_layer_model_projection, n);
+                   &m->w.per_layer_model_projection, n, t->dyt);
 }
 
 G4__DEF g4_result g4_loss_and_grad(g4_train *t, const int32_t *ids, const int32_t *labels, int n, float *loss,
