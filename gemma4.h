@@ -33,6 +33,8 @@
                          attention, MLP, MoE, logits (modeling_gemma4.py's order)
        >>backward        the training reference: loss, the backward of every op,
                          the shared-KV gradient slots, activation checkpointing
+       >>drafter         a Gemma 4 drafter (gemma4_assistant) reading the target
+                         session's table; >>speculative: exact speculative decoding
        >>tokenizer       tokenizer.json; >>encoding, >>decoding
        >>chat            the Gemma 4 chat layout
        >>sampler         the sampler
@@ -54,6 +56,8 @@
      The tests compare against transformers 5.23.0 with torch 2.15.0 (float32
      CPU, eager attention and experts) on tiny random-weight Gemma 4 models;
      the repository's data/tiny/VERSIONS.txt records the full environment.
+     The drafter goldens come from transformers 5.20.2 (5.23.0 cannot build an
+     assistant model): data/tiny/DRAFTER_VERSIONS.txt.
 
    INTEGRATION
      In exactly one C or C++ file:
@@ -137,9 +141,8 @@
 
    LIMITS
      Text decoder only (vision/audio tensors are ignored). Batch size 1 per
-     session. Assistant/drafter configs whose layers all read an external
-     model's K/V are rejected. use_bidirectional_attention only matters for
-     image tokens and is ignored.
+     session. use_bidirectional_attention only matters for image tokens and is
+     ignored. Drafters (gemma4_assistant) run on the CPU only.
 
    ERRORS
      Functions return a g4_result (G4_OK = 0, errors negative); the object that
@@ -219,6 +222,12 @@ typedef struct {
     unsigned char layer_types[G4_MAX_LAYERS];   /* G4_SLIDING / G4_FULL */
     int layer_head_dim[G4_MAX_LAYERS];  /* resolved head dim of every layer */
     int layer_kv_heads[G4_MAX_LAYERS];  /* resolved KV heads of every layer */
+    /* model_type "gemma4_assistant" (a drafter, Gemma4AssistantConfig): every
+       layer reads the K/V of the target model it is attached to (>>drafter) */
+    int assistant;
+    int backbone_hidden_size;           /* the target's hidden size */
+    int use_ordered_embeddings;         /* logits only for the top-k centroids' tokens */
+    int num_centroids, centroid_intermediate_top_k;
     char error[G4_ERROR_MAX];
 } g4_config;
 
@@ -231,12 +240,14 @@ G4_API g4_result g4_config_load(g4_config *c, const char *path);
 /* ------------------------------------------------------------------ plan */
 
 /* What every layer does, computed once from the config. */
+#define G4_READS_TARGET (-2) /* reads the K/V of the target's last owner layer of its type */
 typedef struct {
     int type;        /* G4_SLIDING or G4_FULL */
     int head_dim;    /* D */
     int kv_heads;    /* KVH */
     int has_v_proj;  /* 0 on attention_k_eq_v full layers: V = v_norm(k_proj(x)) */
-    int reads;       /* -1: owns its K/V; else the owner layer whose K/V it reads */
+    int reads;       /* -1: owns its K/V; G4_READS_TARGET (a drafter's layer): the
+                        target model's; else the owner layer whose K/V it reads */
     int kv_slot;     /* slot of the shared-KV table it attends over */
     int mlp_width;   /* dense MLP width (doubled on E2B's readers) */
     int moe;         /* router + experts after the dense MLP */
@@ -299,6 +310,11 @@ typedef struct {
     g4_tensor norm;                       /* [H] */
     g4_tensor lm_head;                    /* [V, H]; = embed_tokens when tied */
     g4_layer_weights *layers;             /* [L] */
+    /* a drafter (gemma4_assistant) only; Hb = backbone_hidden_size, C = num_centroids */
+    g4_tensor pre_projection;             /* [H, 2*Hb] */
+    g4_tensor post_projection;            /* [Hb, H] */
+    g4_tensor centroids;                  /* [C, H]  ordered embeddings */
+    g4_tensor token_ordering;             /* [V] I64/I32, a permutation of the vocabulary */
 } g4_weights;
 
 typedef struct g4__file g4__file;
@@ -378,11 +394,13 @@ typedef struct {
     int writer;      /* layer that writes this slot */
     int type, kv_heads, head_dim;
     int capacity;    /* full: max_context; sliding: min(window-1+max_chunk, max_context) */
-    int n_pos;       /* positions written: valid are [max(0,n_pos-capacity), n_pos) */
+    int n_pos;       /* positions written: valid are [oldest, n_pos) */
     float *k, *v;    /* [capacity][kv_heads][head_dim] */
+    int oldest;      /* the oldest position still held: max(0, n_pos - capacity), or
+                        older rows kept when g4_session_rewind took n_pos back */
 } g4_kv_slot;
 
-typedef struct {
+typedef struct g4_session {
     const g4_model *model;
     g4_session_config cfg;
     int pos;                   /* positions consumed so far */
@@ -403,6 +421,14 @@ typedef struct {
     float *inv_freq[2];        /* [Dmax/2] per layer type */
     uint16_t *xbf;             /* [rows][widest matmul input] a matmul's input as bf16
                                   (builds with avx512_bf16 only; else empty) */
+    unsigned epoch;            /* counts g4_session_reset calls (a drafter checks it) */
+    /* a drafter session (g4_drafter_init) only: slots and layer_slot point at
+       the TARGET session's table; nothing of the target's K/V is copied */
+    struct g4_session *target;
+    unsigned target_epoch;     /* the target's epoch when this drafter was attached */
+    float *din;                /* [2*Hb] concat(scaled target embedding, hidden) */
+    float *centroid;           /* [C] centroid logits (ordered embeddings) */
+    int *top;                  /* [top_k] chosen centroids */
     size_t arena_bytes;        /* the arena's size, as given to g4_session_init */
     void *own_arena;           /* g4_session_create's allocation; NULL: the caller's arena */
     char error[G4_ERROR_MAX];
@@ -414,6 +440,13 @@ G4_API g4_result g4_session_size(const g4_model *m, const g4_session_config *cfg
 G4_API g4_result g4_session_init(g4_session *s, const g4_model *m, const g4_session_config *cfg,
                                  void *arena, size_t arena_bytes);
 G4_API void g4_session_reset(g4_session *s); /* forget all positions */
+/* Take the session back to `pos` positions (0 <= pos <= s->pos) without any
+   recomputation: the K/V of positions >= pos are forgotten, full layers keep
+   everything before pos, sliding rings keep their rows. Fails (naming the
+   layer) if a sliding ring no longer holds the window that position pos needs;
+   rewinding by at most max_chunk positions past the last forward call always
+   works. Speculative decoding uses it to drop rejected draft tokens. */
+G4_API g4_result g4_session_rewind(g4_session *s, int pos);
 /* The same session with an arena of its own, for callers that do not care
    where the arena lives: g4_session_size, G4_MALLOC, g4_session_init in one
    call (G4_ERR_NOMEM when the allocation fails); g4_session_destroy frees it.
@@ -425,6 +458,11 @@ enum { G4_LOGITS_NONE = 0, G4_LOGITS_LAST = 1, G4_LOGITS_ALL = 2 };
 /* Run n tokens at positions s->pos .. s->pos+n-1 (prefill or decode: the same
    code). logits: NULL, or room for vocab (LAST) or n*vocab (ALL) floats. */
 G4_API g4_result g4_forward(g4_session *s, const int32_t *ids, int n, float *logits, int logits_mode);
+/* g4_forward that also writes the final norm's output (transformers'
+   hidden_states[-1], what a drafter starts from) of the same rows as the
+   logits: hidden is [H] (LAST) or [n][H] (ALL). */
+G4_API g4_result g4_forward_hidden(g4_session *s, const int32_t *ids, int n, float *logits, int logits_mode,
+                                   float *hidden);
 G4_API int32_t g4_argmax(const float *x, int n);
 
 /* -------------------------------------------------------------- training */
@@ -657,6 +695,74 @@ G4_API void g4_sampler_reset(g4_sampler *s);
    or -1 on bad input (message in s->error). Does not call accept. */
 G4_API int32_t g4_sampler_sample(g4_sampler *s, float *logits);
 
+/* --------------------------------------------------------------- drafter */
+/* A Gemma 4 drafter (model_type "gemma4_assistant", Gemma4AssistantForCausalLM):
+   a small decoder whose layers all read the TARGET model's K/V (the last
+   sliding and the last full owner layer of the target) and never write any.
+   Its session is a g4_session attached to a target session: its layer_slot
+   holds slot indices into the target's table, no K/V is copied, and every
+   read checks that the target slot holds the positions the step needs.
+   The target session must outlive the drafter session; after
+   g4_session_reset on the target (or re-initialising it) the drafter must be
+   re-initialised (a reset is detected and refused).
+   A drafting step (transformers' SinglePositionMultiTokenCandidateGenerator):
+     x = pre_projection(concat(target.embed_tokens(token) * sqrt(Hb), hidden))
+     the decoder layers at position p = target->pos (the token's position; the
+       query attends over the target's positions [0, p) in full layers and the
+       last sliding_window + 1 of them in sliding layers)
+     h = norm(x); logits = lm_head(h) (no soft-cap), or with ordered embeddings
+       only the tokens of the top-k centroids (the rest min - 1);
+     next_hidden = post_projection(h), the next step's hidden.
+   The first hidden is the target's final-norm output at p - 1
+   (g4_forward_hidden). */
+G4_API g4_result g4_drafter_size(const g4_model *drafter, const g4_session *target, size_t *bytes);
+/* Validates the drafter against the target (hidden sizes, vocab, head dims
+   and KV heads per layer type; an error names both) and attaches it. */
+G4_API g4_result g4_drafter_init(g4_session *d, const g4_model *drafter, g4_session *target, void *arena,
+                                 size_t arena_bytes);
+/* One drafting step. token: the last token (at position target->pos, not yet
+   run by the target); hidden: [Hb]; logits: [V]; next_hidden: [Hb] (may be
+   the same buffer as hidden). */
+G4_API g4_result g4_draft_step(g4_session *d, int32_t token, const float *hidden, float *logits, float *next_hidden);
+
+/* --------------------------------------------------- speculative decoding */
+/* Exact speculative decoding: each round drafts k tokens, verifies them in
+   one target forward of k + 1 tokens, accepts the longest prefix the target
+   agrees with plus the target's own next token, and rewinds the target's K/V
+   to the accepted length (g4_session_rewind). Greedy output is identical to
+   plain greedy decoding for any drafter. With a sampler, the standard
+   speculative-sampling rule (accept d with probability min(1, p(d)/q(d)),
+   else sample from max(0, p - q) normalised) keeps the target's
+   distribution. The target session needs max_chunk >= k + 2 (the drafter
+   reads sliding_window + 1 positions after a rewind). */
+typedef struct {
+    g4_session *target, *drafter; /* drafter may be NULL when propose is set */
+    int k;                        /* draft tokens per round */
+    /* optional: replaces the drafted token i of a round (the drafter's choice
+       in `drafted`, or -1 without a drafter); for tests and forced-acceptance
+       benchmarks. pos: the position the token would take */
+    int32_t (*propose)(void *user, int pos, int i, int32_t drafted);
+    void *propose_user;
+    int32_t last;                 /* the newest token: at target->pos, not yet run */
+    long drafted, accepted, target_steps; /* counts */
+    /* workspace, carved by g4_spec_init */
+    float *logits;                /* [k+1][V] the target's verification logits */
+    float *q;                     /* [k][V] the drafter's probabilities (sampling) */
+    float *hidden;                /* [k+1][H] the target's final-norm rows */
+    float *h;                     /* [H] the hidden the next round starts from */
+    int32_t *ids;                 /* [k+1] */
+    char error[G4_ERROR_MAX];
+} g4_spec;
+
+G4_API g4_result g4_spec_size(const g4_model *target, int k, size_t *bytes);
+G4_API g4_result g4_spec_init(g4_spec *sp, g4_session *target, g4_session *drafter, int k, void *work, size_t bytes);
+/* Runs the prompt on the (empty) target; *first: its greedy next token (or
+   sampled, with a sampler), which is also the first token of the output. */
+G4_API g4_result g4_spec_prefill(g4_spec *sp, const int32_t *prompt, int n, g4_sampler *sampler, int32_t *first);
+/* One round: writes 1 to k + 1 new tokens to out, their count to *n_out.
+   sampler NULL: greedy. */
+G4_API g4_result g4_spec_round(g4_spec *sp, g4_sampler *sampler, int32_t *out, int *n_out);
+
 #ifdef GEMMA4_CUDA
 /* ------------------------------------------------------------------ cuda */
 /* The CUDA twin of the forward pass, in gemma4_cuda.cu (compile it with nvcc
@@ -869,6 +975,16 @@ static float g4__get(const g4_tensor *t, size_t i) {
     case G4_F16: memcpy(&h, p + 2 * i, 2); return g4__f16_to_f32(h);
     default: return 0.0f;
     }
+}
+
+/* Element i of an integer tensor (I64 or I32) */
+static int64_t g4__index_get(const g4_tensor *t, size_t i) {
+    const unsigned char *p = (const unsigned char *)t->data;
+    int64_t v;
+    int32_t w;
+    if (t->dtype == G4_I64) { memcpy(&v, p + 8 * i, 8); return v; }
+    memcpy(&w, p + 4 * i, 4);
+    return w;
 }
 
 static char *g4__strdup(const char *s) {
@@ -1459,6 +1575,15 @@ badkey:
     return G4_ERR_CONFIG;
 }
 
+/* Gemma4AssistantConfig's own fields, beside its text_config */
+static g4_result g4__cfg_assistant(const g4__cfg *top, g4_config *cfg) {
+    g4_result r;
+    if ((r = g4__cfg_int(top, "backbone_hidden_size", &cfg->backbone_hidden_size, 1536, 0, 1, 1 << 20)) != G4_OK) return r;
+    if ((r = g4__cfg_bool(top, "use_ordered_embeddings", &cfg->use_ordered_embeddings, 0)) != G4_OK) return r;
+    if ((r = g4__cfg_int(top, "num_centroids", &cfg->num_centroids, 2048, 0, 1, 1 << 24)) != G4_OK) return r;
+    return g4__cfg_int(top, "centroid_intermediate_top_k", &cfg->centroid_intermediate_top_k, 32, 0, 1, 1 << 24);
+}
+
 static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const char *name) {
     g4__cfg c;
     int root = 0, mt, n, i, used[2] = {0, 0}, global_head_dim, global_kv;
@@ -1478,11 +1603,13 @@ static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const c
         g4__seterr(cfg->error, "%s: field 'model_type' must be a string", name);
         return G4_ERR_CONFIG;
     }
-    if (mt >= 0 && !g4__jis(&j->nodes[mt], "gemma4") && !g4__jis(&j->nodes[mt], "gemma4_text")) {
-        g4__seterr(cfg->error, "%s: model_type \"%.64s\" is not a Gemma 4 text model (gemma4, gemma4_text)", name,
-                   j->nodes[mt].str);
+    if (mt >= 0 && !g4__jis(&j->nodes[mt], "gemma4") && !g4__jis(&j->nodes[mt], "gemma4_text") &&
+        !g4__jis(&j->nodes[mt], "gemma4_assistant")) {
+        g4__seterr(cfg->error, "%s: model_type \"%.64s\" is not a Gemma 4 text model (gemma4, gemma4_text, "
+                   "gemma4_assistant)", name, j->nodes[mt].str);
         return G4_ERR_CONFIG;
     }
+    cfg->assistant = mt >= 0 && g4__jis(&j->nodes[mt], "gemma4_assistant");
     n = g4__jget(j, root, "text_config");
     if (n >= 0 && j->nodes[n].type != G4__JNULL) {
         if (j->nodes[n].type != G4__JOBJ) {
@@ -1491,8 +1618,8 @@ static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const c
         }
         c.obj = n;
         c.scope = "text_config.";
-    } else if (mt >= 0 && g4__jis(&j->nodes[mt], "gemma4")) {
-        g4__seterr(cfg->error, "%s: model_type gemma4 needs a 'text_config' object", name);
+    } else if (mt >= 0 && (g4__jis(&j->nodes[mt], "gemma4") || cfg->assistant)) {
+        g4__seterr(cfg->error, "%s: model_type %s needs a 'text_config' object", name, j->nodes[mt].str);
         return G4_ERR_CONFIG;
     }
 
@@ -1510,7 +1637,8 @@ static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const c
     G4__TRY(g4__cfg_float(&c, "final_logit_softcapping", &cfg->final_logit_softcapping, 0.0f, 1e-6, 1e30));
     G4__TRY(g4__cfg_bool(&c, "tie_word_embeddings", &cfg->tie_word_embeddings, 1));
     G4__TRY(g4__cfg_int(&c, "pad_token_id", &cfg->pad_token_id, 0, 0, -1, INT32_MAX));
-    G4__TRY(g4__cfg_int(&c, "vocab_size_per_layer_input", &cfg->vocab_size_per_layer_input, 262144, 0, 1, 1 << 24));
+    G4__TRY(g4__cfg_int(&c, "vocab_size_per_layer_input", &cfg->vocab_size_per_layer_input, 262144, 0,
+                        cfg->assistant ? 0 : 1, 1 << 24));
     G4__TRY(g4__cfg_int(&c, "hidden_size_per_layer_input", &cfg->hidden_size_per_layer_input, 256, 0, 0, 65536));
     G4__TRY(g4__cfg_bool(&c, "attention_k_eq_v", &cfg->attention_k_eq_v, 0));
     G4__TRY(g4__cfg_int(&c, "num_kv_shared_layers", &cfg->num_kv_shared_layers, 0, 0, 0, G4_MAX_LAYERS));
@@ -1536,6 +1664,7 @@ static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const c
         top.obj = root;
         top.scope = "";
         G4__TRY(g4__cfg_bool(&top, "tie_word_embeddings", &cfg->tie_word_embeddings, cfg->tie_word_embeddings));
+        if (cfg->assistant) G4__TRY(g4__cfg_assistant(&top, cfg));
     }
     if (cfg->hidden_size_per_layer_input > 0 && (int64_t)cfg->num_hidden_layers * cfg->hidden_size_per_layer_input > (1 << 24)) {
         g4__seterr(cfg->error, "%s: num_hidden_layers * hidden_size_per_layer_input is too large", name);
@@ -1611,7 +1740,25 @@ static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const c
                 return G4_ERR_CONFIG;
             }
     }
-    if (cfg->num_kv_shared_layers >= cfg->num_hidden_layers) {
+    if (cfg->assistant) {
+        if (cfg->num_kv_shared_layers == 0) cfg->num_kv_shared_layers = cfg->num_hidden_layers; /* __post_init__ */
+        if (cfg->num_kv_shared_layers != cfg->num_hidden_layers || cfg->hidden_size_per_layer_input ||
+            cfg->vocab_size_per_layer_input || cfg->enable_moe_block || cfg->use_double_wide_mlp) {
+            g4__seterr(cfg->error, "%s: a gemma4_assistant needs every layer shared (num_kv_shared_layers %d of %d), "
+                       "no per-layer embeddings (hidden_size_per_layer_input %d, vocab_size_per_layer_input %d), no MoE "
+                       "(%d) and no double-wide MLP (%d)", name, cfg->num_kv_shared_layers, cfg->num_hidden_layers,
+                       cfg->hidden_size_per_layer_input, cfg->vocab_size_per_layer_input, cfg->enable_moe_block,
+                       cfg->use_double_wide_mlp);
+            return G4_ERR_CONFIG;
+        }
+        if (cfg->use_ordered_embeddings &&
+            (cfg->vocab_size % cfg->num_centroids || cfg->centroid_intermediate_top_k > cfg->num_centroids)) {
+            g4__seterr(cfg->error, "%s: ordered embeddings need vocab_size (%d) divisible by num_centroids (%d) and "
+                       "centroid_intermediate_top_k (%d) <= num_centroids", name, cfg->vocab_size, cfg->num_centroids,
+                       cfg->centroid_intermediate_top_k);
+            return G4_ERR_CONFIG;
+        }
+    } else if (cfg->num_kv_shared_layers >= cfg->num_hidden_layers) {
         g4__seterr(cfg->error, "%s: num_kv_shared_layers (%d) must be below num_hidden_layers (%d): every layer would "
                    "read K/V that no layer of this model writes", name, cfg->num_kv_shared_layers, cfg->num_hidden_layers);
         return G4_ERR_CONFIG;
@@ -1669,6 +1816,21 @@ G4__DEF g4_result g4_plan_build(g4_plan *p, const g4_config *c) {
     memset(p, 0, sizeof *p);
     if (!c) { g4__seterr(p->error, "NULL config"); return G4_ERR_INPUT; }
     L = c->num_hidden_layers;
+    if (c->assistant && L >= 1 && L <= G4_MAX_LAYERS && c->num_kv_shared_layers == L) {
+        /* a drafter: no slots of its own; every layer reads the target's K/V
+           (resolved when a drafter session is attached to a target session) */
+        p->n_layers = L;
+        for (i = 0; i < L; i++) {
+            g4_layer_plan *lp = &p->layer[i];
+            lp->type = c->layer_types[i];
+            lp->head_dim = c->layer_head_dim[i];
+            lp->kv_heads = c->layer_kv_heads[i];
+            lp->mlp_width = c->intermediate_size;
+            lp->reads = G4_READS_TARGET;
+            lp->kv_slot = -1;
+        }
+        return G4_OK;
+    }
     if (L < 1 || L > G4_MAX_LAYERS || c->num_kv_shared_layers < 0 || c->num_kv_shared_layers >= L) {
         g4__seterr(p->error, "num_kv_shared_layers (%d) must be in [0, num_hidden_layers %d)", c->num_kv_shared_layers, L);
         return G4_ERR_PLAN;
@@ -1725,7 +1887,8 @@ G4__DEF void g4_plan_print(const g4_plan *p, const g4_config *c, FILE *f) {
         const g4_layer_plan *lp = &p->layer[i];
         fprintf(f, "layer %d %s head_dim %d kv_heads %d ", i, lp->type == G4_FULL ? "full" : "sliding", lp->head_dim,
                 lp->kv_heads);
-        if (lp->reads < 0) fprintf(f, "owner");
+        if (lp->reads == G4_READS_TARGET) fprintf(f, "reads target");
+        else if (lp->reads < 0) fprintf(f, "owner");
         else fprintf(f, "reads %d", lp->reads);
         fprintf(f, " mlp %d\n", lp->mlp_width);
     }
@@ -2151,7 +2314,7 @@ static g4_result g4__walk_weights(g4_model *m, g4__weight_fn fn, void *user) {
         G4__W(&lw->q_proj, i, "self_attn.q_proj.weight", 2, NH * D, H, 0);
         G4__W(&lw->q_norm, i, "self_attn.q_norm.weight", 1, D, 0, 0);
         G4__W(&lw->o_proj, i, "self_attn.o_proj.weight", 2, H, NH * D, 0);
-        if (lp->reads < 0) {
+        if (lp->reads == -1) {
             G4__W(&lw->k_proj, i, "self_attn.k_proj.weight", 2, KV * D, H, 0);
             G4__W(&lw->k_norm, i, "self_attn.k_norm.weight", 1, D, 0, 0);
             if (lp->has_v_proj) G4__W(&lw->v_proj, i, "self_attn.v_proj.weight", 2, KV * D, H, 0);
@@ -2176,7 +2339,48 @@ static g4_result g4__walk_weights(g4_model *m, g4__weight_fn fn, void *user) {
             G4__W(&lw->post_feedforward_layernorm_2, i, "post_feedforward_layernorm_2.weight", 1, H, 0, 0);
         }
     }
+    if (c->assistant) { /* Gemma4AssistantForCausalLM's own modules (not under the text model's prefix) */
+        int64_t Hb = c->backbone_hidden_size, dims[3];
+        dims[0] = H; dims[1] = 2 * Hb; dims[2] = 0;
+        if ((r = fn(m, user, &w->pre_projection, "pre_projection.weight", 2, dims)) != G4_OK) return r;
+        dims[0] = Hb; dims[1] = H;
+        if ((r = fn(m, user, &w->post_projection, "post_projection.weight", 2, dims)) != G4_OK) return r;
+        if (c->use_ordered_embeddings) {
+            dims[0] = c->num_centroids; dims[1] = H;
+            if ((r = fn(m, user, &w->centroids, "masked_embedding.centroids.weight", 2, dims)) != G4_OK) return r;
+        }
+    }
 #undef G4__W
+    return G4_OK;
+}
+
+/* masked_embedding.token_ordering (an integer buffer): [V], a permutation of
+   [0, V) (every value is an index into the logits; checked once at load) */
+static g4_result g4__bind_token_ordering(g4_model *m) {
+    const g4__stinfo *st = g4__st_find(m, "masked_embedding.token_ordering");
+    const int V = m->config.vocab_size;
+    unsigned char *seen;
+    int64_t i;
+    if (!st) { g4__seterr(m->error, "checkpoint has no tensor 'masked_embedding.token_ordering' (expected [%d])", V); return G4_ERR_WEIGHTS; }
+    if ((st->t.dtype != G4_I64 && st->t.dtype != G4_I32) || st->t.ndim != 1 || st->t.shape[0] != V) {
+        g4__seterr(m->error, "%s: tensor 'masked_embedding.token_ordering' must be I64 or I32 of shape [%d]",
+                   m->files[st->file].path, V);
+        return G4_ERR_WEIGHTS;
+    }
+    if (!(seen = (unsigned char *)G4_MALLOC((size_t)V))) { g4__seterr(m->error, "out of memory"); return G4_ERR_NOMEM; }
+    memset(seen, 0, (size_t)V);
+    for (i = 0; i < V; i++) {
+        int64_t v = g4__index_get(&st->t, (size_t)i);
+        if (v < 0 || v >= V || seen[v]) {
+            g4__seterr(m->error, "%s: masked_embedding.token_ordering[%lld] = %lld: not a permutation of [0, %d)",
+                       m->files[st->file].path, (long long)i, (long long)v, V);
+            G4_FREE(seen);
+            return G4_ERR_WEIGHTS;
+        }
+        seen[v] = 1;
+    }
+    G4_FREE(seen);
+    m->w.token_ordering = st->t;
     return G4_OK;
 }
 
@@ -2224,6 +2428,7 @@ static g4_result g4__bind_weights(g4_model *m) {
     }
     if ((r = g4__walk_weights(m, g4__bind, NULL)) != G4_OK) return r;
     if (m->config.tie_word_embeddings) m->w.lm_head = m->w.embed_tokens;
+    if (m->config.assistant && m->config.use_ordered_embeddings) return g4__bind_token_ordering(m);
     return G4_OK;
 }
 
@@ -3480,6 +3685,7 @@ static void g4__carve_kv(g4_kv_slot *slots, int *layer_slot, const g4_model *m, 
             sl->head_dim = lp->head_dim;
             sl->capacity = cap;
             sl->n_pos = 0;
+            sl->oldest = 0;
             sl->k = k;
             sl->v = v;
             layer_slot[i] = slot;
@@ -3501,10 +3707,17 @@ static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config 
         if (cfg->reader_copies && lp->reads >= 0) n_slots++;
     }
     if (c->enable_moe_block && (uint64_t)c->moe_intermediate_size * 2 > imax) imax = (uint64_t)c->moe_intermediate_size * 2;
-    s->n_slots = n_slots;
-    s->slots = (g4_kv_slot *)(void *)g4__take(cv, (uint64_t)n_slots, sizeof(g4_kv_slot));
-    s->layer_slot = (int *)(void *)g4__take(cv, (uint64_t)p->n_layers, sizeof(int));
-    g4__carve_kv(s->slots, s->layer_slot, m, cfg, cv);
+    if (c->assistant) { /* a drafter: no K/V of its own, the target's table (g4_drafter_init) */
+        s->layer_slot = (int *)(void *)g4__take(cv, (uint64_t)p->n_layers, sizeof(int));
+        s->din = g4__take(cv, 2 * (uint64_t)c->backbone_hidden_size, sizeof(float));
+        s->centroid = g4__take(cv, (uint64_t)c->num_centroids, sizeof(float));
+        s->top = (int *)(void *)g4__take(cv, (uint64_t)c->centroid_intermediate_top_k, sizeof(int));
+    } else {
+        s->n_slots = n_slots;
+        s->slots = (g4_kv_slot *)(void *)g4__take(cv, (uint64_t)n_slots, sizeof(g4_kv_slot));
+        s->layer_slot = (int *)(void *)g4__take(cv, (uint64_t)p->n_layers, sizeof(int));
+        g4__carve_kv(s->slots, s->layer_slot, m, cfg, cv);
+    }
     s->x = g4__take(cv, rows * H, sizeof(float));
     s->xn = g4__take(cv, rows * H, sizeof(float));
     s->branch = g4__take(cv, rows * H, sizeof(float));
@@ -3526,6 +3739,7 @@ static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config 
         uint64_t widest = H > NH * dmax ? H : NH * dmax;
         if (imax > widest) widest = imax;
         if (P > widest) widest = P;
+        if (c->assistant && 2 * (uint64_t)c->backbone_hidden_size > widest) widest = 2 * (uint64_t)c->backbone_hidden_size;
         /* carved whatever cfg->bf16 says: a caller may switch s->cfg.bf16 after init */
         s->xbf = (uint16_t *)(void *)g4__take(cv, G4__BF16DOT ? rows * widest : 0, sizeof(uint16_t));
     }
@@ -3599,9 +3813,35 @@ G4__DEF g4_result g4_session_init(g4_session *s, const g4_model *m, const g4_ses
 
 G4__DEF void g4_session_reset(g4_session *s) {
     int i;
-    if (!s || !s->slots) return;
+    if (!s || !s->slots || s->target) return; /* a drafter's slots are the target's */
     s->pos = 0;
-    for (i = 0; i < s->n_slots; i++) s->slots[i].n_pos = 0;
+    for (i = 0; i < s->n_slots; i++) s->slots[i].n_pos = s->slots[i].oldest = 0;
+    s->epoch++;
+}
+
+G4__DEF g4_result g4_session_rewind(g4_session *s, int pos) {
+    int i;
+    if (!s) return G4_ERR_INPUT;
+    if (!s->model || !s->slots || s->target) { g4__seterr(s->error, "rewind: not an initialised model session"); return G4_ERR_INPUT; }
+    if (pos < 0 || pos > s->pos) {
+        g4__seterr(s->error, "rewind to position %d: the session holds positions [0, %d)", pos, s->pos);
+        return G4_ERR_INPUT;
+    }
+    for (i = 0; i < s->n_slots; i++) { /* check every slot before changing any */
+        const g4_kv_slot *sl = &s->slots[i];
+        int need = sl->type == G4_SLIDING ? pos - s->model->config.sliding_window + 1 : 0;
+        if (need < 0) need = 0;
+        if (need < sl->oldest && pos > 0) {
+            g4__seterr(s->error, "rewind to position %d: layer %d's sliding ring holds positions [%d, %d) but position %d "
+                       "needs %d on; rewind by at most max_chunk (%d) positions past the last forward", pos, sl->writer,
+                       sl->oldest, sl->n_pos, pos, need, s->cfg.max_chunk);
+            return G4_ERR_INPUT;
+        }
+    }
+    for (i = 0; i < s->n_slots; i++)
+        if (s->slots[i].n_pos > pos) s->slots[i].n_pos = pos;
+    s->pos = pos;
+    return G4_OK;
 }
 
 G4__DEF g4_result g4_session_create(g4_session *s, const g4_model *m, const g4_session_config *cfg) {
@@ -3694,7 +3934,7 @@ static void g4__add(const g4_session *s, float *x, const float *y, size_t n) {
 
 /* Attention over the (token, head) pairs of a step, split across threads;
    part p uses its own scores row. */
-typedef struct { const g4_session *s; const g4_kv_slot *sl; int n, NH, group, window; } g4__attn_job;
+typedef struct { const g4_session *s; const g4_kv_slot *sl; int n, NH, group, window, target; } g4__attn_job;
 
 static void g4__attn_part(void *ctx, int part, int n_parts) {
     const g4__attn_job *j = (const g4__attn_job *)ctx;
@@ -3703,12 +3943,17 @@ static void g4__attn_part(void *ctx, int part, int n_parts) {
     int i0 = (int)((int64_t)total * part / n_parts), i1 = (int)((int64_t)total * (part + 1) / n_parts);
     float *scores = s->scores + (size_t)part * (size_t)s->cfg.max_context;
     for (i = i0; i < i1; i++) {
-        int t = i / j->NH, h = i % j->NH, p = s->pos + t, lo = 0;
-        if (j->window && p - j->window + 1 > 0) lo = p - j->window + 1;
+        int t = i / j->NH, h = i % j->NH, p = s->pos + t, lo = 0, hi = p;
+        if (j->target) { /* a drafter's query at p reads the target's positions before p */
+            hi = p - 1;
+            if (j->window && hi - j->window > 0) lo = hi - j->window;
+        } else if (j->window && p - j->window + 1 > 0) {
+            lo = p - j->window + 1;
+        }
         if (s->cfg.bf16)
-            g4__attend_torch(s->att + (size_t)i * D, s->q + (size_t)i * D, j->sl, h / j->group, lo, p, scores, s->fwd_n,
+            g4__attend_torch(s->att + (size_t)i * D, s->q + (size_t)i * D, j->sl, h / j->group, lo, hi, scores, s->fwd_n,
                              s->fwd_end);
-        else g4__attend(s->att + (size_t)i * D, s->q + (size_t)i * D, j->sl, h / j->group, lo, p, scores);
+        else g4__attend(s->att + (size_t)i * D, s->q + (size_t)i * D, j->sl, h / j->group, lo, hi, scores);
     }
 }
 
@@ -3726,6 +3971,8 @@ static void g4__norm_rope_heads(void *ctx, size_t i0, size_t i1) {
         g4__rope(xh, j->inv_freq, j->D, j->s->pos + (int)(i / (size_t)j->heads), j->s->cfg.bf16);
     }
 }
+
+static g4_result g4__drafter_check_read(const g4_session *d, int l, const g4_kv_slot *sl); /* >>drafter */
 
 /* Gemma4TextAttention for layer l on n tokens at positions pos0..: reads
    s->xn, writes the o_proj output to s->branch. */
@@ -3751,7 +3998,7 @@ static g4_result g4__attention(g4_session *s, int l, int n) {
     }
     g4__tap(s, l, "self_attn.q", s->q, n, NH * D);
 
-    if (lp->reads < 0) {
+    if (lp->reads == -1) {
         /* an owner: k_proj (and v_proj, or V = raw K with attention_k_eq_v),
            k_norm + RoPE on K, weightless v_norm on V, then append to its slot */
         sl = &s->slots[lp->kv_slot];
@@ -3781,6 +4028,7 @@ static g4_result g4__attention(g4_session *s, int l, int n) {
             memcpy(sl->v + row, s->v_new + (size_t)t * kvw, sizeof(float) * kvw);
         }
         sl->n_pos = pos0 + n;
+        if (sl->n_pos - sl->capacity > sl->oldest) sl->oldest = sl->n_pos - sl->capacity;
     } else if (s->cfg.reader_copies) {
         /* debug mode (reader_copies): copy this step's rows of the owner's slot
            into the reader's private slot, then read from that */
@@ -3792,16 +4040,20 @@ static g4_result g4__attention(g4_session *s, int l, int n) {
             memcpy(dst->v + b, src->v + a, sizeof(float) * kvw);
         }
         dst->n_pos = pos0 + n;
+        if (dst->n_pos - dst->capacity > dst->oldest) dst->oldest = dst->n_pos - dst->capacity;
     }
 
     /* write once, then read: the slot must hold exactly this step's positions */
     sl = &s->slots[s->layer_slot[l]];
-    if (sl->n_pos != pos0 + n) {
+    if (lp->reads == G4_READS_TARGET) {
+        g4_result r = g4__drafter_check_read(s, l, sl);
+        if (r != G4_OK) return r;
+    } else if (sl->n_pos != pos0 + n) {
         g4__seterr(s->error, "internal: layer %d reads slot %d before its writer (layer %d) appended this step", l,
                    s->layer_slot[l], sl->writer);
         return G4_ERR_INPUT;
     }
-    if (s->cfg.tap) { /* this step's K and V rows as this layer sees them (an owner's own, a reader's owner's) */
+    if (s->cfg.tap && !s->target) { /* this step's K and V rows as this layer sees them (an owner's own, a reader's owner's) */
         for (t = 0; t < n; t++) {
             size_t row = (size_t)((pos0 + t) % sl->capacity) * kvw;
             memcpy(s->k_new + (size_t)t * kvw, sl->k + row, sizeof(float) * kvw);
@@ -3814,6 +4066,7 @@ static g4_result g4__attention(g4_session *s, int l, int n) {
         g4__attn_job j;
         j.s = s; j.sl = sl; j.n = n; j.NH = NH; j.group = group;
         j.window = lp->type == G4_SLIDING ? m->config.sliding_window : 0;
+        j.target = lp->reads == G4_READS_TARGET;
         g4__parallel(s->cfg.pool, g4__attn_part, &j);
     }
     g4__matmul(s, s->branch, s->att, &lw->o_proj, n);
@@ -4108,22 +4361,31 @@ static int g4__chunk(int done, int n, int max_chunk, int mode, float *logits, in
     return cn;
 }
 
-G4__DEF g4_result g4_forward(g4_session *s, const int32_t *ids, int n, float *logits, int mode) {
+G4__DEF g4_result g4_forward_hidden(g4_session *s, const int32_t *ids, int n, float *logits, int mode, float *hidden) {
     const g4_config *c;
     g4_result r;
     int done, cn, first;
     float *out;
     if (!s) return G4_ERR_INPUT;
     if (!s->model || !s->slots) { g4__seterr(s->error, "session is not initialised"); return G4_ERR_INPUT; }
+    if (s->target) { g4__seterr(s->error, "a drafter session runs with g4_draft_step, not g4_forward"); return G4_ERR_INPUT; }
     c = &s->model->config;
     if ((r = g4__check_forward(c, s->pos, s->cfg.max_context, ids, n, logits, mode, s->error)) != G4_OK) return r;
+    if (hidden && mode == G4_LOGITS_NONE) { g4__seterr(s->error, "hidden rows follow the logits rows: mode NONE has none"); return G4_ERR_INPUT; }
     s->fwd_end = s->pos + n;
     s->fwd_n = n;
     for (done = 0; done < n; done += cn) {
         cn = g4__chunk(done, n, s->cfg.max_chunk, mode, logits, c->vocab_size, &out, &first);
         if ((r = g4__step(s, ids + done, cn, out, first)) != G4_OK) return r;
+        if (hidden && out) /* s->xn still holds the final norm's rows of this chunk */
+            memcpy(hidden + (mode == G4_LOGITS_ALL ? (size_t)done * c->hidden_size : 0), s->xn + (size_t)first * c->hidden_size,
+                   sizeof(float) * (size_t)(cn - first) * (size_t)c->hidden_size);
     }
     return G4_OK;
+}
+
+G4__DEF g4_result g4_forward(g4_session *s, const int32_t *ids, int n, float *logits, int mode) {
+    return g4_forward_hidden(s, ids, n, logits, mode, NULL);
 }
 
 G4__DEF int32_t g4_argmax(const float *x, int n) {
@@ -5074,6 +5336,375 @@ G4__DEF g4_result g4_loss_and_grad(g4_train *t, const int32_t *ids, const int32_
             if (ids[tk] != c->pad_token_id)
                 for (i = 0; i < H; i++) dE[(size_t)ids[tk] * H + i] += t->dx[(size_t)tk * H + i] * scale;
     }
+    return G4_OK;
+}
+
+/* ----------------------------------------------------- drafter >>drafter */
+/* Gemma4AssistantForCausalLM (models/gemma4_assistant/modeling_gemma4_assistant.py)
+   run by SinglePositionMultiTokenCandidateGenerator (generation/
+   candidate_generator.py). Its decoder layers are Gemma 4 decoder layers
+   (g4__layer); their attention reads a slot of the target's table. */
+
+/* The target owner layer whose K/V a drafter layer of `type` reads: the last
+   owner of that type (transformers' store_full_length_kv layers), -1: none */
+static int g4__target_owner(const g4_plan *tp, int type) {
+    int j;
+    for (j = tp->n_layers - 1; j >= 0; j--)
+        if (tp->layer[j].reads == -1 && tp->layer[j].type == type) return j;
+    return -1;
+}
+
+static g4_result g4__drafter_check(const g4_model *dm, const g4_session *target, char *err) {
+    const g4_config *dc, *tc;
+    const g4_model *tm;
+    int l;
+    if (!dm || !target || !dm->w.layers) { g4__seterr(err, "NULL or unloaded drafter / target"); return G4_ERR_INPUT; }
+    if (!target->model || !target->slots || target->target) { g4__seterr(err, "the target is not an initialised model session"); return G4_ERR_INPUT; }
+    dc = &dm->config;
+    tm = target->model;
+    tc = &tm->config;
+    if (!dc->assistant) { g4__seterr(err, "the drafter is not a gemma4_assistant model"); return G4_ERR_CONFIG; }
+    if (dc->backbone_hidden_size != tc->hidden_size || dc->vocab_size != tc->vocab_size) {
+        g4__seterr(err, "drafter backbone_hidden_size %d / vocab_size %d do not match the target's hidden_size %d / "
+                   "vocab_size %d", dc->backbone_hidden_size, dc->vocab_size, tc->hidden_size, tc->vocab_size);
+        return G4_ERR_CONFIG;
+    }
+    for (l = 0; l < dm->plan.n_layers; l++) {
+        const g4_layer_plan *lp = &dm->plan.layer[l];
+        int owner = g4__target_owner(&tm->plan, lp->type);
+        if (owner < 0) {
+            g4__seterr(err, "drafter layer %d is %s but the target has no %s layer that owns K/V", l,
+                       g4__type_name(lp->type), g4__type_name(lp->type));
+            return G4_ERR_CONFIG;
+        }
+        if (tm->plan.layer[owner].head_dim != lp->head_dim || tm->plan.layer[owner].kv_heads != lp->kv_heads) {
+            g4__seterr(err, "drafter layer %d (%s: head_dim %d, kv_heads %d) cannot read target layer %d (head_dim %d, "
+                       "kv_heads %d)", l, g4__type_name(lp->type), lp->head_dim, lp->kv_heads, owner,
+                       tm->plan.layer[owner].head_dim, tm->plan.layer[owner].kv_heads);
+            return G4_ERR_CONFIG;
+        }
+    }
+    return G4_OK;
+}
+
+/* the drafter session's own configuration: one row, the target's context */
+static g4_session_config g4__drafter_config(const g4_session *target) {
+    g4_session_config c = target->cfg;
+    c.max_chunk = 1;
+    c.reader_copies = 0;
+    c.tap = NULL;
+    c.tap_user = NULL;
+    return c;
+}
+
+G4__DEF g4_result g4_drafter_size(const g4_model *drafter, const g4_session *target, size_t *bytes) {
+    char err[G4_ERROR_MAX];
+    g4_session_config c;
+    g4_result r;
+    if (!bytes) return G4_ERR_INPUT;
+    *bytes = 0;
+    if ((r = g4__drafter_check(drafter, target, err)) != G4_OK) return r;
+    c = g4__drafter_config(target);
+    return g4_session_size(drafter, &c, bytes);
+}
+
+G4__DEF g4_result g4_drafter_init(g4_session *d, const g4_model *drafter, g4_session *target, void *arena,
+                                  size_t arena_bytes) {
+    g4_session_config c;
+    g4_result r;
+    int l;
+    if (!d) return G4_ERR_INPUT;
+    memset(d, 0, sizeof *d);
+    if ((r = g4__drafter_check(drafter, target, d->error)) != G4_OK) return r;
+    c = g4__drafter_config(target);
+    if ((r = g4_session_init(d, drafter, &c, arena, arena_bytes)) != G4_OK) return r;
+    for (l = 0; l < drafter->plan.n_layers; l++)
+        d->layer_slot[l] = target->model->plan.layer[g4__target_owner(&target->model->plan, drafter->plan.layer[l].type)].kv_slot;
+    d->slots = target->slots;
+    d->n_slots = target->n_slots;
+    d->target = target;
+    d->target_epoch = target->epoch;
+    return G4_OK;
+}
+
+/* Before a drafter layer reads its target slot: the target is the one it was
+   attached to, not reset since, and the slot holds exactly the positions the
+   query at d->pos reads: [0, pos) full, the last sliding_window + 1 sliding. */
+static g4_result g4__drafter_check_read(const g4_session *d, int l, const g4_kv_slot *sl) {
+    const g4_layer_plan *lp = &d->model->plan.layer[l];
+    int pos = d->pos, window = d->model->config.sliding_window;
+    int lo = lp->type == G4_SLIDING && pos - 1 - window > 0 ? pos - 1 - window : 0;
+    if (d->target->epoch != d->target_epoch) {
+        g4__seterr((char *)d->error, "the target session was reset after this drafter was attached: re-run g4_drafter_init");
+        return G4_ERR_INPUT;
+    }
+    if (sl->n_pos != pos || pos < 1 || lo < sl->oldest || sl->head_dim != lp->head_dim || sl->kv_heads != lp->kv_heads) {
+        g4__seterr((char *)d->error, "drafter layer %d reads target layer %d's K/V for positions [%d, %d), but the slot "
+                   "holds [%d, %d) (the target needs max_chunk >= draft tokens + 2)", l, sl->writer, lo, pos, sl->oldest,
+                   sl->n_pos);
+        return G4_ERR_INPUT;
+    }
+    return G4_OK;
+}
+
+/* Gemma4AssistantMaskedEmbedder: the centroid logits pick the top-k
+   centroids (ties: lower index first); the logits of their tokens
+   (token_ordering viewed as [C][V/C]) are h . lm_head[token]; every other
+   token gets min(those) - 1. */
+static void g4__masked_logits(g4_session *d, float *logits) {
+    const g4_model *m = d->model;
+    const g4_config *c = &m->config;
+    const g4_tensor *lm = &m->w.lm_head;
+    int C = c->num_centroids, K = c->centroid_intermediate_top_k, Vc = c->vocab_size / C, H = c->hidden_size;
+    int k, i, j;
+    float mn = HUGE_VALF, fill;
+    g4__matmul(d, d->centroid, d->xn, &m->w.centroids, 1);
+    g4__act(d, d->centroid, (size_t)C);
+    for (k = 0; k < K; k++) {
+        int best = -1;
+        for (i = 0; i < C; i++) {
+            for (j = 0; j < k && d->top[j] != i; j++) {}
+            if (j == k && (best < 0 || d->centroid[i] > d->centroid[best])) best = i;
+        }
+        d->top[k] = best;
+        for (j = 0; j < Vc; j++) {
+            int64_t tok = g4__index_get(&m->w.token_ordering, (size_t)best * Vc + (size_t)j);
+            g4_tensor row = *lm;
+            row.data = (const unsigned char *)lm->data + (size_t)tok * (size_t)H * g4__dtype_size(lm->dtype);
+            row.shape[0] = 1;
+            g4__matmul(d, &logits[tok], d->xn, &row, 1);
+            if (logits[tok] < mn) mn = logits[tok];
+        }
+    }
+    fill = (float)((double)mn - 1.0); /* selected_logits.min().item() - 1.0 */
+    for (i = 0; i < C; i++) {
+        for (k = 0; k < K && d->top[k] != i; k++) {}
+        if (k < K) continue;
+        for (j = 0; j < Vc; j++) logits[g4__index_get(&m->w.token_ordering, (size_t)i * Vc + (size_t)j)] = fill;
+    }
+}
+
+G4__DEF g4_result g4_draft_step(g4_session *d, int32_t token, const float *hidden, float *logits, float *next_hidden) {
+    const g4_model *m, *tm;
+    const g4_config *c;
+    int Hb, H, i, l;
+    float scale;
+    g4_result r;
+    if (!d) return G4_ERR_INPUT;
+    if (!d->target || !d->model) { g4__seterr(d->error, "not a drafter session (g4_drafter_init)"); return G4_ERR_INPUT; }
+    m = d->model;
+    tm = d->target->model;
+    c = &m->config;
+    Hb = c->backbone_hidden_size;
+    H = c->hidden_size;
+    if (!hidden || !logits || !next_hidden) { g4__seterr(d->error, "draft step: NULL hidden, logits or next_hidden"); return G4_ERR_INPUT; }
+    if (token < 0 || token >= c->vocab_size) {
+        g4__seterr(d->error, "draft step: token id %ld is outside the vocabulary [0, %d)", (long)token, c->vocab_size);
+        return G4_ERR_INPUT;
+    }
+    d->pos = d->target->pos; /* the token's position: the target holds [0, pos) */
+    d->fwd_n = 1;            /* the bf16 mode's orders: one token (not checked against a bf16 drafter run) */
+    d->fwd_end = d->pos + 1;
+    /* inputs_embeds = concat(target.embed_tokens(token), hidden); pre_projection */
+    scale = g4__scale(d->target, Hb);
+    for (i = 0; i < Hb; i++) d->din[i] = g4__get(&tm->w.embed_tokens, (size_t)token * Hb + (size_t)i) * scale;
+    g4__act(d, d->din, (size_t)Hb);
+    memcpy(d->din + Hb, hidden, sizeof(float) * (size_t)Hb);
+    g4__matmul(d, d->x, d->din, &m->w.pre_projection, 1);
+    g4__act(d, d->x, (size_t)H);
+    g4__tap(d, -1, "pre_projection", d->x, 1, H);
+    for (l = 0; l < c->num_hidden_layers; l++)
+        if ((r = g4__layer(d, l, 1)) != G4_OK) return r;
+    g4__norm_rows(d, d->xn, d->x, &m->w.norm, 1, H, -1, "norm");
+    /* last_hidden_state = post_projection(h); logits from h (no soft-cap) */
+    g4__matmul(d, next_hidden, d->xn, &m->w.post_projection, 1);
+    g4__act(d, next_hidden, (size_t)Hb);
+    if (c->use_ordered_embeddings) g4__masked_logits(d, logits);
+    else g4__matmul(d, logits, d->xn, &m->w.lm_head, 1);
+    g4__act(d, logits, (size_t)c->vocab_size);
+    return G4_OK;
+}
+
+/* ----------------------------------- speculative decoding >>speculative */
+
+G4__DEF g4_result g4_spec_size(const g4_model *target, int k, size_t *bytes) {
+    uint64_t V, H, n;
+    if (!bytes) return G4_ERR_INPUT;
+    *bytes = 0;
+    if (!target || k < 1 || k > 1024) return G4_ERR_INPUT;
+    V = (uint64_t)target->config.vocab_size;
+    H = (uint64_t)target->config.hidden_size;
+    n = ((uint64_t)(k + 1) * V + (uint64_t)k * V + (uint64_t)(k + 2) * H + (uint64_t)(k + 1)) * 4 + 64;
+    if (n > (uint64_t)(size_t)-1) return G4_ERR_ARENA;
+    *bytes = (size_t)n;
+    return G4_OK;
+}
+
+G4__DEF g4_result g4_spec_init(g4_spec *sp, g4_session *target, g4_session *drafter, int k, void *work, size_t bytes) {
+    size_t need, V, H;
+    float *f;
+    if (!sp) return G4_ERR_INPUT;
+    memset(sp, 0, sizeof *sp);
+    if (!target || !target->model || !target->slots || target->target) { g4__seterr(sp->error, "speculative: the target is not an initialised model session"); return G4_ERR_INPUT; }
+    if (drafter && drafter->target != target) { g4__seterr(sp->error, "speculative: the drafter is not attached to this target"); return G4_ERR_INPUT; }
+    if (g4_spec_size(target->model, k, &need) != G4_OK) { g4__seterr(sp->error, "speculative: draft tokens %d must be in [1, 1024]", k); return G4_ERR_INPUT; }
+    if (!work || bytes < need || (uintptr_t)work % 4) {
+        g4__seterr(sp->error, "speculative: workspace of %lu bytes is too small or misaligned (g4_spec_size: %lu)",
+                   (unsigned long)bytes, (unsigned long)need);
+        return G4_ERR_ARENA;
+    }
+    if (target->cfg.max_chunk < k + 2) {
+        g4__seterr(sp->error, "speculative: the target session's max_chunk (%d) must be >= draft tokens + 2 (%d)",
+                   target->cfg.max_chunk, k + 2);
+        return G4_ERR_INPUT;
+    }
+    V = (size_t)target->model->config.vocab_size;
+    H = (size_t)target->model->config.hidden_size;
+    sp->target = target;
+    sp->drafter = drafter;
+    sp->k = k;
+    f = (float *)work;
+    sp->logits = f; f += (size_t)(k + 1) * V;
+    sp->q = f; f += (size_t)k * V;
+    sp->hidden = f; f += (size_t)(k + 1) * H;
+    sp->h = f; f += H;
+    sp->ids = (int32_t *)(void *)f;
+    sp->last = -1;
+    return G4_OK;
+}
+
+G4__DEF g4_result g4_spec_prefill(g4_spec *sp, const int32_t *prompt, int n, g4_sampler *sampler, int32_t *first) {
+    g4_result r;
+    int V;
+    if (!sp || !sp->target || !first) return G4_ERR_INPUT;
+    V = sp->target->model->config.vocab_size;
+    if ((r = g4_forward_hidden(sp->target, prompt, n, sp->logits, G4_LOGITS_LAST, sp->h)) != G4_OK) {
+        memcpy(sp->error, sp->target->error, G4_ERROR_MAX);
+        return r;
+    }
+    if (sampler) {
+        int i;
+        for (i = 0; i < n; i++) g4_sampler_accept(sampler, prompt[i]);
+        *first = g4_sampler_sample(sampler, sp->logits);
+        if (*first < 0) { memcpy(sp->error, sampler->error, G4_ERROR_MAX); return G4_ERR_INPUT; }
+        g4_sampler_accept(sampler, *first);
+    } else {
+        *first = g4_argmax(sp->logits, V);
+    }
+    sp->last = *first;
+    return G4_OK;
+}
+
+/* the sampler section's helpers (>>sampler) */
+static int32_t g4__sampler_dist(g4_sampler *s, float *logits, float *probs);
+static int32_t g4__draw(g4_sampler *s, const float *probs, double mass);
+static double g4__rng_uniform(uint64_t *s);
+
+/* The token the target picks from verification row `row`: the argmax, or the
+   sampler's deterministic choice (temperature 0: argmax after the penalty). */
+static int32_t g4__spec_pick(g4_spec *sp, g4_sampler *sampler, float *row) {
+    return sampler ? g4_sampler_sample(sampler, row) : g4_argmax(row, sp->target->model->config.vocab_size);
+}
+
+G4__DEF g4_result g4_spec_round(g4_spec *sp, g4_sampler *sampler, int32_t *out, int *n_out) {
+    g4_session *t;
+    g4_result r;
+    int V, H, k, i, a, p, sampling;
+    unsigned char added[1024];
+    if (!sp || !sp->target || !out || !n_out) return G4_ERR_INPUT;
+    *n_out = 0;
+    t = sp->target;
+    if (sp->last < 0) { g4__seterr(sp->error, "speculative: g4_spec_prefill first"); return G4_ERR_INPUT; }
+    if (!sp->drafter && !sp->propose) { g4__seterr(sp->error, "speculative: no drafter and no propose function"); return G4_ERR_INPUT; }
+    V = t->model->config.vocab_size;
+    H = t->model->config.hidden_size;
+    if (sampler && sampler->vocab != V) { g4__seterr(sp->error, "speculative: the sampler's vocab %d is not the target's %d", sampler->vocab, V); return G4_ERR_INPUT; }
+    sampling = sampler && sampler->cfg.temperature > 0.0f;
+    p = t->pos;
+    k = sp->k;
+    if (k > t->cfg.max_context - p - 1) k = t->cfg.max_context - p - 1;
+    if (k < 0) { g4__seterr(sp->error, "speculative: the target session is full (%d positions)", t->cfg.max_context); return G4_ERR_INPUT; }
+
+    /* 1. draft k tokens from (last, h) at position p; q[i]: the distribution
+       d_i was drawn from (sampling), with the drafts before it seen */
+    sp->ids[0] = sp->last;
+    if (k && sp->drafter) memcpy(sp->hidden, sp->h, sizeof(float) * (size_t)H); /* the drafter's running hidden */
+    for (i = 0; i < k; i++) {
+        float *q = sp->q + (size_t)i * V;
+        int32_t d = -1;
+        if (sp->drafter) {
+            if ((r = g4_draft_step(sp->drafter, sp->ids[i], sp->hidden, q, sp->hidden)) != G4_OK) {
+                memcpy(sp->error, sp->drafter->error, G4_ERROR_MAX);
+                return r;
+            }
+            if (!sampling) d = g4__spec_pick(sp, sampler, q);
+            else if ((d = g4__sampler_dist(sampler, q, q)) == -2) d = g4__draw(sampler, q, 1.0);
+            if (d < 0) { memcpy(sp->error, sampler->error, G4_ERROR_MAX); return G4_ERR_INPUT; }
+        }
+        if (sp->propose) {
+            d = sp->propose(sp->propose_user, p + 1 + i, i, d);
+            if (sampling && d >= 0 && d < V) { memset(q, 0, sizeof(float) * (size_t)V); q[d] = 1.0f; } /* a deterministic drafter */
+        }
+        if (d < 0 || d >= V) { g4__seterr(sp->error, "speculative: drafted token %ld is outside [0, %d)", (long)d, V); return G4_ERR_INPUT; }
+        sp->ids[i + 1] = d;
+        added[i] = sampler && !sampler->seen[d]; /* the repetition penalty sees the drafts before the next */
+        if (sampler) sampler->seen[d] = 1;
+    }
+    if (sampler) /* back to the accepted tokens only; re-added as they are accepted */
+        for (i = k - 1; i >= 0; i--) if (added[i]) sampler->seen[sp->ids[i + 1]] = 0;
+
+    /* 2. verify: one target forward over last + the drafts */
+    if ((r = g4_forward_hidden(t, sp->ids, k + 1, sp->logits, G4_LOGITS_ALL, sp->hidden)) != G4_OK) {
+        memcpy(sp->error, t->error, G4_ERROR_MAX);
+        return r;
+    }
+    sp->target_steps++;
+    sp->drafted += k;
+
+    /* 3. accept drafts while the target agrees, then the target's own token */
+    for (a = 0; a <= k; a++) {
+        float *row = sp->logits + (size_t)a * V;
+        int32_t pick;
+        if (!sampling) {
+            if ((pick = g4__spec_pick(sp, sampler, row)) < 0) { memcpy(sp->error, sampler->error, G4_ERROR_MAX); return G4_ERR_INPUT; }
+            out[a] = pick;
+            if (a == k || pick != sp->ids[a + 1]) break;
+        } else {
+            /* speculative sampling: accept d with probability min(1, p(d)/q(d)),
+               else draw from max(0, p - q) normalised (p where that is empty) */
+            const float *q = sp->q + (size_t)a * V;
+            if ((pick = g4__sampler_dist(sampler, row, row)) != -2) { memcpy(sp->error, sampler->error, G4_ERROR_MAX); return G4_ERR_INPUT; }
+            if (a == k) { out[a] = g4__draw(sampler, row, 1.0); break; }
+            {
+                int32_t d = sp->ids[a + 1];
+                double u = g4__rng_uniform(&sampler->rng);
+                if (q[d] > 0 && u < (double)row[d] / (double)q[d]) {
+                    out[a] = d;
+                } else {
+                    double mass = 0;
+                    int j;
+                    for (j = 0; j < V; j++) { row[j] = row[j] > q[j] ? row[j] - q[j] : 0.0f; mass += row[j]; }
+                    if (mass <= 0) { /* p <= q everywhere means p == q (rounding aside): keep d */
+                        out[a] = d;
+                    } else {
+                        out[a] = g4__draw(sampler, row, mass); /* never d: p(d) < q(d) there */
+                        break;
+                    }
+                }
+            }
+        }
+        if (sampler) sampler->seen[out[a]] = 1;
+    }
+    if (sampler) sampler->seen[out[a]] = 1;
+    sp->accepted += a;
+    *n_out = a + 1;
+    /* 4. rewind the target to the accepted positions: last and a drafts */
+    if ((r = g4_session_rewind(t, p + a + 1)) != G4_OK) {
+        memcpy(sp->error, t->error, G4_ERROR_MAX);
+        return r;
+    }
+    memcpy(sp->h, sp->hidden + (size_t)a * H, sizeof(float) * (size_t)H);
+    sp->last = out[a];
     return G4_OK;
 }
 
@@ -6288,11 +6919,16 @@ static float g4__kth_largest(float *heap, const float *x, int n, int k) {
     return heap[0];
 }
 
-G4__DEF int32_t g4_sampler_sample(g4_sampler *s, float *logits) {
+/* The sampler's candidates for these logits (modified in place): s->idx[0..n)
+   and their unnormalised probabilities s->prob[0..n), *sum their total.
+   Returns -2 then; the greedy choice (temperature 0) or -1 (error) else. */
+static int32_t g4__sampler_cands(g4_sampler *s, float *logits, size_t *n_out, double *sum_out) {
     const g4_sampler_config *c;
     int V, i;
     size_t n = 0, k;
-    double sum, acc, u, maxl;
+    double sum, maxl;
+    *n_out = 0;
+    *sum_out = 0;
     if (!s || !s->seen || !logits) return -1;
     c = &s->cfg;
     V = s->vocab;
@@ -6332,12 +6968,48 @@ G4__DEF int32_t g4_sampler_sample(g4_sampler *s, float *logits) {
         n = m;
     }
     for (sum = 0, k = 0; k < n; k++) sum += s->prob[k];
+    *n_out = n;
+    *sum_out = sum;
+    return -2;
+}
+
+G4__DEF int32_t g4_sampler_sample(g4_sampler *s, float *logits) {
+    size_t n, k;
+    double sum, acc, u;
+    int32_t r = g4__sampler_cands(s, logits, &n, &sum);
+    if (r != -2) return r;
     u = g4__rng_uniform(&s->rng) * sum;
     for (acc = 0, k = 0; k + 1 < n; k++) {
         acc += s->prob[k];
         if (u < acc) break;
     }
     return s->idx[k];
+}
+
+/* The distribution g4_sampler_sample draws from, dense: probs[V] (may be the
+   logits buffer itself). Returns -2, or the greedy id / -1 as the sampler. */
+static int32_t g4__sampler_dist(g4_sampler *s, float *logits, float *probs) {
+    size_t n, k;
+    double sum;
+    int32_t r = g4__sampler_cands(s, logits, &n, &sum);
+    if (r != -2) return r;
+    memset(probs, 0, sizeof(float) * (size_t)s->vocab);
+    for (k = 0; k < n; k++) probs[s->idx[k]] = (float)(s->prob[k] / sum);
+    return -2;
+}
+
+/* Draws an id from a dense distribution with the sampler's random stream
+   (mass: its total, which need not be 1) */
+static int32_t g4__draw(g4_sampler *s, const float *probs, double mass) {
+    double u = g4__rng_uniform(&s->rng) * mass, acc = 0;
+    int i, last = -1;
+    for (i = 0; i < s->vocab; i++) {
+        if (probs[i] <= 0) continue;
+        last = i;
+        acc += probs[i];
+        if (u < acc) return i;
+    }
+    return last;
 }
 
 #endif /* GEMMA4_IMPLEMENTATION_DONE */
