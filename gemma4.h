@@ -139,6 +139,14 @@
      With avx512_bf16 (-march=native on such a CPU) the bf16 mode's matmuls
      use VDPBF16PS: its own summation order, the same in every step shape.
 
+   TRAINING
+     g4_train_size / g4_train_init / g4_loss_and_grad: transformers' loss
+     (model(ids, labels=labels).loss) and its float32 gradient for every
+     trained parameter, in one caller arena plus one gradient block; the
+     shared-KV gradient flows from readers into their owner's slot, counted.
+     recompute = 1 keeps only layer inputs (bit-identical gradients). See
+     >>backward and the README's training section.
+
    TAPS
      g4_session_config.tap, if set, sees every module output transformers has
      (embed_tokens, layers.<i>.self_attn.q, layers.<i>.mlp, ..., logits; see
@@ -524,6 +532,7 @@ typedef struct {
     float *gate, *up, *dgate, *dup;            /* [S][max(Imax, 2*Ie)] */
     float *dpli, *pproj, *pa, *dpa;            /* [S][L*P] x2, [S][P] x2 */
     float *probs;                              /* [max_seq] */
+    double *row_loss;                          /* [max_seq] each row's cross-entropy */
     float *dyt;                                /* [max(S * widest projection output, 64 * V)] dY transposed */
     float *logits;                             /* [min(max_seq, G4_TRAIN_ROWS)][V] */
     float *moe;                                /* MoE scratch: [6H + 4E + 4Ie] */
@@ -4404,6 +4413,7 @@ static void g4__train_carve(g4_train *t, const g4_model *m, const g4_train_confi
     G4__T(gate, S * imax); G4__T(up, S * imax); G4__T(dgate, S * imax); G4__T(dup, S * imax);
     G4__T(dpli, S * LP); G4__T(pproj, S * LP); G4__T(pa, S * P); G4__T(dpa, S * P);
     G4__T(probs, S);
+    { float *p_ = g4__take(cv, S, sizeof(double)); if (t) t->row_loss = (double *)(void *)p_; }
     {
         uint64_t wide = H > NH * dmax ? H : NH * dmax, head = (S < G4_TRAIN_ROWS ? S : G4_TRAIN_ROWS) * (uint64_t)c->vocab_size;
         if (imax > wide) wide = imax;
@@ -4863,42 +4873,65 @@ static g4_result g4__check_train_input(g4_train *t, const int32_t *ids, const in
     return G4_OK;
 }
 
+/* One row of logits z [V] against label y: z becomes dL/dz (the raw logits'
+   gradient, back through the soft-cap); returns -log softmax(cap(z))[y]. */
+static double g4__ce_row(float *z, int V, int32_t y, float cap, float inv_n) {
+    double sum = 0.0, lse;
+    float mx;
+    int j;
+    if (cap > 0.0f) /* z := tanh(z / cap); the logit is z * cap */
+        for (j = 0; j < V; j++) z[j] = tanhf(z[j] / cap);
+    mx = cap > 0.0f ? z[0] * cap : z[0];
+    for (j = 1; j < V; j++) { float v = cap > 0.0f ? z[j] * cap : z[j]; if (v > mx) mx = v; }
+    for (j = 0; j < V; j++) sum += exp((double)((cap > 0.0f ? z[j] * cap : z[j]) - mx));
+    lse = (double)mx + log(sum);
+    sum = lse - (double)(cap > 0.0f ? z[y] * cap : z[y]);
+    for (j = 0; j < V; j++) { /* dL/dlogit = (softmax - onehot) / used, then back through the cap */
+        float v = cap > 0.0f ? z[j] * cap : z[j];
+        float g = (float)exp((double)v - lse) * inv_n - (j == y ? inv_n : 0.0f);
+        z[j] = cap > 0.0f ? ((g * cap) * (1.0f - z[j] * z[j])) / cap : g;
+    }
+    return sum;
+}
+
+/* the rows [r0, r1) of one chunk of logits, split across threads (rows are
+   independent: the same bits whatever the split) */
+typedef struct { g4_train *t; const int32_t *ids, *labels; int n, row0; float inv_n; } g4__ce_job;
+
+static void g4__ce_rows(void *ctx, size_t r0, size_t r1) {
+    const g4__ce_job *j = (const g4__ce_job *)ctx;
+    const g4_config *c = &j->t->model->config;
+    size_t r;
+    for (r = r0; r < r1; r++) {
+        int row = j->row0 + (int)r;
+        int32_t y = row + 1 < j->n ? (j->labels ? j->labels[row + 1] : j->ids[row + 1]) : -100;
+        float *z = j->t->logits + r * (size_t)c->vocab_size;
+        if (y == -100) { memset(z, 0, sizeof(float) * (size_t)c->vocab_size); j->t->row_loss[row] = 0.0; continue; }
+        j->t->row_loss[row] = g4__ce_row(z, c->vocab_size, y, c->final_logit_softcapping, j->inv_n);
+    }
+}
+
 /* The loss and dL/d(final norm output) (into t->dxn), with the lm_head's
    gradient: logits G4_TRAIN_ROWS rows at a time, soft-capped, cross-entropy
    of row i against labels[i+1] (ForCausalLMLoss: shifted, -100 ignored,
-   mean over the used labels). */
+   mean over the used labels, summed in row order). */
 static double g4__loss_backward(g4_train *t, float *G, const int32_t *ids, const int32_t *labels, int n, int used) {
     const g4_model *m = t->model;
-    const g4_config *c = &m->config;
-    int H = c->hidden_size, V = c->vocab_size, r0, tk, j;
-    const float cap = c->final_logit_softcapping, inv_n = 1.0f / (float)used;
+    int H = m->config.hidden_size, r0, r;
     float *dlm = g4__grad(t, G, &m->w.lm_head);
     double total = 0.0;
+    g4__ce_job j;
+    j.t = t; j.ids = ids; j.labels = labels; j.n = n; j.inv_n = 1.0f / (float)used;
     memset(t->dxn, 0, sizeof(float) * (size_t)n * H);
     for (r0 = 0; r0 < n; r0 += G4_TRAIN_ROWS) {
         int nr = n - r0 < G4_TRAIN_ROWS ? n - r0 : G4_TRAIN_ROWS;
         g4__matmul(&t->s, t->logits, t->xn_final + (size_t)r0 * H, &m->w.lm_head, nr);
-        for (tk = 0; tk < nr; tk++) {
-            float *z = t->logits + (size_t)tk * V, mx;
-            int row = r0 + tk;
-            int32_t y = row + 1 < n ? (labels ? labels[row + 1] : ids[row + 1]) : -100;
-            double sum = 0.0, lse;
-            if (y == -100) { for (j = 0; j < V; j++) z[j] = 0.0f; continue; }
-            if (cap > 0.0f) /* z := tanh(z / cap); the logit is z * cap */
-                for (j = 0; j < V; j++) z[j] = tanhf(z[j] / cap);
-            mx = cap > 0.0f ? z[0] * cap : z[0];
-            for (j = 1; j < V; j++) { float v = cap > 0.0f ? z[j] * cap : z[j]; if (v > mx) mx = v; }
-            for (j = 0; j < V; j++) sum += exp((double)((cap > 0.0f ? z[j] * cap : z[j]) - mx));
-            lse = (double)mx + log(sum);
-            total += lse - (double)(cap > 0.0f ? z[y] * cap : z[y]);
-            for (j = 0; j < V; j++) { /* dL/dlogit = (softmax - onehot) / used, then back through the cap */
-                float v = cap > 0.0f ? z[j] * cap : z[j];
-                float g = (float)exp((double)v - lse) * inv_n - (j == y ? inv_n : 0.0f);
-                z[j] = cap > 0.0f ? ((g * cap) * (1.0f - z[j] * z[j])) / cap : g;
-            }
-        }
-        g4__matmul_bwd(&t->s, t->dxn + (size_t)r0 * H, dlm, t->logits, t->xn_final + (size_t)r0 * H, &m->w.lm_head, nr, t->dyt);
+        j.row0 = r0;
+        g4__parallel_range(&t->s, (size_t)nr, (size_t)m->config.vocab_size, g4__ce_rows, &j);
+        g4__matmul_bwd(&t->s, t->dxn + (size_t)r0 * H, dlm, t->logits, t->xn_final + (size_t)r0 * H, &m->w.lm_head, nr,
+                       t->dyt);
     }
+    for (r = 0; r < n; r++) total += t->row_loss[r];
     return total / used;
 }
 

@@ -78,7 +78,10 @@ static int cmd_info(int argc, char **argv) {
     g4_plan p;
     g4_result r;
     char buf[4096];
-    if (argc != 3) return usage(argv[1]);
+    int train = 0;
+    if (argc == 5 && strcmp(argv[3], "--train") == 0) {
+        if ((train = g4b_int(argv[4])) < 2) { fprintf(stderr, "gemma4 info: --train needs a length >= 2\n"); return 1; }
+    } else if (argc != 3) return usage(argv[1]);
     if (is_dir(path)) {
         snprintf(buf, sizeof buf, "%s/config.json", path);
         path = buf;
@@ -95,7 +98,7 @@ static int cmd_info(int argc, char **argv) {
         else printf("chat template: unusable: %s\n", t.error);
         g4_template_free(&t);
     }
-    return 0;
+    return train ? g4t_print_sizes(&c, &p, train) : 0;
 }
 
 /* Loads DIR and opens a session for n tokens (g4_session_destroy, then
@@ -980,14 +983,14 @@ static const struct {
     int (*run)(int argc, char **argv);
     const char *args;
 } commands[] = {
-    {"info", cmd_info, "PATH"},
+    {"info", cmd_info, "PATH [--train N]"},
     {"logits", cmd_logits, "DIR --ids 2,818,1010 --out FILE [--chunk N]"},
     {"greedy", cmd_greedy, "DIR --ids 2,818 --new N [--chunk N] [--drafter DRAFTER_DIR [--draft-tokens K]]"},
     {"draft", cmd_draft, "TARGET_DIR --drafter DRAFTER_DIR --ids 2,818 --steps K --out FILE"},
     {"compare", cmd_compare, "DIR DUMP.safetensors [--tolerance T] [--f32|--bf16] [--chunk N]"},
     {"grad", g4t_cmd_grad, "DIR --ids 2,818,... [--labels L,...] [--recompute] [--threads N] --out FILE"},
-    {"bench", g4t_cmd_bench, "DIR [--threads N] [--prompt N] [--gen N] [--bf16] [--drafter DRAFTER_DIR [--draft-tokens K]]\n"
-                             "DIR --grad [--recompute] [--threads N] [--prompt N]"},
+    {"bench", g4t_cmd_bench, "DIR [--threads N] [--prompt N] [--gen N] [--bf16 | --grad [--recompute]] "
+                             "[--drafter DRAFTER_DIR [--draft-tokens K]]"},
     {"synth", g4b_cmd_synth, "--config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N]"},
     {"tokenize", cmd_tokenize, "TOKENIZER_JSON_OR_MODEL_DIR [TEXT]"},
     {"template", cmd_template, "DIR --messages FILE.json [--think] [--no-generation-prompt] [--ids]"},
