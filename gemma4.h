@@ -103,7 +103,10 @@
    TEXT
      g4_tokenizer_load reads the checkpoint's tokenizer.json (BPE with byte
      fallback, added tokens; encode/decode as the Python `tokenizers` library),
-     g4_chat_encode writes the Gemma 4 chat layout, g4_sampler_* samples
+     g4_template_* render the checkpoint's own chat template (a Jinja subset
+     interpreter, exactly as transformers' apply_chat_template), g4_chat_encode
+     writes the built-in Gemma 4 chat layout (for checkpoints without a
+     template), g4_sampler_* samples
      (greedy, temperature, top-k, top-p, min-p, repetition penalty, seeded),
      g4_decode_next streams text. These allocate at init (the tokenizer's
      tables, the sampler's scratch); g4_tokenize allocates scratch per call.
@@ -651,7 +654,8 @@ G4_API int g4_decode_next(const g4_tokenizer *t, g4_decode_state *st, int32_t id
 G4_API int g4_decode_flush(g4_decode_state *st, char *out, size_t cap);
 
 /* ------------------------------------------------------------------ chat */
-/* The Gemma 4 chat layout (../shared/spec/gemma4-text.md section 6):
+/* The built-in Gemma 4 chat layout, for checkpoints without a chat template
+   (with one, render it with g4_template_*; ../shared/spec/gemma4-text.md section 6):
      <bos><|turn>system\n[<|think|>]{system}<turn|>\n<|turn>user\n{msg}<turn|>\n<|turn>model\n
    The text is rendered, then tokenized: the control tokens' ids come from the
    tokenizer file. Role "assistant" is written "model". */
