@@ -752,7 +752,7 @@ static void test_gelu_vs_scalar(void) {
    step and in chunks of 5. The three newer dumps failed before torch's orders
    were reproduced: 31b_like_bf16_long (32 tokens, 4x the window: the RMSNorm
    sum and the matmul order, first at layers.5.self_attn.k), 26b_like_bf16_ulp
-   (an RMSNorm ulp at layers.3.input_layernorm, as in issue 19, then an exact
+   (an RMSNorm ulp at layers.3.input_layernorm, then an exact
    router tie), 26b_like_bf16_tie (a tie torch.topk breaks to the higher id).
    Where the avx512_bf16 kernel serves the mode (not torch's order) the bound
    is G4CMP_TOL_BF16 instead. */
