@@ -2925,8 +2925,7 @@ static int g4__lora_stray(const g4_model *m, const g4__linear *lin, int n_lin, c
             return 0;
         }
     }
-    if (!strncmp(key, "model.", 6) && strncmp(key, m->prefix, strlen(m->prefix)) &&
-        (!strncmp(key, "model.language_model.", 21) || !strncmp(m->prefix, "model.language_model.", 21))) {
+    if (!strncmp(key, "model.", 6) && !strncmp(key, "model.language_model.", 21) != !strcmp(m->prefix, "model.language_model.")) {
         g4__seterr(err, "%s: tensor '%.200s' names module '%s', but this checkpoint's text model is '%s*' (an adapter of "
                    "the %s)", path, name, key, m->prefix,
                    !strncmp(key, "model.language_model.", 21) ? "multimodal wrapper" : "text-only model");
@@ -3037,7 +3036,7 @@ G4__DEF g4_result g4_model_load_adapter(g4_model *m, const char *dir) {
             B = (const g4__stinfo *)bsearch(bn, list, (size_t)n, sizeof *list, g4__st_cmp_key);
             e->layer = lin[i].layer;
             snprintf(e->module, sizeof e->module, "%s", lin[i].module);
-            snprintf(e->key, sizeof e->key, "%s", key);
+            snprintf(e->key, sizeof e->key, "%.159s", key);
             e->r = (int)A->t.shape[0];
             e->in = (int)A->t.shape[1];
             e->out = (int)B->t.shape[0];
