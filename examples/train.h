@@ -223,4 +223,91 @@ done:
     return rc;
 }
 
+/* `info PATH --train N`: the training arena for N tokens, with and without
+   recompute, from the config alone (no weights needed: the sizes depend on
+   the shapes only). 0 on success. */
+static int g4t_print_sizes(const g4_config *c, const g4_plan *p, int n) {
+    g4_model *m = (g4_model *)calloc(1, sizeof(g4_model));
+    size_t bytes[2], floats = 0, sess, saved[2];
+    char err[G4_ERROR_MAX];
+    int r, rc = 1;
+    if (!m || !(m->w.layers = (g4_layer_weights *)calloc((size_t)c->num_hidden_layers, sizeof(g4_layer_weights)))) {
+        fprintf(stderr, "gemma4: out of memory\n");
+        free(m);
+        return 1;
+    }
+    m->config = *c;
+    m->plan = *p;
+    snprintf(m->prefix, sizeof m->prefix, "model.");
+    for (r = 0; r < 2; r++) {
+        g4_train_config cfg = g4_train_config_init();
+        cfg.max_seq = n;
+        cfg.recompute = r;
+        if (g4__train_sizes(m, &cfg, &bytes[r], &floats, &sess, &saved[r], err) != G4_OK) {
+            fprintf(stderr, "gemma4: %s\n", err);
+            goto done;
+        }
+    }
+    printf("training, %d tokens: arena %.1f MB (saved activations %.1f MB); with recompute %.1f MB (saved %.1f MB, "
+           "%.1f MB less); gradients %.1f MB (%lu floats)\n",
+           n, bytes[0] / 1048576.0, saved[0] / 1048576.0, bytes[1] / 1048576.0, saved[1] / 1048576.0,
+           (saved[0] - saved[1]) / 1048576.0, floats * 4.0 / 1048576.0, (unsigned long)floats);
+    rc = 0;
+done:
+    free(m->w.layers);
+    free(m);
+    return rc;
+}
+
+/* gemma4 bench DIR --grad [--threads N] [--prompt N]: forward + backward of
+   one N-token sequence (default 256), best of 3 after a warm-up; FLOPs counted
+   as 6 per weight per token (2 forward, 4 backward; the backward's recomputed
+   projections and attention's own FLOPs are not counted). Other bench
+   invocations go to g4b_cmd_bench. */
+static int g4t_cmd_bench(int argc, char **argv) {
+    int i, grad = 0, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), seq = 256, recompute = 0, rc = 1;
+    int32_t *ids = NULL;
+    double best = 1e30, elems, t0;
+    float loss = 0;
+    g4_model m;
+    g4t_state st;
+    for (i = 3; i < argc; i++) grad |= strcmp(argv[i], "--grad") == 0;
+    if (!grad) return g4b_cmd_bench(argc, argv);
+    if (argc < 3) return usage(argv[1]);
+    for (i = 3; i < argc; i++) {
+        if (strcmp(argv[i], "--grad") == 0) continue;
+        if (strcmp(argv[i], "--recompute") == 0) { recompute = 1; continue; }
+        if (i + 1 >= argc) return usage(argv[1]);
+        if (strcmp(argv[i], "--threads") == 0) threads = g4b_int(argv[++i]);
+        else if (strcmp(argv[i], "--prompt") == 0) seq = g4b_int(argv[++i]);
+        else { fprintf(stderr, "gemma4 bench: unknown option %s with --grad\n", argv[i]); return 1; }
+    }
+    if (threads < 1 || seq < 2) return usage(argv[1]);
+    if (g4_model_load(&m, argv[2]) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m.error); return 1; }
+    if (!(ids = (int32_t *)malloc(sizeof(int32_t) * (size_t)seq))) { fprintf(stderr, "gemma4: out of memory\n"); goto done; }
+    for (i = 0; i < seq; i++) ids[i] = (int32_t)((i * 7919 + 13) % m.config.vocab_size); /* as bench_torch_grad.py */
+    ids[0] = 2 % m.config.vocab_size;
+    if (g4t_open(&st, &m, seq, recompute, threads, NULL, NULL)) goto done_st;
+    for (i = 0; i < 4; i++) { /* a warm-up (page cache), then best of 3 */
+        t0 = g4b_now();
+        if (g4_loss_and_grad(&st.t, ids, NULL, seq, &loss, st.G) != G4_OK) { fprintf(stderr, "gemma4: %s\n", st.t.error); goto done_st; }
+        if (i && g4b_now() - t0 < best) best = g4b_now() - t0;
+    }
+    (void)g4b_bytes_per_token(&m, &elems);
+    printf("model: %s, %d layers, %s kernels, %d threads%s\n", argv[2], m.config.num_hidden_layers, g4_simd_name(),
+           threads, recompute ? ", recompute" : "");
+    printf("grad: %.2f tok/s, %.1f GFLOP/s (forward + backward of %d tokens in %.2f s, best of 3; loss %.4f)\n",
+           seq / best, 6.0 * elems * seq / best / 1e9, seq, best, loss);
+    printf("memory: training arena %.1f MB (saved activations %.1f MB), gradients %.1f MB\n",
+           (double)st.t.arena_bytes / 1048576.0, (double)st.t.saved_bytes / 1048576.0,
+           (double)st.t.grad_floats * 4.0 / 1048576.0);
+    rc = 0;
+done_st:
+    g4t_close(&st);
+done:
+    free(ids);
+    g4_model_free(&m);
+    return rc;
+}
+
 #endif /* G4_TRAIN_CLI_H */
