@@ -78,7 +78,10 @@ static int cmd_info(int argc, char **argv) {
     g4_plan p;
     g4_result r;
     char buf[4096];
-    if (argc != 3) return usage(argv[1]);
+    int train = 0;
+    if (argc == 5 && strcmp(argv[3], "--train") == 0) {
+        if ((train = g4b_int(argv[4])) < 2) { fprintf(stderr, "gemma4 info: --train needs a length >= 2\n"); return 1; }
+    } else if (argc != 3) return usage(argv[1]);
     if (is_dir(path)) {
         snprintf(buf, sizeof buf, "%s/config.json", path);
         path = buf;
@@ -87,7 +90,7 @@ static int cmd_info(int argc, char **argv) {
     if (r != G4_OK) { fprintf(stderr, "gemma4: %s\n", c.error); return 1; }
     if (g4_plan_build(&p, &c) != G4_OK) { fprintf(stderr, "gemma4: %s: %s\n", path, p.error); return 1; }
     g4_plan_print(&p, &c, stdout);
-    return 0;
+    return train ? g4t_print_sizes(&c, &p, train) : 0;
 }
 
 /* Loads DIR and opens a session for n tokens (g4_session_destroy, then
@@ -595,6 +598,65 @@ static int cmd_chat(int argc, char **argv) {
     return rc;
 }
 
+/* An error message on one line of stderr (a template's raise_exception text may hold newlines). */
+static void print_error(const char *msg) {
+    fputs("gemma4: ", stderr);
+    for (; *msg; msg++) fputc(*msg == '\n' || *msg == '\r' ? ' ' : *msg, stderr);
+    fputc('\n', stderr);
+}
+
+/* gemma4 template DIR --messages FILE.json [--think] [--no-generation-prompt] [--ids]:
+   DIR's chat template rendered as transformers' apply_chat_template(messages,
+   tools=tools, tokenize=False, add_generation_prompt=..., enable_thinking=...)
+   byte for byte, or with --ids its token ids (tokenize=True) on one line.
+   FILE.json: {"messages": [...], "tools": [...]}; other members are passed as
+   template variables. */
+static int cmd_template(int argc, char **argv) {
+    const char *msgs = NULL;
+    int ids_out = 0, i, rc = 1;
+    g4_template t;
+    g4_tokenizer tok;
+    g4_template_options o = g4_template_options_init();
+    char *json = NULL, *text = NULL;
+    int32_t *ids = NULL;
+    size_t len = 0, n = 0;
+    FILE *f;
+    for (i = 3; i < argc; i++) {
+        if (strcmp(argv[i], "--messages") == 0 && i + 1 < argc) msgs = argv[++i];
+        else if (strcmp(argv[i], "--think") == 0) o.enable_thinking = 1;
+        else if (strcmp(argv[i], "--no-generation-prompt") == 0) o.add_generation_prompt = 0;
+        else if (strcmp(argv[i], "--ids") == 0) ids_out = 1;
+        else return usage(argv[1]);
+    }
+    if (!msgs) return usage(argv[1]);
+    if (g4_tokenizer_load(&tok, argv[2]) != G4_OK) { print_error(tok.error); return 1; }
+    if (g4_template_load(&t, argv[2]) != G4_OK) { print_error(t.error); g4_tokenizer_free(&tok); return 1; }
+    g4_template_set_tokens(&t, &tok);
+    if (!(f = fopen(msgs, "rb"))) fprintf(stderr, "gemma4: %s: cannot open\n", msgs);
+    else {
+        json = read_all(f, &len);
+        fclose(f);
+        if (!json) fprintf(stderr, "gemma4: %s: cannot read\n", msgs);
+    }
+    if (json && !ids_out) {
+        if (g4_template_render(&t, json, len, &o, &text, &n, NULL) != G4_OK) print_error(t.error);
+        else if (fwrite(text, 1, n, stdout) == n) rc = 0;
+    } else if (json) {
+        if (g4_template_encode(&t, &tok, json, len, &o, &ids, &n, NULL) != G4_OK) print_error(t.error);
+        else {
+            for (i = 0; i < (int)n; i++) printf(i ? " %d" : "%d", (int)ids[i]);
+            printf("\n");
+            rc = 0;
+        }
+    }
+    g4_template_free_output(text);
+    g4_template_free_output(ids);
+    free(json);
+    g4_template_free(&t);
+    g4_tokenizer_free(&tok);
+    return rc;
+}
+
 /* --------------------------------------------------- logits and greedy */
 
 /* The options logits and greedy share: --ids, --chunk, and --out / --new. */
@@ -783,16 +845,17 @@ static const struct {
     int (*run)(int argc, char **argv);
     const char *args;
 } commands[] = {
-    {"info", cmd_info, "PATH"},
+    {"info", cmd_info, "PATH [--train N]"},
     {"logits", cmd_logits, "DIR --ids 2,818,1010 --out FILE [--chunk N]"},
     {"greedy", cmd_greedy, "DIR --ids 2,818 --new N [--chunk N] [--drafter DRAFTER_DIR [--draft-tokens K]]"},
     {"draft", cmd_draft, "TARGET_DIR --drafter DRAFTER_DIR --ids 2,818 --steps K --out FILE"},
     {"compare", cmd_compare, "DIR DUMP.safetensors [--tolerance T] [--f32|--bf16] [--chunk N]"},
     {"grad", g4t_cmd_grad, "DIR --ids 2,818,... [--labels L,...] [--recompute] [--threads N] --out FILE"},
-    {"bench", g4t_cmd_bench, "DIR [--threads N] [--prompt N] [--gen N] [--bf16] [--drafter DRAFTER_DIR [--draft-tokens K]]\n"
-                             "DIR --grad [--recompute] [--threads N] [--prompt N]"},
+    {"bench", g4t_cmd_bench, "DIR [--threads N] [--prompt N] [--gen N] [--bf16 | --grad [--recompute]] "
+                             "[--drafter DRAFTER_DIR [--draft-tokens K]]"},
     {"synth", g4b_cmd_synth, "--config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N]"},
     {"tokenize", cmd_tokenize, "TOKENIZER_JSON_OR_MODEL_DIR [TEXT]"},
+    {"template", cmd_template, "DIR --messages FILE.json [--think] [--no-generation-prompt] [--ids]"},
     {"generate", cmd_generate, "DIR --prompt \"...\" [--chat] [--system S] [--think] [--temp T] [--top-k K]\n"
                                "[--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--max-tokens N] [--ctx N]\n"
                                "[--tokenizer PATH] [--drafter DRAFTER_DIR [--draft-tokens K]]"},

@@ -623,6 +623,30 @@ static void test_cli_compare_grads(void) {
     CHECK(rc == 2 && strstr(res, "<== first over tolerance"), "exit %d:\n%.1500s", rc, res);
 }
 
+/* `gemma4 info DIR --train N` = g4_train_size, from the config alone */
+static void test_cli_info_train(void) {
+    char cmd[1024], res[8192];
+    tctx c;
+    const char *line;
+    double mb = -1, mb_rc = -1;
+    if (!g_cli) { skip("no CLI path given (argv[2])"); return; }
+    snprintf(cmd, sizeof cmd, "%s info %s --train 24 2>&1", g_cli, tiny("26b_like"));
+    CHECK(sh(cmd, res, sizeof res) == 0, "%s", res);
+    line = strstr(res, "training, 24 tokens: arena ");
+    CHECK(line && sscanf(line, "training, 24 tokens: arena %lf MB", &mb) == 1, "%s", res);
+    line = line ? strstr(line, "with recompute ") : NULL;
+    CHECK(line && sscanf(line, "with recompute %lf MB", &mb_rc) == 1, "%s", res);
+    if (tctx_open(&c, "26b_like", 24, 0, 1, 0)) {
+        g4_train_config cfg = g4_train_config_init();
+        size_t b, f;
+        cfg.max_seq = 24;
+        CHECK(g4_train_size(&c.m, &cfg, &b, &f) == G4_OK && fabs(b / 1048576.0 - mb) < 0.051, "%zu bytes vs %.1f MB", b, mb);
+        cfg.recompute = 1;
+        CHECK(g4_train_size(&c.m, &cfg, &b, &f) == G4_OK && fabs(b / 1048576.0 - mb_rc) < 0.051, "%zu vs %.1f MB", b, mb_rc);
+    }
+    tctx_free(&c);
+}
+
 static void test_cli_errors(void) {
     char cmd[1024], res[2048];
     if (!g_cli) { skip("no CLI path given (argv[2])"); return; }
@@ -666,6 +690,7 @@ int main(int argc, char **argv) {
     run("errors: all labels ignored, label range, too long, arena, bf16", test_errors);
     run("CLI grad: the file = g4_loss_and_grad, checkpoint names and shapes (MoE, recompute, 2 threads)", test_cli_grad);
     run("CLI compare on a gradient dump: loss, dL/d taps, parameters; first divergence", test_cli_compare_grads);
+    run("CLI info --train = g4_train_size (with and without recompute)", test_cli_info_train);
     run("CLI grad errors: labels, counts, usage, unwritable file", test_cli_errors);
     {
         char cmd[400];
