@@ -23,9 +23,10 @@
        >>safetensors     safetensors headers and the shard index
        >>loading         g4_model_load: tensors by transformers' names, shapes
        >>kernels         the scalar reference kernels: bf16 rounding, matmul, dot, gelu
-       >>backend         SIMD twins (>>simd), the bf16 dot kernel (>>bf16dot), the
-                         thread pool and threaded loops (>>threads): the scalar
-                         kernels made fast. A first reading can skip it.
+       >>backend         SIMD twins (>>simd), the prefill GEMM (>>gemm), the bf16
+                         dot kernel (>>bf16dot), the thread pool and threaded
+                         loops (>>threads): the scalar kernels made fast. A first
+                         reading can skip it.
        >>ops             the Gemma ops: activation cast, RMSNorm, RoPE, softmax,
                          attention of one query head; the bf16 mode's torch
                          orders (softmax, top-k ties, attention, gelu's tail)
@@ -432,6 +433,9 @@ typedef struct g4_session {
     float *inv_freq[2];        /* [Dmax/2] per layer type */
     uint16_t *xbf;             /* [rows][widest matmul input] a matmul's input as bf16
                                   (builds with avx512_bf16 only; else empty) */
+    float *pack;               /* [pack_parts][G4__PACK_THREAD] the GEMM's packed weights
+                                  and partial sums, one buffer per thread */
+    int pack_parts;
     unsigned epoch;            /* counts g4_session_reset calls (a drafter checks it) */
     /* a drafter session (g4_drafter_init) only: slots and layer_slot point at
        the TARGET session's table; nothing of the target's K/V is copied */
@@ -2703,10 +2707,10 @@ G4__MAYBE_UNUSED static float g4__gelu(float x) { return g4__gelu_x(x, 1); }
 
 /* ============================================================= >>backend */
 /* BACKEND: how the scalar kernels above run fast - the SIMD twins (>>simd),
-   the bf16 dot-product kernel (>>bf16dot), the thread pool and the threaded
-   matmul and elementwise loops (>>threads). Each computes what its scalar
-   kernel computes (tested against it; its own comment gives its summation
-   order). A first reading can skip to >>ops. */
+   the packed prefill GEMM (>>gemm), the bf16 dot-product kernel (>>bf16dot),
+   the thread pool and the threaded matmul and elementwise loops (>>threads).
+   Each computes what its scalar kernel computes (tested against it; its own
+   comment gives its summation order). A first reading can skip to >>ops. */
 
 /* ----------------------------------------------------------- SIMD >>simd */
 /* SIMD twins (x86-64 AVX-512F or AVX2+FMA, or AArch64 NEON, chosen at compile
@@ -2841,37 +2845,6 @@ static float g4__tail(float acc, const float *x, const unsigned char *row, g4_dt
     return acc;
 }
 
-/* The prefill tile: G4__TR weight rows x G4__TT tokens, G4__TR * G4__TT
-   accumulators held in registers (24 of AVX-512's or NEON's 32, 12 of AVX2's
-   16). Each step loads G4__TR weight vectors and G4__TT activation vectors for
-   G4__TR * G4__TT FMAs. Rows or tokens past the edge (R < G4__TR, T < G4__TT)
-   repeat the last one and are not stored. */
-static void g4__tile(float *y, const float *x, const unsigned char *w, g4_dtype dt, size_t esz, int in, int out, int o,
-                     int R, int t, int T) {
-    g4__vec acc[G4__TR][G4__TT], wv[G4__TR], xv;
-    float sum[G4__TR][G4__TT];
-    const unsigned char *row[G4__TR];
-    const float *xt[G4__TT];
-    int r, u, kv = in - in % G4__VL, k;
-    for (r = 0; r < G4__TR; r++) row[r] = w + (size_t)(o + (r < R ? r : R - 1)) * (size_t)in * esz;
-    for (u = 0; u < G4__TT; u++) xt[u] = x + (size_t)(t + (u < T ? u : T - 1)) * (size_t)in;
-    G4__UNROLL for (r = 0; r < G4__TR; r++)
-        G4__UNROLL for (u = 0; u < G4__TT; u++) acc[r][u] = g4__vzero();
-    for (k = 0; k < kv; k += G4__VL) {
-        G4__UNROLL for (r = 0; r < G4__TR; r++) wv[r] = g4__vload_w(row[r], dt, (size_t)k);
-        G4__UNROLL for (u = 0; u < G4__TT; u++) {
-            xv = g4__vload_x(xt[u] + k);
-            G4__IN_REGISTER(xv);
-            G4__UNROLL for (r = 0; r < G4__TR; r++) acc[r][u] = g4__vfma(wv[r], xv, acc[r][u]);
-        }
-    }
-    G4__UNROLL for (r = 0; r < G4__TR; r++) /* constant indices only, so acc stays in registers */
-        G4__UNROLL for (u = 0; u < G4__TT; u++) sum[r][u] = g4__vhsum(acc[r][u]);
-    for (r = 0; r < R; r++)
-        for (u = 0; u < T; u++)
-            y[(size_t)(t + u) * (size_t)out + (size_t)(o + r)] = g4__tail(sum[r][u], xt[u], row[r], dt, kv, in);
-}
-
 /* The decode kernel (one token). Each row is one dependency chain of in / VL
    FMAs, which alone would bound a core at about 27 GB/s, so rows o and
    o + half run side by side: two chains, and two sequential weight streams
@@ -2900,14 +2873,160 @@ static void g4__rows1(float *y, const float *x, const unsigned char *w, g4_dtype
     }
 }
 
-static void g4__matmul_simd(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1) {
-    int out = (int)w->shape[0], in = (int)w->shape[1], o, t;
-    size_t esz = g4__dtype_size(w->dtype);
+/* ------------------------------------------------------------ GEMM >>gemm */
+/* The prefill GEMM (n >= 2 tokens), BLIS/GotoBLAS-style: y[t][o] = sum_k
+   x[t][k] W[o][k] for the thread's output rows.
+   - Blocks: the tokens in blocks of nc, the rows in blocks of mc, `in` in
+     blocks of kc. Each (mc rows x kc) block of W is packed once into the
+     thread's buffer as float32 panels of G4__TR rows, [kc/VL][G4__TR][VL]: one
+     contiguous stream, converted from bf16/f16 once per token block instead of
+     once per register tile. The G4__TT activation rows of a tile are read in
+     place (they are contiguous along k) and stay in L1 across the block's
+     panels.
+   - The micro-kernel is the register tile: G4__TR x G4__TT accumulators (24 of
+     AVX-512's or NEON's 32, 12 of AVX2's 16), each step G4__TR weight and
+     G4__TT activation loads for G4__TR * G4__TT FMAs.
+   - The same bits as decode: each output element keeps VL lane sums along k
+     in order, k = lane, lane + VL, ... (g4__rows1's chains). Between kc blocks
+     a tile's accumulators wait in the buffer's partial sums (mc x nc x VL
+     floats) and resume unchanged, so the blocking, the chunk size and the
+     thread split change no bit. Then one g4__vhsum and g4__tail, as decode.
+   Rows or tokens past an edge (R < G4__TR: zero panels; T < G4__TT: the last
+   token repeated) are computed and not stored. */
+#define G4__HAVE_GEMM 1
+typedef struct { int mc, kc, nc; } g4__blocking; /* multiples of G4__TR, G4__VL, G4__TT */
+#ifndef G4_GEMM_KC
+#define G4_GEMM_KC 512
+#endif
+#ifndef G4__GEMM_MC
+#define G4__GEMM_MC (8 * G4__TR)
+#endif
+#ifndef G4__GEMM_NC
+#define G4__GEMM_NC ((64 / G4__TT) * G4__TT)
+#endif
+/* floats of one thread's buffer: the packed W block, then the partial sums */
+#define G4__PACK_FLOATS(mc, kc, nc) ((size_t)(mc) * (size_t)(kc) + (size_t)(mc) * (size_t)(nc) * G4__VL)
+static const g4__blocking g4__gemm_blocks = {G4__GEMM_MC, (G4_GEMM_KC / G4__VL) * G4__VL, G4__GEMM_NC};
+/* one thread's share of the session's packing buffers, in 64-byte lines */
+#define G4__PACK_THREAD ((G4__PACK_FLOATS(G4__GEMM_MC, (G4_GEMM_KC / G4__VL) * G4__VL, G4__GEMM_NC) + 15) / 16 * 16)
+
+/* The lines of W rows [o, o + mc) at k in [k0, k0 + kc) (the next block to
+   pack), part j of J: the pack then reads from cache, and the load from
+   memory overlaps the current block's FMAs (packing from memory measured 20%
+   of the GEMM's time). */
+#if defined(__GNUC__) && !defined(G4__NO_PREFETCH)
+#define G4__PREFETCH(p) __builtin_prefetch(p, 0, G4__PREFETCH_LOCALITY)
+#ifndef G4__PREFETCH_LOCALITY
+#define G4__PREFETCH_LOCALITY 2
+#endif
+#else
+#define G4__PREFETCH(p) ((void)(p))
+#endif
+static void g4__prefetch_w(const unsigned char *w, size_t esz, int in, int o, int mc, int k0, int kc, int j, int J) {
+    size_t per_row = ((size_t)kc * esz + 63) / 64 + 1, lines = (size_t)mc * per_row, l, l1 = lines * (size_t)(j + 1) / (size_t)J;
+    for (l = lines * (size_t)j / (size_t)J; l < l1; l++) {
+        size_t r = l / per_row, c = l % per_row, off = (size_t)k0 * esz + 64 * c;
+        if (off < (size_t)in * esz) G4__PREFETCH(w + (size_t)(o + (int)r) * (size_t)in * esz + off);
+    }
+}
+
+/* One tile over `steps` vectors of k: wp a packed panel, xt[u] the tile's
+   activation rows at the block's first k. Starts from zero (first) or from
+   the partial sums in part; ends in part, or (last) as horizontal sums. With
+   wrow (a block's first tile), the weights come from their rows at k0 and are
+   packed into wp on the way: the conversion overlaps the FMAs instead of
+   running as a pass of its own (measured 15-20% of the GEMM's time). */
+static void g4__micro(float *wp, const unsigned char *const *wrow, g4_dtype dt, int k0, const float *const *xt, int steps,
+                      float *part, int first, int last, float sum[G4__TR][G4__TT]) {
+    g4__vec acc[G4__TR][G4__TT], wv[G4__TR], xv;
+    const float *xp[G4__TT];
+    int r, u, s;
+    G4__UNROLL for (u = 0; u < G4__TT; u++) xp[u] = xt[u];
+    G4__UNROLL for (r = 0; r < G4__TR; r++)
+        G4__UNROLL for (u = 0; u < G4__TT; u++) acc[r][u] = first ? g4__vzero() : g4__vload_x(part + (r * G4__TT + u) * G4__VL);
+    if (wrow)
+        for (s = 0; s < steps; s++, wp += G4__TR * G4__VL) {
+            G4__UNROLL for (r = 0; r < G4__TR; r++) {
+                wv[r] = g4__vload_w(wrow[r], dt, (size_t)k0 + (size_t)s * G4__VL);
+                G4__IN_REGISTER(wv[r]);
+                g4__vstore(wp + r * G4__VL, wv[r]);
+            }
+            G4__UNROLL for (u = 0; u < G4__TT; u++) {
+                xv = g4__vload_x(xp[u] + (size_t)s * G4__VL);
+                G4__IN_REGISTER(xv);
+                G4__UNROLL for (r = 0; r < G4__TR; r++) acc[r][u] = g4__vfma(wv[r], xv, acc[r][u]);
+            }
+        }
+    else
+        for (s = 0; s < steps; s++, wp += G4__TR * G4__VL) {
+            G4__UNROLL for (r = 0; r < G4__TR; r++) {
+                wv[r] = g4__vload_x(wp + r * G4__VL);
+                G4__IN_REGISTER(wv[r]); /* one load, not one per FMA */
+            }
+            G4__UNROLL for (u = 0; u < G4__TT; u++) {
+                xv = g4__vload_x(xp[u] + (size_t)s * G4__VL);
+                G4__IN_REGISTER(xv);
+                G4__UNROLL for (r = 0; r < G4__TR; r++) acc[r][u] = g4__vfma(wv[r], xv, acc[r][u]);
+            }
+        }
+    if (last) {
+        G4__UNROLL for (r = 0; r < G4__TR; r++) /* constant indices only, so acc stays in registers */
+            G4__UNROLL for (u = 0; u < G4__TT; u++) sum[r][u] = g4__vhsum(acc[r][u]);
+    } else {
+        G4__UNROLL for (r = 0; r < G4__TR; r++)
+            G4__UNROLL for (u = 0; u < G4__TT; u++) g4__vstore(part + (r * G4__TT + u) * G4__VL, acc[r][u]);
+    }
+}
+
+/* y[t * ldy + o] = sum_k x[t * ldx + k] W[o][k] for t < n, o in [o0, o1);
+   ws: G4__PACK_FLOATS(b->mc, b->kc, b->nc) floats */
+static void g4__gemm(float *y, size_t ldy, const float *x, size_t ldx, const g4_tensor *w, int n, int o0, int o1,
+                     float *ws, const g4__blocking *b) {
+    int in = (int)w->shape[1], kv = in - in % G4__VL, t0, i0, k0, t, o, r, u, pi, pk, pmc, pkc;
+    g4_dtype dt = w->dtype;
+    size_t esz = g4__dtype_size(dt);
     const unsigned char *base = (const unsigned char *)w->data;
-    if (n == 1) { g4__rows1(y, x, base, w->dtype, esz, in, o0, o1); return; }
-    for (o = o0; o < o1; o += G4__TR)
-        for (t = 0; t < n; t += G4__TT)
-            g4__tile(y, x, base, w->dtype, esz, in, out, o, o1 - o < G4__TR ? o1 - o : G4__TR, t, n - t < G4__TT ? n - t : G4__TT);
+    float *wp = ws, *part = ws + (size_t)b->mc * (size_t)b->kc, sum[G4__TR][G4__TT];
+    const float *xt[G4__TT];
+    const unsigned char *wrow[G4__TR];
+    for (t0 = 0; t0 < n; t0 += b->nc) {
+        int nc = n - t0 < b->nc ? n - t0 : b->nc;
+        for (i0 = o0; i0 < o1; i0 += b->mc) {
+            int mc = o1 - i0 < b->mc ? o1 - i0 : b->mc;
+            for (k0 = 0; k0 == 0 || k0 < kv; k0 += b->kc) {
+                int kc = kv - k0 < b->kc ? kv - k0 : b->kc, first = k0 == 0, last = k0 + kc >= kv;
+                /* the next block: the next k range, else the next rows, else the first rows again */
+                if (!last) pk = k0 + kc, pi = i0;
+                else pk = 0, pi = i0 + mc < o1 ? i0 + mc : o0;
+                pmc = o1 - pi < b->mc ? o1 - pi : b->mc;
+                pkc = kv - pk < b->kc ? kv - pk : b->kc;
+                for (t = t0; t < t0 + nc; t += G4__TT) {
+                    int T = t0 + nc - t < G4__TT ? t0 + nc - t : G4__TT;
+                    g4__prefetch_w(base, esz, in, pi, pmc, pk, pkc, (t - t0) / G4__TT, (nc + G4__TT - 1) / G4__TT);
+                    for (u = 0; u < G4__TT; u++) xt[u] = x + (size_t)(t + (u < T ? u : T - 1)) * ldx + k0;
+                    for (o = i0; o < i0 + mc; o += G4__TR) {
+                        int R = i0 + mc - o < G4__TR ? i0 + mc - o : G4__TR;
+                        float *pt = part + ((size_t)((o - i0) / G4__TR) * (size_t)(b->nc / G4__TT) + (size_t)((t - t0) / G4__TT)) *
+                                               (G4__TR * G4__TT * G4__VL);
+                        for (r = 0; r < G4__TR; r++) wrow[r] = base + (size_t)(o + (r < R ? r : R - 1)) * (size_t)in * esz;
+                        g4__micro(wp + (size_t)(o - i0) * (size_t)kc, t == t0 ? wrow : NULL, dt, k0, xt, kc / G4__VL, pt, first, last, sum);
+                        if (last)
+                            for (r = 0; r < R; r++)
+                                for (u = 0; u < T; u++)
+                                    y[(size_t)(t + u) * ldy + (size_t)(o + r)] =
+                                        g4__tail(sum[r][u], x + (size_t)(t + u) * ldx, base + (size_t)(o + r) * (size_t)in * esz, dt, kv, in);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* The float32 matmul on rows [o0, o1): decode rows for one token, the GEMM
+   for more; ws: one thread's G4__PACK_FLOATS buffer. */
+static void g4__matmul_rows(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1, float *ws) {
+    if (n == 1) g4__rows1(y, x, (const unsigned char *)w->data, w->dtype, g4__dtype_size(w->dtype), (int)w->shape[1], o0, o1);
+    else g4__gemm(y, (size_t)w->shape[0], x, (size_t)w->shape[1], w, n, o0, o1, ws, &g4__gemm_blocks);
 }
 
 static float g4__dot(const float *a, const float *b, int n) {
@@ -2919,7 +3038,6 @@ static float g4__dot(const float *a, const float *b, int n) {
     for (; k < n; k++) s += a[k] * b[k];
     return s;
 }
-#define g4__matmul_rows g4__matmul_simd
 
 /* y[i] += a * x[i], a product then a sum per element as the scalar loop
    (attention's weighted sum of values) */
@@ -3053,7 +3171,12 @@ static void g4__matmul_bf16dot(float *y, const float *x, const uint16_t *xb, con
 #define G4__SIMD_NAME "scalar"
 #define G4__TR 4 /* threads split rows in blocks of G4__TR */
 #define G4__TT 1
-#define g4__matmul_rows g4__matmul_ref
+#define G4__HAVE_GEMM 0
+#define G4__PACK_THREAD 0 /* no packing buffer */
+static void g4__matmul_rows(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1, float *ws) {
+    (void)ws;
+    g4__matmul_ref(y, x, w, n, o0, o1);
+}
 #define g4__dot g4__dot_ref
 static void g4__gelu_n(float *y, const float *x, size_t n) {
     size_t i;
@@ -3266,8 +3389,9 @@ G4__DEF const char *g4_simd_name(void) { return G4__SIMD_NAME; }
 #endif
 
 /* The matmul the forward pass calls: output rows split across the session's
-   threads in blocks of G4__TR (the SIMD tile's rows), each part on the SIMD kernel. */
-typedef struct { float *y; const float *x; const uint16_t *xb; const g4_tensor *w; int n, bf16dot, torch; } g4__mm_job;
+   threads in blocks of G4__TR (the SIMD tile's rows), each part on the SIMD
+   kernel with its own packing buffer. */
+typedef struct { float *y; const float *x; const uint16_t *xb; const g4_tensor *w; float *pack; int n, bf16dot, torch; } g4__mm_job;
 
 static void g4__matmul_part(void *ctx, int part, int n_parts) {
     g4__mm_job *j = (g4__mm_job *)ctx;
@@ -3279,19 +3403,22 @@ static void g4__matmul_part(void *ctx, int part, int n_parts) {
     if (j->bf16dot) { g4__matmul_bf16dot(j->y, j->x, j->xb, j->w, j->n, o0, o1); return; }
 #endif
     if (j->torch) { g4__matmul_torch(j->y, j->x, j->w, j->n, o0, o1); return; }
-    g4__matmul_rows(j->y, j->x, j->w, j->n, o0, o1);
+    g4__matmul_rows(j->y, j->x, j->w, j->n, o0, o1, j->pack + (size_t)part * G4__PACK_THREAD);
 }
 
 static void g4__matmul(const g4_session *s, float *y, const float *x, const g4_tensor *w, int n) {
     g4__mm_job j;
     j.y = y; j.x = x; j.w = w; j.n = n;
     j.xb = s->xbf;
+    j.pack = s->pack;
     j.bf16dot = G4__BF16DOT && s->cfg.bf16 && w->dtype == G4_BF16;
     j.torch = !j.bf16dot && s->cfg.bf16 && w->dtype == G4_BF16; /* torch's summation order */
 #if G4__BF16DOT
     if (j.bf16dot) g4__to_bf16(s->xbf, x, n, (int)w->shape[1]);
 #endif
-    if ((int64_t)w->shape[0] * w->shape[1] * n < 8 * (int64_t)G4_PARALLEL_MIN) g4__matmul_part(&j, 0, 1); /* too small to share */
+    /* too small to share, or a pool larger than the one the arena was carved for */
+    if ((int64_t)w->shape[0] * w->shape[1] * n < 8 * (int64_t)G4_PARALLEL_MIN || g4_pool_threads(s->cfg.pool) > s->pack_parts)
+        g4__matmul_part(&j, 0, 1);
     else g4__parallel(s->cfg.pool, g4__matmul_part, &j);
 }
 
@@ -3825,6 +3952,8 @@ static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config 
         /* carved whatever cfg->bf16 says: a caller may switch s->cfg.bf16 after init */
         s->xbf = (uint16_t *)(void *)g4__take(cv, G4__BF16DOT ? rows * widest : 0, sizeof(uint16_t));
     }
+    s->pack_parts = g4_pool_threads(cfg->pool);
+    s->pack = g4__take(cv, (uint64_t)s->pack_parts * G4__PACK_THREAD, sizeof(float));
 }
 
 static g4_result g4__check_session_config(const g4_model *m, const g4_session_config *cfg, char *err) {

@@ -934,7 +934,9 @@ static void test_simd_matmul_vs_scalar(void) {
     static const g4_dtype dts[] = {G4_F32, G4_F16, G4_BF16};
     unsigned seed = 12345;
     int a, b, d, c;
-    printf("  kernels: %s, prefill tile %d rows x %d tokens\n", g4_simd_name(), G4__TR, G4__TT);
+    float *ws = (float *)malloc(sizeof(float) * (G4__PACK_THREAD + 1));
+    printf("  kernels: %s, decode rows and prefill %s %d rows x %d tokens\n", g4_simd_name(),
+           G4__HAVE_GEMM ? "GEMM, micro-kernel" : "reference loop,", G4__TR, G4__TT);
 #if G4__BF16DOT
     printf("  bf16 mode: avx512_bf16 dot-product kernel (tested below)\n");
 #else
@@ -968,7 +970,7 @@ static void test_simd_matmul_vs_scalar(void) {
                     memset(&w, 0, sizeof w);
                     w.data = wd; w.dtype = dts[d]; w.ndim = 2; w.shape[0] = out; w.shape[1] = in;
                     g4__matmul_ref(y1, x, &w, n, 0, out);
-                    g4__matmul_rows(y2, x, &w, n, 0, out);
+                    g4__matmul_rows(y2, x, &w, n, 0, out, ws);
                     for (i = 0; i < out * n; i++) {
                         if (fabs(y1[i] - y2[i]) > err) err = fabs(y1[i] - y2[i]);
                         mag += fabs(y1[i]);
@@ -995,12 +997,12 @@ static void test_simd_matmul_vs_scalar(void) {
                         }
                         free(xb);
                         free(xh);
-                        g4__matmul_rows(y2, x, &w, n, 0, out); /* back to the float32 kernel's result */
+                        g4__matmul_rows(y2, x, &w, n, 0, out, ws); /* back to the float32 kernel's result */
                     }
 #endif
                     /* and every token's decode row equals its row computed inside a prefill tile */
                     for (t = 0; t < n && n > 1; t++) {
-                        g4__matmul_rows(y1, x + (size_t)in * t, &w, 1, 0, out);
+                        g4__matmul_rows(y1, x + (size_t)in * t, &w, 1, 0, out, ws);
                         CHECK(memcmp(y1, y2 + (size_t)out * t, sizeof(float) * out) == 0,
                               "dtype %d in %d out %d n %d: token %d's decode row differs from the prefill tile", d, in, out, n, t);
                     }
@@ -1013,7 +1015,101 @@ static void test_simd_matmul_vs_scalar(void) {
         for (i = 0; i < 37; i++) { p[i] = (float)i * 0.1f - 1.5f; q[i] = 1.0f / (float)(i + 1); }
         CHECK(fabs(g4__dot(p, q, 37) - g4__dot_ref(p, q, 37)) < 1e-5, "dot");
     }
+    free(ws);
 }
+
+#if G4__HAVE_GEMM
+/* The packed GEMM's blocking: with tiny blocks (2 panels, 2 vectors of k, 2
+   tiles of tokens) every edge is crossed on small sizes - rows, k and tokens
+   past a block, a tile and a vector - and the result must be the reference's
+   within rounding and, bit for bit, the default blocking's, each token's
+   decode row and a split of the rows into two threads' parts. Strided x and
+   y (ldx > in, ldy > out) leave the gaps alone; the workspace is not
+   overrun. */
+static void test_gemm_blocking(void) {
+    static const int ins[] = {1, 7, G4__VL, 3 * G4__VL + 5, 100, 600};
+    static const int outs[] = {1, G4__TR + 1, 2 * G4__TR + 1, 4 * G4__TR + 2, 29};
+    static const int ns[] = {2, G4__TT + 1, 2 * G4__TT + 1, 4 * G4__TT + 3, 70};
+    static const g4_dtype dts[] = {G4_F32, G4_F16, G4_BF16};
+    g4__blocking tiny;
+    unsigned seed = 777;
+    int a, b, c, d, bad_ref = 0, bad_bits = 0, bad_decode = 0, bad_split = 0, bad_gap = 0, bad_ws = 0, cases = 0;
+    size_t tiny_ws;
+    float *ws, *ws2;
+    tiny.mc = 2 * G4__TR; tiny.kc = 2 * G4__VL; tiny.nc = 2 * G4__TT;
+    tiny_ws = G4__PACK_FLOATS(tiny.mc, tiny.kc, tiny.nc);
+    ws = (float *)malloc(sizeof(float) * (G4__PACK_THREAD > tiny_ws ? G4__PACK_THREAD : tiny_ws) + 64);
+    ws2 = (float *)malloc(sizeof(float) * (tiny_ws + 16));
+    for (d = 0; d < 3; d++)
+        for (a = 0; a < 6; a++)
+            for (b = 0; b < 5; b++)
+                for (c = 0; c < 5; c++) {
+                    int in = ins[a], out = outs[b], n = ns[c], ldx = in + 3, ldy = out + 2, i, t, half;
+                    size_t esz = g4__dtype_size(dts[d]), ny = (size_t)ldy * n;
+                    unsigned char *wd = (unsigned char *)malloc(esz * (size_t)in * out);
+                    float *x = (float *)malloc(sizeof(float) * (size_t)ldx * n), *ref = (float *)malloc(sizeof(float) * (size_t)out * n);
+                    float *y1 = (float *)malloc(sizeof(float) * ny), *y2 = (float *)malloc(sizeof(float) * ny);
+                    float *x1 = (float *)malloc(sizeof(float) * (size_t)in * n);
+                    g4_tensor w;
+                    double err = 0;
+                    for (i = 0; i < in * out; i++) {
+                        float v;
+                        uint16_t h;
+                        uint32_t u;
+                        seed = seed * 1103515245u + 12345u;
+                        v = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+                        memcpy(&u, &v, 4);
+                        h = dts[d] == G4_BF16 ? (uint16_t)(u >> 16) : (uint16_t)(0x3800 | (seed & 0x83ff)); /* f16 +-[0.5,1) */
+                        if (dts[d] == G4_F32) memcpy(wd + 4 * (size_t)i, &v, 4);
+                        else memcpy(wd + 2 * (size_t)i, &h, 2);
+                    }
+                    for (i = 0; i < ldx * n; i++) { seed = seed * 1103515245u + 12345u; x[i] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f; }
+                    for (t = 0; t < n; t++) memcpy(x1 + (size_t)t * in, x + (size_t)t * ldx, sizeof(float) * in);
+                    memset(&w, 0, sizeof w);
+                    w.data = wd; w.dtype = dts[d]; w.ndim = 2; w.shape[0] = out; w.shape[1] = in;
+                    g4__matmul_ref(ref, x1, &w, n, 0, out);
+                    for (i = 0; i < (int)ny; i++) y1[i] = y2[i] = -7.0f; /* the gaps must keep this */
+                    ws2[tiny_ws] = 1234.5f;
+                    g4__gemm(y1, (size_t)ldy, x, (size_t)ldx, &w, n, 0, out, ws2, &tiny);
+                    bad_ws += ws2[tiny_ws] != 1234.5f;
+                    g4__gemm(y2, (size_t)ldy, x, (size_t)ldx, &w, n, 0, out, ws, &g4__gemm_blocks);
+                    bad_bits += memcmp(y1, y2, sizeof(float) * ny) != 0;
+                    for (t = 0; t < n; t++) {
+                        for (i = out; i < ldy; i++) bad_gap += y1[(size_t)t * ldy + i] != -7.0f;
+                        for (i = 0; i < out; i++) {
+                            double e = fabs(y1[(size_t)t * ldy + i] - ref[(size_t)t * out + i]);
+                            if (e > err) err = e;
+                        }
+                    }
+                    /* different summation order from the reference only: a few ulp of the sum of |terms| (<= in) */
+                    if (err > 1e-6 * in * 4) {
+                        bad_ref++;
+                        printf("  dtype %d in %d out %d n %d: max diff %g from the reference\n", d, in, out, n, err);
+                    }
+                    for (t = 0; t < n; t++) { /* decode, one token at a time, into ref */
+                        g4__rows1(ref, x + (size_t)t * ldx, (const unsigned char *)w.data, w.dtype, esz, in, 0, out);
+                        bad_decode += memcmp(ref, y1 + (size_t)t * ldy, sizeof(float) * out) != 0;
+                    }
+                    /* two threads' parts: rows split at a multiple of the micro-kernel's rows */
+                    half = (out / 2) / G4__TR * G4__TR;
+                    g4__gemm(y2, (size_t)ldy, x, (size_t)ldx, &w, n, 0, half, ws2, &tiny);
+                    g4__gemm(y2, (size_t)ldy, x, (size_t)ldx, &w, n, half, out, ws, &tiny);
+                    bad_split += memcmp(y1, y2, sizeof(float) * ny) != 0;
+                    cases++;
+                    free(wd); free(x); free(x1); free(ref); free(y1); free(y2);
+                }
+    printf("  %d cases (3 dtypes; in up to %d, out up to %d, up to %d tokens), tiny blocks mc %d kc %d nc %d and the default mc %d kc %d nc %d\n",
+           cases, ins[5], outs[4], ns[4], tiny.mc, tiny.kc, tiny.nc, g4__gemm_blocks.mc, g4__gemm_blocks.kc, g4__gemm_blocks.nc);
+    CHECK(bad_ref == 0, "%d cases differ from the scalar reference", bad_ref);
+    CHECK(bad_bits == 0, "%d cases: tiny blocks and the default blocking differ in bits", bad_bits);
+    CHECK(bad_decode == 0, "%d token rows differ from decode", bad_decode);
+    CHECK(bad_split == 0, "%d cases: rows split in two parts differ", bad_split);
+    CHECK(bad_gap == 0, "%d values between y's rows overwritten", bad_gap);
+    CHECK(bad_ws == 0, "%d cases wrote past the workspace", bad_ws);
+    free(ws);
+    free(ws2);
+}
+#endif
 
 /* GELU: the SIMD path (g4__gelu_n, tails through a padded vector) gives the
    scalar twin's bits, and both are as close to the exact formula as the
@@ -1259,6 +1355,9 @@ int main(int argc, char **argv) {
     run("cli: logits file, compare and exit codes", test_cli);
     run("compare: every tap matches a transformers dump", test_compare_all_taps_f32);
     run("simd matmul tiles vs the scalar reference", test_simd_matmul_vs_scalar);
+#if G4__HAVE_GEMM
+    run("packed GEMM: every blocking edge, = reference, = decode bits", test_gemm_blocking);
+#endif
     run("gelu: SIMD = scalar twin, close to the exact formula", test_gelu_vs_scalar);
     run("threads: same bits as one thread, every golden model", test_threads_bit_identical);
     run("compare: every golden model, every tap, f32 and bf16", test_compare_every_model);
