@@ -104,7 +104,10 @@
    TEXT
      g4_tokenizer_load reads the checkpoint's tokenizer.json (BPE with byte
      fallback, added tokens; encode/decode as the Python `tokenizers` library),
-     g4_chat_encode writes the Gemma 4 chat layout, g4_sampler_* samples
+     g4_template_* render the checkpoint's own chat template (a Jinja subset
+     interpreter, exactly as transformers' apply_chat_template), g4_chat_encode
+     writes the built-in Gemma 4 chat layout (for checkpoints without a
+     template), g4_sampler_* samples
      (greedy, temperature, top-k, top-p, min-p, repetition penalty, seeded),
      g4_decode_next streams text. These allocate at init (the tokenizer's
      tables, the sampler's scratch); g4_tokenize allocates scratch per call.
@@ -538,7 +541,7 @@ typedef struct {
     double *row_loss;                          /* [max_seq] each row's cross-entropy */
     float *dyt;                                /* [max(S * widest projection output, 64 * V)] dY transposed */
     float *logits;                             /* [min(max_seq, G4_TRAIN_ROWS)][V] */
-    float *moe;                                /* MoE scratch: [6H + 4E + 4Ie] */
+    float *moe;                                /* MoE scratch: [4H + 2E + 6Ie] */
     float **slot_dk, **slot_dv;                /* [n_slots] -> [S][KVH*D] the owner slots' K/V gradients */
     int *pending;                              /* [n_slots] readers of the slot whose backward has not run */
     char error[G4_ERROR_MAX];
@@ -652,7 +655,8 @@ G4_API int g4_decode_next(const g4_tokenizer *t, g4_decode_state *st, int32_t id
 G4_API int g4_decode_flush(g4_decode_state *st, char *out, size_t cap);
 
 /* ------------------------------------------------------------------ chat */
-/* The Gemma 4 chat layout (../shared/spec/gemma4-text.md section 6):
+/* The built-in Gemma 4 chat layout, for checkpoints without a chat template
+   (with one, render it with g4_template_*; ../shared/spec/gemma4-text.md section 6):
      <bos><|turn>system\n[<|think|>]{system}<turn|>\n<|turn>user\n{msg}<turn|>\n<|turn>model\n
    The text is rendered, then tokenized: the control tokens' ids come from the
    tokenizer file. Role "assistant" is written "model". */
@@ -4840,7 +4844,7 @@ static void g4__train_tap(void *user, const char *name, int layer, const float *
     g4_train *t = (g4_train *)user;
     float *dst = NULL;
     int k;
-    if (t->cfg.tap) t->cfg.tap(t->cfg.tap_user, name, layer, data, rows, cols, pos0);
+    if (t->cfg.tap && t->recomputing < 0) t->cfg.tap(t->cfg.tap_user, name, layer, data, rows, cols, pos0);
     if (layer < 0) {
         if (!strcmp(name, "embed_tokens")) dst = g4__saved(t, -1, G4__A_OUT);
         else if (!strcmp(name, "per_layer_inputs")) dst = t->pli;
@@ -4970,7 +4974,7 @@ static void g4__train_carve(g4_train *t, const g4_model *m, const g4_train_confi
         G4__T(dyt, S * wide > head ? S * wide : head);
     }
     G4__T(logits, (S < G4_TRAIN_ROWS ? S : G4_TRAIN_ROWS) * (uint64_t)c->vocab_size);
-    G4__T(moe, 6 * H + 4 * E + 4 * Ie);
+    G4__T(moe, 4 * H + 2 * E + 6 * Ie); /* see g4__moe_backward */
 #undef G4__T
     {
         float **dk = (float **)(void *)g4__take(cv, (uint64_t)p->n_slots, sizeof(float *));
