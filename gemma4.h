@@ -537,7 +537,8 @@ typedef struct {
     float *kraw, *vraw, *dk, *dv;              /* [S][KVHmax*Dmax] */
     float *gate, *up, *dgate, *dup;            /* [S][max(Imax, 2*Ie)] */
     float *dpli, *pproj, *pa, *dpa;            /* [S][L*P] x2, [S][P] x2 */
-    float *probs;                              /* [max_seq] */
+    float *probs;                              /* [threads][max_seq] */
+    float *astats;                             /* [S][NH][3] attention backward: softmax max, sum, sum(p dp) */
     double *row_loss;                          /* [max_seq] each row's cross-entropy */
     float *dyt;                                /* [max(S * widest projection output, 64 * V)] dY transposed */
     float *logits;                             /* [min(max_seq, G4_TRAIN_ROWS)][V] */
@@ -4779,11 +4780,13 @@ static void g4__matmul_bwd(const g4_session *s, float *dx, float *dw, const floa
     g4__outer(s, dw, (size_t)in, dyt, (size_t)n, 1, (const unsigned char *)(const void *)x, G4_F32, (size_t)in, out, n, in);
 }
 
-/* g4__attend's backward for one query head q over keys [lo, hi] of a slot:
+/* The scalar reference (the layer backward runs the two-pass twin below,
+   tested equal to it bit for bit): g4__attend's backward for one query head
+   q over keys [lo, hi] of a slot:
    dq = (the query's gradient), dk/dv rows += (laid out like the slot's k/v,
    row = position), given dout = dL/d(the head's output). p: [hi-lo+1] scratch. */
-static void g4__attend_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const g4_kv_slot *sl,
-                                int kvh, int lo, int hi, float *p) {
+G4__MAYBE_UNUSED static void g4__attend_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                                 const g4_kv_slot *sl, int kvh, int lo, int hi, float *p) {
     int D = sl->head_dim, stride = sl->kv_heads * D, k, d;
     double sum = 0.0;
     for (k = lo; k <= hi; k++) /* the probabilities, as the forward computed them */
@@ -4800,6 +4803,67 @@ static void g4__attend_backward(float *dq, float *dk, float *dv, const float *do
         g4__axpy(dq, ds, sl->k + row, D);
         g4__axpy(dk + row, ds, q, D);
         g4__axpy(dv + row, pk, dout, D);
+    }
+}
+
+/* The same backward for all (token, head) pairs of a layer, on the pool, in
+   two passes with the same bits as g4__attend_backward pair by pair:
+   A (per query head, split across threads): the probabilities again, dq, and
+     per pair the softmax's max and sum and sum(p dp) (stats, 3 floats);
+   B (per key row and KV head, split across threads): dK and dV of that row,
+     adding the pairs' contributions in the order the pair loop adds them. */
+typedef struct {
+    const g4_kv_slot *sl; const float *q, *dout; float *dq, *dk, *dv, *stats, *scratch;
+    int n, NH, group, window, scratch_len;
+} g4__attn_bwd_job;
+
+static void g4__attn_bwd_q(void *ctx, int part, int n_parts) {
+    const g4__attn_bwd_job *j = (const g4__attn_bwd_job *)ctx;
+    const g4_kv_slot *sl = j->sl;
+    int D = sl->head_dim, stride = sl->kv_heads * D, total = j->n * j->NH, i, k;
+    int i0 = (int)((int64_t)total * part / n_parts), i1 = (int)((int64_t)total * (part + 1) / n_parts);
+    float *p = j->scratch + (size_t)part * (size_t)j->scratch_len;
+    for (i = i0; i < i1; i++) {
+        int t = i / j->NH, h = i % j->NH, lo = j->window && t - j->window + 1 > 0 ? t - j->window + 1 : 0;
+        const float *q = j->q + (size_t)i * D;
+        float mx, sum = 0.0f;
+        double sdp = 0.0;
+        for (k = lo; k <= t; k++)
+            p[k - lo] = g4__dot(q, sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)(h / j->group) * D, D);
+        for (mx = p[0], k = 1; k <= t - lo; k++) if (p[k] > mx) mx = p[k];
+        for (k = 0; k <= t - lo; k++) sum += expf(p[k] - mx); /* g4__softmax's max and sum, for pass B */
+        g4__softmax(p, t - lo + 1);
+        for (k = lo; k <= t; k++)
+            sdp += (double)p[k - lo] *
+                   (double)g4__dot(j->dout + (size_t)i * D, sl->v + (size_t)(k % sl->capacity) * (size_t)stride +
+                                   (size_t)(h / j->group) * D, D);
+        j->stats[3 * (size_t)i] = mx; j->stats[3 * (size_t)i + 1] = sum; j->stats[3 * (size_t)i + 2] = (float)sdp;
+        memset(j->dq + (size_t)i * D, 0, sizeof(float) * (size_t)D);
+        for (k = lo; k <= t; k++) {
+            size_t row = (size_t)(k % sl->capacity) * (size_t)stride + (size_t)(h / j->group) * D;
+            float ds = p[k - lo] * (g4__dot(j->dout + (size_t)i * D, sl->v + row, D) - (float)sdp);
+            g4__axpy(j->dq + (size_t)i * D, ds, sl->k + row, D);
+        }
+    }
+}
+
+static void g4__attn_bwd_kv(void *ctx, int part, int n_parts) {
+    const g4__attn_bwd_job *j = (const g4__attn_bwd_job *)ctx;
+    const g4_kv_slot *sl = j->sl;
+    int D = sl->head_dim, KVH = sl->kv_heads, stride = KVH * D, total = j->n * KVH, i, t, h;
+    int i0 = (int)((int64_t)total * part / n_parts), i1 = (int)((int64_t)total * (part + 1) / n_parts);
+    for (i = i0; i < i1; i++) {
+        int k = i / KVH, g = i % KVH, last = j->window && k + j->window - 1 < j->n - 1 ? k + j->window - 1 : j->n - 1;
+        size_t row = (size_t)(k % sl->capacity) * (size_t)stride + (size_t)g * D;
+        for (t = k; t <= last; t++)
+            for (h = g * j->group; h < (g + 1) * j->group; h++) {
+                size_t pi = (size_t)t * j->NH + (size_t)h;
+                const float *q = j->q + pi * D, *dout = j->dout + pi * D, *st = j->stats + 3 * pi;
+                float pk = expf(g4__dot(q, sl->k + row, D) - st[0]) / st[1];
+                float ds = pk * (g4__dot(dout, sl->v + row, D) - st[2]);
+                g4__axpy(j->dk + row, ds, q, D);
+                g4__axpy(j->dv + row, pk, dout, D);
+            }
     }
 }
 
@@ -4964,7 +5028,8 @@ static void g4__train_carve(g4_train *t, const g4_model *m, const g4_train_confi
     G4__T(kraw, S * kvw); G4__T(vraw, S * kvw); G4__T(dk, S * kvw); G4__T(dv, S * kvw);
     G4__T(gate, S * imax); G4__T(up, S * imax); G4__T(dgate, S * imax); G4__T(dup, S * imax);
     G4__T(dpli, S * LP); G4__T(pproj, S * LP); G4__T(pa, S * P); G4__T(dpa, S * P);
-    G4__T(probs, S);
+    G4__T(probs, (uint64_t)g4_pool_threads(cfg->pool) * S);
+    G4__T(astats, S * NH * 3);
     { float *p_ = g4__take(cv, S, sizeof(double)); if (t) t->row_loss = (double *)(void *)p_; }
     {
         uint64_t wide = H > NH * dmax ? H : NH * dmax, head = (S < G4_TRAIN_ROWS ? S : G4_TRAIN_ROWS) * (uint64_t)c->vocab_size;
@@ -5231,10 +5296,12 @@ static g4_result g4__attention_backward(g4_train *t, float *G, int l, int n, con
         memset(dk, 0, sizeof(float) * (size_t)n * kvw);
         memset(dv, 0, sizeof(float) * (size_t)n * kvw);
     }
-    for (i = 0; i < n * NH; i++) {
-        int tt = i / NH, h = i % NH, lo = window && tt - window + 1 > 0 ? tt - window + 1 : 0;
-        g4__attend_backward(t->dq + (size_t)i * D, dk, dv, t->datt + (size_t)i * D, q + (size_t)i * D, sl, h / group,
-                            lo, tt, t->probs);
+    {
+        g4__attn_bwd_job j;
+        j.sl = sl; j.q = q; j.dout = t->datt; j.dq = t->dq; j.dk = dk; j.dv = dv; j.stats = t->astats;
+        j.scratch = t->probs; j.scratch_len = t->cfg.max_seq; j.n = n; j.NH = NH; j.group = group; j.window = window;
+        g4__parallel(t->cfg.pool, g4__attn_bwd_q, &j);
+        g4__parallel(t->cfg.pool, g4__attn_bwd_kv, &j);
     }
     /* queries: q = RoPE(q_norm(q_proj(xn))) */
     g4__gtap(t, l, "self_attn.q", t->dq, n, (int)qw);
