@@ -2915,10 +2915,10 @@ static const g4__blocking g4__gemm_blocks = {G4__GEMM_MC, (G4_GEMM_KC / G4__VL) 
 /* one thread's share of the session's packing buffers, in 64-byte lines */
 #define G4__PACK_THREAD ((G4__PACK_FLOATS(G4__GEMM_MC, (G4_GEMM_KC / G4__VL) * G4__VL, G4__GEMM_NC) + 15) / 16 * 16)
 
-/* The lines of W rows [o, o + mc) at k in [k0, k0 + kc) (the next block to
-   pack), part j of J: the pack then reads from cache, and the load from
-   memory overlaps the current block's FMAs (packing from memory measured 20%
-   of the GEMM's time). */
+/* Prefetches the lines of W rows [o, o + mc) at k in [k0, k0 + kc) (the next
+   block to pack), part j of J, one part per tile of the current block: the
+   next block's first tile then reads its weights from cache. (Measured +2-3%
+   on a 2048 x 1536 bf16 GEMM at 64 tokens, AVX2 EPYC; close to the noise.) */
 #if defined(__GNUC__) && !defined(G4__NO_PREFETCH)
 #define G4__PREFETCH(p) __builtin_prefetch(p, 0, G4__PREFETCH_LOCALITY)
 #ifndef G4__PREFETCH_LOCALITY
