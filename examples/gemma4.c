@@ -36,6 +36,21 @@
    The lines come from the table `commands` below. */
 static int usage(const char *command);
 static int parse_ids(const char *s, int32_t **out);
+
+/* --adapter DIR (logits, greedy, generate, chat, compare, grad, info): main()
+   takes it out of argv; every command loads its model through load_model. */
+static const char *adapter_dir;
+
+/* g4_model_load, then the LoRA adapter if one was given; 0 or 1 (printed) */
+static int load_model(g4_model *m, const char *dir) {
+    if (g4_model_load(m, dir) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m->error); return 1; }
+    if (adapter_dir && g4_model_load_adapter(m, adapter_dir) != G4_OK) {
+        fprintf(stderr, "gemma4: %s\n", m->error);
+        g4_model_free(m);
+        return 1;
+    }
+    return 0;
+}
 #include "train.h"
 
 /* "2,818,1010" -> ids; returns the count, or -1 with a message. */
@@ -90,6 +105,21 @@ static int cmd_info(int argc, char **argv) {
     if (r != G4_OK) { fprintf(stderr, "gemma4: %s\n", c.error); return 1; }
     if (g4_plan_build(&p, &c) != G4_OK) { fprintf(stderr, "gemma4: %s: %s\n", path, p.error); return 1; }
     g4_plan_print(&p, &c, stdout);
+    if (adapter_dir) { /* which modules of which layers the adapter changes */
+        g4_model m;
+        int k;
+        if (!is_dir(argv[2])) { fprintf(stderr, "gemma4: info --adapter needs the model directory\n"); return 1; }
+        if (load_model(&m, argv[2])) return 1;
+        printf("adapter %s: %d modules, largest rank %d%s\n", adapter_dir, m.n_lora, m.lora_rmax,
+               m.lora_ignored ? " (plus vision/audio tower tensors, not run)" : "");
+        for (k = 0; k < m.n_lora; k++) {
+            const g4_lora *lo = &m.lora[k];
+            if (lo->layer >= 0) printf("  layer %-3d %-24s", lo->layer, lo->module);
+            else printf("  model     %-24s", lo->module);
+            printf(" r %-3d alpha %-8g scale %-10g [%d -> %d]\n", lo->r, (double)lo->alpha, (double)lo->scale, lo->in, lo->out);
+        }
+        g4_model_free(&m);
+    }
     if (path == buf) { /* a model directory: which chat layout generate --chat and chat use */
         g4_template t;
         r = g4_template_load(&t, argv[2]);
@@ -105,7 +135,7 @@ static int cmd_info(int argc, char **argv) {
    bf16 (g4_session_destroy, then g4_model_free, when done). */
 static int open_session(const char *dir, int n, int chunk, int bf16, g4_model *m, g4_session *s) {
     g4_session_config sc = g4_session_config_init();
-    if (g4_model_load(m, dir) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m->error); return 1; }
+    if (load_model(m, dir)) return 1;
     sc.max_context = n;
     sc.bf16 = bf16;
     if (chunk > 0) sc.max_chunk = chunk;
@@ -192,7 +222,7 @@ static int cmd_compare(int argc, char **argv) {
         else return usage(argv[1]);
     }
     if (g4cmp_open(&c, dump) != G4_OK) { fprintf(stderr, "gemma4: %s\n", c.error); g4cmp_close(&c); return 1; }
-    if (g4_model_load(&m, dir) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m.error); g4cmp_close(&c); return 1; }
+    if (load_model(&m, dir)) { g4cmp_close(&c); return 1; }
     sc.bf16 = bf16 >= 0 ? bf16 : c.bf16;
     if (tol != tol) { g4cmp_close(&c); g4_model_free(&m); return usage(argv[1]); }
     if (tol < 0) tol = sc.bf16 ? G4CMP_TOL_BF16 : G4CMP_TOL_F32;
@@ -504,7 +534,7 @@ static int gen_open(gen_ctx *g, const char *dir, const gen_opts *o, int max_cont
     }
     g->loaded_t = 1;
     warm_weights(dir);
-    if (g4_model_load(&g->m, dir) != G4_OK) { fprintf(stderr, "gemma4: %s\n", g->m.error); return 1; }
+    if (load_model(&g->m, dir)) return 1;
     g->loaded_m = 1;
     sc.max_context = o->ctx ? o->ctx : max_context;
     sc.bf16 = o->bf16;
@@ -1018,12 +1048,28 @@ static int usage(const char *command) {
         fputc('\n', stderr);
         first = 0;
     }
+    if (!command) fprintf(stderr, "logits, greedy, generate, chat, compare, grad and info take --adapter DIR: a PEFT LoRA adapter\n");
     return first && command ? usage(NULL) : 1;
 }
 
 int main(int argc, char **argv) {
     int k;
     if (argc < 3) return usage(NULL);
+    for (k = 3; k < argc; k++) /* --adapter DIR: taken out of argv for the commands that load a model */
+        if (strcmp(argv[k], "--adapter") == 0) {
+            static const char *const takes[] = {"logits", "greedy", "generate", "chat", "compare", "grad", "info"};
+            int j, ok = 0;
+            for (j = 0; j < 7; j++) ok |= strcmp(argv[1], takes[j]) == 0;
+            if (!ok || k + 1 >= argc || adapter_dir) {
+                fprintf(stderr, "gemma4: --adapter DIR is an option of logits, greedy, generate, chat, compare, grad and "
+                        "info, given once\n");
+                return 1;
+            }
+            adapter_dir = argv[k + 1];
+            for (j = k; j + 2 < argc; j++) argv[j] = argv[j + 2];
+            argc -= 2;
+            k--;
+        }
     for (k = 0; k < N_COMMANDS; k++)
         if (strcmp(argv[1], commands[k].name) == 0) return commands[k].run(argc, argv);
     return usage(NULL);
