@@ -256,6 +256,38 @@ static void test_attend_backward(void) {
     CHECK(dk[0] == 0 && dv[(1 * KVH + kvh) * D] == 0, "keys outside the window got a gradient");
 }
 
+/* the layer's two-pass attention backward (g4__attn_bwd_q / _kv, threaded)
+   = the reference pair by pair, bit for bit: window 3, 2 KV heads of 4 query heads */
+static void test_attention_backward_passes(void) {
+    enum { T = 9, D = 8, KVH = 2, NH = 4, W = 3 };
+    float k[T * KVH * D], v[T * KVH * D], q[T * NH * D], dout[T * NH * D];
+    float dq[T * NH * D], dk[T * KVH * D], dv[T * KVH * D], dq2[T * NH * D], dk2[T * KVH * D], dv2[T * KVH * D];
+    float p[T], stats[T * NH * 3], scratch[2 * T];
+    g4_kv_slot sl;
+    g4__attn_bwd_job j;
+    g4_pool *pool = NULL;
+    int i, pass;
+    for (i = 0; i < T * KVH * D; i++) { k[i] = (float)urand(); v[i] = (float)urand(); dk[i] = dv[i] = 0; }
+    for (i = 0; i < T * NH * D; i++) { q[i] = (float)(2 * urand()); dout[i] = (float)urand(); }
+    memset(&sl, 0, sizeof sl);
+    sl.kv_heads = KVH; sl.head_dim = D; sl.capacity = T; sl.n_pos = T; sl.k = k; sl.v = v;
+    for (i = 0; i < T * NH; i++) {
+        int t = i / NH, h = i % NH, lo = t - W + 1 > 0 ? t - W + 1 : 0;
+        g4__attend_backward(dq + i * D, dk, dv, dout + i * D, q + i * D, &sl, h / (NH / KVH), lo, t, p);
+    }
+    if (g4_pool_create(&pool, 2) != G4_OK) { CHECK(0, "pool"); return; }
+    for (pass = 0; pass < 2; pass++) { /* one thread, then two */
+        memset(dk2, 0, sizeof dk2); memset(dv2, 0, sizeof dv2);
+        j.sl = &sl; j.q = q; j.dout = dout; j.dq = dq2; j.dk = dk2; j.dv = dv2; j.stats = stats; j.scratch = scratch;
+        j.scratch_len = T; j.n = T; j.NH = NH; j.group = NH / KVH; j.window = W;
+        g4__parallel(pass ? pool : NULL, g4__attn_bwd_q, &j);
+        g4__parallel(pass ? pool : NULL, g4__attn_bwd_kv, &j);
+        CHECK(!memcmp(dq, dq2, sizeof dq) && !memcmp(dk, dk2, sizeof dk) && !memcmp(dv, dv2, sizeof dv),
+              "%d thread(s): the two passes differ from the reference", pass + 1);
+    }
+    g4_pool_free(pool);
+}
+
 /* ------------------------------------------------------- the whole model */
 
 typedef struct {
@@ -413,8 +445,9 @@ static void test_26b(void) { check_model("26b_like"); }
 static void test_plain(void) { check_model("plain"); }
 static void test_legacy(void) { check_model("legacy_keys"); }
 
-/* recompute = no recompute, and 2 threads = 1 thread, bit for bit */
-static void same_bits(const char *model, int recompute, int threads) {
+/* recompute = no recompute, and 2 threads = 1 thread, bit for bit (and an
+   arena for longer sequences: extra = more max_seq than the sequence) */
+static void same_bits_ex(const char *model, int recompute, int threads, int extra) {
     golden g;
     tctx a, b;
     const int32_t *ids, *labels;
@@ -423,7 +456,7 @@ static void same_bits(const char *model, int recompute, int threads) {
     if (!grad_golden_open(&g, model)) { CHECK(0, "no grad golden"); return; }
     ids = golden_ids(&g, "input_ids", &n);
     labels = golden_ids(&g, "labels", &nl);
-    if (tctx_open(&a, model, n, 0, 1, 0) && tctx_open(&b, model, n, recompute, threads, 0)) {
+    if (tctx_open(&a, model, n, 0, 1, 0) && tctx_open(&b, model, n + extra, recompute, threads, 0)) {
         CHECK(g4_loss_and_grad(&a.t, ids, labels, n, &la, a.G) == G4_OK, "%s", a.t.error);
         CHECK(g4_loss_and_grad(&b.t, ids, labels, n, &lb, b.G) == G4_OK, "%s", b.t.error);
         CHECK(la == lb, "loss %.9g vs %.9g", la, lb);
@@ -438,6 +471,8 @@ static void same_bits(const char *model, int recompute, int threads) {
     g4_model_free(&g.m);
 }
 
+static void same_bits(const char *model, int recompute, int threads) { same_bits_ex(model, recompute, threads, 0); }
+static void test_longer_arena(void) { same_bits_ex("e2b_like", 0, 1, 9); }
 static void test_recompute_e2b(void) { same_bits("e2b_like", 1, 1); }
 static void test_recompute_moe(void) { same_bits("26b_like", 1, 1); }
 static void test_threads_e2b(void) { same_bits("e2b_like", 0, 2); }
@@ -675,6 +710,7 @@ int main(int argc, char **argv) {
     run("softmax and gelu_pytorch_tanh backward = finite differences", test_softmax_gelu_backward);
     run("matmul backward = double sums (bf16 weights, tile edges); 2 threads = 1", test_matmul_backward_bf16);
     run("attention backward (window, one KV head of two) = finite differences", test_attend_backward);
+    run("attention backward: the two threaded passes = the reference, bit for bit", test_attention_backward_passes);
     run("grad e2b_like = torch autograd (shared KV, PLE, double-wide MLP)", test_e2b);
     run("grad e4b_like = torch autograd (wrapper prefix)", test_e4b);
     run("grad 31b_like = torch autograd (attention_k_eq_v, sharded)", test_31b);
@@ -684,6 +720,7 @@ int main(int argc, char **argv) {
     run("recompute = no recompute, bit for bit (e2b_like)", test_recompute_e2b);
     run("recompute = no recompute, bit for bit (MoE)", test_recompute_moe);
     run("2 threads = 1 thread, bit for bit (e2b_like)", test_threads_e2b);
+    run("an arena for 33 tokens runs 24 with the same bits", test_longer_arena);
     run("3 threads + recompute = 1 thread, bit for bit (MoE)", test_threads_moe);
     run("planted bug: readers' dK/dV dropped -> caught at the owner's k_proj", test_planted_reader_drop);
     run("the owner's backward waits for every reader (checked)", test_pending_readers_checked);
