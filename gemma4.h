@@ -30,7 +30,8 @@
                          loops (>>threads): the scalar kernels made fast. A first
                          reading can skip it.
        >>ops             the Gemma ops: activation cast, RMSNorm, RoPE, softmax,
-                         attention of one query head
+                         attention of one query head; the bf16 mode's torch
+                         orders (softmax, top-k ties, attention, gelu's tail)
        >>session         the arena: K/V slots, the shared-KV table, scratch
        >>forward         the model: embeddings, per-layer inputs, decoder layer,
                          attention, MLP, MoE, logits (modeling_gemma4.py's order)
@@ -733,7 +734,8 @@ G4_API int g4_chat_is_stop(const g4_tokenizer *t, int32_t id);
    allocates from a private arena bounded by the options' limits and frees it
    before returning. No globals: a parsed template may be rendered by several
    threads at once if each passes its own error buffer (err may be NULL: then
-   t->error is written, and the template is not shared). */
+   t->error is written, and the template is not shared); strftime_now reads
+   the clock with localtime(), which is not thread-safe. */
 typedef struct {
     void *impl;                  /* the parsed template (private) */
     char name[256];              /* where it came from, for messages */
@@ -3433,8 +3435,9 @@ G4__MAYBE_UNUSED static void g4__matmul_ref(float *y, const float *x, const g4_t
        are added the same way and then added to the sum;
      - the last in % 16 inputs are added one by one.
    A product of two bf16 values is exact in float32, so FMA or multiply-then-
-   add give the same bits. Measured equal to torch 2.15's F.linear on 500k
-   bf16 outputs (in 16 to 1536, 1 to 300 rows); tests/test_gemma4.c checks
+   add give the same bits. This order, emulated in Python, equals torch
+   2.15's F.linear on 1.1M bf16 outputs (in 16 to 1536, 1 to 300 rows);
+   tests/test_gemma4.c checks
    the AVX2 twin against this function. Under AVX-512 kernels torch sums in
    16 lanes instead: that order is not this one. */
 static float g4__hsum8(const float *v) {
@@ -4686,7 +4689,7 @@ static float g4__dot_torch(const float *a, const float *b, int n) {
        into partial k % 4 for k < 4 floor(len / 4), the rest into partial 0,
        then ((0 + 1) + 2) + 3; rounded to bf16.
    Products of bf16 values are exact, so the order of the additions is all
-   that matters. Measured equal to torch on 2.7M outputs (S 3 to 100, D 16
+   that matters. Measured equal to torch on 2.9M outputs (S 3 to 100, D 16
    to 256). */
 static void g4__attend_torch(float *out, const float *q, const g4_kv_slot *sl, int kvh, int lo, int hi, float *scores,
                              int nq, int len) {
@@ -9495,6 +9498,8 @@ static int g4__jt_sb_add(g4__jtsb *b, const char *s, size_t n) {
 static int g4__jt_sb_str(g4__jtsb *b, const char *s) { return g4__jt_sb_add(b, s, strlen(s)); }
 static g4__jtv g4__jt_sb_val(g4__jtsb *b) { return b->p ? g4__jt_vstr(b->p, b->n) : g4__jt_vstr("", 0); }
 
+static unsigned g4__jt_cp_at(const char *s, size_t n, size_t *len);
+
 /* Python's repr(str): single quotes unless the text has ' and no ". */
 static int g4__jt_repr_str(g4__jtsb *b, const char *s, size_t n) {
     char q = (memchr(s, '\'', n) && !memchr(s, '"', n)) ? '"' : '\'';
@@ -9514,10 +9519,18 @@ static int g4__jt_repr_str(g4__jtsb *b, const char *s, size_t n) {
         else if (k == 2 && c == 0xC2 && ((unsigned char)s[i + 1] <= 0xA0 || (unsigned char)s[i + 1] == 0xAD)) {
             snprintf(esc, sizeof esc, "\\x%02x", (unsigned char)s[i + 1]); /* C1 controls, NBSP, soft hyphen */
             e = esc;
-        } else if (k == 3 && g4__jt_space(s + i, 3) == 3) { /* other Unicode spaces are not printable */
-            unsigned cp = ((c & 0x0Fu) << 12) | (((unsigned char)s[i + 1] & 0x3Fu) << 6) | ((unsigned char)s[i + 2] & 0x3Fu);
-            snprintf(esc, sizeof esc, "\\u%04x", cp);
-            e = esc;
+        } else if (k >= 3) { /* what Python's repr escapes: spaces, format characters, private use */
+            size_t kk;
+            unsigned cp = g4__jt_cp_at(s + i, n - i, &kk);
+            int hide = g4__jt_space(s + i, k) == k || (cp >= 0x600 && cp <= 0x605) || cp == 0x61C || cp == 0x6DD ||
+                       cp == 0x70F || cp == 0x180E || (cp >= 0x200B && cp <= 0x200F) || (cp >= 0x202A && cp <= 0x202E) ||
+                       (cp >= 0x2060 && cp <= 0x2064) || (cp >= 0x2066 && cp <= 0x206F) || cp == 0xFEFF ||
+                       (cp >= 0xFFF9 && cp <= 0xFFFB) || cp == 0xFFFE || cp == 0xFFFF || (cp >= 0xE000 && cp <= 0xF8FF) ||
+                       (cp >= 0xE0000 && cp <= 0xE007F) || (cp >= 0xF0000 && cp <= 0x10FFFF);
+            if (hide && !(cp & 0x80000000u)) {
+                snprintf(esc, sizeof esc, cp > 0xFFFF ? "\\U%08x" : "\\u%04x", cp);
+                e = esc;
+            }
         }
         if (e ? g4__jt_sb_str(b, e) : g4__jt_sb_add(b, s + i, k)) return -1;
         i += k;

@@ -131,12 +131,13 @@ static int cmd_info(int argc, char **argv) {
     return train ? g4t_print_sizes(&c, &p, train) : 0;
 }
 
-/* Loads DIR and opens a session for n tokens (g4_session_destroy, then
-   g4_model_free, when done). */
-static int open_session(const char *dir, int n, int chunk, g4_model *m, g4_session *s) {
+/* Loads DIR and opens a session for n tokens, in the bf16-faithful mode when
+   bf16 (g4_session_destroy, then g4_model_free, when done). */
+static int open_session(const char *dir, int n, int chunk, int bf16, g4_model *m, g4_session *s) {
     g4_session_config sc = g4_session_config_init();
     if (load_model(m, dir)) return 1;
     sc.max_context = n;
+    sc.bf16 = bf16;
     if (chunk > 0) sc.max_chunk = chunk;
     if (g4_session_create(s, m, &sc) != G4_OK) {
         fprintf(stderr, "gemma4: %s\n", s->error);
@@ -344,7 +345,7 @@ static void warm_weights(const char *dir) {
 
 typedef struct {
     const char *tokenizer, *system, *prompt, *drafter;
-    int chat, think, max_tokens, ctx, draft_tokens;
+    int chat, think, max_tokens, ctx, draft_tokens, bf16;
     g4_sampler_config sc;
     int seed_given;
 } gen_opts;
@@ -362,6 +363,7 @@ static int parse_gen_opts(int argc, char **argv, gen_opts *o, int is_chat) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--chat") == 0) { o->chat = 1; continue; }
         if (strcmp(a, "--think") == 0) { o->think = 1; continue; }
+        if (strcmp(a, "--bf16") == 0) { o->bf16 = 1; continue; }
         if (!v) return usage(argv[1]);
         i++;
         if (strcmp(a, "--prompt") == 0 && !is_chat) o->prompt = v;
@@ -535,6 +537,7 @@ static int gen_open(gen_ctx *g, const char *dir, const gen_opts *o, int max_cont
     if (load_model(&g->m, dir)) return 1;
     g->loaded_m = 1;
     sc.max_context = o->ctx ? o->ctx : max_context;
+    sc.bf16 = o->bf16;
     if (o->drafter && sc.max_chunk < o->draft_tokens + 2) sc.max_chunk = o->draft_tokens + 2;
     if (g4_session_create(&g->s, &g->m, &sc) != G4_OK) { fprintf(stderr, "gemma4: %s\n", g->s.error); return 1; }
     if (o->drafter) {
@@ -830,7 +833,7 @@ static int cmd_template(int argc, char **argv) {
 /* The options logits and greedy share: --ids, --chunk, and --out / --new. */
 typedef struct {
     int32_t *ids;
-    int n, chunk, n_new, draft_tokens, steps;
+    int n, chunk, n_new, draft_tokens, steps, bf16;
     const char *out_path, *drafter;
 } run_opts;
 
@@ -842,6 +845,7 @@ static int parse_run_opts(int argc, char **argv, run_opts *o) {
     o->steps = -1;
     o->draft_tokens = 4;
     for (i = 3; i < argc; i++) {
+        if (!draft && strcmp(argv[i], "--bf16") == 0) { o->bf16 = 1; continue; }
         if (i + 1 >= argc) return usage(argv[1]);
         if (strcmp(argv[i], "--ids") == 0) ids_arg = argv[++i];
         else if (!draft && strcmp(argv[i], "--chunk") == 0) o->chunk = g4b_int(argv[++i]);
@@ -867,7 +871,7 @@ static int cmd_logits(int argc, char **argv) {
     FILE *f;
     int i, V, rc = 1;
     if (parse_run_opts(argc, argv, &o)) return 1;
-    if (open_session(argv[2], o.n, o.chunk, &m, &s)) { free(o.ids); return 1; }
+    if (open_session(argv[2], o.n, o.chunk, o.bf16, &m, &s)) { free(o.ids); return 1; }
     V = m.config.vocab_size;
     logits = (float *)malloc(sizeof(float) * (size_t)o.n * (size_t)V);
     if (!logits) { fprintf(stderr, "gemma4: out of memory for %d x %d logits\n", o.n, V); goto done; }
@@ -900,7 +904,7 @@ static int greedy_spec(const char *dir, run_opts *o) {
     int32_t *out = NULL;
     int i, got = 0, mm, rc = 1, chunk = o->chunk ? o->chunk : 64;
     if (chunk < o->draft_tokens + 2) chunk = o->draft_tokens + 2;
-    if (open_session(dir, o->n + o->n_new + o->draft_tokens + 2, chunk, &m, &s)) { free(o->ids); return 1; }
+    if (open_session(dir, o->n + o->n_new + o->draft_tokens + 2, chunk, o->bf16, &m, &s)) { free(o->ids); return 1; }
     if (drafter_open(&x, o->drafter, &s, o->draft_tokens)) goto done;
     if (!(out = (int32_t *)malloc(sizeof(int32_t) * (size_t)(o->n_new + o->draft_tokens + 2)))) goto done;
     for (i = 0; i < o->n; i++) printf("%d ", (int)o->ids[i]);
@@ -939,7 +943,7 @@ static int cmd_draft(int argc, char **argv) {
     int32_t tok;
     int i, V, rc = 1;
     if (parse_run_opts(argc, argv, &o)) return 1;
-    if (open_session(argv[2], o.n + 1, 0, &m, &s)) { free(o.ids); return 1; }
+    if (open_session(argv[2], o.n + 1, 0, 0, &m, &s)) { free(o.ids); return 1; }
     memset(&x, 0, sizeof x);
     if (drafter_open(&x, o.drafter, &s, 0)) goto done;
     V = m.config.vocab_size;
@@ -979,7 +983,7 @@ static int cmd_greedy(int argc, char **argv) {
     int i, V, rc = 1;
     if (parse_run_opts(argc, argv, &o)) return 1;
     if (o.drafter) return greedy_spec(argv[2], &o);
-    if (open_session(argv[2], o.n + o.n_new, o.chunk, &m, &s)) { free(o.ids); return 1; }
+    if (open_session(argv[2], o.n + o.n_new, o.chunk, o.bf16, &m, &s)) { free(o.ids); return 1; }
     V = m.config.vocab_size;
     if (!(logits = (float *)malloc(sizeof(float) * (size_t)V))) { fprintf(stderr, "gemma4: out of memory\n"); goto done; }
     if (g4_forward(&s, o.ids, o.n, logits, G4_LOGITS_LAST) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
@@ -1014,8 +1018,8 @@ static const struct {
     const char *args;
 } commands[] = {
     {"info", cmd_info, "PATH [--train N]"},
-    {"logits", cmd_logits, "DIR --ids 2,818,1010 --out FILE [--chunk N]"},
-    {"greedy", cmd_greedy, "DIR --ids 2,818 --new N [--chunk N] [--drafter DRAFTER_DIR [--draft-tokens K]]"},
+    {"logits", cmd_logits, "DIR --ids 2,818,1010 --out FILE [--chunk N] [--bf16]"},
+    {"greedy", cmd_greedy, "DIR --ids 2,818 --new N [--chunk N] [--bf16] [--drafter DRAFTER_DIR [--draft-tokens K]]"},
     {"draft", cmd_draft, "TARGET_DIR --drafter DRAFTER_DIR --ids 2,818 --steps K --out FILE"},
     {"compare", cmd_compare, "DIR DUMP.safetensors [--tolerance T] [--f32|--bf16] [--chunk N]"},
     {"grad", g4t_cmd_grad, "DIR --ids 2,818,... [--labels L,...] [--recompute] [--threads N] --out FILE"},
@@ -1026,8 +1030,8 @@ static const struct {
     {"template", cmd_template, "DIR --messages FILE.json [--think] [--no-generation-prompt] [--ids]"},
     {"generate", cmd_generate, "DIR --prompt \"...\" [--chat] [--system S] [--think] [--temp T] [--top-k K]\n"
                                "[--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--max-tokens N] [--ctx N]\n"
-                               "[--tokenizer PATH] [--drafter DRAFTER_DIR [--draft-tokens K]]"},
-    {"chat", cmd_chat, "DIR [--system S] [--think] [sampling and --drafter flags as generate]"},
+                               "[--tokenizer PATH] [--bf16] [--drafter DRAFTER_DIR [--draft-tokens K]]"},
+    {"chat", cmd_chat, "DIR [--system S] [--think] [--bf16] [sampling and --drafter flags as generate]"},
 };
 #define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
 
