@@ -11,7 +11,7 @@ DEMO     = data/tiny/e2b_like
 
 all: build/gemma4
 
-build/gemma4: examples/gemma4.c examples/compare.h examples/bench.h gemma4.h | build
+build/gemma4: examples/gemma4.c examples/compare.h examples/bench.h examples/train.h gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -o $@ examples/gemma4.c $(LDLIBS)
 
 build/minimal: examples/minimal.c gemma4.h | build
@@ -23,6 +23,14 @@ build/test_gemma4: tests/test_gemma4.c tests/harness.h tests/fixtures.h examples
 build/test_gemma4_san: tests/test_gemma4.c tests/harness.h tests/fixtures.h examples/compare.h gemma4.h | build
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_gemma4.c $(LDLIBS)
 
+# The training reference: backward ops, gradients against torch autograd (data/tiny/*/grad_golden.safetensors).
+# Its CLI cases run build/gemma4 (build/gemma4_san under the sanitizers): the path is argv[2].
+build/test_train: tests/test_train.c tests/harness.h tests/fixtures.h gemma4.h | build
+	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_train.c $(LDLIBS)
+
+build/test_train_san: tests/test_train.c tests/harness.h tests/fixtures.h gemma4.h | build
+	$(CC) $(WARN) $(SAN) -o $@ tests/test_train.c $(LDLIBS)
+
 build/test_tokenizer: tests/test_tokenizer.c tests/harness.h gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_tokenizer.c $(LDLIBS)
 
@@ -31,7 +39,7 @@ build/test_tokenizer_san: tests/test_tokenizer.c tests/harness.h gemma4.h | buil
 
 # The bad-input catalogue (tests/test_bad_inputs.c) drives the CLI too:
 # build/gemma4 in the plain run, build/gemma4_san under the sanitizers.
-build/gemma4_san: examples/gemma4.c gemma4.h | build
+build/gemma4_san: examples/gemma4.c examples/compare.h examples/bench.h examples/train.h gemma4.h | build
 	$(CC) $(WARN) $(SAN) -o $@ examples/gemma4.c $(LDLIBS)
 
 build/test_bad_inputs: tests/test_bad_inputs.c tests/harness.h gemma4.h | build
@@ -126,14 +134,16 @@ run: build/gemma4
 strict: | build
 	sh tests/strict_compile.sh
 
-unit: build/gemma4 build/test_gemma4 build/test_tokenizer build/test_bad_inputs build/test_threads
+unit: build/gemma4 build/test_gemma4 build/test_tokenizer build/test_bad_inputs build/test_threads build/test_train
 	./build/test_gemma4
+	./build/test_train data build/gemma4
 	./build/test_tokenizer
 	./build/test_bad_inputs data build/gemma4
 	./build/test_threads
 
-sanitize: build/gemma4 build/gemma4_san build/test_gemma4_san build/test_bad_inputs_san build/test_threads_san build/test_tokenizer_san
+sanitize: build/gemma4 build/gemma4_san build/test_gemma4_san build/test_bad_inputs_san build/test_threads_san build/test_tokenizer_san build/test_train_san
 	./build/test_gemma4_san
+	./build/test_train_san data build/gemma4_san
 	./build/test_bad_inputs_san data build/gemma4_san
 	./build/test_threads_san
 	./build/test_tokenizer_san
@@ -154,7 +164,8 @@ tsan: build/test_threads_tsan
 
 test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san build/gemma4_san \
       build/test_bad_inputs build/test_bad_inputs_san build/test_threads build/test_threads_san \
-      build/test_tokenizer build/test_tokenizer_san build/test_cuda_emu build/test_cuda_emu_san
+      build/test_tokenizer build/test_tokenizer_san build/test_cuda_emu build/test_cuda_emu_san \
+      build/test_train build/test_train_san
 	@echo "== README example"
 	./build/minimal $(DEMO)
 	@echo "== tokenizer, chat, sampler and generate tests under AddressSanitizer + UndefinedBehaviorSanitizer"
@@ -178,6 +189,11 @@ test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san 
 	@echo "== two sessions, two threads"
 	./build/test_threads > build/threads.log 2>&1 || { cat build/threads.log; exit 1; }
 	@cat build/threads.log
+	@echo "== training reference (gradients vs torch autograd), plain and under ASan + UBSan"
+	./build/test_train data build/gemma4 > build/train.log 2>&1 || { cat build/train.log; exit 1; }
+	@tail -n 1 build/train.log
+	./build/test_train_san data build/gemma4_san > build/train_san.log 2>&1 || { cat build/train_san.log; exit 1; }
+	@tail -n 1 build/train_san.log
 	@echo "== bad-input catalogue"
 	./build/test_bad_inputs data build/gemma4 > build/bad_inputs.log 2>&1 || { cat build/bad_inputs.log; exit 1; }
 	@tail -n 1 build/bad_inputs.log
@@ -188,7 +204,7 @@ test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san 
 	sh tests/other_kernels.sh "$(CC)" "$(WARN)" > build/kernels.log 2>&1 || { cat build/kernels.log; exit 1; }
 	@cat build/kernels.log
 	@echo "== all suites"
-	@cat build/threads.log build/bad_inputs.log build/tokenizer.log build/cuda_emu.log build/tests.log build/kernels.log | awk '/^[0-9]+ passed, [0-9]+ failed/ { p += $$1; f += $$3; s += $$5 } END { printf "%d passed, %d failed", p, f; if (s) printf ", %d skipped", s; print "" }'
+	@cat build/threads.log build/bad_inputs.log build/tokenizer.log build/cuda_emu.log build/tests.log build/kernels.log build/train.log build/train_san.log | awk '/^[0-9]+ passed, [0-9]+ failed/ { p += $$1; f += $$3; s += $$5 } END { printf "%d passed, %d failed", p, f; if (s) printf ", %d skipped", s; print "" }'
 
 build/membw: bench/membw.c | build
 	$(CC) -O2 -march=native -o $@ bench/membw.c -lpthread

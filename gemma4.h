@@ -31,6 +31,8 @@
        >>session         the arena: K/V slots, the shared-KV table, scratch
        >>forward         the model: embeddings, per-layer inputs, decoder layer,
                          attention, MLP, MoE, logits (modeling_gemma4.py's order)
+       >>backward        the training reference: loss, the backward of every op,
+                         the shared-KV gradient slots, activation checkpointing
        >>tokenizer       tokenizer.json; >>encoding, >>decoding
        >>chat            the Gemma 4 chat layout
        >>sampler         the sampler
@@ -66,7 +68,7 @@
          G4_NO_SIMD         only the scalar reference kernels
          G4_POOL_SPIN       polls a pool thread spins before it sleeps (50000)
          G4_PARALLEL_MIN    smallest job split across the pool, in elements (4096)
-         G4_MALLOC/G4_FREE  the allocator used by the load functions
+         G4_MALLOC/G4_FREE  the allocator of the load functions and g4_session_create
          G4_MAX_LAYERS      most decoder layers a config may have (256)
          GEMMA4_CUDA        declare the CUDA twin (gemma4_cuda.cu)
 
@@ -82,6 +84,8 @@
          void *arena = malloc(bytes);
          g4_session s;
          g4_session_init(&s, &model, &sc, arena, bytes);
+         // (or g4_session_create(&s, &model, &sc): the arena allocated for
+         //  you, freed by g4_session_destroy(&s))
          int32_t prompt[] = {2, 818, 1010};
          float *logits = malloc(sizeof(float) * model.config.vocab_size);
          g4_forward(&s, prompt, 3, logits, G4_LOGITS_LAST);  // prefill
@@ -101,9 +105,11 @@
      g4_model_load maps the safetensors files (nothing is converted or copied)
      and allocates a small tensor table. Everything a session needs - the K/V
      storage of the layers that own K/V, the shared-KV table and all scratch -
-     lives in ONE caller-provided arena whose size g4_session_size reports.
-     g4_forward never allocates. Layers that read another layer's K/V (Gemma 4's
-     "KV-shared" layers) get no storage: they hold a slot index into the table.
+     lives in ONE caller-provided arena whose size g4_session_size reports
+     (g4_session_create allocates it instead, for a caller that does not care
+     where it lives; g4_session_destroy frees it). g4_forward never allocates.
+     Layers that read another layer's K/V (Gemma 4's "KV-shared" layers) get
+     no storage: they hold a slot index into the table.
      Print the plan (g4_plan_print) to see who owns and who reads what.
 
    THREAD SAFETY AND THREADS
@@ -203,6 +209,7 @@ typedef struct {
     int sliding_window;
     float final_logit_softcapping;      /* 0: none */
     int tie_word_embeddings;
+    int pad_token_id;                   /* the embeddings' padding_idx: its rows get no lookup gradient */
     int vocab_size_per_layer_input;
     int hidden_size_per_layer_input;    /* P; 0 disables per-layer embeddings */
     int attention_k_eq_v;
@@ -397,6 +404,8 @@ typedef struct {
     float *inv_freq[2];        /* [Dmax/2] per layer type */
     uint16_t *xbf;             /* [rows][widest matmul input] a matmul's input as bf16
                                   (builds with avx512_bf16 only; else empty) */
+    size_t arena_bytes;        /* the arena's size, as given to g4_session_init */
+    void *own_arena;           /* g4_session_create's allocation; NULL: the caller's arena */
     char error[G4_ERROR_MAX];
 } g4_session;
 
@@ -406,12 +415,91 @@ G4_API g4_result g4_session_size(const g4_model *m, const g4_session_config *cfg
 G4_API g4_result g4_session_init(g4_session *s, const g4_model *m, const g4_session_config *cfg,
                                  void *arena, size_t arena_bytes);
 G4_API void g4_session_reset(g4_session *s); /* forget all positions */
+/* The same session with an arena of its own, for callers that do not care
+   where the arena lives: g4_session_size, G4_MALLOC, g4_session_init in one
+   call (G4_ERR_NOMEM when the allocation fails); g4_session_destroy frees it.
+   g4_session_destroy on a g4_session_init session frees nothing. */
+G4_API g4_result g4_session_create(g4_session *s, const g4_model *m, const g4_session_config *cfg);
+G4_API void g4_session_destroy(g4_session *s);
 
 enum { G4_LOGITS_NONE = 0, G4_LOGITS_LAST = 1, G4_LOGITS_ALL = 2 };
 /* Run n tokens at positions s->pos .. s->pos+n-1 (prefill or decode: the same
    code). logits: NULL, or room for vocab (LAST) or n*vocab (ALL) floats. */
 G4_API g4_result g4_forward(g4_session *s, const int32_t *ids, int n, float *logits, int logits_mode);
 G4_API int32_t g4_argmax(const float *x, int n);
+
+/* -------------------------------------------------------------- training */
+/* The training reference: the loss transformers' model(input_ids,
+   labels=labels).loss computes (mean next-token cross-entropy of the
+   soft-capped logits, labels shifted inside, -100 ignored) and its gradient
+   with respect to every parameter transformers trains, float32, in eval mode
+   (no dropout). The forward is g4_forward itself (its taps store what the
+   backward needs); the backward mirrors it op by op.
+   Memory: g4_train_size reports one arena for the session, the saved
+   activations, the shared-KV gradient slots (one per owner layer: readers add
+   their dK/dV into it, the owner consumes it after all of them, counted) and
+   scratch; the gradients go to one caller block of grad_floats floats, the
+   tensors at the offsets g4_train.grads lists (named as in the checkpoint;
+   the tied lm_head under embed_tokens). Nothing allocates in g4_loss_and_grad. */
+typedef struct {
+    int max_seq;         /* longest sequence (required) */
+    int recompute;       /* 1: keep only each layer's input; recompute the layer's activations in the backward
+                            (activation checkpointing; the gradients are bit-identical) */
+    int bf16;            /* must be 0: the backward is float32 only */
+    g4_pool *pool;       /* threads for the forward and backward, or NULL */
+    g4_tap_fn tap; void *tap_user; /* optional: the forward's taps, passed on */
+    g4_tap_fn grad_tap; void *grad_tap_user; /* optional: dL/d(output) at the forward's tap points, in
+                                                backward order, under the same names (not self_attn.k/.v,
+                                                logits) */
+    int debug_drop_reader_kv_grads; /* TEST ONLY: readers do not add their dK/dV to the owner's slot
+                                       (what a rebuilt shared-KV dict does) */
+} g4_train_config;
+
+typedef struct {
+    char name[128];      /* the checkpoint tensor's name */
+    size_t offset;       /* in floats, from the start of the gradient block */
+    size_t count;        /* elements */
+    int ndim;
+    int64_t shape[3];
+    const g4_tensor *w;  /* the weight (in the model) */
+} g4_grad_entry;
+
+typedef struct {
+    const g4_model *model;
+    g4_train_config cfg;
+    g4_session s;              /* the forward's session (max_context = max_chunk = max_seq) */
+    int n_grads;
+    g4_grad_entry *grads;      /* [n_grads], in the checkpoint walk's order */
+    size_t grad_floats;        /* size of the caller's gradient block */
+    size_t arena_bytes;        /* the training arena, as given to g4_train_init */
+    size_t saved_bytes;        /* of the arena: activations kept for the backward */
+    int n;                     /* tokens of the current call */
+    int recomputing;           /* layer whose activations the taps refill (recompute mode), else -1 */
+    float **act;               /* [L+1][G4__ACTS] saved activations (see the backward section) */
+    float *pli, *xn_final;     /* [S][L*P] per-layer inputs, [S][H] the final norm's output */
+    float *dx, *dr, *dxn, *dbr, *tmp, *tmp2;   /* [S][H] backward scratch */
+    float *qraw, *dq, *att, *datt;             /* [S][NH*Dmax] */
+    float *kraw, *vraw, *dk, *dv;              /* [S][KVHmax*Dmax] */
+    float *gate, *up, *dgate, *dup;            /* [S][max(Imax, 2*Ie)] */
+    float *dpli, *pproj, *pa, *dpa;            /* [S][L*P] x2, [S][P] x2 */
+    float *probs;                              /* [max_seq] */
+    float *logits;                             /* [min(max_seq, G4_TRAIN_ROWS)][V] */
+    float *moe;                                /* MoE scratch: [6H + 4E + 4Ie] */
+    float **slot_dk, **slot_dv;                /* [n_slots] -> [S][KVH*D] the owner slots' K/V gradients */
+    int *pending;                              /* [n_slots] readers of the slot whose backward has not run */
+    char error[G4_ERROR_MAX];
+} g4_train;
+
+G4_API g4_train_config g4_train_config_init(void);
+/* The arena bytes and the gradient block's floats for cfg (max_seq tokens). */
+G4_API g4_result g4_train_size(const g4_model *m, const g4_train_config *cfg, size_t *arena_bytes, size_t *grad_floats);
+G4_API g4_result g4_train_init(g4_train *t, const g4_model *m, const g4_train_config *cfg, void *arena, size_t arena_bytes);
+/* ids[n], labels[n] (NULL: the ids; -100: ignored; labels[0] is never used,
+   as transformers shifts them) -> *loss and grads[grad_floats] (overwritten). */
+G4_API g4_result g4_loss_and_grad(g4_train *t, const int32_t *ids, const int32_t *labels, int n, float *loss,
+                                  float *grads);
+/* The entry of a tensor by its checkpoint name, or NULL. */
+G4_API const g4_grad_entry *g4_train_grad(const g4_train *t, const char *name);
 
 /* ------------------------------------------------------------- tokenizer */
 /* Hugging Face tokenizer.json, the format Gemma checkpoints ship: a BPE model
@@ -1420,6 +1508,7 @@ static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const c
     G4__TRY(g4__cfg_int(&c, "sliding_window", &cfg->sliding_window, 512, 0, 1, INT32_MAX));
     G4__TRY(g4__cfg_float(&c, "final_logit_softcapping", &cfg->final_logit_softcapping, 0.0f, 1e-6, 1e30));
     G4__TRY(g4__cfg_bool(&c, "tie_word_embeddings", &cfg->tie_word_embeddings, 1));
+    G4__TRY(g4__cfg_int(&c, "pad_token_id", &cfg->pad_token_id, 0, 0, -1, INT32_MAX));
     G4__TRY(g4__cfg_int(&c, "vocab_size_per_layer_input", &cfg->vocab_size_per_layer_input, 262144, 0, 1, 1 << 24));
     G4__TRY(g4__cfg_int(&c, "hidden_size_per_layer_input", &cfg->hidden_size_per_layer_input, 256, 0, 0, 65536));
     G4__TRY(g4__cfg_bool(&c, "attention_k_eq_v", &cfg->attention_k_eq_v, 0));
@@ -2087,7 +2176,6 @@ static g4_result g4__walk_weights(g4_model *m, g4__weight_fn fn, void *user) {
         }
     }
 #undef G4__W
-    if (c->tie_word_embeddings) w->lm_head = w->embed_tokens;
     return G4_OK;
 }
 
@@ -2124,6 +2212,7 @@ static g4_result g4__bind(g4_model *m, void *user, g4_tensor *t, const char *nam
 }
 
 static g4_result g4__bind_weights(g4_model *m) {
+    g4_result r;
     /* which of the two naming schemes this checkpoint uses */
     if (g4__st_find(m, "model.language_model.embed_tokens.weight")) strcpy(m->prefix, "model.language_model.");
     else if (g4__st_find(m, "model.embed_tokens.weight")) strcpy(m->prefix, "model.");
@@ -2132,7 +2221,9 @@ static g4_result g4__bind_weights(g4_model *m) {
                    "'model.embed_tokens.weight'");
         return G4_ERR_WEIGHTS;
     }
-    return g4__walk_weights(m, g4__bind, NULL);
+    if ((r = g4__walk_weights(m, g4__bind, NULL)) != G4_OK) return r;
+    if (m->config.tie_word_embeddings) m->w.lm_head = m->w.embed_tokens;
+    return G4_OK;
 }
 
 G4__DEF void g4_model_free(g4_model *m) {
@@ -3097,6 +3188,7 @@ G4__DEF g4_result g4_session_init(g4_session *s, const g4_model *m, const g4_ses
     cv.base = (unsigned char *)arena + ((64 - (uintptr_t)arena % 64) % 64);
     s->model = m;
     s->cfg = c;
+    s->arena_bytes = arena_bytes;
     g4__carve(s, m, &c, &cv);
     for (t = 0; t < 2; t++)
         for (i = 0; i < m->plan.n_layers; i++)
@@ -3109,6 +3201,36 @@ G4__DEF void g4_session_reset(g4_session *s) {
     if (!s || !s->slots) return;
     s->pos = 0;
     for (i = 0; i < s->n_slots; i++) s->slots[i].n_pos = 0;
+}
+
+G4__DEF g4_result g4_session_create(g4_session *s, const g4_model *m, const g4_session_config *cfg) {
+    size_t bytes;
+    void *raw;
+    g4_result r;
+    if (!s) return G4_ERR_INPUT;
+    memset(s, 0, sizeof *s);
+    if ((r = g4__check_session_config(m, cfg, s->error)) != G4_OK) return r;
+    if ((r = g4_session_size(m, cfg, &bytes)) != G4_OK || bytes > (size_t)-1 - 16) {
+        g4__seterr(s->error, "session for %d positions does not fit in memory", cfg->max_context);
+        return r != G4_OK ? r : G4_ERR_ARENA;
+    }
+    if (!(raw = G4_MALLOC(bytes + 16))) { /* + 16: G4_MALLOC need not align to 16 */
+        g4__seterr(s->error, "out of memory for a session arena of %lu bytes (%d positions)", (unsigned long)bytes,
+                   cfg->max_context);
+        return G4_ERR_NOMEM;
+    }
+    if ((r = g4_session_init(s, m, cfg, (unsigned char *)raw + (16 - (uintptr_t)raw % 16) % 16, bytes)) != G4_OK) {
+        G4_FREE(raw);
+        return r;
+    }
+    s->own_arena = raw;
+    return G4_OK;
+}
+
+G4__DEF void g4_session_destroy(g4_session *s) {
+    if (!s) return;
+    G4_FREE(s->own_arena);
+    memset(s, 0, sizeof *s);
 }
 
 /* ------------------------------------------------ forward pass >>forward */
@@ -3570,6 +3692,925 @@ G4__DEF int32_t g4_argmax(const float *x, int n) {
     if (!x || n < 1) return -1;
     for (i = 1; i < n; i++) if (x[i] > x[best]) best = i;
     return best;
+}
+
+/* ----------------------------------------------- backward pass >>backward */
+/* The training reference: g4_loss_and_grad = the forward (g4_forward itself,
+   whose taps keep what the backward needs), the loss, then the backward of
+   every op in reverse, read next to the forward above: each g4__X_backward
+   takes dL/d(output of X) and gives dL/d(its input), adding the parameter
+   gradients into the caller's block. float32 throughout. The shared KV:
+   a reader layer's dK/dV go into its owner's slot gradient; the owner's
+   backward, which runs after every reader (reverse layer order), checks that
+   all of them did before it consumes the slot. */
+
+#define G4_TRAIN_ROWS 64   /* logits rows computed at a time for the loss (the arena holds min(max_seq, 64) x V) */
+
+/* RMSNorm (g4__rmsnorm): y = x * inv * w, inv = (mean(x^2) + eps)^-0.5.
+   dx = inv * (w dy) - x * inv^3 * sum(w dy x) / n;  dw += dy * x * inv.
+   dx may alias dy; w NULL: the weightless norm; dw NULL: no weight gradient. */
+static void g4__rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x, const g4_tensor *w, int n,
+                                 float eps) {
+    double ss = 0.0, dot = 0.0;
+    float inv, c;
+    int i;
+    for (i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+    inv = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (i = 0; i < n; i++) {
+        float g = w ? dy[i] * g4__get(w, (size_t)i) : dy[i];
+        if (dw) dw[i] += dy[i] * (x[i] * inv);
+        dot += (double)g * (double)x[i];
+    }
+    c = (float)(dot / n) * inv * inv * inv;
+    for (i = 0; i < n; i++) {
+        float g = w ? dy[i] * g4__get(w, (size_t)i) : dy[i];
+        dx[i] = g * inv - x[i] * c;
+    }
+}
+
+/* RoPE (g4__rope) is a rotation by +a per pair: its backward rotates by -a, in place. */
+static void g4__rope_backward(float *dx, const float *inv_freq, int D, int pos) {
+    int j, half = D / 2;
+    for (j = 0; j < half; j++) {
+        float a = (float)pos * inv_freq[j], c = cosf(a), s = sinf(a), g1 = dx[j], g2 = dx[j + half];
+        dx[j] = g1 * c + g2 * s;
+        dx[j + half] = g2 * c - g1 * s;
+    }
+}
+
+/* softmax (g4__softmax), p its output: dx = p * (dp - sum(p dp)), in place on dp. */
+static void g4__softmax_backward(float *dp, const float *p, int n) {
+    double s = 0.0;
+    int i;
+    for (i = 0; i < n; i++) s += (double)p[i] * (double)dp[i];
+    for (i = 0; i < n; i++) dp[i] = p[i] * (dp[i] - (float)s);
+}
+
+/* d gelu_pytorch_tanh(x) / dx, as torch's GeluBackward (approximate="tanh") writes it */
+static float g4__gelu_grad(float x) {
+    const float beta = 0.7978845608028654f, kappa = 0.044715f; /* sqrt(2/pi) */
+    float x2 = x * x, inner = beta * (x + kappa * x2 * x), th = tanhf(inner);
+    float left_d = 0.5f * (1.0f + th), right_d = 0.5f * x * (1.0f - th * th) * beta * (1.0f + 3.0f * kappa * x2);
+    return left_d + right_d;
+}
+
+/* y = x W^T (g4__matmul) backward: dX += dY W and dW += dY^T X, both
+   C[r][c] += sum_k A(r, k) * B[k][c] for r < R,
+   columns [c0, c1), k < K in ascending order, A(r, k) = A[r*ar + k*ak], B's
+   rows ldb elements apart in dtype bdt (a weight as stored, or float32
+   activations). Both gradients of y = x W^T are this shape:
+     dX += dY W:      C = dX [n][in], A(t, o) = dY[t][o],  B = W   [out][in]
+     dW += dY^T X:    C = dW [out][in], A(o, t) = dY[t][o], B = X  [n][in]
+   A tile is G4__OR rows x 2 vectors of columns, accumulated over all k in
+   registers, then added to C. Threads split the columns in whole tiles, so
+   every element is computed by the same code in the same order whatever the
+   thread count. */
+#define G4__OR 6
+static float g4__get_row(const unsigned char *row, g4_dtype dt, int c) {
+    g4_tensor t;
+    t.data = row;
+    t.dtype = dt;
+    return g4__get(&t, (size_t)c);
+}
+
+static void g4__outer_acc(float *C, size_t ldc, const float *A, size_t ar, size_t ak, const unsigned char *B,
+                          g4_dtype bdt, size_t ldb, int R, int K, int c0, int c1) {
+    size_t esz = g4__dtype_size(bdt);
+    int r0, c, k, u;
+    for (r0 = 0; r0 < R; r0 += G4__OR) {
+        int nr = R - r0 < G4__OR ? R - r0 : G4__OR;
+        const float *a[G4__OR];
+        for (u = 0; u < G4__OR; u++) a[u] = A + (size_t)(r0 + (u < nr ? u : nr - 1)) * ar;
+        c = c0;
+#ifdef G4__VL
+        for (; c + 2 * G4__VL <= c1; c += 2 * G4__VL) {
+            g4__vec acc[G4__OR][2];
+            G4__UNROLL for (u = 0; u < G4__OR; u++) { acc[u][0] = g4__vzero(); acc[u][1] = g4__vzero(); }
+            for (k = 0; k < K; k++) {
+                const unsigned char *row = B + (size_t)k * ldb * esz;
+                g4__vec b0 = g4__vload_w(row, bdt, (size_t)c), b1 = g4__vload_w(row, bdt, (size_t)c + G4__VL);
+                G4__UNROLL for (u = 0; u < G4__OR; u++) {
+                    g4__vec av = g4__vset1(a[u][(size_t)k * ak]);
+                    acc[u][0] = g4__vfma(av, b0, acc[u][0]);
+                    acc[u][1] = g4__vfma(av, b1, acc[u][1]);
+                }
+            }
+            for (u = 0; u < nr; u++) {
+                float *y = C + (size_t)(r0 + u) * ldc + c;
+                g4__vstore(y, g4__vadd(g4__vload_x(y), acc[u][0]));
+                g4__vstore(y + G4__VL, g4__vadd(g4__vload_x(y + G4__VL), acc[u][1]));
+            }
+        }
+#endif
+        for (; c < c1; c++) /* the last columns (or all, without SIMD): one at a time */
+            for (u = 0; u < nr; u++) {
+                float acc = 0.0f;
+                for (k = 0; k < K; k++) acc += a[u][(size_t)k * ak] * g4__get_row(B + (size_t)k * ldb * esz, bdt, c);
+                C[(size_t)(r0 + u) * ldc + c] += acc;
+            }
+    }
+}
+
+typedef struct {
+    float *C; size_t ldc; const float *A; size_t ar, ak; const unsigned char *B; g4_dtype bdt; size_t ldb; int R, K, N;
+} g4__outer_job;
+
+#ifdef G4__VL
+#define G4__OC (2 * G4__VL)
+#else
+#define G4__OC 8
+#endif
+static void g4__outer_part(void *ctx, int part, int n_parts) {
+    const g4__outer_job *j = (const g4__outer_job *)ctx;
+    int tiles = (j->N + G4__OC - 1) / G4__OC;
+    int t0 = (int)((int64_t)tiles * part / n_parts), t1 = (int)((int64_t)tiles * (part + 1) / n_parts);
+    int c0 = t0 * G4__OC, c1 = t1 * G4__OC < j->N ? t1 * G4__OC : j->N;
+    if (c0 < c1) g4__outer_acc(j->C, j->ldc, j->A, j->ar, j->ak, j->B, j->bdt, j->ldb, j->R, j->K, c0, c1);
+}
+
+static void g4__outer(const g4_session *s, float *C, size_t ldc, const float *A, size_t ar, size_t ak,
+                      const unsigned char *B, g4_dtype bdt, size_t ldb, int R, int K, int N) {
+    g4__outer_job j;
+    j.C = C; j.ldc = ldc; j.A = A; j.ar = ar; j.ak = ak; j.B = B; j.bdt = bdt; j.ldb = ldb; j.R = R; j.K = K; j.N = N;
+    if ((int64_t)R * K * N < 8 * (int64_t)G4_PARALLEL_MIN) g4__outer_part(&j, 0, 1);
+    else g4__parallel(s->cfg.pool, g4__outer_part, &j);
+}
+
+/* y = x W^T (g4__matmul; W [out, in] read as stored, x [n][in]): dx[t] += dy[t] W
+   and dw[o] += sum_t dy[t][o] x[t] (either may be NULL), threaded */
+static void g4__matmul_bwd(const g4_session *s, float *dx, float *dw, const float *dy, const float *x, const g4_tensor *w,
+                           int n) {
+    int out = (int)w->shape[0], in = (int)w->shape[1];
+    if (dx) g4__outer(s, dx, (size_t)in, dy, (size_t)out, 1, (const unsigned char *)w->data, w->dtype, (size_t)in, n, out, in);
+    if (dw) g4__outer(s, dw, (size_t)in, dy, 1, (size_t)out, (const unsigned char *)(const void *)x, G4_F32, (size_t)in, out, n, in);
+}
+
+/* g4__attend's backward for one query head q over keys [lo, hi] of a slot:
+   dq = (the query's gradient), dk/dv rows += (laid out like the slot's k/v,
+   row = position), given dout = dL/d(the head's output). p: [hi-lo+1] scratch. */
+static void g4__attend_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const g4_kv_slot *sl,
+                                int kvh, int lo, int hi, float *p) {
+    int D = sl->head_dim, stride = sl->kv_heads * D, k, d;
+    double sum = 0.0;
+    for (k = lo; k <= hi; k++) /* the probabilities, as the forward computed them */
+        p[k - lo] = g4__dot(q, sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D, D);
+    g4__softmax(p, hi - lo + 1);
+    for (k = lo; k <= hi; k++) {
+        const float *val = sl->v + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D;
+        sum += (double)p[k - lo] * (double)g4__dot(dout, val, D);
+    }
+    for (d = 0; d < D; d++) dq[d] = 0.0f;
+    for (k = lo; k <= hi; k++) {
+        size_t row = (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D;
+        float pk = p[k - lo], ds = pk * (g4__dot(dout, sl->v + row, D) - (float)sum);
+        g4__axpy(dq, ds, sl->k + row, D);
+        g4__axpy(dk + row, ds, q, D);
+        g4__axpy(dv + row, pk, dout, D);
+    }
+}
+
+/* ---- the saved activations: the forward's taps, kept per layer ---- */
+enum {
+    G4__A_OUT,  /* layers.<i>: the layer's output (the next layer's input) */
+    G4__A_XN1,  /* input_layernorm */
+    G4__A_Q,    /* self_attn.q: after q_norm and RoPE */
+    G4__A_ATTN, /* self_attn: the o_proj output */
+    G4__A_R,    /* pre_feedforward_layernorm:input: the residual after attention */
+    G4__A_XN2,  /* pre_feedforward_layernorm */
+    G4__A_MLP,  /* mlp */
+    G4__A_PF1,  /* post_feedforward_layernorm_1 (MoE) */
+    G4__A_XN3,  /* pre_feedforward_layernorm_2 (MoE) */
+    G4__A_EXP,  /* experts (MoE) */
+    G4__A_PF2,  /* post_feedforward_layernorm_2 (MoE) */
+    G4__A_PFN,  /* post_feedforward_layernorm */
+    G4__A_PG,   /* per_layer_input_gate (PLE) */
+    G4__A_PP,   /* per_layer_projection (PLE) */
+    G4__ACTS
+};
+static const char *const g4__act_tap[G4__ACTS] = {
+    "", "input_layernorm", "self_attn.q", "self_attn", "pre_feedforward_layernorm:input", "pre_feedforward_layernorm",
+    "mlp", "post_feedforward_layernorm_1", "pre_feedforward_layernorm_2", "experts", "post_feedforward_layernorm_2",
+    "post_feedforward_layernorm", "per_layer_input_gate", "per_layer_projection"};
+
+/* the width of an activation of layer l (0: the layer does not have it) */
+static int g4__act_width(const g4_model *m, int l, int kind) {
+    const g4_config *c = &m->config;
+    const g4_layer_plan *lp = &m->plan.layer[l];
+    if (kind == G4__A_Q) return c->num_attention_heads * lp->head_dim;
+    if (kind >= G4__A_PF1 && kind <= G4__A_PF2) return lp->moe ? c->hidden_size : 0;
+    if (kind == G4__A_PG) return c->hidden_size_per_layer_input;
+    if (kind == G4__A_PP) return c->hidden_size_per_layer_input ? c->hidden_size : 0;
+    return c->hidden_size;
+}
+
+/* the saved activation `kind` of layer l; layer -1's G4__A_OUT is the scaled embedding */
+static float *g4__saved(const g4_train *t, int l, int kind) { return t->act[(size_t)(l + 1) * G4__ACTS + (size_t)kind]; }
+
+static void g4__train_tap(void *user, const char *name, int layer, const float *data, int rows, int cols, int pos0) {
+    g4_train *t = (g4_train *)user;
+    float *dst = NULL;
+    int k;
+    if (t->cfg.tap) t->cfg.tap(t->cfg.tap_user, name, layer, data, rows, cols, pos0);
+    if (layer < 0) {
+        if (!strcmp(name, "embed_tokens")) dst = g4__saved(t, -1, G4__A_OUT);
+        else if (!strcmp(name, "per_layer_inputs")) dst = t->pli;
+        else if (!strcmp(name, "norm")) dst = t->xn_final;
+    } else {
+        const char *suffix = strchr(name + 7, '.'); /* after "layers.<i>" */
+        suffix = suffix ? suffix + 1 : "";
+        for (k = 0; k < G4__ACTS; k++)
+            if (!strcmp(suffix, g4__act_tap[k])) {
+                if (k == G4__A_OUT || !t->cfg.recompute || t->recomputing == layer) dst = g4__saved(t, layer, k);
+                break;
+            }
+    }
+    if (dst) memcpy(dst, data, sizeof(float) * (size_t)rows * (size_t)cols);
+}
+
+/* the backward's tap: dL/d(the output named as the forward's tap) */
+static void g4__gtap(const g4_train *t, int layer, const char *what, const float *data, int rows, int cols) {
+    char name[96];
+    if (!t->cfg.grad_tap) return;
+    if (layer < 0) snprintf(name, sizeof name, "%s", what);
+    else if (!*what) snprintf(name, sizeof name, "layers.%d", layer);
+    else snprintf(name, sizeof name, "layers.%d.%s", layer, what);
+    t->cfg.grad_tap(t->cfg.grad_tap_user, name, layer, data, rows, cols, 0);
+}
+
+/* ---- the arena ---- */
+typedef struct { g4_train *t; size_t n, floats; } g4__grad_walk;
+
+static g4_result g4__grad_entry(g4_model *m, void *user, g4_tensor *w, const char *name, int ndim, const int64_t *want) {
+    g4__grad_walk *gw = (g4__grad_walk *)user;
+    size_t count = 1;
+    int k, len = (int)strlen(name);
+    (void)m;
+    if (len >= 12 && !strcmp(name + len - 12, "layer_scalar")) return G4_OK; /* a buffer: no gradient */
+    for (k = 0; k < ndim; k++) count *= (size_t)want[k];
+    if (gw->t) {
+        g4_grad_entry *e = &gw->t->grads[gw->n];
+        snprintf(e->name, sizeof e->name, "%s", name);
+        e->offset = gw->floats;
+        e->count = count;
+        e->ndim = ndim;
+        for (k = 0; k < 3; k++) e->shape[k] = k < ndim ? want[k] : 0;
+        e->w = w;
+    }
+    gw->n++;
+    gw->floats += (count + 15) & ~(size_t)15; /* every tensor 64-byte aligned in the block */
+    return G4_OK;
+}
+
+/* The gradient entries: the checkpoint walk (g4__walk_weights) without the
+   buffers. The walk only reads a loaded model. */
+static void g4__grad_walk_model(const g4_model *m, g4__grad_walk *gw) {
+    (void)g4__walk_weights((g4_model *)(uintptr_t)m, g4__grad_entry, gw);
+}
+
+static g4_session_config g4__train_session_config(const g4_train_config *cfg) {
+    g4_session_config sc = g4_session_config_init();
+    sc.max_context = cfg->max_seq;
+    sc.max_chunk = cfg->max_seq; /* the whole sequence in one step: every tap sees all rows */
+    sc.pool = cfg->pool;
+    return sc;
+}
+
+static void g4__train_carve(g4_train *t, const g4_model *m, const g4_train_config *cfg, g4__carver *cv, size_t sess,
+                            size_t *saved) {
+    const g4_config *c = &m->config;
+    const g4_plan *p = &m->plan;
+    uint64_t S = (uint64_t)cfg->max_seq, H = (uint64_t)c->hidden_size, NH = (uint64_t)c->num_attention_heads;
+    uint64_t P = (uint64_t)c->hidden_size_per_layer_input, LP = (uint64_t)c->num_hidden_layers * P;
+    uint64_t dmax = 0, kvw = 0, imax = 0, E = (uint64_t)c->num_experts, Ie = (uint64_t)c->moe_intermediate_size;
+    uint64_t shared[G4__ACTS];
+    int L = p->n_layers, l, k;
+    float **act;
+    g4__grad_walk gw;
+    (void)g4__take(cv, sess, 1); /* the session arena */
+    memset(&gw, 0, sizeof gw);
+    g4__grad_walk_model(m, &gw);
+    if (t) { t->grads = (g4_grad_entry *)(void *)g4__take(cv, gw.n, sizeof(g4_grad_entry)); t->n_grads = (int)gw.n; }
+    else (void)g4__take(cv, gw.n, sizeof(g4_grad_entry));
+    for (l = 0; l < L; l++) {
+        const g4_layer_plan *lp = &p->layer[l];
+        if ((uint64_t)lp->head_dim > dmax) dmax = (uint64_t)lp->head_dim;
+        if ((uint64_t)lp->kv_heads * (uint64_t)lp->head_dim > kvw) kvw = (uint64_t)lp->kv_heads * (uint64_t)lp->head_dim;
+        if ((uint64_t)lp->mlp_width > imax) imax = (uint64_t)lp->mlp_width;
+    }
+    if (c->enable_moe_block && 2 * Ie > imax) imax = 2 * Ie;
+    /* saved activations: every layer's output always; the rest per layer, or
+       (recompute) one set that the backward refills layer by layer */
+    act = (float **)(void *)g4__take(cv, (uint64_t)(L + 1) * G4__ACTS, sizeof(float *));
+    *saved = 0;
+    for (k = 0; k < G4__ACTS; k++) shared[k] = 0;
+    for (l = -1; l < L; l++)
+        for (k = 0; k < G4__ACTS; k++) {
+            uint64_t w = l < 0 ? (k == G4__A_OUT ? H : 0) : (uint64_t)g4__act_width(m, l, k);
+            float *ptr = NULL;
+            if (!w) { if (act) act[(size_t)(l + 1) * G4__ACTS + (size_t)k] = NULL; continue; }
+            if (k == G4__A_OUT || !cfg->recompute) { ptr = g4__take(cv, S * w, sizeof(float)); *saved += S * w * 4; }
+            else if (w > shared[k]) shared[k] = w;
+            if (act) act[(size_t)(l + 1) * G4__ACTS + (size_t)k] = ptr;
+        }
+    if (cfg->recompute)
+        for (k = 0; k < G4__ACTS; k++) {
+            float *ptr = shared[k] ? g4__take(cv, S * shared[k], sizeof(float)) : NULL;
+            *saved += S * shared[k] * 4;
+            if (act)
+                for (l = 0; l < L; l++)
+                    if (k != G4__A_OUT && g4__act_width(m, l, k)) act[(size_t)(l + 1) * G4__ACTS + (size_t)k] = ptr;
+        }
+    if (t) t->act = act;
+#define G4__T(field, count) do { float *p_ = g4__take(cv, (count), sizeof(float)); if (t) t->field = p_; } while (0)
+    G4__T(pli, S * LP);
+    G4__T(xn_final, S * H);
+    *saved += (S * LP + S * H) * 4;
+    G4__T(dx, S * H); G4__T(dr, S * H); G4__T(dxn, S * H); G4__T(dbr, S * H); G4__T(tmp, S * H); G4__T(tmp2, S * H);
+    G4__T(qraw, S * NH * dmax); G4__T(dq, S * NH * dmax); G4__T(att, S * NH * dmax); G4__T(datt, S * NH * dmax);
+    G4__T(kraw, S * kvw); G4__T(vraw, S * kvw); G4__T(dk, S * kvw); G4__T(dv, S * kvw);
+    G4__T(gate, S * imax); G4__T(up, S * imax); G4__T(dgate, S * imax); G4__T(dup, S * imax);
+    G4__T(dpli, S * LP); G4__T(pproj, S * LP); G4__T(pa, S * P); G4__T(dpa, S * P);
+    G4__T(probs, S);
+    G4__T(logits, (S < G4_TRAIN_ROWS ? S : G4_TRAIN_ROWS) * (uint64_t)c->vocab_size);
+    G4__T(moe, 6 * H + 4 * E + 4 * Ie);
+#undef G4__T
+    {
+        float **dk = (float **)(void *)g4__take(cv, (uint64_t)p->n_slots, sizeof(float *));
+        float **dv = (float **)(void *)g4__take(cv, (uint64_t)p->n_slots, sizeof(float *));
+        int *pending = (int *)(void *)g4__take(cv, (uint64_t)p->n_slots, sizeof(int));
+        int sl;
+        for (sl = 0; sl < p->n_slots; sl++) {
+            const g4_layer_plan *lp = &p->layer[p->slot_writer[sl]];
+            uint64_t w = S * (uint64_t)lp->kv_heads * (uint64_t)lp->head_dim;
+            float *a = g4__take(cv, w, sizeof(float)), *b = g4__take(cv, w, sizeof(float));
+            if (dk && dv) { dk[sl] = a; dv[sl] = b; }
+        }
+        if (t) { t->slot_dk = dk; t->slot_dv = dv; t->pending = pending; }
+    }
+}
+
+static g4_result g4__check_train_config(const g4_model *m, const g4_train_config *cfg, char *err) {
+    if (!m || !cfg || !m->w.layers) { g4__seterr(err, "NULL or unloaded model / config"); return G4_ERR_INPUT; }
+    if (cfg->bf16) { g4__seterr(err, "the backward is float32 only: train config bf16 must be 0"); return G4_ERR_INPUT; }
+    if (cfg->max_seq < 2) { g4__seterr(err, "train max_seq must be >= 2 (got %d)", cfg->max_seq); return G4_ERR_INPUT; }
+    return G4_OK;
+}
+
+G4__DEF g4_train_config g4_train_config_init(void) {
+    g4_train_config c;
+    memset(&c, 0, sizeof c);
+    return c;
+}
+
+static g4_result g4__train_sizes(const g4_model *m, const g4_train_config *cfg, size_t *arena, size_t *floats,
+                                 size_t *sess, size_t *saved, char *err) {
+    g4_session_config sc;
+    g4__carver cv;
+    g4__grad_walk gw;
+    g4_result r;
+    if ((r = g4__check_train_config(m, cfg, err)) != G4_OK) return r;
+    sc = g4__train_session_config(cfg);
+    if ((r = g4_session_size(m, &sc, sess)) != G4_OK) {
+        g4__seterr(err, "a training session of %d tokens does not fit in memory", cfg->max_seq);
+        return r;
+    }
+    memset(&cv, 0, sizeof cv);
+    g4__train_carve(NULL, m, cfg, &cv, *sess, saved);
+    if (cv.overflow || cv.off + 64 > (uint64_t)(size_t)-1) {
+        g4__seterr(err, "a training arena for %d tokens does not fit in memory", cfg->max_seq);
+        return G4_ERR_ARENA;
+    }
+    *arena = (size_t)cv.off + 64;
+    memset(&gw, 0, sizeof gw);
+    g4__grad_walk_model(m, &gw);
+    *floats = gw.floats;
+    return G4_OK;
+}
+
+G4__DEF g4_result g4_train_size(const g4_model *m, const g4_train_config *cfg, size_t *arena_bytes, size_t *grad_floats) {
+    size_t a, f, sess, saved;
+    char err[G4_ERROR_MAX];
+    g4_result r;
+    if (!arena_bytes || !grad_floats) return G4_ERR_INPUT;
+    *arena_bytes = *grad_floats = 0;
+    if ((r = g4__train_sizes(m, cfg, &a, &f, &sess, &saved, err)) != G4_OK) return r;
+    *arena_bytes = a;
+    *grad_floats = f;
+    return G4_OK;
+}
+
+G4__DEF g4_result g4_train_init(g4_train *t, const g4_model *m, const g4_train_config *cfg, void *arena,
+                                size_t arena_bytes) {
+    size_t need, floats, sess, saved;
+    g4_session_config sc;
+    g4__carver cv;
+    g4__grad_walk gw;
+    g4_result r;
+    unsigned char *base;
+    if (!t) return G4_ERR_INPUT;
+    memset(t, 0, sizeof *t);
+    if ((r = g4__train_sizes(m, cfg, &need, &floats, &sess, &saved, t->error)) != G4_OK) return r;
+    if (!arena) { g4__seterr(t->error, "NULL training arena"); return G4_ERR_ARENA; }
+    if ((uintptr_t)arena % 16) { g4__seterr(t->error, "training arena %p is not 16-byte aligned", arena); return G4_ERR_ARENA; }
+    if (arena_bytes < need) {
+        g4__seterr(t->error, "training arena of %lu bytes is too small: %d tokens need %lu (g4_train_size)",
+                   (unsigned long)arena_bytes, cfg->max_seq, (unsigned long)need);
+        return G4_ERR_ARENA;
+    }
+    base = (unsigned char *)arena + ((64 - (uintptr_t)arena % 64) % 64);
+    memset(&cv, 0, sizeof cv);
+    cv.base = base;
+    t->model = m;
+    t->cfg = *cfg;
+    g4__train_carve(t, m, cfg, &cv, sess, &saved);
+    t->saved_bytes = saved;
+    t->arena_bytes = arena_bytes;
+    t->grad_floats = floats;
+    t->recomputing = -1;
+    memset(&gw, 0, sizeof gw);
+    gw.t = t;
+    g4__grad_walk_model(m, &gw);
+    sc = g4__train_session_config(cfg);
+    sc.tap = g4__train_tap;
+    if ((r = g4_session_init(&t->s, m, &sc, base, sess)) != G4_OK) {
+        g4__seterr(t->error, "training session: %s", t->s.error);
+        return r;
+    }
+    return G4_OK;
+}
+
+G4__DEF const g4_grad_entry *g4_train_grad(const g4_train *t, const char *name) {
+    int i;
+    if (!t || !name || !t->grads) return NULL;
+    for (i = 0; i < t->n_grads; i++)
+        if (!strcmp(t->grads[i].name, name)) return &t->grads[i];
+    return NULL;
+}
+
+/* the gradient of weight w in the block G (the tied lm_head is the embedding) */
+static float *g4__grad(const g4_train *t, float *G, const g4_tensor *w) {
+    int i;
+    if (w == &t->model->w.lm_head && t->model->config.tie_word_embeddings) w = &t->model->w.embed_tokens;
+    for (i = 0; i < t->n_grads; i++)
+        if (t->grads[i].w == w) return G + t->grads[i].offset;
+    return NULL; /* not reached: every weight the backward touches has an entry */
+}
+
+/* one expert's [rows, cols] matrix of a 3-D experts tensor */
+static g4_tensor g4__expert(const g4_tensor *w3, int e) {
+    g4_tensor w = *w3;
+    w.data = (const unsigned char *)w3->data + (size_t)e * (size_t)w3->shape[1] * (size_t)w3->shape[2] *
+             g4__dtype_size(w3->dtype);
+    w.ndim = 2;
+    w.shape[0] = w3->shape[1];
+    w.shape[1] = w3->shape[2];
+    return w;
+}
+
+/* ---- the layer backward ---- */
+
+/* rows n of width w: dst[i] (+)= rmsnorm_backward(dy, x) row by row */
+static void g4__norm_rows_backward(float *dx, float *dw, const float *dy, const float *x, const g4_tensor *w, int n,
+                                   int width, float eps) {
+    int t;
+    for (t = 0; t < n; t++) {
+        size_t o = (size_t)t * width;
+        g4__rmsnorm_backward(dx + o, dw, dy + o, x + o, w, width, eps);
+    }
+}
+
+static void g4__add_into(float *x, const float *y, size_t n) {
+    size_t i;
+    for (i = 0; i < n; i++) x[i] += y[i];
+}
+
+/* Gemma4TextRouter + Gemma4TextExperts backward for one token: dout = dL/d
+   experts(xn3); r the residual, xn3 = pre_feedforward_layernorm_2(r).
+   dxn3 (=), dr (+=). The top-k choice is not differentiated; the
+   renormalised weights are. */
+static void g4__moe_backward(g4_train *t, float *G, int l, const float *dout, const float *r, const float *xn3,
+                             float *dxn3, float *dr) {
+    const g4_model *m = t->model;
+    const g4_layer_weights *lw = &m->w.layers[l];
+    int H = m->config.hidden_size, E = m->config.num_experts, K = m->config.top_k_experts;
+    int Ie = m->config.moe_intermediate_size, i, k, e;
+    const float eps = m->config.rms_norm_eps, root = (float)(1.0 / sqrt((double)H));
+    float *u1 = t->moe, *u3 = u1 + H, *du = u3 + H, *y = du + H, *probs = y + H, *dprobs = probs + E;
+    float *gu = dprobs + E, *act = gu + 2 * Ie, *dgu = act + Ie, *gl = dgu + 2 * Ie;
+    float *dscale = g4__grad(t, G, &lw->router_scale), *dpes = g4__grad(t, G, &lw->router_per_expert_scale);
+    int top[256];
+    float q[256], dq[256], wsum = 0.0f;
+    double dot = 0.0;
+    /* the router, recomputed as g4__moe computes it */
+    g4__rmsnorm(u1, r, NULL, H, eps);
+    for (i = 0; i < H; i++) u3[i] = (u1[i] * g4__get(&lw->router_scale, (size_t)i)) * root;
+    g4__matmul(&t->s, probs, u3, &lw->router_proj, 1);
+    g4__softmax(probs, E);
+    for (k = 0; k < K; k++) {
+        int best = -1, j;
+        for (e = 0; e < E; e++) {
+            int taken = 0;
+            for (j = 0; j < k; j++) taken |= top[j] == e;
+            if (!taken && (best < 0 || probs[e] > probs[best])) best = e;
+        }
+        top[k] = best;
+        wsum += probs[best];
+    }
+    for (i = 0; i < H; i++) dxn3[i] = 0.0f;
+    for (k = 0; k < K; k++) {
+        g4_tensor gup = g4__expert(&lw->experts_gate_up, top[k]), dn = g4__expert(&lw->experts_down, top[k]);
+        float *dgup = g4__grad(t, G, &lw->experts_gate_up) + (size_t)top[k] * 2 * Ie * H;
+        float *ddn = g4__grad(t, G, &lw->experts_down) + (size_t)top[k] * H * Ie;
+        float pes = g4__get(&lw->router_per_expert_scale, (size_t)top[k]), wk, dw = 0.0f;
+        double acc = 0.0;
+        q[k] = probs[top[k]] / wsum;
+        wk = q[k] * pes;
+        /* the expert, recomputed: gu = [gate | up], act = gelu(gate) * up, y = down(act) */
+        g4__matmul(&t->s, gu, xn3, &gup, 1);
+        g4__gelu_n(gl, gu, (size_t)Ie);
+        for (i = 0; i < Ie; i++) act[i] = gl[i] * gu[Ie + i];
+        g4__matmul(&t->s, y, act, &dn, 1);
+        for (i = 0; i < H; i++) acc += (double)dout[i] * (double)y[i];
+        dw = (float)acc;                                   /* dL/d w_k */
+        for (i = 0; i < H; i++) du[i] = dout[i] * wk;     /* dL/dy */
+        for (i = 0; i < Ie; i++) dgu[i] = 0.0f;
+        g4__matmul_bwd(&t->s, dgu, ddn, du, act, &dn, 1); /* dgu[0..Ie) = dL/d act */
+        for (i = 0; i < Ie; i++) {
+            float da = dgu[i];
+            dgu[i] = da * gu[Ie + i] * g4__gelu_grad(gu[i]);
+            dgu[Ie + i] = da * gl[i];
+        }
+        g4__matmul_bwd(&t->s, dxn3, dgup, dgu, xn3, &gup, 1);
+        dpes[top[k]] += dw * q[k];
+        dq[k] = dw * pes;
+    }
+    /* q_k = p_k / sum_j p_j over the top k: dp_k = (dq_k - sum_j dq_j q_j) / sum */
+    for (k = 0; k < K; k++) dot += (double)dq[k] * (double)q[k];
+    for (e = 0; e < E; e++) dprobs[e] = 0.0f;
+    for (k = 0; k < K; k++) dprobs[top[k]] = (dq[k] - (float)dot) / wsum;
+    g4__softmax_backward(dprobs, probs, E);               /* dL/d router logits */
+    for (i = 0; i < H; i++) du[i] = 0.0f;
+    g4__matmul_bwd(&t->s, du, g4__grad(t, G, &lw->router_proj), dprobs, u3, &lw->router_proj, 1);
+    for (i = 0; i < H; i++) {
+        float d2 = du[i] * root;                          /* dL/d (u1 * scale) */
+        dscale[i] += d2 * u1[i];
+        du[i] = d2 * g4__get(&lw->router_scale, (size_t)i);
+    }
+    g4__rmsnorm_backward(du, NULL, du, r, NULL, H, eps);
+    g4__add_into(dr, du, (size_t)H);
+}
+
+/* Gemma4TextAttention backward: dout = dL/d(o_proj output); dxn = dL/d(its
+   input) (=). A reader adds its dK/dV into its owner's slot gradient; an owner
+   first checks every reader did, then takes K/V's gradient back through
+   RoPE, k_norm, v_norm, k_proj and v_proj. */
+static g4_result g4__attention_backward(g4_train *t, float *G, int l, int n, const float *dout, float *dxn) {
+    const g4_model *m = t->model;
+    const g4_layer_plan *lp = &m->plan.layer[l];
+    const g4_layer_weights *lw = &m->w.layers[l];
+    const float eps = m->config.rms_norm_eps, *inv_freq = t->s.inv_freq[lp->type];
+    const float *xn = g4__saved(t, l, G4__A_XN1), *q = g4__saved(t, l, G4__A_Q);
+    int NH = m->config.num_attention_heads, D = lp->head_dim, KVH = lp->kv_heads, group = NH / KVH;
+    int H = m->config.hidden_size, slot = lp->kv_slot, i, tk;
+    int window = lp->type == G4_SLIDING ? m->config.sliding_window : 0;
+    size_t qw = (size_t)NH * D, kvw = (size_t)KVH * D;
+    const g4_kv_slot *sl = &t->s.slots[t->s.layer_slot[l]];
+    float *dk = t->slot_dk[slot], *dv = t->slot_dv[slot];
+    /* o_proj: the heads' outputs recomputed as the forward computed them */
+    for (i = 0; i < n * NH; i++) {
+        int tt = i / NH, h = i % NH, lo = window && tt - window + 1 > 0 ? tt - window + 1 : 0;
+        g4__attend(t->att + (size_t)i * D, q + (size_t)i * D, sl, h / group, lo, tt, t->probs, 0);
+    }
+    memset(t->datt, 0, sizeof(float) * (size_t)n * qw);
+    g4__matmul_bwd(&t->s, t->datt, g4__grad(t, G, &lw->o_proj), dout, t->att, &lw->o_proj, n);
+    /* softmax(q k) v: dq, and dK/dV into the slot's gradient */
+    if (lp->reads >= 0 && t->cfg.debug_drop_reader_kv_grads) { /* the planted bug: a throwaway slot */
+        dk = t->dk; dv = t->dv;
+        memset(dk, 0, sizeof(float) * (size_t)n * kvw);
+        memset(dv, 0, sizeof(float) * (size_t)n * kvw);
+    }
+    for (i = 0; i < n * NH; i++) {
+        int tt = i / NH, h = i % NH, lo = window && tt - window + 1 > 0 ? tt - window + 1 : 0;
+        g4__attend_backward(t->dq + (size_t)i * D, dk, dv, t->datt + (size_t)i * D, q + (size_t)i * D, sl, h / group,
+                            lo, tt, t->probs);
+    }
+    /* queries: q = RoPE(q_norm(q_proj(xn))) */
+    g4__gtap(t, l, "self_attn.q", t->dq, n, (int)qw);
+    g4__matmul(&t->s, t->qraw, xn, &lw->q_proj, n);
+    for (i = 0; i < n * NH; i++) {
+        float *g = t->dq + (size_t)i * D;
+        g4__rope_backward(g, inv_freq, D, i / NH);
+        g4__rmsnorm_backward(g, g4__grad(t, G, &lw->q_norm), g, t->qraw + (size_t)i * D, &lw->q_norm, D, eps);
+    }
+    memset(dxn, 0, sizeof(float) * (size_t)n * H);
+    g4__matmul_bwd(&t->s, dxn, g4__grad(t, G, &lw->q_proj), t->dq, xn, &lw->q_proj, n);
+    if (lp->reads >= 0) { t->pending[slot]--; return G4_OK; }
+
+    /* an owner: every reader of this slot must have added its part by now */
+    if (t->pending[slot] != 0) {
+        g4__seterr(t->error, "internal: layer %d consumes its K/V gradient before %d reader layer(s) added theirs", l,
+                   t->pending[slot]);
+        return G4_ERR_INPUT;
+    }
+    g4__matmul(&t->s, t->kraw, xn, &lw->k_proj, n);
+    if (lp->has_v_proj) g4__matmul(&t->s, t->vraw, xn, &lw->v_proj, n);
+    else memcpy(t->vraw, t->kraw, sizeof(float) * (size_t)n * kvw);
+    for (tk = 0; tk < n; tk++)
+        for (i = 0; i < KVH; i++) {
+            size_t o = (size_t)tk * kvw + (size_t)i * D;
+            g4__rope_backward(dk + o, inv_freq, D, tk);
+            g4__rmsnorm_backward(dk + o, g4__grad(t, G, &lw->k_norm), dk + o, t->kraw + o, &lw->k_norm, D, eps);
+            g4__rmsnorm_backward(dv + o, NULL, dv + o, t->vraw + o, NULL, D, eps);
+        }
+    if (lp->has_v_proj) g4__matmul_bwd(&t->s, dxn, g4__grad(t, G, &lw->v_proj), dv, xn, &lw->v_proj, n);
+    else g4__add_into(dk, dv, (size_t)n * kvw); /* V was the raw K */
+    g4__matmul_bwd(&t->s, dxn, g4__grad(t, G, &lw->k_proj), dk, xn, &lw->k_proj, n);
+    return G4_OK;
+}
+
+/* Gemma4TextDecoderLayer backward (g4__layer in reverse): t->dx holds dL/d
+   (layer output) and leaves holding dL/d(layer input). */
+static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
+    const g4_model *m = t->model;
+    const g4_config *c = &m->config;
+    const g4_layer_plan *lp = &m->plan.layer[l];
+    const g4_layer_weights *lw = &m->w.layers[l];
+    const float eps = c->rms_norm_eps;
+    int H = c->hidden_size, P = c->hidden_size_per_layer_input, I = lp->mlp_width, tk, j;
+    size_t nh = (size_t)n * H, ni = (size_t)n * I, i;
+    const float *r = g4__saved(t, l, G4__A_R), *m_in;
+    float ls = g4__get(&lw->layer_scalar, 0);
+    g4_result res;
+
+    /* 6. h *= layer_scalar (a buffer: no gradient of its own) */
+    g4__gtap(t, l, "", t->dx, n, H);
+    for (i = 0; i < nh; i++) t->dx[i] *= ls;
+
+    /* 5. per-layer input: h = x5 + post_per_layer_input_norm(proj(gelu(gate(x5)) * pli_l)) */
+    if (P) {
+        size_t LP = (size_t)c->num_hidden_layers * P, np = (size_t)n * P;
+        const float *pg = g4__saved(t, l, G4__A_PG);
+        float *x5 = t->tmp;
+        g4__gtap(t, l, "post_per_layer_input_norm", t->dx, n, H);
+        for (i = 0; i < nh; i++) x5[i] = r[i] + g4__saved(t, l, G4__A_PFN)[i];
+        g4__norm_rows_backward(t->dbr, g4__grad(t, G, &lw->post_per_layer_input_norm), t->dx,
+                               g4__saved(t, l, G4__A_PP), &lw->post_per_layer_input_norm, n, H, eps);
+        g4__gtap(t, l, "per_layer_projection", t->dbr, n, H);
+        g4__gelu_n(t->pa, pg, np);                        /* gelu(gate) */
+        for (tk = 0; tk < n; tk++)
+            for (j = 0; j < P; j++) t->dpa[(size_t)tk * P + j] = t->pa[(size_t)tk * P + j] * t->pli[tk * LP + (size_t)l * P + j];
+        memset(t->tmp2, 0, sizeof(float) * np);           /* dL/d(gelu(gate) * pli) */
+        g4__matmul_bwd(&t->s, t->tmp2, g4__grad(t, G, &lw->per_layer_projection), t->dbr, t->dpa,
+                       &lw->per_layer_projection, n);
+        for (tk = 0; tk < n; tk++)
+            for (j = 0; j < P; j++) {
+                size_t o = (size_t)tk * P + j, ol = tk * LP + (size_t)l * P + j;
+                float da = t->tmp2[o];
+                t->dpli[ol] += da * t->pa[o];
+                t->dpa[o] = da * t->pli[ol] * g4__gelu_grad(pg[o]);
+            }
+        g4__gtap(t, l, "per_layer_input_gate", t->dpa, n, P);
+        g4__matmul_bwd(&t->s, t->dx, g4__grad(t, G, &lw->per_layer_input_gate), t->dpa, x5, &lw->per_layer_input_gate,
+                       n);
+    }
+
+    /* 4. x5 = r + post_feedforward_layernorm(m): dr = dx5 + (the paths through m) */
+    g4__gtap(t, l, "post_feedforward_layernorm", t->dx, n, H);
+    memcpy(t->dr, t->dx, sizeof(float) * nh);
+    m_in = g4__saved(t, l, G4__A_MLP);
+    if (lp->moe) { /* m = post_feedforward_layernorm_1(mlp) + post_feedforward_layernorm_2(experts(r)) */
+        for (i = 0; i < nh; i++) t->tmp[i] = g4__saved(t, l, G4__A_PF1)[i] + g4__saved(t, l, G4__A_PF2)[i];
+        m_in = t->tmp;
+    }
+    g4__norm_rows_backward(t->dbr, g4__grad(t, G, &lw->post_feedforward_layernorm), t->dx, m_in,
+                           &lw->post_feedforward_layernorm, n, H, eps);
+    if (lp->moe) {
+        g4__norm_rows_backward(t->tmp2, g4__grad(t, G, &lw->post_feedforward_layernorm_2), t->dbr,
+                               g4__saved(t, l, G4__A_EXP), &lw->post_feedforward_layernorm_2, n, H, eps);
+        g4__gtap(t, l, "experts", t->tmp2, n, H);
+        g4__norm_rows_backward(t->dbr, g4__grad(t, G, &lw->post_feedforward_layernorm_1), t->dbr,
+                               g4__saved(t, l, G4__A_MLP), &lw->post_feedforward_layernorm_1, n, H, eps);
+        for (tk = 0; tk < n; tk++) {
+            size_t o = (size_t)tk * H;
+            g4__moe_backward(t, G, l, t->tmp2 + o, r + o, g4__saved(t, l, G4__A_XN3) + o, t->dxn + o, t->dr + o);
+        }
+        g4__norm_rows_backward(t->tmp, g4__grad(t, G, &lw->pre_feedforward_layernorm_2), t->dxn, r,
+                               &lw->pre_feedforward_layernorm_2, n, H, eps);
+        g4__add_into(t->dr, t->tmp, nh);
+    }
+    { /* Gemma4TextMLP: down(gelu(gate(xn2)) * up(xn2)), gate and up recomputed */
+        const float *xn2 = g4__saved(t, l, G4__A_XN2);
+        g4__gtap(t, l, "mlp", t->dbr, n, H);
+        g4__matmul(&t->s, t->gate, xn2, &lw->gate_proj, n);
+        g4__matmul(&t->s, t->up, xn2, &lw->up_proj, n);
+        g4__gelu_n(t->dup, t->gate, ni);                  /* gelu(gate) */
+        for (i = 0; i < ni; i++) t->dgate[i] = t->dup[i] * t->up[i];
+        g4__matmul_bwd(&t->s, NULL, g4__grad(t, G, &lw->down_proj), t->dbr, t->dgate, &lw->down_proj, n);
+        memset(t->dgate, 0, sizeof(float) * ni);
+        g4__matmul_bwd(&t->s, t->dgate, NULL, t->dbr, NULL, &lw->down_proj, n);
+        for (i = 0; i < ni; i++) {
+            float da = t->dgate[i];
+            t->dgate[i] = da * t->up[i] * g4__gelu_grad(t->gate[i]);
+            t->dup[i] = da * t->dup[i];
+        }
+        memset(t->dxn, 0, sizeof(float) * nh);
+        g4__matmul_bwd(&t->s, t->dxn, g4__grad(t, G, &lw->gate_proj), t->dgate, xn2, &lw->gate_proj, n);
+        g4__matmul_bwd(&t->s, t->dxn, g4__grad(t, G, &lw->up_proj), t->dup, xn2, &lw->up_proj, n);
+        g4__gtap(t, l, "pre_feedforward_layernorm", t->dxn, n, H);
+        g4__norm_rows_backward(t->tmp, g4__grad(t, G, &lw->pre_feedforward_layernorm), t->dxn, r,
+                               &lw->pre_feedforward_layernorm, n, H, eps);
+        g4__add_into(t->dr, t->tmp, nh);
+    }
+
+    /* 3. r = x + post_attention_layernorm(attn(input_layernorm(x))) */
+    g4__gtap(t, l, "pre_feedforward_layernorm:input", t->dr, n, H);
+    g4__gtap(t, l, "post_attention_layernorm", t->dr, n, H);
+    memcpy(t->dx, t->dr, sizeof(float) * nh);
+    g4__norm_rows_backward(t->dbr, g4__grad(t, G, &lw->post_attention_layernorm), t->dr, g4__saved(t, l, G4__A_ATTN),
+                           &lw->post_attention_layernorm, n, H, eps);
+    g4__gtap(t, l, "self_attn", t->dbr, n, H);
+    if ((res = g4__attention_backward(t, G, l, n, t->dbr, t->dxn)) != G4_OK) return res;
+    g4__gtap(t, l, "input_layernorm", t->dxn, n, H);
+    g4__norm_rows_backward(t->tmp, g4__grad(t, G, &lw->input_layernorm), t->dxn, g4__saved(t, l - 1, G4__A_OUT),
+                           &lw->input_layernorm, n, H, eps);
+    g4__add_into(t->dx, t->tmp, nh);
+    return G4_OK;
+}
+
+/* Activation checkpointing: layer l's activations again, from its input
+   alone, by running the forward's own layer (same code, same bits). The
+   shared-KV slots hold every position already: a reader reads them; an owner
+   writes its own rows again, bit for bit the same. */
+static g4_result g4__train_recompute(g4_train *t, int l) {
+    g4_session *s = &t->s;
+    const g4_layer_plan *lp = &t->model->plan.layer[l];
+    g4_result r;
+    memcpy(s->x, g4__saved(t, l - 1, G4__A_OUT), sizeof(float) * (size_t)t->n * (size_t)t->model->config.hidden_size);
+    s->pos = 0;
+    if (lp->reads < 0) s->slots[lp->kv_slot].n_pos = 0;
+    t->recomputing = l;
+    r = g4__layer(s, l, t->n);
+    t->recomputing = -1;
+    s->pos = t->n;
+    if (r != G4_OK) g4__seterr(t->error, "recomputing layer %d: %s", l, s->error);
+    return r;
+}
+
+/* Checks before anything runs: the tokens, and labels in range with at least one used */
+static g4_result g4__check_train_input(g4_train *t, const int32_t *ids, const int32_t *labels, int n, int *used) {
+    const g4_config *c = &t->model->config;
+    int i;
+    if (n > t->cfg.max_seq) {
+        g4__seterr(t->error, "sequence of %d tokens exceeds the training arena's max_seq of %d", n, t->cfg.max_seq);
+        return G4_ERR_INPUT;
+    }
+    if (g4__check_forward(c, 0, t->cfg.max_seq, ids, n, NULL, G4_LOGITS_NONE, t->error) != G4_OK) return G4_ERR_INPUT;
+    *used = 0;
+    for (i = 0; i < n; i++) {
+        int32_t y = labels ? labels[i] : ids[i];
+        if (y == -100) continue;
+        if (y < 0 || y >= c->vocab_size) {
+            g4__seterr(t->error, "label %ld at index %d is outside the vocabulary [0, %d) and not -100", (long)y, i,
+                       c->vocab_size);
+            return G4_ERR_INPUT;
+        }
+        if (i > 0) (*used)++;
+    }
+    if (!*used) {
+        g4__seterr(t->error, "no label to learn from: labels[1..%d] are all -100 (labels[0] is never used)", n - 1);
+        return G4_ERR_INPUT;
+    }
+    return G4_OK;
+}
+
+/* The loss and dL/d(final norm output) (into t->dxn), with the lm_head's
+   gradient: logits G4_TRAIN_ROWS rows at a time, soft-capped, cross-entropy
+   of row i against labels[i+1] (ForCausalLMLoss: shifted, -100 ignored,
+   mean over the used labels). */
+static double g4__loss_backward(g4_train *t, float *G, const int32_t *ids, const int32_t *labels, int n, int used) {
+    const g4_model *m = t->model;
+    const g4_config *c = &m->config;
+    int H = c->hidden_size, V = c->vocab_size, r0, tk, j;
+    const float cap = c->final_logit_softcapping, inv_n = 1.0f / (float)used;
+    float *dlm = g4__grad(t, G, &m->w.lm_head);
+    double total = 0.0;
+    memset(t->dxn, 0, sizeof(float) * (size_t)n * H);
+    for (r0 = 0; r0 < n; r0 += G4_TRAIN_ROWS) {
+        int nr = n - r0 < G4_TRAIN_ROWS ? n - r0 : G4_TRAIN_ROWS;
+        g4__matmul(&t->s, t->logits, t->xn_final + (size_t)r0 * H, &m->w.lm_head, nr);
+        for (tk = 0; tk < nr; tk++) {
+            float *z = t->logits + (size_t)tk * V, mx;
+            int row = r0 + tk;
+            int32_t y = row + 1 < n ? (labels ? labels[row + 1] : ids[row + 1]) : -100;
+            double sum = 0.0, lse;
+            if (y == -100) { for (j = 0; j < V; j++) z[j] = 0.0f; continue; }
+            if (cap > 0.0f) /* z := tanh(z / cap); the logit is z * cap */
+                for (j = 0; j < V; j++) z[j] = tanhf(z[j] / cap);
+            mx = cap > 0.0f ? z[0] * cap : z[0];
+            for (j = 1; j < V; j++) { float v = cap > 0.0f ? z[j] * cap : z[j]; if (v > mx) mx = v; }
+            for (j = 0; j < V; j++) sum += exp((double)((cap > 0.0f ? z[j] * cap : z[j]) - mx));
+            lse = (double)mx + log(sum);
+            total += lse - (double)(cap > 0.0f ? z[y] * cap : z[y]);
+            for (j = 0; j < V; j++) { /* dL/dlogit = (softmax - onehot) / used, then back through the cap */
+                float v = cap > 0.0f ? z[j] * cap : z[j];
+                float g = (float)exp((double)v - lse) * inv_n - (j == y ? inv_n : 0.0f);
+                z[j] = cap > 0.0f ? ((g * cap) * (1.0f - z[j] * z[j])) / cap : g;
+            }
+        }
+        g4__matmul_bwd(&t->s, t->dxn + (size_t)r0 * H, dlm, t->logits, t->xn_final + (size_t)r0 * H, &m->w.lm_head, nr);
+    }
+    return total / used;
+}
+
+/* Per-layer inputs' backward (g4__per_layer_inputs): dpli -> the PLE table,
+   the projection and its norm, and dx (+=, the embedding's gradient) */
+static void g4__per_layer_inputs_backward(g4_train *t, float *G, const int32_t *ids, int n) {
+    const g4_model *m = t->model;
+    const g4_config *c = &m->config;
+    int P = c->hidden_size_per_layer_input, L = c->num_hidden_layers, tk, j;
+    size_t LP = (size_t)L * P, i, nlp = (size_t)n * LP;
+    const float proj_scale = (float)(1.0 / sqrt((double)c->hidden_size)), tok_scale = (float)sqrt((double)P);
+    const float combine = (float)(1.0 / sqrt(2.0));
+    const float *x0 = g4__saved(t, -1, G4__A_OUT);
+    float *dtab = g4__grad(t, G, &m->w.embed_tokens_per_layer);
+    float *dnorm = g4__grad(t, G, &m->w.per_layer_projection_norm);
+    for (i = 0; i < nlp; i++) t->dpli[i] *= combine;
+    for (tk = 0; tk < n; tk++)
+        if (ids[tk] != c->pad_token_id)
+            for (j = 0; j < (int)LP; j++) dtab[(size_t)ids[tk] * LP + (size_t)j] += t->dpli[(size_t)tk * LP + j] * tok_scale;
+    /* the projection's input to the norm, recomputed: x0 W^T * H^-0.5 */
+    g4__matmul(&t->s, t->pproj, x0, &m->w.per_layer_model_projection, n);
+    for (i = 0; i < nlp; i++) t->pproj[i] *= proj_scale;
+    for (i = 0; i < (size_t)n * L; i++)
+        g4__rmsnorm_backward(t->dpli + i * P, dnorm, t->dpli + i * P, t->pproj + i * P, &m->w.per_layer_projection_norm, P,
+                             c->rms_norm_eps);
+    for (i = 0; i < nlp; i++) t->dpli[i] *= proj_scale;
+    g4__matmul_bwd(&t->s, t->dx, g4__grad(t, G, &m->w.per_layer_model_projection), t->dpli, x0,
+                   &m->w.per_layer_model_projection, n);
+}
+
+G4__DEF g4_result g4_loss_and_grad(g4_train *t, const int32_t *ids, const int32_t *labels, int n, float *loss,
+                                   float *G) {
+    const g4_model *m;
+    const g4_config *c;
+    const g4_plan *p;
+    int used, l, tk, H, i;
+    g4_result r;
+    double total;
+    if (!t) return G4_ERR_INPUT;
+    if (!t->model || !t->grads) { g4__seterr(t->error, "training state is not initialised"); return G4_ERR_INPUT; }
+    if (!loss || !G) { g4__seterr(t->error, "NULL %s", loss ? "gradient block" : "loss"); return G4_ERR_INPUT; }
+    m = t->model; c = &m->config; p = &m->plan; H = c->hidden_size;
+    if ((r = g4__check_train_input(t, ids, labels, n, &used)) != G4_OK) return r;
+    memset(G, 0, sizeof(float) * t->grad_floats);
+
+    /* the forward: g4_forward, its taps filling the saved activations */
+    t->n = n;
+    t->recomputing = -1;
+    t->s.cfg.tap = g4__train_tap;
+    t->s.cfg.tap_user = t;
+    g4_session_reset(&t->s);
+    if ((r = g4_forward(&t->s, ids, n, NULL, G4_LOGITS_NONE)) != G4_OK) {
+        g4__seterr(t->error, "forward: %s", t->s.error);
+        return r;
+    }
+
+    /* the loss, then the final norm */
+    total = g4__loss_backward(t, G, ids, labels, n, used);
+    *loss = (float)total;
+    g4__gtap(t, -1, "norm", t->dxn, n, H);
+    g4__norm_rows_backward(t->dx, g4__grad(t, G, &m->w.norm), t->dxn, g4__saved(t, c->num_hidden_layers - 1, G4__A_OUT),
+                           &m->w.norm, n, H, c->rms_norm_eps);
+
+    /* the layers in reverse; each owner slot's gradient starts at zero and
+       waits for its readers */
+    for (i = 0; i < p->n_slots; i++) {
+        const g4_layer_plan *lp = &p->layer[p->slot_writer[i]];
+        memset(t->slot_dk[i], 0, sizeof(float) * (size_t)n * lp->kv_heads * lp->head_dim);
+        memset(t->slot_dv[i], 0, sizeof(float) * (size_t)n * lp->kv_heads * lp->head_dim);
+        t->pending[i] = 0;
+    }
+    for (l = 0; l < p->n_layers; l++)
+        if (p->layer[l].reads >= 0) t->pending[p->layer[l].kv_slot]++;
+    if (c->hidden_size_per_layer_input) memset(t->dpli, 0, sizeof(float) * (size_t)n * c->num_hidden_layers * c->hidden_size_per_layer_input);
+    for (l = p->n_layers - 1; l >= 0; l--) {
+        if (t->cfg.recompute && (r = g4__train_recompute(t, l)) != G4_OK) return r;
+        if ((r = g4__layer_backward(t, G, l, n)) != G4_OK) return r;
+    }
+
+    /* the embeddings: per-layer inputs, then E[id] * sqrt(H) (the pad row gets no lookup gradient) */
+    if (c->hidden_size_per_layer_input) {
+        g4__gtap(t, -1, "per_layer_inputs", t->dpli, n, c->num_hidden_layers * c->hidden_size_per_layer_input);
+        g4__per_layer_inputs_backward(t, G, ids, n);
+    }
+    g4__gtap(t, -1, "embed_tokens", t->dx, n, H);
+    {
+        float *dE = g4__grad(t, G, &m->w.embed_tokens), scale = (float)sqrt((double)H);
+        for (tk = 0; tk < n; tk++)
+            if (ids[tk] != c->pad_token_id)
+                for (i = 0; i < H; i++) dE[(size_t)ids[tk] * H + i] += t->dx[(size_t)tk * H + i] * scale;
+    }
+    return G4_OK;
 }
 
 /* ------------------------------------------------- tokenizer >>tokenizer */

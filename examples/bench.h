@@ -31,6 +31,9 @@ static double g4b_num(const char *s) {
     return *end || !isfinite(v) ? NAN : v;
 }
 
+/* The CLI's usage line of one command (examples/gemma4.c, from its table); returns 1. */
+static int usage(const char *command);
+
 static double g4b_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -185,8 +188,7 @@ static int g4b_cmd_synth(int argc, char **argv) {
         } else { fprintf(stderr, "gemma4 synth: unknown option %s\n", argv[i]); return 1; }
     }
     if (i != argc || !cfg_path || !out) {
-        fprintf(stderr, "usage: gemma4 synth --config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N]\n");
-        return 1;
+        return usage(argv[1]);
     }
     memset(&m, 0, sizeof m);
     if (g4_config_load(&m.config, cfg_path) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m.config.error); return 1; }
@@ -273,8 +275,6 @@ static int g4b_cmd_bench(int argc, char **argv) {
     g4_session s;
     g4_session_config sc = g4_session_config_init();
     g4_pool *pool = NULL;
-    size_t bytes;
-    void *arena = NULL;
     float *logits = NULL;
     int32_t *ids = NULL;
     double t0, t1, t2, bpt, elems, head, best, pre, dec;
@@ -288,21 +288,20 @@ static int g4b_cmd_bench(int argc, char **argv) {
         else { fprintf(stderr, "gemma4 bench: unknown option %s\n", argv[i]); return 1; }
     }
     if (i != argc || threads < 1 || prompt < 1 || gen < 1) {
-        fprintf(stderr, "usage: gemma4 bench DIR [--threads N] [--prompt N] [--gen N] [--bf16]\n");
-        return 1;
+        return usage(argv[1]);
     }
     if (g4_model_load(&m, dir) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m.error); return 1; }
+    memset(&s, 0, sizeof s);
     if (g4_pool_create(&pool, threads) != G4_OK) { fprintf(stderr, "gemma4: cannot start %d threads\n", threads); goto done; }
     sc.max_context = prompt + gen;
     sc.max_chunk = prompt;
     sc.pool = pool;
-    if (g4_session_size(&m, &sc, &bytes) != G4_OK || !(arena = malloc(bytes)) ||
-        !(logits = (float *)malloc(sizeof(float) * (size_t)m.config.vocab_size)) ||
+    if (!(logits = (float *)malloc(sizeof(float) * (size_t)m.config.vocab_size)) ||
         !(ids = (int32_t *)malloc(sizeof(int32_t) * (size_t)prompt))) {
         fprintf(stderr, "gemma4: out of memory\n");
         goto done;
     }
-    if (g4_session_init(&s, &m, &sc, arena, bytes) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
+    if (g4_session_create(&s, &m, &sc) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
     for (i = 0; i < prompt; i++) ids[i] = (int32_t)((i * 7919 + 13) % m.config.vocab_size);
     ids[0] = 2 % m.config.vocab_size;
     /* warm-up: fault the mapped weights in (a cold page cache would dominate), then start over */
@@ -343,12 +342,12 @@ static int g4b_cmd_bench(int argc, char **argv) {
            2.0 * ((elems - head) * prompt + head) / pre / 1e9, prompt, pre);
     printf("decode: %.2f tok/s, %.2f GB/s (%.3f GB of weights per token, %d tokens in %.2f s, best of 3)\n", gen / dec,
            bpt * gen / dec / 1e9, bpt / 1e9, gen, dec);
-    printf("memory: peak RSS %.0f MB, arena %.1f MB\n", (double)ru.ru_maxrss / 1024.0, (double)bytes / 1048576.0);
+    printf("memory: peak RSS %.0f MB, arena %.1f MB\n", (double)ru.ru_maxrss / 1024.0, (double)s.arena_bytes / 1048576.0);
     rc = 0;
 done:
     free(ids);
     free(logits);
-    free(arena);
+    g4_session_destroy(&s);
     g4_pool_free(pool);
     g4_model_free(&m);
     return rc;

@@ -1,16 +1,8 @@
 /* gemma4 - the command-line face of gemma4.h.
 
-     gemma4 info PATH                       PATH: model directory or config.json
-     gemma4 logits DIR --ids 2,818,1010 --out FILE [--chunk N]
-     gemma4 greedy DIR --ids 2,818 --new N [--chunk N]
-     gemma4 compare DIR DUMP.safetensors [--tolerance T] [--f32|--bf16] [--chunk N]
-     gemma4 bench DIR [--threads N] [--prompt N] [--gen N] [--bf16]
-     gemma4 synth --config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N]
-     gemma4 tokenize TOKENIZER_JSON_OR_MODEL_DIR [TEXT]
-     gemma4 generate DIR --prompt "..." [--chat] [--system S] [--think] [--temp T]
-            [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]
-            [--max-tokens N] [--ctx N] [--tokenizer PATH]
-     gemma4 chat DIR [--system S] [--think] [sampling flags as generate]
+   One command per row of the table `commands` at the end of this file (name,
+   handler, arguments); `gemma4` alone prints them all from it, and a command
+   given bad arguments prints its own row.
 
    `logits` runs the ids as one sequence and writes float32 little-endian
    logits for every position, [n_ids][vocab], to FILE, and prints the argmax
@@ -18,6 +10,7 @@
    ids. `compare` runs the ids stored in a dump (tools/hf_dump.py) and prints,
    tap by tap in forward order, how far gemma4.h is from the dump; exit status
    0 when every tap is within tolerance, 2 when one is not.
+   `grad` writes the loss and every trained tensor's gradient (examples/train.h).
    `tokenize` prints the ids of TEXT (or of all of stdin) as tokenizers'
    encode(TEXT).ids does (the post-processor's <bos> included). `generate`
    streams the answer to stdout, then prints token counts and speeds to
@@ -39,21 +32,11 @@
 #include <time.h>
 #include <unistd.h>
 
-static int usage(void) {
-    fprintf(stderr,
-            "usage: gemma4 info PATH\n"
-            "       gemma4 logits DIR --ids 2,818,1010 --out FILE [--chunk N]\n"
-            "       gemma4 greedy DIR --ids 2,818 --new N [--chunk N]\n"
-            "       gemma4 compare DIR DUMP.safetensors [--tolerance T] [--f32|--bf16] [--chunk N]\n"
-            "       gemma4 bench DIR [--threads N] [--prompt N] [--gen N] [--bf16]\n"
-            "       gemma4 synth --config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N]\n"
-            "       gemma4 tokenize TOKENIZER_JSON_OR_MODEL_DIR [TEXT]\n"
-            "       gemma4 generate DIR --prompt \"...\" [--chat] [--system S] [--think] [--temp T] [--top-k K]\n"
-            "              [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--max-tokens N] [--ctx N]\n"
-            "              [--tokenizer PATH]\n"
-            "       gemma4 chat DIR [--system S] [--think] [sampling flags as generate]\n");
-    return 1;
-}
+/* "usage: gemma4 NAME ARGS" for one command, or for all (NULL); returns 1.
+   The lines come from the table `commands` below. */
+static int usage(const char *command);
+static int parse_ids(const char *s, int32_t **out);
+#include "train.h"
 
 /* "2,818,1010" -> ids; returns the count, or -1 with a message. */
 static int parse_ids(const char *s, int32_t **out) {
@@ -88,11 +71,14 @@ static int is_dir(const char *path) {
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-static int cmd_info(const char *path) {
+/* gemma4 info PATH: the plan of a model directory or config.json */
+static int cmd_info(int argc, char **argv) {
+    const char *path = argv[2];
     g4_config c;
     g4_plan p;
     g4_result r;
     char buf[4096];
+    if (argc != 3) return usage(argv[1]);
     if (is_dir(path)) {
         snprintf(buf, sizeof buf, "%s/config.json", path);
         path = buf;
@@ -104,21 +90,15 @@ static int cmd_info(const char *path) {
     return 0;
 }
 
-/* Loads DIR, sizes and allocates the arena, opens a session for n tokens. */
-static int open_session(const char *dir, int n, int chunk, g4_model *m, g4_session *s, void **arena) {
+/* Loads DIR and opens a session for n tokens (g4_session_destroy, then
+   g4_model_free, when done). */
+static int open_session(const char *dir, int n, int chunk, g4_model *m, g4_session *s) {
     g4_session_config sc = g4_session_config_init();
-    size_t bytes;
     if (g4_model_load(m, dir) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m->error); return 1; }
     sc.max_context = n;
     if (chunk > 0) sc.max_chunk = chunk;
-    if (g4_session_size(m, &sc, &bytes) != G4_OK || !(*arena = malloc(bytes))) {
-        fprintf(stderr, "gemma4: cannot allocate a session for %d positions\n", n);
-        g4_model_free(m);
-        return 1;
-    }
-    if (g4_session_init(s, m, &sc, *arena, bytes) != G4_OK) {
+    if (g4_session_create(s, m, &sc) != G4_OK) {
         fprintf(stderr, "gemma4: %s\n", s->error);
-        free(*arena);
         g4_model_free(m);
         return 1;
     }
@@ -134,31 +114,30 @@ static int cmd_compare(int argc, char **argv) {
     g4_model m;
     g4_session s;
     g4_session_config sc = g4_session_config_init();
-    size_t bytes;
-    void *arena = NULL;
     float *logits = NULL;
+    if (argc < 4) return usage(argv[1]);
+    memset(&s, 0, sizeof s);
     for (i = 4; i < argc; i++) {
         if (strcmp(argv[i], "--f32") == 0) bf16 = 0;
         else if (strcmp(argv[i], "--bf16") == 0) bf16 = 1;
         else if (strcmp(argv[i], "--tolerance") == 0 && i + 1 < argc) tol = g4b_num(argv[++i]);
         else if (strcmp(argv[i], "--chunk") == 0 && i + 1 < argc) chunk = g4b_int(argv[++i]);
-        else return usage();
+        else return usage(argv[1]);
     }
     if (g4cmp_open(&c, dump) != G4_OK) { fprintf(stderr, "gemma4: %s\n", c.error); g4cmp_close(&c); return 1; }
     if (g4_model_load(&m, dir) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m.error); g4cmp_close(&c); return 1; }
     sc.bf16 = bf16 >= 0 ? bf16 : c.bf16;
-    if (tol != tol) { g4cmp_close(&c); g4_model_free(&m); return usage(); }
+    if (tol != tol) { g4cmp_close(&c); g4_model_free(&m); return usage(argv[1]); }
     if (tol < 0) tol = sc.bf16 ? G4CMP_TOL_BF16 : G4CMP_TOL_F32;
     sc.max_context = c.n_ids;
     if (chunk > 0) sc.max_chunk = chunk;
     sc.tap = g4cmp_tap;
     sc.tap_user = &c;
-    if (g4_session_size(&m, &sc, &bytes) != G4_OK || !(arena = malloc(bytes)) ||
-        !(logits = (float *)malloc(sizeof(float) * (size_t)c.n_ids * m.config.vocab_size))) {
+    if (!(logits = (float *)malloc(sizeof(float) * (size_t)c.n_ids * m.config.vocab_size))) {
         fprintf(stderr, "gemma4: out of memory for %d positions\n", c.n_ids);
         goto done;
     }
-    if (g4_session_init(&s, &m, &sc, arena, bytes) != G4_OK || g4_forward(&s, c.ids, c.n_ids, logits, G4_LOGITS_ALL) != G4_OK) {
+    if (g4_session_create(&s, &m, &sc) != G4_OK || g4_forward(&s, c.ids, c.n_ids, logits, G4_LOGITS_ALL) != G4_OK) {
         fprintf(stderr, "gemma4: %s\n", s.error);
         goto done;
     }
@@ -166,15 +145,20 @@ static int cmd_compare(int argc, char **argv) {
            c.bf16 ? "bfloat16" : "float32", c.n_ids);
     first = g4cmp_report(&c, tol, stdout);
     rc = first >= 0 ? 2 : 0;
+    if (g4_model_tensor(&c.dump, "loss")) { /* a --grad dump: the loss and the gradients too */
+        int g = sc.bf16 ? 1 : g4t_compare_grads(&m, dump, &c, tol);
+        if (sc.bf16) fprintf(stderr, "gemma4: gradients are compared in float32 only\n");
+        if (g > rc || g == 1) rc = g;
+    }
 done:
     free(logits);
-    free(arena);
+    g4_session_destroy(&s);
     g4_model_free(&m);
     g4cmp_close(&c);
     return rc;
 }
 
-/* ------------------------------------------------ text in, text out (issue 5) */
+/* ------------------------------------------------------ text in, text out */
 
 static double now_s(void) {
     struct timespec ts;
@@ -208,7 +192,7 @@ static int cmd_tokenize(int argc, char **argv) {
     size_t len = 0, n, i, cap;
     int32_t *ids;
     int rc = 1;
-    if (argc > 4) return usage();
+    if (argc > 4) return usage(argv[1]);
     if (g4_tokenizer_load(&t, argv[2]) != G4_OK) { fprintf(stderr, "gemma4: %s\n", t.error); return 1; }
     if (argc == 4) { len = strlen(argv[3]); text = (char *)malloc(len + 1); if (text) memcpy(text, argv[3], len + 1); }
     else text = read_all(stdin, &len);
@@ -281,7 +265,7 @@ static int parse_gen_opts(int argc, char **argv, gen_opts *o, int is_chat) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--chat") == 0) { o->chat = 1; continue; }
         if (strcmp(a, "--think") == 0) { o->think = 1; continue; }
-        if (!v) return usage();
+        if (!v) return usage(argv[1]);
         i++;
         if (strcmp(a, "--prompt") == 0 && !is_chat) o->prompt = v;
         else if (strcmp(a, "--system") == 0) o->system = v;
@@ -294,12 +278,12 @@ static int parse_gen_opts(int argc, char **argv, gen_opts *o, int is_chat) {
         else if (strcmp(a, "--seed") == 0) { o->sc.seed = strtoull(v, NULL, 10); o->seed_given = 1; }
         else if (strcmp(a, "--max-tokens") == 0) o->max_tokens = g4b_int(v);
         else if (strcmp(a, "--ctx") == 0) o->ctx = g4b_int(v);
-        else return usage();
+        else return usage(argv[1]);
     }
     if ((!is_chat && !o->prompt) || o->max_tokens < 0 || o->ctx < 0 || o->sc.top_k < 0 ||
         o->sc.temperature != o->sc.temperature || o->sc.top_p != o->sc.top_p || o->sc.min_p != o->sc.min_p ||
         o->sc.repetition_penalty != o->sc.repetition_penalty)
-        return usage(); /* a value that is not a number */
+        return usage(argv[1]); /* a value that is not a number */
     if (!o->seed_given) o->sc.seed = (uint64_t)time(NULL);
     return 0;
 }
@@ -310,14 +294,13 @@ typedef struct {
     g4_tokenizer t;
     g4_session s;
     g4_sampler smp;
-    void *arena;
     float *logits;
     char *piece;
     int loaded_m, loaded_t;
 } gen_ctx;
 
 static void gen_free(gen_ctx *g) {
-    free(g->arena);
+    g4_session_destroy(&g->s);
     free(g->logits);
     free(g->piece);
     g4_sampler_free(&g->smp);
@@ -327,7 +310,6 @@ static void gen_free(gen_ctx *g) {
 
 static int gen_open(gen_ctx *g, const char *dir, const gen_opts *o, int max_context) {
     g4_session_config sc = g4_session_config_init();
-    size_t bytes;
     memset(g, 0, sizeof *g);
     if (g4_tokenizer_load(&g->t, o->tokenizer ? o->tokenizer : dir) != G4_OK) {
         fprintf(stderr, "gemma4: %s%s\n", g->t.error, o->tokenizer ? "" : " (give the tokenizer with --tokenizer PATH)");
@@ -338,11 +320,7 @@ static int gen_open(gen_ctx *g, const char *dir, const gen_opts *o, int max_cont
     if (g4_model_load(&g->m, dir) != G4_OK) { fprintf(stderr, "gemma4: %s\n", g->m.error); return 1; }
     g->loaded_m = 1;
     sc.max_context = o->ctx ? o->ctx : max_context;
-    if (g4_session_size(&g->m, &sc, &bytes) != G4_OK || !(g->arena = malloc(bytes))) {
-        fprintf(stderr, "gemma4: cannot allocate a session for %d positions\n", sc.max_context);
-        return 1;
-    }
-    if (g4_session_init(&g->s, &g->m, &sc, g->arena, bytes) != G4_OK) { fprintf(stderr, "gemma4: %s\n", g->s.error); return 1; }
+    if (g4_session_create(&g->s, &g->m, &sc) != G4_OK) { fprintf(stderr, "gemma4: %s\n", g->s.error); return 1; }
     if (g4_sampler_init(&g->smp, &o->sc, g->m.config.vocab_size) != G4_OK) { fprintf(stderr, "gemma4: %s\n", g->smp.error); return 1; }
     g->logits = (float *)malloc(sizeof(float) * (size_t)g->m.config.vocab_size);
     g->piece = (char *)malloc((size_t)g->t.max_piece);
@@ -495,76 +473,143 @@ static int cmd_chat(int argc, char **argv) {
     return rc;
 }
 
-int main(int argc, char **argv) {
-    const char *cmd, *dir, *ids_arg = NULL, *out_path = NULL;
-    int32_t *ids = NULL;
-    int n, i, chunk = 0, n_new = -1, rc = 1;
+/* --------------------------------------------------- logits and greedy */
+
+/* The options logits and greedy share: --ids, --chunk, and --out / --new. */
+typedef struct {
+    int32_t *ids;
+    int n, chunk, n_new;
+    const char *out_path;
+} run_opts;
+
+static int parse_run_opts(int argc, char **argv, run_opts *o) {
+    const char *ids_arg = NULL;
+    int i, logits = strcmp(argv[1], "logits") == 0;
+    memset(o, 0, sizeof *o);
+    o->n_new = -1;
+    for (i = 3; i < argc; i++) {
+        if (i + 1 >= argc) return usage(argv[1]);
+        if (strcmp(argv[i], "--ids") == 0) ids_arg = argv[++i];
+        else if (strcmp(argv[i], "--chunk") == 0) o->chunk = g4b_int(argv[++i]);
+        else if (logits && strcmp(argv[i], "--out") == 0) o->out_path = argv[++i];
+        else if (!logits && strcmp(argv[i], "--new") == 0) o->n_new = g4b_int(argv[++i]);
+        else return usage(argv[1]);
+    }
+    if (!ids_arg || (logits && !o->out_path) || (!logits && o->n_new < 0) || o->chunk < 0) return usage(argv[1]);
+    return (o->n = parse_ids(ids_arg, &o->ids)) < 0;
+}
+
+/* gemma4 logits DIR --ids ... --out FILE: all logits [n][V] to FILE, argmax of each */
+static int cmd_logits(int argc, char **argv) {
+    run_opts o;
     g4_model m;
     g4_session s;
-    void *arena = NULL;
     float *logits = NULL;
-
-    if (argc < 3) return usage();
-    cmd = argv[1];
-    dir = argv[2];
-    if (strcmp(cmd, "info") == 0) return argc == 3 ? cmd_info(dir) : usage();
-    if (strcmp(cmd, "compare") == 0) return argc >= 4 ? cmd_compare(argc, argv) : usage();
-    if (strcmp(cmd, "bench") == 0) return g4b_cmd_bench(argc, argv);
-    if (strcmp(cmd, "synth") == 0) return g4b_cmd_synth(argc, argv);
-    if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc, argv);
-    if (strcmp(cmd, "generate") == 0) return cmd_generate(argc, argv);
-    if (strcmp(cmd, "chat") == 0) return cmd_chat(argc, argv);
-    if (strcmp(cmd, "logits") != 0 && strcmp(cmd, "greedy") != 0) return usage();
-    for (i = 3; i < argc; i++) {
-        if (i + 1 >= argc) return usage();
-        if (strcmp(argv[i], "--ids") == 0) ids_arg = argv[++i];
-        else if (strcmp(argv[i], "--out") == 0) out_path = argv[++i];
-        else if (strcmp(argv[i], "--chunk") == 0) chunk = g4b_int(argv[++i]);
-        else if (strcmp(argv[i], "--new") == 0) n_new = g4b_int(argv[++i]);
-        else return usage();
-    }
-    if (!ids_arg || (cmd[0] == 'l' && !out_path) || (cmd[0] == 'g' && n_new < 0) || chunk < 0) return usage();
-    if ((n = parse_ids(ids_arg, &ids)) < 0) return 1;
-    if (open_session(dir, cmd[0] == 'g' ? n + n_new : n, chunk, &m, &s, &arena)) { free(ids); return 1; }
-
-    if (cmd[0] == 'l') { /* logits */
-        FILE *f;
-        int V = m.config.vocab_size;
-        logits = (float *)malloc(sizeof(float) * (size_t)n * (size_t)V);
-        if (!logits) { fprintf(stderr, "gemma4: out of memory for %d x %d logits\n", n, V); goto done; }
-        if (g4_forward(&s, ids, n, logits, G4_LOGITS_ALL) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
-        if (!(f = fopen(out_path, "wb"))) { fprintf(stderr, "gemma4: cannot write %s\n", out_path); goto done; }
-        if (fwrite(logits, sizeof(float), (size_t)n * V, f) != (size_t)n * V) {
-            fclose(f);
-            fprintf(stderr, "gemma4: short write to %s\n", out_path);
-            goto done;
-        }
+    FILE *f;
+    int i, V, rc = 1;
+    if (parse_run_opts(argc, argv, &o)) return 1;
+    if (open_session(argv[2], o.n, o.chunk, &m, &s)) { free(o.ids); return 1; }
+    V = m.config.vocab_size;
+    logits = (float *)malloc(sizeof(float) * (size_t)o.n * (size_t)V);
+    if (!logits) { fprintf(stderr, "gemma4: out of memory for %d x %d logits\n", o.n, V); goto done; }
+    if (g4_forward(&s, o.ids, o.n, logits, G4_LOGITS_ALL) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
+    if (!(f = fopen(o.out_path, "wb"))) { fprintf(stderr, "gemma4: cannot write %s\n", o.out_path); goto done; }
+    if (fwrite(logits, sizeof(float), (size_t)o.n * V, f) != (size_t)o.n * V) {
         fclose(f);
-        printf("argmax:");
-        for (i = 0; i < n; i++) printf(" %d", (int)g4_argmax(logits + (size_t)i * V, V));
-        printf("\nwrote %d x %d float32 logits to %s\n", n, V, out_path);
-    } else { /* greedy */
-        int32_t next;
-        logits = (float *)malloc(sizeof(float) * (size_t)m.config.vocab_size);
-        if (!logits) goto done;
-        if (g4_forward(&s, ids, n, logits, G4_LOGITS_LAST) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
-        for (i = 0; i < n; i++) printf("%d ", (int)ids[i]);
-        for (i = 0; i < n_new; i++) {
-            next = g4_argmax(logits, m.config.vocab_size);
-            printf("%d%s", (int)next, i + 1 < n_new ? " " : "");
-            fflush(stdout);
-            if (i + 1 < n_new && g4_forward(&s, &next, 1, logits, G4_LOGITS_LAST) != G4_OK) {
-                fprintf(stderr, "\ngemma4: %s\n", s.error);
-                goto done;
-            }
-        }
-        printf("\n");
+        fprintf(stderr, "gemma4: short write to %s\n", o.out_path);
+        goto done;
     }
+    fclose(f);
+    printf("argmax:");
+    for (i = 0; i < o.n; i++) printf(" %d", (int)g4_argmax(logits + (size_t)i * V, V));
+    printf("\nwrote %d x %d float32 logits to %s\n", o.n, V, o.out_path);
     rc = 0;
 done:
     free(logits);
-    free(ids);
-    free(arena);
+    free(o.ids);
+    g4_session_destroy(&s);
     g4_model_free(&m);
     return rc;
+}
+
+/* gemma4 greedy DIR --ids ... --new N: the ids, then N greedily chosen ones */
+static int cmd_greedy(int argc, char **argv) {
+    run_opts o;
+    g4_model m;
+    g4_session s;
+    float *logits = NULL;
+    int i, V, rc = 1;
+    if (parse_run_opts(argc, argv, &o)) return 1;
+    if (open_session(argv[2], o.n + o.n_new, o.chunk, &m, &s)) { free(o.ids); return 1; }
+    V = m.config.vocab_size;
+    if (!(logits = (float *)malloc(sizeof(float) * (size_t)V))) { fprintf(stderr, "gemma4: out of memory\n"); goto done; }
+    if (g4_forward(&s, o.ids, o.n, logits, G4_LOGITS_LAST) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
+    for (i = 0; i < o.n; i++) printf("%d ", (int)o.ids[i]);
+    for (i = 0; i < o.n_new; i++) {
+        int32_t next = g4_argmax(logits, V);
+        printf("%d%s", (int)next, i + 1 < o.n_new ? " " : "");
+        fflush(stdout);
+        if (i + 1 < o.n_new && g4_forward(&s, &next, 1, logits, G4_LOGITS_LAST) != G4_OK) {
+            fprintf(stderr, "\ngemma4: %s\n", s.error);
+            goto done;
+        }
+    }
+    printf("\n");
+    rc = 0;
+done:
+    free(logits);
+    free(o.ids);
+    g4_session_destroy(&s);
+    g4_model_free(&m);
+    return rc;
+}
+
+/* ------------------------------------------------------------ commands */
+
+/* Every command: its name, its handler (argv[1] is the name, argv[2] the
+   first argument) and its arguments for the usage text ('\n' continues them
+   on an indented line). A new command is one row here. */
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *args;
+} commands[] = {
+    {"info", cmd_info, "PATH"},
+    {"logits", cmd_logits, "DIR --ids 2,818,1010 --out FILE [--chunk N]"},
+    {"greedy", cmd_greedy, "DIR --ids 2,818 --new N [--chunk N]"},
+    {"compare", cmd_compare, "DIR DUMP.safetensors [--tolerance T] [--f32|--bf16] [--chunk N]"},
+    {"grad", g4t_cmd_grad, "DIR --ids 2,818,... [--labels L,...] [--recompute] [--threads N] --out FILE"},
+    {"bench", g4t_cmd_bench, "DIR [--threads N] [--prompt N] [--gen N] [--bf16]\n"
+                             "DIR --grad [--recompute] [--threads N] [--prompt N]"},
+    {"synth", g4b_cmd_synth, "--config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N]"},
+    {"tokenize", cmd_tokenize, "TOKENIZER_JSON_OR_MODEL_DIR [TEXT]"},
+    {"generate", cmd_generate, "DIR --prompt \"...\" [--chat] [--system S] [--think] [--temp T] [--top-k K]\n"
+                               "[--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--max-tokens N] [--ctx N]\n"
+                               "[--tokenizer PATH]"},
+    {"chat", cmd_chat, "DIR [--system S] [--think] [sampling flags as generate]"},
+};
+#define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
+
+static int usage(const char *command) {
+    int k, first = 1;
+    for (k = 0; k < N_COMMANDS; k++) {
+        const char *a = commands[k].args;
+        if (command && strcmp(command, commands[k].name) != 0) continue;
+        fprintf(stderr, "%s gemma4 %s ", first ? "usage:" : "      ", commands[k].name);
+        for (; *a; a++) {
+            fputc(*a, stderr);
+            if (*a == '\n') fprintf(stderr, "              ");
+        }
+        fputc('\n', stderr);
+        first = 0;
+    }
+    return first && command ? usage(NULL) : 1;
+}
+
+int main(int argc, char **argv) {
+    int k;
+    if (argc < 3) return usage(NULL);
+    for (k = 0; k < N_COMMANDS; k++)
+        if (strcmp(argv[1], commands[k].name) == 0) return commands[k].run(argc, argv);
+    return usage(NULL);
 }

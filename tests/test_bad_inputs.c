@@ -1033,6 +1033,26 @@ static void test_runtime_cases(void) {
     expect(g4_session_init(&s, NULL, &sc, arena, 1 << 20), G4_ERR_INPUT, s.error, "NULL or unloaded model", NULL);
     expect(g4_session_init(&s, &g_m, NULL, arena, 1 << 20), G4_ERR_INPUT, s.error, "NULL or unloaded model / config", NULL);
     end();
+    begin("g4_session_create: the errors of g4_session_init; destroy after any outcome");
+    {
+        g4_session c;
+        CHECK(g4_session_create(NULL, &g_m, &sc) == G4_ERR_INPUT, "NULL session");
+        expect(g4_session_create(&c, NULL, &sc), G4_ERR_INPUT, c.error, "NULL or unloaded model", NULL);
+        g4_session_destroy(&c);
+        expect(g4_session_create(&c, &g_m, NULL), G4_ERR_INPUT, c.error, "NULL or unloaded model / config", NULL);
+        sc.max_context = 0;
+        expect(g4_session_create(&c, &g_m, &sc), G4_ERR_INPUT, c.error, "max_context must be >= 1 (got 0)", NULL);
+        g4_session_destroy(&c);
+        sc.max_context = 4;
+        expect(g4_session_create(&c, &g_m, &sc), G4_OK, c.error, NULL, NULL);
+        CHECK(c.own_arena != NULL && c.arena_bytes > 0 && (uintptr_t)c.slots % 16 == 0, "an arena of its own");
+        CHECK(g4_forward(&c, ids, 4, logits, G4_LOGITS_ALL) == G4_OK, "%s", c.error);
+        g4_session_destroy(&c);
+        expect(g4_forward(&c, ids, 1, logits, G4_LOGITS_LAST), G4_ERR_INPUT, c.error, "not initialised", NULL);
+        g4_session_destroy(&c); /* twice is harmless */
+        g4_session_destroy(NULL);
+    }
+    end();
     begin("NULL: an unloaded (zeroed) model");
     {
         static g4_model z;

@@ -17,8 +17,22 @@ model in bfloat16, as transformers does for the released checkpoints, and
 stores the bf16 tensors exactly. Attention and MoE experts use transformers'
 "eager" implementations, whose rounding gemma4.h's bf16 mode reproduces.
 
+--grad (float32 only) also runs model(input_ids, labels=labels).loss.backward()
+(labels: --labels, default the ids; -100 ignored) and adds
+
+    labels                             I32 [S]
+    loss                               F32 [1]
+    grad.<parameter>                   the gradient of every trained parameter, named as in
+                                       the checkpoint (the tied lm_head under embed_tokens)
+    grad.<tap name>                    dL/d(that tap's output) [S, cols], from tensor hooks,
+                                       for the taps gemma4.h's backward reports (not
+                                       self_attn.k/.v, whose tensors the reader layers share,
+                                       nor logits)
+
 Then `build/gemma4 compare MODEL_DIR DUMP.safetensors` runs gemma4.h on the same
-ids and prints, tap by tap, where the two first disagree. Another runtime can
+ids and prints, tap by tap, where the two first disagree (with --grad dumps: the
+loss, then the activation gradients and the parameter gradients in backward
+order, each with its first divergence). Another runtime can
 be compared the same way by writing its activations under these names.
 
 Tested with torch 2.15.0 and transformers 5.23.0 (see data/tiny/VERSIONS.txt).
@@ -54,7 +68,11 @@ def main():
     ap.add_argument("--ids", required=True, help="comma-separated token ids")
     ap.add_argument("--out", required=True)
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    ap.add_argument("--grad", action="store_true", help="also the loss and the gradients (float32)")
+    ap.add_argument("--labels", help="comma-separated labels for --grad (-100: ignored; default: the ids)")
     args = ap.parse_args()
+    if args.grad and args.dtype != "float32":
+        raise SystemExit("hf_dump: --grad runs in float32 only")
 
     ids = [int(x) for x in args.ids.split(",")]
     S = len(ids)
@@ -65,16 +83,26 @@ def main():
     model.eval()
     text = find_text_model(model)
     taps = {}
+    grads = {}
     hooks = []
+
+    def grad_hook(name, t):
+        if args.grad and t.requires_grad:
+            def keep(g):
+                grads["grad." + name] = rows(g, S)
+            t.register_hook(keep)
 
     def out_hook(name):
         def hook(_mod, _inp, out):
-            taps[name] = rows(out[0] if isinstance(out, tuple) else out, S)
+            t = out[0] if isinstance(out, tuple) else out
+            taps[name] = rows(t, S)
+            grad_hook(name, t)
         return hook
 
     def in_hook(name):
         def hook(_mod, inp):
             taps[name] = rows(inp[0], S)
+            grad_hook(name, inp[0])
         return hook
 
     def add(module, name):
@@ -87,6 +115,7 @@ def main():
     def project(*a, **k):
         out = orig_project(*a, **k)
         taps["per_layer_inputs"] = rows(out, S)
+        grad_hook("per_layer_inputs", out)
         return out
     text.project_per_layer_inputs = project
 
@@ -113,11 +142,30 @@ def main():
         p = f"layers.{module.layer_idx}.self_attn."
         for name, t in (("q", query), ("k", key), ("v", value)):  # [1, heads, S, D] -> [S, heads*D]
             taps[p + name] = t.detach()[0].transpose(0, 1).reshape(S, -1).clone()
+        if args.grad and query.requires_grad:
+            def keep(g, name=p + "q"):
+                grads["grad." + name] = g.detach()[0].transpose(0, 1).reshape(S, -1).clone()
+            query.register_hook(keep)
         return orig_eager(module, query, key, value, *a, **k)
     mg.eager_attention_forward = eager
 
-    with torch.no_grad():
-        out = model(input_ids=torch.tensor([ids]), use_cache=False)
+    extra = {}
+    if args.grad:
+        labels = [int(x) for x in args.labels.split(",")] if args.labels else list(ids)
+        if len(labels) != S:
+            raise SystemExit(f"hf_dump: {len(labels)} labels for {S} ids")
+        out = model(input_ids=torch.tensor([ids]), labels=torch.tensor([labels]), use_cache=False)
+        out.loss.backward()
+        extra["labels"] = torch.tensor(labels, dtype=torch.int32)
+        extra["loss"] = out.loss.detach().reshape(1).float()
+        prefix = "model.language_model." if text is not getattr(model, "model", None) else "model."
+        for n, p in text.named_parameters():
+            if p.grad is not None:
+                extra["grad." + prefix + n] = p.grad.detach().float().contiguous()
+        extra.update({k: v.float().contiguous() for k, v in grads.items()})
+    else:
+        with torch.no_grad():
+            out = model(input_ids=torch.tensor([ids]), use_cache=False)
     mg.eager_attention_forward = orig_eager
     for h in hooks:
         h.remove()
@@ -125,10 +173,12 @@ def main():
     taps["logits"] = rows(out.logits, S)
     tensors = {"input_ids": torch.tensor(ids, dtype=torch.int32)}
     tensors.update({k: v.to(dtype).contiguous() for k, v in taps.items()})
+    tensors.update(extra)
     meta = {"format": "gemma4.h taps 1", "dtype": args.dtype, "transformers": transformers.__version__,
             "torch": torch.__version__, "order": json.dumps(list(taps))}
     save_file(tensors, args.out, metadata=meta)
-    print(f"hf_dump: {len(taps)} taps, {S} tokens, {args.dtype} -> {args.out}")
+    print(f"hf_dump: {len(taps)} taps, {S} tokens, {args.dtype}"
+          + (f", loss {float(extra['loss']):.7f}, {len(extra) - 2} gradients" if args.grad else "") + f" -> {args.out}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,277 @@
+/* train.h - the training commands of build/gemma4 (included by gemma4.c,
+   after compare.h and bench.h).
+
+   `grad DIR --ids 2,818,... [--labels ...] [--recompute] [--threads N] --out FILE`
+   runs g4_loss_and_grad on one sequence and writes a safetensors file with
+   `loss` (F32 [1]) and one F32 gradient per trained tensor, named and shaped as
+   in the checkpoint (the tied lm_head's part is in embed_tokens). Without
+   --labels the labels are the ids; -100 ignores a position.
+
+   g4t_compare_grads is the gradient half of `compare`: for a dump written by
+   tools/hf_dump.py --grad it runs the same loss and backward and prints the
+   loss, then dL/d(tap output) tap by tap in backward order, then every
+   parameter gradient in backward order (last layer first), each with the
+   first one over tolerance. */
+#ifndef G4_TRAIN_CLI_H
+#define G4_TRAIN_CLI_H
+
+/* "-100,818,5" -> labels (a '-' allowed); returns the count, or -1 with a message */
+static int g4t_labels(const char *s, int32_t **out) {
+    int n = 1, k = 0;
+    const char *p;
+    int32_t *v;
+    for (p = s; *p; p++) n += *p == ',';
+    if (!(v = (int32_t *)malloc(sizeof(int32_t) * (size_t)n))) return -1;
+    for (p = s; k < n; k++) {
+        long x = 0;
+        int neg = *p == '-';
+        const char *start;
+        if (neg) p++;
+        start = p;
+        while (*p >= '0' && *p <= '9' && x <= 0x7fffffffL) x = x * 10 + (*p++ - '0');
+        if (p == start || (*p && *p != ',') || x > 0x7fffffffL) {
+            fprintf(stderr, "gemma4: --labels: '%s' is not a comma-separated list of integers\n", s);
+            free(v);
+            return -1;
+        }
+        v[k] = (int32_t)(neg ? -x : x);
+        if (*p == ',') p++;
+    }
+    *out = v;
+    return n;
+}
+
+/* loss + every gradient entry as a safetensors file; 0 on success */
+static int g4t_write(const char *path, const g4_train *t, const float *G, float loss) {
+    size_t cap = 256 + (size_t)t->n_grads * 256, len = 0, off = 4, pad;
+    char *hdr = (char *)malloc(cap);
+    FILE *f;
+    uint64_t hl;
+    int i, k, ok;
+    if (!hdr) { fprintf(stderr, "gemma4: out of memory\n"); return 1; }
+    len += (size_t)snprintf(hdr + len, cap - len, "{\"loss\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}");
+    for (i = 0; i < t->n_grads; i++) {
+        const g4_grad_entry *e = &t->grads[i];
+        len += (size_t)snprintf(hdr + len, cap - len, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[", e->name);
+        for (k = 0; k < e->ndim; k++) len += (size_t)snprintf(hdr + len, cap - len, "%s%lld", k ? "," : "", (long long)e->shape[k]);
+        len += (size_t)snprintf(hdr + len, cap - len, "],\"data_offsets\":[%lu,%lu]}", (unsigned long)off,
+                                (unsigned long)(off + 4 * e->count));
+        off += 4 * e->count;
+    }
+    len += (size_t)snprintf(hdr + len, cap - len, "}");
+    for (pad = (8 - len % 8) % 8; pad; pad--) hdr[len++] = ' ';
+    if (!(f = fopen(path, "wb"))) { fprintf(stderr, "gemma4: cannot write %s\n", path); free(hdr); return 1; }
+    hl = (uint64_t)len;
+    ok = fwrite(&hl, 8, 1, f) == 1 && fwrite(hdr, 1, len, f) == len && fwrite(&loss, 4, 1, f) == 1;
+    for (i = 0; ok && i < t->n_grads; i++) ok = fwrite(G + t->grads[i].offset, 4, t->grads[i].count, f) == t->grads[i].count;
+    ok = fclose(f) == 0 && ok;
+    free(hdr);
+    if (!ok) { fprintf(stderr, "gemma4: short write to %s\n", path); return 1; }
+    return 0;
+}
+
+/* A training state for `n` tokens (g4_train_size + one arena + the gradient block). */
+typedef struct { g4_train t; void *arena; float *G; g4_pool *pool; } g4t_state;
+
+static int g4t_open(g4t_state *st, const g4_model *m, int n, int recompute, int threads, g4_tap_fn gtap, void *gtap_user) {
+    g4_train_config cfg = g4_train_config_init();
+    size_t bytes, floats;
+    memset(st, 0, sizeof *st);
+    if (threads > 1 && g4_pool_create(&st->pool, threads) != G4_OK) { fprintf(stderr, "gemma4: no thread pool\n"); return 1; }
+    cfg.max_seq = n;
+    cfg.recompute = recompute;
+    cfg.pool = st->pool;
+    cfg.grad_tap = gtap;
+    cfg.grad_tap_user = gtap_user;
+    if (g4_train_size(m, &cfg, &bytes, &floats) != G4_OK) {
+        fprintf(stderr, "gemma4: a training arena for %d tokens does not fit in memory\n", n);
+        return 1;
+    }
+    st->arena = malloc(bytes);
+    st->G = (float *)malloc(sizeof(float) * floats);
+    if (!st->arena || !st->G) { fprintf(stderr, "gemma4: out of memory for a %lu-byte training arena\n", (unsigned long)bytes); return 1; }
+    if (g4_train_init(&st->t, m, &cfg, st->arena, bytes) != G4_OK) { fprintf(stderr, "gemma4: %s\n", st->t.error); return 1; }
+    return 0;
+}
+
+static void g4t_close(g4t_state *st) {
+    free(st->arena);
+    free(st->G);
+    g4_pool_free(st->pool);
+}
+
+/* gemma4 grad DIR --ids ... [--labels ...] [--recompute] [--threads N] --out FILE */
+static int g4t_cmd_grad(int argc, char **argv) {
+    const char *out = NULL, *ids_arg = NULL, *labels_arg = NULL;
+    int32_t *ids = NULL, *labels = NULL;
+    int i, n = 0, nl, recompute = 0, threads = 1, rc = 1;
+    float loss;
+    g4_model m;
+    g4t_state st;
+    double t0;
+    if (argc < 3) return usage(argv[1]);
+    for (i = 3; i < argc; i++) {
+        if (strcmp(argv[i], "--recompute") == 0) recompute = 1;
+        else if (i + 1 >= argc) return usage(argv[1]);
+        else if (strcmp(argv[i], "--ids") == 0) ids_arg = argv[++i];
+        else if (strcmp(argv[i], "--labels") == 0) labels_arg = argv[++i];
+        else if (strcmp(argv[i], "--out") == 0) out = argv[++i];
+        else if (strcmp(argv[i], "--threads") == 0) {
+            if ((threads = g4b_int(argv[++i])) < 1) { fprintf(stderr, "gemma4 grad: --threads must be >= 1\n"); return 1; }
+        } else return usage(argv[1]);
+    }
+    if (!ids_arg || !out) return usage(argv[1]);
+    if ((n = parse_ids(ids_arg, &ids)) < 0) return 1;
+    if (labels_arg) {
+        if ((nl = g4t_labels(labels_arg, &labels)) < 0) { free(ids); return 1; }
+        if (nl != n) {
+            fprintf(stderr, "gemma4 grad: %d labels for %d ids\n", nl, n);
+            free(ids); free(labels);
+            return 1;
+        }
+    }
+    if (n < 2) { fprintf(stderr, "gemma4 grad: needs at least 2 ids (the first label is never used)\n"); free(ids); free(labels); return 1; }
+    if (g4_model_load(&m, argv[2]) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m.error); free(ids); free(labels); return 1; }
+    if (g4t_open(&st, &m, n, recompute, threads, NULL, NULL)) goto done;
+    t0 = g4b_now();
+    if (g4_loss_and_grad(&st.t, ids, labels, n, &loss, st.G) != G4_OK) { fprintf(stderr, "gemma4: %s\n", st.t.error); goto done; }
+    printf("loss %.7f over %d tokens; %d gradients (%lu floats) in %.3f s; saved activations %lu bytes%s\n", loss, n,
+           st.t.n_grads, (unsigned long)st.t.grad_floats, g4b_now() - t0, (unsigned long)st.t.saved_bytes,
+           recompute ? " (recompute)" : "");
+    if (g4t_write(out, &st.t, st.G, loss)) goto done;
+    printf("wrote loss and %d gradients to %s\n", st.t.n_grads, out);
+    rc = 0;
+done:
+    g4t_close(&st);
+    g4_model_free(&m);
+    free(ids);
+    free(labels);
+    return rc;
+}
+
+/* the backward's tap, compared against "grad.<name>" in the dump */
+static void g4t_grad_tap(void *user, const char *name, int layer, const float *data, int rows, int cols, int pos0) {
+    char g[128];
+    snprintf(g, sizeof g, "grad.%s", name);
+    g4cmp_tap(user, g, layer, data, rows, cols, pos0);
+}
+
+/* The gradient half of `compare` (dumps with a `loss`): returns 0 when all is
+   within tolerance, 2 when not, 1 on an error. */
+static int g4t_compare_grads(const g4_model *m, const char *dump, const g4cmp *fwd, double tol) {
+    g4cmp c;
+    g4t_state st;
+    const g4_tensor *lt, *lab;
+    const int32_t *labels = NULL;
+    float loss, ref_loss;
+    int i, first, over = 0, rc = 1;
+    const char *first_param = NULL;
+    if (g4cmp_open(&c, dump) != G4_OK) { fprintf(stderr, "gemma4: %s\n", c.error); return 1; }
+    lt = g4_model_tensor(&fwd->dump, "loss");
+    lab = g4_model_tensor(&fwd->dump, "labels");
+    if (!lt || lt->dtype != G4_F32 || lt->ndim != 1 || lt->shape[0] != 1) { fprintf(stderr, "gemma4: the dump's loss is not F32 [1]\n"); goto done; }
+    ref_loss = g4__get(lt, 0);
+    if (lab) {
+        if (lab->dtype != G4_I32 || lab->ndim != 1 || lab->shape[0] != fwd->n_ids || ((uintptr_t)lab->data & 3)) {
+            fprintf(stderr, "gemma4: the dump's labels are not I32 [%d]\n", fwd->n_ids);
+            goto done;
+        }
+        labels = (const int32_t *)lab->data;
+    }
+    if (g4t_open(&st, m, fwd->n_ids, 0, 1, g4t_grad_tap, &c)) { g4t_close(&st); goto done; }
+    if (g4_loss_and_grad(&st.t, fwd->ids, labels, fwd->n_ids, &loss, st.G) != G4_OK) {
+        fprintf(stderr, "gemma4: %s\n", st.t.error);
+        g4t_close(&st);
+        goto done;
+    }
+    printf("\nloss: gemma4.h %.7f, dump %.7f (rel %.3g)\n", loss, ref_loss, fabs(loss - ref_loss) / fmax(fabs(ref_loss), 1e-30));
+    printf("activation gradients dL/d(tap), in backward order:\n");
+    first = g4cmp_report(&c, tol, stdout);
+    printf("parameter gradients, in backward order:\n%-56s %12s %12s\n", "tensor", "max abs", "max rel");
+    for (i = st.t.n_grads - 1; i >= 0; i--) {
+        const g4_grad_entry *e = &st.t.grads[i];
+        char key[160];
+        const g4_tensor *ref;
+        double mx = 0, ra = 0, rel;
+        size_t j;
+        snprintf(key, sizeof key, "grad.%s", e->name);
+        ref = g4_model_tensor(&fwd->dump, key);
+        if (!ref) { printf("%-56s %12s %12s  (not in dump)\n", e->name, "-", "-"); continue; }
+        if (ref->dtype != G4_F32 || (size_t)(ref->ndim == 1 ? ref->shape[0] : ref->ndim == 2 ? ref->shape[0] * ref->shape[1]
+                                             : ref->shape[0] * ref->shape[1] * ref->shape[2]) != e->count) {
+            printf("%-56s %12s %12s  shape differs in dump%s\n", e->name, "-", "-", first_param ? "" : "  <== first");
+            if (!first_param) first_param = e->name;
+            over++;
+            continue;
+        }
+        for (j = 0; j < e->count; j++) {
+            double r = g4__get(ref, j), d = fabs((double)st.G[e->offset + j] - r);
+            if (!(d <= mx)) mx = d;
+            if (fabs(r) > ra) ra = fabs(r);
+        }
+        rel = ra > 0 ? mx / ra : mx;
+        printf("%-56s %12.3g %12.3g%s\n", e->name, mx, rel,
+               !(rel <= tol) ? (first_param ? "  over" : "  <== first over tolerance") : "");
+        if (!(rel <= tol)) { if (!first_param) first_param = e->name; over++; }
+    }
+    printf("%d parameter gradients compared, %d over tolerance %g%s%s\n", st.t.n_grads, over, tol,
+           first_param ? "; first: " : "", first_param ? first_param : "");
+    rc = first >= 0 || over || !(fabs(loss - ref_loss) <= tol * fmax(fabs(ref_loss), 1.0)) ? 2 : 0;
+    g4t_close(&st);
+done:
+    g4cmp_close(&c);
+    return rc;
+}
+
+/* gemma4 bench DIR --grad [--threads N] [--prompt N]: forward + backward of
+   one N-token sequence (default 256), best of 3 after a warm-up; FLOPs counted
+   as 6 per weight per token (2 forward, 4 backward; the backward's recomputed
+   projections and attention's own FLOPs are not counted). Other bench
+   invocations go to g4b_cmd_bench. */
+static int g4t_cmd_bench(int argc, char **argv) {
+    int i, grad = 0, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), seq = 256, recompute = 0, rc = 1;
+    int32_t *ids = NULL;
+    double best = 1e30, elems, t0;
+    float loss = 0;
+    g4_model m;
+    g4t_state st;
+    for (i = 3; i < argc; i++) grad |= strcmp(argv[i], "--grad") == 0;
+    if (!grad) return g4b_cmd_bench(argc, argv);
+    if (argc < 3) return usage(argv[1]);
+    for (i = 3; i < argc; i++) {
+        if (strcmp(argv[i], "--grad") == 0) continue;
+        if (strcmp(argv[i], "--recompute") == 0) { recompute = 1; continue; }
+        if (i + 1 >= argc) return usage(argv[1]);
+        if (strcmp(argv[i], "--threads") == 0) threads = g4b_int(argv[++i]);
+        else if (strcmp(argv[i], "--prompt") == 0) seq = g4b_int(argv[++i]);
+        else { fprintf(stderr, "gemma4 bench: unknown option %s with --grad\n", argv[i]); return 1; }
+    }
+    if (threads < 1 || seq < 2) return usage(argv[1]);
+    if (g4_model_load(&m, argv[2]) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m.error); return 1; }
+    if (!(ids = (int32_t *)malloc(sizeof(int32_t) * (size_t)seq))) { fprintf(stderr, "gemma4: out of memory\n"); goto done; }
+    for (i = 0; i < seq; i++) ids[i] = (int32_t)((i * 7919 + 13) % m.config.vocab_size); /* as bench_torch_grad.py */
+    ids[0] = 2 % m.config.vocab_size;
+    if (g4t_open(&st, &m, seq, recompute, threads, NULL, NULL)) goto done_st;
+    for (i = 0; i < 4; i++) { /* a warm-up (page cache), then best of 3 */
+        t0 = g4b_now();
+        if (g4_loss_and_grad(&st.t, ids, NULL, seq, &loss, st.G) != G4_OK) { fprintf(stderr, "gemma4: %s\n", st.t.error); goto done_st; }
+        if (i && g4b_now() - t0 < best) best = g4b_now() - t0;
+    }
+    (void)g4b_bytes_per_token(&m, &elems);
+    printf("model: %s, %d layers, %s kernels, %d threads%s\n", argv[2], m.config.num_hidden_layers, g4_simd_name(),
+           threads, recompute ? ", recompute" : "");
+    printf("grad: %.2f tok/s, %.1f GFLOP/s (forward + backward of %d tokens in %.2f s, best of 3; loss %.4f)\n",
+           seq / best, 6.0 * elems * seq / best / 1e9, seq, best, loss);
+    printf("memory: training arena %.1f MB (saved activations %.1f MB), gradients %.1f MB\n",
+           (double)st.t.arena_bytes / 1048576.0, (double)st.t.saved_bytes / 1048576.0,
+           (double)st.t.grad_floats * 4.0 / 1048576.0);
+    rc = 0;
+done_st:
+    g4t_close(&st);
+done:
+    free(ids);
+    g4_model_free(&m);
+    return rc;
+}
+
+#endif /* G4_TRAIN_CLI_H */

@@ -1,0 +1,676 @@
+/* The training reference's tests: the backward ops against finite
+   differences in double, then g4_loss_and_grad against torch autograd on
+   transformers (data/tiny/<model>/grad_golden.safetensors, written by
+   tools/make_grad_goldens.py) and against float64 finite differences of
+   transformers' loss, recompute = no recompute and 1 thread = 2 threads bit for
+   bit, the shared-KV gradient slots (a planted reader-drop bug is caught at
+   the owner's k_proj), and the input errors.
+
+   Tolerances (float32 gemma4.h vs float32 torch autograd, same weights):
+     loss:      |ours - ref| <= 1e-5 * |ref|
+     gradients: max |ours - ref| <= GTOL * max |ref| per tensor (full tensors);
+                sum of squares within 2 * GTOL relative, max |g| within GTOL
+                relative, each of the 8 sign projections within GTOL * ||ref||_2
+                * sqrt(8) (a projection sums n terms: its float32 noise grows
+                like sqrt(n) * the per-element error);
+     finite differences (float64 transformers, h = 1e-5): |ours - fd| <=
+                GTOL * max |ref| of the tensor.
+   GTOL = 1e-4: torch's own eager and sdpa paths differ by up to 2.7e-5, and
+   its float32 and float64 autograd by up to 2.9e-5, on these models
+   (data/tiny/GRAD_VERSIONS.txt). A wrong term (a dropped path, a missing
+   transpose, the pad row) shows as 1e-2 or more. */
+#define _POSIX_C_SOURCE 200809L
+#define GEMMA4_IMPLEMENTATION
+#define G4_PARALLEL_MIN 1 /* split every job, however small, when a pool is set */
+#include "../gemma4.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "harness.h"
+#include "fixtures.h"
+
+#define GTOL 1e-4
+
+/* ----------------------------------------------- ops vs finite differences */
+
+static uint64_t g_rng = 88172645463325252ULL;
+static double urand(void) { /* [-1, 1) */
+    g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
+    return (double)(g_rng >> 11) / 4503599627370496.0 - 1.0;
+}
+
+static g4_tensor f32_tensor(const float *data, int rows, int cols) {
+    g4_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data; t.dtype = G4_F32; t.ndim = cols ? 2 : 1;
+    t.shape[0] = rows; t.shape[1] = cols;
+    return t;
+}
+
+/* double-precision forwards of the ops, for the finite differences */
+static void rms_d(double *y, const double *x, const double *w, int n, double eps) {
+    double ss = 0;
+    int i;
+    for (i = 0; i < n; i++) ss += x[i] * x[i];
+    for (i = 0; i < n; i++) y[i] = x[i] / sqrt(ss / n + eps) * (w ? w[i] : 1.0);
+}
+
+static double gelu_d(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x))); }
+
+#define FD_H 1e-6
+#define OPS_TOL 2e-5 /* relative to the largest gradient: float32 backward vs double differences */
+
+static void test_rmsnorm_backward(void) {
+    enum { N = 24 };
+    int pass, i, j;
+    for (pass = 0; pass < 2; pass++) {
+        float x[N], w[N], dy[N], dx[N], dw[N];
+        double xd[N], wd[N], c[N], y[N], ref_dx[N], ref_dw[N], big = 0, err = 0;
+        g4_tensor wt = f32_tensor(w, N, 0);
+        for (i = 0; i < N; i++) {
+            x[i] = (float)(2 * urand()); w[i] = (float)(1 + 0.5 * urand()); dy[i] = (float)urand();
+            xd[i] = x[i]; wd[i] = w[i]; c[i] = dy[i]; dw[i] = 0;
+        }
+        for (j = 0; j < N; j++) { /* d/dx_j and d/dw_j of sum(c * y) */
+            double s[2];
+            int k;
+            for (k = 0; k < 2; k++) {
+                double h = k ? -FD_H : FD_H, acc = 0;
+                xd[j] += h;
+                rms_d(y, xd, pass ? wd : NULL, N, 1e-6);
+                for (i = 0; i < N; i++) acc += c[i] * y[i];
+                xd[j] -= h;
+                s[k] = acc;
+            }
+            ref_dx[j] = (s[0] - s[1]) / (2 * FD_H);
+            for (k = 0; k < 2; k++) {
+                double h = k ? -FD_H : FD_H, acc = 0;
+                wd[j] += h;
+                rms_d(y, xd, wd, N, 1e-6);
+                for (i = 0; i < N; i++) acc += c[i] * y[i];
+                wd[j] -= h;
+                s[k] = acc;
+            }
+            ref_dw[j] = (s[0] - s[1]) / (2 * FD_H);
+        }
+        g4__rmsnorm_backward(dx, pass ? dw : NULL, dy, x, pass ? &wt : NULL, N, 1e-6f);
+        for (i = 0; i < N; i++) {
+            big = fmax(big, fabs(ref_dx[i]));
+            err = fmax(err, fabs(dx[i] - ref_dx[i]));
+            if (pass) err = fmax(err, fabs(dw[i] - ref_dw[i]));
+        }
+        CHECK(err <= OPS_TOL * big, "%s: max error %.3g vs max |dx| %.3g", pass ? "weighted" : "weightless", err, big);
+        /* in place (dx == dy) gives the same bits */
+        {
+            float in[N];
+            memcpy(in, dy, sizeof in);
+            g4__rmsnorm_backward(in, NULL, in, x, pass ? &wt : NULL, N, 1e-6f);
+            if (!pass) CHECK(!memcmp(in, dx, sizeof in), "in place differs");
+        }
+    }
+}
+
+static void test_rope_backward(void) {
+    enum { D = 16 };
+    float inv[D / 2], g[D], ref[D];
+    double big = 0, err = 0;
+    int j, i;
+    g4_rope_config rc;
+    memset(&rc, 0, sizeof rc);
+    rc.proportional = 1; rc.theta = 10000.0f; rc.partial_rotary_factor = 0.5f; rc.factor = 1.0f;
+    g4__rope_init(inv, &rc, D); /* half the pairs rotate, half do not */
+    for (i = 0; i < D; i++) g[i] = (float)urand();
+    /* RoPE is linear: the backward is the transpose of the forward's matrix */
+    for (j = 0; j < D; j++) {
+        float e[D];
+        double acc = 0;
+        for (i = 0; i < D; i++) e[i] = i == j ? 1.0f : 0.0f;
+        g4__rope(e, inv, D, 7, 0);             /* column j of the forward's matrix */
+        for (i = 0; i < D; i++) acc += (double)e[i] * g[i];
+        ref[j] = (float)acc;
+    }
+    g4__rope_backward(g, inv, D, 7);
+    for (i = 0; i < D; i++) { big = fmax(big, fabs(ref[i])); err = fmax(err, fabs(g[i] - ref[i])); }
+    CHECK(err <= 1e-6 * big, "max error %.3g", err);
+}
+
+static void test_softmax_gelu_backward(void) {
+    enum { N = 12 };
+    float x[N], p[N], dp[N];
+    double xd[N], ref[N], big = 0, err = 0;
+    int i, j;
+    for (i = 0; i < N; i++) { x[i] = (float)(3 * urand()); dp[i] = (float)urand(); xd[i] = x[i]; }
+    memcpy(p, x, sizeof p);
+    g4__softmax(p, N);
+    for (j = 0; j < N; j++) {
+        double s[2];
+        int k;
+        for (k = 0; k < 2; k++) {
+            double h = k ? -FD_H : FD_H, mx = -1e300, z = 0, acc = 0;
+            xd[j] += h;
+            for (i = 0; i < N; i++) mx = fmax(mx, xd[i]);
+            for (i = 0; i < N; i++) z += exp(xd[i] - mx);
+            for (i = 0; i < N; i++) acc += dp[i] * exp(xd[i] - mx) / z;
+            xd[j] -= h;
+            s[k] = acc;
+        }
+        ref[j] = (s[0] - s[1]) / (2 * FD_H);
+    }
+    g4__softmax_backward(dp, p, N);
+    for (i = 0; i < N; i++) { big = fmax(big, fabs(ref[i])); err = fmax(err, fabs(dp[i] - ref[i])); }
+    CHECK(err <= OPS_TOL * big, "softmax: max error %.3g vs %.3g", err, big);
+    for (i = -60; i <= 60; i++) {
+        double v = i / 10.0, ref = (gelu_d(v + FD_H) - gelu_d(v - FD_H)) / (2 * FD_H);
+        CHECK(fabs(g4__gelu_grad((float)v) - ref) <= 1e-6 + 1e-6 * fabs(ref), "gelu'(%g) = %.9g, fd %.9g", v,
+              g4__gelu_grad((float)v), ref);
+    }
+}
+
+/* the matmul backward (g4__matmul_bwd) against double sums, bf16 weights read
+   as stored, odd sizes (tiles and column tails); then 1 thread = 2 threads */
+static void test_matmul_backward_bf16(void) {
+    enum { N = 7, IN = 45, OUT = 13 };
+    uint16_t wb[OUT * IN];
+    float x[N * IN], dy[N * OUT], dx[N * IN], dw[OUT * IN], dx2[N * IN], dw2[OUT * IN];
+    double err = 0, big = 0;
+    g4_tensor w;
+    g4_session s;
+    g4_pool *pool = NULL;
+    int t, o, i;
+    for (i = 0; i < OUT * IN; i++) { float f = (float)urand(); uint32_t u; memcpy(&u, &f, 4); wb[i] = (uint16_t)(u >> 16); }
+    for (i = 0; i < N * IN; i++) { x[i] = (float)urand(); dx[i] = dx2[i] = 0.5f; }
+    for (i = 0; i < N * OUT; i++) dy[i] = (float)urand();
+    for (i = 0; i < OUT * IN; i++) dw[i] = dw2[i] = 0.25f;
+    memset(&w, 0, sizeof w);
+    memset(&s, 0, sizeof s);
+    w.data = wb; w.dtype = G4_BF16; w.ndim = 2; w.shape[0] = OUT; w.shape[1] = IN;
+    g4__matmul_bwd(&s, dx, dw, dy, x, &w, N); /* both accumulate (+=) */
+    for (t = 0; t < N; t++)
+        for (i = 0; i < IN; i++) {
+            double acc = 0.5;
+            for (o = 0; o < OUT; o++) acc += (double)dy[t * OUT + o] * g4__bf16_to_f32(wb[o * IN + i]);
+            err = fmax(err, fabs(acc - dx[t * IN + i])); big = fmax(big, fabs(acc));
+        }
+    for (o = 0; o < OUT; o++)
+        for (i = 0; i < IN; i++) {
+            double acc = 0.25;
+            for (t = 0; t < N; t++) acc += (double)dy[t * OUT + o] * x[t * IN + i];
+            err = fmax(err, fabs(acc - dw[o * IN + i])); big = fmax(big, fabs(acc));
+        }
+    CHECK(err <= 2e-6 * big, "max error %.3g", err);
+    if (g4_pool_create(&pool, 2) == G4_OK) {
+        s.cfg.pool = pool;
+        g4__matmul_bwd(&s, dx2, dw2, dy, x, &w, N);
+        CHECK(!memcmp(dx, dx2, sizeof dx) && !memcmp(dw, dw2, sizeof dw), "2 threads give other bits");
+        g4_pool_free(pool);
+    }
+}
+
+/* attention of one query head over a slot, sliding window, against finite
+   differences of a double forward in q, K and V */
+static void test_attend_backward(void) {
+    enum { T = 6, D = 8, KVH = 2 };
+    float k[T * KVH * D], v[T * KVH * D], q[D], dout[D], dq[D], dk[T * KVH * D], dv[T * KVH * D], p[T];
+    double big = 0, err = 0;
+    g4_kv_slot sl;
+    int lo = 2, hi = 5, kvh = 1, i, which;
+    for (i = 0; i < T * KVH * D; i++) { k[i] = (float)urand(); v[i] = (float)urand(); dk[i] = dv[i] = 0; }
+    for (i = 0; i < D; i++) { q[i] = (float)(2 * urand()); dout[i] = (float)urand(); }
+    memset(&sl, 0, sizeof sl);
+    sl.kv_heads = KVH; sl.head_dim = D; sl.capacity = T; sl.n_pos = T; sl.k = k; sl.v = v;
+    g4__attend_backward(dq, dk, dv, dout, q, &sl, kvh, lo, hi, p);
+    for (which = 0; which < 3; which++) { /* q, K, V */
+        int n = which ? T * KVH * D : D, j;
+        for (j = 0; j < n; j++) {
+            double s[2], ours;
+            int sgn;
+            for (sgn = 0; sgn < 2; sgn++) {
+                double h = sgn ? -FD_H : FD_H, sc[T], mx = -1e300, z = 0, acc = 0;
+                int kk, d;
+                double qd[D];
+                for (d = 0; d < D; d++) qd[d] = q[d] + (which == 0 && d == j ? h : 0);
+                for (kk = lo; kk <= hi; kk++) {
+                    double a = 0;
+                    for (d = 0; d < D; d++) {
+                        int at = (kk * KVH + kvh) * D + d;
+                        a += qd[d] * (k[at] + (which == 1 && at == j ? h : 0));
+                    }
+                    sc[kk] = a; mx = fmax(mx, a);
+                }
+                for (kk = lo; kk <= hi; kk++) z += exp(sc[kk] - mx);
+                for (kk = lo; kk <= hi; kk++)
+                    for (d = 0; d < D; d++) {
+                        int at = (kk * KVH + kvh) * D + d;
+                        acc += dout[d] * exp(sc[kk] - mx) / z * (v[at] + (which == 2 && at == j ? h : 0));
+                    }
+                s[sgn] = acc;
+            }
+            ours = which == 0 ? dq[j] : which == 1 ? dk[j] : dv[j];
+            big = fmax(big, fabs((s[0] - s[1]) / (2 * FD_H)));
+            err = fmax(err, fabs(ours - (s[0] - s[1]) / (2 * FD_H)));
+        }
+    }
+    CHECK(err <= OPS_TOL * big, "max error %.3g vs max |grad| %.3g", err, big);
+    CHECK(dk[0] == 0 && dv[(1 * KVH + kvh) * D] == 0, "keys outside the window got a gradient");
+}
+
+/* ------------------------------------------------------- the whole model */
+
+typedef struct {
+    g4_model m;
+    g4_train t;
+    void *arena;
+    float *G;
+    g4_pool *pool;
+} tctx;
+
+static int tctx_open(tctx *c, const char *model, int max_seq, int recompute, int threads, int drop) {
+    g4_train_config cfg = g4_train_config_init();
+    size_t bytes, floats;
+    memset(c, 0, sizeof *c);
+    if (g4_model_load(&c->m, tiny(model)) != G4_OK) { CHECK(0, "load %s: %s", model, c->m.error); return 0; }
+    if (threads > 1 && g4_pool_create(&c->pool, threads) != G4_OK) { CHECK(0, "pool"); return 0; }
+    cfg.max_seq = max_seq;
+    cfg.recompute = recompute;
+    cfg.pool = c->pool;
+    cfg.debug_drop_reader_kv_grads = drop;
+    if (g4_train_size(&c->m, &cfg, &bytes, &floats) != G4_OK) { CHECK(0, "train size"); return 0; }
+    c->arena = malloc(bytes);
+    c->G = (float *)malloc(sizeof(float) * floats);
+    if (!c->arena || !c->G) { CHECK(0, "out of memory"); return 0; }
+    if (g4_train_init(&c->t, &c->m, &cfg, c->arena, bytes) != G4_OK) { CHECK(0, "train init: %s", c->t.error); return 0; }
+    CHECK(c->t.grad_floats == floats, "grad_floats %zu != %zu", c->t.grad_floats, floats);
+    return 1;
+}
+
+static void tctx_free(tctx *c) {
+    free(c->arena);
+    free(c->G);
+    g4_pool_free(c->pool);
+    g4_model_free(&c->m);
+}
+
+static int grad_golden_open(golden *g, const char *model) {
+    memset(g, 0, sizeof *g);
+    if (g4__add_file(&g->m, tiny(model), "grad_golden.safetensors") != G4_OK || g4__st_finish(&g->m) != G4_OK) {
+        printf("  cannot read %s/grad_golden.safetensors: %s\n", tiny(model), g->m.error);
+        g4_model_free(&g->m);
+        return 0;
+    }
+    return g->ok = 1;
+}
+
+static double sign_proj(const float *g, size_t n, int j) { /* tools/make_grad_goldens.py sign_vector */
+    double acc = 0;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        uint64_t h = g4__splitmix64((uint64_t)i + ((uint64_t)(j + 1) << 32));
+        acc += (h >> 63) ? -(double)g[i] : (double)g[i];
+    }
+    return acc;
+}
+
+typedef struct { int checked, failed, full, fd; double worst; char worst_name[128], first_bad[128]; } gcheck;
+
+/* One tensor's gradient against the golden; returns its worst relative error. */
+static double check_entry(golden *g, const g4_grad_entry *e, const float *ours, gcheck *gc, int verbose) {
+    char key[160];
+    int64_t n;
+    const float *st, *full, *fd;
+    double ss = 0, mx = 0, worst = 0, norm;
+    size_t i;
+    int j;
+    snprintf(key, sizeof key, "gstat.%s", e->name);
+    st = golden_f32(g, key, &n);
+    if (!st || n != 10) { if (verbose) printf("  golden has no %s\n", key); return INFINITY; }
+    for (i = 0; i < e->count; i++) { ss += (double)ours[i] * ours[i]; mx = fmax(mx, fabs(ours[i])); }
+    norm = sqrt((double)st[0]);
+    worst = fmax(worst, fabs(ss - st[0]) / fmax(st[0], 1e-30) / 2);
+    worst = fmax(worst, fabs(mx - st[1]) / fmax(st[1], 1e-30));
+    for (j = 0; j < 8; j++)
+        worst = fmax(worst, fabs(sign_proj(ours, e->count, j) - st[2 + j]) / fmax(norm * sqrt(8.0), 1e-30));
+    snprintf(key, sizeof key, "grad.%s", e->name);
+    full = golden_f32(g, key, &n);
+    if (full) {
+        if ((size_t)n != e->count) return INFINITY;
+        worst = fmax(worst, max_diff(ours, full, e->count) / fmax(max_abs(full, e->count), 1e-30));
+        gc->full++;
+    }
+    snprintf(key, sizeof key, "fd.%s", e->name);
+    fd = golden_f32(g, key, &n);
+    if (fd) {
+        for (i = 0; i + 1 < (size_t)n; i += 2) {
+            size_t at = (size_t)fd[i];
+            if (at >= e->count) return INFINITY;
+            worst = fmax(worst, fabs(ours[at] - fd[i + 1]) / fmax((double)st[1], 1e-30));
+            gc->fd++;
+        }
+    }
+    return worst;
+}
+
+/* Every gradient against the golden, reporting the first divergent one in
+   backward order (the reverse of the checkpoint walk: last layer first). */
+static void check_grads(golden *g, const g4_train *t, const float *G, gcheck *gc, int verbose) {
+    int i;
+    memset(gc, 0, sizeof *gc);
+    for (i = t->n_grads - 1; i >= 0; i--) {
+        const g4_grad_entry *e = &t->grads[i];
+        double w = check_entry(g, e, G + e->offset, gc, verbose);
+        gc->checked++;
+        if (!(w <= GTOL)) {
+            if (!gc->failed) snprintf(gc->first_bad, sizeof gc->first_bad, "%s", e->name);
+            gc->failed++;
+            if (verbose) printf("  %s: relative error %.3g\n", e->name, w);
+        }
+        if (w > gc->worst || w != w) { gc->worst = w; snprintf(gc->worst_name, sizeof gc->worst_name, "%s", e->name); }
+    }
+}
+
+/* the golden's gradient set, counted */
+static int golden_grad_count(golden *g) {
+    int i, n = 0;
+    for (i = 0; i < g->m.n_tensors; i++) n += !strncmp(g->m.tensors[i].name, "gstat.", 6);
+    return n;
+}
+
+static void check_model(const char *model) {
+    golden g;
+    tctx c;
+    const int32_t *ids, *labels;
+    int n, nl;
+    int64_t k;
+    float loss;
+    const float *ref;
+    gcheck gc;
+    if (!grad_golden_open(&g, model)) { CHECK(0, "no grad golden for %s", model); return; }
+    ids = golden_ids(&g, "input_ids", &n);
+    labels = golden_ids(&g, "labels", &nl);
+    ref = golden_f32(&g, "loss", &k);
+    if (!ids || !labels || nl != n || !ref) { CHECK(0, "golden incomplete"); g4_model_free(&g.m); return; }
+    if (tctx_open(&c, model, n, 0, 1, 0)) {
+        g4_result r = g4_loss_and_grad(&c.t, ids, labels, n, &loss, c.G);
+        CHECK(r == G4_OK, "loss_and_grad: %s", c.t.error);
+        CHECK(fabs(loss - ref[0]) <= 1e-5 * fabs(ref[0]), "loss %.7f vs transformers %.7f", loss, ref[0]);
+        CHECK(c.t.n_grads == golden_grad_count(&g), "gradient set: %d tensors, transformers trains %d", c.t.n_grads,
+              golden_grad_count(&g));
+        check_grads(&g, &c.t, c.G, &gc, 1);
+        CHECK(gc.failed == 0, "%d of %d gradients off; first in backward order: %s", gc.failed, gc.checked, gc.first_bad);
+        CHECK(gc.fd > 0, "no finite-difference points checked");
+        printf("  loss %.7f (ref %.7f); %d gradients (%d in full, %d finite-difference points): worst %.3g at %s\n",
+               loss, ref[0], gc.checked, gc.full, gc.fd, gc.worst, gc.worst_name);
+    }
+    tctx_free(&c);
+    g4_model_free(&g.m);
+}
+
+static void test_e2b(void) { check_model("e2b_like"); }
+static void test_e4b(void) { check_model("e4b_like"); }
+static void test_31b(void) { check_model("31b_like"); }
+static void test_26b(void) { check_model("26b_like"); }
+static void test_plain(void) { check_model("plain"); }
+static void test_legacy(void) { check_model("legacy_keys"); }
+
+/* recompute = no recompute, and 2 threads = 1 thread, bit for bit */
+static void same_bits(const char *model, int recompute, int threads) {
+    golden g;
+    tctx a, b;
+    const int32_t *ids, *labels;
+    int n, nl;
+    float la = 0, lb = 1;
+    if (!grad_golden_open(&g, model)) { CHECK(0, "no grad golden"); return; }
+    ids = golden_ids(&g, "input_ids", &n);
+    labels = golden_ids(&g, "labels", &nl);
+    if (tctx_open(&a, model, n, 0, 1, 0) && tctx_open(&b, model, n, recompute, threads, 0)) {
+        CHECK(g4_loss_and_grad(&a.t, ids, labels, n, &la, a.G) == G4_OK, "%s", a.t.error);
+        CHECK(g4_loss_and_grad(&b.t, ids, labels, n, &lb, b.G) == G4_OK, "%s", b.t.error);
+        CHECK(la == lb, "loss %.9g vs %.9g", la, lb);
+        CHECK(!memcmp(a.G, b.G, sizeof(float) * a.t.grad_floats), "gradients differ");
+        if (recompute)
+            CHECK(b.t.saved_bytes < a.t.saved_bytes, "recompute keeps %zu bytes, not less than %zu", b.t.saved_bytes,
+                  a.t.saved_bytes);
+        if (recompute) printf("  saved activations: %zu bytes, %zu with recompute\n", a.t.saved_bytes, b.t.saved_bytes);
+    }
+    tctx_free(&a);
+    tctx_free(&b);
+    g4_model_free(&g.m);
+}
+
+static void test_recompute_e2b(void) { same_bits("e2b_like", 1, 1); }
+static void test_recompute_moe(void) { same_bits("26b_like", 1, 1); }
+static void test_threads_e2b(void) { same_bits("e2b_like", 0, 2); }
+static void test_threads_moe(void) { same_bits("26b_like", 1, 3); }
+
+/* The seeds' failure: reader layers whose dK/dV never reach the owner (a
+   rebuilt shared-KV dict). Every layer after the owner still matches; the
+   owner's k_proj gradient does not, and is named. */
+static void test_planted_reader_drop(void) {
+    golden g;
+    tctx c;
+    const int32_t *ids, *labels;
+    int n, nl, i, owner = -1, later_bad = 0, kproj_bad = 0;
+    float loss;
+    char kname[128];
+    gcheck gc;
+    if (!grad_golden_open(&g, "e2b_like")) { CHECK(0, "no grad golden"); return; }
+    ids = golden_ids(&g, "input_ids", &n);
+    labels = golden_ids(&g, "labels", &nl);
+    if (tctx_open(&c, "e2b_like", n, 0, 1, 1)) {
+        const g4_plan *p = &c.m.plan;
+        for (i = 0; i < p->n_layers; i++)
+            if (p->layer[i].reads > owner) owner = p->layer[i].reads; /* the last owner that has readers */
+        snprintf(kname, sizeof kname, "%slayers.%d.self_attn.k_proj.weight", c.m.prefix, owner);
+        CHECK(g4_loss_and_grad(&c.t, ids, labels, n, &loss, c.G) == G4_OK, "%s", c.t.error);
+        check_grads(&g, &c.t, c.G, &gc, 0);
+        for (i = 0; i < c.t.n_grads; i++) {
+            const g4_grad_entry *e = &c.t.grads[i];
+            gcheck one;
+            int layer = -1;
+            double w;
+            memset(&one, 0, sizeof one);
+            w = check_entry(&g, e, c.G + e->offset, &one, 0);
+            sscanf(strstr(e->name, "layers.") ? strstr(e->name, "layers.") : "", "layers.%d", &layer);
+            if (layer > owner && !(w <= GTOL)) later_bad++;
+            if (!strcmp(e->name, kname)) { kproj_bad = !(w <= GTOL); printf("  %s: relative error %.3g\n", kname, w); }
+        }
+        CHECK(kproj_bad, "the dropped reader gradients went unnoticed at %s", kname);
+        CHECK(later_bad == 0, "%d gradients of layers after the owner changed", later_bad);
+        CHECK(gc.failed > 0, "no gradient differs");
+        printf("  caught: %d gradients off; first in backward order: %s\n", gc.failed, gc.first_bad);
+    }
+    tctx_free(&c);
+    g4_model_free(&g.m);
+}
+
+/* the owner's backward refuses to run before all of its readers */
+static void test_pending_readers_checked(void) {
+    tctx c;
+    int32_t ids[12] = {2, 5, 9, 11, 40, 3, 7, 7, 100, 200, 300, 4};
+    float loss;
+    if (tctx_open(&c, "e2b_like", 12, 0, 1, 0)) {
+        const g4_plan *p = &c.m.plan;
+        int l, owner = -1;
+        g4_result r;
+        for (l = 0; l < p->n_layers; l++) if (p->layer[l].reads > owner) owner = p->layer[l].reads;
+        /* run the forward and the layers above the owner's readers, then the owner with a reader left out */
+        CHECK(g4_loss_and_grad(&c.t, ids, NULL, 12, &loss, c.G) == G4_OK, "%s", c.t.error);
+        c.t.pending[p->layer[owner].kv_slot] = 1;
+        r = g4__attention_backward(&c.t, c.G, owner, 12, c.t.dbr, c.t.dxn);
+        CHECK(r == G4_ERR_INPUT && strstr(c.t.error, "reader"), "got %d '%s'", r, c.t.error);
+    }
+    tctx_free(&c);
+}
+
+static void test_errors(void) {
+    tctx c;
+    int32_t ids[8] = {2, 5, 9, 11, 40, 3, 7, 7}, labels[8] = {-100, -100, -100, -100, -100, -100, -100, -100};
+    float loss;
+    g4_train t2;
+    g4_train_config cfg = g4_train_config_init();
+    size_t bytes, floats;
+    if (!tctx_open(&c, "e2b_like", 8, 0, 1, 0)) { tctx_free(&c); return; }
+    CHECK(g4_loss_and_grad(&c.t, ids, labels, 8, &loss, c.G) == G4_ERR_INPUT && strstr(c.t.error, "-100"),
+          "all ignored: %s", c.t.error);
+    labels[0] = 5; /* labels[0] is shifted out: still nothing to learn */
+    CHECK(g4_loss_and_grad(&c.t, ids, labels, 8, &loss, c.G) == G4_ERR_INPUT, "only labels[0] set");
+    labels[3] = 512;
+    CHECK(g4_loss_and_grad(&c.t, ids, labels, 8, &loss, c.G) == G4_ERR_INPUT && strstr(c.t.error, "label 512 at index 3"),
+          "label out of range: %s", c.t.error);
+    labels[3] = -7;
+    CHECK(g4_loss_and_grad(&c.t, ids, labels, 8, &loss, c.G) == G4_ERR_INPUT && strstr(c.t.error, "label -7"),
+          "negative label: %s", c.t.error);
+    CHECK(g4_loss_and_grad(&c.t, ids, NULL, 9, &loss, c.G) == G4_ERR_INPUT && strstr(c.t.error, "max_seq of 8"),
+          "too long: %s", c.t.error);
+    ids[2] = 600;
+    CHECK(g4_loss_and_grad(&c.t, ids, NULL, 8, &loss, c.G) == G4_ERR_INPUT && strstr(c.t.error, "token id 600"),
+          "bad id: %s", c.t.error);
+    cfg.max_seq = 8;
+    CHECK(g4_train_size(&c.m, &cfg, &bytes, &floats) == G4_OK, "size");
+    CHECK(g4_train_init(&t2, &c.m, &cfg, c.arena, bytes - 64) == G4_ERR_ARENA && strstr(t2.error, "too small"),
+          "undersized arena: %s", t2.error);
+    cfg.bf16 = 1;
+    CHECK(g4_train_init(&t2, &c.m, &cfg, c.arena, bytes) == G4_ERR_INPUT && strstr(t2.error, "float32 only"),
+          "bf16: %s", t2.error);
+    cfg.bf16 = 0;
+    cfg.max_seq = 1;
+    CHECK(g4_train_size(&c.m, &cfg, &bytes, &floats) == G4_ERR_INPUT, "max_seq 1");
+    tctx_free(&c);
+}
+
+/* ------------------------------------------------------------ the CLI */
+
+static const char *g_cli; /* build/gemma4, from the command line (argv[2]) */
+
+/* runs a shell command; its stdout+stderr in out (truncated), returns the exit status */
+static int sh(const char *cmd, char *out, size_t cap) {
+    FILE *p = popen(cmd, "r");
+    size_t n = 0, got;
+    int st;
+    if (!p) return -1;
+    while (n + 1 < cap && (got = fread(out + n, 1, cap - 1 - n, p)) > 0) n += got;
+    out[n] = 0;
+    st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void list(char *buf, size_t cap, const int32_t *v, int n) {
+    size_t len = 0;
+    int i;
+    buf[0] = 0;
+    for (i = 0; i < n && len + 16 < cap; i++) len += (size_t)snprintf(buf + len, cap - len, "%s%d", i ? "," : "", (int)v[i]);
+}
+
+/* `gemma4 grad` writes exactly what g4_loss_and_grad computes, named and shaped as the checkpoint */
+static void test_cli_grad(void) {
+    golden g, out;
+    tctx c;
+    const int32_t *ids, *labels;
+    int n, nl, i, bad = 0;
+    float loss;
+    char cmd[4096], ib[1024], lb[1024], res[2048], file[300];
+    if (!g_cli) { skip("no CLI path given (argv[2])"); return; }
+    if (!grad_golden_open(&g, "26b_like")) { CHECK(0, "no grad golden"); return; }
+    ids = golden_ids(&g, "input_ids", &n);
+    labels = golden_ids(&g, "labels", &nl);
+    list(ib, sizeof ib, ids, n);
+    list(lb, sizeof lb, labels, n);
+    snprintf(file, sizeof file, "%s/grad.safetensors", g_tmp);
+    snprintf(cmd, sizeof cmd, "%s grad %s --ids %s --labels %s --recompute --threads 2 --out %s 2>&1", g_cli,
+             tiny("26b_like"), ib, lb, file);
+    CHECK(sh(cmd, res, sizeof res) == 0, "grad failed: %s", res);
+    memset(&out, 0, sizeof out);
+    if (tctx_open(&c, "26b_like", n, 0, 1, 0) && g4__add_file(&out.m, g_tmp, "grad.safetensors") == G4_OK &&
+        g4__st_finish(&out.m) == G4_OK) {
+        int64_t k;
+        const float *l = golden_f32(&out, "loss", &k);
+        CHECK(g4_loss_and_grad(&c.t, ids, labels, n, &loss, c.G) == G4_OK, "%s", c.t.error);
+        CHECK(l && k == 1 && *l == loss, "loss in the file %g, in process %g", l ? *l : -1.0, loss);
+        CHECK(out.m.n_tensors == c.t.n_grads + 1, "%d tensors in the file", out.m.n_tensors);
+        for (i = 0; i < c.t.n_grads; i++) {
+            const g4_grad_entry *e = &c.t.grads[i];
+            const g4_tensor *ft = g4_model_tensor(&out.m, e->name), *wt = g4_model_tensor(&c.m, e->name);
+            const float *f = golden_f32(&out, e->name, &k);
+            int d, same_shape = ft && wt && ft->ndim == wt->ndim;
+            for (d = 0; same_shape && d < ft->ndim; d++) same_shape = ft->shape[d] == wt->shape[d];
+            if (!f || !same_shape || (size_t)k != e->count || memcmp(f, c.G + e->offset, 4 * e->count)) {
+                if (!bad) printf("  first mismatch: %s\n", e->name);
+                bad++;
+            }
+        }
+        CHECK(bad == 0, "%d gradients differ from the checkpoint's names/shapes or from g4_loss_and_grad", bad);
+    } else CHECK(0, "cannot read %s: %s", file, out.m.error);
+    g4_model_free(&out.m);
+    tctx_free(&c);
+    g4_model_free(&g.m);
+}
+
+/* `gemma4 compare` on a gradient dump: the golden file has hf_dump --grad's layout */
+static void test_cli_compare_grads(void) {
+    static char res[1 << 16];
+    char cmd[1024];
+    int rc;
+    if (!g_cli) { skip("no CLI path given (argv[2])"); return; }
+    snprintf(cmd, sizeof cmd, "%s compare %s %s/grad_golden.safetensors 2>&1", g_cli, tiny("e2b_like"), tiny("e2b_like"));
+    rc = sh(cmd, res, sizeof res);
+    CHECK(rc == 0, "compare exit %d:\n%s", rc, res);
+    CHECK(strstr(res, "grad.layers.9") && strstr(res, "153 parameter gradients compared, 0 over tolerance"),
+          "no gradient report:\n%.2000s", res);
+    /* another model's gradients: over tolerance, exit 2, the first divergence named */
+    snprintf(cmd, sizeof cmd, "%s compare %s %s/grad_golden.safetensors 2>&1", g_cli, tiny("legacy_keys"), tiny("e2b_like"));
+    rc = sh(cmd, res, sizeof res);
+    CHECK(rc == 2 && strstr(res, "<== first over tolerance"), "exit %d:\n%.1500s", rc, res);
+}
+
+static void test_cli_errors(void) {
+    char cmd[1024], res[2048];
+    if (!g_cli) { skip("no CLI path given (argv[2])"); return; }
+    snprintf(cmd, sizeof cmd, "%s grad %s --ids 2,5,9 --labels 1,600,3 --out %s/x 2>&1", g_cli, tiny("plain"), g_tmp);
+    CHECK(sh(cmd, res, sizeof res) == 1 && strstr(res, "label 600 at index 1"), "label range: %s", res);
+    snprintf(cmd, sizeof cmd, "%s grad %s --ids 2,5,9 --labels 1,-100 --out %s/x 2>&1", g_cli, tiny("plain"), g_tmp);
+    CHECK(sh(cmd, res, sizeof res) == 1 && strstr(res, "2 labels for 3 ids"), "label count: %s", res);
+    snprintf(cmd, sizeof cmd, "%s grad %s --ids 2,5,9 --labels 1,-100,-100 --out %s/x 2>&1", g_cli, tiny("plain"), g_tmp);
+    CHECK(sh(cmd, res, sizeof res) == 1 && strstr(res, "-100"), "all ignored: %s", res);
+    snprintf(cmd, sizeof cmd, "%s grad %s --ids 2,5,9 --labels 1,x,3 --out %s/x 2>&1", g_cli, tiny("plain"), g_tmp);
+    CHECK(sh(cmd, res, sizeof res) == 1 && strstr(res, "--labels"), "bad labels: %s", res);
+    snprintf(cmd, sizeof cmd, "%s grad %s --ids 2,5,9 2>&1", g_cli, tiny("plain"));
+    CHECK(sh(cmd, res, sizeof res) == 1 && strstr(res, "usage: gemma4 grad"), "no --out: %s", res);
+    snprintf(cmd, sizeof cmd, "%s grad %s --ids 2,5,9 --out /nonexistent-dir/x 2>&1", g_cli, tiny("plain"));
+    CHECK(sh(cmd, res, sizeof res) == 1 && strstr(res, "cannot write"), "unwritable: %s", res);
+}
+
+int main(int argc, char **argv) {
+    char tmpl[] = "/tmp/gemma4-train-XXXXXX";
+    if (argc > 1) g_data = argv[1];
+    if (argc > 2) g_cli = argv[2];
+    if (!mkdtemp(tmpl)) { printf("cannot create a temporary directory\n"); return 1; }
+    snprintf(g_tmp, sizeof g_tmp, "%s", tmpl);
+    run("rmsnorm backward = finite differences (weighted, weightless, in place)", test_rmsnorm_backward);
+    run("rope backward = the forward's transpose (proportional pairs)", test_rope_backward);
+    run("softmax and gelu_pytorch_tanh backward = finite differences", test_softmax_gelu_backward);
+    run("matmul backward = double sums (bf16 weights, tile edges); 2 threads = 1", test_matmul_backward_bf16);
+    run("attention backward (window, one KV head of two) = finite differences", test_attend_backward);
+    run("grad e2b_like = torch autograd (shared KV, PLE, double-wide MLP)", test_e2b);
+    run("grad e4b_like = torch autograd (wrapper prefix)", test_e4b);
+    run("grad 31b_like = torch autograd (attention_k_eq_v, sharded)", test_31b);
+    run("grad 26b_like = torch autograd (MoE router and experts)", test_26b);
+    run("grad plain = torch autograd (f16 weights)", test_plain);
+    run("grad legacy_keys = torch autograd (no gradient for stale reader K/V)", test_legacy);
+    run("recompute = no recompute, bit for bit (e2b_like)", test_recompute_e2b);
+    run("recompute = no recompute, bit for bit (MoE)", test_recompute_moe);
+    run("2 threads = 1 thread, bit for bit (e2b_like)", test_threads_e2b);
+    run("3 threads + recompute = 1 thread, bit for bit (MoE)", test_threads_moe);
+    run("planted bug: readers' dK/dV dropped -> caught at the owner's k_proj", test_planted_reader_drop);
+    run("the owner's backward waits for every reader (checked)", test_pending_readers_checked);
+    run("errors: all labels ignored, label range, too long, arena, bf16", test_errors);
+    run("CLI grad: the file = g4_loss_and_grad, checkpoint names and shapes (MoE, recompute, 2 threads)", test_cli_grad);
+    run("CLI compare on a gradient dump: loss, dL/d taps, parameters; first divergence", test_cli_compare_grads);
+    run("CLI grad errors: labels, counts, usage, unwritable file", test_cli_errors);
+    {
+        char cmd[400];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
+        if (system(cmd) != 0) printf("could not remove %s\n", g_tmp);
+    }
+    return finish();
+}
