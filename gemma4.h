@@ -4156,17 +4156,6 @@ static float *g4__grad(const g4_train *t, float *G, const g4_tensor *w) {
     return NULL; /* not reached: every weight the backward touches has an entry */
 }
 
-/* one expert's [rows, cols] matrix of a 3-D experts tensor */
-static g4_tensor g4__expert(const g4_tensor *w3, int e) {
-    g4_tensor w = *w3;
-    w.data = (const unsigned char *)w3->data + (size_t)e * (size_t)w3->shape[1] * (size_t)w3->shape[2] *
-             g4__dtype_size(w3->dtype);
-    w.ndim = 2;
-    w.shape[0] = w3->shape[1];
-    w.shape[1] = w3->shape[2];
-    return w;
-}
-
 /* ---- the layer backward ---- */
 
 /* rows n of width w: dst[i] (+)= rmsnorm_backward(dy, x) row by row */
@@ -4198,8 +4187,8 @@ static void g4__moe_backward(g4_train *t, float *G, int l, const float *dout, co
     float *u1 = t->moe, *u3 = u1 + H, *du = u3 + H, *y = du + H, *probs = y + H, *dprobs = probs + E;
     float *gu = dprobs + E, *act = gu + 2 * Ie, *dgu = act + Ie, *gl = dgu + 2 * Ie;
     float *dscale = g4__grad(t, G, &lw->router_scale), *dpes = g4__grad(t, G, &lw->router_per_expert_scale);
-    int top[256];
-    float q[256], dq[256], wsum = 0.0f;
+    int top[G4_MAX_TOP_K];
+    float q[G4_MAX_TOP_K], dq[G4_MAX_TOP_K], wsum = 0.0f;
     double dot = 0.0;
     /* the router, recomputed as g4__moe computes it */
     g4__rmsnorm(u1, r, NULL, H, eps);
