@@ -29,8 +29,9 @@
        >>ops             the Gemma ops: activation cast, RMSNorm, RoPE, softmax,
                          attention of one query head
        >>session         the arena: K/V slots, the shared-KV table, scratch
-       >>forward         the model: embeddings, per-layer inputs, decoder layer,
-                         attention, MLP, MoE, logits (modeling_gemma4.py's order)
+       >>forward         the model: first its plumbing (taps, the threaded norm and
+                         elementwise ops, the shared-KV table), then attention,
+                         MLP, MoE, decoder layer, per-layer inputs, the step
        >>backward        the training reference: loss, the backward of every op,
                          the shared-KV gradient slots, activation checkpointing
        >>tokenizer       tokenizer.json; >>encoding, >>decoding
