@@ -23,6 +23,12 @@ build/test_gemma4: tests/test_gemma4.c tests/harness.h tests/fixtures.h examples
 build/test_gemma4_san: tests/test_gemma4.c tests/harness.h tests/fixtures.h examples/compare.h gemma4.h | build
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_gemma4.c $(LDLIBS)
 
+build/test_drafter: tests/test_drafter.c tests/harness.h tests/fixtures.h gemma4.h | build
+	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_drafter.c $(LDLIBS)
+
+build/test_drafter_san: tests/test_drafter.c tests/harness.h tests/fixtures.h gemma4.h | build
+	$(CC) $(WARN) $(SAN) -o $@ tests/test_drafter.c $(LDLIBS)
+
 # The training reference: backward ops, gradients against torch autograd (data/tiny/*/grad_golden.safetensors).
 # Its CLI cases run build/gemma4 (build/gemma4_san under the sanitizers): the path is argv[2].
 build/test_train: tests/test_train.c tests/harness.h tests/fixtures.h gemma4.h | build
@@ -48,6 +54,14 @@ build/test_bad_inputs: tests/test_bad_inputs.c tests/harness.h gemma4.h | build
 build/test_bad_inputs_san: tests/test_bad_inputs.c tests/harness.h gemma4.h | build
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_bad_inputs.c $(LDLIBS)
 
+# Chat templates: the goldens through the API and the CLI (build/gemma4, or
+# build/gemma4_san under the sanitizers).
+build/test_template: tests/test_template.c tests/harness.h gemma4.h | build
+	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_template.c $(LDLIBS)
+
+build/test_template_san: tests/test_template.c tests/harness.h gemma4.h | build
+	$(CC) $(WARN) $(SAN) -o $@ tests/test_template.c $(LDLIBS)
+
 # Two sessions on one model from two threads (-pthread only here).
 build/test_threads: tests/test_threads.c tests/harness.h gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -g -pthread -o $@ tests/test_threads.c $(LDLIBS)
@@ -61,7 +75,7 @@ build/test_threads_tsan: tests/test_threads.c tests/harness.h gemma4.h | build
 # libFuzzer harnesses (clang): make fuzz FUZZ_SECONDS=60 runs each in turn.
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
-FUZZERS       = json safetensors index
+FUZZERS       = json safetensors index template
 FUZZ_FLAGS    = -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 build/fuzz_%: tests/fuzz/fuzz_%.c gemma4.h | build
@@ -134,16 +148,22 @@ run: build/gemma4
 strict: | build
 	sh tests/strict_compile.sh
 
-unit: build/gemma4 build/test_gemma4 build/test_tokenizer build/test_bad_inputs build/test_threads build/test_train
+unit: build/gemma4 build/test_gemma4 build/test_tokenizer build/test_bad_inputs build/test_threads build/test_train build/test_drafter \
+      build/test_template
 	./build/test_gemma4
 	./build/test_train data build/gemma4
+	./build/test_drafter data build/gemma4
 	./build/test_tokenizer
+	./build/test_template data build/gemma4
 	./build/test_bad_inputs data build/gemma4
 	./build/test_threads
 
-sanitize: build/gemma4 build/gemma4_san build/test_gemma4_san build/test_bad_inputs_san build/test_threads_san build/test_tokenizer_san build/test_train_san
+sanitize: build/gemma4 build/gemma4_san build/test_gemma4_san build/test_bad_inputs_san build/test_threads_san build/test_tokenizer_san build/test_train_san build/test_drafter_san \
+          build/test_template_san
 	./build/test_gemma4_san
 	./build/test_train_san data build/gemma4_san
+	./build/test_drafter_san data build/gemma4_san
+	./build/test_template_san data build/gemma4_san
 	./build/test_bad_inputs_san data build/gemma4_san
 	./build/test_threads_san
 	./build/test_tokenizer_san
@@ -165,7 +185,7 @@ tsan: build/test_threads_tsan
 test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san build/gemma4_san \
       build/test_bad_inputs build/test_bad_inputs_san build/test_threads build/test_threads_san \
       build/test_tokenizer build/test_tokenizer_san build/test_cuda_emu build/test_cuda_emu_san \
-      build/test_train build/test_train_san
+      build/test_train build/test_train_san build/test_drafter build/test_drafter_san build/test_template build/test_template_san
 	@echo "== README example"
 	./build/minimal $(DEMO)
 	@echo "== tokenizer, chat, sampler and generate tests under AddressSanitizer + UndefinedBehaviorSanitizer"
@@ -174,6 +194,11 @@ test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san 
 	@echo "== tokenizer, chat, sampler and generate tests"
 	./build/test_tokenizer > build/tokenizer.log 2>&1 || { cat build/tokenizer.log; exit 1; }
 	@cat build/tokenizer.log
+	@echo "== chat templates (goldens from transformers + jinja2, the CLI), plain and under ASan + UBSan"
+	./build/test_template_san data build/gemma4_san > build/sanitize_template.log 2>&1 || { cat build/sanitize_template.log; exit 1; }
+	@tail -n 1 build/sanitize_template.log
+	./build/test_template data build/gemma4 > build/template.log 2>&1 || { cat build/template.log; exit 1; }
+	@tail -n 1 build/template.log
 	@echo "== CUDA path, emulated on the host (tests/cuda_emu.h), plain and under ASan + UBSan"
 	./build/test_cuda_emu > build/cuda_emu.log 2>&1 || { cat build/cuda_emu.log; exit 1; }
 	@tail -n 2 build/cuda_emu.log
@@ -186,6 +211,11 @@ test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san 
 	@tail -n 1 build/sanitize_bad.log
 	./build/test_threads_san > build/sanitize_threads.log 2>&1 || { cat build/sanitize_threads.log; exit 1; }
 	@tail -n 1 build/sanitize_threads.log
+	./build/test_drafter_san data build/gemma4_san > build/sanitize_drafter.log 2>&1 || { cat build/sanitize_drafter.log; exit 1; }
+	@tail -n 1 build/sanitize_drafter.log
+	@echo "== drafters, rewind and speculative decoding"
+	./build/test_drafter data build/gemma4 > build/drafter.log 2>&1 || { cat build/drafter.log; exit 1; }
+	@cat build/drafter.log
 	@echo "== two sessions, two threads"
 	./build/test_threads > build/threads.log 2>&1 || { cat build/threads.log; exit 1; }
 	@cat build/threads.log
@@ -204,7 +234,7 @@ test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san 
 	sh tests/other_kernels.sh "$(CC)" "$(WARN)" > build/kernels.log 2>&1 || { cat build/kernels.log; exit 1; }
 	@cat build/kernels.log
 	@echo "== all suites"
-	@cat build/threads.log build/bad_inputs.log build/tokenizer.log build/cuda_emu.log build/tests.log build/kernels.log build/train.log build/train_san.log | awk '/^[0-9]+ passed, [0-9]+ failed/ { p += $$1; f += $$3; s += $$5 } END { printf "%d passed, %d failed", p, f; if (s) printf ", %d skipped", s; print "" }'
+	@cat build/threads.log build/bad_inputs.log build/tokenizer.log build/template.log build/sanitize_template.log build/cuda_emu.log build/tests.log build/kernels.log build/train.log build/train_san.log build/drafter.log build/sanitize_drafter.log | awk '/^[0-9]+ passed, [0-9]+ failed/ { p += $$1; f += $$3; s += $$5 } END { printf "%d passed, %d failed", p, f; if (s) printf ", %d skipped", s; print "" }'
 
 build/membw: bench/membw.c | build
 	$(CC) -O2 -march=native -o $@ bench/membw.c -lpthread

@@ -29,6 +29,14 @@ g_pre=$(sed -n 's/^prefill: \([0-9.]*\) tok\/s, \([0-9.]*\) GFLOP.*/\1/p' build/
 g_flops=$(sed -n 's/^prefill: [0-9.]* tok\/s, \([0-9.]*\) GFLOP.*/\1/p' build/bench-g4.txt)
 g_dec=$(sed -n 's/^decode: \([0-9.]*\) tok\/s, \([0-9.]*\) GB.*/\1/p' build/bench-g4.txt)
 g_gbs=$(sed -n 's/^decode: [0-9.]* tok\/s, \([0-9.]*\) GB.*/\1/p' build/bench-g4.txt)
+if [ "$(basename "$CONFIG")" = "gemma-4-E2B.json" ] && [ -z "$BENCH_LAYERS$BENCH_VOCAB" ] && [ -z "$NO_DRAFTER" ]; then
+  # speculative decoding: a drafter of an assumed E2B-drafter shape (bench/e2b-drafter.json;
+  # Google's config is not in this repository), random weights, so acceptance is forced
+  DDIR=${BENCH_DRAFTER_DIR:-build/bench-drafter}
+  [ -f "$DDIR/model.safetensors" ] || ./build/gemma4 synth --config bench/e2b-drafter.json --out "$DDIR" --dtype bf16
+  echo "== gemma4.h with a drafter (k 4)"
+  ./build/gemma4 bench "$DIR" --threads "$THREADS" --prompt "$PROMPT" --gen "$GEN" --drafter "$DDIR" --draft-tokens 4 | tee build/bench-g4-drafter.txt
+fi
 echo "== gemma4.h, bf16-faithful mode (bf16 activations; avx512_bf16 dot products where the CPU has them)"
 ./build/gemma4 bench "$DIR" --threads "$THREADS" --prompt "$PROMPT" --gen "$GEN" --bf16 | tee build/bench-g4bf16.txt
 b_pre=$(sed -n 's/^prefill: \([0-9.]*\) tok\/s.*/\1/p' build/bench-g4bf16.txt)

@@ -131,7 +131,14 @@ static int g4b_write_config(const char *path, const g4_config *c) {
     int i, first = 1;
     char b1[32], b2[32], b3[32];
     if (!f) return 0;
-    fprintf(f, "{\n  \"architectures\": [\"Gemma4ForCausalLM\"],\n  \"model_type\": \"gemma4_text\",\n");
+    if (c->assistant) /* Gemma4AssistantConfig: its own fields, the text model in text_config */
+        fprintf(f, "{\n \"architectures\": [\"Gemma4AssistantForCausalLM\"],\n \"model_type\": \"gemma4_assistant\",\n"
+                " \"backbone_hidden_size\": %d,\n \"use_ordered_embeddings\": %s,\n \"num_centroids\": %d,\n"
+                " \"centroid_intermediate_top_k\": %d,\n \"tie_word_embeddings\": true,\n \"text_config\": {\n  \"model_type\": \"gemma4_text\",\n",
+                c->backbone_hidden_size, c->use_ordered_embeddings ? "true" : "false", c->num_centroids,
+                c->centroid_intermediate_top_k);
+    else
+        fprintf(f, "{\n  \"architectures\": [\"Gemma4ForCausalLM\"],\n  \"model_type\": \"gemma4_text\",\n");
     fprintf(f, "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n", c->vocab_size, c->hidden_size, c->intermediate_size);
     fprintf(f, "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n", c->num_hidden_layers,
             c->num_attention_heads, c->num_key_value_heads);
@@ -161,7 +168,7 @@ static int g4b_write_config(const char *path, const g4_config *c) {
                 c->layer_kv_heads[i]);
         first = 0;
     }
-    fprintf(f, "\n  }\n}\n");
+    fprintf(f, "\n  }\n}\n%s", c->assistant ? "}\n" : "");
     return fclose(f) == 0;
 }
 
@@ -192,7 +199,10 @@ static int g4b_cmd_synth(int argc, char **argv) {
     }
     memset(&m, 0, sizeof m);
     if (g4_config_load(&m.config, cfg_path) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m.config.error); return 1; }
-    if (vocab > 0) m.config.vocab_size = m.config.vocab_size_per_layer_input = vocab;
+    if (vocab > 0) {
+        m.config.vocab_size = vocab;
+        if (!m.config.assistant) m.config.vocab_size_per_layer_input = vocab;
+    }
     if (layers > 0 && layers < m.config.num_hidden_layers) {
         /* keep the first N layer types (the last forced full) and the share of reader layers */
         int L = m.config.num_hidden_layers;
@@ -211,6 +221,11 @@ static int g4b_cmd_synth(int argc, char **argv) {
     y.rng = 0x9E3779B97F4A7C15ull;
     g4b_hdr(&y, "{");
     if ((r = g4__walk_weights(&m, g4b_synth_tensor, &y)) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m.error); return 1; }
+    if (m.config.assistant && m.config.use_ordered_embeddings) { /* the identity permutation, I64 */
+        g4b_hdr(&y, ",\"masked_embedding.token_ordering\":{\"dtype\":\"I64\",\"shape\":[%d],\"data_offsets\":[%llu,%llu]}",
+                m.config.vocab_size, (unsigned long long)y.off, (unsigned long long)(y.off + 8ull * (uint64_t)m.config.vocab_size));
+        y.off += 8ull * (uint64_t)m.config.vocab_size;
+    }
     g4b_hdr(&y, "}");
     while (y.hlen % 8) g4b_hdr(&y, " ");
     snprintf(path, sizeof path, "%s/model.safetensors", out);
@@ -224,6 +239,11 @@ static int g4b_cmd_synth(int argc, char **argv) {
     }
     y.pass = 1;
     r = g4__walk_weights(&m, g4b_synth_tensor, &y);
+    if (r == G4_OK && m.config.assistant && m.config.use_ordered_embeddings)
+        for (i = 0; i < m.config.vocab_size; i++) {
+            int64_t v = i;
+            if (fwrite(&v, 8, 1, y.f) != 1) r = G4_ERR_IO;
+        }
     if (fclose(y.f) != 0 || r != G4_OK) { fprintf(stderr, "gemma4: writing %s failed\n", path); return 1; }
     printf("synth: %d layers, vocab %d, %.2f GB of %s weights in %s\n", m.config.num_hidden_layers, m.config.vocab_size,
            (double)y.off / 1e9, dt == G4_BF16 ? "bf16" : "f32", out);
@@ -268,6 +288,117 @@ static double g4b_bytes_per_token(const g4_model *m, double *elems) {
 }
 
 /* gemma4 bench DIR [--threads N] [--prompt N] [--gen N] [--bf16] */
+static int drafter_reattach_for_bench(g4_session *d, const g4_model *dm, g4_session *s, void *arena) {
+    size_t bytes;
+    if (g4_drafter_size(dm, s, &bytes) != G4_OK || g4_drafter_init(d, dm, s, arena, bytes) != G4_OK) {
+        fprintf(stderr, "gemma4: %s\n", d->error);
+        return 1;
+    }
+    return 0;
+}
+
+/* forced acceptance: drafts the true greedy token for the first `right`
+   drafts of every round and a wrong one after */
+typedef struct { const int32_t *truth; int n_prompt, right, V; } g4b_oracle;
+static int32_t g4b_propose(void *user, int pos, int i, int32_t drafted) {
+    const g4b_oracle *o = (const g4b_oracle *)user;
+    int32_t t = o->truth[pos - o->n_prompt];
+    (void)drafted;
+    return i < o->right ? t : (t + 1) % o->V;
+}
+
+/* bench --drafter: the verification chunk's cost against one decode step, a
+   drafting step's, and tokens/s at forced acceptance 0, 50% and 100% (random
+   weights make the real acceptance meaningless); dec: one decode step, s */
+static int g4b_bench_drafter(g4_model *m, g4_session *s, const char *ddir, int k, const int32_t *ids, int prompt,
+                             int gen, double dec) {
+    g4_model dm;
+    g4_session d;
+    g4_spec sp;
+    g4b_oracle o;
+    void *darena = NULL, *work = NULL;
+    float *logits = NULL, *h = NULL;
+    int32_t *truth = NULL, *out = NULL;
+    size_t bytes;
+    int i, r, V = m->config.vocab_size, rc = 1, rate;
+    double t0, best, verify, draft;
+    if (g4_model_load(&dm, ddir) != G4_OK) { fprintf(stderr, "gemma4: drafter: %s\n", dm.error); return 1; }
+    if (g4_drafter_size(&dm, s, &bytes) != G4_OK || !(darena = malloc(bytes)) || g4_drafter_init(&d, &dm, s, darena, bytes) != G4_OK ||
+        g4_spec_size(m, k, &bytes) != G4_OK || !(work = malloc(bytes)) || g4_spec_init(&sp, s, &d, k, work, bytes) != G4_OK) {
+        fprintf(stderr, "gemma4: drafter %s / --draft-tokens %d: cannot attach (%s%s)\n", ddir, k, d.error, sp.error);
+        goto done;
+    }
+    logits = (float *)malloc(sizeof(float) * (size_t)V * (size_t)(k + 1));
+    h = (float *)malloc(sizeof(float) * (size_t)m->config.hidden_size);
+    truth = (int32_t *)malloc(sizeof(int32_t) * (size_t)(gen + k + 2));
+    out = (int32_t *)malloc(sizeof(int32_t) * (size_t)(gen + k + 2));
+    if (!logits || !h || !truth || !out) { fprintf(stderr, "gemma4: out of memory\n"); goto done; }
+    /* the greedy continuation (untimed): the oracle's truth */
+    g4_session_reset(s);
+    if (g4_forward_hidden(s, ids, prompt, logits, G4_LOGITS_LAST, h) != G4_OK) goto fail;
+    for (i = 0; i < gen + k + 1; i++) {
+        truth[i] = g4_argmax(logits, V);
+        if (g4_forward(s, &truth[i], 1, logits, G4_LOGITS_LAST) != G4_OK) goto fail;
+    }
+    /* a verification chunk of k + 1 tokens after the prompt, rewound each time; best of 3 */
+    g4_session_reset(s);
+    if (g4_forward_hidden(s, ids, prompt, logits, G4_LOGITS_LAST, h) != G4_OK) goto fail;
+    for (r = 0, best = 1e30; r < 3; r++) {
+        if (g4_session_rewind(s, prompt) != G4_OK) goto fail;
+        t0 = g4b_now();
+        if (g4_forward_hidden(s, truth, k + 1, logits, G4_LOGITS_ALL, NULL) != G4_OK) goto fail;
+        t0 = g4b_now() - t0;
+        if (t0 < best) best = t0;
+    }
+    verify = best;
+    /* k drafting steps at position prompt; best of 3 */
+    if (g4_session_rewind(s, prompt) != G4_OK || drafter_reattach_for_bench(&d, &dm, s, darena)) goto fail;
+    for (r = 0, best = 1e30; r < 3; r++) {
+        int32_t tok = truth[0];
+        t0 = g4b_now();
+        for (i = 0; i < k; i++) {
+            if (g4_draft_step(&d, tok, h, logits, logits + V) != G4_OK) { fprintf(stderr, "gemma4: %s\n", d.error); goto done; }
+            tok = g4_argmax(logits, V);
+        }
+        t0 = g4b_now() - t0;
+        if (t0 < best) best = t0;
+    }
+    draft = best / k;
+    printf("drafter: %s, %d layers, hidden %d; one drafting step %.2f ms = %.3f decode steps\n", ddir,
+           dm.config.num_hidden_layers, dm.config.hidden_size, draft * 1e3, draft / dec);
+    printf("verify: %d tokens (k %d + 1) in %.2f ms = %.2f decode steps (one decode step %.2f ms)\n", k + 1, k,
+           verify * 1e3, verify / dec, dec * 1e3);
+    printf("speculative (forced acceptance, %d tokens, best of 3):", gen);
+    for (rate = 0; rate <= 2; rate++) { /* 0, 50%, 100% of the drafts accepted */
+        o.truth = truth; o.n_prompt = prompt; o.right = rate * k / 2; o.V = V;
+        sp.propose = g4b_propose;
+        sp.propose_user = &o;
+        for (r = 0, best = 1e30; r < 3; r++) {
+            int got, mm;
+            g4_session_reset(s);
+            if (drafter_reattach_for_bench(&d, &dm, s, darena)) goto fail;
+            if (g4_spec_prefill(&sp, ids, prompt, NULL, &out[0]) != G4_OK) { fprintf(stderr, "gemma4: %s\n", sp.error); goto done; }
+            t0 = g4b_now();
+            for (got = 1; got < gen; got += mm)
+                if (g4_spec_round(&sp, NULL, out + got, &mm) != G4_OK) { fprintf(stderr, "gemma4: %s\n", sp.error); goto done; }
+            t0 = g4b_now() - t0;
+            if (t0 < best) best = t0;
+            for (i = 0; i < gen; i++)
+                if (out[i] != truth[i]) { fprintf(stderr, "gemma4: speculative output differs from greedy at %d\n", i); goto done; }
+        }
+        printf(" %d%%: %.2f tok/s (x%.2f)", 50 * rate, (gen - 1) / best, (gen - 1) / best * dec);
+    }
+    printf("\n");
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "gemma4: %s\n", s->error);
+done:
+    free(logits); free(h); free(truth); free(out); free(work); free(darena);
+    g4_model_free(&dm);
+    return rc;
+}
+
 static int g4b_cmd_bench(int argc, char **argv) {
     const char *dir = argv[2];
     int i, r, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), prompt = 64, gen = 16, rc = 1;
@@ -279,22 +410,26 @@ static int g4b_cmd_bench(int argc, char **argv) {
     int32_t *ids = NULL;
     double t0, t1, t2, bpt, elems, head, best, pre, dec;
     struct rusage ru;
+    const char *drafter = NULL;
+    int draft_tokens = 4;
     for (i = 3; i < argc; i += 2) {
         if (strcmp(argv[i], "--bf16") == 0) { sc.bf16 = 1; i--; continue; }
         if (i + 1 >= argc) break;
-        if (strcmp(argv[i], "--threads") == 0) threads = g4b_int(argv[i + 1]);
+        if (strcmp(argv[i], "--drafter") == 0) drafter = argv[i + 1];
+        else if (strcmp(argv[i], "--draft-tokens") == 0) draft_tokens = g4b_int(argv[i + 1]);
+        else if (strcmp(argv[i], "--threads") == 0) threads = g4b_int(argv[i + 1]);
         else if (strcmp(argv[i], "--prompt") == 0) prompt = g4b_int(argv[i + 1]);
         else if (strcmp(argv[i], "--gen") == 0) gen = g4b_int(argv[i + 1]);
         else { fprintf(stderr, "gemma4 bench: unknown option %s\n", argv[i]); return 1; }
     }
-    if (i != argc || threads < 1 || prompt < 1 || gen < 1) {
+    if (i != argc || threads < 1 || prompt < 1 || gen < 1 || draft_tokens < 1) {
         return usage(argv[1]);
     }
     if (g4_model_load(&m, dir) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m.error); return 1; }
     memset(&s, 0, sizeof s);
     if (g4_pool_create(&pool, threads) != G4_OK) { fprintf(stderr, "gemma4: cannot start %d threads\n", threads); goto done; }
-    sc.max_context = prompt + gen;
-    sc.max_chunk = prompt;
+    sc.max_context = prompt + gen + (drafter ? draft_tokens + 2 : 0);
+    sc.max_chunk = drafter && prompt < draft_tokens + 2 ? draft_tokens + 2 : prompt;
     sc.pool = pool;
     if (!(logits = (float *)malloc(sizeof(float) * (size_t)m.config.vocab_size)) ||
         !(ids = (int32_t *)malloc(sizeof(int32_t) * (size_t)prompt))) {
@@ -343,6 +478,7 @@ static int g4b_cmd_bench(int argc, char **argv) {
     printf("decode: %.2f tok/s, %.2f GB/s (%.3f GB of weights per token, %d tokens in %.2f s, best of 3)\n", gen / dec,
            bpt * gen / dec / 1e9, bpt / 1e9, gen, dec);
     printf("memory: peak RSS %.0f MB, arena %.1f MB\n", (double)ru.ru_maxrss / 1024.0, (double)s.arena_bytes / 1048576.0);
+    if (drafter && g4b_bench_drafter(&m, &s, drafter, draft_tokens, ids, prompt, gen, dec / gen)) goto done;
     rc = 0;
 done:
     free(ids);

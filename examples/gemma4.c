@@ -105,6 +105,61 @@ static int open_session(const char *dir, int n, int chunk, g4_model *m, g4_sessi
     return 0;
 }
 
+/* A drafter (gemma4_assistant) attached to a target session, with the
+   speculative decoding workspace (drafter_free when done). */
+typedef struct {
+    g4_model m;
+    g4_session d;
+    g4_spec sp;
+    void *arena, *work;
+    size_t arena_bytes;
+    int loaded;
+} drafter_ctx;
+
+static void drafter_free(drafter_ctx *x) {
+    free(x->arena);
+    free(x->work);
+    if (x->loaded) g4_model_free(&x->m);
+    memset(x, 0, sizeof *x);
+}
+
+/* k: draft tokens per round (0: only attach, no speculative workspace) */
+static int drafter_open(drafter_ctx *x, const char *dir, g4_session *target, int k) {
+    size_t bytes;
+    memset(x, 0, sizeof *x);
+    if (g4_model_load(&x->m, dir) != G4_OK) { fprintf(stderr, "gemma4: drafter: %s\n", x->m.error); return 1; }
+    x->loaded = 1;
+    if (!x->m.config.assistant) { fprintf(stderr, "gemma4: %s is not a gemma4_assistant drafter\n", dir); return 1; }
+    if (g4_drafter_size(&x->m, target, &x->arena_bytes) != G4_OK || !(x->arena = malloc(x->arena_bytes)) ||
+        g4_drafter_init(&x->d, &x->m, target, x->arena, x->arena_bytes) != G4_OK) {
+        g4_drafter_init(&x->d, &x->m, target, x->arena, x->arena_bytes); /* for its message */
+        fprintf(stderr, "gemma4: drafter %s: %s\n", dir, x->d.error);
+        return 1;
+    }
+    if (!k) return 0;
+    if (g4_spec_size(target->model, k, &bytes) != G4_OK || !(x->work = malloc(bytes)) ||
+        g4_spec_init(&x->sp, target, &x->d, k, x->work, bytes) != G4_OK) {
+        fprintf(stderr, "gemma4: --draft-tokens %d: %s\n", k, x->work ? x->sp.error : "must be in [1, 1024]");
+        return 1;
+    }
+    return 0;
+}
+
+/* after g4_session_reset on the target: attach the drafter again */
+static int drafter_reattach(drafter_ctx *x, g4_session *target) {
+    if (g4_drafter_init(&x->d, &x->m, target, x->arena, x->arena_bytes) != G4_OK) {
+        fprintf(stderr, "gemma4: drafter: %s\n", x->d.error);
+        return 1;
+    }
+    x->sp.last = -1;
+    return 0;
+}
+
+static void print_spec_stats(const g4_spec *sp) {
+    fprintf(stderr, "drafted %ld, accepted %ld (%.0f%%), target steps %ld\n", sp->drafted, sp->accepted,
+            sp->drafted ? 100.0 * (double)sp->accepted / (double)sp->drafted : 0.0, sp->target_steps);
+}
+
 /* compare DIR DUMP: gemma4.h against a tap dump; exit 0 within tolerance, 2 not */
 static int cmd_compare(int argc, char **argv) {
     const char *dir = argv[2], *dump = argv[3];
@@ -247,8 +302,8 @@ static void warm_weights(const char *dir) {
 }
 
 typedef struct {
-    const char *tokenizer, *system, *prompt;
-    int chat, think, max_tokens, ctx;
+    const char *tokenizer, *system, *prompt, *drafter;
+    int chat, think, max_tokens, ctx, draft_tokens;
     g4_sampler_config sc;
     int seed_given;
 } gen_opts;
@@ -261,6 +316,7 @@ static int parse_gen_opts(int argc, char **argv, gen_opts *o, int is_chat) {
     o->sc.top_k = 64;      /* Gemma's generation_config defaults */
     o->sc.top_p = 0.95f;
     o->max_tokens = is_chat ? 1024 : 256;
+    o->draft_tokens = 4;
     for (i = 3; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--chat") == 0) { o->chat = 1; continue; }
@@ -278,9 +334,11 @@ static int parse_gen_opts(int argc, char **argv, gen_opts *o, int is_chat) {
         else if (strcmp(a, "--seed") == 0) { o->sc.seed = strtoull(v, NULL, 10); o->seed_given = 1; }
         else if (strcmp(a, "--max-tokens") == 0) o->max_tokens = g4b_int(v);
         else if (strcmp(a, "--ctx") == 0) o->ctx = g4b_int(v);
+        else if (strcmp(a, "--drafter") == 0) o->drafter = v;
+        else if (strcmp(a, "--draft-tokens") == 0) o->draft_tokens = g4b_int(v);
         else return usage(argv[1]);
     }
-    if ((!is_chat && !o->prompt) || o->max_tokens < 0 || o->ctx < 0 || o->sc.top_k < 0 ||
+    if ((!is_chat && !o->prompt) || o->max_tokens < 0 || o->ctx < 0 || o->sc.top_k < 0 || o->draft_tokens < 1 ||
         o->sc.temperature != o->sc.temperature || o->sc.top_p != o->sc.top_p || o->sc.min_p != o->sc.min_p ||
         o->sc.repetition_penalty != o->sc.repetition_penalty)
         return usage(argv[1]); /* a value that is not a number */
@@ -297,9 +355,12 @@ typedef struct {
     float *logits;
     char *piece;
     int loaded_m, loaded_t;
+    drafter_ctx dr;            /* --drafter */
+    int has_drafter;
 } gen_ctx;
 
 static void gen_free(gen_ctx *g) {
+    if (g->has_drafter) drafter_free(&g->dr);
     g4_session_destroy(&g->s);
     free(g->logits);
     free(g->piece);
@@ -320,11 +381,62 @@ static int gen_open(gen_ctx *g, const char *dir, const gen_opts *o, int max_cont
     if (g4_model_load(&g->m, dir) != G4_OK) { fprintf(stderr, "gemma4: %s\n", g->m.error); return 1; }
     g->loaded_m = 1;
     sc.max_context = o->ctx ? o->ctx : max_context;
+    if (o->drafter && sc.max_chunk < o->draft_tokens + 2) sc.max_chunk = o->draft_tokens + 2;
     if (g4_session_create(&g->s, &g->m, &sc) != G4_OK) { fprintf(stderr, "gemma4: %s\n", g->s.error); return 1; }
+    if (o->drafter) {
+        g->has_drafter = 1;
+        if (drafter_open(&g->dr, o->drafter, &g->s, o->draft_tokens)) return 1;
+    }
     if (g4_sampler_init(&g->smp, &o->sc, g->m.config.vocab_size) != G4_OK) { fprintf(stderr, "gemma4: %s\n", g->smp.error); return 1; }
     g->logits = (float *)malloc(sizeof(float) * (size_t)g->m.config.vocab_size);
     g->piece = (char *)malloc((size_t)g->t.max_piece);
     if (!g->logits || !g->piece) { fprintf(stderr, "gemma4: out of memory\n"); return 1; }
+    return 0;
+}
+
+/* gen_run with a drafter: the same stream from speculative rounds (the
+   sampler's distribution is kept exactly; see g4_spec_round). Afterwards the
+   target holds what gen_run would have fed: the prompt and the printed
+   tokens, less the last one when max_tokens ended the turn. */
+static int gen_run_spec(gen_ctx *g, const int32_t *ids, size_t n, int max_tokens, int *n_new, double *t_prefill,
+                        double *t_decode) {
+    g4_decode_state ds;
+    g4_spec *sp = &g->dr.sp;
+    double t0 = now_s(), t1;
+    int32_t *out = (int32_t *)malloc(sizeof(int32_t) * (size_t)(sp->k + 1));
+    int start = g->s.pos, emitted = 0, stopped = 0, m = 0, j, k;
+    memset(&ds, 0, sizeof ds);
+    if (!out) { fprintf(stderr, "gemma4: out of memory\n"); return 1; }
+    if (n + (size_t)sp->k + 2 > (size_t)(g->s.cfg.max_context - g->s.pos)) {
+        fprintf(stderr, "gemma4: %lu prompt tokens and %d drafts do not fit the %d positions left of the context (--ctx)\n",
+                (unsigned long)n, sp->k, g->s.cfg.max_context - g->s.pos);
+        free(out);
+        return 1;
+    }
+    if (g4_spec_prefill(sp, ids, (int)n, &g->smp, &out[0]) != G4_OK) { fprintf(stderr, "gemma4: %s\n", sp->error); free(out); return 1; }
+    m = 1;
+    t1 = now_s();
+    *t_prefill += t1 - t0;
+    while (emitted < max_tokens && !stopped) {
+        for (j = 0; j < m && emitted < max_tokens; j++) {
+            if (g4_chat_is_stop(&g->t, out[j])) { stopped = 1; break; }
+            if (out[j] < g->t.n_vocab && (k = g4_decode_next(&g->t, &ds, out[j], G4_DECODE_SKIP_SPECIAL, g->piece, (size_t)g->t.max_piece)) > 0) {
+                fwrite(g->piece, 1, (size_t)k, stdout);
+                fflush(stdout);
+            }
+            emitted++;
+            (*n_new)++;
+        }
+        if (stopped || emitted >= max_tokens) break;
+        if (g->s.pos + sp->k + 2 > g->s.cfg.max_context) { fprintf(stderr, "\ngemma4: context full (%d positions)\n", g->s.pos); break; }
+        if (g4_spec_round(sp, &g->smp, out, &m) != G4_OK) { fprintf(stderr, "\ngemma4: %s\n", sp->error); free(out); return 1; }
+    }
+    /* what gen_run feeds: the prompt and every printed token but a last one cut by max_tokens */
+    k = start + (int)n + emitted - (!stopped && emitted > 0 && emitted >= max_tokens ? 1 : 0);
+    if (k < g->s.pos && g4_session_rewind(&g->s, k) != G4_OK) { fprintf(stderr, "\ngemma4: %s\n", g->s.error); free(out); return 1; }
+    if ((k = g4_decode_flush(&ds, g->piece, (size_t)g->t.max_piece)) > 0) fwrite(g->piece, 1, (size_t)k, stdout);
+    *t_decode += now_s() - t1;
+    free(out);
     return 0;
 }
 
@@ -336,6 +448,7 @@ static int gen_run(gen_ctx *g, const int32_t *ids, size_t n, int max_tokens, int
     double t0 = now_s(), t1;
     int i, k;
     memset(&ds, 0, sizeof ds);
+    if (g->has_drafter) return gen_run_spec(g, ids, n, max_tokens, n_new, t_prefill, t_decode);
     if (n > (size_t)(g->s.cfg.max_context - g->s.pos)) {
         fprintf(stderr, "gemma4: %lu prompt tokens do not fit the %d positions left of the context (--ctx)\n",
                 (unsigned long)n, g->s.cfg.max_context - g->s.pos);
@@ -413,11 +526,12 @@ static int cmd_generate(int argc, char **argv) {
     ids = encode_prompt(&probe, &o, o.prompt, 0, &n);
     g4_tokenizer_free(&probe);
     if (!ids) return 1;
-    if (!gen_open(&g, argv[2], &o, (int)n + o.max_tokens + 1)) {
+    if (!gen_open(&g, argv[2], &o, (int)n + o.max_tokens + 1 + (o.drafter ? o.draft_tokens + 2 : 0))) {
         if (!o.seed_given && o.sc.temperature > 0) fprintf(stderr, "seed %llu\n", (unsigned long long)o.sc.seed);
         if (!gen_run(&g, ids, n, o.max_tokens, &n_new, &tp, &td)) {
             printf("\n");
             print_stats((int)n, n_new, tp, td);
+            if (g.has_drafter) print_spec_stats(&g.dr.sp);
             rc = 0;
         }
     }
@@ -450,21 +564,29 @@ static int cmd_chat(int argc, char **argv) {
         while (l && (line[l - 1] == '\n' || line[l - 1] == '\r')) line[--l] = 0;
         if (!l) continue;
         if (strcmp(line, "/quit") == 0) { rc = 0; break; }
-        if (strcmp(line, "/reset") == 0) { g4_session_reset(&g.s); g4_sampler_reset(&g.smp); turn = 0; continue; }
+        if (strcmp(line, "/reset") == 0) {
+            g4_session_reset(&g.s);
+            g4_sampler_reset(&g.smp);
+            if (g.has_drafter && drafter_reattach(&g.dr, &g.s)) break;
+            turn = 0;
+            continue;
+        }
         ids = encode_prompt(&g.t, &o, line, turn ? G4_CHAT_CONTINUE : G4_CHAT_BOS, &n);
         if (!ids) break;
-        if (n + 1 > (size_t)(g.s.cfg.max_context - g.s.pos)) {
+        if (n + 1 + (g.has_drafter ? (size_t)o.draft_tokens + 2 : 0) > (size_t)(g.s.cfg.max_context - g.s.pos)) {
             fprintf(stderr, "context full: %d of %d positions used; starting over (--ctx sets the size)\n", g.s.pos,
                     g.s.cfg.max_context);
             free(ids);
             g4_session_reset(&g.s);
             g4_sampler_reset(&g.smp);
+            if (g.has_drafter && drafter_reattach(&g.dr, &g.s)) break;
             ids = encode_prompt(&g.t, &o, line, G4_CHAT_BOS, &n);
             if (!ids) break;
         }
         if (gen_run(&g, ids, n, o.max_tokens, &n_new, &tp, &td)) { free(ids); break; }
         printf("\n");
         print_stats((int)n, n_new, tp, td);
+        if (g.has_drafter) print_spec_stats(&g.dr.sp);
         free(ids);
         turn++;
     }
@@ -473,29 +595,95 @@ static int cmd_chat(int argc, char **argv) {
     return rc;
 }
 
+/* An error message on one line of stderr (a template's raise_exception text may hold newlines). */
+static void print_error(const char *msg) {
+    fputs("gemma4: ", stderr);
+    for (; *msg; msg++) fputc(*msg == '\n' || *msg == '\r' ? ' ' : *msg, stderr);
+    fputc('\n', stderr);
+}
+
+/* gemma4 template DIR --messages FILE.json [--think] [--no-generation-prompt] [--ids]:
+   DIR's chat template rendered as transformers' apply_chat_template(messages,
+   tools=tools, tokenize=False, add_generation_prompt=..., enable_thinking=...)
+   byte for byte, or with --ids its token ids (tokenize=True) on one line.
+   FILE.json: {"messages": [...], "tools": [...]}; other members are passed as
+   template variables. */
+static int cmd_template(int argc, char **argv) {
+    const char *msgs = NULL;
+    int ids_out = 0, i, rc = 1;
+    g4_template t;
+    g4_tokenizer tok;
+    g4_template_options o = g4_template_options_init();
+    char *json = NULL, *text = NULL;
+    int32_t *ids = NULL;
+    size_t len = 0, n = 0;
+    FILE *f;
+    for (i = 3; i < argc; i++) {
+        if (strcmp(argv[i], "--messages") == 0 && i + 1 < argc) msgs = argv[++i];
+        else if (strcmp(argv[i], "--think") == 0) o.enable_thinking = 1;
+        else if (strcmp(argv[i], "--no-generation-prompt") == 0) o.add_generation_prompt = 0;
+        else if (strcmp(argv[i], "--ids") == 0) ids_out = 1;
+        else return usage(argv[1]);
+    }
+    if (!msgs) return usage(argv[1]);
+    if (g4_tokenizer_load(&tok, argv[2]) != G4_OK) { print_error(tok.error); return 1; }
+    if (g4_template_load(&t, argv[2]) != G4_OK) { print_error(t.error); g4_tokenizer_free(&tok); return 1; }
+    g4_template_set_tokens(&t, &tok);
+    if (!(f = fopen(msgs, "rb"))) fprintf(stderr, "gemma4: %s: cannot open\n", msgs);
+    else {
+        json = read_all(f, &len);
+        fclose(f);
+        if (!json) fprintf(stderr, "gemma4: %s: cannot read\n", msgs);
+    }
+    if (json && !ids_out) {
+        if (g4_template_render(&t, json, len, &o, &text, &n, NULL) != G4_OK) print_error(t.error);
+        else if (fwrite(text, 1, n, stdout) == n) rc = 0;
+    } else if (json) {
+        if (g4_template_encode(&t, &tok, json, len, &o, &ids, &n, NULL) != G4_OK) print_error(t.error);
+        else {
+            for (i = 0; i < (int)n; i++) printf(i ? " %d" : "%d", (int)ids[i]);
+            printf("\n");
+            rc = 0;
+        }
+    }
+    g4_template_free_output(text);
+    g4_template_free_output(ids);
+    free(json);
+    g4_template_free(&t);
+    g4_tokenizer_free(&tok);
+    return rc;
+}
+
 /* --------------------------------------------------- logits and greedy */
 
 /* The options logits and greedy share: --ids, --chunk, and --out / --new. */
 typedef struct {
     int32_t *ids;
-    int n, chunk, n_new;
-    const char *out_path;
+    int n, chunk, n_new, draft_tokens, steps;
+    const char *out_path, *drafter;
 } run_opts;
 
 static int parse_run_opts(int argc, char **argv, run_opts *o) {
     const char *ids_arg = NULL;
-    int i, logits = strcmp(argv[1], "logits") == 0;
+    int i, logits = strcmp(argv[1], "logits") == 0, draft = strcmp(argv[1], "draft") == 0, greedy = !logits && !draft;
     memset(o, 0, sizeof *o);
     o->n_new = -1;
+    o->steps = -1;
+    o->draft_tokens = 4;
     for (i = 3; i < argc; i++) {
         if (i + 1 >= argc) return usage(argv[1]);
         if (strcmp(argv[i], "--ids") == 0) ids_arg = argv[++i];
-        else if (strcmp(argv[i], "--chunk") == 0) o->chunk = g4b_int(argv[++i]);
-        else if (logits && strcmp(argv[i], "--out") == 0) o->out_path = argv[++i];
-        else if (!logits && strcmp(argv[i], "--new") == 0) o->n_new = g4b_int(argv[++i]);
+        else if (!draft && strcmp(argv[i], "--chunk") == 0) o->chunk = g4b_int(argv[++i]);
+        else if (!greedy && strcmp(argv[i], "--out") == 0) o->out_path = argv[++i];
+        else if (greedy && strcmp(argv[i], "--new") == 0) o->n_new = g4b_int(argv[++i]);
+        else if (!logits && strcmp(argv[i], "--drafter") == 0) o->drafter = argv[++i];
+        else if (greedy && strcmp(argv[i], "--draft-tokens") == 0) o->draft_tokens = g4b_int(argv[++i]);
+        else if (draft && strcmp(argv[i], "--steps") == 0) o->steps = g4b_int(argv[++i]);
         else return usage(argv[1]);
     }
-    if (!ids_arg || (logits && !o->out_path) || (!logits && o->n_new < 0) || o->chunk < 0) return usage(argv[1]);
+    if (!ids_arg || (!greedy && !o->out_path) || (greedy && o->n_new < 0) || o->chunk < 0 || o->draft_tokens < 1 ||
+        (draft && (!o->drafter || o->steps < 1)))
+        return usage(argv[1]);
     return (o->n = parse_ids(ids_arg, &o->ids)) < 0;
 }
 
@@ -532,6 +720,85 @@ done:
     return rc;
 }
 
+/* greedy with --drafter: the same tokens from speculative rounds, then the
+   drafted, accepted and target-step counts on stderr */
+static int greedy_spec(const char *dir, run_opts *o) {
+    g4_model m;
+    g4_session s;
+    drafter_ctx x;
+    int32_t *out = NULL;
+    int i, got = 0, mm, rc = 1, chunk = o->chunk ? o->chunk : 64;
+    if (chunk < o->draft_tokens + 2) chunk = o->draft_tokens + 2;
+    if (open_session(dir, o->n + o->n_new + o->draft_tokens + 2, chunk, &m, &s)) { free(o->ids); return 1; }
+    if (drafter_open(&x, o->drafter, &s, o->draft_tokens)) goto done;
+    if (!(out = (int32_t *)malloc(sizeof(int32_t) * (size_t)(o->n_new + o->draft_tokens + 2)))) goto done;
+    for (i = 0; i < o->n; i++) printf("%d ", (int)o->ids[i]);
+    if (o->n_new > 0) {
+        if (g4_spec_prefill(&x.sp, o->ids, o->n, NULL, &out[0]) != G4_OK) { fprintf(stderr, "gemma4: %s\n", x.sp.error); goto done; }
+        for (got = 1; got < o->n_new; got += mm)
+            if (g4_spec_round(&x.sp, NULL, out + got, &mm) != G4_OK) { fprintf(stderr, "gemma4: %s\n", x.sp.error); goto done; }
+    } else if (g4_forward(&s, o->ids, o->n, NULL, G4_LOGITS_NONE) != G4_OK) {
+        fprintf(stderr, "gemma4: %s\n", s.error);
+        goto done;
+    }
+    for (i = 0; i < o->n_new; i++) printf("%d%s", (int)out[i], i + 1 < o->n_new ? " " : "");
+    printf("\n");
+    print_spec_stats(&x.sp);
+    rc = 0;
+done:
+    free(out);
+    free(o->ids);
+    drafter_free(&x);
+    g4_session_destroy(&s);
+    g4_model_free(&m);
+    return rc;
+}
+
+/* gemma4 draft TARGET --drafter DRAFTER --ids ... --steps K --out FILE: the
+   drafter's [K][V] float32 logits of the first drafting round after the
+   target prefilled the ids (its greedy token starts the round), as
+   transformers' assisted generation computes them; the drafted ids */
+static int cmd_draft(int argc, char **argv) {
+    run_opts o;
+    g4_model m;
+    g4_session s;
+    drafter_ctx x;
+    float *logits = NULL, *h = NULL;
+    FILE *f = NULL;
+    int32_t tok;
+    int i, V, rc = 1;
+    if (parse_run_opts(argc, argv, &o)) return 1;
+    if (open_session(argv[2], o.n + 1, 0, &m, &s)) { free(o.ids); return 1; }
+    memset(&x, 0, sizeof x);
+    if (drafter_open(&x, o.drafter, &s, 0)) goto done;
+    V = m.config.vocab_size;
+    logits = (float *)malloc(sizeof(float) * (size_t)o.steps * (size_t)V);
+    h = (float *)malloc(sizeof(float) * (size_t)m.config.hidden_size);
+    if (!logits || !h) { fprintf(stderr, "gemma4: out of memory for %d x %d logits\n", o.steps, V); goto done; }
+    if (g4_forward_hidden(&s, o.ids, o.n, logits, G4_LOGITS_LAST, h) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
+    tok = g4_argmax(logits, V);
+    printf("target: %d\ndrafted:", (int)tok);
+    for (i = 0; i < o.steps; i++) {
+        float *row = logits + (size_t)i * V;
+        if (g4_draft_step(&x.d, tok, h, row, h) != G4_OK) { fprintf(stderr, "\ngemma4: %s\n", x.d.error); goto done; }
+        tok = g4_argmax(row, V);
+        printf(" %d", (int)tok);
+    }
+    if (!(f = fopen(o.out_path, "wb"))) { fprintf(stderr, "\ngemma4: cannot write %s\n", o.out_path); goto done; }
+    if (fwrite(logits, sizeof(float), (size_t)o.steps * V, f) != (size_t)o.steps * V) { fprintf(stderr, "\ngemma4: short write to %s\n", o.out_path); goto done; }
+    printf("\nwrote %d x %d float32 logits to %s\n", o.steps, V, o.out_path);
+    rc = 0;
+done:
+    if (f) fclose(f);
+    free(logits);
+    free(h);
+    free(o.ids);
+    drafter_free(&x);
+    g4_session_destroy(&s);
+    g4_model_free(&m);
+    return rc;
+}
+
 /* gemma4 greedy DIR --ids ... --new N: the ids, then N greedily chosen ones */
 static int cmd_greedy(int argc, char **argv) {
     run_opts o;
@@ -540,6 +807,7 @@ static int cmd_greedy(int argc, char **argv) {
     float *logits = NULL;
     int i, V, rc = 1;
     if (parse_run_opts(argc, argv, &o)) return 1;
+    if (o.drafter) return greedy_spec(argv[2], &o);
     if (open_session(argv[2], o.n + o.n_new, o.chunk, &m, &s)) { free(o.ids); return 1; }
     V = m.config.vocab_size;
     if (!(logits = (float *)malloc(sizeof(float) * (size_t)V))) { fprintf(stderr, "gemma4: out of memory\n"); goto done; }
@@ -576,17 +844,19 @@ static const struct {
 } commands[] = {
     {"info", cmd_info, "PATH"},
     {"logits", cmd_logits, "DIR --ids 2,818,1010 --out FILE [--chunk N]"},
-    {"greedy", cmd_greedy, "DIR --ids 2,818 --new N [--chunk N]"},
+    {"greedy", cmd_greedy, "DIR --ids 2,818 --new N [--chunk N] [--drafter DRAFTER_DIR [--draft-tokens K]]"},
+    {"draft", cmd_draft, "TARGET_DIR --drafter DRAFTER_DIR --ids 2,818 --steps K --out FILE"},
     {"compare", cmd_compare, "DIR DUMP.safetensors [--tolerance T] [--f32|--bf16] [--chunk N]"},
     {"grad", g4t_cmd_grad, "DIR --ids 2,818,... [--labels L,...] [--recompute] [--threads N] --out FILE"},
-    {"bench", g4t_cmd_bench, "DIR [--threads N] [--prompt N] [--gen N] [--bf16]\n"
+    {"bench", g4t_cmd_bench, "DIR [--threads N] [--prompt N] [--gen N] [--bf16] [--drafter DRAFTER_DIR [--draft-tokens K]]\n"
                              "DIR --grad [--recompute] [--threads N] [--prompt N]"},
     {"synth", g4b_cmd_synth, "--config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N]"},
     {"tokenize", cmd_tokenize, "TOKENIZER_JSON_OR_MODEL_DIR [TEXT]"},
+    {"template", cmd_template, "DIR --messages FILE.json [--think] [--no-generation-prompt] [--ids]"},
     {"generate", cmd_generate, "DIR --prompt \"...\" [--chat] [--system S] [--think] [--temp T] [--top-k K]\n"
                                "[--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--max-tokens N] [--ctx N]\n"
-                               "[--tokenizer PATH]"},
-    {"chat", cmd_chat, "DIR [--system S] [--think] [sampling flags as generate]"},
+                               "[--tokenizer PATH] [--drafter DRAFTER_DIR [--draft-tokens K]]"},
+    {"chat", cmd_chat, "DIR [--system S] [--think] [sampling and --drafter flags as generate]"},
 };
 #define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
 

@@ -171,9 +171,9 @@ static void test_softmax_gelu_backward(void) {
 /* the matmul backward (g4__matmul_bwd) against double sums, bf16 weights read
    as stored, odd sizes (tiles and column tails); then 1 thread = 2 threads */
 static void test_matmul_backward_bf16(void) {
-    enum { N = 7, IN = 45, OUT = 13 };
+    enum { N = 7, IN = 150, OUT = 13 };
     uint16_t wb[OUT * IN];
-    float x[N * IN], dy[N * OUT], dx[N * IN], dw[OUT * IN], dx2[N * IN], dw2[OUT * IN];
+    float x[N * IN], dy[N * OUT], dx[N * IN], dw[OUT * IN], dx2[N * IN], dw2[OUT * IN], dyt[N * OUT];
     double err = 0, big = 0;
     g4_tensor w;
     g4_session s;
@@ -186,7 +186,7 @@ static void test_matmul_backward_bf16(void) {
     memset(&w, 0, sizeof w);
     memset(&s, 0, sizeof s);
     w.data = wb; w.dtype = G4_BF16; w.ndim = 2; w.shape[0] = OUT; w.shape[1] = IN;
-    g4__matmul_bwd(&s, dx, dw, dy, x, &w, N); /* both accumulate (+=) */
+    g4__matmul_bwd(&s, dx, dw, dy, x, &w, N, dyt); /* both accumulate (+=) */
     for (t = 0; t < N; t++)
         for (i = 0; i < IN; i++) {
             double acc = 0.5;
@@ -202,7 +202,7 @@ static void test_matmul_backward_bf16(void) {
     CHECK(err <= 2e-6 * big, "max error %.3g", err);
     if (g4_pool_create(&pool, 2) == G4_OK) {
         s.cfg.pool = pool;
-        g4__matmul_bwd(&s, dx2, dw2, dy, x, &w, N);
+        g4__matmul_bwd(&s, dx2, dw2, dy, x, &w, N, dyt);
         CHECK(!memcmp(dx, dx2, sizeof dx) && !memcmp(dw, dw2, sizeof dw), "2 threads give other bits");
         g4_pool_free(pool);
     }

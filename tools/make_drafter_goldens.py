@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""Golden data for the Gemma 4 drafters (model_type "gemma4_assistant").
+
+Why a second transformers version: transformers 5.23.0 (the version every other golden in
+data/tiny comes from) cannot build an assistant model: Gemma4TextConfig.kv_sharing_modes raises
+when every layer is KV-shared, which is what an assistant is.  5.20.2 builds it, so this script
+is pinned to transformers 5.20.2 (torch 2.15.0) and records that in data/tiny/DRAFTER_VERSIONS.txt.
+Run it from a venv that has them, e.g. a second venv beside the main one:
+    python3 -m venv venv520 && venv520/bin/pip install torch==2.15.0 transformers==5.20.2 safetensors numpy
+    venv520/bin/python tools/make_drafter_goldens.py
+
+The targets are the existing tiny models data/tiny/e2b_like (PLE, KV sharing, one KV head) and
+data/tiny/31b_like (attention_k_eq_v full layers, no KV sharing), made by tools/make_goldens.py
+with 5.23.0; this script first checks that 5.20.2 loads them to the same logits as their
+golden.safetensors.  It then builds tiny random-weight drafters (Gemma4AssistantForCausalLM)
+with transformers, saves them with save_pretrained (stored bfloat16), reloads them in float32
+and records, for two prompts (longer than sliding_window + 1 and shorter):
+
+    data/tiny/<drafter>/config.json, model.safetensors
+    data/tiny/<drafter>/golden.safetensors
+        {long,short}_prompt         I32 [n]     the prompt
+        {long,short}_draft_logits   F32 [K, V]  the drafter's logits of the FIRST drafting round of
+                                                transformers' assisted generation (captured from
+                                                SinglePositionMultiTokenCandidateGenerator.get_candidates)
+        {long,short}_draft_ids      I32 [K]     the tokens it drafted (argmax of each row)
+        {long,short}_assisted_ids   I32 [n + N] generate(..., assistant_model=drafter), greedy; asserted
+                                                equal to plain greedy generate() (no assistant)
+DRAFTER_VERSIONS.txt also gives, per round step, how far the same round run in float64 is from
+these float32 logits: the float32 noise a reimplementation is measured against (it grows along
+the round, as each step feeds the next its projected hidden state).
+
+Everything is float32 CPU, attn_implementation="eager", torch.set_num_threads(1).  The first
+round is recorded because it is the one whose inputs are clean in 5.20.2: in later rounds the
+candidate generator slices the target's shared K/V to the new sequence length, which keeps the
+rejected draft at the query's own position in the full-attention tensor and rejected drafts at
+the end of the sliding tensor (see the README's drafter section); gemma4.h reads only positions
+the target has accepted.
+"""
+
+import datetime
+import json
+import os
+import platform
+import shutil
+import sys
+
+import numpy as np
+import safetensors
+import torch
+import transformers
+from safetensors.torch import load_file, save_file
+
+assert torch.__version__.startswith("2.15"), torch.__version__
+assert transformers.__version__ == "5.20.2", transformers.__version__
+print(f"torch {torch.__version__}  transformers {transformers.__version__}  "
+      f"safetensors {safetensors.__version__}  numpy {np.__version__}  python {platform.python_version()}")
+
+from transformers import (  # noqa: E402
+    Gemma4AssistantConfig,
+    Gemma4AssistantForCausalLM,
+    Gemma4ForCausalLM,
+    Gemma4TextConfig,
+    GenerationConfig,
+)
+from transformers.generation import candidate_generator as cg  # noqa: E402
+
+torch.use_deterministic_algorithms(True)
+torch.set_num_threads(1)
+
+SL, FU = "sliding_attention", "full_attention"
+K = 4            # num_assistant_tokens
+NEW = 10         # new tokens of assisted generation
+FINAL_NORM_RANGE = (3.0, 5.0)
+ROPE = {
+    SL: {"rope_type": "default", "rope_theta": 10_000.0},
+    FU: {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0},
+}
+
+DRAFTERS = [
+    dict(name="e2b_drafter", target="e2b_like", seed=2001, ordered=True,
+         text=dict(layer_types=[SL, SL, SL, FU], num_key_value_heads=1, attention_k_eq_v=False)),
+    dict(name="e2b_drafter_plain", target="e2b_like", seed=2002, ordered=False,
+         text=dict(layer_types=[SL, SL, SL, FU], num_key_value_heads=1, attention_k_eq_v=False)),
+    dict(name="31b_drafter", target="31b_like", seed=2003, ordered=True,
+         text=dict(layer_types=[SL, FU, SL, FU], num_key_value_heads=2, attention_k_eq_v=True,
+                   num_global_key_value_heads=1)),
+]
+
+
+def drafter_config(spec, target_cfg):
+    text = dict(
+        vocab_size=target_cfg.vocab_size, hidden_size=32, intermediate_size=48, num_hidden_layers=4,
+        num_attention_heads=2, head_dim=16, global_head_dim=32, rms_norm_eps=1e-6,
+        final_logit_softcapping=30.0, sliding_window=target_cfg.sliding_window, max_position_embeddings=128,
+        rope_parameters=ROPE, hidden_size_per_layer_input=0, vocab_size_per_layer_input=0,
+        num_kv_shared_layers=4, use_double_wide_mlp=False, enable_moe_block=False,
+    )
+    text.update(spec["text"])
+    return Gemma4AssistantConfig(
+        text_config=Gemma4TextConfig(**text), backbone_hidden_size=target_cfg.hidden_size,
+        use_ordered_embeddings=spec["ordered"], num_centroids=16, centroid_intermediate_top_k=4,
+    )
+
+
+def randomize(model, seed):
+    g = torch.Generator().manual_seed(seed)
+    for name, t in sorted(model.named_parameters(), key=lambda x: x[0]):
+        shape = tuple(t.shape)
+        if name == "model.norm.weight":
+            v = FINAL_NORM_RANGE[0] + (FINAL_NORM_RANGE[1] - FINAL_NORM_RANGE[0]) * torch.rand(shape, generator=g)
+        elif "norm" in name and len(shape) == 1:
+            v = 0.5 + torch.rand(shape, generator=g)  # used as-is (not 1+w): never all ones
+        elif name.endswith("embed_tokens.weight"):
+            v = torch.randn(shape, generator=g) * 0.1  # the tied lm_head
+        elif name.endswith("centroids.weight"):
+            v = torch.randn(shape, generator=g) * 0.5
+        else:
+            v = torch.randn(shape, generator=g) * 0.1
+        with torch.no_grad():
+            t.copy_(v)
+    for name, b in model.named_buffers():
+        with torch.no_grad():
+            if name.endswith("layer_scalar"):
+                b.copy_(0.5 + torch.rand(tuple(b.shape), generator=g))
+            elif name.endswith("token_ordering"):
+                b.copy_(torch.randperm(b.numel(), generator=g))
+
+
+def load_target(path):
+    m = Gemma4ForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
+    m.eval()
+    return m
+
+
+def check_target(target, path):
+    """5.20.2 reproduces the 5.23.0 golden logits of the target."""
+    gold = load_file(os.path.join(path, "golden.safetensors"))
+    with torch.no_grad():
+        logits = target(input_ids=gold["input_ids"].long()[None], use_cache=False).logits[0]
+    err = float((logits - gold["logits"]).abs().max() / gold["logits"].abs().max())
+    print(f"  target {path}: 5.20.2 vs 5.23.0 golden logits, max rel diff {err:.3g}")
+    assert err < 1e-6, err
+    return err
+
+
+captured = []
+_orig_get_candidates = cg.SinglePositionMultiTokenCandidateGenerator.get_candidates
+
+
+def _capture(self, *args, **kwargs):
+    ids, logits = _orig_get_candidates(self, *args, **kwargs)
+    if logits is not None:
+        captured.append((ids.clone(), logits.clone()))
+    return ids, logits
+
+
+cg.SinglePositionMultiTokenCandidateGenerator.get_candidates = _capture
+
+
+def gen_config():
+    return GenerationConfig(do_sample=False, max_new_tokens=NEW, min_new_tokens=NEW, eos_token_id=None,
+                            pad_token_id=0, bos_token_id=2)
+
+
+def record_prompt(target, drafter, prompt, tag, out, notes):
+    with torch.no_grad():
+        plain = target.generate(prompt[None], generation_config=gen_config())[0]
+    captured.clear()
+    with torch.no_grad():
+        assisted = target.generate(prompt[None], generation_config=gen_config(), assistant_model=drafter)[0]
+    assert torch.equal(plain, assisted), (plain.tolist(), assisted.tolist())
+    ids0, logits0 = captured[0]
+    n = prompt.shape[0]
+    assert ids0.shape[1] == n + 1 + K, ids0.shape  # prompt + the target's first token + K drafts
+    lg = logits0[0].float()
+    draft = lg.argmax(-1)
+    assert torch.equal(draft, ids0[0, n + 1:]), (draft, ids0)
+    top2 = torch.topk(lg, 2, dim=-1).values
+    gap = float((top2[:, 0] - top2[:, 1]).min())
+    assert gap > 1e-3, f"{tag}: near tie in the drafted argmax ({gap})"
+    out[f"{tag}_prompt"] = prompt.to(torch.int32)
+    out[f"{tag}_draft_logits"] = lg.contiguous()
+    out[f"{tag}_draft_ids"] = draft.to(torch.int32)
+    out[f"{tag}_assisted_ids"] = assisted.to(torch.int32)
+    notes.append(f"{tag} n {n} rounds {len(captured)} min_draft_argmax_gap {gap:.3g}")
+    print(f"  {tag}: prompt {n}, drafted {draft.tolist()}, rounds {len(captured)}, min argmax gap {gap:.3g}")
+
+
+def centroid_margin(drafter, hidden_rows):
+    """Smallest gap between the k-th and (k+1)-th centroid logit (top-k must be unambiguous)."""
+    me = drafter.masked_embedding
+    c = me.centroids(hidden_rows)
+    top = torch.topk(c, me.centroid_intermediate_top_k + 1, dim=-1).values
+    return float((top[..., -2] - top[..., -1]).min())
+
+
+def make_one(spec, root, lines):
+    name = spec["name"]
+    print(f"=== {name} (target {spec['target']}) ===")
+    tpath = os.path.join(root, spec["target"])
+    target = load_target(tpath)
+    check_target(target, tpath)
+    torch.manual_seed(spec["seed"])
+    cfg = drafter_config(spec, target.config)
+    model = Gemma4AssistantForCausalLM(cfg)
+    randomize(model, spec["seed"])
+    model = model.to(torch.bfloat16)
+    path = os.path.join(root, name)
+    shutil.rmtree(path, ignore_errors=True)
+    model.save_pretrained(path)
+    drafter = Gemma4AssistantForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
+    drafter.eval()
+    drafter.generation_config.num_assistant_tokens = K
+    drafter.generation_config.num_assistant_tokens_schedule = "constant"
+
+    g = torch.Generator().manual_seed(spec["seed"] + 7)
+    V = target.config.vocab_size
+    window = target.config.sliding_window
+    out, notes = {}, []
+    long_p = torch.randint(3, V, (window + 6,), generator=g)  # the drafter's sliding read is cut
+    short_p = torch.randint(3, V, (5,), generator=g)          # shorter than the window
+    record_prompt(target, drafter, long_p, "long", out, notes)
+    record_prompt(target, drafter, short_p, "short", out, notes)
+    if spec["ordered"]:
+        # the centroid top-k of the recorded first rounds must not be a near tie
+        with torch.no_grad():
+            hs = []
+            hook = drafter.model.norm.register_forward_hook(lambda m, i, o: hs.append(o.detach().clone()))
+            for tag in ("long", "short"):
+                captured.clear()
+                target.generate(out[f"{tag}_prompt"].long()[None], generation_config=gen_config(), assistant_model=drafter)
+            hook.remove()
+            margin = min(centroid_margin(drafter, h) for h in hs)
+        assert margin > 1e-3, margin
+        notes.append(f"centroid_topk_margin {margin:.3g}")
+    # float32 noise scale: the same first rounds in float64, against the float32 goldens
+    t64 = Gemma4ForCausalLM.from_pretrained(tpath, dtype=torch.float64, attn_implementation="eager").eval()
+    d64 = Gemma4AssistantForCausalLM.from_pretrained(path, dtype=torch.float64, attn_implementation="eager").eval()
+    d64.generation_config.num_assistant_tokens = K
+    d64.generation_config.num_assistant_tokens_schedule = "constant"
+    for tag in ("long", "short"):
+        captured.clear()
+        with torch.no_grad():
+            t64.generate(out[f"{tag}_prompt"].long()[None], generation_config=gen_config(), assistant_model=d64)
+        lg64, ref = captured[0][1][0], out[f"{tag}_draft_logits"].double()
+        rel = [float((lg64[i] - ref[i]).abs().max() / ref[i].abs().max()) for i in range(K)]
+        notes.append(f"{tag}_f32_vs_f64_rel_per_step " + ",".join(f"{v:.2g}" for v in rel))
+    save_file(dict(sorted(out.items())), os.path.join(path, "golden.safetensors"))
+    size = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
+    lines.append(f"drafter {name:18s} target {spec['target']:9s} ordered_embeddings {int(spec['ordered'])} "
+                 f"K {K} new {NEW} bytes {size}  " + "  ".join(notes))
+
+
+def main():
+    root = "data/tiny"
+    assert os.path.isdir(os.path.join(root, "e2b_like")), "run from the repository root"
+    lines = []
+    for spec in DRAFTERS:
+        make_one(spec, root, lines)
+    with open(os.path.join(root, "DRAFTER_VERSIONS.txt"), "w") as f:
+        f.write(f"torch {torch.__version__}\ntransformers {transformers.__version__}\n"
+                f"safetensors {safetensors.__version__}\nnumpy {np.__version__}\npython {platform.python_version()}\n"
+                f"platform {platform.platform()}\n"
+                f"date {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M:%S UTC')}\n"
+                "why 5.20.2: transformers 5.23.0 cannot build Gemma4AssistantForCausalLM (Gemma4TextConfig."
+                "kv_sharing_modes raises when every layer is KV-shared); 5.20.2 can\n"
+                "command venv520/bin/python tools/make_drafter_goldens.py  (a venv with torch 2.15.0, "
+                "transformers 5.20.2)\n"
+                "goldens float32 CPU, attn_implementation=eager, torch.set_num_threads(1); targets e2b_like and "
+                "31b_like from tools/make_goldens.py (5.23.0), reloaded by 5.20.2 to the same logits\n")
+        for ln in lines:
+            f.write(ln + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
