@@ -233,6 +233,12 @@ test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san 
 	@echo "== the core suite again on the other kernels this CPU runs (scalar, AVX2)"
 	sh tests/other_kernels.sh "$(CC)" "$(WARN)" > build/kernels.log 2>&1 || { cat build/kernels.log; exit 1; }
 	@cat build/kernels.log
+	@echo "== kernel sets"
+	@cat build/tests.log build/kernels.log | awk '/^  kernels: / { k = $$2; sub(",", "", k); ran[k] = 1 } \
+	  /^  bf16 mode: avx512_bf16/ { ran["avx512_bf16"] = 1 } \
+	  END { n = split("scalar avx2 avx512 avx512_bf16 neon", all, " "); r = ""; m = ""; \
+	        for (i = 1; i <= n; i++) if (all[i] in ran) r = r " " all[i]; else m = m " " all[i]; \
+	        print "kernel sets executed:" r (m == "" ? "" : "; not executed on this CPU (compiled by make strict):" m) }'
 	@echo "== all suites"
 	@cat build/threads.log build/bad_inputs.log build/tokenizer.log build/template.log build/sanitize_template.log build/cuda_emu.log build/tests.log build/kernels.log build/train.log build/train_san.log build/drafter.log build/sanitize_drafter.log | awk '/^[0-9]+ passed, [0-9]+ failed/ { p += $$1; f += $$3; s += $$5 } END { printf "%d passed, %d failed", p, f; if (s) printf ", %d skipped", s; print "" }'
 

@@ -23,9 +23,10 @@
        >>safetensors     safetensors headers and the shard index
        >>loading         g4_model_load: tensors by transformers' names, shapes
        >>kernels         the scalar reference kernels: bf16 rounding, matmul, dot, gelu
-       >>backend         SIMD twins (>>simd), the bf16 dot kernel (>>bf16dot), the
-                         thread pool and threaded loops (>>threads): the scalar
-                         kernels made fast. A first reading can skip it.
+       >>backend         SIMD twins (>>simd), the prefill GEMM (>>gemm), the bf16
+                         dot kernel (>>bf16dot), the thread pool and threaded
+                         loops (>>threads): the scalar kernels made fast. A first
+                         reading can skip it.
        >>ops             the Gemma ops: activation cast, RMSNorm, RoPE, softmax,
                          attention of one query head
        >>session         the arena: K/V slots, the shared-KV table, scratch
@@ -103,7 +104,10 @@
    TEXT
      g4_tokenizer_load reads the checkpoint's tokenizer.json (BPE with byte
      fallback, added tokens; encode/decode as the Python `tokenizers` library),
-     g4_chat_encode writes the Gemma 4 chat layout, g4_sampler_* samples
+     g4_template_* render the checkpoint's own chat template (a Jinja subset
+     interpreter, exactly as transformers' apply_chat_template), g4_chat_encode
+     writes the built-in Gemma 4 chat layout (for checkpoints without a
+     template), g4_sampler_* samples
      (greedy, temperature, top-k, top-p, min-p, repetition penalty, seeded),
      g4_decode_next streams text. These allocate at init (the tokenizer's
      tables, the sampler's scratch); g4_tokenize allocates scratch per call.
@@ -136,6 +140,14 @@
      test models. Prefill, chunked prefill and decode give identical bits.
      With avx512_bf16 (-march=native on such a CPU) the bf16 mode's matmuls
      use VDPBF16PS: its own summation order, the same in every step shape.
+
+   TRAINING
+     g4_train_size / g4_train_init / g4_loss_and_grad: transformers' loss
+     (model(ids, labels=labels).loss) and its float32 gradient for every
+     trained parameter, in one caller arena plus one gradient block; the
+     shared-KV gradient flows from readers into their owner's slot, counted.
+     recompute = 1 keeps only layer inputs (bit-identical gradients). See
+     >>backward and the README's training section.
 
    TAPS
      g4_session_config.tap, if set, sees every module output transformers has
@@ -408,6 +420,7 @@ typedef struct g4_session {
     const g4_model *model;
     g4_session_config cfg;
     int pos;                   /* positions consumed so far */
+    int fwd_end, fwd_n;        /* the running g4_forward call: its end position and token count (bf16 mode) */
     int n_slots;
     g4_kv_slot *slots;         /* the shared-KV table */
     int *layer_slot;           /* [L] slot each layer attends over */
@@ -425,6 +438,9 @@ typedef struct g4_session {
     float *inv_freq[2];        /* [Dmax/2] per layer type */
     uint16_t *xbf;             /* [rows][widest matmul input] a matmul's input as bf16
                                   (builds with avx512_bf16 only; else empty) */
+    float *pack;               /* [pack_parts][G4__PACK_THREAD] the GEMM's packed weights
+                                  and partial sums, one buffer per thread */
+    int pack_parts;
     unsigned epoch;            /* counts g4_session_reset calls (a drafter checks it) */
     /* a drafter session (g4_drafter_init) only: slots and layer_slot point at
        the TARGET session's table; nothing of the target's K/V is copied */
@@ -524,9 +540,10 @@ typedef struct {
     float *gate, *up, *dgate, *dup;            /* [S][max(Imax, 2*Ie)] */
     float *dpli, *pproj, *pa, *dpa;            /* [S][L*P] x2, [S][P] x2 */
     float *probs;                              /* [max_seq] */
+    double *row_loss;                          /* [max_seq] each row's cross-entropy */
     float *dyt;                                /* [max(S * widest projection output, 64 * V)] dY transposed */
     float *logits;                             /* [min(max_seq, G4_TRAIN_ROWS)][V] */
-    float *moe;                                /* MoE scratch: [6H + 4E + 4Ie] */
+    float *moe;                                /* MoE scratch: [4H + 2E + 6Ie] */
     float **slot_dk, **slot_dv;                /* [n_slots] -> [S][KVH*D] the owner slots' K/V gradients */
     int *pending;                              /* [n_slots] readers of the slot whose backward has not run */
     char error[G4_ERROR_MAX];
@@ -640,7 +657,8 @@ G4_API int g4_decode_next(const g4_tokenizer *t, g4_decode_state *st, int32_t id
 G4_API int g4_decode_flush(g4_decode_state *st, char *out, size_t cap);
 
 /* ------------------------------------------------------------------ chat */
-/* The Gemma 4 chat layout (../shared/spec/gemma4-text.md section 6):
+/* The built-in Gemma 4 chat layout, for checkpoints without a chat template
+   (with one, render it with g4_template_*; ../shared/spec/gemma4-text.md section 6):
      <bos><|turn>system\n[<|think|>]{system}<turn|>\n<|turn>user\n{msg}<turn|>\n<|turn>model\n
    The text is rendered, then tokenized: the control tokens' ids come from the
    tokenizer file. Role "assistant" is written "model". */
@@ -866,6 +884,7 @@ typedef struct {
     g4_session_config cfg;
     int matmul;                /* G4_CUDA_MATMUL_TILED (default) or G4_CUDA_MATMUL_PLAIN */
     int pos;                   /* positions consumed so far */
+    int fwd_end, fwd_n;        /* the running g4_forward call: its end position and token count (bf16 mode) */
     int n_slots;
     g4_kv_slot *slots;         /* host arena: the table as the host tracks it (k, v: device) */
     int *layer_slot;           /* host arena: [L] slot each layer attends over */
@@ -2602,6 +2621,54 @@ G4__MAYBE_UNUSED static void g4__matmul_ref(float *y, const float *x, const g4_t
     }
 }
 
+/* The bf16-faithful mode's matmul (bf16 weights, bf16-valued x): every output
+   summed in the order of torch's bf16 F.linear on a CPU where ATen runs its
+   AVX2 kernels (cpublas' gemm_transa_ -> dot_with_fp32_arith, 8-lane float
+   vectors), as the transformers-bf16 goldens were made:
+     - 8 accumulators r of 8 lanes l take the inputs 64 j + 8 r + l;
+     - then r += r + 4, r += r + 2, r += r + 1, and the 8 lanes of r = 0 are
+       added as ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7)) (g4__hsum8);
+     - the inputs past the last multiple of 64, 16 at a time, go into one more
+       8-lane accumulator (lane l: 16 j + l, then 16 j + 8 + l), whose lanes
+       are added the same way and then added to the sum;
+     - the last in % 16 inputs are added one by one.
+   A product of two bf16 values is exact in float32, so FMA or multiply-then-
+   add give the same bits. Measured equal to torch 2.15's F.linear on 500k
+   bf16 outputs (in 16 to 1536, 1 to 300 rows); tests/test_gemma4.c checks
+   the AVX2 twin against this function. Under AVX-512 kernels torch sums in
+   16 lanes instead: that order is not this one. */
+static float g4__hsum8(const float *v) {
+    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+}
+
+G4__MAYBE_UNUSED static void g4__matmul_torch_ref(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1) {
+    int out = (int)w->shape[0], in = (int)w->shape[1], la = in & ~63, lv = in & ~15, o, t, i, r, l;
+    const uint16_t *base = (const uint16_t *)w->data;
+    for (o = o0; o < o1; o++) {
+        const uint16_t *row = base + (size_t)o * (size_t)in;
+        for (t = 0; t < n; t++) {
+            const float *xt = x + (size_t)t * (size_t)in;
+            float acc[8][8], tail[8], sum;
+            memset(acc, 0, sizeof acc);
+            memset(tail, 0, sizeof tail);
+            for (i = 0; i < la; i += 64)
+                for (r = 0; r < 8; r++)
+                    for (l = 0; l < 8; l++) acc[r][l] += xt[i + 8 * r + l] * g4__bf16_to_f32(row[i + 8 * r + l]);
+            for (r = 0; r < 4; r++) for (l = 0; l < 8; l++) acc[r][l] += acc[r + 4][l];
+            for (r = 0; r < 2; r++) for (l = 0; l < 8; l++) acc[r][l] += acc[r + 2][l];
+            for (l = 0; l < 8; l++) acc[0][l] += acc[1][l];
+            sum = g4__hsum8(acc[0]);
+            for (i = la; i < lv; i += 16) {
+                for (l = 0; l < 8; l++) tail[l] += xt[i + l] * g4__bf16_to_f32(row[i + l]);
+                for (l = 0; l < 8; l++) tail[l] += xt[i + 8 + l] * g4__bf16_to_f32(row[i + 8 + l]);
+            }
+            sum += g4__hsum8(tail);
+            for (i = lv; i < in; i++) sum += xt[i] * g4__bf16_to_f32(row[i]);
+            y[(size_t)t * (size_t)out + (size_t)o] = sum;
+        }
+    }
+}
+
 G4__MAYBE_UNUSED static float g4__dot_ref(const float *a, const float *b, int n) {
     float acc = 0.0f;
     int i;
@@ -2618,12 +2685,18 @@ G4__MAYBE_UNUSED static float g4__dot_ref(const float *a, const float *b, int n)
    polynomial in FMAs, times 2^n. This scalar function, g4__gelu_v (SIMD) and
    the CUDA twin make exactly these IEEE operations, so they give the same
    bits. libm's tanhf cost 10% of a prefill; this is 96.6% bit-equal to
-   torch's float32 gelu (libm tanhf: 96.8%), within 2.4e-7 of it (tested). */
+   torch's float32 gelu (libm tanhf: 96.8%), within 2.4e-7 of it (tested).
+   Past |z| = 8.664339742 tanh is exactly 1, as in Sleef's tanhf, which ATen's
+   vectorised gelu calls: 1 + tanh(z) is then 0 for z < 0, and in the bf16
+   mode the result equals torch's bf16 gelu for every bf16 input (tested). */
 #define G4__GELU_K 0.7978845608028654f
+#define G4__TANH_ONE (2.0f * 8.664339742f) /* on a = |2z|: Sleef's tanhf is +-1 past |z| = 8.664339742 */
 #define G4__EXP_MAGIC 12582912.0f /* 1.5 * 2^23: adding it rounds to an integer */
 #define G4__EXP_C 1.44269504088896341f, 0.693359375f, 2.12194440e-4f
 #define G4__EXP_P 1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f
-G4__MAYBE_UNUSED static float g4__gelu(float x) {
+/* clamp = 0: without the exact 1 past |z| = 8.664339742, as ATen's scalar
+   gelu (glibc's tanhf) rounds in bf16 (g4__gelu_torch_n) */
+static float g4__gelu_x(float x, int clamp) {
     static const float c[3] = {G4__EXP_C}, p[6] = {G4__EXP_P};
     float z = G4__GELU_K * (x + 0.044715f * (x * x * x)), a = fminf(fabsf(z + z), 87.0f), n, r, e, u;
     uint32_t bits;
@@ -2638,15 +2711,18 @@ G4__MAYBE_UNUSED static float g4__gelu(float x) {
     memcpy(&u, &bits, 4);
     e = e * u;                     /* exp(2|z|) */
     u = 1.0f - 2.0f / (e + 1.0f); /* tanh(|z|) */
+    if (clamp && G4__TANH_ONE - a < 0.0f) u = 1.0f;
     return (0.5f * x) * (z < 0.0f ? 1.0f - u : 1.0f + u);
 }
 
+G4__MAYBE_UNUSED static float g4__gelu(float x) { return g4__gelu_x(x, 1); }
+
 /* ============================================================= >>backend */
 /* BACKEND: how the scalar kernels above run fast - the SIMD twins (>>simd),
-   the bf16 dot-product kernel (>>bf16dot), the thread pool and the threaded
-   matmul and elementwise loops (>>threads). Each computes what its scalar
-   kernel computes (tested against it; its own comment gives its summation
-   order). A first reading can skip to >>ops. */
+   the packed prefill GEMM (>>gemm), the bf16 dot-product kernel (>>bf16dot),
+   the thread pool and the threaded matmul and elementwise loops (>>threads).
+   Each computes what its scalar kernel computes (tested against it; its own
+   comment gives its summation order). A first reading can skip to >>ops. */
 
 /* ----------------------------------------------------------- SIMD >>simd */
 /* SIMD twins (x86-64 AVX-512F or AVX2+FMA, or AArch64 NEON, chosen at compile
@@ -2781,37 +2857,6 @@ static float g4__tail(float acc, const float *x, const unsigned char *row, g4_dt
     return acc;
 }
 
-/* The prefill tile: G4__TR weight rows x G4__TT tokens, G4__TR * G4__TT
-   accumulators held in registers (24 of AVX-512's or NEON's 32, 12 of AVX2's
-   16). Each step loads G4__TR weight vectors and G4__TT activation vectors for
-   G4__TR * G4__TT FMAs. Rows or tokens past the edge (R < G4__TR, T < G4__TT)
-   repeat the last one and are not stored. */
-static void g4__tile(float *y, const float *x, const unsigned char *w, g4_dtype dt, size_t esz, int in, int out, int o,
-                     int R, int t, int T) {
-    g4__vec acc[G4__TR][G4__TT], wv[G4__TR], xv;
-    float sum[G4__TR][G4__TT];
-    const unsigned char *row[G4__TR];
-    const float *xt[G4__TT];
-    int r, u, kv = in - in % G4__VL, k;
-    for (r = 0; r < G4__TR; r++) row[r] = w + (size_t)(o + (r < R ? r : R - 1)) * (size_t)in * esz;
-    for (u = 0; u < G4__TT; u++) xt[u] = x + (size_t)(t + (u < T ? u : T - 1)) * (size_t)in;
-    G4__UNROLL for (r = 0; r < G4__TR; r++)
-        G4__UNROLL for (u = 0; u < G4__TT; u++) acc[r][u] = g4__vzero();
-    for (k = 0; k < kv; k += G4__VL) {
-        G4__UNROLL for (r = 0; r < G4__TR; r++) wv[r] = g4__vload_w(row[r], dt, (size_t)k);
-        G4__UNROLL for (u = 0; u < G4__TT; u++) {
-            xv = g4__vload_x(xt[u] + k);
-            G4__IN_REGISTER(xv);
-            G4__UNROLL for (r = 0; r < G4__TR; r++) acc[r][u] = g4__vfma(wv[r], xv, acc[r][u]);
-        }
-    }
-    G4__UNROLL for (r = 0; r < G4__TR; r++) /* constant indices only, so acc stays in registers */
-        G4__UNROLL for (u = 0; u < G4__TT; u++) sum[r][u] = g4__vhsum(acc[r][u]);
-    for (r = 0; r < R; r++)
-        for (u = 0; u < T; u++)
-            y[(size_t)(t + u) * (size_t)out + (size_t)(o + r)] = g4__tail(sum[r][u], xt[u], row[r], dt, kv, in);
-}
-
 /* The decode kernel (one token). Each row is one dependency chain of in / VL
    FMAs, which alone would bound a core at about 27 GB/s, so rows o and
    o + half run side by side: two chains, and two sequential weight streams
@@ -2840,14 +2885,160 @@ static void g4__rows1(float *y, const float *x, const unsigned char *w, g4_dtype
     }
 }
 
-static void g4__matmul_simd(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1) {
-    int out = (int)w->shape[0], in = (int)w->shape[1], o, t;
-    size_t esz = g4__dtype_size(w->dtype);
+/* ------------------------------------------------------------ GEMM >>gemm */
+/* The prefill GEMM (n >= 2 tokens), BLIS/GotoBLAS-style: y[t][o] = sum_k
+   x[t][k] W[o][k] for the thread's output rows.
+   - Blocks: the tokens in blocks of nc, the rows in blocks of mc, `in` in
+     blocks of kc. Each (mc rows x kc) block of W is packed once into the
+     thread's buffer as float32 panels of G4__TR rows, [kc/VL][G4__TR][VL]: one
+     contiguous stream, converted from bf16/f16 once per token block instead of
+     once per register tile. The G4__TT activation rows of a tile are read in
+     place (they are contiguous along k) and stay in L1 across the block's
+     panels.
+   - The micro-kernel is the register tile: G4__TR x G4__TT accumulators (24 of
+     AVX-512's or NEON's 32, 12 of AVX2's 16), each step G4__TR weight and
+     G4__TT activation loads for G4__TR * G4__TT FMAs.
+   - The same bits as decode: each output element keeps VL lane sums along k
+     in order, k = lane, lane + VL, ... (g4__rows1's chains). Between kc blocks
+     a tile's accumulators wait in the buffer's partial sums (mc x nc x VL
+     floats) and resume unchanged, so the blocking, the chunk size and the
+     thread split change no bit. Then one g4__vhsum and g4__tail, as decode.
+   Rows or tokens past an edge (R < G4__TR: zero panels; T < G4__TT: the last
+   token repeated) are computed and not stored. */
+#define G4__HAVE_GEMM 1
+typedef struct { int mc, kc, nc; } g4__blocking; /* multiples of G4__TR, G4__VL, G4__TT */
+#ifndef G4_GEMM_KC
+#define G4_GEMM_KC 512
+#endif
+#ifndef G4__GEMM_MC
+#define G4__GEMM_MC (8 * G4__TR)
+#endif
+#ifndef G4__GEMM_NC
+#define G4__GEMM_NC ((64 / G4__TT) * G4__TT)
+#endif
+/* floats of one thread's buffer: the packed W block, then the partial sums */
+#define G4__PACK_FLOATS(mc, kc, nc) ((size_t)(mc) * (size_t)(kc) + (size_t)(mc) * (size_t)(nc) * G4__VL)
+static const g4__blocking g4__gemm_blocks = {G4__GEMM_MC, (G4_GEMM_KC / G4__VL) * G4__VL, G4__GEMM_NC};
+/* one thread's share of the session's packing buffers, in 64-byte lines */
+#define G4__PACK_THREAD ((G4__PACK_FLOATS(G4__GEMM_MC, (G4_GEMM_KC / G4__VL) * G4__VL, G4__GEMM_NC) + 15) / 16 * 16)
+
+/* The lines of W rows [o, o + mc) at k in [k0, k0 + kc) (the next block to
+   pack), part j of J: the pack then reads from cache, and the load from
+   memory overlaps the current block's FMAs (packing from memory measured 20%
+   of the GEMM's time). */
+#if defined(__GNUC__) && !defined(G4__NO_PREFETCH)
+#define G4__PREFETCH(p) __builtin_prefetch(p, 0, G4__PREFETCH_LOCALITY)
+#ifndef G4__PREFETCH_LOCALITY
+#define G4__PREFETCH_LOCALITY 2
+#endif
+#else
+#define G4__PREFETCH(p) ((void)(p))
+#endif
+static void g4__prefetch_w(const unsigned char *w, size_t esz, int in, int o, int mc, int k0, int kc, int j, int J) {
+    size_t per_row = ((size_t)kc * esz + 63) / 64 + 1, lines = (size_t)mc * per_row, l, l1 = lines * (size_t)(j + 1) / (size_t)J;
+    for (l = lines * (size_t)j / (size_t)J; l < l1; l++) {
+        size_t r = l / per_row, c = l % per_row, off = (size_t)k0 * esz + 64 * c;
+        if (off < (size_t)in * esz) G4__PREFETCH(w + (size_t)(o + (int)r) * (size_t)in * esz + off);
+    }
+}
+
+/* One tile over `steps` vectors of k: wp a packed panel, xt[u] the tile's
+   activation rows at the block's first k. Starts from zero (first) or from
+   the partial sums in part; ends in part, or (last) as horizontal sums. With
+   wrow (a block's first tile), the weights come from their rows at k0 and are
+   packed into wp on the way: the conversion overlaps the FMAs instead of
+   running as a pass of its own (measured 15-20% of the GEMM's time). */
+static void g4__micro(float *wp, const unsigned char *const *wrow, g4_dtype dt, int k0, const float *const *xt, int steps,
+                      float *part, int first, int last, float sum[G4__TR][G4__TT]) {
+    g4__vec acc[G4__TR][G4__TT], wv[G4__TR], xv;
+    const float *xp[G4__TT];
+    int r, u, s;
+    G4__UNROLL for (u = 0; u < G4__TT; u++) xp[u] = xt[u];
+    G4__UNROLL for (r = 0; r < G4__TR; r++)
+        G4__UNROLL for (u = 0; u < G4__TT; u++) acc[r][u] = first ? g4__vzero() : g4__vload_x(part + (r * G4__TT + u) * G4__VL);
+    if (wrow)
+        for (s = 0; s < steps; s++, wp += G4__TR * G4__VL) {
+            G4__UNROLL for (r = 0; r < G4__TR; r++) {
+                wv[r] = g4__vload_w(wrow[r], dt, (size_t)k0 + (size_t)s * G4__VL);
+                G4__IN_REGISTER(wv[r]);
+                g4__vstore(wp + r * G4__VL, wv[r]);
+            }
+            G4__UNROLL for (u = 0; u < G4__TT; u++) {
+                xv = g4__vload_x(xp[u] + (size_t)s * G4__VL);
+                G4__IN_REGISTER(xv);
+                G4__UNROLL for (r = 0; r < G4__TR; r++) acc[r][u] = g4__vfma(wv[r], xv, acc[r][u]);
+            }
+        }
+    else
+        for (s = 0; s < steps; s++, wp += G4__TR * G4__VL) {
+            G4__UNROLL for (r = 0; r < G4__TR; r++) {
+                wv[r] = g4__vload_x(wp + r * G4__VL);
+                G4__IN_REGISTER(wv[r]); /* one load, not one per FMA */
+            }
+            G4__UNROLL for (u = 0; u < G4__TT; u++) {
+                xv = g4__vload_x(xp[u] + (size_t)s * G4__VL);
+                G4__IN_REGISTER(xv);
+                G4__UNROLL for (r = 0; r < G4__TR; r++) acc[r][u] = g4__vfma(wv[r], xv, acc[r][u]);
+            }
+        }
+    if (last) {
+        G4__UNROLL for (r = 0; r < G4__TR; r++) /* constant indices only, so acc stays in registers */
+            G4__UNROLL for (u = 0; u < G4__TT; u++) sum[r][u] = g4__vhsum(acc[r][u]);
+    } else {
+        G4__UNROLL for (r = 0; r < G4__TR; r++)
+            G4__UNROLL for (u = 0; u < G4__TT; u++) g4__vstore(part + (r * G4__TT + u) * G4__VL, acc[r][u]);
+    }
+}
+
+/* y[t * ldy + o] = sum_k x[t * ldx + k] W[o][k] for t < n, o in [o0, o1);
+   ws: G4__PACK_FLOATS(b->mc, b->kc, b->nc) floats */
+static void g4__gemm(float *y, size_t ldy, const float *x, size_t ldx, const g4_tensor *w, int n, int o0, int o1,
+                     float *ws, const g4__blocking *b) {
+    int in = (int)w->shape[1], kv = in - in % G4__VL, t0, i0, k0, t, o, r, u, pi, pk, pmc, pkc;
+    g4_dtype dt = w->dtype;
+    size_t esz = g4__dtype_size(dt);
     const unsigned char *base = (const unsigned char *)w->data;
-    if (n == 1) { g4__rows1(y, x, base, w->dtype, esz, in, o0, o1); return; }
-    for (o = o0; o < o1; o += G4__TR)
-        for (t = 0; t < n; t += G4__TT)
-            g4__tile(y, x, base, w->dtype, esz, in, out, o, o1 - o < G4__TR ? o1 - o : G4__TR, t, n - t < G4__TT ? n - t : G4__TT);
+    float *wp = ws, *part = ws + (size_t)b->mc * (size_t)b->kc, sum[G4__TR][G4__TT];
+    const float *xt[G4__TT];
+    const unsigned char *wrow[G4__TR];
+    for (t0 = 0; t0 < n; t0 += b->nc) {
+        int nc = n - t0 < b->nc ? n - t0 : b->nc;
+        for (i0 = o0; i0 < o1; i0 += b->mc) {
+            int mc = o1 - i0 < b->mc ? o1 - i0 : b->mc;
+            for (k0 = 0; k0 == 0 || k0 < kv; k0 += b->kc) {
+                int kc = kv - k0 < b->kc ? kv - k0 : b->kc, first = k0 == 0, last = k0 + kc >= kv;
+                /* the next block: the next k range, else the next rows, else the first rows again */
+                if (!last) pk = k0 + kc, pi = i0;
+                else pk = 0, pi = i0 + mc < o1 ? i0 + mc : o0;
+                pmc = o1 - pi < b->mc ? o1 - pi : b->mc;
+                pkc = kv - pk < b->kc ? kv - pk : b->kc;
+                for (t = t0; t < t0 + nc; t += G4__TT) {
+                    int T = t0 + nc - t < G4__TT ? t0 + nc - t : G4__TT;
+                    g4__prefetch_w(base, esz, in, pi, pmc, pk, pkc, (t - t0) / G4__TT, (nc + G4__TT - 1) / G4__TT);
+                    for (u = 0; u < G4__TT; u++) xt[u] = x + (size_t)(t + (u < T ? u : T - 1)) * ldx + k0;
+                    for (o = i0; o < i0 + mc; o += G4__TR) {
+                        int R = i0 + mc - o < G4__TR ? i0 + mc - o : G4__TR;
+                        float *pt = part + ((size_t)((o - i0) / G4__TR) * (size_t)(b->nc / G4__TT) + (size_t)((t - t0) / G4__TT)) *
+                                               (G4__TR * G4__TT * G4__VL);
+                        for (r = 0; r < G4__TR; r++) wrow[r] = base + (size_t)(o + (r < R ? r : R - 1)) * (size_t)in * esz;
+                        g4__micro(wp + (size_t)(o - i0) * (size_t)kc, t == t0 ? wrow : NULL, dt, k0, xt, kc / G4__VL, pt, first, last, sum);
+                        if (last)
+                            for (r = 0; r < R; r++)
+                                for (u = 0; u < T; u++)
+                                    y[(size_t)(t + u) * ldy + (size_t)(o + r)] =
+                                        g4__tail(sum[r][u], x + (size_t)(t + u) * ldx, base + (size_t)(o + r) * (size_t)in * esz, dt, kv, in);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* The float32 matmul on rows [o0, o1): decode rows for one token, the GEMM
+   for more; ws: one thread's G4__PACK_FLOATS buffer. */
+static void g4__matmul_rows(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1, float *ws) {
+    if (n == 1) g4__rows1(y, x, (const unsigned char *)w->data, w->dtype, g4__dtype_size(w->dtype), (int)w->shape[1], o0, o1);
+    else g4__gemm(y, (size_t)w->shape[0], x, (size_t)w->shape[1], w, n, o0, o1, ws, &g4__gemm_blocks);
 }
 
 static float g4__dot(const float *a, const float *b, int n) {
@@ -2859,7 +3050,6 @@ static float g4__dot(const float *a, const float *b, int n) {
     for (; k < n; k++) s += a[k] * b[k];
     return s;
 }
-#define g4__matmul_rows g4__matmul_simd
 
 /* y[i] += a * x[i], a product then a sum per element as the scalar loop
    (attention's weighted sum of values) */
@@ -2884,6 +3074,7 @@ static g4__vec g4__gelu_v(g4__vec x) {
     e = g4__vadd(g4__vfma(e, g4__vmul(r, r), r), one);
     e = g4__vmul(e, g4__vpow2(n));
     u = g4__vsub(one, g4__vdiv(g4__vset1(2.0f), g4__vadd(e, one)));
+    u = g4__vifneg(g4__vsub(g4__vset1(G4__TANH_ONE), a), one, u);
     return g4__vmul(g4__vmul(g4__vset1(0.5f), x), g4__vifneg(z, g4__vsub(one, u), g4__vadd(one, u)));
 }
 
@@ -2992,7 +3183,12 @@ static void g4__matmul_bf16dot(float *y, const float *x, const uint16_t *xb, con
 #define G4__SIMD_NAME "scalar"
 #define G4__TR 4 /* threads split rows in blocks of G4__TR */
 #define G4__TT 1
-#define g4__matmul_rows g4__matmul_ref
+#define G4__HAVE_GEMM 0
+#define G4__PACK_THREAD 0 /* no packing buffer */
+static void g4__matmul_rows(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1, float *ws) {
+    (void)ws;
+    g4__matmul_ref(y, x, w, n, o0, o1);
+}
 #define g4__dot g4__dot_ref
 static void g4__gelu_n(float *y, const float *x, size_t n) {
     size_t i;
@@ -3002,6 +3198,49 @@ static void g4__axpy(float *y, float a, const float *x, int n) {
     int i;
     for (i = 0; i < n; i++) y[i] += a * x[i];
 }
+#endif
+
+/* g4__matmul_torch_ref on 8-lane vectors (AVX2 and FMA, also under AVX-512):
+   the same lanes and the same additions, so the same bits (tested). */
+#if !defined(G4_NO_SIMD) && defined(__AVX2__) && defined(__FMA__)
+#define G4__TORCH_MM 1
+static __m256 g4__vbf16_8(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)p)), 16));
+}
+static float g4__hsum8_v(__m256 v) {
+    float lanes[8];
+    _mm256_storeu_ps(lanes, v);
+    return g4__hsum8(lanes);
+}
+static void g4__matmul_torch(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1) {
+    int out = (int)w->shape[0], in = (int)w->shape[1], la = in & ~63, lv = in & ~15, o, t, i, r;
+    const uint16_t *base = (const uint16_t *)w->data;
+    for (o = o0; o < o1; o++) {
+        const uint16_t *row = base + (size_t)o * (size_t)in;
+        for (t = 0; t < n; t++) {
+            const float *xt = x + (size_t)t * (size_t)in;
+            __m256 acc[8], tail = _mm256_setzero_ps();
+            float sum;
+            for (r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
+            for (i = 0; i < la; i += 64)
+                for (r = 0; r < 8; r++)
+                    acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xt + i + 8 * r), g4__vbf16_8(row + i + 8 * r), acc[r]);
+            for (r = 0; r < 4; r++) acc[r] = _mm256_add_ps(acc[r], acc[r + 4]);
+            for (r = 0; r < 2; r++) acc[r] = _mm256_add_ps(acc[r], acc[r + 2]);
+            sum = g4__hsum8_v(_mm256_add_ps(acc[0], acc[1]));
+            for (i = la; i < lv; i += 16) {
+                tail = _mm256_fmadd_ps(_mm256_loadu_ps(xt + i), g4__vbf16_8(row + i), tail);
+                tail = _mm256_fmadd_ps(_mm256_loadu_ps(xt + i + 8), g4__vbf16_8(row + i + 8), tail);
+            }
+            sum += g4__hsum8_v(tail);
+            for (i = lv; i < in; i++) sum += xt[i] * g4__bf16_to_f32(row[i]);
+            y[(size_t)t * (size_t)out + (size_t)o] = sum;
+        }
+    }
+}
+#else
+#define G4__TORCH_MM 0
+#define g4__matmul_torch g4__matmul_torch_ref
 #endif
 
 /* ----------------------------------------------------- threads >>threads */
@@ -3163,8 +3402,11 @@ G4__DEF const char *g4_simd_name(void) { return G4__SIMD_NAME; }
 
 /* The matmul the forward pass calls (nn.Linear): output rows split across the
    session's threads in blocks of G4__TR (the SIMD tile's rows), each part on
-   the SIMD kernel, then cast to the activation dtype (g4__act). */
-typedef struct { float *y; const float *x; const uint16_t *xb; const g4_tensor *w; int n, bf16dot, bf16; } g4__mm_job;
+   the SIMD kernel with its own packing buffer, then cast to the activation
+   dtype (g4__act). */
+typedef struct {
+    float *y; const float *x; const uint16_t *xb; const g4_tensor *w; float *pack; int n, bf16dot, torch, bf16;
+} g4__mm_job;
 
 static void g4__matmul_part(void *ctx, int part, int n_parts) {
     g4__mm_job *j = (g4__mm_job *)ctx;
@@ -3176,7 +3418,8 @@ static void g4__matmul_part(void *ctx, int part, int n_parts) {
     if (j->bf16dot) g4__matmul_bf16dot(j->y, j->x, j->xb, j->w, j->n, o0, o1);
     else
 #endif
-        g4__matmul_rows(j->y, j->x, j->w, j->n, o0, o1);
+    if (j->torch) g4__matmul_torch(j->y, j->x, j->w, j->n, o0, o1);
+    else g4__matmul_rows(j->y, j->x, j->w, j->n, o0, o1, j->pack + (size_t)part * G4__PACK_THREAD);
     if (j->bf16)
         for (t = 0; t < j->n; t++) g4__bf16_round_range(j->y + (size_t)t * (size_t)out, (size_t)o0, (size_t)o1);
 }
@@ -3186,12 +3429,16 @@ static void g4__matmul_cast(const g4_session *s, float *y, const float *x, const
     g4__mm_job j;
     j.y = y; j.x = x; j.w = w; j.n = n;
     j.xb = s->xbf;
+    j.pack = s->pack;
     j.bf16dot = G4__BF16DOT && s->cfg.bf16 && w->dtype == G4_BF16;
+    j.torch = !j.bf16dot && s->cfg.bf16 && w->dtype == G4_BF16; /* torch's summation order */
     j.bf16 = s->cfg.bf16 && cast;
 #if G4__BF16DOT
     if (j.bf16dot) g4__to_bf16(s->xbf, x, n, (int)w->shape[1]);
 #endif
-    if ((int64_t)w->shape[0] * w->shape[1] * n < 8 * (int64_t)G4_PARALLEL_MIN) g4__matmul_part(&j, 0, 1); /* too small to share */
+    /* too small to share, or a pool larger than the one the arena was carved for */
+    if ((int64_t)w->shape[0] * w->shape[1] * n < 8 * (int64_t)G4_PARALLEL_MIN || g4_pool_threads(s->cfg.pool) > s->pack_parts)
+        g4__matmul_part(&j, 0, 1);
     else g4__parallel(s->cfg.pool, g4__matmul_part, &j);
 }
 
@@ -3233,14 +3480,92 @@ static void g4__parallel_range(const g4_session *s, size_t n, size_t cost, void 
    model code never calls it. */
 static float g4__act(float f, int bf16) { return bf16 ? g4__bf16_round(f) : f; }
 
+/* torch's float32 sum of squares of a contiguous row, in its order (ATen's
+   cascade sum for an inner reduction, SumKernel.cpp, as built for AVX2): the
+   row is read as 8-lane vectors, 4 side by side, so (k, l) is one of 32
+   float32 accumulators and its m-th term is v[(4m + k) 8 + l], m < rows =
+   n / 32. Each accumulator adds its terms in 4 levels of 2^p (p = max(4,
+   ceil(log2 rows) / 4)): level 0 takes 2^p terms, then is added into level
+   1, and so on up while the term count is a multiple of the level's size.
+   G4__TSUM_VL / G4__TSUM_ILP name those widths; gemma4_cuda.cu's g4c__tsum_lane
+   is this function op for op. */
+#define G4__TSUM_VL 8
+#define G4__TSUM_ILP 4
+static float g4__tsum_lane(const float *v, int rows, int k, int l) {
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, t;
+    int p = 4, step, i = 0, j, c = 0;
+    while ((1 << c) < rows) c++; /* ceil(log2 rows), and 1 for rows <= 2 as ATen's CeilLog2 */
+    if (rows <= 2) c = 1;
+    if (c / 4 > p) p = c / 4;
+    step = 1 << p;
+    while (i + step <= rows) {
+        for (j = 0; j < step; j++, i++) {
+            t = v[(size_t)(G4__TSUM_ILP * i + k) * G4__TSUM_VL + (size_t)l];
+            acc[0] += t * t;
+        }
+        for (j = 1; j < 4; j++) {
+            acc[j] += acc[j - 1];
+            acc[j - 1] = 0.0f;
+            if (i & ((step - 1) << (j * p))) break;
+        }
+    }
+    for (; i < rows; i++) {
+        t = v[(size_t)(G4__TSUM_ILP * i + k) * G4__TSUM_VL + (size_t)l];
+        acc[0] += t * t;
+    }
+    return ((acc[0] + acc[1]) + acc[2]) + acc[3];
+}
+
+/* sum of x[i]^2 (each square rounded to float32) as torch sums it: a row
+   shorter than one vector is summed as 1-lane vectors; otherwise the 32
+   lane accumulators above, the vectors past the last group of 4 added into
+   group 0, the 4 groups added lane-wise, then the scalar tail and the 8
+   lanes in order. Tested against torch on many rows (tests/test_gemma4.c
+   and the bf16 goldens). */
+static float g4__sum_squares(const float *x, int n) {
+    float part[G4__TSUM_ILP][G4__TSUM_VL], total = 0.0f, t;
+    int vl = n < G4__TSUM_VL ? 1 : G4__TSUM_VL, nv = n / vl, rows = nv / G4__TSUM_ILP, k, l, i;
+    if (vl == 1) { /* the same cascade on 1-lane vectors */
+        float a[G4__TSUM_ILP] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (k = 0; k < G4__TSUM_ILP && k < n; k++) a[k] = rows ? x[k] * x[k] : 0.0f;
+        for (i = rows * G4__TSUM_ILP; i < n; i++) a[0] += x[i] * x[i];
+        return ((a[0] + a[1]) + a[2]) + a[3];
+    }
+    for (k = 0; k < G4__TSUM_ILP; k++)
+        for (l = 0; l < G4__TSUM_VL; l++) part[k][l] = g4__tsum_lane(x, rows, k, l);
+    for (i = rows * G4__TSUM_ILP; i < nv; i++)
+        for (l = 0; l < G4__TSUM_VL; l++) {
+            t = x[(size_t)i * G4__TSUM_VL + (size_t)l];
+            part[0][l] += t * t;
+        }
+    for (k = 1; k < G4__TSUM_ILP; k++)
+        for (l = 0; l < G4__TSUM_VL; l++) part[0][l] += part[k][l];
+    for (i = nv * G4__TSUM_VL; i < n; i++) total += x[i] * x[i];
+    for (l = 0; l < G4__TSUM_VL; l++) total += part[0][l];
+    return total;
+}
+
+/* gelu as ATen runs it on a bf16 tensor of `total` elements (a contiguous
+   tensor, or one row of a strided one such as an expert's gate half): 32
+   elements at a time through its vectorised code (Sleef's tanhf, exactly 1
+   past |z| = 8.664339742: g4__gelu_n), the last total % 32 through its scalar
+   code (glibc's tanhf, without that: g4__gelu_x(x, 0)). x[0 .. n) are the
+   tensor's elements off .. off + n - 1; in place is fine. Equal to torch's
+   bf16 gelu on every bf16 input, on either path (tested in Python). */
+static void g4__gelu_torch_n(float *y, const float *x, size_t n, size_t off, size_t total) {
+    size_t tail = total & ~(size_t)31, cut = tail > off ? (tail - off < n ? tail - off : n) : 0, i;
+    for (i = cut; i < n; i++) y[i] = g4__gelu_x(x[i], 0); /* first: in place, g4__gelu_n overwrites x */
+    g4__gelu_n(y, x, cut);
+}
+
 /* Gemma4RMSNorm: y = x * (mean(x^2) + eps)^-0.5 * w, w used as stored (not 1+w);
-   w == NULL is the weightless norm (v_norm, the router's norm). In place is fine. */
+   w == NULL is the weightless norm (v_norm, the router's norm). In place is fine.
+   Every step in float32 as transformers' _norm runs it (hidden_states.float()):
+   the squares' sum in torch's order, / n, + eps, pow(-0.5) which ATen computes
+   as 1 / sqrt, then x * that, then * w. */
 static void g4__rmsnorm(float *y, const float *x, const g4_tensor *w, int n, float eps) {
-    double ss = 0.0;
-    float inv;
+    float inv = 1.0f / sqrtf(g4__sum_squares(x, n) / (float)n + eps);
     int i;
-    for (i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
-    inv = 1.0f / sqrtf((float)(ss / n) + eps);
     for (i = 0; i < n; i++) y[i] = w ? (x[i] * inv) * g4__get(w, (size_t)i) : x[i] * inv;
 }
 
@@ -3284,25 +3609,250 @@ static void g4__softmax(float *x, int n) {
     for (i = 0; i < n; i++) x[i] /= sum;
 }
 
+/* expf as torch's CPU softmax computes it: Vectorized<float>::exp, which is
+   Sleef's expf_u10 (Sleef_expf8_u10 under AVX2). This mirrors Sleef's
+   algorithm (xexpf in sleefsimdsp.c, Boost Software License 1.0), written
+   from it: q = rint(d / ln 2), s = d - q ln 2 in two FMAs (ln 2 split in
+   L2U + L2L), u = a degree-5 polynomial in FMAs, u = 1 + (s^2 u + s),
+   times 2^q as two exact scalings (2^(q >> 1) 2^(q - (q >> 1))); 0 below
+   -104, inf above 100. Tested bit-equal to Sleef_expf8_u10avx2 on 10M
+   inputs in [-104, 100] (see the README's bf16 section). */
+static float g4__fbits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static float g4__expf_sleef(float d) {
+    float s, u;
+    int q;
+    if (d != d) return d;
+    if (d < -104.0f) return 0.0f;
+    if (d > 100.0f) return g4__fbits(0x7f800000u);
+    q = (int)lrintf(d * 1.442695040888963407359924681001892137f);
+    s = fmaf((float)q, -0.693145751953125f, d);
+    s = fmaf((float)q, -1.428606765330187045e-06f, s);
+    u = 0.000198527617612853646278381f;
+    u = fmaf(u, s, 0.00139304355252534151077271f);
+    u = fmaf(u, s, 0.00833336077630519866943359f);
+    u = fmaf(u, s, 0.0416664853692054748535156f);
+    u = fmaf(u, s, 0.166666671633720397949219f);
+    u = fmaf(u, s, 0.5f);
+    u = 1.0f + fmaf(s * s, u, s);
+    u = u * g4__fbits((uint32_t)((q >> 1) + 127) << 23);
+    return u * g4__fbits((uint32_t)((q - (q >> 1)) + 127) << 23);
+}
+
+/* torch's float32 softmax over the last dim on an AVX2 CPU (ATen's
+   _vec_softmax_lastdim): max, e = exp(x - max) (g4__expf_sleef), the sum of e as
+   vec::reduce_all adds it, then e * (1 / sum). x holds the row's entries
+   k0 .. k0 + n - 1 of a row of `len` (the others are masked: their e is 0
+   and they add nothing, but the position of an entry picks its lane): a row
+   shorter than 8 is summed in order; otherwise entry k goes to lane k % 8,
+   each lane summed in order, the lanes added as g4__hsum8. */
+static void g4__softmax_torch(float *x, int n, int k0, int len) {
+    float mx = x[0], lanes[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, sum = 0.0f, inv;
+    int i;
+    for (i = 1; i < n; i++) if (x[i] > mx) mx = x[i];
+    for (i = 0; i < n; i++) x[i] = g4__expf_sleef(x[i] - mx);
+    if (len < 8)
+        for (i = 0; i < n; i++) sum += x[i];
+    else {
+        for (i = 0; i < n; i++) lanes[(k0 + i) % 8] += x[i];
+        sum = g4__hsum8(lanes);
+    }
+    inv = 1.0f / sum;
+    for (i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* torch.topk(p, K) on the CPU, for which K of E entries it picks when values
+   tie (exact ties are common: router logits are bf16). ATen's topk_impl_loop
+   (TopKImpl.h) fills (value, index) pairs in index order and runs, with the
+   comparison a > b (NaN first), std::partial_sort to K when 64 K <= E, else
+   std::nth_element at K - 1; torch is built against GCC's libstdc++, whose
+   algorithms these mirror, written from their description: introselect
+   (median of 3 moved to the front, unguarded partition, insertion sort below
+   4 elements, heap select after 2 floor(log2 E) rounds) and heap select
+   (make_heap on the first K, then every later entry that beats the root is
+   swapped in and sifted down). The chosen set was checked equal to
+   torch.topk's on 10k tie-heavy rows (E 2 to 1000, K 1 to 8); which of the
+   tied values is picked is neither "lower index" nor "higher index" (a test
+   shows a golden where the higher index wins). top[] gets the K indices in
+   descending value, as torch returns them (ties among equal values in any
+   order: their values are the same). E <= 256. */
+typedef struct { float v; int i; } g4__vi;
+
+static int g4__tk_gt(const g4__vi *a, const g4__vi *b) {
+    return (a->v != a->v && b->v == b->v) || a->v > b->v;
+}
+
+static void g4__tk_swap(g4__vi *a, g4__vi *b) {
+    g4__vi t = *a;
+    *a = *b;
+    *b = t;
+}
+
+static void g4__tk_adjust(g4__vi *q, int hole, int n, g4__vi v) {
+    int top = hole, c = hole, parent;
+    while (c < (n - 1) / 2) {
+        c = 2 * (c + 1);
+        if (g4__tk_gt(&q[c], &q[c - 1])) c--;
+        q[hole] = q[c];
+        hole = c;
+    }
+    if ((n & 1) == 0 && c == (n - 2) / 2) {
+        c = 2 * (c + 1);
+        q[hole] = q[c - 1];
+        hole = c - 1;
+    }
+    parent = (hole - 1) / 2;
+    while (hole > top && g4__tk_gt(&q[parent], &v)) {
+        q[hole] = q[parent];
+        hole = parent;
+        parent = (hole - 1) / 2;
+    }
+    q[hole] = v;
+}
+
+static void g4__tk_heap_select(g4__vi *q, int m, int n) {
+    int parent, i;
+    if (m >= 2)
+        for (parent = (m - 2) / 2;; parent--) {
+            g4__tk_adjust(q, parent, m, q[parent]);
+            if (parent == 0) break;
+        }
+    for (i = m; i < n; i++)
+        if (g4__tk_gt(&q[i], &q[0])) {
+            g4__vi v = q[i];
+            q[i] = q[0];
+            g4__tk_adjust(q, 0, m, v);
+        }
+}
+
+static void g4__tk_nth(g4__vi *q, int nth, int n) {
+    int f = 0, l = n, depth = 0, i;
+    while ((2 << depth) <= n) depth++; /* floor(log2 n) */
+    depth *= 2;
+    while (l - f > 3) {
+        int a = f + 1, b = f + (l - f) / 2, c = l - 1, lo = f + 1, hi = l;
+        if (depth == 0) {
+            g4__tk_heap_select(q + f, nth + 1 - f, l - f);
+            g4__tk_swap(&q[f], &q[nth]);
+            return;
+        }
+        depth--;
+        if (g4__tk_gt(&q[a], &q[b])) {
+            if (g4__tk_gt(&q[b], &q[c])) g4__tk_swap(&q[f], &q[b]);
+            else if (g4__tk_gt(&q[a], &q[c])) g4__tk_swap(&q[f], &q[c]);
+            else g4__tk_swap(&q[f], &q[a]);
+        } else if (g4__tk_gt(&q[a], &q[c])) g4__tk_swap(&q[f], &q[a]);
+        else if (g4__tk_gt(&q[b], &q[c])) g4__tk_swap(&q[f], &q[c]);
+        else g4__tk_swap(&q[f], &q[b]);
+        for (;;) { /* unguarded partition of [f + 1, l) around q[f] */
+            while (g4__tk_gt(&q[lo], &q[f])) lo++;
+            hi--;
+            while (g4__tk_gt(&q[f], &q[hi])) hi--;
+            if (!(lo < hi)) break;
+            g4__tk_swap(&q[lo], &q[hi]);
+            lo++;
+        }
+        if (lo <= nth) f = lo;
+        else l = lo;
+    }
+    for (i = f + 1; i < l; i++) { /* insertion sort of [f, l) */
+        g4__vi v = q[i];
+        int j = i;
+        if (g4__tk_gt(&v, &q[f])) {
+            for (j = i; j > f; j--) q[j] = q[j - 1];
+            q[f] = v;
+        } else {
+            while (g4__tk_gt(&v, &q[j - 1])) { q[j] = q[j - 1]; j--; }
+            q[j] = v;
+        }
+    }
+}
+
+static void g4__topk_torch(const float *p, int E, int K, int *top) {
+    g4__vi q[256];
+    int i, j;
+    for (i = 0; i < E; i++) { q[i].v = p[i]; q[i].i = i; }
+    if (K * 64 <= E) g4__tk_heap_select(q, K, E);
+    else g4__tk_nth(q, K - 1, E);
+    for (i = 1; i < K; i++) /* descending value */
+        for (j = i; j > 0 && g4__tk_gt(&q[j], &q[j - 1]); j--) g4__tk_swap(&q[j], &q[j - 1]);
+    for (i = 0; i < K; i++) top[i] = q[i].i;
+}
+
 /* One query head over keys [lo, hi] of a slot: scores = q.k (scale 1.0),
    softmax in float32, out = sum p * v. Keys live in row pos % capacity.
-   bf16 (transformers' eager path): scores and p are cast to bf16, out too. */
-static void g4__attend(float *out, const float *q, const g4_kv_slot *sl, int kvh, int lo, int hi, float *scores,
-                       int bf16) {
+   bf16: g4__attend_torch instead. */
+static void g4__attend(float *out, const float *q, const g4_kv_slot *sl, int kvh, int lo, int hi, float *scores) {
     int D = sl->head_dim, stride = sl->kv_heads * D, k, d;
     for (k = lo; k <= hi; k++) {
         const float *key = sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D;
-        float acc = g4__dot(q, key, D);
-        scores[k - lo] = bf16 ? g4__bf16_round(acc) : acc;
+        scores[k - lo] = g4__dot(q, key, D);
     }
     g4__softmax(scores, hi - lo + 1);
     for (d = 0; d < D; d++) out[d] = 0.0f;
     for (k = lo; k <= hi; k++) {
         const float *val = sl->v + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D;
-        g4__axpy(out, bf16 ? g4__bf16_round(scores[k - lo]) : scores[k - lo], val, D);
+        g4__axpy(out, scores[k - lo], val, D);
     }
-    if (bf16)
-        for (d = 0; d < D; d++) out[d] = g4__bf16_round(out[d]);
+}
+
+/* torch's dot product of two float rows of bf16 values: g4__matmul_torch_ref's
+   order (ATen's dot_with_fp32_arith, AVX2) */
+static float g4__dot_torch(const float *a, const float *b, int n) {
+    float acc[8][8], tail[8], sum;
+    int la = n & ~63, lv = n & ~15, i, r, l;
+    memset(acc, 0, sizeof acc);
+    memset(tail, 0, sizeof tail);
+    for (i = 0; i < la; i += 64)
+        for (r = 0; r < 8; r++)
+            for (l = 0; l < 8; l++) acc[r][l] += a[i + 8 * r + l] * b[i + 8 * r + l];
+    for (r = 0; r < 4; r++) for (l = 0; l < 8; l++) acc[r][l] += acc[r + 4][l];
+    for (r = 0; r < 2; r++) for (l = 0; l < 8; l++) acc[r][l] += acc[r + 2][l];
+    for (l = 0; l < 8; l++) acc[0][l] += acc[1][l];
+    sum = g4__hsum8(acc[0]);
+    for (i = la; i < lv; i += 16) {
+        for (l = 0; l < 8; l++) tail[l] += a[i + l] * b[i + l];
+        for (l = 0; l < 8; l++) tail[l] += a[i + 8 + l] * b[i + 8 + l];
+    }
+    sum += g4__hsum8(tail);
+    for (i = lv; i < n; i++) sum += a[i] * b[i];
+    return sum;
+}
+
+/* transformers' eager attention for one query head in bf16, in torch's
+   order, as in one forward over `nq` queries whose key rows hold `len`
+   positions (0 .. len - 1; keys outside [lo, hi] are masked):
+     - scores = q.k as torch.matmul(q, k^T) in bf16: ATen's bmm runs its naive
+       loop (the dot in order) when D nq len < 400, else cpublas' gemm_transa_
+       (g4__dot_torch); each rounded to bf16;
+     - p = torch's float32 softmax (g4__softmax_torch), rounded to bf16;
+     - out = p @ v as cpublas' gemm_notrans_: per output 4 partial sums, key k
+       into partial k % 4 for k < 4 floor(len / 4), the rest into partial 0,
+       then ((0 + 1) + 2) + 3; rounded to bf16.
+   Products of bf16 values are exact, so the order of the additions is all
+   that matters. Measured equal to torch on 2.7M outputs (S 3 to 100, D 16
+   to 256). */
+static void g4__attend_torch(float *out, const float *q, const g4_kv_slot *sl, int kvh, int lo, int hi, float *scores,
+                             int nq, int len) {
+    int D = sl->head_dim, stride = sl->kv_heads * D, k, d, naive = (int64_t)D * nq * len < 400, tail4 = len & ~3;
+    for (k = lo; k <= hi; k++) {
+        const float *key = sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D;
+        scores[k - lo] = g4__bf16_round(naive ? g4__dot_ref(q, key, D) : g4__dot_torch(q, key, D));
+    }
+    g4__softmax_torch(scores, hi - lo + 1, lo, len);
+    for (k = lo; k <= hi; k++) scores[k - lo] = g4__bf16_round(scores[k - lo]);
+    for (d = 0; d < D; d++) {
+        float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (k = lo; k <= hi; k++) {
+            const float *val = sl->v + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D;
+            part[k < tail4 ? k % 4 : 0] += scores[k - lo] * val[d];
+        }
+        out[d] = g4__bf16_round(((part[0] + part[1]) + part[2]) + part[3]);
+    }
 }
 
 /* ----------------------------------------------------- session >>session */
@@ -3420,6 +3970,8 @@ static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config 
         /* carved whatever cfg->bf16 says: a caller may switch s->cfg.bf16 after init */
         s->xbf = (uint16_t *)(void *)g4__take(cv, G4__BF16DOT ? rows * widest : 0, sizeof(uint16_t));
     }
+    s->pack_parts = g4_pool_threads(cfg->pool);
+    s->pack = g4__take(cv, (uint64_t)s->pack_parts * G4__PACK_THREAD, sizeof(float));
 }
 
 static g4_result g4__check_session_config(const g4_model *m, const g4_session_config *cfg, char *err) {
@@ -3612,7 +4164,9 @@ static void g4__norm_rope(const g4_session *s, float *x, const g4_tensor *norm, 
    across the session's threads. Each casts its output (g4__act), and every
    intermediate that transformers running in bfloat16 rounds. */
 typedef enum { G4__ADD, G4__MUL, G4__GELU_MUL, G4__SOFTCAP } g4__ew_op;
-typedef struct { const g4_session *s; g4__ew_op op; float *x; const float *y; const g4_tensor *w; float a; } g4__ew_job;
+typedef struct {
+    const g4_session *s; g4__ew_op op; float *x; const float *y; const g4_tensor *w; float a; size_t off, total;
+} g4__ew_job;
 
 static void g4__ew_range(void *ctx, size_t i0, size_t i1) {
     const g4__ew_job *j = (const g4__ew_job *)ctx;
@@ -3630,7 +4184,8 @@ static void g4__ew_range(void *ctx, size_t i0, size_t i1) {
     case G4__GELU_MUL: /* gelu(x) * y, in blocks that stay in L1 between the two loops */
         for (b = i0; b < i1; b = e) {
             e = i1 - b < 1024 ? i1 : b + 1024;
-            g4__gelu_n(x + b, x + b, e - b);
+            if (bf) g4__gelu_torch_n(x + b, x + b, e - b, j->off + b, j->total); /* x[i] is element off + i of [total] */
+            else g4__gelu_n(x + b, x + b, e - b);
             for (i = b; i < e; i++) x[i] = g4__act(x[i], bf) * y[i];
         }
         break;
@@ -3638,19 +4193,30 @@ static void g4__ew_range(void *ctx, size_t i0, size_t i1) {
     if (bf) g4__bf16_round_range(x, i0, i1);
 }
 
-static void g4__ew(const g4_session *s, g4__ew_op op, float *x, const float *y, const g4_tensor *w, float a, size_t n) {
+static void g4__ew(const g4_session *s, g4__ew_op op, float *x, const float *y, const g4_tensor *w, float a, size_t n,
+                  size_t off, size_t total) {
     g4__ew_job j;
-    j.s = s; j.op = op; j.x = x; j.y = y; j.w = w; j.a = a;
+    j.s = s; j.op = op; j.x = x; j.y = y; j.w = w; j.a = a; j.off = off; j.total = total;
     g4__parallel_range(s, n, 1, g4__ew_range, &j);
 }
 /* x += y (a residual add) */
-static void g4__add(const g4_session *s, float *x, const float *y, size_t n) { g4__ew(s, G4__ADD, x, y, NULL, 0.0f, n); }
+static void g4__add(const g4_session *s, float *x, const float *y, size_t n) { g4__ew(s, G4__ADD, x, y, NULL, 0.0f, n, 0, 0); }
 /* x = x * w * a, w a [width] weight repeated over the rows of x (NULL: x * a) */
-static void g4__mul(const g4_session *s, float *x, const g4_tensor *w, float a, size_t n) { g4__ew(s, G4__MUL, x, NULL, w, a, n); }
-/* x = act_fn(x) * y, act_fn gelu_pytorch_tanh */
-static void g4__gelu_mul(const g4_session *s, float *x, const float *y, size_t n) { g4__ew(s, G4__GELU_MUL, x, y, NULL, 0.0f, n); }
+static void g4__mul(const g4_session *s, float *x, const g4_tensor *w, float a, size_t n) {
+    g4__ew(s, G4__MUL, x, NULL, w, a, n, 0, 0);
+}
+/* x = act_fn(x) * y, act_fn gelu_pytorch_tanh. x is elements [off, off + n) of
+   the [total] tensor transformers applies act_fn to (bf16 mode: torch's gelu
+   depends on the place of an element, see g4__gelu_torch_n). */
+static void g4__gelu_mul(const g4_session *s, float *x, const float *y, size_t n, size_t off, size_t total) {
+    g4__ew(s, G4__GELU_MUL, x, y, NULL, 0.0f, n, off, total);
+}
+/* the first row of this step in the running g4_forward call's [fwd_n] rows */
+static size_t g4__call_row(const g4_session *s) { return (size_t)(s->pos - s->fwd_end + s->fwd_n); }
 /* x = tanh(x / cap) * cap (the final logit soft-cap) */
-static void g4__softcap(const g4_session *s, float *x, float cap, size_t n) { g4__ew(s, G4__SOFTCAP, x, NULL, NULL, cap, n); }
+static void g4__softcap(const g4_session *s, float *x, float cap, size_t n) {
+    g4__ew(s, G4__SOFTCAP, x, NULL, NULL, cap, n, 0, 0);
+}
 
 /* Gemma4TextScaledWordEmbedding for n ids: y[t] = E[ids[t]] * scale, cast;
    with add, y[t] += that (cast). */
@@ -3736,7 +4302,10 @@ static void g4__attn_part(void *ctx, int part, int n_parts) {
         } else if (j->window && p - j->window + 1 > 0) {
             lo = p - j->window + 1;
         }
-        g4__attend(s->att + (size_t)i * D, s->q + (size_t)i * D, j->sl, h / j->group, lo, hi, scores, s->cfg.bf16);
+        if (s->cfg.bf16)
+            g4__attend_torch(s->att + (size_t)i * D, s->q + (size_t)i * D, j->sl, h / j->group, lo, hi, scores, s->fwd_n,
+                             s->fwd_end);
+        else g4__attend(s->att + (size_t)i * D, s->q + (size_t)i * D, j->sl, h / j->group, lo, hi, scores);
     }
 }
 
@@ -3788,27 +4357,12 @@ static g4_result g4__attention(g4_session *s, int l, int n) {
 /* Gemma4TextMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x)), s->xn -> s->branch */
 static void g4__mlp(g4_session *s, int l, int n) {
     const g4_layer_weights *lw = &s->model->w.layers[l];
+    size_t W = (size_t)s->model->plan.layer[l].mlp_width;
     g4__matmul(s, s->gate, s->xn, &lw->gate_proj, n);
     g4__matmul(s, s->up, s->xn, &lw->up_proj, n);
-    g4__gelu_mul(s, s->gate, s->up, (size_t)n * (size_t)s->model->plan.layer[l].mlp_width);
+    g4__gelu_mul(s, s->gate, s->up, (size_t)n * W, g4__call_row(s) * W, (size_t)s->fwd_n * W);
     g4__matmul(s, s->branch, s->gate, &lw->down_proj, n);
     g4__tap(s, l, "mlp", s->branch, n, s->model->config.hidden_size);
-}
-
-/* torch.topk over the router probabilities p [E]: the K largest, largest
-   first (ties: the lower expert id first). */
-static void g4__top_k(const float *p, int E, int K, int *index, float *value) {
-    int k, e, j;
-    for (k = 0; k < K; k++) {
-        int best = -1;
-        for (e = 0; e < E; e++) {
-            int taken = 0;
-            for (j = 0; j < k; j++) taken |= index[j] == e;
-            if (!taken && (best < 0 || p[e] > p[best])) best = e;
-        }
-        index[k] = best;
-        value[k] = p[best];
-    }
 }
 
 /* The chosen experts in ascending id, the order transformers' experts loop adds them in */
@@ -3841,13 +4395,14 @@ static void g4__moe(g4_session *s, int l, const float *r, const float *xn, float
     int H = c->hidden_size, Ie = c->moe_intermediate_size, K = c->top_k_experts, top_k_index[G4_MAX_TOP_K], k;
     float top_k_weights[G4_MAX_TOP_K], sum = 0.0f;
 
-    /* router: norm (weightless), * scale * H^-0.5, proj, softmax in float32, top-k */
+    /* router: norm (weightless), * scale * H^-0.5, proj, softmax in float32, torch.topk */
     g4__norm(s, s->router_in, r, NULL, 1, H, NULL, 0);
     g4__mul(s, s->router_in, &lw->router_scale, (float)(1.0 / sqrt((double)H)), (size_t)H);
     g4__matmul(s, s->router, s->router_in, &lw->router_proj, 1);
-    g4__softmax(s->router, c->num_experts);
-    g4__top_k(s->router, c->num_experts, K, top_k_index, top_k_weights);
-    for (k = 0; k < K; k++) sum += top_k_weights[k];
+    if (s->cfg.bf16) g4__softmax_torch(s->router, c->num_experts, 0, c->num_experts);
+    else g4__softmax(s->router, c->num_experts);
+    g4__topk_torch(s->router, c->num_experts, K, top_k_index);
+    for (k = 0; k < K; k++) sum += top_k_weights[k] = s->router[top_k_index[k]]; /* summed in topk's order */
     for (k = 0; k < K; k++) /* renormalised, times per_expert_scale */
         top_k_weights[k] = top_k_weights[k] / sum * g4__get(&lw->router_per_expert_scale, (size_t)top_k_index[k]);
 
@@ -3858,7 +4413,7 @@ static void g4__moe(g4_session *s, int l, const float *r, const float *xn, float
         const g4_tensor gate_up = g4__expert(&lw->experts_gate_up, top_k_index[k]);
         const g4_tensor down = g4__expert(&lw->experts_down, top_k_index[k]);
         g4__matmul(s, s->gate, xn, &gate_up, 1);
-        g4__gelu_mul(s, s->gate, s->gate + Ie, (size_t)Ie);
+        g4__gelu_mul(s, s->gate, s->gate + Ie, (size_t)Ie, 0, (size_t)Ie); /* [gate | up] */
         g4__matmul(s, s->moe_y, s->gate, &down, 1);
         g4__mul(s, s->moe_y, NULL, top_k_weights[k], (size_t)H);
         g4__add(s, out, s->moe_y, (size_t)H); /* index_add_ */
@@ -3903,7 +4458,8 @@ static g4_result g4__layer(g4_session *s, int l, int n) {
         g4__matmul(s, s->per_layer_gate, s->x, &lw->per_layer_input_gate, n);
         g4__tap(s, l, "per_layer_input_gate", s->per_layer_gate, n, P);
         for (t = 0; t < n; t++)
-            g4__gelu_mul(s, s->per_layer_gate + (size_t)t * P, s->per_layer_inputs + t * LP + (size_t)l * P, (size_t)P);
+            g4__gelu_mul(s, s->per_layer_gate + (size_t)t * P, s->per_layer_inputs + t * LP + (size_t)l * P, (size_t)P,
+                         (g4__call_row(s) + (size_t)t) * P, (size_t)s->fwd_n * P);
         g4__matmul(s, s->branch, s->per_layer_gate, &lw->per_layer_projection, n);
         g4__tap(s, l, "per_layer_projection", s->branch, n, H);
         g4__norm_rows(s, s->branch, s->branch, &lw->post_per_layer_input_norm, n, H, l, "post_per_layer_input_norm");
@@ -4017,6 +4573,8 @@ G4__DEF g4_result g4_forward_hidden(g4_session *s, const int32_t *ids, int n, fl
     c = &s->model->config;
     if ((r = g4__check_forward(c, s->pos, s->cfg.max_context, ids, n, logits, mode, s->error)) != G4_OK) return r;
     if (hidden && mode == G4_LOGITS_NONE) { g4__seterr(s->error, "hidden rows follow the logits rows: mode NONE has none"); return G4_ERR_INPUT; }
+    s->fwd_end = s->pos + n;
+    s->fwd_n = n;
     for (done = 0; done < n; done += cn) {
         cn = g4__chunk(done, n, s->cfg.max_chunk, mode, logits, c->vocab_size, &out, &first);
         if ((r = g4__step(s, ids + done, cn, out, first)) != G4_OK) return r;
@@ -4272,7 +4830,7 @@ static void g4__train_tap(void *user, const char *name, int layer, const float *
     g4_train *t = (g4_train *)user;
     float *dst = NULL;
     int k;
-    if (t->cfg.tap) t->cfg.tap(t->cfg.tap_user, name, layer, data, rows, cols, pos0);
+    if (t->cfg.tap && t->recomputing < 0) t->cfg.tap(t->cfg.tap_user, name, layer, data, rows, cols, pos0);
     if (layer < 0) {
         if (!strcmp(name, "embed_tokens")) dst = g4__saved(t, -1, G4__A_OUT);
         else if (!strcmp(name, "per_layer_inputs")) dst = t->pli;
@@ -4393,6 +4951,7 @@ static void g4__train_carve(g4_train *t, const g4_model *m, const g4_train_confi
     G4__T(gate, S * imax); G4__T(up, S * imax); G4__T(dgate, S * imax); G4__T(dup, S * imax);
     G4__T(dpli, S * LP); G4__T(pproj, S * LP); G4__T(pa, S * P); G4__T(dpa, S * P);
     G4__T(probs, S);
+    { float *p_ = g4__take(cv, S, sizeof(double)); if (t) t->row_loss = (double *)(void *)p_; }
     {
         uint64_t wide = H > NH * dmax ? H : NH * dmax, head = (S < G4_TRAIN_ROWS ? S : G4_TRAIN_ROWS) * (uint64_t)c->vocab_size;
         if (imax > wide) wide = imax;
@@ -4401,7 +4960,7 @@ static void g4__train_carve(g4_train *t, const g4_model *m, const g4_train_confi
         G4__T(dyt, S * wide > head ? S * wide : head);
     }
     G4__T(logits, (S < G4_TRAIN_ROWS ? S : G4_TRAIN_ROWS) * (uint64_t)c->vocab_size);
-    G4__T(moe, 6 * H + 4 * E + 4 * Ie);
+    G4__T(moe, 4 * H + 2 * E + 6 * Ie); /* see g4__moe_backward */
 #undef G4__T
     {
         float **dk = (float **)(void *)g4__take(cv, (uint64_t)p->n_slots, sizeof(float *));
@@ -4637,7 +5196,7 @@ static g4_result g4__attention_backward(g4_train *t, float *G, int l, int n, con
     /* o_proj: the heads' outputs recomputed as the forward computed them */
     for (i = 0; i < n * NH; i++) {
         int tt = i / NH, h = i % NH, lo = window && tt - window + 1 > 0 ? tt - window + 1 : 0;
-        g4__attend(t->att + (size_t)i * D, q + (size_t)i * D, sl, h / group, lo, tt, t->probs, 0);
+        g4__attend(t->att + (size_t)i * D, q + (size_t)i * D, sl, h / group, lo, tt, t->probs);
     }
     memset(t->datt, 0, sizeof(float) * (size_t)n * qw);
     g4__matmul_bwd(&t->s, t->datt, g4__grad(t, G, &lw->o_proj), dout, t->att, &lw->o_proj, n, t->dyt);
@@ -4841,42 +5400,65 @@ static g4_result g4__check_train_input(g4_train *t, const int32_t *ids, const in
     return G4_OK;
 }
 
+/* One row of logits z [V] against label y: z becomes dL/dz (the raw logits'
+   gradient, back through the soft-cap); returns -log softmax(cap(z))[y]. */
+static double g4__ce_row(float *z, int V, int32_t y, float cap, float inv_n) {
+    double sum = 0.0, lse;
+    float mx;
+    int j;
+    if (cap > 0.0f) /* z := tanh(z / cap); the logit is z * cap */
+        for (j = 0; j < V; j++) z[j] = tanhf(z[j] / cap);
+    mx = cap > 0.0f ? z[0] * cap : z[0];
+    for (j = 1; j < V; j++) { float v = cap > 0.0f ? z[j] * cap : z[j]; if (v > mx) mx = v; }
+    for (j = 0; j < V; j++) sum += exp((double)((cap > 0.0f ? z[j] * cap : z[j]) - mx));
+    lse = (double)mx + log(sum);
+    sum = lse - (double)(cap > 0.0f ? z[y] * cap : z[y]);
+    for (j = 0; j < V; j++) { /* dL/dlogit = (softmax - onehot) / used, then back through the cap */
+        float v = cap > 0.0f ? z[j] * cap : z[j];
+        float g = (float)exp((double)v - lse) * inv_n - (j == y ? inv_n : 0.0f);
+        z[j] = cap > 0.0f ? ((g * cap) * (1.0f - z[j] * z[j])) / cap : g;
+    }
+    return sum;
+}
+
+/* the rows [r0, r1) of one chunk of logits, split across threads (rows are
+   independent: the same bits whatever the split) */
+typedef struct { g4_train *t; const int32_t *ids, *labels; int n, row0; float inv_n; } g4__ce_job;
+
+static void g4__ce_rows(void *ctx, size_t r0, size_t r1) {
+    const g4__ce_job *j = (const g4__ce_job *)ctx;
+    const g4_config *c = &j->t->model->config;
+    size_t r;
+    for (r = r0; r < r1; r++) {
+        int row = j->row0 + (int)r;
+        int32_t y = row + 1 < j->n ? (j->labels ? j->labels[row + 1] : j->ids[row + 1]) : -100;
+        float *z = j->t->logits + r * (size_t)c->vocab_size;
+        if (y == -100) { memset(z, 0, sizeof(float) * (size_t)c->vocab_size); j->t->row_loss[row] = 0.0; continue; }
+        j->t->row_loss[row] = g4__ce_row(z, c->vocab_size, y, c->final_logit_softcapping, j->inv_n);
+    }
+}
+
 /* The loss and dL/d(final norm output) (into t->dxn), with the lm_head's
    gradient: logits G4_TRAIN_ROWS rows at a time, soft-capped, cross-entropy
    of row i against labels[i+1] (ForCausalLMLoss: shifted, -100 ignored,
-   mean over the used labels). */
+   mean over the used labels, summed in row order). */
 static double g4__loss_backward(g4_train *t, float *G, const int32_t *ids, const int32_t *labels, int n, int used) {
     const g4_model *m = t->model;
-    const g4_config *c = &m->config;
-    int H = c->hidden_size, V = c->vocab_size, r0, tk, j;
-    const float cap = c->final_logit_softcapping, inv_n = 1.0f / (float)used;
+    int H = m->config.hidden_size, r0, r;
     float *dlm = g4__grad(t, G, &m->w.lm_head);
     double total = 0.0;
+    g4__ce_job j;
+    j.t = t; j.ids = ids; j.labels = labels; j.n = n; j.inv_n = 1.0f / (float)used;
     memset(t->dxn, 0, sizeof(float) * (size_t)n * H);
     for (r0 = 0; r0 < n; r0 += G4_TRAIN_ROWS) {
         int nr = n - r0 < G4_TRAIN_ROWS ? n - r0 : G4_TRAIN_ROWS;
         g4__matmul(&t->s, t->logits, t->xn_final + (size_t)r0 * H, &m->w.lm_head, nr);
-        for (tk = 0; tk < nr; tk++) {
-            float *z = t->logits + (size_t)tk * V, mx;
-            int row = r0 + tk;
-            int32_t y = row + 1 < n ? (labels ? labels[row + 1] : ids[row + 1]) : -100;
-            double sum = 0.0, lse;
-            if (y == -100) { for (j = 0; j < V; j++) z[j] = 0.0f; continue; }
-            if (cap > 0.0f) /* z := tanh(z / cap); the logit is z * cap */
-                for (j = 0; j < V; j++) z[j] = tanhf(z[j] / cap);
-            mx = cap > 0.0f ? z[0] * cap : z[0];
-            for (j = 1; j < V; j++) { float v = cap > 0.0f ? z[j] * cap : z[j]; if (v > mx) mx = v; }
-            for (j = 0; j < V; j++) sum += exp((double)((cap > 0.0f ? z[j] * cap : z[j]) - mx));
-            lse = (double)mx + log(sum);
-            total += lse - (double)(cap > 0.0f ? z[y] * cap : z[y]);
-            for (j = 0; j < V; j++) { /* dL/dlogit = (softmax - onehot) / used, then back through the cap */
-                float v = cap > 0.0f ? z[j] * cap : z[j];
-                float g = (float)exp((double)v - lse) * inv_n - (j == y ? inv_n : 0.0f);
-                z[j] = cap > 0.0f ? ((g * cap) * (1.0f - z[j] * z[j])) / cap : g;
-            }
-        }
-        g4__matmul_bwd(&t->s, t->dxn + (size_t)r0 * H, dlm, t->logits, t->xn_final + (size_t)r0 * H, &m->w.lm_head, nr, t->dyt);
+        j.row0 = r0;
+        g4__parallel_range(&t->s, (size_t)nr, (size_t)m->config.vocab_size, g4__ce_rows, &j);
+        g4__matmul_bwd(&t->s, t->dxn + (size_t)r0 * H, dlm, t->logits, t->xn_final + (size_t)r0 * H, &m->w.lm_head, nr,
+                       t->dyt);
     }
+    for (r = 0; r < n; r++) total += t->row_loss[r];
     return total / used;
 }
 
@@ -5135,6 +5717,8 @@ G4__DEF g4_result g4_draft_step(g4_session *d, int32_t token, const float *hidde
         return G4_ERR_INPUT;
     }
     d->pos = d->target->pos; /* the token's position: the target holds [0, pos) */
+    d->fwd_n = 1;            /* the bf16 mode's orders: one token (not checked against a bf16 drafter run) */
+    d->fwd_end = d->pos + 1;
     /* inputs_embeds = concat(target.embed_tokens(token), hidden); pre_projection */
     scale = g4__scale(d->target, Hb);
     g4__embed(d, d->din, &tm->w.embed_tokens, &token, 1, scale, 0);

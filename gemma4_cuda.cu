@@ -19,9 +19,11 @@
      of attention, the softmax denominator and the MoE combination are each a
      sequential loop), and products are not contracted into FMAs (__fmul_rn,
      __fadd_rn), so the only differences from the CPU path are the device's
-     expf/tanhf/sinf/cosf (a few ulp from glibc's; GELU makes its own exp and
-     tanh from IEEE operations, as the CPU does) and the RMSNorm sum of
-     squares, which is a tree in double instead of a loop in double. The
+     expf/sinf/cosf (a few ulp from glibc's; GELU makes its own exp and tanh
+     from IEEE operations, as the CPU does). The RMSNorm sum of squares is
+     torch's float32 order, as on the CPU (32 lanes, one thread each), and in
+     the bf16 mode a bf16 weight's matmul sums in torch's bf16 F.linear order
+     (g4c_matmul_torch, as g4__matmul_torch_ref). The
      bf16-faithful mode (cfg.bf16) rounds where the CPU's g4__act does: a
      g4c_round launch after a plain op, and between the steps of a fused
      kernel (its `bf` argument).
@@ -135,7 +137,7 @@ __device__ static float g4c__ld(const void *p, int dtype, size_t i) {
 
 /* gelu_pytorch_tanh: g4__gelu's operations one for one (its exp and tanh
    included), so the same bits as the CPU path */
-__device__ static float g4c__gelu(float x) {
+__device__ static float g4c__gelu_x(float x, int clamp) {
     const float c0 = 1.44269504088896341f, c1 = 0.693359375f, c2 = 2.12194440e-4f;
     const float p[6] = {G4__EXP_P};
     float z = G4C_MUL(G4__GELU_K, G4C_ADD(x, G4C_MUL(0.044715f, G4C_MUL(G4C_MUL(x, x), x))));
@@ -149,7 +151,14 @@ __device__ static float g4c__gelu(float x) {
     e = G4C_ADD(__fmaf_rn(e, G4C_MUL(r, r), r), 1.0f);
     e = G4C_MUL(e, __uint_as_float((unsigned)((int)n + 127) << 23)); /* exp(2|z|) */
     u = G4C_SUB(1.0f, __fdiv_rn(2.0f, G4C_ADD(e, 1.0f)));             /* tanh(|z|) */
+    if (clamp && G4C_SUB(G4__TANH_ONE, a) < 0.0f) u = 1.0f;            /* Sleef's tanhf is 1 there */
     return G4C_MUL(G4C_MUL(0.5f, x), z < 0.0f ? G4C_SUB(1.0f, u) : G4C_ADD(1.0f, u));
+}
+
+/* g4__gelu_torch_n for element i of a tensor of `total` (bf16 mode): ATen's
+   scalar tail (the last total % 32) has no exact tanh 1 */
+__device__ static float g4c__gelu_t(float x, int bf, size_t i, size_t total) {
+    return g4c__gelu_x(x, !(bf && i >= (total & ~(size_t)31)));
 }
 
 /* g4__bf16_round: to the nearest bf16, ties to even (NaN kept) */
@@ -210,26 +219,270 @@ __global__ void g4c_matmul_tiled(float *y, const float *x, const void *W, int dt
     }
 }
 
+/* g4__matmul_torch_ref (the bf16 mode, bf16 weights): one thread per output,
+   summed in torch's bf16 F.linear order, op for op */
+__device__ static float g4c__hsum8(const float *v) {
+    return G4C_ADD(G4C_ADD(G4C_ADD(v[0], v[4]), G4C_ADD(v[2], v[6])), G4C_ADD(G4C_ADD(v[1], v[5]), G4C_ADD(v[3], v[7])));
+}
+
+__device__ static float g4c__dot_torch_bf16(const float *xt, const uint16_t *row, int in) {
+    float acc[8][8], tail[8], sum;
+    int la = in & ~63, lv = in & ~15, i, r, l;
+    for (r = 0; r < 8; r++)
+        for (l = 0; l < 8; l++) acc[r][l] = 0.0f;
+    for (l = 0; l < 8; l++) tail[l] = 0.0f;
+    for (i = 0; i < la; i += 64)
+        for (r = 0; r < 8; r++)
+            for (l = 0; l < 8; l++)
+                acc[r][l] = G4C_ADD(acc[r][l], G4C_MUL(xt[i + 8 * r + l], g4c__ld(row, G4_BF16, (size_t)(i + 8 * r + l))));
+    for (r = 0; r < 4; r++) for (l = 0; l < 8; l++) acc[r][l] = G4C_ADD(acc[r][l], acc[r + 4][l]);
+    for (r = 0; r < 2; r++) for (l = 0; l < 8; l++) acc[r][l] = G4C_ADD(acc[r][l], acc[r + 2][l]);
+    for (l = 0; l < 8; l++) acc[0][l] = G4C_ADD(acc[0][l], acc[1][l]);
+    sum = g4c__hsum8(acc[0]);
+    for (i = la; i < lv; i += 16) {
+        for (l = 0; l < 8; l++) tail[l] = G4C_ADD(tail[l], G4C_MUL(xt[i + l], g4c__ld(row, G4_BF16, (size_t)(i + l))));
+        for (l = 0; l < 8; l++) tail[l] = G4C_ADD(tail[l], G4C_MUL(xt[i + 8 + l], g4c__ld(row, G4_BF16, (size_t)(i + 8 + l))));
+    }
+    sum = G4C_ADD(sum, g4c__hsum8(tail));
+    for (i = lv; i < in; i++) sum = G4C_ADD(sum, G4C_MUL(xt[i], g4c__ld(row, G4_BF16, (size_t)i)));
+    return sum;
+}
+
+__global__ void g4c_matmul_torch(float *y, const float *x, const uint16_t *W, int n, int in, int out) {
+    G4C_FOR(idx, (size_t)n * out) y[idx] = g4c__dot_torch_bf16(x + (idx / out) * in, W + (idx % out) * in, in);
+}
+
+
+/* ---- torch's orders on the device (the bf16-faithful mode): g4__expf_sleef,
+   g4__dot_torch, g4__topk_torch op for op ---- */
+__device__ static float g4c__expf_sleef(float d) {
+    float s, u;
+    int q;
+    if (d != d) return d;
+    if (d < -104.0f) return 0.0f;
+    if (d > 100.0f) return __uint_as_float(0x7f800000u);
+    q = (int)lrintf(G4C_MUL(d, 1.442695040888963407359924681001892137f));
+    s = __fmaf_rn((float)q, -0.693145751953125f, d);
+    s = __fmaf_rn((float)q, -1.428606765330187045e-06f, s);
+    u = 0.000198527617612853646278381f;
+    u = __fmaf_rn(u, s, 0.00139304355252534151077271f);
+    u = __fmaf_rn(u, s, 0.00833336077630519866943359f);
+    u = __fmaf_rn(u, s, 0.0416664853692054748535156f);
+    u = __fmaf_rn(u, s, 0.166666671633720397949219f);
+    u = __fmaf_rn(u, s, 0.5f);
+    u = G4C_ADD(1.0f, __fmaf_rn(G4C_MUL(s, s), u, s));
+    u = G4C_MUL(u, __uint_as_float((unsigned)((q >> 1) + 127) << 23));
+    return G4C_MUL(u, __uint_as_float((unsigned)((q - (q >> 1)) + 127) << 23));
+}
+
+/* g4__softmax_torch's sum: entries k0 .. k0 + n - 1 of a row of len */
+__device__ static float g4c__softmax_sum(const float *e, int n, int k0, int len) {
+    float lanes[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, sum = 0.0f;
+    if (len < 8) {
+        for (int i = 0; i < n; i++) sum = G4C_ADD(sum, e[i]);
+        return sum;
+    }
+    for (int i = 0; i < n; i++) lanes[(k0 + i) % 8] = G4C_ADD(lanes[(k0 + i) % 8], e[i]);
+    return g4c__hsum8(lanes);
+}
+
+__device__ static float g4c__dot_torch(const float *a, const float *b, int n) {
+    float acc[8][8], tail[8], sum;
+    int la = n & ~63, lv = n & ~15, i, r, l;
+    for (r = 0; r < 8; r++)
+        for (l = 0; l < 8; l++) acc[r][l] = 0.0f;
+    for (l = 0; l < 8; l++) tail[l] = 0.0f;
+    for (i = 0; i < la; i += 64)
+        for (r = 0; r < 8; r++)
+            for (l = 0; l < 8; l++) acc[r][l] = G4C_ADD(acc[r][l], G4C_MUL(a[i + 8 * r + l], b[i + 8 * r + l]));
+    for (r = 0; r < 4; r++) for (l = 0; l < 8; l++) acc[r][l] = G4C_ADD(acc[r][l], acc[r + 4][l]);
+    for (r = 0; r < 2; r++) for (l = 0; l < 8; l++) acc[r][l] = G4C_ADD(acc[r][l], acc[r + 2][l]);
+    for (l = 0; l < 8; l++) acc[0][l] = G4C_ADD(acc[0][l], acc[1][l]);
+    sum = g4c__hsum8(acc[0]);
+    for (i = la; i < lv; i += 16) {
+        for (l = 0; l < 8; l++) tail[l] = G4C_ADD(tail[l], G4C_MUL(a[i + l], b[i + l]));
+        for (l = 0; l < 8; l++) tail[l] = G4C_ADD(tail[l], G4C_MUL(a[i + 8 + l], b[i + 8 + l]));
+    }
+    sum = G4C_ADD(sum, g4c__hsum8(tail));
+    for (i = lv; i < n; i++) sum = G4C_ADD(sum, G4C_MUL(a[i], b[i]));
+    return sum;
+}
+
+typedef struct { float v; int i; } g4c__vi;
+
+__device__ static int g4c__tk_gt(const g4c__vi *a, const g4c__vi *b) {
+    return (a->v != a->v && b->v == b->v) || a->v > b->v;
+}
+
+__device__ static void g4c__tk_swap(g4c__vi *a, g4c__vi *b) {
+    g4c__vi t = *a;
+    *a = *b;
+    *b = t;
+}
+
+__device__ static void g4c__tk_adjust(g4c__vi *q, int hole, int n, g4c__vi v) {
+    int top = hole, c = hole, parent;
+    while (c < (n - 1) / 2) {
+        c = 2 * (c + 1);
+        if (g4c__tk_gt(&q[c], &q[c - 1])) c--;
+        q[hole] = q[c];
+        hole = c;
+    }
+    if ((n & 1) == 0 && c == (n - 2) / 2) {
+        c = 2 * (c + 1);
+        q[hole] = q[c - 1];
+        hole = c - 1;
+    }
+    parent = (hole - 1) / 2;
+    while (hole > top && g4c__tk_gt(&q[parent], &v)) {
+        q[hole] = q[parent];
+        hole = parent;
+        parent = (hole - 1) / 2;
+    }
+    q[hole] = v;
+}
+
+__device__ static void g4c__tk_heap_select(g4c__vi *q, int m, int n) {
+    if (m >= 2)
+        for (int parent = (m - 2) / 2;; parent--) {
+            g4c__tk_adjust(q, parent, m, q[parent]);
+            if (parent == 0) break;
+        }
+    for (int i = m; i < n; i++)
+        if (g4c__tk_gt(&q[i], &q[0])) {
+            g4c__vi v = q[i];
+            q[i] = q[0];
+            g4c__tk_adjust(q, 0, m, v);
+        }
+}
+
+__device__ static void g4c__tk_nth(g4c__vi *q, int nth, int n) {
+    int f = 0, l = n, depth = 0;
+    while ((2 << depth) <= n) depth++;
+    depth *= 2;
+    while (l - f > 3) {
+        int a = f + 1, b = f + (l - f) / 2, c = l - 1, lo = f + 1, hi = l;
+        if (depth == 0) {
+            g4c__tk_heap_select(q + f, nth + 1 - f, l - f);
+            g4c__tk_swap(&q[f], &q[nth]);
+            return;
+        }
+        depth--;
+        if (g4c__tk_gt(&q[a], &q[b])) {
+            if (g4c__tk_gt(&q[b], &q[c])) g4c__tk_swap(&q[f], &q[b]);
+            else if (g4c__tk_gt(&q[a], &q[c])) g4c__tk_swap(&q[f], &q[c]);
+            else g4c__tk_swap(&q[f], &q[a]);
+        } else if (g4c__tk_gt(&q[a], &q[c])) g4c__tk_swap(&q[f], &q[a]);
+        else if (g4c__tk_gt(&q[b], &q[c])) g4c__tk_swap(&q[f], &q[c]);
+        else g4c__tk_swap(&q[f], &q[b]);
+        for (;;) {
+            while (g4c__tk_gt(&q[lo], &q[f])) lo++;
+            hi--;
+            while (g4c__tk_gt(&q[f], &q[hi])) hi--;
+            if (!(lo < hi)) break;
+            g4c__tk_swap(&q[lo], &q[hi]);
+            lo++;
+        }
+        if (lo <= nth) f = lo;
+        else l = lo;
+    }
+    for (int i = f + 1; i < l; i++) {
+        g4c__vi v = q[i];
+        int j = i;
+        if (g4c__tk_gt(&v, &q[f])) {
+            for (j = i; j > f; j--) q[j] = q[j - 1];
+            q[f] = v;
+        } else {
+            while (g4c__tk_gt(&v, &q[j - 1])) { q[j] = q[j - 1]; j--; }
+            q[j] = v;
+        }
+    }
+}
+
+__device__ static void g4c__topk_torch(const float *p, int E, int K, int *top) {
+    g4c__vi q[256];
+    int i, j;
+    for (i = 0; i < E; i++) { q[i].v = p[i]; q[i].i = i; }
+    if (K * 64 <= E) g4c__tk_heap_select(q, K, E);
+    else g4c__tk_nth(q, K - 1, E);
+    for (i = 1; i < K; i++)
+        for (j = i; j > 0 && g4c__tk_gt(&q[j], &q[j - 1]); j--) g4c__tk_swap(&q[j], &q[j - 1]);
+    for (i = 0; i < K; i++) top[i] = q[i].i;
+}
+
+/* g4__tsum_lane: one of torch's 32 lane accumulators of a sum of squares */
+__device__ static float g4c__tsum_lane(const float *v, int rows, int k, int l) {
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, t;
+    int p = 4, step, i = 0, j, c = 0;
+    while ((1 << c) < rows) c++;
+    if (rows <= 2) c = 1;
+    if (c / 4 > p) p = c / 4;
+    step = 1 << p;
+    while (i + step <= rows) {
+        for (j = 0; j < step; j++, i++) {
+            t = v[(size_t)(G4__TSUM_ILP * i + k) * G4__TSUM_VL + (size_t)l];
+            acc[0] = G4C_ADD(acc[0], G4C_MUL(t, t));
+        }
+        for (j = 1; j < 4; j++) {
+            acc[j] = G4C_ADD(acc[j], acc[j - 1]);
+            acc[j - 1] = 0.0f;
+            if (i & ((step - 1) << (j * p))) break;
+        }
+    }
+    for (; i < rows; i++) {
+        t = v[(size_t)(G4__TSUM_ILP * i + k) * G4__TSUM_VL + (size_t)l];
+        acc[0] = G4C_ADD(acc[0], G4C_MUL(t, t));
+    }
+    return G4C_ADD(G4C_ADD(G4C_ADD(acc[0], acc[1]), acc[2]), acc[3]);
+}
+
+/* g4__sum_squares after its lanes: part[k * 8 + l] holds lane (k, l) when
+   n >= 8 (for n < 8 it is not read) */
+__device__ static float g4c__sum_squares_finish(const float *part_in, const float *x, int n) {
+    float part[G4__TSUM_ILP][G4__TSUM_VL], total = 0.0f, t;
+    int nv, rows, k, l, i;
+    if (n < G4__TSUM_VL) {
+        float a[G4__TSUM_ILP] = {0.0f, 0.0f, 0.0f, 0.0f};
+        rows = n / G4__TSUM_ILP;
+        for (k = 0; k < G4__TSUM_ILP && k < n; k++) a[k] = rows ? G4C_MUL(x[k], x[k]) : 0.0f;
+        for (i = rows * G4__TSUM_ILP; i < n; i++) a[0] = G4C_ADD(a[0], G4C_MUL(x[i], x[i]));
+        return G4C_ADD(G4C_ADD(G4C_ADD(a[0], a[1]), a[2]), a[3]);
+    }
+    nv = n / G4__TSUM_VL;
+    rows = nv / G4__TSUM_ILP;
+    for (k = 0; k < G4__TSUM_ILP; k++)
+        for (l = 0; l < G4__TSUM_VL; l++) part[k][l] = part_in[k * G4__TSUM_VL + l];
+    for (i = rows * G4__TSUM_ILP; i < nv; i++)
+        for (l = 0; l < G4__TSUM_VL; l++) {
+            t = x[(size_t)i * G4__TSUM_VL + (size_t)l];
+            part[0][l] = G4C_ADD(part[0][l], G4C_MUL(t, t));
+        }
+    for (k = 1; k < G4__TSUM_ILP; k++)
+        for (l = 0; l < G4__TSUM_VL; l++) part[0][l] = G4C_ADD(part[0][l], part[k][l]);
+    for (i = nv * G4__TSUM_VL; i < n; i++) total = G4C_ADD(total, G4C_MUL(x[i], x[i]));
+    for (l = 0; l < G4__TSUM_VL; l++) total = G4C_ADD(total, part[0][l]);
+    return total;
+}
+
 /* g4__rmsnorm on `rows` rows of n: y = x * (mean(x^2) + eps)^-0.5 (* w when
-   w != NULL). One block per row; the sum of squares is a tree in double. */
+   w != NULL). One block per row; its first 32 threads compute torch's 32
+   lane sums of squares (g4__sum_squares), thread 0 finishes the sum. */
 __global__ void g4c_rmsnorm(float *y, const float *x, const void *w, int dt, int rows, int n, float eps) {
-    __shared__ double red[G4C_THREADS];
+    __shared__ float part[G4__TSUM_ILP * G4__TSUM_VL];
+    __shared__ float inv_s;
     int tid = (int)threadIdx.x;
     G4C_ROWS(r, rows) {
         const float *xr = x + (size_t)r * n;
         float *yr = y + (size_t)r * n;
-        double ss = 0.0;
-        for (int i = tid; i < n; i += (int)blockDim.x) ss += (double)xr[i] * (double)xr[i];
-        red[tid] = ss;
+        if (n >= G4__TSUM_VL && tid < G4__TSUM_ILP * G4__TSUM_VL)
+            part[tid] = g4c__tsum_lane(xr, n / G4__TSUM_VL / G4__TSUM_ILP, tid / G4__TSUM_VL, tid % G4__TSUM_VL);
         __syncthreads();
-        for (int s = (int)blockDim.x / 2; s > 0; s /= 2) {
-            if (tid < s) red[tid] += red[tid + s];
-            __syncthreads();
-        }
-        float inv = 1.0f / sqrtf((float)(red[0] / n) + eps);
+        if (tid == 0) inv_s = __fdiv_rn(1.0f, sqrtf(G4C_ADD(__fdiv_rn(g4c__sum_squares_finish(part, xr, n), (float)n), eps)));
+        __syncthreads();
+        float inv = inv_s;
         for (int i = tid; i < n; i += (int)blockDim.x)
             yr[i] = w ? G4C_MUL(G4C_MUL(xr[i], inv), g4c__ld(w, dt, (size_t)i)) : G4C_MUL(xr[i], inv);
-        __syncthreads(); /* red[0] is read by all before the next row overwrites it */
+        __syncthreads(); /* part and inv_s are read by all before the next row overwrites them */
     }
 }
 
@@ -292,7 +545,8 @@ __global__ void g4c_kv_copy(g4_kv_slot *slots, int src, int dst, int n, int pos0
      1: the slot does not hold exactly this step's positions (write once, then read)
      2: the window's oldest key is no longer in the slot's ring */
 __global__ void g4c_attention(float *att, const float *q, const g4_kv_slot *slots, int slot, float *scores, int n,
-                              int NH, int KVH, int D, int pos0, int window, int max_ctx, int layer, int *status, int bf) {
+                              int NH, int KVH, int D, int pos0, int window, int max_ctx, int layer, int *status, int bf,
+                              int nq, int len) {
     __shared__ float red[G4C_THREADS];
     int tid = (int)threadIdx.x, group = NH / KVH;
     g4_kv_slot sl = slots[slot];
@@ -313,7 +567,9 @@ __global__ void g4c_attention(float *att, const float *q, const g4_kv_slot *slot
         for (int k = tid; k < cnt; k += (int)blockDim.x) {
             const float *key = sl.k + (size_t)((lo + k) % sl.capacity) * stride + (size_t)(h / group) * D;
             float acc = 0.0f;
-            for (int d = 0; d < D; d++) acc = G4C_ADD(acc, G4C_MUL(qh[d], key[d]));
+            if (bf && (long long)D * nq * len >= 400) acc = g4c__dot_torch(qh, key, D); /* g4__attend_torch */
+            else
+                for (int d = 0; d < D; d++) acc = G4C_ADD(acc, G4C_MUL(qh[d], key[d]));
             sc[k] = g4c__r(acc, bf);
         }
         __syncthreads();
@@ -326,22 +582,30 @@ __global__ void g4c_attention(float *att, const float *q, const g4_kv_slot *slot
             __syncthreads();
         }
         mx = red[0];
-        for (int k = tid; k < cnt; k += (int)blockDim.x) sc[k] = expf(sc[k] - mx);
+        for (int k = tid; k < cnt; k += (int)blockDim.x)
+            sc[k] = bf ? g4c__expf_sleef(G4C_SUB(sc[k], mx)) : expf(sc[k] - mx);
         __syncthreads();
         if (tid == 0) {
             float sum = 0.0f;
-            for (int k = 0; k < cnt; k++) sum = G4C_ADD(sum, sc[k]);
+            if (bf) sum = __fdiv_rn(1.0f, g4c__softmax_sum(sc, cnt, lo, len)); /* torch: times 1 / sum */
+            else
+                for (int k = 0; k < cnt; k++) sum = G4C_ADD(sum, sc[k]);
             red[0] = sum;
         }
         __syncthreads();
-        for (int k = tid; k < cnt; k += (int)blockDim.x) sc[k] = sc[k] / red[0];
+        for (int k = tid; k < cnt; k += (int)blockDim.x) sc[k] = bf ? G4C_MUL(sc[k], red[0]) : sc[k] / red[0];
         __syncthreads();
         for (int d = tid; d < D; d += (int)blockDim.x) {
-            float acc = 0.0f;
+            float acc = 0.0f, part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             for (int k = 0; k < cnt; k++) {
                 const float *val = sl.v + (size_t)((lo + k) % sl.capacity) * stride + (size_t)(h / group) * D;
-                acc = G4C_ADD(acc, G4C_MUL(g4c__r(sc[k], bf), val[d]));
+                float pv = G4C_MUL(g4c__r(sc[k], bf), val[d]);
+                if (bf) { /* gemm_notrans_'s 4 partial sums by key position */
+                    int j = lo + k < (len & ~3) ? (lo + k) % 4 : 0;
+                    part[j] = G4C_ADD(part[j], pv);
+                } else acc = G4C_ADD(acc, pv);
             }
+            if (bf) acc = G4C_ADD(G4C_ADD(G4C_ADD(part[0], part[1]), part[2]), part[3]);
             att[(size_t)r * D + d] = g4c__r(acc, bf);
         }
         __syncthreads(); /* red[0] and sc are reused by this block's next row */
@@ -365,8 +629,8 @@ __global__ void g4c_layer_scalar(float *x, size_t n, const void *ls, int dt) {
 }
 
 /* g4__mlp: gate = gelu(gate) * up */
-__global__ void g4c_gelu_mul(float *gate, const float *up, size_t n, int bf) {
-    G4C_FOR(i, n) gate[i] = g4c__r(G4C_MUL(g4c__r(g4c__gelu(gate[i]), bf), up[i]), bf);
+__global__ void g4c_gelu_mul(float *gate, const float *up, size_t n, int bf, size_t off, size_t total) {
+    G4C_FOR(i, n) gate[i] = g4c__r(G4C_MUL(g4c__r(g4c__gelu_t(gate[i], bf, off + i, total), bf), up[i]), bf);
 }
 
 /* g4__per_layer_inputs, last stage: pli = (pli + E_ple[id][l*P + j] * tok_scale) * combine */
@@ -379,9 +643,9 @@ __global__ void g4c_ple_combine(float *pli, const void *E, int dt, const int32_t
 }
 
 /* g4__layer step 5: ple[t][j] = gelu(ple[t][j]) * pli[t][l*P + j] */
-__global__ void g4c_ple_gate(float *ple, const float *pli, int n, int P, int LP, int l, int bf) {
+__global__ void g4c_ple_gate(float *ple, const float *pli, int n, int P, int LP, int l, int bf, size_t off, size_t total) {
     G4C_FOR(i, (size_t)n * P)
-        ple[i] = g4c__r(G4C_MUL(g4c__r(g4c__gelu(ple[i]), bf), pli[(i / P) * LP + (size_t)l * P + i % P]), bf);
+        ple[i] = g4c__r(G4C_MUL(g4c__r(g4c__gelu_t(ple[i], bf, off + i, total), bf), pli[(i / P) * LP + (size_t)l * P + i % P]), bf);
 }
 
 /* g4__step's soft-cap: x = tanh(x / cap) * cap */
@@ -395,25 +659,26 @@ __global__ void g4c_router_scale(float *u, const void *scale, int dt, int n, int
 }
 
 /* g4__moe's routing, one thread per token, exactly the CPU's loop: softmax
-   over E, top-k by probability (ties: lower id), renormalise, per-expert
+   over E, top-k by probability (ties as torch.topk: g4__topk_torch), renormalise, per-expert
    scale. The chosen experts are then stored in ascending id, the order in
    which the CPU (and transformers) sum them. */
-__global__ void g4c_moe_route(float *router, int *top_out, float *w_out, const void *pes, int dt, int n, int E, int K) {
+__global__ void g4c_moe_route(float *router, int *top_out, float *w_out, const void *pes, int dt, int n, int E, int K,
+                              int bf) {
     G4C_FOR(t, (size_t)n) {
         float *pr = router + t * E, mx = pr[0], sum = 0.0f, wsum = 0.0f, wk[G4_MAX_TOP_K];
         int top[G4_MAX_TOP_K];
         for (int e = 1; e < E; e++) mx = pr[e] > mx ? pr[e] : mx;
-        for (int e = 0; e < E; e++) { pr[e] = expf(pr[e] - mx); sum = G4C_ADD(sum, pr[e]); }
-        for (int e = 0; e < E; e++) pr[e] = pr[e] / sum;
+        if (bf) { /* g4__softmax_torch */
+            for (int e = 0; e < E; e++) pr[e] = g4c__expf_sleef(G4C_SUB(pr[e], mx));
+            sum = __fdiv_rn(1.0f, g4c__softmax_sum(pr, E, 0, E));
+            for (int e = 0; e < E; e++) pr[e] = G4C_MUL(pr[e], sum);
+        } else {
+            for (int e = 0; e < E; e++) { pr[e] = expf(pr[e] - mx); sum = G4C_ADD(sum, pr[e]); }
+            for (int e = 0; e < E; e++) pr[e] = pr[e] / sum;
+        }
+        g4c__topk_torch(pr, E, K, top);
         for (int k = 0; k < K; k++) {
-            int best = -1;
-            for (int e = 0; e < E; e++) {
-                int taken = 0;
-                for (int j = 0; j < k; j++) taken |= top[j] == e;
-                if (!taken && (best < 0 || pr[e] > pr[best])) best = e;
-            }
-            top[k] = best;
-            wk[k] = pr[best];
+            wk[k] = pr[top[k]];
             wsum = G4C_ADD(wsum, wk[k]);
         }
         for (int k = 0; k < K; k++) wk[k] = G4C_MUL(wk[k] / wsum, g4c__ld(pes, dt, (size_t)top[k]));
@@ -430,13 +695,15 @@ __global__ void g4c_moe_route(float *router, int *top_out, float *w_out, const v
 /* g4__moe's expert matmuls for every (token, choice) row r = t*K + k:
    y[r][o] = sum_i x[.][i] * W[top[r]][o][i], x's row being r (per_k) or t. */
 __global__ void g4c_moe_matmul(float *y, const float *x, int x_stride, int x_per_k, const void *W, int dt,
-                               const int *top, int rows, int K, int in, int out) {
+                               const int *top, int rows, int K, int in, int out, int bf) {
     G4C_FOR(idx, (size_t)rows * out) {
         size_t r = idx / out, o = idx % out;
         const float *xr = x + (x_per_k ? r : r / K) * (size_t)x_stride;
         size_t base = ((size_t)top[r] * out + o) * in;
         float acc = 0.0f;
-        for (int i = 0; i < in; i++) acc = G4C_ADD(acc, G4C_MUL(xr[i], g4c__ld(W, dt, base + i)));
+        if (bf && dt == G4_BF16) acc = g4c__dot_torch_bf16(xr, (const uint16_t *)W + base, in); /* g4__matmul_torch */
+        else
+            for (int i = 0; i < in; i++) acc = G4C_ADD(acc, G4C_MUL(xr[i], g4c__ld(W, dt, base + i)));
         y[idx] = acc;
     }
 }
@@ -446,7 +713,7 @@ __global__ void g4c_moe_glu(float *h, int rows, int Ie, int bf) {
     G4C_FOR(idx, (size_t)rows * Ie) {
         float *hr = h + (idx / Ie) * 2 * (size_t)Ie;
         size_t i = idx % Ie;
-        hr[i] = g4c__r(G4C_MUL(g4c__r(g4c__gelu(hr[i]), bf), hr[Ie + i]), bf);
+        hr[i] = g4c__r(G4C_MUL(g4c__r(g4c__gelu_t(hr[i], bf, i, (size_t)Ie), bf), hr[Ie + i]), bf);
     }
 }
 
@@ -472,7 +739,10 @@ static g4_result g4c__act(g4_cuda_session *s, float *x, size_t n) {
 
 static g4_result g4c__matmul(g4_cuda_session *s, float *y, const float *x, const g4_tensor *w, int n) {
     int out = (int)w->shape[0], in = (int)w->shape[1];
-    if (s->matmul == G4_CUDA_MATMUL_PLAIN) {
+    if (s->cfg.bf16 && w->dtype == G4_BF16) { /* g4__matmul: torch's summation order */
+        G4C_RUN(s->error, g4c_matmul_torch, g4c__grid((size_t)n * out, G4C_THREADS), G4C_THREADS, y, x,
+                (const uint16_t *)w->data, n, in, out);
+    } else if (s->matmul == G4_CUDA_MATMUL_PLAIN) {
         G4C_RUN(s->error, g4c_matmul, g4c__grid((size_t)n * out, G4C_THREADS), G4C_THREADS, y, x, w->data,
                 (int)w->dtype, n, in, out);
     } else {
@@ -589,7 +859,7 @@ static g4_result g4c__attention(g4_cuda_session *s, int l, int n) {
     }
     G4C_RUN(s->error, g4c_attention, g4c__grid((size_t)n * NH, 1), G4C_THREADS, s->d_att, s->d_q, s->d_slots, slot,
             s->d_scores, n, NH, KVH, D, pos0, lp->type == G4_SLIDING ? m->config.sliding_window : 0,
-            s->cfg.max_context, l, s->d_status, bf);
+            s->cfg.max_context, l, s->d_status, bf, s->fwd_n, s->fwd_end);
     G4C_TRY(g4c__matmul(s, s->d_branch, s->d_att, &lw->o_proj, n));
     return g4c__tap(s, "self_attn", l, s->d_branch, 1, n, m->config.hidden_size);
 }
@@ -600,7 +870,9 @@ static g4_result g4c__mlp(g4_cuda_session *s, int l, int n) {
     size_t len = (size_t)n * (size_t)s->model->host->plan.layer[l].mlp_width;
     G4C_TRY(g4c__matmul(s, s->d_gate, s->d_xn, &lw->gate_proj, n));
     G4C_TRY(g4c__matmul(s, s->d_up, s->d_xn, &lw->up_proj, n));
-    G4C_RUN(s->error, g4c_gelu_mul, g4c__grid(len, G4C_THREADS), G4C_THREADS, s->d_gate, s->d_up, len, s->cfg.bf16);
+    size_t width = (size_t)s->model->host->plan.layer[l].mlp_width;
+    G4C_RUN(s->error, g4c_gelu_mul, g4c__grid(len, G4C_THREADS), G4C_THREADS, s->d_gate, s->d_up, len, s->cfg.bf16,
+            (size_t)(s->pos - s->fwd_end + s->fwd_n) * width, (size_t)s->fwd_n * width);
     G4C_TRY(g4c__matmul(s, s->d_branch, s->d_gate, &lw->down_proj, n));
     return g4c__tap(s, "mlp", l, s->d_branch, 1, n, s->model->host->config.hidden_size);
 }
@@ -617,17 +889,17 @@ static g4_result g4c__moe(g4_cuda_session *s, int l, int n) {
             lw->router_scale.data, (int)lw->router_scale.dtype, n, H, root, s->cfg.bf16);
     G4C_TRY(g4c__matmul(s, s->d_router, s->d_branch2, &lw->router_proj, n));
     G4C_RUN(s->error, g4c_moe_route, g4c__grid((size_t)n, G4C_THREADS), G4C_THREADS, s->d_router, s->d_top, s->d_topw,
-            lw->router_per_expert_scale.data, (int)lw->router_per_expert_scale.dtype, n, E, K);
+            lw->router_per_expert_scale.data, (int)lw->router_per_expert_scale.dtype, n, E, K, s->cfg.bf16);
     /* experts on pre_feedforward_layernorm_2(r) */
     G4C_TRY(g4c__norm_rows(s, s->d_xn, s->d_x, &lw->pre_feedforward_layernorm_2, n, H,
             l, "pre_feedforward_layernorm_2"));
     G4C_RUN(s->error, g4c_moe_matmul, g4c__grid((size_t)n * K * 2 * Ie, G4C_THREADS), G4C_THREADS, s->d_moe_h,
-            s->d_xn, H, 0, lw->experts_gate_up.data, (int)lw->experts_gate_up.dtype, s->d_top, n * K, K, H, 2 * Ie);
+            s->d_xn, H, 0, lw->experts_gate_up.data, (int)lw->experts_gate_up.dtype, s->d_top, n * K, K, H, 2 * Ie, s->cfg.bf16);
     G4C_TRY(g4c__act(s, s->d_moe_h, (size_t)n * K * 2 * Ie));
     G4C_RUN(s->error, g4c_moe_glu, g4c__grid((size_t)n * K * Ie, G4C_THREADS), G4C_THREADS, s->d_moe_h, n * K, Ie,
             s->cfg.bf16);
     G4C_RUN(s->error, g4c_moe_matmul, g4c__grid((size_t)n * K * H, G4C_THREADS), G4C_THREADS, s->d_moe_y, s->d_moe_h,
-            2 * Ie, 1, lw->experts_down.data, (int)lw->experts_down.dtype, s->d_top, n * K, K, Ie, H);
+            2 * Ie, 1, lw->experts_down.data, (int)lw->experts_down.dtype, s->d_top, n * K, K, Ie, H, s->cfg.bf16);
     G4C_TRY(g4c__act(s, s->d_moe_y, (size_t)n * K * H));
     G4C_RUN(s->error, g4c_moe_combine, g4c__grid((size_t)n * H, G4C_THREADS), G4C_THREADS, s->d_branch2, s->d_moe_y,
             s->d_topw, n, K, H, s->cfg.bf16);
@@ -671,7 +943,7 @@ static g4_result g4c__layer(g4_cuda_session *s, int l, int n) {
         G4C_TRY(g4c__matmul(s, s->d_per_layer_gate, s->d_x, &lw->per_layer_input_gate, n));
         G4C_TRY(g4c__tap(s, "per_layer_input_gate", l, s->d_per_layer_gate, 1, n, P));
         G4C_RUN(s->error, g4c_ple_gate, g4c__grid((size_t)n * P, G4C_THREADS), G4C_THREADS, s->d_per_layer_gate,
-                s->d_per_layer_inputs, n, P, LP, l, s->cfg.bf16);
+                s->d_per_layer_inputs, n, P, LP, l, s->cfg.bf16, (size_t)(s->pos - s->fwd_end + s->fwd_n) * P, (size_t)s->fwd_n * P);
         G4C_TRY(g4c__matmul(s, s->d_branch, s->d_per_layer_gate, &lw->per_layer_projection, n));
         G4C_TRY(g4c__tap(s, "per_layer_projection", l, s->d_branch, 1, n, H));
         G4C_TRY(g4c__norm_rows(s, s->d_branch, s->d_branch, &lw->post_per_layer_input_norm, n, H,
@@ -1020,6 +1292,8 @@ G4_CUDA_API g4_result g4_cuda_forward(g4_cuda_session *s, const int32_t *ids, in
         return G4_ERR_INPUT;
     }
     if ((r = g4__check_forward(c, s->pos, s->cfg.max_context, ids, n, logits, mode, s->error)) != G4_OK) return r;
+    s->fwd_end = s->pos + n;
+    s->fwd_n = n;
     for (done = 0; done < n; done += cn) {
         cn = g4__chunk(done, n, s->cfg.max_chunk, mode, logits, c->vocab_size, &out, &first);
         if ((r = g4c__step(s, ids + done, cn, out, first)) != G4_OK) return r;

@@ -78,7 +78,10 @@ static int cmd_info(int argc, char **argv) {
     g4_plan p;
     g4_result r;
     char buf[4096];
-    if (argc != 3) return usage(argv[1]);
+    int train = 0;
+    if (argc == 5 && strcmp(argv[3], "--train") == 0) {
+        if ((train = g4b_int(argv[4])) < 2) { fprintf(stderr, "gemma4 info: --train needs a length >= 2\n"); return 1; }
+    } else if (argc != 3) return usage(argv[1]);
     if (is_dir(path)) {
         snprintf(buf, sizeof buf, "%s/config.json", path);
         path = buf;
@@ -87,7 +90,15 @@ static int cmd_info(int argc, char **argv) {
     if (r != G4_OK) { fprintf(stderr, "gemma4: %s\n", c.error); return 1; }
     if (g4_plan_build(&p, &c) != G4_OK) { fprintf(stderr, "gemma4: %s: %s\n", path, p.error); return 1; }
     g4_plan_print(&p, &c, stdout);
-    return 0;
+    if (path == buf) { /* a model directory: which chat layout generate --chat and chat use */
+        g4_template t;
+        r = g4_template_load(&t, argv[2]);
+        if (r == G4_OK) printf("chat template: %s\n", t.name);
+        else if (r == G4_ERR_IO) printf("chat template: none; generate --chat and chat use the built-in Gemma 4 layout\n");
+        else printf("chat template: unusable: %s\n", t.error);
+        g4_template_free(&t);
+    }
+    return train ? g4t_print_sizes(&c, &p, train) : 0;
 }
 
 /* Loads DIR and opens a session for n tokens (g4_session_destroy, then
@@ -357,6 +368,8 @@ typedef struct {
     int loaded_m, loaded_t;
     drafter_ctx dr;            /* --drafter */
     int has_drafter;
+    g4_template tpl;           /* the checkpoint's chat template, when has_tpl */
+    int has_tpl;
 } gen_ctx;
 
 static void gen_free(gen_ctx *g) {
@@ -367,6 +380,117 @@ static void gen_free(gen_ctx *g) {
     g4_sampler_free(&g->smp);
     if (g->loaded_t) g4_tokenizer_free(&g->t);
     if (g->loaded_m) g4_model_free(&g->m);
+    if (g->has_tpl) g4_template_free(&g->tpl);
+}
+
+/* An error message on one line of stderr (a template's raise_exception text may hold newlines). */
+static void print_error(const char *msg) {
+    fputs("gemma4: ", stderr);
+    for (; *msg; msg++) fputc(*msg == '\n' || *msg == '\r' ? ' ' : *msg, stderr);
+    fputc('\n', stderr);
+}
+
+/* The chat template of DIR (or of the --tokenizer directory): 1 found, 0 none
+   (the built-in layout is used), -1 unusable (message printed). */
+static int load_template(g4_template *t, const char *dir, const gen_opts *o, const g4_tokenizer *tok) {
+    g4_result r = g4_template_load(t, dir);
+    if (r == G4_ERR_IO && o->tokenizer && is_dir(o->tokenizer)) r = g4_template_load(t, o->tokenizer);
+    if (r == G4_ERR_IO) return 0;
+    if (r != G4_OK) { print_error(t->error); return -1; }
+    g4_template_set_tokens(t, tok);
+    return 1;
+}
+
+/* A growing text (the conversation as JSON); oom set when an allocation failed. */
+typedef struct { char *p; size_t n, cap; int oom; } textbuf;
+
+static void tb_add(textbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t nc = (b->n + n + 1) * 2;
+        char *np = (char *)realloc(b->p, nc);
+        if (!np) { b->oom = 1; return; }
+        b->p = np;
+        b->cap = nc;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+static void tb_str(textbuf *b, const char *s) { tb_add(b, s, strlen(s)); }
+static void tb_json(textbuf *b, const char *s) { /* s as a JSON string literal */
+    tb_str(b, "\"");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char esc[8];
+        if (c == '"' || c == '\\') { esc[0] = '\\'; esc[1] = (char)c; tb_add(b, esc, 2); }
+        else if (c < 0x20) { snprintf(esc, sizeof esc, "\\u%04x", c); tb_str(b, esc); }
+        else tb_add(b, s, 1);
+    }
+    tb_str(b, "\"");
+}
+
+/* The model's answers in the conversations chat renders: a marker, because only
+   the template's text after the last answer is fed (see cmd_chat). */
+#define ANSWER_MARK "\x1bg4-answer\x1b"
+
+/* {"messages": [system?, user 0, answer, user 1, ..., answer, user n-1]} */
+static char *chat_json(const gen_opts *o, char **users, int n_users, size_t *len) {
+    textbuf b;
+    int i;
+    memset(&b, 0, sizeof b);
+    tb_str(&b, "{\"messages\": [");
+    if (o->system) { tb_str(&b, "{\"role\": \"system\", \"content\": "); tb_json(&b, o->system); tb_str(&b, "}, "); }
+    for (i = 0; i < n_users; i++) {
+        if (i) { tb_str(&b, "{\"role\": \"assistant\", \"content\": "); tb_json(&b, ANSWER_MARK); tb_str(&b, "}, "); }
+        tb_str(&b, "{\"role\": \"user\", \"content\": ");
+        tb_json(&b, users[i]);
+        tb_str(&b, i + 1 < n_users ? "}, " : "}");
+    }
+    tb_str(&b, "]}");
+    if (b.oom) { free(b.p); fprintf(stderr, "gemma4: out of memory\n"); return NULL; }
+    *len = b.n;
+    return b.p;
+}
+
+/* The prompt through the checkpoint's template: the whole conversation of
+   users[0..n_users) (first = 1, with <bos>), or only what the template writes
+   after the model's last answer (its turn closure, the new user turn, the
+   generation prompt). Caller frees (free). NULL after a message. */
+static int32_t *template_prompt(const g4_template *tpl, const g4_tokenizer *t, const gen_opts *o, char **users,
+                                int n_users, int first, size_t *n) {
+    g4_template_options to = g4_template_options_init();
+    size_t len, tl, cap;
+    char *json = chat_json(o, users, n_users, &len), *text = NULL, err[G4_ERROR_MAX];
+    int32_t *ids = NULL, *tids = NULL;
+    const char *tail, *p;
+    if (!json) return NULL;
+    to.enable_thinking = o->think;
+    if (first) {
+        if (g4_template_encode(tpl, t, json, len, &to, &tids, n, err) != G4_OK) print_error(err);
+        else if ((ids = (int32_t *)malloc(sizeof(int32_t) * (*n ? *n : 1)))) memcpy(ids, tids, sizeof(int32_t) * *n);
+        g4_template_free_output(tids);
+        free(json);
+        return ids;
+    }
+    if (g4_template_render(tpl, json, len, &to, &text, &tl, err) != G4_OK) { print_error(err); free(json); return NULL; }
+    free(json);
+    for (tail = NULL, p = text; (p = strstr(p, ANSWER_MARK)) != NULL; p++) tail = p;
+    if (!tail) {
+        fprintf(stderr, "gemma4: the chat template does not write the model's answers; cannot continue the conversation\n");
+        g4_template_free_output(text);
+        return NULL;
+    }
+    tail += strlen(ANSWER_MARK);
+    cap = g4_tokenize_max(t, strlen(tail));
+    if ((ids = (int32_t *)malloc(sizeof(int32_t) * (cap ? cap : 1))) &&
+        g4_tokenize(t, tail, strlen(tail), 0, ids, cap, n) != G4_OK) {
+        fprintf(stderr, "gemma4: cannot encode the prompt\n");
+        free(ids);
+        ids = NULL;
+    }
+    g4_template_free_output(text);
+    return ids;
 }
 
 static int gen_open(gen_ctx *g, const char *dir, const gen_opts *o, int max_context) {
@@ -516,6 +640,8 @@ static int cmd_generate(int argc, char **argv) {
     int n_new = 0, rc = 1;
     double tp = 0, td = 0;
     g4_tokenizer probe;
+    g4_template tpl;
+    int has_tpl = 0;
     if (parse_gen_opts(argc, argv, &o, 0)) return 1;
     if (o.system && !o.chat) { fprintf(stderr, "gemma4: --system needs --chat\n"); return 1; }
     /* the tokenizer first, to size the context to prompt + max_tokens */
@@ -523,7 +649,13 @@ static int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "gemma4: %s%s\n", probe.error, o.tokenizer ? "" : " (give the tokenizer with --tokenizer PATH)");
         return 1;
     }
-    ids = encode_prompt(&probe, &o, o.prompt, 0, &n);
+    if (o.chat && (has_tpl = load_template(&tpl, argv[2], &o, &probe)) < 0) { g4_tokenizer_free(&probe); return 1; }
+    if (has_tpl) {
+        char *users[1];
+        users[0] = (char *)(uintptr_t)o.prompt;
+        ids = template_prompt(&tpl, &probe, &o, users, 1, 1, &n);
+        g4_template_free(&tpl);
+    } else ids = encode_prompt(&probe, &o, o.prompt, 0, &n);
     g4_tokenizer_free(&probe);
     if (!ids) return 1;
     if (!gen_open(&g, argv[2], &o, (int)n + o.max_tokens + 1 + (o.drafter ? o.draft_tokens + 2 : 0))) {
@@ -545,12 +677,14 @@ static int cmd_generate(int argc, char **argv) {
 static int cmd_chat(int argc, char **argv) {
     gen_opts o;
     gen_ctx g;
-    char *line = NULL;
+    char *line = NULL, **users = NULL;
     size_t line_cap = 0;
-    int turn = 0, rc = 1;
+    int turn = 0, rc = 1, k;
     if (parse_gen_opts(argc, argv, &o, 1)) return 1;
     o.chat = 1;
     if (gen_open(&g, argv[2], &o, o.ctx ? o.ctx : 4096)) { gen_free(&g); return 1; }
+    if ((g.has_tpl = load_template(&g.tpl, argv[2], &o, &g.t)) < 0) { g.has_tpl = 0; gen_free(&g); return 1; }
+    fprintf(stderr, "chat layout: %s\n", g.has_tpl ? g.tpl.name : "the built-in Gemma 4 layout (no chat template)");
     if (!o.seed_given && o.sc.temperature > 0) fprintf(stderr, "seed %llu\n", (unsigned long long)o.sc.seed);
     fprintf(stderr, "%d positions of context; /reset starts over, /quit or end of input leaves\n", g.s.cfg.max_context);
     for (;;) {
@@ -568,20 +702,32 @@ static int cmd_chat(int argc, char **argv) {
             g4_session_reset(&g.s);
             g4_sampler_reset(&g.smp);
             if (g.has_drafter && drafter_reattach(&g.dr, &g.s)) break;
+            for (k = 0; k < turn; k++) free(users[k]);
             turn = 0;
             continue;
         }
-        ids = encode_prompt(&g.t, &o, line, turn ? G4_CHAT_CONTINUE : G4_CHAT_BOS, &n);
-        if (!ids) break;
+        if (g.has_tpl) { /* the template's text for this turn: everything, or what follows the last answer */
+            char **nu = (char **)realloc(users, sizeof(char *) * (size_t)(turn + 1));
+            if (!nu || !(nu[turn] = (char *)malloc(l + 1))) { users = nu ? nu : users; fprintf(stderr, "gemma4: out of memory\n"); break; }
+            users = nu;
+            memcpy(users[turn], line, l + 1);
+            ids = template_prompt(&g.tpl, &g.t, &o, users, turn + 1, turn == 0, &n);
+        } else ids = encode_prompt(&g.t, &o, line, turn ? G4_CHAT_CONTINUE : G4_CHAT_BOS, &n);
+        if (!ids) { if (g.has_tpl) free(users[turn]); break; }
         if (n + 1 + (g.has_drafter ? (size_t)o.draft_tokens + 2 : 0) > (size_t)(g.s.cfg.max_context - g.s.pos)) {
             fprintf(stderr, "context full: %d of %d positions used; starting over (--ctx sets the size)\n", g.s.pos,
                     g.s.cfg.max_context);
             free(ids);
             g4_session_reset(&g.s);
             g4_sampler_reset(&g.smp);
-            if (g.has_drafter && drafter_reattach(&g.dr, &g.s)) break;
-            ids = encode_prompt(&g.t, &o, line, G4_CHAT_BOS, &n);
-            if (!ids) break;
+            if (g.has_drafter && drafter_reattach(&g.dr, &g.s)) { if (g.has_tpl) turn++; break; }
+            if (g.has_tpl) {
+                for (k = 0; k < turn; k++) free(users[k]);
+                users[0] = users[turn];
+                turn = 0;
+                ids = template_prompt(&g.tpl, &g.t, &o, users, 1, 1, &n);
+            } else ids = encode_prompt(&g.t, &o, line, G4_CHAT_BOS, &n);
+            if (!ids) { if (g.has_tpl) free(users[0]); break; }
         }
         if (gen_run(&g, ids, n, o.max_tokens, &n_new, &tp, &td)) { free(ids); break; }
         printf("\n");
@@ -590,16 +736,11 @@ static int cmd_chat(int argc, char **argv) {
         free(ids);
         turn++;
     }
+    if (g.has_tpl) for (k = 0; k < turn; k++) free(users[k]);
+    free(users);
     free(line);
     gen_free(&g);
     return rc;
-}
-
-/* An error message on one line of stderr (a template's raise_exception text may hold newlines). */
-static void print_error(const char *msg) {
-    fputs("gemma4: ", stderr);
-    for (; *msg; msg++) fputc(*msg == '\n' || *msg == '\r' ? ' ' : *msg, stderr);
-    fputc('\n', stderr);
 }
 
 /* gemma4 template DIR --messages FILE.json [--think] [--no-generation-prompt] [--ids]:
@@ -842,14 +983,14 @@ static const struct {
     int (*run)(int argc, char **argv);
     const char *args;
 } commands[] = {
-    {"info", cmd_info, "PATH"},
+    {"info", cmd_info, "PATH [--train N]"},
     {"logits", cmd_logits, "DIR --ids 2,818,1010 --out FILE [--chunk N]"},
     {"greedy", cmd_greedy, "DIR --ids 2,818 --new N [--chunk N] [--drafter DRAFTER_DIR [--draft-tokens K]]"},
     {"draft", cmd_draft, "TARGET_DIR --drafter DRAFTER_DIR --ids 2,818 --steps K --out FILE"},
     {"compare", cmd_compare, "DIR DUMP.safetensors [--tolerance T] [--f32|--bf16] [--chunk N]"},
     {"grad", g4t_cmd_grad, "DIR --ids 2,818,... [--labels L,...] [--recompute] [--threads N] --out FILE"},
-    {"bench", g4t_cmd_bench, "DIR [--threads N] [--prompt N] [--gen N] [--bf16] [--drafter DRAFTER_DIR [--draft-tokens K]]\n"
-                             "DIR --grad [--recompute] [--threads N] [--prompt N]"},
+    {"bench", g4t_cmd_bench, "DIR [--threads N] [--prompt N] [--gen N] [--bf16 | --grad [--recompute]] "
+                             "[--drafter DRAFTER_DIR [--draft-tokens K]]"},
     {"synth", g4b_cmd_synth, "--config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N]"},
     {"tokenize", cmd_tokenize, "TOKENIZER_JSON_OR_MODEL_DIR [TEXT]"},
     {"template", cmd_template, "DIR --messages FILE.json [--think] [--no-generation-prompt] [--ids]"},

@@ -223,6 +223,42 @@ done:
     return rc;
 }
 
+/* `info PATH --train N`: the training arena for N tokens, with and without
+   recompute, from the config alone (no weights needed: the sizes depend on
+   the shapes only). 0 on success. */
+static int g4t_print_sizes(const g4_config *c, const g4_plan *p, int n) {
+    g4_model *m = (g4_model *)calloc(1, sizeof(g4_model));
+    size_t bytes[2], floats = 0, sess, saved[2];
+    char err[G4_ERROR_MAX];
+    int r, rc = 1;
+    if (!m || !(m->w.layers = (g4_layer_weights *)calloc((size_t)c->num_hidden_layers, sizeof(g4_layer_weights)))) {
+        fprintf(stderr, "gemma4: out of memory\n");
+        free(m);
+        return 1;
+    }
+    m->config = *c;
+    m->plan = *p;
+    snprintf(m->prefix, sizeof m->prefix, "model.");
+    for (r = 0; r < 2; r++) {
+        g4_train_config cfg = g4_train_config_init();
+        cfg.max_seq = n;
+        cfg.recompute = r;
+        if (g4__train_sizes(m, &cfg, &bytes[r], &floats, &sess, &saved[r], err) != G4_OK) {
+            fprintf(stderr, "gemma4: %s\n", err);
+            goto done;
+        }
+    }
+    printf("training, %d tokens: arena %.1f MB (saved activations %.1f MB); with recompute %.1f MB (saved %.1f MB, "
+           "%.1f MB less); gradients %.1f MB (%lu floats)\n",
+           n, bytes[0] / 1048576.0, saved[0] / 1048576.0, bytes[1] / 1048576.0, saved[1] / 1048576.0,
+           (saved[0] - saved[1]) / 1048576.0, floats * 4.0 / 1048576.0, (unsigned long)floats);
+    rc = 0;
+done:
+    free(m->w.layers);
+    free(m);
+    return rc;
+}
+
 /* gemma4 bench DIR --grad [--threads N] [--prompt N]: forward + backward of
    one N-token sequence (default 256), best of 3 after a warm-up; FLOPs counted
    as 6 per weight per token (2 forward, 4 backward; the backward's recomputed

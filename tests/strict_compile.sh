@@ -46,5 +46,11 @@ for isa in $simd; do
     done
   done
 done
+# The NEON kernels, cross-compiled for AArch64 where a cross compiler is present
+arm=""
+if command -v aarch64-linux-gnu-gcc >/dev/null; then
+  for f in t s c; do aarch64-linux-gnu-gcc -std=c99 $W -c "$tmp/$f.c" -o "$tmp/o"; n=$((n+1)); done
+  arm="/NEON (aarch64-linux-gnu-gcc)"
+fi
 [ $n -gt 0 ] || { echo "strict_compile: no compiler found"; exit 1; }
-echo "strict_compile: $n clean builds (C99, C++11, C++17; gcc/clang as present; scalar/AVX2/AVX-512/AVX-512+BF16)"
+echo "strict_compile: $n clean builds (C99, C++11, C++17; gcc/clang as present; scalar/AVX2/AVX-512/AVX-512+BF16$arm)"

@@ -401,6 +401,102 @@ static void test_cli_bad(void) {
     end();
 }
 
+
+/* The number after "prompt " in the n-th stats line of text (0-based), or -1. */
+static long prompt_count(const char *text, int nth) {
+    const char *p = text;
+    int k;
+    for (k = 0; p && k <= nth; k++) {
+        p = strstr(p, "prompt ");
+        if (p && k < nth) p += 7;
+    }
+    return p ? strtol(p + 7, NULL, 10) : -1;
+}
+
+static size_t count_ids(const char *text) {
+    int32_t ids[4096];
+    size_t n = 0;
+    if (g4_tokenize(&g_tok, text, strlen(text), 0, ids, 4096, &n) != G4_OK) return 0;
+    return n;
+}
+
+/* generate --chat and chat render the checkpoint's template: the first prompt is
+   apply_chat_template's, later turns feed only what the template writes after
+   the model's answer; for an answer without thoughts that equals re-rendering. */
+static void test_chat_integration(void) {
+    char args[2000], json[1000];
+    const char *model = P(g_data, "tiny/e2b_like");
+    char dir[700];
+    int st;
+    g4_template t;
+    g4_template_options o = g4_template_options_init();
+    int32_t *full = NULL, *first = NULL;
+    size_t nf = 0, n1 = 0, na, nd;
+    const char *answer = "Fine, thanks.", *delta = "<turn|>\n<|turn>user\nAnd again?<turn|>\n<|turn>model\n";
+    char modeldir[700];
+    snprintf(modeldir, sizeof modeldir, "%s", model);
+    snprintf(dir, sizeof dir, "%s", P(g_data, "templates/e2b"));
+    if (!g_have_tok) { skip("no tokenizer"); return; }
+    /* generate --chat: the prompt is the template's (checked against transformers by the goldens above) */
+    snprintf(args, sizeof args, "generate %s --tokenizer %s --chat --system 'Be careful.' --think --prompt 'Solve x+1=2' --temp 0 --max-tokens 3",
+             modeldir, dir);
+    st = run_cli(args, g_out, sizeof g_out, NULL, g_err, sizeof g_err);
+    CHECK(st == 0, "%s: exit %d: %s", args, st, g_err);
+    check_clean_stderr(args, g_err, 0);
+    {
+        const char *cj = "{\"messages\":[{\"role\":\"system\",\"content\":\"Be careful.\"},{\"role\":\"user\",\"content\":\"Solve x+1=2\"}]}";
+        if (parse_file_template(&t, "e2b/chat_template.jinja")) {
+            g4_template_set_tokens(&t, &g_tok);
+            o.enable_thinking = 1;
+            CHECK(g4_template_encode(&t, &g_tok, cj, strlen(cj), &o, &first, &n1, NULL) == G4_OK, "%s", t.error);
+            CHECK(prompt_count(g_err, 0) == (long)n1, "generate --chat fed %ld prompt ids, the template gives %lu: %s",
+                  prompt_count(g_err, 0), (unsigned long)n1, g_err);
+            g4_template_free_output(first);
+            first = NULL;
+            g4_template_free(&t);
+        }
+    }
+    /* chat: two turns */
+    snprintf(args, sizeof args, "chat %s --tokenizer %s --temp 0 --max-tokens 5 < %s", modeldir, dir, P(g_tmp, "turns.txt"));
+    write_file(P(g_tmp, "turns.txt"), "Hello!\nAnd again?\n", 18);
+    st = run_cli(args, g_out, sizeof g_out, NULL, g_err, sizeof g_err);
+    CHECK(st == 0, "%s: exit %d: %s", args, st, g_err);
+    check_clean_stderr(args, g_err, 0);
+    CHECK(strstr(g_err, "chat layout: ") && strstr(g_err, "chat_template.jinja"), "chat names its template: %s", g_err);
+    snprintf(json, sizeof json, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}]}");
+    if (!parse_file_template(&t, "e2b/chat_template.jinja")) return;
+    g4_template_set_tokens(&t, &g_tok);
+    o = g4_template_options_init();
+    CHECK(g4_template_encode(&t, &g_tok, json, strlen(json), &o, &first, &n1, NULL) == G4_OK, "%s", t.error);
+    CHECK(prompt_count(g_err, 0) == (long)n1, "turn 1 fed %ld ids, want %lu: %s", prompt_count(g_err, 0), (unsigned long)n1, g_err);
+    nd = count_ids(delta);
+    CHECK(prompt_count(g_err, 1) == (long)nd, "turn 2 fed %ld ids, want the %lu of \"<turn|>\\n<|turn>user\\nAnd again?<turn|>\\n<|turn>model\\n\": %s",
+          prompt_count(g_err, 1), (unsigned long)nd, g_err);
+    /* turn 1 + a thought-free answer + turn 2 = the template on the whole conversation */
+    snprintf(json, sizeof json, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"},{\"role\":\"assistant\",\"content\":\"%s\"},"
+             "{\"role\":\"user\",\"content\":\"And again?\"}]}", answer);
+    CHECK(g4_template_encode(&t, &g_tok, json, strlen(json), &o, &full, &nf, NULL) == G4_OK, "%s", t.error);
+    na = count_ids(answer);
+    CHECK(nf == n1 + na + nd, "re-rendered %lu ids, fed %lu + %lu + %lu", (unsigned long)nf, (unsigned long)n1,
+          (unsigned long)na, (unsigned long)nd);
+    if (nf == n1 + na + nd) {
+        int32_t tail[4096];
+        size_t k, m = 0;
+        CHECK(memcmp(full, first, n1 * sizeof(int32_t)) == 0, "turn 1 is a prefix of the whole");
+        g4_tokenize(&g_tok, answer, strlen(answer), 0, tail, 4096, &m);
+        g4_tokenize(&g_tok, delta, strlen(delta), 0, tail + m, 4096 - m, &k);
+        CHECK(memcmp(full + n1, tail, (na + nd) * sizeof(int32_t)) == 0, "answer + turn 2 are the rest of the whole");
+    }
+    g4_template_free_output(full);
+    g4_template_free_output(first);
+    g4_template_free(&t);
+    /* info says which layout a model directory uses */
+    snprintf(args, sizeof args, "info %s", modeldir);
+    st = run_cli(args, g_out, sizeof g_out, NULL, g_err, sizeof g_err);
+    CHECK(st == 0 && strstr(g_out, "chat template: none; generate --chat and chat use the built-in Gemma 4 layout"),
+          "info: %s", g_out);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) g_data = argv[1];
     if (argc > 2) g_cli = argv[2];
@@ -417,6 +513,7 @@ int main(int argc, char **argv) {
     test_bad_messages();
     test_limits();
     test_cli_bad();
+    run("template: generate --chat, chat and info", test_chat_integration);
     if (g_have_tok) g4_tokenizer_free(&g_tok);
     {
         char cmd[400];

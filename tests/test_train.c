@@ -413,8 +413,9 @@ static void test_26b(void) { check_model("26b_like"); }
 static void test_plain(void) { check_model("plain"); }
 static void test_legacy(void) { check_model("legacy_keys"); }
 
-/* recompute = no recompute, and 2 threads = 1 thread, bit for bit */
-static void same_bits(const char *model, int recompute, int threads) {
+/* recompute = no recompute, and 2 threads = 1 thread, bit for bit (and an
+   arena for longer sequences: extra = more max_seq than the sequence) */
+static void same_bits_ex(const char *model, int recompute, int threads, int extra) {
     golden g;
     tctx a, b;
     const int32_t *ids, *labels;
@@ -423,7 +424,7 @@ static void same_bits(const char *model, int recompute, int threads) {
     if (!grad_golden_open(&g, model)) { CHECK(0, "no grad golden"); return; }
     ids = golden_ids(&g, "input_ids", &n);
     labels = golden_ids(&g, "labels", &nl);
-    if (tctx_open(&a, model, n, 0, 1, 0) && tctx_open(&b, model, n, recompute, threads, 0)) {
+    if (tctx_open(&a, model, n, 0, 1, 0) && tctx_open(&b, model, n + extra, recompute, threads, 0)) {
         CHECK(g4_loss_and_grad(&a.t, ids, labels, n, &la, a.G) == G4_OK, "%s", a.t.error);
         CHECK(g4_loss_and_grad(&b.t, ids, labels, n, &lb, b.G) == G4_OK, "%s", b.t.error);
         CHECK(la == lb, "loss %.9g vs %.9g", la, lb);
@@ -438,6 +439,8 @@ static void same_bits(const char *model, int recompute, int threads) {
     g4_model_free(&g.m);
 }
 
+static void same_bits(const char *model, int recompute, int threads) { same_bits_ex(model, recompute, threads, 0); }
+static void test_longer_arena(void) { same_bits_ex("e2b_like", 0, 1, 9); }
 static void test_recompute_e2b(void) { same_bits("e2b_like", 1, 1); }
 static void test_recompute_moe(void) { same_bits("26b_like", 1, 1); }
 static void test_threads_e2b(void) { same_bits("e2b_like", 0, 2); }
@@ -623,6 +626,30 @@ static void test_cli_compare_grads(void) {
     CHECK(rc == 2 && strstr(res, "<== first over tolerance"), "exit %d:\n%.1500s", rc, res);
 }
 
+/* `gemma4 info DIR --train N` = g4_train_size, from the config alone */
+static void test_cli_info_train(void) {
+    char cmd[1024], res[8192];
+    tctx c;
+    const char *line;
+    double mb = -1, mb_rc = -1;
+    if (!g_cli) { skip("no CLI path given (argv[2])"); return; }
+    snprintf(cmd, sizeof cmd, "%s info %s --train 24 2>&1", g_cli, tiny("26b_like"));
+    CHECK(sh(cmd, res, sizeof res) == 0, "%s", res);
+    line = strstr(res, "training, 24 tokens: arena ");
+    CHECK(line && sscanf(line, "training, 24 tokens: arena %lf MB", &mb) == 1, "%s", res);
+    line = line ? strstr(line, "with recompute ") : NULL;
+    CHECK(line && sscanf(line, "with recompute %lf MB", &mb_rc) == 1, "%s", res);
+    if (tctx_open(&c, "26b_like", 24, 0, 1, 0)) {
+        g4_train_config cfg = g4_train_config_init();
+        size_t b, f;
+        cfg.max_seq = 24;
+        CHECK(g4_train_size(&c.m, &cfg, &b, &f) == G4_OK && fabs(b / 1048576.0 - mb) < 0.051, "%zu bytes vs %.1f MB", b, mb);
+        cfg.recompute = 1;
+        CHECK(g4_train_size(&c.m, &cfg, &b, &f) == G4_OK && fabs(b / 1048576.0 - mb_rc) < 0.051, "%zu vs %.1f MB", b, mb_rc);
+    }
+    tctx_free(&c);
+}
+
 static void test_cli_errors(void) {
     char cmd[1024], res[2048];
     if (!g_cli) { skip("no CLI path given (argv[2])"); return; }
@@ -660,12 +687,14 @@ int main(int argc, char **argv) {
     run("recompute = no recompute, bit for bit (e2b_like)", test_recompute_e2b);
     run("recompute = no recompute, bit for bit (MoE)", test_recompute_moe);
     run("2 threads = 1 thread, bit for bit (e2b_like)", test_threads_e2b);
+    run("an arena for 33 tokens runs 24 with the same bits", test_longer_arena);
     run("3 threads + recompute = 1 thread, bit for bit (MoE)", test_threads_moe);
     run("planted bug: readers' dK/dV dropped -> caught at the owner's k_proj", test_planted_reader_drop);
     run("the owner's backward waits for every reader (checked)", test_pending_readers_checked);
     run("errors: all labels ignored, label range, too long, arena, bf16", test_errors);
     run("CLI grad: the file = g4_loss_and_grad, checkpoint names and shapes (MoE, recompute, 2 threads)", test_cli_grad);
     run("CLI compare on a gradient dump: loss, dL/d taps, parameters; first divergence", test_cli_compare_grads);
+    run("CLI info --train = g4_train_size (with and without recompute)", test_cli_info_train);
     run("CLI grad errors: labels, counts, usage, unwritable file", test_cli_errors);
     {
         char cmd[400];

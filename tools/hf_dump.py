@@ -16,6 +16,13 @@ one forward, no cache) and writes one safetensors file holding:
 model in bfloat16, as transformers does for the released checkpoints, and
 stores the bf16 tensors exactly. Attention and MoE experts use transformers'
 "eager" implementations, whose rounding gemma4.h's bf16 mode reproduces.
+--taps PATTERNS (comma-separated, fnmatch: "layers.*.experts,norm") keeps
+only those taps (input_ids and logits always), for small committed dumps.
+
+The bits of a bf16 run depend on the kernels torch picks for this CPU: the
+metadata records torch.backends.cpu.get_cpu_capability(). gemma4.h's bf16
+mode reproduces the AVX2 kernels (8-lane sums); on an AVX-512 machine run
+with ATEN_CPU_CAPABILITY=avx2 to get them.
 
 --grad (float32 only) also runs model(input_ids, labels=labels).loss.backward()
 (labels: --labels, default the ids; -100 ignored) and adds
@@ -39,6 +46,7 @@ Tested with torch 2.15.0 and transformers 5.23.0 (see data/tiny/VERSIONS.txt).
 """
 
 import argparse
+import fnmatch
 import json
 
 import torch
@@ -68,6 +76,7 @@ def main():
     ap.add_argument("--ids", required=True, help="comma-separated token ids")
     ap.add_argument("--out", required=True)
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    ap.add_argument("--taps", help="comma-separated fnmatch patterns of the taps to keep (default: all)")
     ap.add_argument("--grad", action="store_true", help="also the loss and the gradients (float32)")
     ap.add_argument("--labels", help="comma-separated labels for --grad (-100: ignored; default: the ids)")
     args = ap.parse_args()
@@ -171,11 +180,15 @@ def main():
         h.remove()
 
     taps["logits"] = rows(out.logits, S)
+    if args.taps:
+        pats = args.taps.split(",")
+        taps = {k: v for k, v in taps.items() if k == "logits" or any(fnmatch.fnmatchcase(k, p) for p in pats)}
     tensors = {"input_ids": torch.tensor(ids, dtype=torch.int32)}
     tensors.update({k: v.to(dtype).contiguous() for k, v in taps.items()})
     tensors.update(extra)
     meta = {"format": "gemma4.h taps 1", "dtype": args.dtype, "transformers": transformers.__version__,
-            "torch": torch.__version__, "order": json.dumps(list(taps))}
+            "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "threads": str(torch.get_num_threads()), "order": json.dumps(list(taps))}
     save_file(tensors, args.out, metadata=meta)
     print(f"hf_dump: {len(taps)} taps, {S} tokens, {args.dtype}"
           + (f", loss {float(extra['loss']):.7f}, {len(extra) - 2} gradients" if args.grad else "") + f" -> {args.out}")

@@ -1,0 +1,52 @@
+/* gemm - the prefill GEMM alone, one thread, on E2B's matmul shapes (bf16
+   weights): GFLOP/s of the packed GEMM (g4__gemm) and of the decode rows run
+   token by token, against the float32 FMA peak (build/fmapeak 1).
+       gemm [tokens...]      default: 64 512; prints one line per shape */
+#define GEMMA4_IMPLEMENTATION
+#include "../gemma4.h"
+#include <time.h>
+
+/* this thread's CPU time: the machine is shared, and time slices lost to
+   other processes are not the kernel's */
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+    static const int shapes[][2] = {{2048, 1536}, {6144, 1536}, {1536, 6144}, {1536, 12288}}; /* out, in */
+    int ns[8] = {64, 512}, nn = 2, a, b, r, reps = getenv("REPS") ? atoi(getenv("REPS")) : 5;
+    if (argc > 1) for (nn = 0; nn < argc - 1 && nn < 8; nn++) ns[nn] = atoi(argv[nn + 1]);
+    printf("kernels: %s, GEMM micro-kernel %d x %d, blocks mc %d kc %d nc %d\n", g4_simd_name(), G4__TR, G4__TT,
+#ifdef G4__SIMD_NAME
+           g4__gemm_blocks.mc, g4__gemm_blocks.kc, g4__gemm_blocks.nc
+#else
+           0, 0, 0
+#endif
+    );
+    for (a = 0; a < 4; a++)
+        for (b = 0; b < nn; b++) {
+            int out = shapes[a][0], in = shapes[a][1], n = ns[b], rows = out;
+            size_t i;
+            uint16_t *wd = (uint16_t *)malloc(2 * (size_t)out * in);
+            float *x = (float *)malloc(4 * (size_t)n * in), *y = (float *)malloc(4 * (size_t)n * out);
+            float *ws = (float *)aligned_alloc(64, 4 * (size_t)(G4__PACK_THREAD + 16));
+            g4_tensor w;
+            double best = 1e30, t;
+            for (i = 0; i < (size_t)out * in; i++) wd[i] = (uint16_t)(0x3c00 + (i * 2654435761u >> 20) % 0x700);
+            for (i = 0; i < (size_t)n * in; i++) x[i] = (float)(i % 13) * 0.01f - 0.06f;
+            memset(&w, 0, sizeof w);
+            w.data = wd; w.dtype = G4_BF16; w.ndim = 2; w.shape[0] = out; w.shape[1] = in;
+            while ((double)rows * in * n > 1.5e9 && rows > 96) rows /= 2; /* keep a run under a second */
+            for (r = 0; r < reps; r++) {
+                t = now();
+                g4__matmul_rows(y, x, &w, n, 0, rows, ws);
+                t = now() - t;
+                if (t < best) best = t;
+            }
+            printf("%5d x %5d, %3d tokens: %6.1f GFLOP/s (CPU time, best of 5)\n", out, in, n, 2.0 * rows * in * n / best / 1e9);
+            free(wd); free(x); free(y); free(ws);
+        }
+    return 0;
+}
