@@ -37,6 +37,13 @@ build/test_train: tests/test_train.c tests/harness.h tests/fixtures.h gemma4.h |
 build/test_train_san: tests/test_train.c tests/harness.h tests/fixtures.h gemma4.h | build
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_train.c $(LDLIBS)
 
+# PEFT LoRA adapters: binding, forward and greedy against transformers + peft (data/lora/).
+build/test_lora: tests/test_lora.c tests/harness.h tests/fixtures.h gemma4.h | build
+	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_lora.c $(LDLIBS)
+
+build/test_lora_san: tests/test_lora.c tests/harness.h tests/fixtures.h gemma4.h | build
+	$(CC) $(WARN) $(SAN) -o $@ tests/test_lora.c $(LDLIBS)
+
 build/test_tokenizer: tests/test_tokenizer.c tests/harness.h gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_tokenizer.c $(LDLIBS)
 
@@ -148,22 +155,24 @@ run: build/gemma4
 strict: | build
 	sh tests/strict_compile.sh
 
-unit: build/gemma4 build/test_gemma4 build/test_tokenizer build/test_bad_inputs build/test_threads build/test_train build/test_drafter \
+unit: build/gemma4 build/test_gemma4 build/test_tokenizer build/test_bad_inputs build/test_threads build/test_train build/test_drafter build/test_lora \
       build/test_template
 	./build/test_gemma4
 	./build/test_train data build/gemma4
 	./build/test_drafter data build/gemma4
+	./build/test_lora
 	./build/test_tokenizer
 	./build/test_template data build/gemma4
 	./build/test_bad_inputs data build/gemma4
 	./build/test_threads
 
-sanitize: build/gemma4 build/gemma4_san build/test_gemma4_san build/test_bad_inputs_san build/test_threads_san build/test_tokenizer_san build/test_train_san build/test_drafter_san \
+sanitize: build/gemma4 build/gemma4_san build/test_gemma4_san build/test_bad_inputs_san build/test_threads_san build/test_tokenizer_san build/test_train_san build/test_drafter_san build/test_lora_san \
           build/test_template_san
 	./build/test_gemma4_san
 	./build/test_train_san data build/gemma4_san
 	./build/test_drafter_san data build/gemma4_san
 	./build/test_template_san data build/gemma4_san
+	./build/test_lora_san
 	./build/test_bad_inputs_san data build/gemma4_san
 	./build/test_threads_san
 	./build/test_tokenizer_san
@@ -185,7 +194,7 @@ tsan: build/test_threads_tsan
 test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san build/gemma4_san \
       build/test_bad_inputs build/test_bad_inputs_san build/test_threads build/test_threads_san \
       build/test_tokenizer build/test_tokenizer_san build/test_cuda_emu build/test_cuda_emu_san \
-      build/test_train build/test_train_san build/test_drafter build/test_drafter_san build/test_template build/test_template_san
+      build/test_train build/test_train_san build/test_drafter build/test_drafter_san build/test_template build/test_template_san build/test_lora build/test_lora_san
 	@echo "== README example"
 	./build/minimal $(DEMO)
 	@echo "== tokenizer, chat, sampler and generate tests under AddressSanitizer + UndefinedBehaviorSanitizer"
@@ -224,6 +233,11 @@ test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san 
 	@tail -n 1 build/train.log
 	./build/test_train_san data build/gemma4_san > build/train_san.log 2>&1 || { cat build/train_san.log; exit 1; }
 	@tail -n 1 build/train_san.log
+	@echo "== LoRA adapters (peft goldens), plain and under ASan + UBSan"
+	./build/test_lora > build/lora.log 2>&1 || { cat build/lora.log; exit 1; }
+	@tail -n 1 build/lora.log
+	./build/test_lora_san > build/lora_san.log 2>&1 || { cat build/lora_san.log; exit 1; }
+	@tail -n 1 build/lora_san.log
 	@echo "== bad-input catalogue"
 	./build/test_bad_inputs data build/gemma4 > build/bad_inputs.log 2>&1 || { cat build/bad_inputs.log; exit 1; }
 	@tail -n 1 build/bad_inputs.log
@@ -240,7 +254,7 @@ test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san 
 	        for (i = 1; i <= n; i++) if (all[i] in ran) r = r " " all[i]; else m = m " " all[i]; \
 	        print "kernel sets executed:" r (m == "" ? "" : "; not executed on this CPU (compiled by make strict):" m) }'
 	@echo "== all suites"
-	@cat build/threads.log build/bad_inputs.log build/tokenizer.log build/template.log build/sanitize_template.log build/cuda_emu.log build/tests.log build/kernels.log build/train.log build/train_san.log build/drafter.log build/sanitize_drafter.log | awk '/^[0-9]+ passed, [0-9]+ failed/ { p += $$1; f += $$3; s += $$5 } END { printf "%d passed, %d failed", p, f; if (s) printf ", %d skipped", s; print "" }'
+	@cat build/threads.log build/bad_inputs.log build/tokenizer.log build/template.log build/sanitize_template.log build/cuda_emu.log build/tests.log build/kernels.log build/train.log build/train_san.log build/drafter.log build/sanitize_drafter.log build/lora.log build/lora_san.log | awk '/^[0-9]+ passed, [0-9]+ failed/ { p += $$1; f += $$3; s += $$5 } END { printf "%d passed, %d failed", p, f; if (s) printf ", %d skipped", s; print "" }'
 
 build/membw: bench/membw.c | build
 	$(CC) -O2 -march=native -o $@ bench/membw.c -lpthread

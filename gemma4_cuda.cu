@@ -1098,6 +1098,7 @@ G4_CUDA_API g4_result g4_cuda_model_upload(g4_cuda_model *cm, const g4_model *m)
     if (!cm) return G4_ERR_INPUT;
     memset(cm, 0, sizeof *cm);
     if (!m || !m->w.layers) { g4c__seterr(cm->error, "NULL or unloaded model"); return G4_ERR_INPUT; }
+    if (m->lora) { g4c__seterr(cm->error, "the model has a LoRA adapter: adapters run on the CPU path only"); return G4_ERR_INPUT; }
     if (m->config.enable_moe_block && m->config.top_k_experts > G4_MAX_TOP_K) {
         g4c__seterr(cm->error, "top_k_experts %d: the CUDA router handles at most %d", m->config.top_k_experts,
                     G4_MAX_TOP_K);

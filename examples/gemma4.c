@@ -36,6 +36,21 @@
    The lines come from the table `commands` below. */
 static int usage(const char *command);
 static int parse_ids(const char *s, int32_t **out);
+
+/* --adapter DIR (logits, greedy, generate, chat, compare, grad, info): main()
+   takes it out of argv; every command loads its model through load_model. */
+static const char *adapter_dir;
+
+/* g4_model_load, then the LoRA adapter if one was given; 0 or 1 (printed) */
+static int load_model(g4_model *m, const char *dir) {
+    if (g4_model_load(m, dir) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m->error); return 1; }
+    if (adapter_dir && g4_model_load_adapter(m, adapter_dir) != G4_OK) {
+        fprintf(stderr, "gemma4: %s\n", m->error);
+        g4_model_free(m);
+        return 1;
+    }
+    return 0;
+}
 #include "train.h"
 
 /* "2,818,1010" -> ids; returns the count, or -1 with a message. */
@@ -90,6 +105,21 @@ static int cmd_info(int argc, char **argv) {
     if (r != G4_OK) { fprintf(stderr, "gemma4: %s\n", c.error); return 1; }
     if (g4_plan_build(&p, &c) != G4_OK) { fprintf(stderr, "gemma4: %s: %s\n", path, p.error); return 1; }
     g4_plan_print(&p, &c, stdout);
+    if (adapter_dir) { /* which modules of which layers the adapter changes */
+        g4_model m;
+        int k;
+        if (!is_dir(argv[2])) { fprintf(stderr, "gemma4: info --adapter needs the model directory\n"); return 1; }
+        if (load_model(&m, argv[2])) return 1;
+        printf("adapter %s: %d modules, largest rank %d%s\n", adapter_dir, m.n_lora, m.lora_rmax,
+               m.lora_ignored ? " (plus vision/audio tower tensors, not run)" : "");
+        for (k = 0; k < m.n_lora; k++) {
+            const g4_lora *lo = &m.lora[k];
+            if (lo->layer >= 0) printf("  layer %-3d %-24s", lo->layer, lo->module);
+            else printf("  model     %-24s", lo->module);
+            printf(" r %-3d alpha %-8g scale %-10g [%d -> %d]\n", lo->r, (double)lo->alpha, (double)lo->scale, lo->in, lo->out);
+        }
+        g4_model_free(&m);
+    }
     if (path == buf) { /* a model directory: which chat layout generate --chat and chat use */
         g4_template t;
         r = g4_template_load(&t, argv[2]);
@@ -101,12 +131,13 @@ static int cmd_info(int argc, char **argv) {
     return train ? g4t_print_sizes(&c, &p, train) : 0;
 }
 
-/* Loads DIR and opens a session for n tokens (g4_session_destroy, then
-   g4_model_free, when done). */
-static int open_session(const char *dir, int n, int chunk, g4_model *m, g4_session *s) {
+/* Loads DIR and opens a session for n tokens, in the bf16-faithful mode when
+   bf16 (g4_session_destroy, then g4_model_free, when done). */
+static int open_session(const char *dir, int n, int chunk, int bf16, g4_model *m, g4_session *s) {
     g4_session_config sc = g4_session_config_init();
-    if (g4_model_load(m, dir) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m->error); return 1; }
+    if (load_model(m, dir)) return 1;
     sc.max_context = n;
+    sc.bf16 = bf16;
     if (chunk > 0) sc.max_chunk = chunk;
     if (g4_session_create(s, m, &sc) != G4_OK) {
         fprintf(stderr, "gemma4: %s\n", s->error);
@@ -191,7 +222,7 @@ static int cmd_compare(int argc, char **argv) {
         else return usage(argv[1]);
     }
     if (g4cmp_open(&c, dump) != G4_OK) { fprintf(stderr, "gemma4: %s\n", c.error); g4cmp_close(&c); return 1; }
-    if (g4_model_load(&m, dir) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m.error); g4cmp_close(&c); return 1; }
+    if (load_model(&m, dir)) { g4cmp_close(&c); return 1; }
     sc.bf16 = bf16 >= 0 ? bf16 : c.bf16;
     if (tol != tol) { g4cmp_close(&c); g4_model_free(&m); return usage(argv[1]); }
     if (tol < 0) tol = sc.bf16 ? G4CMP_TOL_BF16 : G4CMP_TOL_F32;
@@ -314,7 +345,7 @@ static void warm_weights(const char *dir) {
 
 typedef struct {
     const char *tokenizer, *system, *prompt, *drafter;
-    int chat, think, max_tokens, ctx, draft_tokens;
+    int chat, think, max_tokens, ctx, draft_tokens, bf16;
     g4_sampler_config sc;
     int seed_given;
 } gen_opts;
@@ -332,6 +363,7 @@ static int parse_gen_opts(int argc, char **argv, gen_opts *o, int is_chat) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--chat") == 0) { o->chat = 1; continue; }
         if (strcmp(a, "--think") == 0) { o->think = 1; continue; }
+        if (strcmp(a, "--bf16") == 0) { o->bf16 = 1; continue; }
         if (!v) return usage(argv[1]);
         i++;
         if (strcmp(a, "--prompt") == 0 && !is_chat) o->prompt = v;
@@ -502,9 +534,10 @@ static int gen_open(gen_ctx *g, const char *dir, const gen_opts *o, int max_cont
     }
     g->loaded_t = 1;
     warm_weights(dir);
-    if (g4_model_load(&g->m, dir) != G4_OK) { fprintf(stderr, "gemma4: %s\n", g->m.error); return 1; }
+    if (load_model(&g->m, dir)) return 1;
     g->loaded_m = 1;
     sc.max_context = o->ctx ? o->ctx : max_context;
+    sc.bf16 = o->bf16;
     if (o->drafter && sc.max_chunk < o->draft_tokens + 2) sc.max_chunk = o->draft_tokens + 2;
     if (g4_session_create(&g->s, &g->m, &sc) != G4_OK) { fprintf(stderr, "gemma4: %s\n", g->s.error); return 1; }
     if (o->drafter) {
@@ -800,7 +833,7 @@ static int cmd_template(int argc, char **argv) {
 /* The options logits and greedy share: --ids, --chunk, and --out / --new. */
 typedef struct {
     int32_t *ids;
-    int n, chunk, n_new, draft_tokens, steps;
+    int n, chunk, n_new, draft_tokens, steps, bf16;
     const char *out_path, *drafter;
 } run_opts;
 
@@ -812,6 +845,7 @@ static int parse_run_opts(int argc, char **argv, run_opts *o) {
     o->steps = -1;
     o->draft_tokens = 4;
     for (i = 3; i < argc; i++) {
+        if (!draft && strcmp(argv[i], "--bf16") == 0) { o->bf16 = 1; continue; }
         if (i + 1 >= argc) return usage(argv[1]);
         if (strcmp(argv[i], "--ids") == 0) ids_arg = argv[++i];
         else if (!draft && strcmp(argv[i], "--chunk") == 0) o->chunk = g4b_int(argv[++i]);
@@ -837,7 +871,7 @@ static int cmd_logits(int argc, char **argv) {
     FILE *f;
     int i, V, rc = 1;
     if (parse_run_opts(argc, argv, &o)) return 1;
-    if (open_session(argv[2], o.n, o.chunk, &m, &s)) { free(o.ids); return 1; }
+    if (open_session(argv[2], o.n, o.chunk, o.bf16, &m, &s)) { free(o.ids); return 1; }
     V = m.config.vocab_size;
     logits = (float *)malloc(sizeof(float) * (size_t)o.n * (size_t)V);
     if (!logits) { fprintf(stderr, "gemma4: out of memory for %d x %d logits\n", o.n, V); goto done; }
@@ -870,7 +904,7 @@ static int greedy_spec(const char *dir, run_opts *o) {
     int32_t *out = NULL;
     int i, got = 0, mm, rc = 1, chunk = o->chunk ? o->chunk : 64;
     if (chunk < o->draft_tokens + 2) chunk = o->draft_tokens + 2;
-    if (open_session(dir, o->n + o->n_new + o->draft_tokens + 2, chunk, &m, &s)) { free(o->ids); return 1; }
+    if (open_session(dir, o->n + o->n_new + o->draft_tokens + 2, chunk, o->bf16, &m, &s)) { free(o->ids); return 1; }
     if (drafter_open(&x, o->drafter, &s, o->draft_tokens)) goto done;
     if (!(out = (int32_t *)malloc(sizeof(int32_t) * (size_t)(o->n_new + o->draft_tokens + 2)))) goto done;
     for (i = 0; i < o->n; i++) printf("%d ", (int)o->ids[i]);
@@ -909,7 +943,7 @@ static int cmd_draft(int argc, char **argv) {
     int32_t tok;
     int i, V, rc = 1;
     if (parse_run_opts(argc, argv, &o)) return 1;
-    if (open_session(argv[2], o.n + 1, 0, &m, &s)) { free(o.ids); return 1; }
+    if (open_session(argv[2], o.n + 1, 0, 0, &m, &s)) { free(o.ids); return 1; }
     memset(&x, 0, sizeof x);
     if (drafter_open(&x, o.drafter, &s, 0)) goto done;
     V = m.config.vocab_size;
@@ -949,7 +983,7 @@ static int cmd_greedy(int argc, char **argv) {
     int i, V, rc = 1;
     if (parse_run_opts(argc, argv, &o)) return 1;
     if (o.drafter) return greedy_spec(argv[2], &o);
-    if (open_session(argv[2], o.n + o.n_new, o.chunk, &m, &s)) { free(o.ids); return 1; }
+    if (open_session(argv[2], o.n + o.n_new, o.chunk, o.bf16, &m, &s)) { free(o.ids); return 1; }
     V = m.config.vocab_size;
     if (!(logits = (float *)malloc(sizeof(float) * (size_t)V))) { fprintf(stderr, "gemma4: out of memory\n"); goto done; }
     if (g4_forward(&s, o.ids, o.n, logits, G4_LOGITS_LAST) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
@@ -984,8 +1018,8 @@ static const struct {
     const char *args;
 } commands[] = {
     {"info", cmd_info, "PATH [--train N]"},
-    {"logits", cmd_logits, "DIR --ids 2,818,1010 --out FILE [--chunk N]"},
-    {"greedy", cmd_greedy, "DIR --ids 2,818 --new N [--chunk N] [--drafter DRAFTER_DIR [--draft-tokens K]]"},
+    {"logits", cmd_logits, "DIR --ids 2,818,1010 --out FILE [--chunk N] [--bf16]"},
+    {"greedy", cmd_greedy, "DIR --ids 2,818 --new N [--chunk N] [--bf16] [--drafter DRAFTER_DIR [--draft-tokens K]]"},
     {"draft", cmd_draft, "TARGET_DIR --drafter DRAFTER_DIR --ids 2,818 --steps K --out FILE"},
     {"compare", cmd_compare, "DIR DUMP.safetensors [--tolerance T] [--f32|--bf16] [--chunk N]"},
     {"grad", g4t_cmd_grad, "DIR --ids 2,818,... [--labels L,...] [--recompute] [--threads N] --out FILE"},
@@ -996,8 +1030,8 @@ static const struct {
     {"template", cmd_template, "DIR --messages FILE.json [--think] [--no-generation-prompt] [--ids]"},
     {"generate", cmd_generate, "DIR --prompt \"...\" [--chat] [--system S] [--think] [--temp T] [--top-k K]\n"
                                "[--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--max-tokens N] [--ctx N]\n"
-                               "[--tokenizer PATH] [--drafter DRAFTER_DIR [--draft-tokens K]]"},
-    {"chat", cmd_chat, "DIR [--system S] [--think] [sampling and --drafter flags as generate]"},
+                               "[--tokenizer PATH] [--bf16] [--drafter DRAFTER_DIR [--draft-tokens K]]"},
+    {"chat", cmd_chat, "DIR [--system S] [--think] [--bf16] [sampling and --drafter flags as generate]"},
 };
 #define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
 
@@ -1014,12 +1048,28 @@ static int usage(const char *command) {
         fputc('\n', stderr);
         first = 0;
     }
+    if (!command) fprintf(stderr, "logits, greedy, generate, chat, compare, grad and info take --adapter DIR: a PEFT LoRA adapter\n");
     return first && command ? usage(NULL) : 1;
 }
 
 int main(int argc, char **argv) {
     int k;
     if (argc < 3) return usage(NULL);
+    for (k = 3; k < argc; k++) /* --adapter DIR: taken out of argv for the commands that load a model */
+        if (strcmp(argv[k], "--adapter") == 0) {
+            static const char *const takes[] = {"logits", "greedy", "generate", "chat", "compare", "grad", "info"};
+            int j, ok = 0;
+            for (j = 0; j < 7; j++) ok |= strcmp(argv[1], takes[j]) == 0;
+            if (!ok || k + 1 >= argc || adapter_dir) {
+                fprintf(stderr, "gemma4: --adapter DIR is an option of logits, greedy, generate, chat, compare, grad and "
+                        "info, given once\n");
+                return 1;
+            }
+            adapter_dir = argv[k + 1];
+            for (j = k; j + 2 < argc; j++) argv[j] = argv[j + 2];
+            argc -= 2;
+            k--;
+        }
     for (k = 0; k < N_COMMANDS; k++)
         if (strcmp(argv[1], commands[k].name) == 0) return commands[k].run(argc, argv);
     return usage(NULL);

@@ -131,7 +131,7 @@ static int g4t_cmd_grad(int argc, char **argv) {
         }
     }
     if (n < 2) { fprintf(stderr, "gemma4 grad: needs at least 2 ids (the first label is never used)\n"); free(ids); free(labels); return 1; }
-    if (g4_model_load(&m, argv[2]) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m.error); free(ids); free(labels); return 1; }
+    if (load_model(&m, argv[2])) { free(ids); free(labels); return 1; } /* with --adapter: its gradients only */
     if (g4t_open(&st, &m, n, recompute, threads, NULL, NULL)) goto done;
     t0 = g4b_now();
     if (g4_loss_and_grad(&st.t, ids, labels, n, &loss, st.G) != G4_OK) { fprintf(stderr, "gemma4: %s\n", st.t.error); goto done; }

@@ -1,5 +1,5 @@
 /* The bad-input catalogue: every malformed config.json, safetensors file,
-   shard index, token list and API call we could think of, each a case that
+   shard index, LoRA adapter, token list and API call we could think of, each a case that
    asserts the exact result code and that the message names the file, tensor
    or field. Unusual but valid inputs (extra tensors, metadata, unknown keys,
    long strings) must load. Every bad config and checkpoint is also given to
@@ -439,10 +439,10 @@ static void st_raw(const char *path, int64_t hlen, const char *header, size_t da
 typedef struct { char name[160]; char dtype[16]; int ndim; int64_t shape[8]; const void *data; size_t bytes; } ent;
 typedef struct { g4_model src; ent *e; int n; } ents;
 
-static int ents_load(ents *s, const char *model) {
+static int ents_load_file(ents *s, const char *dir, const char *file) {
     int i;
     memset(s, 0, sizeof *s);
-    if (g4__add_file(&s->src, tiny(model), "model.safetensors") != G4_OK) { printf("  %s\n", s->src.error); return 0; }
+    if (g4__add_file(&s->src, dir, file) != G4_OK) { printf("  %s\n", s->src.error); return 0; }
     s->e = (ent *)calloc((size_t)s->src.n_tensors + 16, sizeof(ent));
     for (i = 0; i < s->src.n_tensors; i++) {
         const g4__stinfo *st = &s->src.tensors[i];
@@ -456,6 +456,8 @@ static int ents_load(ents *s, const char *model) {
     }
     return 1;
 }
+
+static int ents_load(ents *s, const char *model) { return ents_load_file(s, tiny(model), "model.safetensors"); }
 
 static void ents_free(ents *s) {
     free(s->e);
@@ -1098,6 +1100,174 @@ static void test_runtime_cases(void) {
     g4_model_free(&g_m);
 }
 
+/* ------------------------------------------------------ LoRA adapters */
+/* Variants of data/lora/plain_layers (peft's adapter on the `plain` model:
+   q_proj, up_proj, down_proj of layers 0 and 2, r 4): each must fail with the
+   result code and a message naming the field or tensor, leave the model as
+   it was (no adapter), and make `logits --adapter` exit 1 with one line. */
+
+#define AB "\"peft_type\":\"LORA\",\"r\":4,\"lora_alpha\":4,\"target_modules\":[\"q_proj\",\"up_proj\",\"down_proj\"]," \
+           "\"layers_to_transform\":[0,2],\"layers_pattern\":\"layers\",\"bias\":\"none\",\"use_dora\":false,\"modules_to_save\":null"
+#define AC(extra) "{" AB "," extra "}"
+#define AQ "base_model.model.model.layers.0.self_attn.q_proj"
+
+static char g_ad_dir[400];
+static g4_model g_plain;
+
+static void adapter_expect(g4_result want, const char *n1, const char *n2) {
+    char args[900];
+    g4_result r = g4_model_load_adapter(&g_plain, g_ad_dir);
+    expect(r, want, g_plain.error, n1, n2);
+    if (r != G4_OK) {
+        CHECK(!g_plain.lora && !g_plain.n_lora && !g_plain.w.layers[0].q_proj.lora, "a failed adapter must leave the model as it was");
+    } else { /* (only the tower case loads) */
+        CHECK(g_plain.n_lora == 6, "%d modules", g_plain.n_lora);
+        g4_model_free(&g_plain);
+        if (g4_model_load(&g_plain, tiny("plain")) != G4_OK) printf("  %s\n", g_plain.error);
+    }
+    snprintf(args, sizeof args, "logits %s --adapter %s --ids 2,81 --out %s/cli_logits.bin", tiny("plain"), g_ad_dir, g_tmp);
+    cli(args, want == G4_OK ? 0 : 1, n1);
+}
+
+static void adapter_config_case(const char *label, const char *json, g4_result want, const char *n1, const char *n2) {
+    begin("adapter: %s", label);
+    write_file(P(g_ad_dir, "adapter_config.json"), json, strlen(json));
+    adapter_expect(want, n1, n2);
+    end();
+}
+
+static void test_adapter_cases(void) {
+    static const struct { const char *label, *json; g4_result want; const char *n1, *n2; } cc[] = {
+        {"config is not JSON", "{\"r\": 4,", G4_ERR_JSON, "adapter_config.json", "invalid JSON"},
+        {"config is an array", "[1]", G4_ERR_CONFIG, "adapter_config.json", "object"},
+        {"no peft_type", "{\"r\":4}", G4_ERR_CONFIG, "adapter_config.json", "peft_type"},
+        {"peft_type IA3", AC("\"peft_type\":\"IA3\""), G4_ERR_CONFIG, "peft_type", "only \"LORA\""},
+        {"peft_type a number", AC("\"peft_type\":3"), G4_ERR_CONFIG, "peft_type", "only \"LORA\""},
+        {"r missing", "{\"peft_type\":\"LORA\",\"lora_alpha\":4,\"target_modules\":[\"q_proj\"]}", G4_ERR_CONFIG, "'r'", NULL},
+        {"r a string", AC("\"r\":\"4\""), G4_ERR_CONFIG, "'r'", "integer"},
+        {"r zero", AC("\"r\":0"), G4_ERR_CONFIG, "'r'", "outside"},
+        {"lora_alpha a string", AC("\"lora_alpha\":\"4\""), G4_ERR_CONFIG, "lora_alpha", "number"},
+        {"lora_alpha null", AC("\"lora_alpha\":null"), G4_ERR_CONFIG, "lora_alpha", NULL},
+        {"use_rslora a string", AC("\"use_rslora\":\"yes\""), G4_ERR_CONFIG, "use_rslora", NULL},
+        {"target_modules null", AC("\"target_modules\":null"), G4_ERR_CONFIG, "target_modules", "null"},
+        {"target_modules a number", AC("\"target_modules\":5"), G4_ERR_CONFIG, "target_modules", "list of strings"},
+        {"target_modules holds a number", AC("\"target_modules\":[\"q_proj\",1]"), G4_ERR_CONFIG, "target_modules", NULL},
+        {"DoRA", AC("\"use_dora\":true"), G4_ERR_CONFIG, "use_dora", "DoRA is not supported"},
+        {"lora_bias", AC("\"lora_bias\":true"), G4_ERR_CONFIG, "lora_bias", "not supported"},
+        {"bias all", AC("\"bias\":\"all\""), G4_ERR_CONFIG, "'bias'", "none"},
+        {"modules_to_save", AC("\"modules_to_save\":[\"lm_head\"]"), G4_ERR_CONFIG, "modules_to_save", "not supported"},
+        {"fan_in_fan_out", AC("\"fan_in_fan_out\":true"), G4_ERR_CONFIG, "fan_in_fan_out", "not supported"},
+        {"target_parameters", AC("\"target_parameters\":[\"experts.gate_up_proj\"]"), G4_ERR_CONFIG, "target_parameters", NULL},
+        {"layer_replication", AC("\"layer_replication\":[[0,2]]"), G4_ERR_CONFIG, "layer_replication", NULL},
+        {"trainable tokens", AC("\"trainable_token_indices\":[1,2]"), G4_ERR_CONFIG, "trainable_token_indices", NULL},
+        {"layers_to_transform a string", AC("\"layers_to_transform\":\"0\""), G4_ERR_CONFIG, "layers_to_transform", NULL},
+        {"layers_to_transform with a regex target", AC("\"target_modules\":\".*q_proj\""), G4_ERR_CONFIG,
+         "layers_to_transform", "target_modules is a string"},
+        {"an unsupported regex", AC("\"target_modules\":\"(?=q)q_proj\",\"layers_to_transform\":null,\"layers_pattern\":null"),
+         G4_ERR_CONFIG, "target_modules", "not supported"},
+        {"a malformed regex", AC("\"target_modules\":\"(q_proj\",\"layers_to_transform\":null,\"layers_pattern\":null"),
+         G4_ERR_CONFIG, "target_modules", "has no )"},
+        {"a malformed layers_pattern", AC("\"layers_pattern\":\"lay[ers\""), G4_ERR_CONFIG, "layers_pattern", "not supported"},
+        {"rank_pattern rank 0", AC("\"rank_pattern\":{\"q_proj\":0}"), G4_ERR_CONFIG, "rank_pattern", "positive integer"},
+        {"rank_pattern a list", AC("\"rank_pattern\":[1]"), G4_ERR_CONFIG, "rank_pattern", "object"},
+        {"alpha_pattern a string", AC("\"alpha_pattern\":{\"q_proj\":\"x\"}"), G4_ERR_CONFIG, "alpha_pattern", "number"},
+        {"a wrong rank (rank_pattern)", AC("\"rank_pattern\":{\"q_proj\":8}"), G4_ERR_WEIGHTS, AQ ".lora_A.weight",
+         "expected [8, 80]"},
+        {"a targeted module without tensors", AC("\"target_modules\":[\"q_proj\",\"up_proj\",\"down_proj\",\"o_proj\"]"),
+         G4_ERR_WEIGHTS, "has no tensor 'base_model.model.model.layers.0.self_attn.o_proj.lora_A.weight'", NULL},
+        {"tensors of a module not targeted", AC("\"target_modules\":[\"q_proj\",\"up_proj\"]"), G4_ERR_WEIGHTS,
+         "does not target module 'model.layers.0.mlp.down_proj'", NULL},
+        {"layers_to_transform leaves tensors out", AC("\"layers_to_transform\":[0]"), G4_ERR_WEIGHTS,
+         "does not target module 'model.layers.2", NULL},
+    };
+    ents s;
+    size_t k;
+    char cfg[1024];
+    snprintf(g_ad_dir, sizeof g_ad_dir, "%s/adapter", g_tmp);
+    mkdir(g_ad_dir, 0755);
+    if (g4_model_load(&g_plain, tiny("plain")) != G4_OK || !ents_load_file(&s, P(g_data, "lora/plain_layers"), "adapter_model.safetensors")) {
+        begin("adapter: the plain model and data/lora/plain_layers");
+        skip("not found");
+        end();
+        return;
+    }
+    begin("adapter: missing directory");
+    {
+        g4_result r = g4_model_load_adapter(&g_plain, P(g_tmp, "no_adapter"));
+        expect(r, G4_ERR_IO, g_plain.error, "no_adapter/adapter_config.json", "cannot open");
+    }
+    end();
+    ents_write(&s, P(g_ad_dir, "adapter_model.safetensors"), NULL);
+    for (k = 0; k < sizeof cc / sizeof cc[0]; k++) adapter_config_case(cc[k].label, cc[k].json, cc[k].want, cc[k].n1, cc[k].n2);
+    snprintf(cfg, sizeof cfg, "%s", AC("\"use_rslora\":false"));
+    write_file(P(g_ad_dir, "adapter_config.json"), cfg, strlen(cfg));
+    begin("adapter: no adapter_model.safetensors");
+    remove(P(g_ad_dir, "adapter_model.safetensors"));
+    adapter_expect(G4_ERR_IO, "adapter_model.safetensors", "cannot open");
+    end();
+    begin("adapter: a truncated adapter_model.safetensors");
+    write_file(P(g_ad_dir, "adapter_model.safetensors"), "\x10\0\0", 3);
+    adapter_expect(G4_ERR_SAFETENSORS, "adapter_model.safetensors", "8-byte header");
+    end();
+    {
+        static const struct { const char *label, *drop, *add, *dtype; int64_t d0, d1; g4_result want; const char *n1, *n2; } tc[] = {
+            {"an A without its B", AQ ".lora_B.weight", NULL, NULL, 0, 0, G4_ERR_WEIGHTS, "has no tensor '" AQ ".lora_B.weight'", NULL},
+            {"a B without its A", AQ ".lora_A.weight", NULL, NULL, 0, 0, G4_ERR_WEIGHTS, "has no tensor '" AQ ".lora_A.weight'", NULL},
+            {"a wrong rank", AQ ".lora_A.weight", AQ ".lora_A.weight", "F32", 3, 80, G4_ERR_WEIGHTS, AQ ".lora_A.weight", "[3, 80], expected [4, 80]"},
+            {"a 1-D A", AQ ".lora_A.weight", AQ ".lora_A.weight", "F32", 320, 0, G4_ERR_WEIGHTS, AQ ".lora_A.weight", "expected [4, 80]"},
+            {"an I32 tensor", AQ ".lora_A.weight", AQ ".lora_A.weight", "I32", 4, 80, G4_ERR_WEIGHTS, AQ ".lora_A.weight", "BF16, F16 or F32"},
+            {"a module the model lacks", NULL, "base_model.model.model.layers.9.self_attn.q_proj.lora_A.weight", "F32", 4, 80,
+             G4_ERR_WEIGHTS, "no nn.Linear module 'model.layers.9.self_attn.q_proj'", NULL},
+            {"a k_proj the model lacks", NULL, "base_model.model.model.layers.0.self_attn.kk_proj.lora_B.weight", "F32", 4, 80,
+             G4_ERR_WEIGHTS, "model.layers.0.self_attn.kk_proj", NULL},
+            {"a DoRA magnitude", NULL, AQ ".lora_magnitude_vector", "F32", 80, 0, G4_ERR_WEIGHTS, "lora_magnitude_vector", "DoRA"},
+            {"an embedding LoRA", NULL, "base_model.model.model.embed_tokens.lora_embedding_A", "F32", 4, 200, G4_ERR_WEIGHTS,
+             "lora_embedding_A", "embedding is not supported"},
+            {"a tensor outside base_model.model", NULL, "foo.lora_A.weight", "F32", 4, 80, G4_ERR_WEIGHTS, "'foo.lora_A.weight'",
+             "not a peft LoRA tensor"},
+            {"the wrapper's prefix on a text-only model", NULL,
+             "base_model.model.model.language_model.layers.0.self_attn.q_proj.lora_A.weight", "F32", 4, 80, G4_ERR_WEIGHTS,
+             "text model is 'model.*'", "multimodal wrapper"},
+            {"a vision-tower tensor is ignored", NULL, "base_model.model.model.vision_tower.encoder.layers.0.q.lora_A.weight", "F32",
+             4, 16, G4_OK, NULL, NULL},
+        };
+        for (k = 0; k < sizeof tc / sizeof tc[0]; k++) {
+            ents t;
+            begin("adapter: %s", tc[k].label);
+            if (ents_load_file(&t, P(g_data, "lora/plain_layers"), "adapter_model.safetensors")) {
+                if (tc[k].drop) ents_drop(&t, tc[k].drop);
+                if (tc[k].add)
+                    ents_add(&t, tc[k].add, tc[k].dtype, tc[k].d1 ? 2 : 1, tc[k].d0, tc[k].d1,
+                             (size_t)(tc[k].d0 * (tc[k].d1 ? tc[k].d1 : 1) * 4));
+                ents_write(&t, P(g_ad_dir, "adapter_model.safetensors"), NULL);
+                adapter_expect(tc[k].want, tc[k].n1, tc[k].n2);
+                ents_free(&t);
+            }
+            end();
+        }
+    }
+    begin("adapter: matches no module");
+    s.n = 0;
+    ents_write(&s, P(g_ad_dir, "adapter_model.safetensors"), NULL);
+    snprintf(cfg, sizeof cfg, "%s", AC("\"target_modules\":[\"zzz_proj\"]"));
+    write_file(P(g_ad_dir, "adapter_config.json"), cfg, strlen(cfg));
+    adapter_expect(G4_ERR_CONFIG, "changes no module", NULL);
+    end();
+    begin("cli: --adapter on a command without it, or given twice");
+    cli("tokenize x --adapter y", 1, "--adapter DIR is an option of");
+    {
+        char args[2000];
+        snprintf(args, sizeof args, "logits %s --adapter %s --adapter %s --ids 2 --out %s/x.bin", tiny("plain"), g_ad_dir,
+                 g_ad_dir, g_tmp);
+        cli(args, 1, "given once");
+        snprintf(args, sizeof args, "logits %s --ids 2 --out %s/x.bin --adapter", tiny("plain"), g_tmp);
+        cli(args, 1, "--adapter DIR");
+    }
+    end();
+    ents_free(&s);
+    g4_model_free(&g_plain);
+}
+
 /* ----------------------------------------------------------------- CLI */
 
 static void test_cli_cases(void) {
@@ -1182,6 +1352,7 @@ int main(int argc, char **argv) {
     test_safetensors_cases();
     test_index_cases();
     test_runtime_cases();
+    test_adapter_cases();
     test_cli_cases();
 
     rm_rf(g_tmp);

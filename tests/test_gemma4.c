@@ -756,6 +756,39 @@ static void test_cli(void) {
     CHECK(WIFEXITED(k) && WEXITSTATUS(k) == 2, "float32 vs a bf16 dump at the f32 tolerance must exit 2");
     snprintf(cmd, sizeof cmd, "build/gemma4 info %s > /dev/null", cfgfile("", "gemma-4-E4B"));
     CHECK(system(cmd) == 0, "info on a config.json");
+    { /* --bf16: logits equal transformers-bf16's to the bit (a dump with an exact router tie); greedy's
+         first new token is the argmax (first maximum, as torch.argmax) of their last row */
+        g4cmp c;
+        if (g4cmp_open(&c, dumpfile("26b_like_bf16_tie.safetensors")) != G4_OK) {
+            CHECK(0, "%s", c.error);
+        } else {
+            const g4_tensor *ref_lg = g4_model_tensor(&c.dump, "logits");
+            int same = 1, best = 0, got = -1;
+            size_t cnt = (size_t)c.n_ids * V, i;
+            float *bf = (float *)malloc(sizeof(float) * cnt);
+            FILE *p;
+            len = 0;
+            for (k = 0; k < c.n_ids; k++) len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", k ? "," : "", (int)c.ids[k]);
+            snprintf(cmd, sizeof cmd, "build/gemma4 logits %s --ids %s --out %s --bf16 > /dev/null", tiny("26b_like"), list, out);
+            CHECK(system(cmd) == 0, "%s", cmd);
+            f = fopen(out, "rb");
+            CHECK(f && ref_lg && fread(bf, sizeof(float), cnt, f) == cnt, "read %s", out);
+            if (f) fclose(f);
+            for (i = 0; ref_lg && i < cnt; i++) same &= bf[i] == g4__get(ref_lg, i);
+            CHECK(ref_lg && same, "logits --bf16 differ from transformers-bf16's");
+            for (k = 1; ref_lg && k < V; k++)
+                if (g4__get(ref_lg, cnt - V + (size_t)k) > g4__get(ref_lg, cnt - V + (size_t)best)) best = k;
+            snprintf(cmd, sizeof cmd, "build/gemma4 greedy %s --ids %s --new 1 --bf16", tiny("26b_like"), list);
+            if ((p = popen(cmd, "r")) != NULL) {
+                int v;
+                while (fscanf(p, "%d", &v) == 1) got = v;
+                pclose(p);
+            }
+            CHECK(got == best, "greedy --bf16 picked %d, transformers-bf16's argmax is %d", got, best);
+            free(bf);
+            g4cmp_close(&c);
+        }
+    }
     free(file);
     free(ref);
     g4_model_free(&g.m);

@@ -256,6 +256,38 @@ static void test_attend_backward(void) {
     CHECK(dk[0] == 0 && dv[(1 * KVH + kvh) * D] == 0, "keys outside the window got a gradient");
 }
 
+/* the layer's two-pass attention backward (g4__attn_bwd_q / _kv, threaded)
+   = the reference pair by pair, bit for bit: window 3, 2 KV heads of 4 query heads */
+static void test_attention_backward_passes(void) {
+    enum { T = 9, D = 8, KVH = 2, NH = 4, W = 3 };
+    float k[T * KVH * D], v[T * KVH * D], q[T * NH * D], dout[T * NH * D];
+    float dq[T * NH * D], dk[T * KVH * D], dv[T * KVH * D], dq2[T * NH * D], dk2[T * KVH * D], dv2[T * KVH * D];
+    float p[T], stats[T * NH * 3], scratch[2 * T];
+    g4_kv_slot sl;
+    g4__attn_bwd_job j;
+    g4_pool *pool = NULL;
+    int i, pass;
+    for (i = 0; i < T * KVH * D; i++) { k[i] = (float)urand(); v[i] = (float)urand(); dk[i] = dv[i] = 0; }
+    for (i = 0; i < T * NH * D; i++) { q[i] = (float)(2 * urand()); dout[i] = (float)urand(); }
+    memset(&sl, 0, sizeof sl);
+    sl.kv_heads = KVH; sl.head_dim = D; sl.capacity = T; sl.n_pos = T; sl.k = k; sl.v = v;
+    for (i = 0; i < T * NH; i++) {
+        int t = i / NH, h = i % NH, lo = t - W + 1 > 0 ? t - W + 1 : 0;
+        g4__attend_backward(dq + i * D, dk, dv, dout + i * D, q + i * D, &sl, h / (NH / KVH), lo, t, p);
+    }
+    if (g4_pool_create(&pool, 2) != G4_OK) { CHECK(0, "pool"); return; }
+    for (pass = 0; pass < 2; pass++) { /* one thread, then two */
+        memset(dk2, 0, sizeof dk2); memset(dv2, 0, sizeof dv2);
+        j.sl = &sl; j.q = q; j.dout = dout; j.dq = dq2; j.dk = dk2; j.dv = dv2; j.stats = stats; j.scratch = scratch;
+        j.scratch_len = T; j.n = T; j.NH = NH; j.group = NH / KVH; j.window = W;
+        g4__parallel(pass ? pool : NULL, g4__attn_bwd_q, &j);
+        g4__parallel(pass ? pool : NULL, g4__attn_bwd_kv, &j);
+        CHECK(!memcmp(dq, dq2, sizeof dq) && !memcmp(dk, dk2, sizeof dk) && !memcmp(dv, dv2, sizeof dv),
+              "%d thread(s): the two passes differ from the reference", pass + 1);
+    }
+    g4_pool_free(pool);
+}
+
 /* ------------------------------------------------------- the whole model */
 
 typedef struct {
@@ -678,6 +710,7 @@ int main(int argc, char **argv) {
     run("softmax and gelu_pytorch_tanh backward = finite differences", test_softmax_gelu_backward);
     run("matmul backward = double sums (bf16 weights, tile edges); 2 threads = 1", test_matmul_backward_bf16);
     run("attention backward (window, one KV head of two) = finite differences", test_attend_backward);
+    run("attention backward: the two threaded passes = the reference, bit for bit", test_attention_backward_passes);
     run("grad e2b_like = torch autograd (shared KV, PLE, double-wide MLP)", test_e2b);
     run("grad e4b_like = torch autograd (wrapper prefix)", test_e4b);
     run("grad 31b_like = torch autograd (attention_k_eq_v, sharded)", test_31b);

@@ -19,7 +19,8 @@ object per line:
 The templates: e2b/chat_template.jinja is the released Gemma 4 E2B template
 (see README.md); chatml_tools.jinja and gemma3_style.jinja are written in the
 style of common Hub templates; constructs_*.jinja cover every supported
-construct. Usage, from the repository root:
+construct (constructs_edges.jinja: whitespace, precedence and printing edge cases
+found by comparing with jinja2 snippet by snippet). Usage, from the repository root:
 
     venv/bin/python tools/make_template_goldens.py
 """
@@ -204,6 +205,8 @@ for i, msgs in enumerate([
         [U("one two three four five six"), U("The quick brown fox."), A("Jumps over the lazy dog!"), S("late system")]]):
     case("constructs flow %d" % (i + 1), msgs, template="constructs_flow.jinja", gen=i % 2 == 0)
     case("constructs expr %d" % (i + 1), msgs, template="constructs_expr.jinja")
+    if i < 2:
+        case("constructs edges %d" % (i + 1), msgs, template="constructs_edges.jinja", gen=i == 0)
 
 # ---- bad templates: jinja2 must reject each; needle and line are what our message must name
 BAD = [

@@ -1,0 +1,312 @@
+/* PEFT LoRA adapters: g4_model_load_adapter binding modules as peft binds
+   them, the forward y = x W^T + scale B (A x) against transformers + peft
+   0.21.2, and the regular expressions of adapter_config.json against Python's
+   re. Goldens: data/lora/<case>/ (tools/make_lora_goldens.py: adapters written
+   by peft's save_pretrained with random non-zero A and B, logits and greedy
+   tokens of PeftModel.from_pretrained on the tiny models).
+
+   Tolerances (float32 both sides):
+     logits: max |ours - ref| <= 2e-5 * max |ref|, the forward's tolerance
+             (tests/test_gemma4.c: summation order, amplified ~2x per layer);
+             measured 1.3e-6 to 7.5e-6 of max |logit|.
+     greedy: token for token (8 new tokens).
+   Chunked prefill, two sessions sharing one adapted model, and threads are
+   exact (bit for bit): the adapter's kernel is row-wise.
+
+       build/test_lora [DATA_DIR]      (default: data) */
+#define _POSIX_C_SOURCE 200809L
+#define GEMMA4_IMPLEMENTATION
+#define G4_PARALLEL_MIN 1 /* split every job, however small, when a pool is set */
+#include "../gemma4.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "fixtures.h"
+
+#define TOL 2e-5
+
+static const char *const g_cases[][2] = {
+    {"e2b_all", "e2b_like"},       {"31b_qv_rslora", "31b_like"},     {"26b_regex", "26b_like"},
+    {"plain_layers", "plain"},     {"legacy_patterns", "legacy_keys"}, {"e4b_multimodal", "e4b_like"},
+};
+#define N_CASES 6
+
+static const char *lora_dir(const char *name) { return path2(g_data, path2("lora", name)); }
+
+/* the model with its adapter; 0 (and a skip) when the data is absent */
+static int open_adapted(g4_model *m, const char *model, const char *adapter) {
+    memset(m, 0, sizeof *m);
+    if (g4_model_load(m, tiny(model)) != G4_OK) { skip(m->error); return 0; }
+    if (g4_model_load_adapter(m, lora_dir(adapter)) != G4_OK) {
+        CHECK(0, "adapter %s: %s", adapter, m->error);
+        g4_model_free(m);
+        return 0;
+    }
+    return 1;
+}
+
+/* the adapter's golden (a safetensors file, read with the library's reader) */
+static int lora_golden(golden *g, const char *adapter) {
+    memset(g, 0, sizeof *g);
+    if (g4__add_file(&g->m, lora_dir(adapter), "golden.safetensors") != G4_OK || g4__st_finish(&g->m) != G4_OK) {
+        skip(g->m.error);
+        g4_model_free(&g->m);
+        return 0;
+    }
+    return g->ok = 1;
+}
+
+/* all logits [n][V] of one session (chunk 0: all at once), malloc'd */
+static float *logits_of(const g4_model *m, const int32_t *ids, int n, int chunk, g4_pool *pool) {
+    g4_session s;
+    g4_session_config sc = g4_session_config_init();
+    float *out = (float *)malloc(sizeof(float) * (size_t)n * (size_t)m->config.vocab_size);
+    sc.max_context = n;
+    sc.max_chunk = chunk ? chunk : n;
+    sc.pool = pool;
+    if (!out || g4_session_create(&s, m, &sc) != G4_OK) { free(out); return NULL; }
+    if (g4_forward(&s, ids, n, out, G4_LOGITS_ALL) != G4_OK) { printf("  %s\n", s.error); free(out); out = NULL; }
+    g4_session_destroy(&s);
+    return out;
+}
+
+/* every golden adapter: logits within tolerance, greedy token for token, chunked/threads bit for bit */
+static void test_goldens(void) {
+    int k;
+    for (k = 0; k < N_CASES; k++) {
+        const char *name = g_cases[k][0], *model = g_cases[k][1];
+        g4_model m, base;
+        golden g;
+        const int32_t *ids, *greedy;
+        const float *ref;
+        float *ours = NULL, *chunked = NULL, *plain = NULL, *logits = NULL;
+        int n, ng, V, i;
+        int64_t numel;
+        g4_pool *pool = NULL;
+        begin("golden adapter %s on %s: logits, greedy, chunked, threads", name, model);
+        if (!lora_golden(&g, name)) { end(); continue; }
+        if (!open_adapted(&m, model, name)) { g4_model_free(&g.m); end(); continue; }
+        V = m.config.vocab_size;
+        ids = golden_ids(&g, "input_ids", &n);
+        greedy = golden_ids(&g, "greedy_ids", &ng);
+        ref = golden_f32(&g, "logits", &numel);
+        CHECK(ids && greedy && ref && numel == (int64_t)n * V, "golden lacks input_ids/greedy_ids/logits");
+        if (ids && ref && (ours = logits_of(&m, ids, n, 0, NULL))) {
+            double d = max_diff(ours, ref, (size_t)n * V), sc = max_abs(ref, (size_t)n * V);
+            printf("  %s: %d modules, %d tokens, logits max diff %.3g = %.3g of max |logit| %.3g\n", name, m.n_lora, n, d,
+                   d / sc, sc);
+            CHECK(d <= TOL * sc, "logits differ from transformers + peft: %.3g > %.3g", d, TOL * sc);
+            /* the adapter matters: the base model's logits are far from these */
+            if (g4_model_load(&base, tiny(model)) == G4_OK) {
+                if ((plain = logits_of(&base, ids, n, 0, NULL))) {
+                    double e = max_diff(plain, ref, (size_t)n * V);
+                    CHECK(e > 100 * TOL * sc, "without the adapter the logits differ by only %.3g", e);
+                }
+                char wname[128];
+                snprintf(wname, sizeof wname, "%slayers.0.self_attn.q_proj.weight", m.prefix);
+                CHECK(g4_model_tensor(&m, wname) && g4_model_tensor(&m, wname)->data == m.w.layers[0].q_proj.data &&
+                      !base.w.layers[0].q_proj.lora, "the base weight must stay the mapped tensor");
+                g4_model_free(&base);
+            }
+            chunked = logits_of(&m, ids, n, 3, NULL);
+            CHECK(chunked && !memcmp(chunked, ours, sizeof(float) * (size_t)n * V), "chunked prefill (3) is not bit-identical");
+            free(chunked);
+            if (g4_pool_create(&pool, 3) == G4_OK) {
+                chunked = logits_of(&m, ids, n, 0, pool);
+                CHECK(chunked && !memcmp(chunked, ours, sizeof(float) * (size_t)n * V), "3 threads are not bit-identical");
+                free(chunked);
+                g4_pool_free(pool);
+            }
+        }
+        if (greedy && ng == 14) { /* prefill 6, then decode one token at a time */
+            g4_session s;
+            g4_session_config sc = g4_session_config_init();
+            sc.max_context = ng;
+            logits = (float *)malloc(sizeof(float) * (size_t)V);
+            if (logits && g4_session_create(&s, &m, &sc) == G4_OK) {
+                int32_t next;
+                CHECK(g4_forward(&s, greedy, 6, logits, G4_LOGITS_LAST) == G4_OK, "prefill: %s", s.error);
+                for (i = 6; i < ng; i++) {
+                    next = g4_argmax(logits, V);
+                    CHECK(next == greedy[i], "greedy token %d: %d, transformers + peft %d", i - 6, (int)next, (int)greedy[i]);
+                    if (next != greedy[i]) break;
+                    if (i + 1 < ng) CHECK(g4_forward(&s, &next, 1, logits, G4_LOGITS_LAST) == G4_OK, "decode: %s", s.error);
+                }
+                g4_session_destroy(&s);
+            }
+            free(logits);
+        }
+        free(ours);
+        free(plain);
+        g4_model_free(&m);
+        g4_model_free(&g.m);
+        end();
+    }
+}
+
+static const g4_lora *find_lora(const g4_model *m, int layer, const char *module) {
+    int i;
+    for (i = 0; i < m->n_lora; i++)
+        if (m->lora[i].layer == layer && !strcmp(m->lora[i].module, module)) return &m->lora[i];
+    return NULL;
+}
+
+/* which modules peft chose, with which rank and scale */
+static void test_binding(void) {
+    g4_model m;
+    const g4_lora *lo;
+    int l, n;
+    if (open_adapted(&m, "e2b_like", "e2b_all")) { /* 10 layers, 4 of them KV-shared: no k_proj/v_proj to target */
+        for (n = 0, l = 0; l < 10; l++) n += find_lora(&m, l, "self_attn.k_proj") != NULL;
+        CHECK(n == 6, "k_proj adapted on %d layers, want the 6 owners", n);
+        CHECK(!find_lora(&m, 7, "self_attn.v_proj"), "a reader layer has no v_proj to adapt");
+        CHECK(m.n_lora == 83, "%d modules, want 10 x 7 + 6 x 2 + per_layer_model_projection", m.n_lora);
+        lo = find_lora(&m, -1, "per_layer_model_projection");
+        CHECK(lo && lo->in == 64 && lo->out == 160 && lo->r == 2 && lo->scale == 2.0f, "per_layer_model_projection");
+        CHECK(m.w.per_layer_model_projection.lora == lo, "the weight points at its adapter");
+        CHECK(!find_lora(&m, -1, "lm_head"), "lm_head is not targeted");
+        g4_model_free(&m);
+    }
+    if (open_adapted(&m, "31b_like", "31b_qv_rslora")) { /* layer 5 is full attention with attention_k_eq_v */
+        CHECK(!find_lora(&m, 5, "self_attn.v_proj") && find_lora(&m, 4, "self_attn.v_proj"), "v_proj skipped on the k_eq_v layer");
+        CHECK(m.n_lora == 11, "%d modules, want 6 q_proj + 5 v_proj", m.n_lora);
+        lo = find_lora(&m, 0, "self_attn.q_proj");
+        CHECK(lo && lo->r == 8 && lo->scale == (float)(16.0 / sqrt(8.0)), "rslora scale alpha / sqrt(r)");
+        g4_model_free(&m);
+    }
+    if (open_adapted(&m, "legacy_keys", "legacy_patterns")) {
+        lo = find_lora(&m, 2, "self_attn.o_proj");
+        CHECK(lo && lo->r == 2 && lo->scale == 4.0f, "rank_pattern o_proj: r 2, scale 8/2");
+        lo = find_lora(&m, 1, "mlp.gate_proj");
+        CHECK(lo && lo->r == 6 && lo->alpha == 3.0f && lo->scale == 0.5f, "layer 1 gate_proj: r 6 (full key), alpha 3");
+        lo = find_lora(&m, 0, "mlp.gate_proj");
+        CHECK(lo && lo->r == 4 && lo->scale == 0.75f, "alpha_pattern gate_proj: scale 3/4");
+        CHECK(!find_lora(&m, 0, "self_attn.q_proj") && find_lora(&m, 1, "self_attn.q_proj"), "exclude_modules");
+        CHECK(!find_lora(&m, 3, "self_attn.k_proj") && find_lora(&m, 2, "self_attn.k_proj"), "no k_proj on readers 3, 4");
+        g4_model_free(&m);
+    }
+    if (open_adapted(&m, "plain", "plain_layers")) {
+        for (n = 0, l = 0; l < m.n_lora; l++) n += m.lora[l].layer != 0 && m.lora[l].layer != 2;
+        CHECK(m.n_lora == 6 && n == 0, "layers_to_transform [0, 2]: %d modules, %d elsewhere", m.n_lora, n);
+        g4_model_free(&m);
+    }
+    if (open_adapted(&m, "26b_like", "26b_regex")) {
+        CHECK(find_lora(&m, 3, "router.proj") && find_lora(&m, 5, "self_attn.k_proj") && !find_lora(&m, 0, "self_attn.q_proj"),
+              "regex: router.proj and k_proj, not q_proj");
+        g4_model_free(&m);
+    }
+    if (open_adapted(&m, "e4b_like", "e4b_multimodal")) {
+        lo = find_lora(&m, 0, "self_attn.q_proj");
+        CHECK(lo && !strcmp(lo->key, "model.language_model.layers.0.self_attn.q_proj"), "the wrapper's module keys");
+        g4_model_free(&m);
+    }
+}
+
+/* several sessions on one adapted model, interleaved: each as if alone */
+static void test_shared_sessions(void) {
+    g4_model m;
+    g4_session a, b;
+    g4_session_config sc = g4_session_config_init();
+    int32_t x[8] = {2, 17, 300, 41, 5, 99, 250, 7}, y[8] = {2, 400, 3, 88, 123, 9, 61, 500};
+    float *ra, *rb, la[512], lb[512];
+    int t;
+    if (!open_adapted(&m, "e2b_like", "e2b_all")) return;
+    ra = logits_of(&m, x, 8, 0, NULL);
+    rb = logits_of(&m, y, 8, 0, NULL);
+    sc.max_context = 8;
+    if (ra && rb && g4_session_create(&a, &m, &sc) == G4_OK) {
+        if (g4_session_create(&b, &m, &sc) == G4_OK) {
+            for (t = 0; t < 8; t++) {
+                CHECK(g4_forward(&a, x + t, 1, la, G4_LOGITS_LAST) == G4_OK && g4_forward(&b, y + t, 1, lb, G4_LOGITS_LAST) == G4_OK,
+                      "forward");
+                CHECK(!memcmp(la, ra + (size_t)t * 512, sizeof la) && !memcmp(lb, rb + (size_t)t * 512, sizeof lb),
+                      "position %d differs from a session alone", t);
+            }
+            g4_session_destroy(&b);
+        }
+        g4_session_destroy(&a);
+    }
+    free(ra);
+    free(rb);
+    g4_model_free(&m);
+}
+
+/* a session made before the adapter, and a second adapter, are errors */
+static void test_order(void) {
+    g4_model m;
+    g4_session s;
+    g4_session_config sc = g4_session_config_init();
+    int32_t id = 2;
+    float lg[512];
+    if (g4_model_load(&m, tiny("e2b_like")) != G4_OK) { skip(m.error); return; }
+    sc.max_context = 4;
+    if (g4_session_create(&s, &m, &sc) == G4_OK) {
+        CHECK(g4_model_load_adapter(&m, lora_dir("e2b_all")) == G4_OK, "%s", m.error);
+        CHECK(g4_forward(&s, &id, 1, lg, G4_LOGITS_LAST) == G4_ERR_INPUT && strstr(s.error, "after this session"),
+              "a session older than the adapter must refuse: %s", s.error);
+        g4_session_destroy(&s);
+    }
+    CHECK(g4_model_load_adapter(&m, lora_dir("e2b_all")) == G4_ERR_INPUT && strstr(m.error, "already"), "%s", m.error);
+    g4_model_free(&m);
+    CHECK(m.lora == NULL && m.n_lora == 0, "g4_model_free releases the adapter");
+}
+
+/* g4__re against Python's re.fullmatch (expected values printed by Python 3.11) */
+static void test_regex(void) {
+    static const struct { const char *pattern, *str; int want; } cases[] = {
+        {".*layers\\.[0-9]+\\.(self_attn\\.(k|o)_proj|router\\.proj|mlp\\.down_proj)", "model.layers.3.self_attn.k_proj", 1},
+        {".*layers\\.[0-9]+\\.(self_attn\\.(k|o)_proj|router\\.proj|mlp\\.down_proj)", "model.layers.3.self_attn.q_proj", 0},
+        {".*layers\\.[0-9]+\\.(self_attn\\.(k|o)_proj|router\\.proj|mlp\\.down_proj)", "model.layers.12.router.proj", 1},
+        {".*layers\\.[0-9]+\\.(self_attn\\.(k|o)_proj|router\\.proj|mlp\\.down_proj)", "model.layers.x.mlp.down_proj", 0},
+        {".*language_model\\..*\\.(q_proj|v_proj)", "model.language_model.layers.0.self_attn.q_proj", 1},
+        {".*language_model\\..*\\.(q_proj|v_proj)", "model.vision_tower.encoder.layers.0.self_attn.q_proj", 0},
+        {".*language_model\\..*\\.(q_proj|v_proj)", "model.language_model.q_proj", 0},
+        {"(?:.*\\.)?(?:o_proj)", "model.layers.0.self_attn.o_proj", 1},
+        {"(?:.*\\.)?(?:o_proj)", "o_proj", 1},
+        {"(?:.*\\.)?(?:o_proj)", "model.layers.0.self_attn.xo_proj", 0},
+        {"model\\.layers\\.[02468]\\.mlp\\.\\w+_proj", "model.layers.4.mlp.up_proj", 1},
+        {"model\\.layers\\.[02468]\\.mlp\\.\\w+_proj", "model.layers.5.mlp.up_proj", 0},
+        {"model\\.layers\\.[02468]\\.mlp\\.\\w+_proj", "model.layers.4.mlp.up-proj", 0},
+        {"[^.]+\\.layers\\.\\d{1,2}\\..*", "model.layers.10.mlp", 1},
+        {"[^.]+\\.layers\\.\\d{1,2}\\..*", "model.layers.100.mlp", 0},
+        {"[^.]+\\.layers\\.\\d{1,2}\\..*", "a.b.layers.1.x", 0},
+        {"a{2,3}b?", "aa", 1}, {"a{2,3}b?", "aaa", 1}, {"a{2,3}b?", "aaaa", 0}, {"a{2,3}b?", "aab", 1}, {"a{2,3}b?", "ab", 0},
+        {"a{,2}", "", 1}, {"a{,2}", "a", 1}, {"a{,2}", "aa", 1}, {"a{,2}", "aaa", 0},
+        {"x{3}", "xxx", 1}, {"x{3}", "xx", 0}, {"a{x}", "a{x}", 1}, {"a{x}", "ax", 0},
+        {"(a|b)*c+", "ababcc", 1}, {"(a|b)*c+", "c", 1}, {"(a|b)*c+", "", 0},
+        {"^abc$", "abc", 1}, {"[a-c-]+", "a-b", 1}, {"[a-c-]+", "d", 0}, {"[]a]+", "]a]", 1},
+        {"\\Aq_proj\\Z", "q_proj", 1}, {"(?P<name>q|k)_proj", "k_proj", 1},
+        {"a.c", "abc", 1}, {"a.c", "a\nc", 0},
+        {"\\s\\S\\d\\D\\w\\W", " x1a_.", 1}, {"\\s\\S\\d\\D\\w\\W", "xx1a_.", 0},
+        {"", "", 1}, {"", "a", 0}, {"a|", "", 1}, {"a|", "a", 1}, {"a|", "b", 0},
+        {"(a*)*b", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaac", 0}, /* linear time (Python: forever) */
+        {"(a*)*b", "aaab", 1},
+    };
+    /* refused: Python features this engine does not have, and Python's own syntax errors */
+    static const char *const bad[] = {"(?=a)b", "(a)\\1", "\\bq", "(?i)a", "a**", "(ab", "ab)", "[ab", "*a", "a{2}{3}",
+                                      "[z-a]", "\\"};
+    g4__re *r = (g4__re *)malloc(sizeof(g4__re));
+    size_t k;
+    if (!r) { CHECK(0, "out of memory"); return; }
+    for (k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int got = g4__re_compile(r, cases[k].pattern, strlen(cases[k].pattern)) == 0 ? g4__re_full(r, cases[k].str, strlen(cases[k].str)) : -1;
+        CHECK(got == cases[k].want, "/%s/ on \"%s\": %d, Python says %d%s%s", cases[k].pattern, cases[k].str, got,
+              cases[k].want, r->bad ? " - " : "", r->bad ? r->bad : "");
+    }
+    for (k = 0; k < sizeof bad / sizeof bad[0]; k++)
+        CHECK(g4__re_compile(r, bad[k], strlen(bad[k])) != 0 && r->bad, "/%s/ must be refused", bad[k]);
+    free(r);
+}
+
+int main(int argc, char **argv) {
+    (void)g_tmp;
+    if (argc > 1) g_data = argv[1];
+    run("regex: g4__re against Python's re.fullmatch", test_regex);
+    run("binding: the modules peft chose, ranks, scales", test_binding);
+    test_goldens();
+    run("two sessions share one adapted model", test_shared_sessions);
+    run("adapter after a session; a second adapter", test_order);
+    return finish();
+}

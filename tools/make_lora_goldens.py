@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""LoRA adapter goldens for gemma4.h, written by peft itself.
+
+For each case below: the tiny model data/tiny/<model> is loaded with transformers
+(float32, eager), wrapped with peft's get_peft_model(LoraConfig(...)), every lora_A
+and lora_B set to random NON-ZERO values (seeded; peft initialises B to zero), and the
+adapter saved with save_pretrained into data/lora/<case>/ (adapter_config.json +
+adapter_model.safetensors, exactly as peft writes them). The goldens are then taken
+from a FRESH base model with the saved adapter loaded by PeftModel.from_pretrained
+(the path a user takes), and checked against the in-memory model first:
+
+    data/lora/<case>/golden.safetensors
+        input_ids     I32 [S]      the tiny model's golden input ids
+        logits        F32 [S, V]   one full forward, after soft-capping
+        greedy_ids    I32 [6 + 8]  prompt input_ids[:6] + 8 tokens of generate(do_sample=False)
+        labels        I32 [S]      input_ids with -100 at 3 and 9
+        loss          F32 [1]      model(input_ids, labels=labels).loss
+        grad.<name>   F32          dL/d every adapter tensor, named as in adapter_model.safetensors
+                                   (cases with grads=True; the others keep only loss)
+
+float32 CPU, eval() (no dropout), attn_implementation="eager",
+experts_implementation="eager", torch.set_num_threads(1).
+
+Usage (from the repository root):
+    venv/bin/python tools/make_lora_goldens.py [--out data/lora] [--only case ...]
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import tempfile
+
+import numpy as np
+import peft
+import safetensors
+import torch
+import transformers
+from safetensors.torch import load_file, save_file
+
+assert torch.__version__.startswith("2.15"), torch.__version__
+assert transformers.__version__ == "5.23.0", transformers.__version__
+assert peft.__version__ == "0.21.2", peft.__version__
+
+from peft import LoraConfig, PeftModel, get_peft_model  # noqa: E402
+from transformers import AutoModelForCausalLM, Gemma4ForConditionalGeneration  # noqa: E402
+
+torch.use_deterministic_algorithms(True)
+torch.set_num_threads(1)
+
+ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+       "per_layer_input_gate", "per_layer_projection", "per_layer_model_projection"]
+
+# name, tiny model, LoraConfig arguments, what it covers, whether the gradients are kept, the
+# dtype the adapter is saved in (values drawn in that dtype; loaded as float32 by peft)
+CASES = [
+    ("e2b_all", "e2b_like", dict(r=2, lora_alpha=4, target_modules=ALL),
+     "every linear of the text decoder (reader layers have no k_proj/v_proj: skipped)", True, torch.bfloat16),
+    ("31b_qv_rslora", "31b_like", dict(r=8, lora_alpha=16, use_rslora=True, target_modules=["q_proj", "v_proj"]),
+     "q/v only with rslora on a k_eq_v model (its full layer has no v_proj: skipped)", False, torch.float32),
+    ("26b_regex", "26b_like",
+     dict(r=4, lora_alpha=6, target_modules=r".*layers\.[0-9]+\.(self_attn\.(k|o)_proj|router\.proj|mlp\.down_proj)"),
+     "a regex target_modules on the MoE model, the router's proj among them", True, torch.bfloat16),
+    ("plain_layers", "plain",
+     dict(r=4, lora_alpha=4, target_modules=["q_proj", "up_proj", "down_proj"], layers_to_transform=[0, 2],
+          layers_pattern="layers"),
+     "layers_to_transform + layers_pattern", False, torch.float32),
+    ("legacy_patterns", "legacy_keys",
+     dict(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "o_proj", "gate_proj"],
+          rank_pattern={"o_proj": 2, "model.layers.1.mlp.gate_proj": 6}, alpha_pattern={"gate_proj": 3},
+          exclude_modules=["model.layers.0.self_attn.q_proj"]),
+     "rank_pattern/alpha_pattern and exclude_modules on the legacy-keys model", True, torch.bfloat16),
+    ("e4b_multimodal", "e4b_like",
+     dict(r=2, lora_alpha=4, target_modules=r".*language_model.*\.(q_proj|v_proj|per_layer_input_gate)"),
+     "the multimodal wrapper (model.language_model.*), peft's default gemma4 regex widened", False, torch.bfloat16),
+]
+
+A_STD, B_STD = 0.05, 0.05
+
+
+def load_base(path):
+    cfg = json.load(open(os.path.join(path, "config.json")))
+    cls = Gemma4ForConditionalGeneration if "text_config" in cfg else AutoModelForCausalLM
+    kw = dict(dtype=torch.float32, attn_implementation="eager")
+    if cfg.get("text_config", cfg).get("enable_moe_block"):
+        kw["experts_implementation"] = "eager"
+    model = cls.from_pretrained(path, **kw)
+    model.eval()
+    return model
+
+
+def logits_of(model, ids):
+    with torch.no_grad():
+        return model(input_ids=ids[None]).logits[0].float()
+
+
+def make(name, tiny, kwargs, out_root, seed, with_grads, dtype):
+    src = os.path.join("data", "tiny", tiny)
+    out = os.path.join(out_root, name)
+    gold = load_file(os.path.join(src, "golden.safetensors"))
+    ids = gold["input_ids"].long()
+    base = load_base(src)
+    base_logits = logits_of(base, ids)
+    pm = get_peft_model(base, LoraConfig(lora_dropout=0.0, **kwargs))
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in pm.named_parameters():
+            if "lora_A" in n:
+                p.copy_((torch.randn(p.shape, generator=gen) * A_STD).to(dtype).float())
+            elif "lora_B" in n:
+                p.copy_((torch.randn(p.shape, generator=gen) * B_STD).to(dtype).float())
+    pm.eval()
+    mem_logits = logits_of(pm, ids)
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    with tempfile.TemporaryDirectory() as tmp:
+        pm.to(dtype)  # bf16 cases: saved as a bf16 training run saves them (values already bf16)
+        pm.save_pretrained(tmp)
+        os.makedirs(out)
+        for f in ("adapter_config.json", "adapter_model.safetensors"):
+            shutil.copy(os.path.join(tmp, f), os.path.join(out, f))
+    # the golden: a fresh base + the saved adapter, as a user loads it
+    model = PeftModel.from_pretrained(load_base(src), out)  # autocast_adapter_dtype: float32 adapter
+    model.eval()
+    logits = logits_of(model, ids)
+    assert torch.equal(logits, mem_logits), "reloaded adapter differs from the in-memory one"
+    with torch.no_grad():
+        g = model.generate(input_ids=ids[None, :6], max_new_tokens=8, do_sample=False, min_new_tokens=8)[0]
+    labels = ids.clone()
+    labels[3] = -100
+    labels[9] = -100
+    model.zero_grad()
+    for n, p in model.named_parameters():
+        p.requires_grad_("lora_" in n)
+    loss = model(input_ids=ids[None], labels=labels[None]).loss
+    loss.backward()
+    saved = load_file(os.path.join(out, "adapter_model.safetensors"))
+    grads = {}
+    for n, p in model.named_parameters():
+        if "lora_" in n:
+            key = n.replace(".default", "")
+            assert key in saved, key
+            grads["grad." + key] = p.grad.detach().float().contiguous()
+    assert set(k[5:] for k in grads) == set(saved), "gradients do not cover the adapter"
+    if not with_grads:
+        grads = {}
+    save_file({"input_ids": ids.int(), "logits": logits.contiguous(),
+               "greedy_ids": g.int().contiguous(), "labels": labels.int(), "loss": loss.detach().reshape(1),
+               **grads}, os.path.join(out, "golden.safetensors"))
+    delta = (logits - base_logits).abs().max().item()
+    modules = sorted({k.rsplit(".lora_", 1)[0] for k in saved})
+    size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
+    return (f"case {name:16s} model {tiny:12s} modules {len(modules):3d} tensors {len(saved):3d} "
+            f"max|logits - base| {delta:.3g}  loss {loss.item():.7f}  greedy {g[6:].tolist()}  bytes {size}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join("data", "lora"))
+    ap.add_argument("--only", nargs="*")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    lines = [f"torch {torch.__version__}", f"transformers {transformers.__version__}", f"peft {peft.__version__}",
+             f"safetensors {safetensors.__version__}", f"numpy {np.__version__}",
+             f"python {platform.python_version()}",
+             f"date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S} UTC",
+             "command venv/bin/python tools/make_lora_goldens.py",
+             f"goldens float32 CPU, eval, eager attention/experts, 1 thread; lora_A ~ N(0, {A_STD}^2), "
+             f"lora_B ~ N(0, {B_STD}^2), seeded per case; labels -100 at 3 and 9"]
+    for i, (name, tiny, kw, what, with_grads, dtype) in enumerate(CASES):
+        if a.only and name not in a.only:
+            continue
+        line = make(name, tiny, kw, a.out, 1000 + i, with_grads, dtype)
+        print(line, flush=True)
+        lines.append(line + f"  adapter {str(dtype)[6:]}  # " + what)
+    if not a.only:
+        with open(os.path.join(a.out, "VERSIONS.txt"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
