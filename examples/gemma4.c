@@ -735,7 +735,7 @@ static int cmd_chat(int argc, char **argv) {
             g4_session_reset(&g.s);
             g4_sampler_reset(&g.smp);
             if (g.has_drafter && drafter_reattach(&g.dr, &g.s)) break;
-            for (k = 0; k < turn; k++) free(users[k]);
+            if (g.has_tpl) for (k = 0; k < turn; k++) free(users[k]); /* users is kept only with a template */
             turn = 0;
             continue;
         }

@@ -24,6 +24,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include "harness.h"
@@ -539,6 +540,57 @@ static void test_spec_sampling_distribution(void) {
     check_spec_sampling(1);
 }
 
+/* a drafter checkpoint whose token_ordering is replaced (data, dtype) */
+static int write_bad_ordering(const char *dir, const void *data, const char *dtype, size_t bytes) {
+    char out[400];
+    g4_model m;
+    st_entry *e;
+    int i, ok;
+    memset(&m, 0, sizeof m);
+    if (g4__add_file(&m, tiny("e2b_drafter"), "model.safetensors") != G4_OK) return 0;
+    e = (st_entry *)malloc(sizeof(st_entry) * (size_t)m.n_tensors);
+    for (i = 0; i < m.n_tensors; i++) {
+        const g4__stinfo *st = &m.tensors[i];
+        e[i].name = st->name;
+        e[i].dtype = dtype_str(st->t.dtype);
+        e[i].ndim = st->t.ndim;
+        memcpy(e[i].shape, st->t.shape, sizeof e[i].shape);
+        e[i].data = st->t.data;
+        e[i].bytes = (size_t)(st->end - st->begin);
+        if (strcmp(st->name, "masked_embedding.token_ordering") == 0) { e[i].data = data; e[i].dtype = dtype; e[i].bytes = bytes; }
+    }
+    mkdir(dir, 0755);
+    snprintf(out, sizeof out, "%s/model.safetensors", dir);
+    ok = st_write(out, e, m.n_tensors, NULL);
+    snprintf(out, sizeof out, "%s/config.json", dir);
+    copy_file(path2(tiny("e2b_drafter"), "config.json"), out);
+    free(e);
+    g4_model_free(&m);
+    return ok;
+}
+
+static void test_bad_token_ordering(void) {
+    int64_t ord[512];
+    int32_t ord32[512];
+    g4_model m;
+    char dir[300]; /* a copy: path2's buffers rotate */
+    int i;
+    snprintf(dir, sizeof dir, "%s/bad_ordering", g_tmp);
+    for (i = 0; i < 512; i++) { ord[i] = (i * 7) % 512; ord32[i] = (int32_t)ord[i]; }
+    CHECK(write_bad_ordering(dir, ord32, "I32", sizeof ord32), "write");
+    CHECK(g4_model_load(&m, dir) == G4_OK, "an I32 permutation loads: %s", m.error);
+    if (m.w.layers) g4_model_free(&m);
+    ord[5] = ord[4]; /* a repeated index: not a permutation */
+    CHECK(write_bad_ordering(dir, ord, "I64", sizeof ord), "write");
+    CHECK(g4_model_load(&m, dir) == G4_ERR_WEIGHTS && strstr(m.error, "token_ordering[5]") && strstr(m.error, "permutation"),
+          "a repeated index must fail naming it: %s", m.error);
+    ord[5] = 600; /* out of range */
+    CHECK(write_bad_ordering(dir, ord, "I64", sizeof ord), "write");
+    CHECK(g4_model_load(&m, dir) == G4_ERR_WEIGHTS && strstr(m.error, "= 600"), "out of range: %s", m.error);
+    CHECK(write_bad_ordering(dir, ord, "F32", 512 * 4), "write");
+    CHECK(g4_model_load(&m, dir) == G4_ERR_WEIGHTS && strstr(m.error, "I64 or I32"), "a float ordering: %s", m.error);
+}
+
 /* ------------------------------------------------------------- the CLI */
 
 static const char *g_cli; /* build/gemma4 (or its sanitizer build); NULL: skip */
@@ -655,6 +707,7 @@ int main(int argc, char **argv) {
     run("drafter: validation against the target, reads checked, reset detected", test_drafter_validation);
     run("speculative: setup errors", test_spec_errors);
     run("speculative sampling: the output distribution is the target's", test_spec_sampling_distribution);
+    run("drafter checkpoint: token_ordering must be an integer permutation", test_bad_token_ordering);
     run("cli: draft, greedy/generate/chat --drafter", test_cli);
     {
         char c[300];
