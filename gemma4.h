@@ -478,7 +478,7 @@ typedef struct g4_session {
     float *inv_freq[2];        /* [Dmax/2] per layer type */
     uint16_t *xbf;             /* [rows][widest matmul input] a matmul's input as bf16
                                   (builds with avx512_bf16 only; else empty) */
-    float *lora_u;             /* [rows][lora_rmax] A x of an adapted matmul */
+    float *lora_u;             /* [max(rows, 2)][lora_rmax] A x of an adapted matmul */
     int lora_rmax;             /* the model's lora_rmax when the session was made */
     float *pack;               /* [pack_parts][G4__PACK_THREAD] the GEMM's packed weights
                                   and partial sums, one buffer per thread */
@@ -3489,6 +3489,35 @@ G4__MAYBE_UNUSED static float g4__dot_ref(const float *a, const float *b, int n)
     return acc;
 }
 
+/* The adapter's backward (g4__lora_forward: y += s B u, u = A x), given dy:
+   dx[t] += (s B^T dy[t]) A (dx may be NULL); with dA (x given): dB += s dy u^T
+   and dA += (s B^T dy) x^T, dB at the next 16-float boundary after dA (the
+   gradient block's layout). tmp: [2r] scratch. */
+static void g4__lora_backward(float *dx, float *dA, const float *dy, const float *x, const g4_lora *lo, int n, float *tmp) {
+    int t, j, o, i, r = lo->r;
+    float *u = tmp, *du = tmp + r;
+    float *dB = dA ? dA + (((size_t)r * (size_t)lo->in + 15) & ~(size_t)15) : NULL;
+    for (t = 0; t < n; t++) {
+        const float *dyt = dy + (size_t)t * (size_t)lo->out;
+        for (j = 0; j < r; j++) du[j] = 0.0f;
+        for (o = 0; o < lo->out; o++) /* du = s B^T dy */
+            for (j = 0; j < r; j++) du[j] += lo->B[(size_t)o * r + j] * (dyt[o] * lo->scale);
+        if (dx)
+            for (j = 0; j < r; j++)
+                for (i = 0; i < lo->in; i++) dx[(size_t)t * lo->in + i] += du[j] * lo->A[(size_t)j * lo->in + i];
+        if (!dA || !x) continue;
+        for (j = 0; j < r; j++) { /* u = A x */
+            float acc = 0.0f;
+            for (i = 0; i < lo->in; i++) acc += x[(size_t)t * lo->in + i] * lo->A[(size_t)j * lo->in + i];
+            u[j] = acc;
+        }
+        for (o = 0; o < lo->out; o++)
+            for (j = 0; j < r; j++) dB[(size_t)o * r + j] += (dyt[o] * lo->scale) * u[j];
+        for (j = 0; j < r; j++)
+            for (i = 0; i < lo->in; i++) dA[(size_t)j * lo->in + i] += du[j] * x[(size_t)t * lo->in + i];
+    }
+}
+
 /* A LoRA adapter's part of a matmul (peft's lora.Linear.forward:
    result + lora_B(lora_A(x)) * scaling): after y = x W^T, y[t] += scale *
    B (A x[t]) for t < n; u: [n][r] scratch. In bf16 mode the base output is
@@ -4814,7 +4843,7 @@ static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config 
         /* carved whatever cfg->bf16 says: a caller may switch s->cfg.bf16 after init */
         s->xbf = (uint16_t *)(void *)g4__take(cv, G4__BF16DOT ? rows * widest : 0, sizeof(uint16_t));
     }
-    s->lora_u = g4__take(cv, rows * (uint64_t)m->lora_rmax, sizeof(float));
+    s->lora_u = g4__take(cv, (rows > 2 ? rows : 2) * (uint64_t)m->lora_rmax, sizeof(float)); /* (the backward: [2r]) */
     s->lora_rmax = m->lora_rmax;
     s->pack_parts = g4_pool_threads(cfg->pool);
     s->pack = g4__take(cv, (uint64_t)s->pack_parts * G4__PACK_THREAD, sizeof(float));
@@ -5609,6 +5638,7 @@ static void g4__matmul_bwd(const g4_session *s, float *dx, float *dw, const floa
                            int n, float *dyt) {
     int out = (int)w->shape[0], in = (int)w->shape[1], t, o;
     if (dx) g4__outer(s, dx, (size_t)in, dy, (size_t)out, 1, (const unsigned char *)w->data, w->dtype, (size_t)in, n, out, in);
+    if (w->lora) { g4__lora_backward(dx, dw, dy, x, w->lora, n, s->lora_u); return; } /* dw: its lora_A's gradient */
     if (!dw) return;
     for (t = 0; t < n; t++)
         for (o = 0; o < out; o++) dyt[(size_t)o * n + t] = dy[(size_t)t * out + o];
@@ -5797,7 +5827,19 @@ static g4_result g4__grad_entry(g4_model *m, void *user, g4_tensor *w, const cha
 /* The gradient entries: the checkpoint walk (g4__walk_weights) without the
    buffers. The walk only reads a loaded model. */
 static void g4__grad_walk_model(const g4_model *m, g4__grad_walk *gw) {
-    (void)g4__walk_weights((g4_model *)(uintptr_t)m, g4__grad_entry, gw);
+    int k;
+    if (!m->lora) { (void)g4__walk_weights((g4_model *)(uintptr_t)m, g4__grad_entry, gw); return; }
+    for (k = 0; k < m->n_lora; k++) { /* an adapter: its tensors only, lora_A then lora_B of each module */
+        const g4_lora *lo = &m->lora[k];
+        char name[256];
+        int64_t a[3], b[3];
+        a[0] = lo->r; a[1] = lo->in; a[2] = 0;
+        b[0] = lo->out; b[1] = lo->r; b[2] = 0;
+        snprintf(name, sizeof name, "base_model.model.%s.lora_A.weight", lo->key);
+        (void)g4__grad_entry((g4_model *)(uintptr_t)m, gw, (g4_tensor *)(uintptr_t)lo->base, name, 2, a);
+        snprintf(name, sizeof name, "base_model.model.%s.lora_B.weight", lo->key);
+        (void)g4__grad_entry((g4_model *)(uintptr_t)m, gw, (g4_tensor *)(uintptr_t)lo->base, name, 2, b);
+    }
 }
 
 static g4_session_config g4__train_session_config(const g4_train_config *cfg) {
@@ -5894,7 +5936,6 @@ static void g4__train_carve(g4_train *t, const g4_model *m, const g4_train_confi
 static g4_result g4__check_train_config(const g4_model *m, const g4_train_config *cfg, char *err) {
     if (!m || !cfg || !m->w.layers) { g4__seterr(err, "NULL or unloaded model / config"); return G4_ERR_INPUT; }
     if (cfg->bf16) { g4__seterr(err, "the backward is float32 only: train config bf16 must be 0"); return G4_ERR_INPUT; }
-    if (m->lora) { g4__seterr(err, "the model has a LoRA adapter: adapter gradients are not implemented yet"); return G4_ERR_INPUT; }
     if (cfg->max_seq < 2) { g4__seterr(err, "train max_seq must be >= 2 (got %d)", cfg->max_seq); return G4_ERR_INPUT; }
     return G4_OK;
 }
@@ -5993,7 +6034,9 @@ G4__DEF const g4_grad_entry *g4_train_grad(const g4_train *t, const char *name) 
 /* the gradient of weight w in the block G (the tied lm_head is the embedding) */
 static float *g4__grad(const g4_train *t, float *G, const g4_tensor *w) {
     int i;
-    if (w == &t->model->w.lm_head && t->model->config.tie_word_embeddings) w = &t->model->w.embed_tokens;
+    if (t->model->lora && !w->lora) return NULL; /* with an adapter the base is frozen */
+    /* (an adapted weight's entry is its lora_A: g4__matmul_bwd finds lora_B after it) */
+    if (!w->lora && w == &t->model->w.lm_head && t->model->config.tie_word_embeddings) w = &t->model->w.embed_tokens;
     for (i = 0; i < t->n_grads; i++)
         if (t->grads[i].w == w) return G + t->grads[i].offset;
     return NULL; /* not reached: every weight the backward touches has an entry */
@@ -6051,8 +6094,7 @@ static void g4__moe_backward(g4_train *t, float *G, int l, const float *dout, co
     for (i = 0; i < H; i++) dxn3[i] = 0.0f;
     for (k = 0; k < K; k++) {
         g4_tensor gup = g4__expert(&lw->experts_gate_up, top[k]), dn = g4__expert(&lw->experts_down, top[k]);
-        float *dgup = g4__grad(t, G, &lw->experts_gate_up) + (size_t)top[k] * 2 * Ie * H;
-        float *ddn = g4__grad(t, G, &lw->experts_down) + (size_t)top[k] * H * Ie;
+        float *dgup = g4__grad(t, G, &lw->experts_gate_up), *ddn = g4__grad(t, G, &lw->experts_down);
         float pes = g4__get(&lw->router_per_expert_scale, (size_t)top[k]), wk, dw = 0.0f;
         double acc = 0.0;
         q[k] = probs[top[k]] / wsum;
@@ -6066,6 +6108,8 @@ static void g4__moe_backward(g4_train *t, float *G, int l, const float *dout, co
         dw = (float)acc;                                   /* dL/d w_k */
         for (i = 0; i < H; i++) du[i] = dout[i] * wk;     /* dL/dy */
         for (i = 0; i < Ie; i++) dgu[i] = 0.0f;
+        if (ddn) ddn += (size_t)top[k] * H * Ie; /* (NULL: frozen, with an adapter) */
+        if (dgup) dgup += (size_t)top[k] * 2 * Ie * H;
         g4__matmul_bwd(&t->s, dgu, ddn, du, act, &dn, 1, t->dyt); /* dgu[0..Ie) = dL/d act */
         for (i = 0; i < Ie; i++) {
             float da = dgu[i];
@@ -6073,7 +6117,7 @@ static void g4__moe_backward(g4_train *t, float *G, int l, const float *dout, co
             dgu[Ie + i] = da * gl[i];
         }
         g4__matmul_bwd(&t->s, dxn3, dgup, dgu, xn3, &gup, 1, t->dyt);
-        dpes[top[k]] += dw * q[k];
+        if (dpes) dpes[top[k]] += dw * q[k];
         dq[k] = dw * pes;
     }
     /* q_k = p_k / sum_j p_j over the top k: dp_k = (dq_k - sum_j dq_j q_j) / sum */
@@ -6085,7 +6129,7 @@ static void g4__moe_backward(g4_train *t, float *G, int l, const float *dout, co
     g4__matmul_bwd(&t->s, du, g4__grad(t, G, &lw->router_proj), dprobs, u3, &lw->router_proj, 1, t->dyt);
     for (i = 0; i < H; i++) {
         float d2 = du[i] * root;                          /* dL/d (u1 * scale) */
-        dscale[i] += d2 * u1[i];
+        if (dscale) dscale[i] += d2 * u1[i];
         du[i] = d2 * g4__get(&lw->router_scale, (size_t)i);
     }
     g4__rmsnorm_backward(du, NULL, du, r, NULL, H, eps);
@@ -6392,7 +6436,7 @@ static void g4__per_layer_inputs_backward(g4_train *t, float *G, const int32_t *
     float *dtab = g4__grad(t, G, &m->w.embed_tokens_per_layer);
     float *dnorm = g4__grad(t, G, &m->w.per_layer_projection_norm);
     for (i = 0; i < nlp; i++) t->dpli[i] *= combine;
-    for (tk = 0; tk < n; tk++)
+    for (tk = 0; tk < n && dtab; tk++)
         if (ids[tk] != c->pad_token_id)
             for (j = 0; j < (int)LP; j++) dtab[(size_t)ids[tk] * LP + (size_t)j] += t->dpli[(size_t)tk * LP + j] * tok_scale;
     /* the projection's input to the norm, recomputed: x0 W^T * H^-0.5 */
@@ -6463,7 +6507,7 @@ G4__DEF g4_result g4_loss_and_grad(g4_train *t, const int32_t *ids, const int32_
     g4__gtap(t, -1, "embed_tokens", t->dx, n, H);
     {
         float *dE = g4__grad(t, G, &m->w.embed_tokens), scale = (float)sqrt((double)H);
-        for (tk = 0; tk < n; tk++)
+        for (tk = 0; tk < n && dE; tk++)
             if (ids[tk] != c->pad_token_id)
                 for (i = 0; i < H; i++) dE[(size_t)ids[tk] * H + i] += t->dx[(size_t)tk * H + i] * scale;
     }
