@@ -33,8 +33,9 @@
                          attention of one query head; the bf16 mode's torch
                          orders (softmax, top-k ties, attention, gelu's tail)
        >>session         the arena: K/V slots, the shared-KV table, scratch
-       >>forward         the model: embeddings, per-layer inputs, decoder layer,
-                         attention, MLP, MoE, logits (modeling_gemma4.py's order)
+       >>forward         the model: first its plumbing (taps, the threaded norm and
+                         elementwise ops, the shared-KV table), then attention,
+                         MLP, MoE, decoder layer, per-layer inputs, the step
        >>backward        the training reference: loss, the backward of every op,
                          the shared-KV gradient slots, activation checkpointing
        >>drafter         a Gemma 4 drafter (gemma4_assistant) reading the target
@@ -187,6 +188,7 @@
 #define G4_MAX_LAYERS 256
 #endif
 #define G4_ERROR_MAX 512
+#define G4_MAX_TOP_K 256 /* most experts a token may choose (top_k_experts) */
 
 #ifdef __cplusplus
 extern "C" {
@@ -468,8 +470,9 @@ typedef struct g4_session {
     float *k_new, *v_new;      /* [rows][KVHmax*Dmax] */
     float *scores;             /* [threads][max_context] attention scores */
     float *gate, *up;          /* [rows][max(Imax, 2*Ie)] */
-    float *pli;                /* [rows][L*P] per-layer inputs */
-    float *ple;                /* [rows][P] */
+    float *per_layer_inputs;   /* [rows][L*P] Gemma4TextModel's per_layer_inputs */
+    float *per_layer_gate;     /* [rows][P] act(per_layer_input_gate(h)) * per_layer_input */
+    float *router_in;          /* [H] the router's input: norm(r) * scale * H^-0.5 (MoE) */
     float *router;             /* [E] router probabilities */
     float *moe_y;              /* [H] one expert's output */
     float *inv_freq[2];        /* [Dmax/2] per layer type */
@@ -939,7 +942,7 @@ typedef struct {
     float *d_k_new, *d_v_new;  /* [rows][KVHmax*Dmax] */
     float *d_scores;           /* [rows*NH][max_context] */
     float *d_gate, *d_up;      /* [rows][Imax] */
-    float *d_pli, *d_ple;      /* [rows][L*P], [rows][P] */
+    float *d_per_layer_inputs, *d_per_layer_gate; /* [rows][L*P], [rows][P] */
     float *d_router;           /* [rows][E] */
     int *d_top;                /* [rows][K] chosen experts, ascending id */
     float *d_topw;             /* [rows][K] their weights */
@@ -1903,9 +1906,9 @@ static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const c
                        name);
             return G4_ERR_CONFIG;
         }
-        if (cfg->top_k_experts > 256) { /* the forward pass keeps the chosen experts in arrays of 256 */
-            g4__seterr(cfg->error, "%s: field '%stop_k_experts' is %d; gemma4.h supports at most 256", name, c.scope,
-                       cfg->top_k_experts);
+        if (cfg->top_k_experts > G4_MAX_TOP_K) { /* the forward pass keeps the chosen experts in arrays */
+            g4__seterr(cfg->error, "%s: field '%stop_k_experts' is %d; gemma4.h supports at most %d", name, c.scope,
+                       cfg->top_k_experts, G4_MAX_TOP_K);
             return G4_ERR_CONFIG;
         }
     }
@@ -3389,6 +3392,13 @@ static float g4__bf16_round(float f) {
     return f;
 }
 
+/* g4__bf16_round on x[i0, i1) (a range job: ctx is x) */
+static void g4__bf16_round_range(void *ctx, size_t i0, size_t i1) {
+    float *x = (float *)ctx;
+    size_t i;
+    for (i = i0; i < i1; i++) x[i] = g4__bf16_round(x[i]);
+}
+
 /* Reference matmul on output rows [o0, o1): y[t][o] = sum_i x[t][i] * W[o][i]
    for t < n, x [n][in], W [out][in] as stored, summed left to right. */
 G4__MAYBE_UNUSED static void g4__matmul_ref(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1) {
@@ -4260,31 +4270,39 @@ G4__DEF const char *g4_simd_name(void) { return G4__SIMD_NAME; }
 #define G4_PARALLEL_MIN 4096
 #endif
 
-/* The matmul the forward pass calls: output rows split across the session's
-   threads in blocks of G4__TR (the SIMD tile's rows), each part on the SIMD
-   kernel with its own packing buffer. */
-typedef struct { float *y; const float *x; const uint16_t *xb; const g4_tensor *w; float *pack; int n, bf16dot, torch; } g4__mm_job;
+/* The matmul the forward pass calls (nn.Linear): output rows split across the
+   session's threads in blocks of G4__TR (the SIMD tile's rows), each part on
+   the SIMD kernel with its own packing buffer, then cast to the activation
+   dtype (g4__act). */
+typedef struct {
+    float *y; const float *x; const uint16_t *xb; const g4_tensor *w; float *pack; int n, bf16dot, torch, bf16;
+} g4__mm_job;
 
 static void g4__matmul_part(void *ctx, int part, int n_parts) {
     g4__mm_job *j = (g4__mm_job *)ctx;
     int out = (int)j->w->shape[0], blocks = (out + G4__TR - 1) / G4__TR;
     int b0 = (int)((int64_t)blocks * part / n_parts), b1 = (int)((int64_t)blocks * (part + 1) / n_parts);
-    int o0 = G4__TR * b0, o1 = G4__TR * b1 < out ? G4__TR * b1 : out;
+    int o0 = G4__TR * b0, o1 = G4__TR * b1 < out ? G4__TR * b1 : out, t;
     if (o0 >= o1) return;
 #if G4__BF16DOT
-    if (j->bf16dot) { g4__matmul_bf16dot(j->y, j->x, j->xb, j->w, j->n, o0, o1); return; }
+    if (j->bf16dot) g4__matmul_bf16dot(j->y, j->x, j->xb, j->w, j->n, o0, o1);
+    else
 #endif
-    if (j->torch) { g4__matmul_torch(j->y, j->x, j->w, j->n, o0, o1); return; }
-    g4__matmul_rows(j->y, j->x, j->w, j->n, o0, o1, j->pack + (size_t)part * G4__PACK_THREAD);
+    if (j->torch) g4__matmul_torch(j->y, j->x, j->w, j->n, o0, o1);
+    else g4__matmul_rows(j->y, j->x, j->w, j->n, o0, o1, j->pack + (size_t)part * G4__PACK_THREAD);
+    if (j->bf16)
+        for (t = 0; t < j->n; t++) g4__bf16_round_range(j->y + (size_t)t * (size_t)out, (size_t)o0, (size_t)o1);
 }
 
-static void g4__matmul(const g4_session *s, float *y, const float *x, const g4_tensor *w, int n) {
+/* cast 0: the raw float32 sums, not cast (only the drafter's masked logits) */
+static void g4__matmul_cast(const g4_session *s, float *y, const float *x, const g4_tensor *w, int n, int cast) {
     g4__mm_job j;
     j.y = y; j.x = x; j.w = w; j.n = n;
     j.xb = s->xbf;
     j.pack = s->pack;
     j.bf16dot = G4__BF16DOT && s->cfg.bf16 && w->dtype == G4_BF16;
     j.torch = !j.bf16dot && s->cfg.bf16 && w->dtype == G4_BF16; /* torch's summation order */
+    j.bf16 = s->cfg.bf16 && cast;
 #if G4__BF16DOT
     if (j.bf16dot) g4__to_bf16(s->xbf, x, n, (int)w->shape[1]);
 #endif
@@ -4292,7 +4310,14 @@ static void g4__matmul(const g4_session *s, float *y, const float *x, const g4_t
     if ((int64_t)w->shape[0] * w->shape[1] * n < 8 * (int64_t)G4_PARALLEL_MIN || g4_pool_threads(s->cfg.pool) > s->pack_parts)
         g4__matmul_part(&j, 0, 1);
     else g4__parallel(s->cfg.pool, g4__matmul_part, &j);
-    if (w->lora) g4__lora_forward(y, x, w->lora, n, s->lora_u, s->cfg.bf16); /* the adapter, if any (>>adapter) */
+    if (w->lora) { /* the adapter, if any (>>adapter), then the sum's cast */
+        g4__lora_forward(y, x, w->lora, n, s->lora_u, s->cfg.bf16);
+        if (j.bf16) g4__bf16_round_range(y, 0, (size_t)n * (size_t)w->shape[0]);
+    }
+}
+
+static void g4__matmul(const g4_session *s, float *y, const float *x, const g4_tensor *w, int n) {
+    g4__matmul_cast(s, y, x, w, n, 1);
 }
 
 /* An elementwise loop over [0, n) split across the session's threads:
@@ -4322,19 +4347,12 @@ static void g4__parallel_range(const g4_session *s, size_t n, size_t cost, void 
    activation dtype, Gemma4RMSNorm, RoPE (its inverse frequencies and the
    rotation), softmax, and eager attention for one query head. */
 
-static void g4__bf16_round_range(void *ctx, size_t i0, size_t i1) {
-    float *x = (float *)ctx;
-    size_t i;
-    for (i = i0; i < i1; i++) x[i] = g4__bf16_round(x[i]);
-}
-
-/* Cast n activations to the session's activation dtype: a no-op in float32
-   mode; in bf16 mode, rounding at exactly the points where transformers
-   running in bfloat16 produces a bf16 tensor (split across threads when long;
-   never called from inside a pool job). */
-static void g4__act(const g4_session *s, float *x, size_t n) {
-    if (s->cfg.bf16) g4__parallel_range(s, n, 1, g4__bf16_round_range, x);
-}
+/* One value cast to the activation dtype: itself in float32 mode; in bf16
+   mode rounded to bf16, as transformers running in bfloat16 rounds every
+   tensor an op produces. The ops end with this cast on each module output
+   they write (matmul, norm, the elementwise ops of the forward pass), so the
+   model code never calls it. */
+static float g4__act(float f, int bf16) { return bf16 ? g4__bf16_round(f) : f; }
 
 /* torch's float32 sum of squares of a contiguous row, in its order (ATen's
    cascade sum for an inner reduction, SumKernel.cpp, as built for AVX2): the
@@ -4829,8 +4847,9 @@ static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config 
     s->scores = g4__take(cv, (uint64_t)g4_pool_threads(cfg->pool) * (uint64_t)cfg->max_context, sizeof(float));
     s->gate = g4__take(cv, rows * imax, sizeof(float));
     s->up = g4__take(cv, rows * imax, sizeof(float));
-    s->pli = g4__take(cv, rows * (uint64_t)c->num_hidden_layers * P, sizeof(float));
-    s->ple = g4__take(cv, rows * P, sizeof(float));
+    s->per_layer_inputs = g4__take(cv, rows * (uint64_t)c->num_hidden_layers * P, sizeof(float));
+    s->per_layer_gate = g4__take(cv, rows * P, sizeof(float));
+    s->router_in = g4__take(cv, c->enable_moe_block ? H : 0, sizeof(float));
     s->router = g4__take(cv, (uint64_t)c->num_experts, sizeof(float));
     s->moe_y = g4__take(cv, H, sizeof(float));
     s->inv_freq[G4_SLIDING] = g4__take(cv, dmax / 2, sizeof(float));
@@ -4981,7 +5000,9 @@ G4__DEF void g4_session_destroy(g4_session *s) {
 /* ------------------------------------------------ forward pass >>forward */
 /* Read next to transformers' modeling_gemma4.py: Gemma4TextModel.forward,
    Gemma4TextDecoderLayer.forward, Gemma4TextAttention.forward, ... Every
-   module output is a tap point (see g4_tap_fn), named by its module path. */
+   module output is a tap point (see g4_tap_fn), named by its module path.
+   First the plumbing (taps, the session's threaded ops, the shared-KV table),
+   then the modules, innermost first. */
 
 /* A tap's name (shared with the CUDA twin): "layers.<layer>.<what>", just
    "layers.<layer>" when what is "", or "<what>" when layer < 0. */
@@ -4999,50 +5020,171 @@ static void g4__tap(const g4_session *s, int layer, const char *what, const floa
     s->cfg.tap(s->cfg.tap_user, g4__tap_name(name, sizeof name, layer, what), layer, data, rows, cols, s->pos);
 }
 
-/* RMSNorm of n rows of width w, in place or src -> dst, cast, tapped. The
-   rows are split across threads. */
-typedef struct { const g4_session *s; float *dst; const float *src; const g4_tensor *w; int width; } g4__norm_job;
+/* Gemma4RMSNorm on `rows` rows of `width` values, src -> dst (in place is
+   fine), cast; then RoPE on each row when inv_freq is set (the rows are then
+   heads, `heads` per token). The rows are split across threads. */
+typedef struct {
+    const g4_session *s; float *dst; const float *src; const g4_tensor *w; int width; const float *inv_freq; int heads;
+} g4__norm_job;
 
-static void g4__norm_range(void *ctx, size_t t0, size_t t1) {
+static void g4__norm_range(void *ctx, size_t r0, size_t r1) {
     const g4__norm_job *j = (const g4__norm_job *)ctx;
-    size_t t, W = (size_t)j->width;
-    for (t = t0; t < t1; t++) {
-        float *d = j->dst + t * W;
-        g4__rmsnorm(d, j->src + t * W, j->w, j->width, j->s->model->config.rms_norm_eps);
-        if (j->s->cfg.bf16) g4__bf16_round_range(d, 0, W); /* g4__act on this row */
+    size_t r, W = (size_t)j->width;
+    for (r = r0; r < r1; r++) {
+        float *d = j->dst + r * W;
+        g4__rmsnorm(d, j->src + r * W, j->w, j->width, j->s->model->config.rms_norm_eps);
+        if (j->s->cfg.bf16) g4__bf16_round_range(d, 0, W);
+        if (j->inv_freq) g4__rope(d, j->inv_freq, j->width, j->s->pos + (int)(r / (size_t)j->heads), j->s->cfg.bf16);
     }
 }
 
+static void g4__norm(const g4_session *s, float *dst, const float *src, const g4_tensor *w, int rows, int width,
+                     const float *inv_freq, int heads) {
+    g4__norm_job j;
+    j.s = s; j.dst = dst; j.src = src; j.w = w; j.width = width; j.inv_freq = inv_freq; j.heads = heads;
+    g4__parallel_range(s, (size_t)rows, (size_t)width, g4__norm_range, &j);
+}
+
+/* A norm module on n rows of the hidden states, then its tap */
 static void g4__norm_rows(const g4_session *s, float *dst, const float *src, const g4_tensor *w, int n, int width,
                           int layer, const char *tap) {
-    g4__norm_job j;
-    j.s = s; j.dst = dst; j.src = src; j.w = w; j.width = width;
-    g4__parallel_range(s, (size_t)n, (size_t)width, g4__norm_range, &j);
+    g4__norm(s, dst, src, w, n, width, NULL, 0);
     if (tap) g4__tap(s, layer, tap, dst, n, width);
 }
 
-/* x += y (or x *= scale when y is NULL) over n values, cast: a residual add,
-   or the layer scalar */
-typedef struct { const g4_session *s; float *x; const float *y; float scale; } g4__add_job;
-
-static void g4__add_range(void *ctx, size_t i0, size_t i1) {
-    const g4__add_job *j = (const g4__add_job *)ctx;
-    size_t i;
-    if (j->y)
-        for (i = i0; i < i1; i++) j->x[i] += j->y[i];
-    else
-        for (i = i0; i < i1; i++) j->x[i] *= j->scale;
-    if (j->s->cfg.bf16) g4__bf16_round_range(j->x, i0, i1);
+/* q_norm / k_norm, then apply_rotary_pos_emb, on every head of x [n][heads][D]
+   in place; with norm and inv_freq NULL it is v_norm (weightless, no RoPE). */
+static void g4__norm_rope(const g4_session *s, float *x, const g4_tensor *norm, const float *inv_freq, int n, int heads,
+                          int D) {
+    g4__norm(s, x, x, norm, n * heads, D, inv_freq, heads);
 }
 
-static void g4__add(const g4_session *s, float *x, const float *y, size_t n) {
-    g4__add_job j;
-    j.s = s; j.x = x; j.y = y; j.scale = 1.0f;
-    g4__parallel_range(s, n, 1, g4__add_range, &j);
+/* The elementwise ops of the forward pass, one line each, over [0, n) split
+   across the session's threads. Each casts its output (g4__act), and every
+   intermediate that transformers running in bfloat16 rounds. */
+typedef enum { G4__ADD, G4__MUL, G4__GELU_MUL, G4__SOFTCAP } g4__ew_op;
+typedef struct {
+    const g4_session *s; g4__ew_op op; float *x; const float *y; const g4_tensor *w; float a; size_t off, total;
+} g4__ew_job;
+
+static void g4__ew_range(void *ctx, size_t i0, size_t i1) {
+    const g4__ew_job *j = (const g4__ew_job *)ctx;
+    float *x = j->x, a = j->a;
+    const float *y = j->y;
+    const int bf = j->s->cfg.bf16;
+    size_t i, b, e;
+    switch (j->op) {
+    case G4__ADD: for (i = i0; i < i1; i++) x[i] += y[i]; break;
+    case G4__MUL: /* x * w * a (w repeats over the rows of x), or x * a */
+        if (j->w) for (i = i0; i < i1; i++) x[i] = g4__act(x[i] * g4__get(j->w, i % (size_t)j->w->shape[0]), bf) * a;
+        else for (i = i0; i < i1; i++) x[i] *= a;
+        break;
+    case G4__SOFTCAP: for (i = i0; i < i1; i++) x[i] = g4__act(tanhf(g4__act(x[i] / a, bf)), bf) * a; break;
+    case G4__GELU_MUL: /* gelu(x) * y, in blocks that stay in L1 between the two loops */
+        for (b = i0; b < i1; b = e) {
+            e = i1 - b < 1024 ? i1 : b + 1024;
+            if (bf) g4__gelu_torch_n(x + b, x + b, e - b, j->off + b, j->total); /* x[i] is element off + i of [total] */
+            else g4__gelu_n(x + b, x + b, e - b);
+            for (i = b; i < e; i++) x[i] = g4__act(x[i], bf) * y[i];
+        }
+        break;
+    }
+    if (bf) g4__bf16_round_range(x, i0, i1);
 }
 
-/* Attention over the (token, head) pairs of a step, split across threads;
-   part p uses its own scores row. */
+static void g4__ew(const g4_session *s, g4__ew_op op, float *x, const float *y, const g4_tensor *w, float a, size_t n,
+                  size_t off, size_t total) {
+    g4__ew_job j;
+    j.s = s; j.op = op; j.x = x; j.y = y; j.w = w; j.a = a; j.off = off; j.total = total;
+    g4__parallel_range(s, n, 1, g4__ew_range, &j);
+}
+/* x += y (a residual add) */
+static void g4__add(const g4_session *s, float *x, const float *y, size_t n) { g4__ew(s, G4__ADD, x, y, NULL, 0.0f, n, 0, 0); }
+/* x = x * w * a, w a [width] weight repeated over the rows of x (NULL: x * a) */
+static void g4__mul(const g4_session *s, float *x, const g4_tensor *w, float a, size_t n) {
+    g4__ew(s, G4__MUL, x, NULL, w, a, n, 0, 0);
+}
+/* x = act_fn(x) * y, act_fn gelu_pytorch_tanh. x is elements [off, off + n) of
+   the [total] tensor transformers applies act_fn to (bf16 mode: torch's gelu
+   depends on the place of an element, see g4__gelu_torch_n). */
+static void g4__gelu_mul(const g4_session *s, float *x, const float *y, size_t n, size_t off, size_t total) {
+    g4__ew(s, G4__GELU_MUL, x, y, NULL, 0.0f, n, off, total);
+}
+/* the first row of this step in the running g4_forward call's [fwd_n] rows */
+static size_t g4__call_row(const g4_session *s) { return (size_t)(s->pos - s->fwd_end + s->fwd_n); }
+/* x = tanh(x / cap) * cap (the final logit soft-cap) */
+static void g4__softcap(const g4_session *s, float *x, float cap, size_t n) {
+    g4__ew(s, G4__SOFTCAP, x, NULL, NULL, cap, n, 0, 0);
+}
+
+/* Gemma4TextScaledWordEmbedding for n ids: y[t] = E[ids[t]] * scale, cast;
+   with add, y[t] += that (cast). */
+static void g4__embed(const g4_session *s, float *y, const g4_tensor *E, const int32_t *ids, int n, float scale, int add) {
+    size_t W = (size_t)E->shape[1], t, j;
+    const int bf = s->cfg.bf16;
+    for (t = 0; t < (size_t)n; t++)
+        for (j = 0; j < W; j++) {
+            float e = g4__act(g4__get(E, (size_t)ids[t] * W + j) * scale, bf), *yj = y + t * W + j;
+            *yj = add ? g4__act(*yj + e, bf) : e;
+        }
+}
+
+/* The shared-KV table (transformers' past_key_values + shared_kv_states).
+   Rows pos0 .. pos0+n-1 of a slot's ring <-> flat rows k, v [n][KVH*D]:
+   store (and the slot then holds up to pos0 + n) or load. */
+static void g4__kv_rows(g4_kv_slot *sl, float *k, float *v, int pos0, int n, int store) {
+    size_t w = (size_t)sl->kv_heads * (size_t)sl->head_dim, bytes = sizeof(float) * w;
+    int t;
+    for (t = 0; t < n; t++) {
+        size_t row = (size_t)((pos0 + t) % sl->capacity) * w;
+        if (store) { memcpy(sl->k + row, k + (size_t)t * w, bytes); memcpy(sl->v + row, v + (size_t)t * w, bytes); }
+        else { memcpy(k + (size_t)t * w, sl->k + row, bytes); memcpy(v + (size_t)t * w, sl->v + row, bytes); }
+    }
+    if (store) {
+        sl->n_pos = pos0 + n;
+        if (sl->n_pos - sl->capacity > sl->oldest) sl->oldest = sl->n_pos - sl->capacity;
+    }
+}
+
+/* An owner layer appends this step's K and V (s->k_new, s->v_new) to its slot:
+   past_key_values.update, and shared_kv_states[layer_type] for its readers. */
+static g4_result g4__kv_store(g4_session *s, int l, int n) {
+    g4_kv_slot *sl = &s->slots[s->model->plan.layer[l].kv_slot];
+    if (sl->writer != l || sl->n_pos != s->pos) {
+        g4__seterr(s->error, "internal: layer %d's slot was written out of order", l);
+        return G4_ERR_INPUT;
+    }
+    g4__kv_rows(sl, s->k_new, s->v_new, s->pos, n, 1);
+    return G4_OK;
+}
+
+static g4_result g4__drafter_check_read(const g4_session *d, int l, const g4_kv_slot *sl); /* >>drafter */
+
+/* *out: the slot layer l attends over (its own, or shared_kv_states[layer_type]
+   for a reader), which must hold exactly this step's positions (write once,
+   then read; a drafter's layer: the target's positions it needs). In the
+   reader_copies debug mode a reader first copies this step's rows of its
+   owner's slot into its own. */
+static g4_result g4__kv_read(g4_session *s, int l, int n, g4_kv_slot **out) {
+    const g4_layer_plan *lp = &s->model->plan.layer[l];
+    g4_kv_slot *sl = *out = &s->slots[s->layer_slot[l]];
+    if (lp->reads >= 0 && s->cfg.reader_copies) {
+        g4__kv_rows(&s->slots[lp->kv_slot], s->k_new, s->v_new, s->pos, n, 0);
+        g4__kv_rows(sl, s->k_new, s->v_new, s->pos, n, 1);
+    }
+    if (lp->reads == G4_READS_TARGET) return g4__drafter_check_read(s, l, sl);
+    if (sl->n_pos != s->pos + n) {
+        g4__seterr(s->error, "internal: layer %d reads slot %d before its writer (layer %d) appended this step", l,
+                   s->layer_slot[l], sl->writer);
+        return G4_ERR_INPUT;
+    }
+    return G4_OK;
+}
+
+/* eager_attention_forward (scaling 1.0, causal, sliding window if any) over
+   the step's (token, query head) pairs, s->q -> s->att; query head h reads KV
+   head h / (NH / KVH). Split across threads; part p uses its own scores row.
+   target: a drafter's layer, whose query at p reads the target's positions before p. */
 typedef struct { const g4_session *s; const g4_kv_slot *sl; int n, NH, group, window, target; } g4__attn_job;
 
 static void g4__attn_part(void *ctx, int part, int n_parts) {
@@ -5066,213 +5208,114 @@ static void g4__attn_part(void *ctx, int part, int n_parts) {
     }
 }
 
-/* q_norm (or k_norm) and RoPE on each (token, head) of x [n][heads][D], the
-   heads split across threads */
-typedef struct { const g4_session *s; float *x; const g4_tensor *norm; const float *inv_freq; int heads, D; } g4__heads_job;
-
-static void g4__norm_rope_heads(void *ctx, size_t i0, size_t i1) {
-    const g4__heads_job *j = (const g4__heads_job *)ctx;
-    size_t i;
-    for (i = i0; i < i1; i++) {
-        float *xh = j->x + i * (size_t)j->D;
-        g4__rmsnorm(xh, xh, j->norm, j->D, j->s->model->config.rms_norm_eps);
-        if (j->s->cfg.bf16) g4__bf16_round_range(xh, 0, (size_t)j->D); /* g4__act on this head */
-        g4__rope(xh, j->inv_freq, j->D, j->s->pos + (int)(i / (size_t)j->heads), j->s->cfg.bf16);
-    }
+static void g4__eager_attention(const g4_session *s, const g4_kv_slot *sl, int n, int NH, int KVH, int window,
+                                int target) {
+    g4__attn_job j;
+    j.s = s; j.sl = sl; j.n = n; j.NH = NH; j.group = NH / KVH; j.window = window; j.target = target;
+    g4__parallel(s->cfg.pool, g4__attn_part, &j);
 }
 
-static g4_result g4__drafter_check_read(const g4_session *d, int l, const g4_kv_slot *sl); /* >>drafter */
-
-/* Gemma4TextAttention for layer l on n tokens at positions pos0..: reads
+/* Gemma4TextAttention for layer l on n tokens at positions s->pos..: reads
    s->xn, writes the o_proj output to s->branch. */
 static g4_result g4__attention(g4_session *s, int l, int n) {
     const g4_model *m = s->model;
     const g4_layer_plan *lp = &m->plan.layer[l];
     const g4_layer_weights *lw = &m->w.layers[l];
-    const float eps = m->config.rms_norm_eps;
-    const float *inv_freq = s->inv_freq[lp->type];
-    int NH = m->config.num_attention_heads, D = lp->head_dim, KVH = lp->kv_heads, group = NH / KVH;
-    int pos0 = s->pos, t, h, bf = s->cfg.bf16;
-    size_t kvw = (size_t)KVH * D;
-    (void)group;
+    const float *inv_freq = s->inv_freq[lp->type]; /* position_embeddings of the layer type */
+    int NH = m->config.num_attention_heads, D = lp->head_dim, KVH = lp->kv_heads;
     g4_kv_slot *sl;
+    g4_result r;
 
-    /* queries: q_proj, q_norm per head, RoPE */
+    /* query_states = apply_rotary_pos_emb(q_norm(q_proj(x))) */
     g4__matmul(s, s->q, s->xn, &lw->q_proj, n);
-    g4__act(s, s->q, (size_t)n * NH * D);
-    {
-        g4__heads_job j;
-        j.s = s; j.x = s->q; j.norm = &lw->q_norm; j.inv_freq = inv_freq; j.heads = NH; j.D = D;
-        g4__parallel_range(s, (size_t)n * NH, (size_t)D, g4__norm_rope_heads, &j);
-    }
+    g4__norm_rope(s, s->q, &lw->q_norm, inv_freq, n, NH, D);
     g4__tap(s, l, "self_attn.q", s->q, n, NH * D);
 
-    if (lp->reads == -1) {
-        /* an owner: k_proj (and v_proj, or V = raw K with attention_k_eq_v),
-           k_norm + RoPE on K, weightless v_norm on V, then append to its slot */
-        sl = &s->slots[lp->kv_slot];
-        if (sl->writer != l || sl->n_pos != pos0) {
-            g4__seterr(s->error, "internal: layer %d's slot was written out of order", l);
-            return G4_ERR_INPUT;
-        }
+    if (lp->reads == -1) { /* not is_kv_shared_layer: its own keys and values */
         g4__matmul(s, s->k_new, s->xn, &lw->k_proj, n);
-        g4__act(s, s->k_new, (size_t)n * kvw);
-        if (lp->has_v_proj) {
-            g4__matmul(s, s->v_new, s->xn, &lw->v_proj, n);
-            g4__act(s, s->v_new, (size_t)n * kvw);
-        } else {
-            memcpy(s->v_new, s->k_new, sizeof(float) * (size_t)n * kvw);
-        }
-        for (t = 0; t < n; t++) {
-            size_t row = (size_t)((pos0 + t) % sl->capacity) * kvw;
-            for (h = 0; h < KVH; h++) {
-                float *kh = s->k_new + ((size_t)t * KVH + h) * D, *vh = s->v_new + ((size_t)t * KVH + h) * D;
-                g4__rmsnorm(kh, kh, &lw->k_norm, D, eps);
-                g4__act(s, kh, (size_t)D);
-                g4__rope(kh, inv_freq, D, pos0 + t, bf);
-                g4__rmsnorm(vh, vh, NULL, D, eps);
-                g4__act(s, vh, (size_t)D);
-            }
-            memcpy(sl->k + row, s->k_new + (size_t)t * kvw, sizeof(float) * kvw);
-            memcpy(sl->v + row, s->v_new + (size_t)t * kvw, sizeof(float) * kvw);
-        }
-        sl->n_pos = pos0 + n;
-        if (sl->n_pos - sl->capacity > sl->oldest) sl->oldest = sl->n_pos - sl->capacity;
-    } else if (s->cfg.reader_copies) {
-        /* debug mode (reader_copies): copy this step's rows of the owner's slot
-           into the reader's private slot, then read from that */
-        const g4_kv_slot *src = &s->slots[lp->kv_slot];
-        g4_kv_slot *dst = &s->slots[s->layer_slot[l]];
-        for (t = 0; t < n; t++) {
-            size_t a = (size_t)((pos0 + t) % src->capacity) * kvw, b = (size_t)((pos0 + t) % dst->capacity) * kvw;
-            memcpy(dst->k + b, src->k + a, sizeof(float) * kvw);
-            memcpy(dst->v + b, src->v + a, sizeof(float) * kvw);
-        }
-        dst->n_pos = pos0 + n;
-        if (dst->n_pos - dst->capacity > dst->oldest) dst->oldest = dst->n_pos - dst->capacity;
+        if (lp->has_v_proj) g4__matmul(s, s->v_new, s->xn, &lw->v_proj, n);
+        else memcpy(s->v_new, s->k_new, sizeof(float) * (size_t)n * KVH * D); /* attention_k_eq_v: V = raw K */
+        g4__norm_rope(s, s->k_new, &lw->k_norm, inv_freq, n, KVH, D);
+        g4__norm_rope(s, s->v_new, NULL, NULL, n, KVH, D); /* v_norm */
+        if ((r = g4__kv_store(s, l, n)) != G4_OK) return r;
+    }
+    if ((r = g4__kv_read(s, l, n, &sl)) != G4_OK) return r;
+    if (s->cfg.tap && !s->target) { /* this step's K, V as this layer reads them (a drafter reads the target's) */
+        g4__kv_rows(sl, s->k_new, s->v_new, s->pos, n, 0);
+        g4__tap(s, l, "self_attn.k", s->k_new, n, KVH * D);
+        g4__tap(s, l, "self_attn.v", s->v_new, n, KVH * D);
     }
 
-    /* write once, then read: the slot must hold exactly this step's positions */
-    sl = &s->slots[s->layer_slot[l]];
-    if (lp->reads == G4_READS_TARGET) {
-        g4_result r = g4__drafter_check_read(s, l, sl);
-        if (r != G4_OK) return r;
-    } else if (sl->n_pos != pos0 + n) {
-        g4__seterr(s->error, "internal: layer %d reads slot %d before its writer (layer %d) appended this step", l,
-                   s->layer_slot[l], sl->writer);
-        return G4_ERR_INPUT;
-    }
-    if (s->cfg.tap && !s->target) { /* this step's K and V rows as this layer sees them (an owner's own, a reader's owner's) */
-        for (t = 0; t < n; t++) {
-            size_t row = (size_t)((pos0 + t) % sl->capacity) * kvw;
-            memcpy(s->k_new + (size_t)t * kvw, sl->k + row, sizeof(float) * kvw);
-            memcpy(s->v_new + (size_t)t * kvw, sl->v + row, sizeof(float) * kvw);
-        }
-        g4__tap(s, l, "self_attn.k", s->k_new, n, (int)kvw);
-        g4__tap(s, l, "self_attn.v", s->v_new, n, (int)kvw);
-    }
-    {
-        g4__attn_job j;
-        j.s = s; j.sl = sl; j.n = n; j.NH = NH; j.group = group;
-        j.window = lp->type == G4_SLIDING ? m->config.sliding_window : 0;
-        j.target = lp->reads == G4_READS_TARGET;
-        g4__parallel(s->cfg.pool, g4__attn_part, &j);
-    }
+    g4__eager_attention(s, sl, n, NH, KVH, lp->type == G4_SLIDING ? m->config.sliding_window : 0,
+                        lp->reads == G4_READS_TARGET);
     g4__matmul(s, s->branch, s->att, &lw->o_proj, n);
-    g4__act(s, s->branch, (size_t)n * m->config.hidden_size);
     g4__tap(s, l, "self_attn", s->branch, n, m->config.hidden_size);
     return G4_OK;
 }
 
-/* gate[i] = gelu(gate[i]) * up[i] over [i0, i1), each rounded in bf16 mode */
-typedef struct { const g4_session *s; size_t width; } g4__gelu_job;
-
-static void g4__gelu_mul(void *ctx, size_t i0, size_t i1) {
-    const g4__gelu_job *j = (const g4__gelu_job *)ctx;
-    const g4_session *s = j->s;
-    size_t i, b;
-    for (b = i0; b < i1; b += 1024) { /* blocks that stay in L1 between the two loops */
-        size_t e = i1 - b < 1024 ? i1 : b + 1024;
-        if (s->cfg.bf16) /* the call's [fwd_n x width] tensor, as transformers holds it */
-            g4__gelu_torch_n(s->gate + b, s->gate + b, e - b, (size_t)(s->pos - s->fwd_end + s->fwd_n) * j->width + b,
-                             (size_t)s->fwd_n * j->width);
-        else g4__gelu_n(s->gate + b, s->gate + b, e - b);
-        for (i = b; i < e; i++) {
-            float g = s->cfg.bf16 ? g4__bf16_round(s->gate[i]) : s->gate[i];
-            s->gate[i] = s->cfg.bf16 ? g4__bf16_round(g * s->up[i]) : g * s->up[i];
-        }
-    }
-}
-
-/* Gemma4TextMLP: down(gelu(gate(x)) * up(x)), s->xn -> s->branch */
+/* Gemma4TextMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x)), s->xn -> s->branch */
 static void g4__mlp(g4_session *s, int l, int n) {
     const g4_layer_weights *lw = &s->model->w.layers[l];
-    size_t len = (size_t)n * (size_t)s->model->plan.layer[l].mlp_width;
-    g4__gelu_job gj;
-    gj.s = s;
-    gj.width = (size_t)s->model->plan.layer[l].mlp_width;
+    size_t W = (size_t)s->model->plan.layer[l].mlp_width;
     g4__matmul(s, s->gate, s->xn, &lw->gate_proj, n);
-    g4__act(s, s->gate, len);
     g4__matmul(s, s->up, s->xn, &lw->up_proj, n);
-    g4__act(s, s->up, len);
-    g4__parallel_range(s, len, 1, g4__gelu_mul, &gj); /* one pass, split across threads */
+    g4__gelu_mul(s, s->gate, s->up, (size_t)n * W, g4__call_row(s) * W, (size_t)s->fwd_n * W);
     g4__matmul(s, s->branch, s->gate, &lw->down_proj, n);
-    g4__act(s, s->branch, (size_t)n * s->model->config.hidden_size);
     g4__tap(s, l, "mlp", s->branch, n, s->model->config.hidden_size);
+}
+
+/* The chosen experts in ascending id, the order transformers' experts loop adds them in */
+static void g4__sort_by_expert(int *index, float *weight, int K) {
+    int k, j;
+    for (k = 1; k < K; k++) /* insertion sort */
+        for (j = k; j > 0 && index[j - 1] > index[j]; j--) {
+            int ti = index[j];
+            float tw = weight[j];
+            index[j] = index[j - 1]; weight[j] = weight[j - 1];
+            index[j - 1] = ti; weight[j - 1] = tw;
+        }
+}
+
+/* Expert e's [out, in] matrix of a stacked [E, out, in] experts tensor
+   (Gemma4TextExperts' gate_up_proj[e], down_proj[e]) */
+static g4_tensor g4__expert(const g4_tensor *w, int e) {
+    g4_tensor t = *w;
+    size_t per = (size_t)w->shape[1] * (size_t)w->shape[2] * g4__dtype_size(w->dtype);
+    t.data = (const unsigned char *)w->data + (size_t)e * per;
+    t.ndim = 2; t.shape[0] = w->shape[1]; t.shape[1] = w->shape[2]; t.shape[2] = 0;
+    return t;
 }
 
 /* Gemma4TextRouter + Gemma4TextExperts for one token. r: the residual after
    attention (not normed), xn: pre_feedforward_layernorm_2(r), out: [H]. */
 static void g4__moe(g4_session *s, int l, const float *r, const float *xn, float *out) {
-    const g4_model *m = s->model;
-    const g4_layer_weights *lw = &m->w.layers[l];
-    int H = m->config.hidden_size, E = m->config.num_experts, K = m->config.top_k_experts;
-    int Ie = m->config.moe_intermediate_size, i, k, e;
-    const float eps = m->config.rms_norm_eps, root = (float)(1.0 / sqrt((double)H));
-    int top[256];
-    float wsum = 0.0f, wk[256];
-    float *u = s->moe_y;
-    /* router: weightless norm, * scale * H^-0.5, proj, softmax over all experts (float32) */
-    g4__rmsnorm(u, r, NULL, H, eps);
-    g4__act(s, u, (size_t)H);
-    for (i = 0; i < H; i++) u[i] *= g4__get(&lw->router_scale, (size_t)i);
-    g4__act(s, u, (size_t)H);
-    for (i = 0; i < H; i++) u[i] *= root;
-    g4__act(s, u, (size_t)H);
-    g4__matmul(s, s->router, u, &lw->router_proj, 1);
-    g4__act(s, s->router, (size_t)E);
-    if (s->cfg.bf16) g4__softmax_torch(s->router, E, 0, E);
-    else g4__softmax(s->router, E);
-    /* top-k by probability, ties broken as torch.topk on the CPU does
-       (g4__topk_torch), renormalise (summed in topk's order), per-expert scale */
-    g4__topk_torch(s->router, E, K, top);
+    const g4_config *c = &s->model->config;
+    const g4_layer_weights *lw = &s->model->w.layers[l];
+    int H = c->hidden_size, Ie = c->moe_intermediate_size, K = c->top_k_experts, top_k_index[G4_MAX_TOP_K], k;
+    float top_k_weights[G4_MAX_TOP_K], sum = 0.0f;
+
+    /* router: norm (weightless), * scale * H^-0.5, proj, softmax in float32, torch.topk */
+    g4__norm(s, s->router_in, r, NULL, 1, H, NULL, 0);
+    g4__mul(s, s->router_in, &lw->router_scale, (float)(1.0 / sqrt((double)H)), (size_t)H);
+    g4__matmul(s, s->router, s->router_in, &lw->router_proj, 1);
+    if (s->cfg.bf16) g4__softmax_torch(s->router, c->num_experts, 0, c->num_experts);
+    else g4__softmax(s->router, c->num_experts);
+    g4__topk_torch(s->router, c->num_experts, K, top_k_index);
+    for (k = 0; k < K; k++) sum += top_k_weights[k] = s->router[top_k_index[k]]; /* summed in topk's order */
+    for (k = 0; k < K; k++) /* renormalised, times per_expert_scale */
+        top_k_weights[k] = top_k_weights[k] / sum * g4__get(&lw->router_per_expert_scale, (size_t)top_k_index[k]);
+
+    /* experts: out = sum of down_proj[e](act_fn(gate) * up) * weight, gate | up = gate_up_proj[e](xn) */
+    g4__sort_by_expert(top_k_index, top_k_weights, K);
+    memset(out, 0, sizeof(float) * (size_t)H);
     for (k = 0; k < K; k++) {
-        wk[k] = s->router[top[k]];
-        wsum += wk[k];
-    }
-    for (k = 0; k < K; k++) wk[k] = (wk[k] / wsum) * g4__get(&lw->router_per_expert_scale, (size_t)top[k]);
-    /* experts, summed in ascending expert id as transformers' loop does */
-    for (i = 0; i < H; i++) out[i] = 0.0f;
-    for (e = 0; e < E; e++) {
-        g4_tensor gu = lw->experts_gate_up, dn = lw->experts_down;
-        for (k = 0; k < K && top[k] != e; k++) {}
-        if (k == K) continue;
-        gu.data = (const unsigned char *)gu.data + (size_t)e * 2 * Ie * H * g4__dtype_size(gu.dtype);
-        gu.shape[0] = 2 * Ie; gu.shape[1] = H;
-        dn.data = (const unsigned char *)dn.data + (size_t)e * H * Ie * g4__dtype_size(dn.dtype);
-        dn.shape[0] = H; dn.shape[1] = Ie;
-        g4__matmul(s, s->gate, xn, &gu, 1);                  /* [gate | up] */
-        g4__act(s, s->gate, (size_t)2 * Ie);
-        if (s->cfg.bf16) g4__gelu_torch_n(s->up, s->gate, (size_t)Ie, 0, (size_t)Ie); /* a row of the gate half */
-        else g4__gelu_n(s->up, s->gate, (size_t)Ie);
-        g4__act(s, s->up, (size_t)Ie);
-        for (i = 0; i < Ie; i++) s->up[i] *= s->gate[Ie + i];
-        g4__act(s, s->up, (size_t)Ie);
-        g4__matmul(s, s->moe_y, s->up, &dn, 1);
-        g4__act(s, s->moe_y, (size_t)H);
-        for (i = 0; i < H; i++) s->moe_y[i] *= wk[k];
-        g4__act(s, s->moe_y, (size_t)H);
-        g4__add(s, out, s->moe_y, (size_t)H);
+        const g4_tensor gate_up = g4__expert(&lw->experts_gate_up, top_k_index[k]);
+        const g4_tensor down = g4__expert(&lw->experts_down, top_k_index[k]);
+        g4__matmul(s, s->gate, xn, &gate_up, 1);
+        g4__gelu_mul(s, s->gate, s->gate + Ie, (size_t)Ie, 0, (size_t)Ie); /* [gate | up] */
+        g4__matmul(s, s->moe_y, s->gate, &down, 1);
+        g4__mul(s, s->moe_y, NULL, top_k_weights[k], (size_t)H);
+        g4__add(s, out, s->moe_y, (size_t)H); /* index_add_ */
     }
 }
 
@@ -5285,7 +5328,7 @@ static g4_result g4__layer(g4_session *s, int l, int n) {
     size_t nh = (size_t)n * H;
     g4_result r;
 
-    /* 1. attention block: h = x + post_attention_layernorm(attn(input_layernorm(x))) */
+    /* 1. attention block: h = x + post_attention_layernorm(self_attn(input_layernorm(x))) */
     g4__norm_rows(s, s->xn, s->x, &lw->input_layernorm, n, H, l, "input_layernorm");
     if ((r = g4__attention(s, l, n)) != G4_OK) return r;
     g4__norm_rows(s, s->branch, s->branch, &lw->post_attention_layernorm, n, H, l, "post_attention_layernorm");
@@ -5307,33 +5350,23 @@ static g4_result g4__layer(g4_session *s, int l, int n) {
     g4__norm_rows(s, s->branch, s->branch, &lw->post_feedforward_layernorm, n, H, l, "post_feedforward_layernorm");
     g4__add(s, s->x, s->branch, nh);
 
-    /* 5. per-layer input: h += post_per_layer_input_norm(proj(gelu(gate(h)) * pli_l)) */
+    /* 5. per-layer input: h += post_per_layer_input_norm(per_layer_projection(act_fn(per_layer_input_gate(h))
+          * per_layer_input)), per_layer_input being this layer's slice of per_layer_inputs */
     if (P) {
-        size_t LP = (size_t)c->num_hidden_layers * P, np = (size_t)n * P;
-        int j;
-        g4__matmul(s, s->ple, s->x, &lw->per_layer_input_gate, n);
-        g4__act(s, s->ple, np);
-        g4__tap(s, l, "per_layer_input_gate", s->ple, n, P);
-        if (s->cfg.bf16) /* the call's [fwd_n x P] tensor */
-            g4__gelu_torch_n(s->ple, s->ple, np, (size_t)(s->pos - s->fwd_end + s->fwd_n) * P, (size_t)s->fwd_n * P);
-        else g4__gelu_n(s->ple, s->ple, np);
-        g4__act(s, s->ple, np);
+        size_t LP = (size_t)c->num_hidden_layers * P;
+        g4__matmul(s, s->per_layer_gate, s->x, &lw->per_layer_input_gate, n);
+        g4__tap(s, l, "per_layer_input_gate", s->per_layer_gate, n, P);
         for (t = 0; t < n; t++)
-            for (j = 0; j < P; j++) s->ple[(size_t)t * P + j] *= s->pli[(size_t)t * LP + (size_t)l * P + j];
-        g4__act(s, s->ple, np);
-        g4__matmul(s, s->branch, s->ple, &lw->per_layer_projection, n);
-        g4__act(s, s->branch, nh);
+            g4__gelu_mul(s, s->per_layer_gate + (size_t)t * P, s->per_layer_inputs + t * LP + (size_t)l * P, (size_t)P,
+                         (g4__call_row(s) + (size_t)t) * P, (size_t)s->fwd_n * P);
+        g4__matmul(s, s->branch, s->per_layer_gate, &lw->per_layer_projection, n);
         g4__tap(s, l, "per_layer_projection", s->branch, n, H);
         g4__norm_rows(s, s->branch, s->branch, &lw->post_per_layer_input_norm, n, H, l, "post_per_layer_input_norm");
         g4__add(s, s->x, s->branch, nh);
     }
 
-    /* 6. the whole residual stream is scaled by the learned layer_scalar */
-    {
-        g4__add_job j;
-        j.s = s; j.x = s->x; j.y = NULL; j.scale = g4__get(&lw->layer_scalar, 0);
-        g4__parallel_range(s, nh, 1, g4__add_range, &j);
-    }
+    /* 6. hidden_states *= layer_scalar */
+    g4__mul(s, s->x, NULL, g4__get(&lw->layer_scalar, 0), nh);
     g4__tap(s, l, "", s->x, n, H);
     return G4_OK;
 }
@@ -5348,66 +5381,30 @@ static float g4__scale_mode(int bf16, int dim) {
 static float g4__scale(const g4_session *s, int dim) { return g4__scale_mode(s->cfg.bf16, dim); }
 
 /* Per-Layer Embeddings for n tokens (Gemma4TextModel.get_per_layer_inputs +
-   project_per_layer_inputs): pli = (norm(x0 W^T * H^-0.5) + E_ple[id] * sqrt(P)) * 2^-0.5 */
+   project_per_layer_inputs): per_layer_inputs = (per_layer_projection_norm(
+   per_layer_model_projection(x) * H^-0.5) + embed_tokens_per_layer[id] * sqrt(P)) * 2^-0.5 */
 static void g4__per_layer_inputs(g4_session *s, const int32_t *ids, int n) {
     const g4_model *m = s->model;
     const g4_config *c = &m->config;
-    int P = c->hidden_size_per_layer_input, L = c->num_hidden_layers, t, j;
-    size_t LP = (size_t)L * P, i;
-    const float proj_scale = (float)(1.0 / sqrt((double)c->hidden_size)), tok_scale = g4__scale(s, P);
-    const float combine = (float)(1.0 / sqrt(2.0));
-    g4__matmul(s, s->pli, s->x, &m->w.per_layer_model_projection, n);
-    g4__act(s, s->pli, (size_t)n * LP);
-    for (i = 0; i < (size_t)n * LP; i++) s->pli[i] *= proj_scale;
-    g4__act(s, s->pli, (size_t)n * LP);
-    g4__norm_rows(s, s->pli, s->pli, &m->w.per_layer_projection_norm, n * L, P, -1, NULL);
-    for (t = 0; t < n; t++) {
-        float *v = s->pli + (size_t)t * LP;
-        size_t tok = (size_t)ids[t] * LP;
-        for (j = 0; j < (int)LP; j++) {
-            float e = g4__get(&m->w.embed_tokens_per_layer, tok + (size_t)j) * tok_scale;
-            if (s->cfg.bf16) e = g4__bf16_round(e);
-            v[j] += e;
-        }
-    }
-    g4__act(s, s->pli, (size_t)n * LP);
-    for (i = 0; i < (size_t)n * LP; i++) s->pli[i] *= combine;
-    g4__act(s, s->pli, (size_t)n * LP);
-    g4__tap(s, -1, "per_layer_inputs", s->pli, n, (int)LP);
-}
-
-/* The final logit soft-cap, tanh(x / cap) * cap, on [i0, i1), each step
-   rounded in bf16 mode */
-typedef struct { const g4_session *s; float *x; } g4__softcap_job;
-
-static void g4__softcap(void *ctx, size_t i0, size_t i1) {
-    const g4__softcap_job *j = (const g4__softcap_job *)ctx;
-    const float cap = j->s->model->config.final_logit_softcapping;
-    const int bf = j->s->cfg.bf16;
-    size_t i;
-    for (i = i0; i < i1; i++) {
-        float v = j->x[i] / cap;
-        if (bf) v = g4__bf16_round(v);
-        v = tanhf(v);
-        if (bf) v = g4__bf16_round(v);
-        v *= cap;
-        j->x[i] = bf ? g4__bf16_round(v) : v;
-    }
+    int P = c->hidden_size_per_layer_input, L = c->num_hidden_layers;
+    size_t LP = (size_t)L * P;
+    float *per_layer_inputs = s->per_layer_inputs;
+    g4__matmul(s, per_layer_inputs, s->x, &m->w.per_layer_model_projection, n);
+    g4__mul(s, per_layer_inputs, NULL, (float)(1.0 / sqrt((double)c->hidden_size)), (size_t)n * LP);
+    g4__norm(s, per_layer_inputs, per_layer_inputs, &m->w.per_layer_projection_norm, n * L, P, NULL, 0);
+    g4__embed(s, per_layer_inputs, &m->w.embed_tokens_per_layer, ids, n, g4__scale(s, P), 1); /* + get_per_layer_inputs */
+    g4__mul(s, per_layer_inputs, NULL, (float)(1.0 / sqrt(2.0)), (size_t)n * LP);
+    g4__tap(s, -1, "per_layer_inputs", per_layer_inputs, n, (int)LP);
 }
 
 /* One step of n <= max_chunk tokens. Logits rows [first, n) go to out. */
 static g4_result g4__step(g4_session *s, const int32_t *ids, int n, float *out, int first) {
     const g4_model *m = s->model;
     const g4_config *c = &m->config;
-    int H = c->hidden_size, V = c->vocab_size, t, l, i;
-    const float embed_scale = g4__scale(s, H);
+    int H = c->hidden_size, V = c->vocab_size, l;
     g4_result r;
 
-    /* embed_tokens: E[id] * sqrt(H) */
-    for (t = 0; t < n; t++)
-        for (i = 0; i < H; i++)
-            s->x[(size_t)t * H + i] = g4__get(&m->w.embed_tokens, (size_t)ids[t] * H + (size_t)i) * embed_scale;
-    g4__act(s, s->x, (size_t)n * H);
+    g4__embed(s, s->x, &m->w.embed_tokens, ids, n, g4__scale(s, H), 0); /* embed_tokens: E[id] * sqrt(H) */
     g4__tap(s, -1, "embed_tokens", s->x, n, H);
     if (c->hidden_size_per_layer_input) g4__per_layer_inputs(s, ids, n);
 
@@ -5417,14 +5414,8 @@ static g4_result g4__step(g4_session *s, const int32_t *ids, int n, float *out, 
     /* final norm, tied lm_head, soft-cap */
     g4__norm_rows(s, s->xn, s->x, &m->w.norm, n, H, -1, "norm");
     if (out && first < n) {
-        size_t cnt = (size_t)(n - first) * V;
         g4__matmul(s, out, s->xn + (size_t)first * H, &m->w.lm_head, n - first);
-        g4__act(s, out, cnt);
-        if (c->final_logit_softcapping > 0.0f) {
-            g4__softcap_job j;
-            j.s = s; j.x = out;
-            g4__parallel_range(s, cnt, 1, g4__softcap, &j);
-        }
+        if (c->final_logit_softcapping > 0.0f) g4__softcap(s, out, c->final_logit_softcapping, (size_t)(n - first) * V);
         g4__tap(s, -1, "logits", out, n - first, V);
     }
     s->pos += n;
@@ -6110,17 +6101,6 @@ static float *g4__grad(const g4_train *t, float *G, const g4_tensor *w) {
     return NULL; /* not reached: every weight the backward touches has an entry */
 }
 
-/* one expert's [rows, cols] matrix of a 3-D experts tensor */
-static g4_tensor g4__expert(const g4_tensor *w3, int e) {
-    g4_tensor w = *w3;
-    w.data = (const unsigned char *)w3->data + (size_t)e * (size_t)w3->shape[1] * (size_t)w3->shape[2] *
-             g4__dtype_size(w3->dtype);
-    w.ndim = 2;
-    w.shape[0] = w3->shape[1];
-    w.shape[1] = w3->shape[2];
-    return w;
-}
-
 /* ---- the layer backward ---- */
 
 /* rows n of width w: dst[i] (+)= rmsnorm_backward(dy, x) row by row */
@@ -6152,8 +6132,8 @@ static void g4__moe_backward(g4_train *t, float *G, int l, const float *dout, co
     float *u1 = t->moe, *u3 = u1 + H, *du = u3 + H, *y = du + H, *probs = y + H, *dprobs = probs + E;
     float *gu = dprobs + E, *act = gu + 2 * Ie, *dgu = act + Ie, *gl = dgu + 2 * Ie;
     float *dscale = g4__grad(t, G, &lw->router_scale), *dpes = g4__grad(t, G, &lw->router_per_expert_scale);
-    int top[256];
-    float q[256], dq[256], wsum = 0.0f;
+    int top[G4_MAX_TOP_K];
+    float q[G4_MAX_TOP_K], dq[G4_MAX_TOP_K], wsum = 0.0f;
     double dot = 0.0;
     /* the router, recomputed as g4__moe computes it */
     g4__rmsnorm(u1, r, NULL, H, eps);
@@ -6713,7 +6693,6 @@ static void g4__masked_logits(g4_session *d, float *logits) {
     int k, i, j;
     float mn = HUGE_VALF, fill;
     g4__matmul(d, d->centroid, d->xn, &m->w.centroids, 1);
-    g4__act(d, d->centroid, (size_t)C);
     for (k = 0; k < K; k++) {
         int best = -1;
         for (i = 0; i < C; i++) {
@@ -6726,7 +6705,7 @@ static void g4__masked_logits(g4_session *d, float *logits) {
             g4_tensor row = *lm;
             row.data = (const unsigned char *)lm->data + (size_t)tok * (size_t)H * g4__dtype_size(lm->dtype);
             row.shape[0] = 1;
-            g4__matmul(d, &logits[tok], d->xn, &row, 1);
+            g4__matmul_cast(d, &logits[tok], d->xn, &row, 1, 0); /* cast below, after the min */
             if (logits[tok] < mn) mn = logits[tok];
         }
     }
@@ -6736,12 +6715,13 @@ static void g4__masked_logits(g4_session *d, float *logits) {
         if (k < K) continue;
         for (j = 0; j < Vc; j++) logits[g4__index_get(&m->w.token_ordering, (size_t)i * Vc + (size_t)j)] = fill;
     }
+    if (d->cfg.bf16) g4__parallel_range(d, (size_t)c->vocab_size, 1, g4__bf16_round_range, logits);
 }
 
 G4__DEF g4_result g4_draft_step(g4_session *d, int32_t token, const float *hidden, float *logits, float *next_hidden) {
     const g4_model *m, *tm;
     const g4_config *c;
-    int Hb, H, i, l;
+    int Hb, H, l;
     float scale;
     g4_result r;
     if (!d) return G4_ERR_INPUT;
@@ -6761,21 +6741,17 @@ G4__DEF g4_result g4_draft_step(g4_session *d, int32_t token, const float *hidde
     d->fwd_end = d->pos + 1;
     /* inputs_embeds = concat(target.embed_tokens(token), hidden); pre_projection */
     scale = g4__scale(d->target, Hb);
-    for (i = 0; i < Hb; i++) d->din[i] = g4__get(&tm->w.embed_tokens, (size_t)token * Hb + (size_t)i) * scale;
-    g4__act(d, d->din, (size_t)Hb);
+    g4__embed(d, d->din, &tm->w.embed_tokens, &token, 1, scale, 0);
     memcpy(d->din + Hb, hidden, sizeof(float) * (size_t)Hb);
     g4__matmul(d, d->x, d->din, &m->w.pre_projection, 1);
-    g4__act(d, d->x, (size_t)H);
     g4__tap(d, -1, "pre_projection", d->x, 1, H);
     for (l = 0; l < c->num_hidden_layers; l++)
         if ((r = g4__layer(d, l, 1)) != G4_OK) return r;
     g4__norm_rows(d, d->xn, d->x, &m->w.norm, 1, H, -1, "norm");
     /* last_hidden_state = post_projection(h); logits from h (no soft-cap) */
     g4__matmul(d, next_hidden, d->xn, &m->w.post_projection, 1);
-    g4__act(d, next_hidden, (size_t)Hb);
     if (c->use_ordered_embeddings) g4__masked_logits(d, logits);
     else g4__matmul(d, logits, d->xn, &m->w.lm_head, 1);
-    g4__act(d, logits, (size_t)c->vocab_size);
     return G4_OK;
 }
 

@@ -656,8 +656,8 @@ __global__ void g4c_router_scale(float *u, const void *scale, int dt, int n, int
 __global__ void g4c_moe_route(float *router, int *top_out, float *w_out, const void *pes, int dt, int n, int E, int K,
                               int bf) {
     G4C_FOR(t, (size_t)n) {
-        float *pr = router + t * E, mx = pr[0], sum = 0.0f, wsum = 0.0f, wk[256];
-        int top[256];
+        float *pr = router + t * E, mx = pr[0], sum = 0.0f, wsum = 0.0f, wk[G4_MAX_TOP_K];
+        int top[G4_MAX_TOP_K];
         for (int e = 1; e < E; e++) mx = pr[e] > mx ? pr[e] : mx;
         if (bf) { /* g4__softmax_torch */
             for (int e = 0; e < E; e++) pr[e] = g4c__expf_sleef(G4C_SUB(pr[e], mx));
@@ -928,11 +928,11 @@ static g4_result g4c__layer(g4_cuda_session *s, int l, int n) {
     /* 5. per-layer input */
     if (P) {
         int LP = c->num_hidden_layers * P;
-        G4C_TRY(g4c__matmul(s, s->d_ple, s->d_x, &lw->per_layer_input_gate, n));
-        G4C_TRY(g4c__tap(s, "per_layer_input_gate", l, s->d_ple, 1, n, P));
-        G4C_RUN(s->error, g4c_ple_gate, g4c__grid((size_t)n * P, G4C_THREADS), G4C_THREADS, s->d_ple, s->d_pli, n, P,
-                LP, l, s->cfg.bf16, (size_t)(s->pos - s->fwd_end + s->fwd_n) * P, (size_t)s->fwd_n * P);
-        G4C_TRY(g4c__matmul(s, s->d_branch, s->d_ple, &lw->per_layer_projection, n));
+        G4C_TRY(g4c__matmul(s, s->d_per_layer_gate, s->d_x, &lw->per_layer_input_gate, n));
+        G4C_TRY(g4c__tap(s, "per_layer_input_gate", l, s->d_per_layer_gate, 1, n, P));
+        G4C_RUN(s->error, g4c_ple_gate, g4c__grid((size_t)n * P, G4C_THREADS), G4C_THREADS, s->d_per_layer_gate,
+                s->d_per_layer_inputs, n, P, LP, l, s->cfg.bf16, (size_t)(s->pos - s->fwd_end + s->fwd_n) * P, (size_t)s->fwd_n * P);
+        G4C_TRY(g4c__matmul(s, s->d_branch, s->d_per_layer_gate, &lw->per_layer_projection, n));
         G4C_TRY(g4c__tap(s, "per_layer_projection", l, s->d_branch, 1, n, H));
         G4C_TRY(g4c__norm_rows(s, s->d_branch, s->d_branch, &lw->post_per_layer_input_norm, n, H,
                 l, "post_per_layer_input_norm"));
@@ -954,15 +954,15 @@ static g4_result g4c__per_layer_inputs(g4_cuda_session *s, int n) {
     const float proj_scale = (float)(1.0 / sqrt((double)c->hidden_size));
     const float tok_scale = g4__scale_mode(s->cfg.bf16, P);
     const float combine = (float)(1.0 / sqrt(2.0));
-    G4C_TRY(g4c__matmul(s, s->d_pli, s->d_x, &w->per_layer_model_projection, n));
-    G4C_RUN(s->error, g4c_scale, g4c__grid((size_t)n * LP, G4C_THREADS), G4C_THREADS, s->d_pli, (size_t)n * LP,
-            proj_scale);
-    G4C_TRY(g4c__act(s, s->d_pli, (size_t)n * LP));
-    G4C_TRY(g4c__rmsnorm(s, s->d_pli, s->d_pli, &w->per_layer_projection_norm, n * L, P));
-    G4C_RUN(s->error, g4c_ple_combine, g4c__grid((size_t)n * LP, G4C_THREADS), G4C_THREADS, s->d_pli,
+    G4C_TRY(g4c__matmul(s, s->d_per_layer_inputs, s->d_x, &w->per_layer_model_projection, n));
+    G4C_RUN(s->error, g4c_scale, g4c__grid((size_t)n * LP, G4C_THREADS), G4C_THREADS, s->d_per_layer_inputs,
+            (size_t)n * LP, proj_scale);
+    G4C_TRY(g4c__act(s, s->d_per_layer_inputs, (size_t)n * LP));
+    G4C_TRY(g4c__rmsnorm(s, s->d_per_layer_inputs, s->d_per_layer_inputs, &w->per_layer_projection_norm, n * L, P));
+    G4C_RUN(s->error, g4c_ple_combine, g4c__grid((size_t)n * LP, G4C_THREADS), G4C_THREADS, s->d_per_layer_inputs,
             w->embed_tokens_per_layer.data, (int)w->embed_tokens_per_layer.dtype, s->d_ids, n, LP, tok_scale, combine,
             s->cfg.bf16);
-    return g4c__tap(s, "per_layer_inputs", -1, s->d_pli, 1, n, LP);
+    return g4c__tap(s, "per_layer_inputs", -1, s->d_per_layer_inputs, 1, n, LP);
 }
 
 /* g4__step: n <= max_chunk tokens; logits rows [first, n) go to host `out` */
@@ -1087,8 +1087,9 @@ G4_CUDA_API g4_result g4_cuda_model_upload(g4_cuda_model *cm, const g4_model *m)
     memset(cm, 0, sizeof *cm);
     if (!m || !m->w.layers) { g4__seterr(cm->error, "NULL or unloaded model"); return G4_ERR_INPUT; }
     if (m->lora) { g4__seterr(cm->error, "the model has a LoRA adapter: adapters run on the CPU path only"); return G4_ERR_INPUT; }
-    if (m->config.enable_moe_block && m->config.top_k_experts > 256) {
-        g4__seterr(cm->error, "top_k_experts %d: the CUDA router handles at most 256", m->config.top_k_experts);
+    if (m->config.enable_moe_block && m->config.top_k_experts > G4_MAX_TOP_K) {
+        g4__seterr(cm->error, "top_k_experts %d: the CUDA router handles at most %d", m->config.top_k_experts,
+                   G4_MAX_TOP_K);
         return G4_ERR_CONFIG;
     }
     cm->host = m;
@@ -1154,8 +1155,8 @@ static void g4c__carve(g4_cuda_session *s, const g4_model *m, const g4_session_c
     s->d_scores = g4__take(dv, rows * NH * (uint64_t)cfg->max_context, sizeof(float));
     s->d_gate = g4__take(dv, rows * imax, sizeof(float));
     s->d_up = g4__take(dv, rows * imax, sizeof(float));
-    s->d_pli = g4__take(dv, rows * L * P, sizeof(float));
-    s->d_ple = g4__take(dv, rows * P, sizeof(float));
+    s->d_per_layer_inputs = g4__take(dv, rows * L * P, sizeof(float));
+    s->d_per_layer_gate = g4__take(dv, rows * P, sizeof(float));
     s->d_router = g4__take(dv, rows * E, sizeof(float));
     s->d_top = (int *)(void *)g4__take(dv, rows * K, sizeof(int));
     s->d_topw = g4__take(dv, rows * K, sizeof(float));
