@@ -2,7 +2,7 @@
 # shows the plan and logits of a tiny model, `make test` runs everything CI runs.
 CC      ?= cc
 CFLAGS  ?= -O2 -march=native
-WARN     = -std=c99 -Wall -Wextra -Wpedantic -Werror
+WARN     = -std=c99 -Wall -Wextra -Wpedantic -Werror -ffp-contract=off
 SAN      = -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 LDLIBS   = -lm -lpthread
 DEMO     = data/tiny/e2b_like
@@ -94,7 +94,10 @@ build:
 # --- CUDA (gemma4_cuda.cu; see the README's CUDA section) -------------------
 NVCC      ?= nvcc
 CXX       ?= c++
-CUDA_ARCH  = -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+# sm_80 and sm_90 machine code, and compute_90 PTX that the driver compiles
+# for newer GPUs (sm_100, sm_120, ...) at load time.
+CUDA_ARCH  = -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_90,code=compute_90
 NVFLAGS    = -O2 -std=c++17 -fmad=false $(CUDA_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
 # The emulated build: the same .cu as host C++ against tests/cuda_emu.h, with
 # small blocks and grids (fibers are slow; every kernel strides, so any size
@@ -111,7 +114,7 @@ cuda: gemma4_cuda.cu gemma4.h | build
 	      /bytes stack frame/ { st = $$0; sub(/^ +/, "", st) } \
 	      /Used [0-9]+ registers/ { match($$0, /Used [0-9]+ registers/); \
 	        printf "%-18s %s  %s; %s\n", k, arch, substr($$0, RSTART, RLENGTH), st }' build/ptxas.log
-	@echo "cuda: build/gemma4_cuda.o for sm_80 and sm_90, no warnings"
+	@echo "cuda: build/gemma4_cuda.o for sm_80 and sm_90 (+ compute_90 PTX), no warnings"
 
 build/gemma4_cuda_emu.o: gemma4_cuda.cu gemma4.h tests/cuda_emu.h | build
 	$(CXX) $(EMUFLAGS) -x c++ -c gemma4_cuda.cu -o $@

@@ -189,6 +189,7 @@
 #endif
 #define G4_ERROR_MAX 512
 #define G4_MAX_TOP_K 256 /* most experts a token may choose (top_k_experts) */
+#define G4_MAX_EXPERTS 256 /* most experts a MoE layer may have (num_experts: the CPU's top-k works on the stack) */
 
 #ifdef __cplusplus
 extern "C" {
@@ -936,6 +937,7 @@ typedef struct {
     float *stage;              /* host arena: tap staging [rows][max(H, L*P)] */
     g4_kv_slot *d_slots;       /* device arena: the table the kernels read */
     int *d_status;             /* device arena: nonzero when a kernel found a table violation */
+    float *d_probe;            /* device arena: [32] the IEEE probe's operands and results (session init) */
     int32_t *d_ids;            /* [rows] */
     float *d_x, *d_xn, *d_branch, *d_branch2; /* [rows][H] */
     float *d_q, *d_att;        /* [rows][NH*Dmax] */
@@ -948,7 +950,11 @@ typedef struct {
     float *d_topw;             /* [rows][K] their weights */
     float *d_moe_h, *d_moe_y;  /* [rows*K][2*Ie], [rows*K][H] */
     float *d_logits;           /* [rows][V] */
-    float *d_inv_freq[2];      /* [Dmax/2] per layer type */
+    void *d_topq;              /* [rows][E] the router's top-k scratch (g4__vi) */
+    float *inv_freq[2];        /* host arena: [Dmax/2] per layer type */
+    int rope_half;             /* Dmax/2 */
+    float *rope, *d_rope;      /* host and device: [rows][2 types][cos, sin][Dmax/2], this step's RoPE
+                                  cos/sin, made on the host (g4__rope_cos_sin, as the CPU) */
     char error[G4_ERROR_MAX];
 } g4_cuda_session;
 
@@ -987,6 +993,15 @@ G4_CUDA_API g4_result g4_cuda_session_table(g4_cuda_session *s, g4_kv_slot *out,
 #ifdef GEMMA4_IMPLEMENTATION
 #ifndef GEMMA4_IMPLEMENTATION_DONE
 #define GEMMA4_IMPLEMENTATION_DONE
+
+/* The kernels reproduce torch's float32 orders and build exp/tanh from IEEE
+   operations: value-changing optimisations would silently break them (and
+   the NaN checks). FP contraction must be off as well (gcc's GNU modes and
+   clang contract by default: the Makefile passes -ffp-contract=off, and the
+   test suites check g4__fp_contract_probe). */
+#if defined(__FAST_MATH__)
+#error "gemma4.h: built with -ffast-math (or -Ofast); its exact arithmetic needs IEEE semantics: build without it"
+#endif
 
 #include <math.h>
 #include <stdarg.h>
@@ -1920,6 +1935,11 @@ static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const c
         if (cfg->top_k_experts > G4_MAX_TOP_K) { /* the forward pass keeps the chosen experts in arrays */
             g4__seterr(cfg->error, "%s: field '%stop_k_experts' is %d; gemma4.h supports at most %d", name, c.scope,
                        cfg->top_k_experts, G4_MAX_TOP_K);
+            return G4_ERR_CONFIG;
+        }
+        if (cfg->num_experts > G4_MAX_EXPERTS) {
+            g4__seterr(cfg->error, "%s: field '%snum_experts' is %d; gemma4.h supports at most %d", name, c.scope,
+                       cfg->num_experts, G4_MAX_EXPERTS);
             return G4_ERR_CONFIG;
         }
     }
@@ -3600,6 +3620,73 @@ G4__HD static float g4__gelu_x(float x, int clamp) {
 
 G4__MAYBE_UNUSED static float g4__gelu(float x) { return g4__gelu_x(x, 1); }
 
+/* exp and tanh for the float32 forward (the softmax of attention and of the
+   router, the final soft-cap), built from IEEE double +, -, *, / alone, with
+   no libm call, so the CPU and the CUDA kernels (G4__HD) give the same bits
+   whatever the libm or the GPU (FP contraction off, as everywhere here).
+   g4__expf(x): exp in double, then rounded once to float: x = k ln 2 + r,
+   k = nearest(x / ln 2), r = (x - k ln2_hi) - k ln2_lo (ln2_hi has 21 bits,
+   so k ln2_hi and the first subtraction are exact), exp(r) = 1 + expm1(r) by
+   its Taylor polynomial to degree 16 (|r| <= 0.347: truncation 2^-70), times
+   2^k. The double carries about 2^-52 relative error, so the float is the
+   correctly rounded exp(x) except where exp(x) lies within about 2^-52 of a
+   midpoint between two floats. g4__tanhf(x) = sign(x) e / (e + 2), e =
+   expm1(2|x|) (the polynomial below |2x| = 0.5, exp - 1 above), 1 past
+   |x| = 9.1 (where tanh rounds to 1). Measured over every float32 input by
+   tools/check_exp_tanh.c, against a correctly rounded reference (long double
+   expl/tanhl) and against glibc 2.36's expf/tanhf: see the README's CUDA
+   section. */
+/* a * b + c as this build compiles it: 0 for a = b = 1 + 2^-12, c = -(1 +
+   2^-11) when the product is rounded first (contraction off), 2^-24 when the
+   compiler fused it into an FMA. The tests and g4_cuda_session_init (on the
+   device) check it. */
+G4__HD G4__MAYBE_UNUSED static float g4__fp_contract_probe(float a, float b, float c) { return a * b + c; }
+
+/* the float whose bits are u */
+G4__HD static float g4__fbits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+G4__HD static double g4__expm1_small(double r) { /* |r| <= 0.5 */
+    const double c[15] = {0.5, 0.16666666666666666, 0.041666666666666664, 0.008333333333333333,
+                          0.001388888888888889, 0.0001984126984126984, 2.48015873015873e-05,
+                          2.7557319223985893e-06, 2.755731922398589e-07, 2.505210838544172e-08,
+                          2.08767569878681e-09, 1.6059043836821613e-10, 1.1470745597729725e-11,
+                          7.647163731819816e-13, 4.779477332387385e-14}; /* 1/n!, n = 2 .. 16 */
+    double q = c[14];
+    int j;
+    for (j = 13; j >= 0; j--) q = q * r + c[j];
+    return r + (r * r) * q;
+}
+
+/* exp(x) for |x| <= 250 */
+G4__HD static double g4__exp_d(double x) {
+    const double shift = 6755399441055744.0; /* 1.5 * 2^52: adding it rounds to an integer */
+    double kd = (x * 1.4426950408889634 + shift) - shift, r, e;
+    uint64_t bits = (uint64_t)((int64_t)kd + 1023) << 52;
+    r = (x - kd * 0.6931471803691238) - kd * 1.9082149292705877e-10;
+    memcpy(&e, &bits, 8); /* 2^k */
+    return (1.0 + g4__expm1_small(r)) * e;
+}
+
+G4__HD static float g4__expf(float x) {
+    if (x != x) return x;
+    if (x >= 88.72283935546875f) return g4__fbits(0x7f800000u); /* exp(x) >= FLT_MAX + half an ulp */
+    if (x < -104.0f) return 0.0f;                                /* below 2^-150 */
+    return (float)g4__exp_d((double)x);
+}
+
+G4__HD static float g4__tanhf(float x) {
+    double a = x < 0.0f ? -(double)x : (double)x, e, t;
+    if (x != x || x == 0.0f) return x; /* NaN, and tanh(-0) = -0 */
+    if (a > 9.1) return x < 0.0f ? -1.0f : 1.0f;
+    e = a < 0.25 ? g4__expm1_small(a + a) : g4__exp_d(a + a) - 1.0;
+    t = e / (e + 2.0);
+    return (float)(x < 0.0f ? -t : t);
+}
+
 /* ============================================================= >>backend */
 /* BACKEND: how the scalar kernels above run fast - the SIMD twins (>>simd),
    the packed prefill GEMM (>>gemm), the bf16 dot-product kernel (>>bf16dot),
@@ -4484,27 +4571,44 @@ static void g4__rope_init(float *inv_freq, const g4_rope_config *rc, int D) {
    inv_freq is 0 (proportional RoPE's unrotated part) come out unchanged.
    bf16: cos/sin are cast to bf16, and each product and the sum are rounded,
    as transformers' `x * cos + rotate_half(x) * sin` does in bfloat16. */
-static void g4__rope(float *x, const float *inv_freq, int D, int pos, int bf16) {
-    int j, half = D / 2;
-    for (j = 0; j < half; j++) {
-        float a = (float)pos * inv_freq[j], c = cosf(a), s = sinf(a), x1 = x[j], x2 = x[j + half];
-        if (bf16) {
-            c = g4__bf16_round(c);
-            s = g4__bf16_round(s);
-            x[j] = g4__bf16_round(g4__bf16_round(x1 * c) + g4__bf16_round(-x2 * s));
-            x[j + half] = g4__bf16_round(g4__bf16_round(x2 * c) + g4__bf16_round(x1 * s));
-        } else {
-            x[j] = x1 * c - x2 * s;
-            x[j + half] = x2 * c + x1 * s;
-        }
+static void g4__rope_cos_sin(float inv_freq, int pos, float *c, float *s) {
+    float a = (float)pos * inv_freq;
+    *c = cosf(a);
+    *s = sinf(a);
+}
+
+/* pair j of one head, given cos and sin of its angle (the CUDA kernel calls
+   this with the host's g4__rope_cos_sin values) */
+G4__HD static void g4__rope_pair(float *x, int j, int half, float c, float s, int bf16) {
+    float x1 = x[j], x2 = x[j + half];
+    if (bf16) {
+        c = g4__bf16_round(c);
+        s = g4__bf16_round(s);
+        x[j] = g4__bf16_round(g4__bf16_round(x1 * c) + g4__bf16_round(-x2 * s));
+        x[j + half] = g4__bf16_round(g4__bf16_round(x2 * c) + g4__bf16_round(x1 * s));
+    } else {
+        x[j] = x1 * c - x2 * s;
+        x[j + half] = x2 * c + x1 * s;
     }
 }
 
-static void g4__softmax(float *x, int n) {
+static void g4__rope(float *x, const float *inv_freq, int D, int pos, int bf16) {
+    int j, half = D / 2;
+    float c, s;
+    for (j = 0; j < half; j++) {
+        g4__rope_cos_sin(inv_freq[j], pos, &c, &s);
+        g4__rope_pair(x, j, half, c, s, bf16);
+    }
+}
+
+/* softmax in float32: max, e = exp(x - max) (g4__expf), their sum in order,
+   e / sum. The CUDA router calls it as it is; attention splits it over a
+   block with the same operations. */
+G4__HD static void g4__softmax(float *x, int n) {
     float mx = x[0], sum = 0.0f;
     int i;
     for (i = 1; i < n; i++) if (x[i] > mx) mx = x[i];
-    for (i = 0; i < n; i++) { x[i] = expf(x[i] - mx); sum += x[i]; }
+    for (i = 0; i < n; i++) { x[i] = g4__expf(x[i] - mx); sum += x[i]; }
     for (i = 0; i < n; i++) x[i] /= sum;
 }
 
@@ -4516,12 +4620,6 @@ static void g4__softmax(float *x, int n) {
    times 2^q as two exact scalings (2^(q >> 1) 2^(q - (q >> 1))); 0 below
    -104, inf above 100. Tested bit-equal to Sleef_expf8_u10avx2 on 10M
    inputs in [-104, 100] (see the README's bf16 section). */
-G4__HD static float g4__fbits(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 G4__HD static float g4__expf_sleef(float d) {
     float s, u;
     int q;
@@ -4561,7 +4659,7 @@ G4__HD static float g4__softmax_torch_sum(const float *e, int n, int k0, int len
     return g4__hsum8(lanes);
 }
 
-static void g4__softmax_torch(float *x, int n, int k0, int len) {
+G4__HD static void g4__softmax_torch(float *x, int n, int k0, int len) {
     float mx = x[0], inv;
     int i;
     for (i = 1; i < n; i++) if (x[i] > mx) mx = x[i];
@@ -4584,7 +4682,7 @@ static void g4__softmax_torch(float *x, int n, int k0, int len) {
    tied values is picked is neither "lower index" nor "higher index" (a test
    shows a golden where the higher index wins). top[] gets the K indices in
    descending value, as torch returns them (ties among equal values in any
-   order: their values are the same). E <= 256. */
+   order: their values are the same). E <= G4_MAX_EXPERTS (the config check). */
 typedef struct { float v; int i; } g4__vi;
 
 G4__HD static int g4__tk_gt(const g4__vi *a, const g4__vi *b) {
@@ -4677,8 +4775,8 @@ G4__HD static void g4__tk_nth(g4__vi *q, int nth, int n) {
     }
 }
 
-G4__HD static void g4__topk_torch(const float *p, int E, int K, int *top) {
-    g4__vi q[256];
+/* q: E entries of scratch (the CUDA router passes a slice of its arena) */
+G4__HD static void g4__topk_torch_q(const float *p, int E, int K, int *top, g4__vi *q) {
     int i, j;
     for (i = 0; i < E; i++) { q[i].v = p[i]; q[i].i = i; }
     if (K * 64 <= E) g4__tk_heap_select(q, K, E);
@@ -4686,6 +4784,11 @@ G4__HD static void g4__topk_torch(const float *p, int E, int K, int *top) {
     for (i = 1; i < K; i++) /* descending value */
         for (j = i; j > 0 && g4__tk_gt(&q[j], &q[j - 1]); j--) g4__tk_swap(&q[j], &q[j - 1]);
     for (i = 0; i < K; i++) top[i] = q[i].i;
+}
+
+static void g4__topk_torch(const float *p, int E, int K, int *top) {
+    g4__vi q[G4_MAX_EXPERTS];
+    g4__topk_torch_q(p, E, K, top, q);
 }
 
 /* One query head over keys [lo, hi] of a slot: scores = q.k (scale 1.0),
@@ -5110,7 +5213,7 @@ static void g4__ew_range(void *ctx, size_t i0, size_t i1) {
         if (j->w) for (i = i0; i < i1; i++) x[i] = g4__act(x[i] * g4__get(j->w, i % (size_t)j->w->shape[0]), bf) * a;
         else for (i = i0; i < i1; i++) x[i] *= a;
         break;
-    case G4__SOFTCAP: for (i = i0; i < i1; i++) x[i] = g4__act(tanhf(g4__act(x[i] / a, bf)), bf) * a; break;
+    case G4__SOFTCAP: for (i = i0; i < i1; i++) x[i] = g4__act(g4__tanhf(g4__act(x[i] / a, bf)), bf) * a; break;
     case G4__GELU_MUL: /* gelu(x) * y, in blocks that stay in L1 between the two loops */
         for (b = i0; b < i1; b = e) {
             e = i1 - b < 1024 ? i1 : b + 1024;

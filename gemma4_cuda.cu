@@ -42,6 +42,17 @@
    kernels' host side reuses its arena carver, RoPE table and session checks,
    and nothing clashes with the program's own GEMMA4_IMPLEMENTATION. The
    g4_cuda_* functions stay extern (G4_CUDA_API). */
+/* The exact mode needs IEEE arithmetic on the device: -use_fast_math flushes
+   denormals, approximates division and sqrt and fuses products into FMAs.
+   Build with -fmad=false and without -use_fast_math (as `make cuda` does).
+   The host side's -ffast-math is refused by gemma4.h (__FAST_MATH__); nvcc
+   13 defines no macro for -use_fast_math (older ones defined
+   __USE_FAST_MATH__, refused here), so g4_cuda_session_init runs a probe
+   kernel (g4c_fp_probe) and refuses a device build that contracts, flushes
+   denormals or divides or takes square roots inexactly. */
+#if defined(__USE_FAST_MATH__)
+#error "gemma4_cuda.cu: built with -use_fast_math; the exact mode needs IEEE arithmetic: build without it (and with -fmad=false)"
+#endif
 #define GEMMA4_CUDA
 #define GEMMA4_STATIC
 #define G4_NO_MMAP
@@ -74,12 +85,15 @@
 /* ------------------------------------------------------------ utilities */
 
 /* Every CUDA runtime call goes through this: on failure the object's .error
-   names the call, the file and line, and the runtime's message. */
+   names the call, the file and line, and the runtime's message. The error is
+   also taken off the runtime's last-error slot, so that a later launch's
+   check (cudaGetLastError) does not report it again as its own. */
 #define G4C_CHECK(err, call)                                                                            \
     do {                                                                                                \
         cudaError_t e_ = (call);                                                                        \
         if (e_ != cudaSuccess) {                                                                        \
             g4__seterr((err), "%s:%d: %s failed: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_));   \
+            (void)cudaGetLastError();                                                                   \
             return G4_ERR_CUDA;                                                                         \
         }                                                                                               \
     } while (0)
@@ -131,6 +145,21 @@ __device__ static float g4c__gelu_t(float x, int bf, size_t i, size_t total) {
 /* g4__act: x to bf16, in place */
 __global__ void g4c_round(float *x, size_t n) {
     G4C_FOR(i, n) x[i] = g4__bf16_round(x[i]);
+}
+
+/* IEEE arithmetic on the device, checked at session init against the host
+   (g4c__ieee_check): a * b + c not fused (g4__fp_contract_probe), a
+   subnormal kept, division and sqrtf correctly rounded. */
+#define G4C_PROBE_IN 12
+#define G4C_PROBE_OUT 10
+__global__ void g4c_fp_probe(float *out, const float *in) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    out[0] = g4__fp_contract_probe(in[0], in[0], in[1]);
+    out[1] = in[2] * in[3];
+    for (int i = 0; i < 4; i++) {
+        out[2 + i] = in[4 + i] / in[8 + i];
+        out[6 + i] = sqrtf(in[4 + i]);
+    }
 }
 
 /* g4__step's embedding: x[t][i] = E[ids[t]][i] * scale */
@@ -200,23 +229,16 @@ __global__ void g4c_rmsnorm(float *y, const float *x, const void *w, int dt, int
     }
 }
 
-/* g4__rope on rows of `heads` heads of D: token t = row / heads is at pos0 + t */
-__global__ void g4c_rope(float *x, const float *inv_freq, int rows, int heads, int D, int pos0, int bf) {
+/* g4__rope on rows of `heads` heads of D: token t = row / heads takes its
+   cos/sin from cs[t * stride + j] and sn[t * stride + j], which the host made
+   with the CPU's own g4__rope_cos_sin (g4c__rope_tables); the rotation is the
+   CPU's g4__rope_pair */
+__global__ void g4c_rope(float *x, const float *cs, const float *sn, int stride, int rows, int heads, int D, int bf) {
     int half = D / 2;
     G4C_FOR(idx, (size_t)rows * half) {
-        size_t r = idx / half;
-        int j = (int)(idx % half), pos = pos0 + (int)(r / heads);
-        float *xr = x + r * D;
-        float a = G4C_MUL((float)pos, inv_freq[j]), c = cosf(a), s = sinf(a), x1 = xr[j], x2 = xr[j + half];
-        if (bf) { /* as g4__rope: cos/sin, each product and the sum rounded */
-            c = g4__bf16_round(c);
-            s = g4__bf16_round(s);
-            xr[j] = g4__bf16_round(G4C_ADD(g4__bf16_round(G4C_MUL(x1, c)), g4__bf16_round(G4C_MUL(-x2, s))));
-            xr[j + half] = g4__bf16_round(G4C_ADD(g4__bf16_round(G4C_MUL(x2, c)), g4__bf16_round(G4C_MUL(x1, s))));
-        } else {
-            xr[j] = G4C_SUB(G4C_MUL(x1, c), G4C_MUL(x2, s));
-            xr[j + half] = G4C_ADD(G4C_MUL(x2, c), G4C_MUL(x1, s));
-        }
+        size_t r = idx / half, t = r / heads;
+        int j = (int)(idx % half);
+        g4__rope_pair(x + r * D, j, half, cs[t * stride + j], sn[t * stride + j], bf);
     }
 }
 
@@ -297,7 +319,7 @@ __global__ void g4c_attention(float *att, const float *q, const g4_kv_slot *slot
         }
         mx = red[0];
         for (int k = tid; k < cnt; k += (int)blockDim.x)
-            sc[k] = bf ? g4__expf_sleef(G4C_SUB(sc[k], mx)) : expf(sc[k] - mx);
+            sc[k] = bf ? g4__expf_sleef(G4C_SUB(sc[k], mx)) : g4__expf(G4C_SUB(sc[k], mx)); /* g4__softmax's */
         __syncthreads();
         if (tid == 0) {
             float sum = 0.0f;
@@ -364,7 +386,7 @@ __global__ void g4c_ple_gate(float *ple, const float *pli, int n, int P, int LP,
 
 /* g4__step's soft-cap: x = tanh(x / cap) * cap */
 __global__ void g4c_softcap(float *x, size_t n, float cap, int bf) {
-    G4C_FOR(i, n) x[i] = g4__act(G4C_MUL(g4__act(tanhf(g4__act(x[i] / cap, bf)), bf), cap), bf);
+    G4C_FOR(i, n) x[i] = g4__act(G4C_MUL(g4__act(g4__tanhf(g4__act(__fdiv_rn(x[i], cap), bf)), bf), cap), bf);
 }
 
 /* g4__moe's router input: u = (u * router_scale[i]) * H^-0.5 */
@@ -372,37 +394,31 @@ __global__ void g4c_router_scale(float *u, const void *scale, int dt, int n, int
     G4C_FOR(i, (size_t)n * H) u[i] = g4__act(G4C_MUL(g4__act(G4C_MUL(u[i], g4c__ld(scale, dt, i % H)), bf), root), bf);
 }
 
-/* g4__moe's routing, one thread per token, exactly the CPU's loop: softmax
-   over E, top-k by probability (ties as torch.topk: g4__topk_torch), renormalise, per-expert
-   scale. The chosen experts are then stored in ascending id, the order in
-   which the CPU (and transformers) sum them. */
-__global__ void g4c_moe_route(float *router, int *top_out, float *w_out, const void *pes, int dt, int n, int E, int K,
-                              int bf) {
+/* g4__moe's routing, one thread per token, the CPU's own functions: softmax
+   over E (g4__softmax, or g4__softmax_torch in the bf16 mode), top-k by
+   probability (g4__topk_torch_q, ties as torch.topk, its scratch in the
+   arena: no per-thread stack array), renormalise, per-expert scale. The
+   chosen experts are then stored in ascending id, the order in which the CPU
+   (and transformers) sum them. */
+__global__ void g4c_moe_route(float *router, int *top_out, float *w_out, g4__vi *topq, const void *pes, int dt, int n,
+                              int E, int K, int bf) {
     G4C_FOR(t, (size_t)n) {
-        float *pr = router + t * E, mx = pr[0], sum = 0.0f, wsum = 0.0f, wk[G4_MAX_TOP_K];
-        int top[G4_MAX_TOP_K];
-        for (int e = 1; e < E; e++) mx = pr[e] > mx ? pr[e] : mx;
-        if (bf) { /* g4__softmax_torch */
-            for (int e = 0; e < E; e++) pr[e] = g4__expf_sleef(G4C_SUB(pr[e], mx));
-            sum = __fdiv_rn(1.0f, g4__softmax_torch_sum(pr, E, 0, E));
-            for (int e = 0; e < E; e++) pr[e] = G4C_MUL(pr[e], sum);
-        } else {
-            for (int e = 0; e < E; e++) { pr[e] = expf(pr[e] - mx); sum = G4C_ADD(sum, pr[e]); }
-            for (int e = 0; e < E; e++) pr[e] = pr[e] / sum;
-        }
-        g4__topk_torch(pr, E, K, top);
+        float *pr = router + t * E, *wk = w_out + t * K, wsum = 0.0f;
+        int *top = top_out + t * K;
+        if (bf) g4__softmax_torch(pr, E, 0, E);
+        else g4__softmax(pr, E);
+        g4__topk_torch_q(pr, E, K, top, topq + t * E);
         for (int k = 0; k < K; k++) {
             wk[k] = pr[top[k]];
             wsum = G4C_ADD(wsum, wk[k]);
         }
-        for (int k = 0; k < K; k++) wk[k] = G4C_MUL(wk[k] / wsum, g4c__ld(pes, dt, (size_t)top[k]));
+        for (int k = 0; k < K; k++) wk[k] = G4C_MUL(__fdiv_rn(wk[k], wsum), g4c__ld(pes, dt, (size_t)top[k]));
         for (int k = 1; k < K; k++) /* insertion sort by expert id */
             for (int j = k; j > 0 && top[j - 1] > top[j]; j--) {
                 int ti = top[j]; float tw = wk[j];
                 top[j] = top[j - 1]; wk[j] = wk[j - 1];
                 top[j - 1] = ti; wk[j - 1] = tw;
             }
-        for (int k = 0; k < K; k++) { top_out[t * K + k] = top[k]; w_out[t * K + k] = wk[k]; }
     }
 }
 
@@ -512,15 +528,16 @@ static g4_result g4c__attention(g4_cuda_session *s, int l, int n) {
     const g4_model *m = s->model->host;
     const g4_layer_plan *lp = &m->plan.layer[l];
     const g4_layer_weights *lw = &s->model->w.layers[l];
-    const float *inv_freq = s->d_inv_freq[lp->type];
+    const float *cs = s->d_rope + (size_t)lp->type * 2 * s->rope_half, *sn = cs + s->rope_half;
+    int stride = 4 * s->rope_half;
     int NH = m->config.num_attention_heads, D = lp->head_dim, KVH = lp->kv_heads, pos0 = s->pos, slot, bf = s->cfg.bf16;
     g4_kv_slot *sl;
 
     /* queries: q_proj, q_norm per head, RoPE */
     G4C_TRY(g4c__matmul(s, s->d_q, s->d_xn, &lw->q_proj, n));
     G4C_TRY(g4c__rmsnorm(s, s->d_q, s->d_q, &lw->q_norm, n * NH, D));
-    G4C_RUN(s->error, g4c_rope, g4c__grid((size_t)n * NH * (D / 2), G4C_THREADS), G4C_THREADS, s->d_q, inv_freq,
-            n * NH, NH, D, pos0, bf);
+    G4C_RUN(s->error, g4c_rope, g4c__grid((size_t)n * NH * (D / 2), G4C_THREADS), G4C_THREADS, s->d_q, cs, sn, stride,
+            n * NH, NH, D, bf);
     G4C_TRY(g4c__tap(s, "self_attn.q", l, s->d_q, 1, n, NH * D));
 
     if (lp->reads < 0) {
@@ -536,7 +553,7 @@ static g4_result g4c__attention(g4_cuda_session *s, int l, int n) {
                                             cudaMemcpyDeviceToDevice));
         G4C_TRY(g4c__rmsnorm(s, s->d_k_new, s->d_k_new, &lw->k_norm, n * KVH, D));
         G4C_RUN(s->error, g4c_rope, g4c__grid((size_t)n * KVH * (D / 2), G4C_THREADS), G4C_THREADS, s->d_k_new,
-                inv_freq, n * KVH, KVH, D, pos0, bf);
+                cs, sn, stride, n * KVH, KVH, D, bf);
         G4C_TRY(g4c__rmsnorm(s, s->d_v_new, s->d_v_new, NULL, n * KVH, D));
         G4C_RUN(s->error, g4c_kv_append, g4c__grid((size_t)n * KVH * D, G4C_THREADS), G4C_THREADS, s->d_slots,
                 lp->kv_slot, s->d_k_new, s->d_v_new, n, pos0);
@@ -600,7 +617,7 @@ static g4_result g4c__moe(g4_cuda_session *s, int l, int n) {
             lw->router_scale.data, (int)lw->router_scale.dtype, n, H, root, s->cfg.bf16);
     G4C_TRY(g4c__matmul(s, s->d_router, s->d_branch2, &lw->router_proj, n));
     G4C_RUN(s->error, g4c_moe_route, g4c__grid((size_t)n, G4C_THREADS), G4C_THREADS, s->d_router, s->d_top, s->d_topw,
-            lw->router_per_expert_scale.data, (int)lw->router_per_expert_scale.dtype, n, E, K, s->cfg.bf16);
+            (g4__vi *)s->d_topq, lw->router_per_expert_scale.data, (int)lw->router_per_expert_scale.dtype, n, E, K, s->cfg.bf16);
     /* experts on pre_feedforward_layernorm_2(r) */
     G4C_TRY(g4c__norm_rows(s, s->d_xn, s->d_x, &lw->pre_feedforward_layernorm_2, n, H,
             l, "pre_feedforward_layernorm_2"));
@@ -688,14 +705,36 @@ static g4_result g4c__per_layer_inputs(g4_cuda_session *s, int n) {
     return g4c__tap(s, "per_layer_inputs", -1, s->d_per_layer_inputs, 1, n, LP);
 }
 
+/* RoPE's cos and sin for this step's positions pos .. pos + n - 1, made on
+   the host by the CPU's own g4__rope_cos_sin (so the device rotates by the
+   very values the CPU does) and uploaded in one copy: s->rope[t][type][cos,
+   sin][j]. Only the step's rows are made, so the table costs max_chunk rows,
+   not max_context. */
+static g4_result g4c__rope_tables(g4_cuda_session *s, int n) {
+    const g4_plan *p = &s->model->host->plan;
+    size_t h = (size_t)s->rope_half;
+    for (int type = 0; type < 2; type++) {
+        int half = 0;
+        for (int i = 0; i < p->n_layers && !half; i++)
+            if (p->layer[i].type == type) half = p->layer[i].head_dim / 2;
+        for (int t = 0; t < n; t++) {
+            float *cs = s->rope + ((size_t)t * 2 + (size_t)type) * 2 * h;
+            for (int j = 0; j < half; j++) g4__rope_cos_sin(s->inv_freq[type][j], s->pos + t, &cs[j], &cs[h + (size_t)j]);
+        }
+    }
+    G4C_CHECK(s->error, cudaMemcpy(s->d_rope, s->rope, sizeof(float) * (size_t)n * 4 * h, cudaMemcpyHostToDevice));
+    return G4_OK;
+}
+
 /* g4__step: n <= max_chunk tokens; logits rows [first, n) go to host `out` */
-static g4_result g4c__step(g4_cuda_session *s, const int32_t *ids, int n, float *out, int first) {
+static g4_result g4c__step_run(g4_cuda_session *s, const int32_t *ids, int n, float *out, int first) {
     const g4_config *c = &s->model->host->config;
     const g4_weights *w = &s->model->w;
     int H = c->hidden_size, V = c->vocab_size, l, status = 0;
     const float embed_scale = g4__scale_mode(s->cfg.bf16, H);
 
     G4C_CHECK(s->error, cudaMemcpy(s->d_ids, ids, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice));
+    G4C_TRY(g4c__rope_tables(s, n));
     G4C_RUN(s->error, g4c_embed, g4c__grid((size_t)n * H, G4C_THREADS), G4C_THREADS, s->d_x, w->embed_tokens.data,
             (int)w->embed_tokens.dtype, s->d_ids, n, H, embed_scale);
     G4C_TRY(g4c__act(s, s->d_x, (size_t)n * H));
@@ -706,12 +745,24 @@ static g4_result g4c__step(g4_cuda_session *s, const int32_t *ids, int n, float 
 
     G4C_TRY(g4c__norm_rows(s, s->d_xn, s->d_x, &w->norm, n, H, -1, "norm"));
     if (out && first < n) {
-        size_t cnt = (size_t)(n - first) * V;
         G4C_TRY(g4c__matmul(s, s->d_logits, s->d_xn + (size_t)first * H, &w->lm_head, n - first));
         if (c->final_logit_softcapping > 0.0f)
-            G4C_RUN(s->error, g4c_softcap, g4c__grid(cnt, G4C_THREADS), G4C_THREADS, s->d_logits, cnt,
-                    c->final_logit_softcapping, s->cfg.bf16);
-        G4C_CHECK(s->error, cudaMemcpy(out, s->d_logits, sizeof(float) * cnt, cudaMemcpyDeviceToHost));
+            G4C_RUN(s->error, g4c_softcap, g4c__grid((size_t)(n - first) * V, G4C_THREADS), G4C_THREADS, s->d_logits,
+                    (size_t)(n - first) * V, c->final_logit_softcapping, s->cfg.bf16);
+    }
+    /* every kernel of the step has finished here: a fault of any of them
+       (asynchronous, so no launch reported it) is reported now, under this
+       step (or earlier in the step, by a tap's copy) */
+    {
+        cudaError_t e = cudaDeviceSynchronize();
+        if (e != cudaSuccess) {
+            g4__seterr(s->error, "a kernel of this step failed: %s", cudaGetErrorString(e));
+            (void)cudaGetLastError();
+            return G4_ERR_CUDA;
+        }
+    }
+    if (out && first < n) {
+        G4C_CHECK(s->error, cudaMemcpy(out, s->d_logits, sizeof(float) * (size_t)(n - first) * V, cudaMemcpyDeviceToHost));
         G4C_TRY(g4c__tap(s, "logits", -1, out, 0, n - first, V));
     }
     /* the device's own table checks (g4c_attention) */
@@ -724,6 +775,53 @@ static g4_result g4c__step(g4_cuda_session *s, const int32_t *ids, int n, float 
     }
     s->pos += n;
     return G4_OK;
+}
+
+/* Upload the host's table to the device and clear the status word. */
+static g4_result g4c__sync_table(g4_cuda_session *s) {
+    G4C_CHECK(s->error, cudaMemcpy(s->d_slots, s->slots, sizeof(g4_kv_slot) * (size_t)s->n_slots, cudaMemcpyHostToDevice));
+    G4C_CHECK(s->error, cudaMemset(s->d_status, 0, sizeof(int)));
+    return G4_OK;
+}
+
+/* A kernel fault (an illegal address, a trap) is sticky: the CUDA context is
+   then unusable and every later call in the process fails with it. */
+static int g4c__sticky(cudaError_t e) {
+    return e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure || e == cudaErrorIllegalInstruction ||
+           e == cudaErrorMisalignedAddress || e == cudaErrorInvalidPc || e == cudaErrorHardwareStackError ||
+           e == cudaErrorAssert || e == cudaErrorInvalidAddressSpace;
+}
+
+/* One step, and on any error nothing of it is kept: the session's position
+   and the table (host and device) are as before the step, so the step can
+   be run again (the K/V rows it wrote are rewritten by the retry; a sliding
+   ring only ever overwrites positions the window no longer needs). A CUDA
+   error is reported under the step's positions; a sticky one says that the
+   context is gone. */
+static g4_result g4c__step(g4_cuda_session *s, const int32_t *ids, int n, float *out, int first) {
+    int pos0 = s->pos;
+    g4_result r = g4c__step_run(s, ids, n, out, first);
+    if (r == G4_OK) return G4_OK;
+    for (int i = 0; i < s->n_slots; i++) s->slots[i].n_pos = pos0; /* every slot held pos0 positions */
+    s->pos = pos0;
+    if (r == G4_ERR_CUDA) {
+        char msg[G4_ERROR_MAX];
+        cudaError_t e = cudaDeviceSynchronize();
+        memcpy(msg, s->error, sizeof msg);
+        msg[sizeof msg - 1] = 0;
+        g4__seterr(s->error, "forward step at positions %d..%d: %s%s", pos0, pos0 + n - 1, msg,
+                   g4c__sticky(e) ? "; the CUDA context is now unusable (a kernel fault is sticky: every later CUDA "
+                                    "call in this process fails): free the session and model and end the process"
+                                  : "");
+        if (g4c__sticky(e)) return r;
+    }
+    { /* the device's table and status word as the host's */
+        char keep[G4_ERROR_MAX];
+        memcpy(keep, s->error, sizeof keep);
+        (void)g4c__sync_table(s);
+        memcpy(s->error, keep, sizeof keep);
+    }
+    return r;
 }
 
 /* --------------------------------------------------------------- public */
@@ -824,6 +922,7 @@ G4_CUDA_API g4_result g4_cuda_model_upload(g4_cuda_model *cm, const g4_model *m)
     {
         cudaError_t e = cudaMalloc(&block, total);
         if (e != cudaSuccess) {
+            (void)cudaGetLastError();
             g4__seterr(cm->error, "cudaMalloc of %lu bytes for the weights failed: %s", (unsigned long)total,
                        cudaGetErrorString(e));
             g4_cuda_model_free(cm);
@@ -838,6 +937,35 @@ G4_CUDA_API g4_result g4_cuda_model_upload(g4_cuda_model *cm, const g4_model *m)
         g4_cuda_model_free(cm);
         memcpy(cm->error, keep, sizeof keep);
         return r;
+    }
+    return G4_OK;
+}
+
+/* g4c_fp_probe's results against the host's (this file's host side is built
+   without fast math: gemma4.h refuses __FAST_MATH__) */
+static g4_result g4c__ieee_check(g4_cuda_session *s) {
+    const float in[G4C_PROBE_IN] = {1.000244140625f, -1.00048828125f, 1e-40f, 1.0f, 2.0f, 10.0f, 0.7f, 123.456f,
+                                    3.0f, 7.0f, 0.3f, 9.87f};
+    float got[G4C_PROBE_OUT], want[G4C_PROBE_OUT];
+    const char *what = NULL;
+    volatile float one = 1.0f; /* the host's operands at run time, as the device's */
+    want[0] = 0.0f;
+    want[1] = in[2] * one;
+    for (int i = 0; i < 4; i++) {
+        want[2 + i] = (in[4 + i] * one) / in[8 + i];
+        want[6 + i] = sqrtf(in[4 + i] * one);
+    }
+    G4C_CHECK(s->error, cudaMemcpy(s->d_probe, in, sizeof in, cudaMemcpyHostToDevice));
+    G4C_RUN(s->error, g4c_fp_probe, 1, 1, s->d_probe + G4C_PROBE_IN, s->d_probe);
+    G4C_CHECK(s->error, cudaMemcpy(got, s->d_probe + G4C_PROBE_IN, sizeof got, cudaMemcpyDeviceToHost));
+    if (memcmp(&got[0], &want[0], 4) != 0) what = "fuses products into FMAs (build with -fmad=false)";
+    else if (memcmp(&got[1], &want[1], 4) != 0) what = "flushes denormals to zero (-ftz=true, -use_fast_math)";
+    else if (memcmp(&got[2], &want[2], 16) != 0) what = "divides inexactly (-prec-div=false, -use_fast_math)";
+    else if (memcmp(&got[6], &want[6], 16) != 0) what = "takes inexact square roots (-prec-sqrt=false, -use_fast_math)";
+    if (what) {
+        g4__seterr(s->error, "the device code %s: the exact mode needs IEEE arithmetic; build gemma4_cuda.cu as "
+                   "make cuda does (nvcc -fmad=false, no -use_fast_math)", what);
+        return G4_ERR_CUDA;
     }
     return G4_OK;
 }
@@ -865,6 +993,7 @@ static void g4c__carve(g4_cuda_session *s, const g4_model *m, const g4_session_c
     /* device: the table, the status word, K/V for owners (and reader copies) */
     s->d_slots = (g4_kv_slot *)(void *)g4__take(dv, (uint64_t)n_slots, sizeof(g4_kv_slot));
     s->d_status = (int *)(void *)g4__take(dv, 1, sizeof(int));
+    s->d_probe = g4__take(dv, 32, sizeof(float));
     g4__carve_kv(s->slots, s->layer_slot, m, cfg, dv); /* device K/V, host-side table entries */
     s->d_ids = (int32_t *)(void *)g4__take(dv, rows, sizeof(int32_t));
     s->d_x = g4__take(dv, rows * H, sizeof(float));
@@ -886,8 +1015,12 @@ static void g4c__carve(g4_cuda_session *s, const g4_model *m, const g4_session_c
     s->d_moe_h = g4__take(dv, rows * K * 2 * Ie, sizeof(float));
     s->d_moe_y = g4__take(dv, rows * K * H, sizeof(float));
     s->d_logits = g4__take(dv, rows * (uint64_t)c->vocab_size, sizeof(float));
-    s->d_inv_freq[G4_SLIDING] = g4__take(dv, dmax / 2, sizeof(float));
-    s->d_inv_freq[G4_FULL] = g4__take(dv, dmax / 2, sizeof(float));
+    s->d_topq = g4__take(dv, rows * E, sizeof(g4__vi));
+    s->d_rope = g4__take(dv, rows * 4 * (dmax / 2), sizeof(float));
+    s->rope = g4__take(hv, rows * 4 * (dmax / 2), sizeof(float));
+    s->inv_freq[G4_SLIDING] = g4__take(hv, dmax / 2, sizeof(float));
+    s->inv_freq[G4_FULL] = g4__take(hv, dmax / 2, sizeof(float));
+    s->rope_half = (int)(dmax / 2);
 }
 
 G4_CUDA_API g4_result g4_cuda_session_size(const g4_cuda_model *cm, const g4_session_config *cfg, size_t *device_bytes,
@@ -909,13 +1042,6 @@ G4_CUDA_API g4_result g4_cuda_session_size(const g4_cuda_model *cm, const g4_ses
     if (dv.overflow || hv.overflow || dv.off + 64 > (uint64_t)(size_t)-1) return G4_ERR_ARENA;
     *device_bytes = (size_t)dv.off + 64; /* slack: the arenas only need 16-byte alignment */
     *host_bytes = (size_t)hv.off + 64;
-    return G4_OK;
-}
-
-/* Upload the host's table to the device and clear the status word. */
-static g4_result g4c__sync_table(g4_cuda_session *s) {
-    G4C_CHECK(s->error, cudaMemcpy(s->d_slots, s->slots, sizeof(g4_kv_slot) * (size_t)s->n_slots, cudaMemcpyHostToDevice));
-    G4C_CHECK(s->error, cudaMemset(s->d_status, 0, sizeof(int)));
     return G4_OK;
 }
 
@@ -963,12 +1089,10 @@ G4_CUDA_API g4_result g4_cuda_session_init(g4_cuda_session *s, const g4_cuda_mod
     for (int t = 0; t < 2; t++)
         for (int i = 0; i < m->plan.n_layers; i++)
             if (m->plan.layer[i].type == t) {
-                int D = m->plan.layer[i].head_dim;
-                g4__rope_init(s->stage, &m->config.rope[t], D);
-                G4C_CHECK(s->error, cudaMemcpy(s->d_inv_freq[t], s->stage, sizeof(float) * (size_t)(D / 2),
-                                               cudaMemcpyHostToDevice));
+                g4__rope_init(s->inv_freq[t], &m->config.rope[t], m->plan.layer[i].head_dim);
                 break;
             }
+    G4C_TRY(g4c__ieee_check(s));
     return g4c__sync_table(s);
 }
 

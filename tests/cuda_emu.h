@@ -27,7 +27,15 @@
    - Launch checks as on a GPU: 1..1024 threads per block, nonempty grid.
    - Test hooks (extern "C"): g4emu_fail_after(n) makes the n-th runtime call
      or launch from now fail (every checked call's error path can be driven);
-     g4emu_launches(name) counts launches of a kernel.
+     g4emu_launches(name) counts launches of a kernel; g4emu_fault_in(name, n)
+     makes the n-th launch of that kernel from now fault as a GPU kernel that
+     reads an illegal address does: the launch itself succeeds (faults are
+     asynchronous), the kernel and every later one do not run, the next
+     synchronising call (cudaMemcpy, cudaMemset, cudaDeviceSynchronize)
+     returns cudaErrorIllegalAddress, and from then on every call does
+     (sticky: the context is unusable) until g4emu_reset_device();
+     g4emu_ftz(1) runs kernels with the x86 FTZ/DAZ bits set, as a build with
+     -ftz=true (-use_fast_math) flushes denormals.
    No warp primitives are used by gemma4_cuda.cu, so none are emulated. */
 #ifndef G4_CUDA_EMU_H
 #define G4_CUDA_EMU_H
@@ -40,6 +48,9 @@
 #include <string.h>
 #include <math.h>
 #include <ucontext.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
 #define __global__
 #define __device__
@@ -58,6 +69,14 @@ typedef enum {
     cudaErrorMemoryAllocation = 2,
     cudaErrorInvalidConfiguration = 9,
     cudaErrorInvalidDevicePointer = 17,
+    cudaErrorIllegalAddress = 700,
+    cudaErrorAssert = 710,
+    cudaErrorHardwareStackError = 714,
+    cudaErrorIllegalInstruction = 715,
+    cudaErrorMisalignedAddress = 716,
+    cudaErrorInvalidAddressSpace = 717,
+    cudaErrorInvalidPc = 718,
+    cudaErrorLaunchFailure = 719,
     cudaErrorUnknown = 999
 } cudaError_t;
 
@@ -93,13 +112,44 @@ static inline float __uint_as_float(unsigned u) {
 
 static cudaError_t g4emu_last = cudaSuccess;
 static long g4emu_countdown = -1; /* > 0: calls until an injected failure */
+static const char *g4emu_fault_kernel; /* g4emu_fault_in: the kernel whose launch faults */
+static long g4emu_fault_count;
+static bool g4emu_fault_pending;       /* a kernel faulted; not yet seen by a synchronising call */
+static cudaError_t g4emu_sticky = cudaSuccess;
 
 /* An injected failure: the n-th call from now (1 = the next) fails. */
 extern "C" void g4emu_fail_after(long n) { g4emu_countdown = n; }
 
+/* An injected kernel fault: the n-th launch of `kernel` from now. */
+extern "C" void g4emu_fault_in(const char *kernel, long n) {
+    g4emu_fault_kernel = kernel;
+    g4emu_fault_count = n;
+}
+
+/* Kernels with denormals flushed (the x86 FTZ and DAZ bits), or not. */
+static int g4emu_ftz_on;
+extern "C" void g4emu_ftz(int on) { g4emu_ftz_on = on; }
+
+/* What ending the process (or cudaDeviceReset) does for a sticky fault. */
+extern "C" void g4emu_reset_device(void) {
+    g4emu_fault_kernel = NULL;
+    g4emu_fault_pending = false;
+    g4emu_sticky = cudaSuccess;
+    g4emu_last = cudaSuccess;
+}
+
 static bool g4emu_injected(void) {
     if (g4emu_countdown > 0 && --g4emu_countdown == 0) { g4emu_countdown = -1; return true; }
     return false;
+}
+
+/* A synchronising call: a pending fault becomes the context's sticky error. */
+static cudaError_t g4emu_sync_fault(void) {
+    if (g4emu_fault_pending) {
+        g4emu_fault_pending = false;
+        g4emu_sticky = cudaErrorIllegalAddress;
+    }
+    return g4emu_sticky;
 }
 
 static cudaError_t g4emu_ret(cudaError_t e) {
@@ -114,12 +164,14 @@ static inline const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "out of memory (emulated)";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument (emulated)";
     case cudaErrorInvalidDevicePointer: return "invalid device pointer (emulated)";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered (emulated)";
     default: return "injected failure (emulated)";
     }
 }
 
 static inline cudaError_t cudaGetLastError(void) {
     cudaError_t e = g4emu_last;
+    if (g4emu_sticky != cudaSuccess) return g4emu_sticky; /* not cleared */
     g4emu_last = cudaSuccess;
     return e;
 }
@@ -153,6 +205,7 @@ static bool g4emu_is_device(const void *p, size_t n) {
 }
 
 static inline cudaError_t cudaMalloc(void **p, size_t n) {
+    if (g4emu_sticky != cudaSuccess) return g4emu_sticky;
     if (g4emu_injected()) return g4emu_ret(cudaErrorMemoryAllocation);
     for (int i = 0; i < G4EMU_MAX_ALLOCS; i++)
         if (!g4emu_allocs[i].p) {
@@ -182,6 +235,7 @@ static inline cudaError_t cudaFree(void *p) {
 static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
     bool dd = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyHostToDevice;
     bool sd = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDeviceToHost;
+    if (g4emu_sync_fault() != cudaSuccess) return g4emu_sticky;
     if (g4emu_injected()) return g4emu_ret(cudaErrorUnknown);
     if (n == 0) return cudaSuccess;
     if (g4emu_is_device(dst, n) != dd || g4emu_is_device(src, n) != sd) {
@@ -194,13 +248,18 @@ static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaM
 }
 
 static inline cudaError_t cudaMemset(void *p, int v, size_t n) {
+    if (g4emu_sync_fault() != cudaSuccess) return g4emu_sticky;
     if (g4emu_injected()) return g4emu_ret(cudaErrorUnknown);
     if (!g4emu_is_device(p, n)) return g4emu_ret(cudaErrorInvalidValue);
     memset(p, v, n);
     return cudaSuccess;
 }
 
-static inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+static inline cudaError_t cudaDeviceSynchronize(void) {
+    if (g4emu_sync_fault() != cudaSuccess) return g4emu_sticky;
+    if (g4emu_injected()) return g4emu_ret(cudaErrorUnknown);
+    return cudaSuccess;
+}
 
 /* ---------------------------------------------------------------- fibers */
 /* A fiber switch saves the callee-saved registers on the current stack and
@@ -373,9 +432,15 @@ template <class F> static void g4emu_launch(const char *name, dim3 grid, dim3 bl
                                                                           : cudaErrorUnknown);
         return;
     }
+    if (g4emu_sticky != cudaSuccess) { g4emu_last = g4emu_sticky; return; }
     for (i = 0; i < G4EMU_MAX_KERNELS - 1 && g4emu_count[i].name && strcmp(g4emu_count[i].name, name) != 0; i++) {}
     g4emu_count[i].name = name;
     g4emu_count[i].n++;
+    if (g4emu_fault_kernel && strcmp(g4emu_fault_kernel, name) == 0 && --g4emu_fault_count == 0) {
+        g4emu_fault_kernel = NULL;
+        g4emu_fault_pending = true; /* reported by the next synchronising call */
+    }
+    if (g4emu_fault_pending) return; /* a faulted context runs nothing more */
     g4emu_kernel = name;
     g4emu_body = g4emu_trampoline<F>;
     g4emu_arg = &f;
@@ -384,11 +449,18 @@ template <class F> static void g4emu_launch(const char *name, dim3 grid, dim3 bl
     /* blocks one at a time, in a shuffled order (a GPU promises none) */
     unsigned long nblocks = (unsigned long)grid.x * grid.y * grid.z, first = 0;
     if (nblocks > 1) { g4emu_seed = g4emu_seed * 1664525u + 1013904223u; first = (g4emu_seed >> 8) % nblocks; }
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned csr = _mm_getcsr();
+    if (g4emu_ftz_on) _mm_setcsr(csr | 0x8040u); /* FTZ | DAZ */
+#endif
     for (unsigned long b = 0; b < nblocks; b++) {
         unsigned long lin = (first + b * g4emu_stride(nblocks)) % nblocks;
         blockIdx = dim3((unsigned)(lin % grid.x), (unsigned)(lin / grid.x % grid.y), (unsigned)(lin / ((unsigned long)grid.x * grid.y)));
         g4emu_run_block((int)nthreads);
     }
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_setcsr(csr);
+#endif
     g4emu_arg = NULL; /* the closure lives only for this launch */
 }
 

@@ -45,6 +45,9 @@
 #ifdef G4_CUDA_EMULATE
 extern void g4emu_fail_after(long n);
 extern long g4emu_launches(const char *kernel);
+extern void g4emu_fault_in(const char *kernel, long n);
+extern void g4emu_reset_device(void);
+extern void g4emu_ftz(int on);
 #define CPU_TOL 0.0
 #define CPU_TOL_BF16 0.0
 #else
@@ -421,11 +424,18 @@ static void test_arena_errors(void) {
 static void check_injected(const char *model, int reader_copies, int matmul) {
     g4_model m;
     int32_t ids[2] = {2, 81};
-    float logits[512];
+    float logits[512], clean[512];
     long k;
-    int failures = 0, completed = 0;
+    int failures = 0, completed = 0, in_step = 0, retried = 0, kept = 1;
     char err[G4_ERROR_MAX];
     if (g4_model_load(&m, tiny(model)) != G4_OK) { CHECK(0, "%s", m.error); return; }
+    { /* the decode step's logits without a failure */
+        float *all = g4i_logits(&g4i_cuda, tiny(model), ids, 2, 2, 1, reader_copies);
+        CHECK(all != NULL, "clean run");
+        if (!all) { g4_model_free(&m); return; }
+        memcpy(clean, all + m.config.vocab_size, sizeof(float) * (size_t)m.config.vocab_size);
+        free(all);
+    }
     for (k = 1; k < 100000 && !completed; k++) {
         g4_cuda_model cm;
         g4_cuda_session s;
@@ -450,7 +460,24 @@ static void check_injected(const char *model, int reader_copies, int matmul) {
                 r = g4_cuda_session_init(&s, &cm, &sc, darena, db, harena, hb);
                 s.matmul = matmul;
                 if (r == G4_OK) r = g4_cuda_forward(&s, ids, 1, logits, G4_LOGITS_LAST);
-                if (r == G4_OK) r = g4_cuda_forward(&s, ids + 1, 1, logits, G4_LOGITS_LAST);
+                if (r == G4_OK) {
+                    r = g4_cuda_forward(&s, ids + 1, 1, logits, G4_LOGITS_LAST);
+                    if (r != G4_OK) { /* a failed step keeps nothing, and runs again to the same bits */
+                        int i, same = s.pos == 1;
+                        g4_result r2;
+                        char keep[G4_ERROR_MAX];
+                        memcpy(keep, s.error, sizeof keep);
+                        for (i = 0; i < s.n_slots; i++) same &= s.slots[i].n_pos == 1;
+                        in_step++;
+                        kept &= same;
+                        g4emu_fail_after(-1);
+                        r2 = g4_cuda_forward(&s, ids + 1, 1, logits, G4_LOGITS_LAST);
+                        if (r2 == G4_OK && s.pos == 2 &&
+                            memcmp(logits, clean, sizeof(float) * (size_t)m.config.vocab_size) == 0)
+                            retried++;
+                        memcpy(s.error, keep, sizeof keep);
+                    }
+                }
             }
             g4_cuda_free(darena);
             free(harena);
@@ -464,8 +491,12 @@ static void check_injected(const char *model, int reader_copies, int matmul) {
             break;
         }
     }
-    printf("  %s: %d injected failures, each reported; the run completes once none is injected\n", model, failures);
+    printf("  %s: %d injected failures, each reported; the run completes once none is injected; %d of them in the decode "
+           "step, after each the session unchanged and the step's retry bit-equal to a clean run: %d\n", model, failures,
+           in_step, retried);
     CHECK(completed && failures > 100, "completed %d after %d failures", completed, failures);
+    CHECK(in_step > 50 && kept && retried == in_step, "a failed step changed the session (%d) or its retry differed "
+          "(%d of %d equal)", !kept, retried, in_step);
     g4_model_free(&m);
 }
 
@@ -474,6 +505,105 @@ static void test_every_cuda_call_checked(void) {
     check_injected("26b_like", 0, G4_CUDA_MATMUL_TILED);
 }
 
+/* A kernel that faults (an illegal address) is reported at the step's sync,
+   under that step's positions, as sticky; the session's position and table
+   are as before the step; every later call fails until the device is reset
+   (the emulator's stand-in for ending the process). */
+static void test_kernel_fault(void) {
+    g4i_run r;
+    g4_cuda_session *cs;
+    int32_t ids[5] = {2, 81, 101, 77, 5};
+    float logits[512];
+    int i, same = 1;
+    g4_result res;
+    if (!g4i_open(&r, &g4i_cuda, tiny("e2b_like"), 16, 4, 0)) { CHECK(0, "open"); g4i_close(&r); return; }
+    cs = cuda_session(&r.s);
+    CHECK(g4_cuda_forward(cs, ids, 3, logits, G4_LOGITS_LAST) == G4_OK, "prefill: %s", cs->error);
+    g4emu_fault_in("g4c_attention", 2); /* layer 1's attention in the next step */
+    res = g4_cuda_forward(cs, ids + 3, 2, logits, G4_LOGITS_LAST);
+    printf("  %s\n", cs->error);
+    CHECK(res == G4_ERR_CUDA, "result %d", (int)res);
+    CHECK(strstr(cs->error, "forward step at positions 3..4") && strstr(cs->error, "a kernel of this step failed") &&
+              strstr(cs->error, "illegal memory access") && strstr(cs->error, "unusable"),
+          "message: %s", cs->error);
+    for (i = 0; i < cs->n_slots; i++) same &= cs->slots[i].n_pos == 3;
+    CHECK(cs->pos == 3 && same, "position %d and the table must be as before the step", cs->pos);
+    CHECK(g4_cuda_forward(cs, ids + 3, 1, logits, G4_LOGITS_LAST) == G4_ERR_CUDA && cs->pos == 3,
+          "a later call on the dead context fails too: %s", cs->error);
+    g4emu_reset_device();
+    g4i_close(&r);
+}
+
+/* The device's arithmetic is checked at session init: a device build that
+   flushes denormals (what -use_fast_math's -ftz=true does; the emulator sets
+   the CPU's FTZ/DAZ bits for its kernels) is refused with a message. */
+static void test_ieee_probe(void) {
+    g4i_run r;
+    int ok;
+    g4emu_ftz(1);
+    ok = g4i_open(&r, &g4i_cuda, tiny("e2b_like"), 16, 4, 0);
+    g4emu_ftz(0);
+    CHECK(!ok && strstr(r.s.error, "flushes denormals") && strstr(r.s.error, "-use_fast_math"), "refused: %s",
+          r.s.error);
+    g4i_close(&r);
+    CHECK(g4i_open(&r, &g4i_cuda, tiny("e2b_like"), 16, 4, 0), "without FTZ the session opens");
+    g4i_close(&r);
+}
+
+/* A host build with -ffast-math is refused at compile time (gemma4.h's
+   #error), here with the emulated build's compiler. */
+static void test_fast_math_refused(void) {
+    char cmd[512];
+    int rc;
+    if (system("command -v c++ > /dev/null 2>&1") != 0) { skip("no c++ compiler here"); return; }
+    snprintf(cmd, sizeof cmd, "c++ -std=c++17 -ffast-math -fsyntax-only -DG4_CUDA_EMULATE -include tests/cuda_emu.h "
+             "-x c++ gemma4_cuda.cu > %s/fastmath.log 2>&1", g_tmp);
+    rc = system(cmd);
+    snprintf(cmd, sizeof cmd, "grep -q 'built with -ffast-math' %s/fastmath.log", g_tmp);
+    CHECK(rc != 0 && system(cmd) == 0, "c++ -ffast-math gemma4_cuda.cu must fail with gemma4.h's #error (rc %d)", rc);
+}
+#endif
+
+/* FP contraction is off on both sides: this file's build (the CPU path) and,
+   at every session init, the device's (g4c_fp_probe). */
+static void test_no_contraction(void) {
+    volatile float a = 1.000244140625f, c = -1.00048828125f; /* 1 + 2^-12, -(1 + 2^-11) */
+    float r = g4__fp_contract_probe(a, a, c);
+    CHECK(r == 0.0f, "the CPU build fuses a * b + c (got %g): build with -ffp-contract=off", (double)r);
+}
+
+/* g4__expf and g4__tanhf (the float32 softmax and soft-cap on both sides)
+   against a correctly rounded reference (long double expl/tanhl rounded to
+   float), on 2M inputs each spread over their ranges plus the special
+   values. The whole float32 range is checked by tools/check_exp_tanh.c. */
+static void test_exp_tanh(void) {
+    uint32_t rng = 1;
+    long i, bad_e = 0, bad_t = 0, n = 2000000;
+    for (i = 0; i < n; i++) {
+        float x, y, r;
+        rng = rng * 1664525u + 1013904223u;
+        x = -110.0f + 200.0f * (float)(rng >> 8) / 16777216.0f; /* [-110, 90] */
+        y = g4__expf(x);
+        r = (float)expl((long double)x);
+        bad_e += memcmp(&y, &r, 4) != 0;
+        x = (float)ldexp((double)(rng >> 8) / 16777216.0 - 0.5, (int)(rng % 16) - 10); /* |x| < 16, down to 2^-11 */
+        y = g4__tanhf(x);
+        r = (float)tanhl((long double)x);
+        bad_t += memcmp(&y, &r, 4) != 0;
+    }
+    printf("  exp: %ld of %ld misrounded, tanh: %ld of %ld\n", bad_e, n, bad_t, n);
+    CHECK(bad_e <= 2 && bad_t <= 2, "misrounded: exp %ld, tanh %ld", bad_e, bad_t);
+    CHECK(g4__expf(0.0f) == 1.0f && g4__expf(-INFINITY) == 0.0f && g4__expf(INFINITY) == INFINITY &&
+              g4__expf(88.72283935546875f) == INFINITY && g4__expf(88.72283172607422f) < INFINITY &&
+              g4__expf(-104.5f) == 0.0f && g4__expf(NAN) != g4__expf(NAN),
+          "exp special values");
+    CHECK(g4__tanhf(INFINITY) == 1.0f && g4__tanhf(-INFINITY) == -1.0f && g4__tanhf(20.0f) == 1.0f &&
+              signbit(g4__tanhf(-0.0f)) && g4__tanhf(-0.0f) == 0.0f && g4__tanhf(1e-30f) == 1e-30f &&
+              g4__tanhf(NAN) != g4__tanhf(NAN),
+          "tanh special values");
+}
+
+#ifdef G4_CUDA_EMULATE
 /* Every __global__ kernel in gemma4_cuda.cu ran during this suite. */
 static void test_every_kernel_ran(void) {
     char *text, *p, err[G4_ERROR_MAX];
@@ -518,7 +648,12 @@ int main(int argc, char **argv) {
     run("cuda write-once-then-read checks (host and device)", test_table_checks);
     run("cuda head dims 256 and 512 = CPU", test_head_dims_256_512);
     run("cuda arenas: undersized, misaligned, NULL", test_arena_errors);
+    run("cuda and CPU builds without FP contraction", test_no_contraction);
+    run("exp and tanh (both sides' float32 softmax and soft-cap) correctly rounded", test_exp_tanh);
 #ifdef G4_CUDA_EMULATE
+    run("cuda kernel fault: reported under its step, sticky, session unchanged", test_kernel_fault);
+    run("cuda device arithmetic checked at session init (FTZ refused)", test_ieee_probe);
+    run("cuda -ffast-math build refused", test_fast_math_refused);
     run("cuda every runtime call and launch is checked (injected failures)", test_every_cuda_call_checked);
     run("cuda every kernel ran", test_every_kernel_ran);
 #endif
