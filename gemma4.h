@@ -3678,12 +3678,17 @@ G4__HD static float g4__expf(float x) {
     return (float)g4__exp_d((double)x);
 }
 
+/* tanh(a) for 0 <= a <= 9.1 */
+G4__HD static double g4__tanh_d(double a) {
+    double e = a < 0.25 ? g4__expm1_small(a + a) : g4__exp_d(a + a) - 1.0;
+    return e / (e + 2.0);
+}
+
 G4__HD static float g4__tanhf(float x) {
-    double a = x < 0.0f ? -(double)x : (double)x, e, t;
+    double a = x < 0.0f ? -(double)x : (double)x, t;
     if (x != x || x == 0.0f) return x; /* NaN, and tanh(-0) = -0 */
     if (a > 9.1) return x < 0.0f ? -1.0f : 1.0f;
-    e = a < 0.25 ? g4__expm1_small(a + a) : g4__exp_d(a + a) - 1.0;
-    t = e / (e + 2.0);
+    t = g4__tanh_d(a);
     return (float)(x < 0.0f ? -t : t);
 }
 

@@ -6,29 +6,44 @@
    in gemma4.h behind GEMMA4_CUDA.
 
    BUILD
-       nvcc -O2 -std=c++17 -arch=sm_90 -c gemma4_cuda.cu -o gemma4_cuda.o
+       nvcc -O2 -std=c++17 -fmad=false -arch=sm_90 -c gemma4_cuda.cu -o gemma4_cuda.o
        cc -DGEMMA4_CUDA -c app.c            (app.c defines GEMMA4_IMPLEMENTATION)
        nvcc app.o gemma4_cuda.o -o app      (or: c++ ... -lcudart)
-   `make cuda` builds it for sm_80 and sm_90 with warnings as errors. The same
-   file also compiles as plain host C++ against tests/cuda_emu.h (a CUDA
-   runtime emulator: every thread of a block is a fiber), which is how the
-   tests run it on machines without a GPU: `make test-cuda-emu`.
+   `make cuda` builds it for sm_80 and sm_90 (and compute_90 PTX for newer
+   GPUs) with warnings as errors. Never with -use_fast_math: session init
+   refuses a device build that fuses products, flushes denormals or divides
+   or takes square roots inexactly (g4c_fp_probe). The same file also
+   compiles as plain host C++ against tests/cuda_emu.h (a CUDA runtime
+   emulator: every thread of a block is a fiber), which is how the tests run
+   it on machines without a GPU: `make test-cuda-emu`.
 
-   NUMERICS
+   NUMERICS (the exact mode: the same bits as the CPU path)
      Every kernel sums in the CPU path's order (a matmul output, a dot product
      of attention, the softmax denominator and the MoE combination are each a
      sequential loop), and products are not contracted into FMAs (__fmul_rn,
      __fadd_rn here; the header's G4__HD helpers that the kernels call as they
-     are - the torch-order sums, top-k, bf16 rounding, GELU - are built with
-     nvcc -fmad=false), so the only differences from the CPU path are the device's
-     expf/sinf/cosf (a few ulp from glibc's; GELU makes its own exp and tanh
-     from IEEE operations, as the CPU does). The RMSNorm sum of squares is
-     torch's float32 order, as on the CPU (32 lanes, one thread each), and in
-     the bf16 mode a bf16 weight's matmul sums in torch's bf16 F.linear order
-     (g4c_matmul_torch, as g4__matmul_torch_ref). The
+     are - the torch-order sums, top-k, softmax, bf16 rounding, GELU, exp and
+     tanh - are built with nvcc -fmad=false). No device libm function is
+     called: exp (softmax, router) and tanh (soft-cap) are the header's
+     g4__expf / g4__tanhf, built from IEEE double operations, which the CPU
+     path calls too; RoPE's cos and sin are made on the host by the CPU's own
+     g4__rope_cos_sin for each step's positions and uploaded; sqrtf and
+     division are IEEE (correctly rounded) on the device. The RMSNorm sum of
+     squares is torch's float32 order, as on the CPU (32 lanes, one thread
+     each), and in the bf16 mode a bf16 weight's matmul sums in torch's bf16
+     F.linear order (g4c_matmul_torch, as g4__matmul_torch_ref). The
      bf16-faithful mode (cfg.bf16) rounds where the CPU's g4__act does: a
      g4c_round launch after a plain op, and between the steps of a fused
      kernel (its `bf` argument).
+
+   ERRORS
+     Every runtime call and launch is checked. A step that fails keeps
+     nothing: the session's position and the shared-KV table (host and
+     device) are as before it, so it can be run again. Kernel faults are
+     asynchronous: each step ends with a cudaDeviceSynchronize, so a fault is
+     reported under the step (its positions) that caused it; a fault is also
+     sticky - the CUDA context is then unusable and every later call fails -
+     and the message says so.
 
    MEMORY
      g4_cuda_model_upload: one cudaMalloc holding every tensor the plan uses,

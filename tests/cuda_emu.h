@@ -23,7 +23,9 @@
      cudaMemcpy checks each side is (or is not) device memory for its kind,
      and cudaFree refuses pointers it did not hand out.
    - __fmul_rn/__fadd_rn/__fsub_rn/__fdiv_rn/__fmaf_rn are the host's float ops (the build
-     uses no FMA contraction, -ffp-contract=off); expf and friends are libm's.
+     uses no FMA contraction, -ffp-contract=off); the kernels call no libm
+     function but sqrtf (exp and tanh are gemma4.h's own, RoPE's cos/sin
+     come from the host), correctly rounded on the host as on a GPU.
    - Launch checks as on a GPU: 1..1024 threads per block, nonempty grid.
    - Test hooks (extern "C"): g4emu_fail_after(n) makes the n-th runtime call
      or launch from now fail (every checked call's error path can be driven);
