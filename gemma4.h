@@ -230,7 +230,7 @@ typedef struct {
     int sliding_window;
     float final_logit_softcapping;      /* 0: none */
     int tie_word_embeddings;
-    int pad_token_id;                   /* the embeddings' padding_idx: its rows get no lookup gradient */
+    int pad_token_id;                   /* the embeddings' padding_idx (its row gets no lookup gradient); -1: none */
     int vocab_size_per_layer_input;
     int hidden_size_per_layer_input;    /* P; 0 disables per-layer embeddings */
     int attention_k_eq_v;
@@ -1772,7 +1772,17 @@ static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const c
     G4__TRY(g4__cfg_int(&c, "sliding_window", &cfg->sliding_window, 512, 0, 1, INT32_MAX));
     G4__TRY(g4__cfg_float(&c, "final_logit_softcapping", &cfg->final_logit_softcapping, 0.0f, 1e-6, 1e30));
     G4__TRY(g4__cfg_bool(&c, "tie_word_embeddings", &cfg->tie_word_embeddings, 1));
-    G4__TRY(g4__cfg_int(&c, "pad_token_id", &cfg->pad_token_id, 0, 0, -1, INT32_MAX));
+    /* pad_token_id is nn.Embedding's padding_idx. transformers' default (absent) is 0; an explicit null
+       is None, no padding row (-1 here); a negative id counts from the end as torch's does; torch
+       refuses one outside [-vocab_size, vocab_size). */
+    n = g4__jget(j, c.obj, "pad_token_id");
+    if (n >= 0 && j->nodes[n].type == G4__JNULL) {
+        cfg->pad_token_id = -1;
+    } else {
+        G4__TRY(g4__cfg_int(&c, "pad_token_id", &cfg->pad_token_id, 0, 0, -(int64_t)cfg->vocab_size,
+                            cfg->vocab_size - 1));
+        if (cfg->pad_token_id < 0) cfg->pad_token_id += cfg->vocab_size;
+    }
     G4__TRY(g4__cfg_int(&c, "vocab_size_per_layer_input", &cfg->vocab_size_per_layer_input, 262144, 0,
                         cfg->assistant ? 0 : 1, 1 << 24));
     G4__TRY(g4__cfg_int(&c, "hidden_size_per_layer_input", &cfg->hidden_size_per_layer_input, 256, 0, 0, 65536));
