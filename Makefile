@@ -95,7 +95,7 @@ build:
 NVCC      ?= nvcc
 CXX       ?= c++
 CUDA_ARCH  = -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
-NVFLAGS    = -O2 -std=c++17 $(CUDA_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
+NVFLAGS    = -O2 -std=c++17 -fmad=false $(CUDA_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
 # The emulated build: the same .cu as host C++ against tests/cuda_emu.h, with
 # small blocks and grids (fibers are slow; every kernel strides, so any size
 # computes the same) and no FMA contraction (the kernels ask for none).
