@@ -847,8 +847,8 @@ __device__ static void g4f__unpack8(float *f, const uint4 *raw, int dt) {
         }
     } else {
         for (int e = 0; e < 4; e++) {
-            f[2 * e] = g4c__f16(w[e] & 0xffffu);
-            f[2 * e + 1] = g4c__f16(w[e] >> 16);
+            f[2 * e] = g4__f16_to_f32((uint16_t)(w[e] & 0xffffu));
+            f[2 * e + 1] = g4__f16_to_f32((uint16_t)(w[e] >> 16));
         }
     }
 }
@@ -862,9 +862,9 @@ __device__ static float g4f__warp_sum(float v) {
 /* a linear layer's epilogue, in the bf16 mode rounding where the exact mode's
    separate passes do: a = W x (gate), b = W2 x (up) */
 __device__ static float g4f__epilogue(float a, float b, int epi, float cap, int bf) {
-    a = g4c__r(a, bf);
-    if (epi == G4F_GELU_MUL) return g4c__r(__fmul_rn(g4c__r(g4c__gelu_x(a, 1), bf), g4c__r(b, bf)), bf);
-    if (epi == G4F_SOFTCAP) return g4c__r(__fmul_rn(g4c__r(tanhf(g4c__r(a / cap, bf)), bf), cap), bf);
+    a = g4__act(a, bf);
+    if (epi == G4F_GELU_MUL) return g4__act(__fmul_rn(g4__act(g4__gelu_x(a, 1), bf), g4__act(b, bf)), bf);
+    if (epi == G4F_SOFTCAP) return g4__act(__fmul_rn(g4__act(tanhf(g4__act(a / cap, bf)), bf), cap), bf);
     return a;
 }
 
@@ -951,6 +951,117 @@ __global__ void g4f_matvec(float *y, float *part, const float *x, const void *W,
     }
 }
 
+/* One warp's bf16 MMA, D = A B + C on a 16 x 8 x 16 tile (fragments as the
+   PTX ISA lays them out: see g4f_gemm): a tensor-core instruction on sm_80+,
+   the emulator's scalar model of it in emulation. */
+__device__ static void g4f__mma_bf16(float *d, const unsigned *a, const unsigned *b, const float *c) {
+#if defined(G4_CUDA_EMULATE)
+    g4emu_mma_bf16_16816(d, a, b, c);
+#elif defined(__CUDA_ARCH__)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%10,%11,%12,%13};\n"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+                   "f"(c[3]));
+#else
+    (void)a; (void)b;
+    d[0] = c[0]; d[1] = c[1]; d[2] = c[2]; d[3] = c[3];
+#endif
+}
+
+/* bf16 bits of a float32 that is a bf16 value already (the bf16 mode's
+   activations are): the upper half; otherwise rounded to nearest */
+__device__ static unsigned g4f__bf16_bits(float f) { return __float_as_uint(g4__bf16_round(f)) >> 16; }
+
+/* y[t][o] = epilogue(x[t] . W[o] (, x[t] . W2[o])) for a prefill chunk: a
+   block of 4 warps takes G4F_GM tokens x G4F_GN outputs, staging 16-wide K
+   slices of x and W in shared memory; warp w owns tokens 16w .. 16w + 15 and
+   all G4F_GN / 8 column tiles. Lane (g = lane / 4, t = lane % 4) owns, per
+   column tile j, outputs (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1): the
+   mma.m16n8k16 fragment. mma (the bf16 mode with bf16 weights: x is bf16
+   there, so the products are exact): each 16 x 8 x 16 step is one tensor-core
+   MMA (bf16 in, float32 accumulate). Otherwise the same fragment is summed
+   by the lane itself with float32 FMAs over the staged float32 tiles (CUDA
+   cores), so float32 keeps float32 products. Each output sums its K in order,
+   16 at a time. */
+#define G4F_GM 64
+#define G4F_GN 64
+__global__ void g4f_gemm(float *y, const float *x, const void *W, const void *W2, int dt, int n, int in, int out,
+                         int mma, int epi, float cap, int bf) {
+    __shared__ float xs[G4F_GM][16 + 1], ws[2][G4F_GN][16 + 1];
+    __shared__ unsigned xb[G4F_GM][8 + 4], wb[2][G4F_GN][8 + 4]; /* bf16 pairs; padded rows against bank conflicts */
+    int tid = (int)threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t4 = lane % 4, nw = W2 ? 2 : 1;
+    int tiles_m = (n + G4F_GM - 1) / G4F_GM, tiles_n = (out + G4F_GN - 1) / G4F_GN;
+    G4C_ROWS(tile, tiles_m * tiles_n) {
+        int m0 = (tile / tiles_n) * G4F_GM, n0 = (tile % tiles_n) * G4F_GN;
+        float acc[2][G4F_GN / 8][4];
+        G4F_UNROLL_LOOP
+        for (int k = 0; k < 2; k++)
+            G4F_UNROLL_LOOP
+            for (int j = 0; j < G4F_GN / 8; j++)
+                G4F_UNROLL_LOOP
+                for (int e = 0; e < 4; e++) acc[k][j][e] = 0.0f;
+        for (int k0 = 0; k0 < in; k0 += 16) {
+            /* stage x [G4F_GM][16] and W (W2) [G4F_GN][16], zeros past the edges */
+            if (mma) { /* bf16 pairs, a register's worth per thread */
+                for (int i = tid; i < G4F_GM * 8; i += (int)blockDim.x) {
+                    int r = i / 8, k = 2 * (i % 8);
+                    float v0 = m0 + r < n && k0 + k < in ? x[(size_t)(m0 + r) * in + k0 + k] : 0.0f;
+                    float v1 = m0 + r < n && k0 + k + 1 < in ? x[(size_t)(m0 + r) * in + k0 + k + 1] : 0.0f;
+                    xb[r][i % 8] = g4f__bf16_bits(v0) | g4f__bf16_bits(v1) << 16;
+                }
+                for (int i = tid; i < nw * G4F_GN * 8; i += (int)blockDim.x) {
+                    int which = i / (G4F_GN * 8), r = i / 8 % G4F_GN, k = 2 * (i % 8);
+                    const uint16_t *row = (const uint16_t *)(which ? W2 : W) + (size_t)(n0 + r) * in;
+                    unsigned lo = n0 + r < out && k0 + k < in ? row[k0 + k] : 0u;
+                    unsigned hi = n0 + r < out && k0 + k + 1 < in ? row[k0 + k + 1] : 0u;
+                    wb[which][r][i % 8] = lo | hi << 16;
+                }
+            } else {
+                for (int i = tid; i < G4F_GM * 16; i += (int)blockDim.x) {
+                    int r = i / 16, k = i % 16;
+                    xs[r][k] = m0 + r < n && k0 + k < in ? x[(size_t)(m0 + r) * in + k0 + k] : 0.0f;
+                }
+                for (int i = tid; i < nw * G4F_GN * 16; i += (int)blockDim.x) {
+                    int which = i / (G4F_GN * 16), r = i / 16 % G4F_GN, k = i % 16;
+                    ws[which][r][k] = n0 + r < out && k0 + k < in ? g4c__ld(which ? W2 : W, dt, (size_t)(n0 + r) * in + k0 + k)
+                                                                  : 0.0f;
+                }
+            }
+            __syncthreads();
+            G4F_UNROLL_LOOP
+            for (int k = 0; k < 2; k++) {
+                if (k >= nw) continue;
+                G4F_UNROLL_LOOP
+                for (int j = 0; j < G4F_GN / 8; j++) {
+                    int col = j * 8 + g, r0 = warp * 16 + g;
+                    if (mma) {
+                        unsigned a[4] = {xb[r0][t4], xb[r0 + 8][t4], xb[r0][t4 + 4], xb[r0 + 8][t4 + 4]};
+                        unsigned b[2] = {wb[k][col][t4], wb[k][col][t4 + 4]};
+                        g4f__mma_bf16(acc[k][j], a, b, acc[k][j]);
+                    } else { /* the same fragment on CUDA cores: rows r0, r0 + 8, columns j*8 + 2t, + 1 */
+                        G4F_UNROLL_LOOP
+                        for (int e = 0; e < 4; e++) {
+                            int r = warp * 16 + g + (e >= 2 ? 8 : 0), c = j * 8 + 2 * t4 + (e & 1);
+                            float v = acc[k][j][e];
+                            for (int kk = 0; kk < 16; kk++) v = __fmaf_rn(xs[r][kk], ws[k][c][kk], v);
+                            acc[k][j][e] = v;
+                        }
+                    }
+                }
+            }
+            __syncthreads();
+        }
+        G4F_UNROLL_LOOP
+        for (int j = 0; j < G4F_GN / 8; j++)
+            G4F_UNROLL_LOOP
+            for (int e = 0; e < 4; e++) {
+                int r = m0 + warp * 16 + g + (e >= 2 ? 8 : 0), c = n0 + j * 8 + 2 * t4 + (e & 1);
+                if (r < n && c < out) y[(size_t)r * out + c] = g4f__epilogue(acc[0][j][e], acc[1][j][e], epi, cap, bf);
+            }
+    }
+}
+
 /* split-K's fixed-order finish: y = epilogue(sum over slices, in slice order) */
 __global__ void g4f_splitk_sum(float *y, const float *part, int n, int out, int splits, int nw, int epi, float cap,
                                int bf) {
@@ -992,7 +1103,7 @@ __global__ void g4f_rmsnorm(float *y, const float *x, const void *w, int dt, int
         float *yr = y + (size_t)r * n, inv = g4f__inv_rms(xr, n, eps, red);
         for (int i = (int)threadIdx.x; i < n; i += (int)blockDim.x) {
             float v = __fmul_rn(xr[i], inv);
-            yr[i] = g4c__r(w ? __fmul_rn(v, g4c__ld(w, dt, (size_t)i)) : v, bf);
+            yr[i] = g4__act(w ? __fmul_rn(v, g4c__ld(w, dt, (size_t)i)) : v, bf);
         }
     }
 }
@@ -1006,8 +1117,8 @@ __global__ void g4f_norm_add_norm(float *x, float *b, float *xn, const void *w1,
     G4C_ROWS(r, rows) {
         float *xr = x + (size_t)r * n, *br = b + (size_t)r * n, inv = g4f__inv_rms(br, n, eps, red), ss = 0.0f;
         for (int i = (int)threadIdx.x; i < n; i += (int)blockDim.x) {
-            float v = g4c__r(__fmul_rn(__fmul_rn(br[i], inv), g4c__ld(w1, dt1, (size_t)i)), bf);
-            float s = g4c__r(__fadd_rn(xr[i], v), bf);
+            float v = g4__act(__fmul_rn(__fmul_rn(br[i], inv), g4c__ld(w1, dt1, (size_t)i)), bf);
+            float s = g4__act(__fadd_rn(xr[i], v), bf);
             br[i] = v;
             xr[i] = s;
             ss = __fmaf_rn(s, s, ss);
@@ -1016,7 +1127,7 @@ __global__ void g4f_norm_add_norm(float *x, float *b, float *xn, const void *w1,
         ss = g4f__block_sum(ss, red);
         inv = 1.0f / sqrtf(__fadd_rn(ss / (float)n, eps));
         for (int i = (int)threadIdx.x; i < n; i += (int)blockDim.x)
-            xn[(size_t)r * n + i] = g4c__r(__fmul_rn(__fmul_rn(xr[i], inv), g4c__ld(w2, dt2, (size_t)i)), bf);
+            xn[(size_t)r * n + i] = g4__act(__fmul_rn(__fmul_rn(xr[i], inv), g4c__ld(w2, dt2, (size_t)i)), bf);
     }
 }
 
@@ -1075,15 +1186,15 @@ __global__ void g4f_norm_rope(float *x, const void *w, int dt, const float *inv_
                 x1 = __fmul_rn(x1, g4c__ld(w, dt, (size_t)j));
                 x2 = __fmul_rn(x2, g4c__ld(w, dt, (size_t)(j + half)));
             }
-            x1 = g4c__r(x1, bf);
-            x2 = g4c__r(x2, bf);
+            x1 = g4__act(x1, bf);
+            x2 = g4__act(x2, bf);
             if (inv_freq) {
                 float a = __fmul_rn((float)pos, inv_freq[j]), c = cosf(a), s = sinf(a);
                 if (bf) {
-                    c = g4c__bf16(c);
-                    s = g4c__bf16(s);
-                    o1 = g4c__bf16(__fadd_rn(g4c__bf16(__fmul_rn(x1, c)), g4c__bf16(__fmul_rn(-x2, s))));
-                    o2 = g4c__bf16(__fadd_rn(g4c__bf16(__fmul_rn(x2, c)), g4c__bf16(__fmul_rn(x1, s))));
+                    c = g4__bf16_round(c);
+                    s = g4__bf16_round(s);
+                    o1 = g4__bf16_round(__fadd_rn(g4__bf16_round(__fmul_rn(x1, c)), g4__bf16_round(__fmul_rn(-x2, s))));
+                    o2 = g4__bf16_round(__fadd_rn(g4__bf16_round(__fmul_rn(x2, c)), g4__bf16_round(__fmul_rn(x1, s))));
                 } else {
                     o1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
                     o2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
@@ -1094,8 +1205,8 @@ __global__ void g4f_norm_rope(float *x, const void *w, int dt, const float *inv_
             }
             if (slot >= 0 && kvbf) {
                 uint16_t *d16 = (uint16_t *)(void *)dst;
-                d16[j] = (uint16_t)(__float_as_uint(g4c__bf16(o1)) >> 16);
-                d16[j + half] = (uint16_t)(__float_as_uint(g4c__bf16(o2)) >> 16);
+                d16[j] = (uint16_t)(__float_as_uint(g4__bf16_round(o1)) >> 16);
+                d16[j + half] = (uint16_t)(__float_as_uint(g4__bf16_round(o2)) >> 16);
             } else {
                 dst[j] = o1;
                 dst[j + half] = o2;
@@ -1180,12 +1291,12 @@ __global__ void g4f_attention(float *part, const float *stats, const float *q, c
                 for (int h = 0; h < G4F_GROUP; h++)
                     if (h < group) { /* group is the block's: the shuffles stay converged */
                         float v = g4f__warp_sum(dot[h]);
-                        if (lane == 0) sc[h][j] = g4c__r(v, bf);
+                        if (lane == 0) sc[h][j] = g4__act(v, bf);
                     }
             }
             __syncthreads();
             if (tid < group && pass == G4F_FIXED) { /* the final probabilities, rounded as the exact mode's */
-                for (int j = 0; j < nk; j++) sc[tid][j] = g4c__r(__fmul_rn(expf(__fsub_rn(sc[tid][j], ms[tid])), ls[tid]), bf);
+                for (int j = 0; j < nk; j++) sc[tid][j] = g4__act(__fmul_rn(expf(__fsub_rn(sc[tid][j], ms[tid])), ls[tid]), bf);
             } else if (tid < group) { /* the online softmax of head tid over this tile */
                 float m = ms[tid], mx = m, sum = 0.0f, a;
                 for (int j = 0; j < nk; j++) mx = sc[tid][j] > mx ? sc[tid][j] : mx;
@@ -1250,7 +1361,7 @@ __global__ void g4f_attn_combine(float *att, const float *part, int rows, int D,
         float M = -INFINITY, L = 0.0f, o = 0.0f;
         if (fixed) {
             for (int s = 0; s < splits; s++) o = __fadd_rn(o, pr[(size_t)s * (D + 2) + 2 + d]);
-            att[idx] = g4c__r(o, bf);
+            att[idx] = g4__act(o, bf);
             continue;
         }
         for (int s = 0; s < splits; s++)
@@ -1263,7 +1374,7 @@ __global__ void g4f_attn_combine(float *att, const float *part, int rows, int D,
             L = __fmaf_rn(ps[1], e, L);
             o = __fmaf_rn(ps[2 + d], e, o);
         }
-        att[idx] = g4c__r(o / L, bf);
+        att[idx] = g4__act(o / L, bf);
     }
 }
 
@@ -1285,6 +1396,12 @@ static g4_result g4f__linear(g4_cuda_session *s, float *y, const float *x, const
     if (w2 && (w2->dtype != w->dtype || w2->shape[0] != w->shape[0] || w2->shape[1] != w->shape[1])) {
         g4__seterr(s->error, "internal: fused gate/up need one shape and dtype");
         return G4_ERR_INPUT;
+    }
+    if (n > G4F_TOKENS) { /* a prefill chunk: the tiled GEMM, tensor cores in the bf16 mode */
+        size_t tiles = (size_t)((n + G4F_GM - 1) / G4F_GM) * (size_t)((out + G4F_GN - 1) / G4F_GN);
+        G4C_RUN(s->error, g4f_gemm, g4c__grid(tiles, 1), G4F_GM / 16 * 32, y, x, w->data, w2 ? w2->data : NULL,
+                (int)w->dtype, n, in, out, s->cfg.bf16 && w->dtype == G4_BF16, epi, cap, s->cfg.bf16);
+        return G4_OK;
     }
     for (int t0 = 0; t0 < n; t0 += G4F_TOKENS) {
         int k = n - t0 < G4F_TOKENS ? n - t0 : G4F_TOKENS;

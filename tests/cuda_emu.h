@@ -27,7 +27,8 @@
    - Launch checks as on a GPU: 1..1024 threads per block, nonempty grid.
    - Test hooks (extern "C"): g4emu_fail_after(n) makes the n-th runtime call
      or launch from now fail (every checked call's error path can be driven);
-     g4emu_launches(name) counts launches of a kernel.
+     g4emu_launches(name) counts launches of a kernel, g4emu_mmas() the
+     warp MMAs.
    - Warp primitives (the fast mode's reductions): __shfl_xor_sync,
      __shfl_down_sync, __shfl_sync on 32-bit values and __syncwarp, full mask
      only. A warp is 32 consecutive threads of the block (fewer in a block of
@@ -35,6 +36,10 @@
      is resumed only once every lane of its warp has reached a warp barrier;
      a lane that exits or waits at __syncthreads meanwhile is a divergence:
      the emulator aborts, naming the kernel.
+   - The bf16 tensor-core MMA the fast mode's GEMM issues (mma.sync
+     m16n8k16, inline PTX on a GPU) as g4emu_mma_bf16_16816: a warp barrier,
+     then a scalar product from the lanes' fragments laid out as the PTX ISA
+     says.
    - uint4 / float4 (16-byte vector loads) as plain structs. */
 #ifndef G4_CUDA_EMU_H
 #define G4_CUDA_EMU_H
@@ -322,6 +327,50 @@ static unsigned g4emu_warp_exchange(unsigned mask, unsigned v, int src_lane) {
 }
 
 static inline int g4emu_lane(void) { return g4emu_cur & 31; }
+
+/* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 for one warp, each
+   lane passing its fragments as the PTX ISA lays them out (groupID g = lane
+   / 4, t = lane % 4; a pair of bf16 in a register, the lower index in the low
+   half): a[0] A[g][2t..], a[1] A[g+8][2t..], a[2] A[g][2t+8..], a[3]
+   A[g+8][2t+8..]; b[0] B[2t..][g], b[1] B[2t+8..][g]; c and d [0] (g, 2t),
+   [1] (g, 2t+1), [2] (g+8, 2t), [3] (g+8, 2t+1). A warp barrier, then each
+   lane sums its outputs in k order with fmaf (a tensor core's internal
+   order is its own: the tests bound the difference, never assume bits). */
+static unsigned g4emu_mma_a[2][G4EMU_MAX_THREADS][4], g4emu_mma_b[2][G4EMU_MAX_THREADS][2];
+
+static inline float g4emu_bf16_half(unsigned reg, int k) {
+    unsigned h = k & 1 ? reg >> 16 : reg & 0xffffu;
+    float f;
+    h <<= 16;
+    memcpy(&f, &h, 4);
+    return f;
+}
+
+static long g4emu_mma_n;
+extern "C" long g4emu_mmas(void) { return g4emu_mma_n; } /* warp MMAs issued so far */
+
+static void g4emu_mma_bf16_16816(float *d, const unsigned *a, const unsigned *b, const float *c) {
+    int me = g4emu_cur, base = me & ~31, slot = (int)(g4emu_lane_n[me] & 1u), l = me & 31, g = l / 4, t = l % 4;
+    if (g4emu_nthreads < base + 32) {
+        fprintf(stderr, "cuda_emu: %s: mma needs a whole warp of 32 threads\n", g4emu_kernel);
+        abort();
+    }
+    if (l == 0) g4emu_mma_n++;
+    memcpy(g4emu_mma_a[slot][me], a, sizeof g4emu_mma_a[0][0]);
+    memcpy(g4emu_mma_b[slot][me], b, sizeof g4emu_mma_b[0][0]);
+    (void)g4emu_warp_exchange(0xffffffffu, 0, -1); /* every lane's fragments are in */
+    for (int o = 0; o < 4; o++) {
+        int row = g + (o >= 2 ? 8 : 0), col = 2 * t + (o & 1);
+        float acc = c[o];
+        for (int k = 0; k < 16; k++) {
+            int la = base + (row % 8) * 4 + (k % 8) / 2, lb = base + col * 4 + (k % 8) / 2;
+            float av = g4emu_bf16_half(g4emu_mma_a[slot][la][(row >= 8) + 2 * (k >= 8)], k);
+            float bv = g4emu_bf16_half(g4emu_mma_b[slot][lb][k >= 8], k);
+            acc = fmaf(av, bv, acc);
+        }
+        d[o] = acc;
+    }
+}
 
 template <class T> static inline T g4emu_shfl(unsigned mask, T v, int src) {
     static_assert(sizeof(T) == 4, "32-bit shuffles only");

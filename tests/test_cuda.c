@@ -45,6 +45,7 @@
 #ifdef G4_CUDA_EMULATE
 extern void g4emu_fail_after(long n);
 extern long g4emu_launches(const char *kernel);
+extern long g4emu_mmas(void);
 #define CPU_TOL 0.0
 #define CPU_TOL_BF16 0.0
 #else
@@ -510,7 +511,14 @@ static void check_fast_bf16(const char *model) {
 
 static void test_fast_bf16(void) {
     static const char *models[] = {"e2b_like", "e4b_like", "31b_like", "26b_like", "plain"};
+#ifdef G4_CUDA_EMULATE
+    long mmas = g4emu_mmas();
+#endif
     for (int k = 0; k < 5; k++) check_fast_bf16(models[k]);
+#ifdef G4_CUDA_EMULATE
+    printf("  %ld warp MMAs (bf16 tensor-core steps of the prefill GEMM)\n", g4emu_mmas() - mmas);
+    CHECK(g4emu_mmas() > mmas, "the bf16 prefill must run the GEMM's MMA path");
+#endif
 }
 
 /* fast float32 greedy decode: transformers' generate, logits and tokens */
