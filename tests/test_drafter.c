@@ -15,6 +15,9 @@
        (data/tiny/DRAFTER_VERSIONS.txt); ours measured 1.6e-6..8.3e-6 at step
        0 and up to 6.7e-5 later. The drafted tokens and the assisted output
        match token for token.
+     the bf16-faithful mode's first-round drafter logits (data/tiny/e2b_drafter/golden_bf16.safetensors,
+       transformers 5.20.2 in bfloat16): bit-identical (3e-2 of max |logit| where the avx512_bf16 kernel
+       serves the mode).
      speculative greedy = plain greedy: exact (the same forward computes the
        same bits whatever the chunk; rewinding recomputes nothing).
      rewind then recompute = the first computation: exact. */
@@ -46,13 +49,15 @@ typedef struct {
     int has_d;
 } pair;
 
-static int pair_open(pair *p, const char *target, const char *drafter, int max_context, int chunk) {
+/* bf16: the bf16-faithful mode (the drafter session takes it from the target's) */
+static int pair_open_mode(pair *p, const char *target, const char *drafter, int max_context, int chunk, int bf16) {
     g4_session_config sc = g4_session_config_init();
     size_t bytes;
     memset(p, 0, sizeof *p);
     if (g4_model_load(&p->tm, tiny(target)) != G4_OK) { printf("  load %s: %s\n", target, p->tm.error); return 0; }
     sc.max_context = max_context;
     sc.max_chunk = chunk;
+    sc.bf16 = bf16;
     if (g4_session_size(&p->tm, &sc, &bytes) != G4_OK || !(p->ta = malloc(bytes)) ||
         g4_session_init(&p->t, &p->tm, &sc, p->ta, bytes) != G4_OK) {
         printf("  session %s: %s\n", target, p->t.error);
@@ -67,6 +72,10 @@ static int pair_open(pair *p, const char *target, const char *drafter, int max_c
         return 0;
     }
     return 1;
+}
+
+static int pair_open(pair *p, const char *target, const char *drafter, int max_context, int chunk) {
+    return pair_open_mode(p, target, drafter, max_context, chunk, 0);
 }
 
 static void pair_free(pair *p) {
@@ -159,6 +168,71 @@ static void test_first_round_goldens(void) {
         check_first_round(DRAFTERS[i][0], DRAFTERS[i][1], "long");
         check_first_round(DRAFTERS[i][0], DRAFTERS[i][1], "short");
     }
+}
+
+/* The bf16-faithful mode against transformers 5.20.2 run in bfloat16 (data/tiny/e2b_drafter/
+   golden_bf16.safetensors): the first round's K drafter logits, target and drafter both bf16. The masked
+   embedder's fill is min(bf16(selected logits)) - 1, then rounded to bf16, as transformers orders it; the
+   short prompt's last step is one where taking the min before the rounding gives another fill
+   (DRAFTER_VERSIONS.txt). Bound: bit-identical (the target's bf16 mode is, test_gemma4), or
+   G4CMP_TOL_BF16-like 3e-2 of max |logit| where the avx512_bf16 kernel serves the mode (not torch's order). */
+static void check_first_round_bf16(const char *tag) {
+    golden g, gb;
+    pair p;
+    char name[64];
+    int n, K, V, i;
+    int64_t numel;
+    const int32_t *prompt, *draft_ids;
+    const float *ref;
+    float *logits, *h;
+    int32_t tok;
+    double tol = G4__BF16DOT ? 3e-2 : 0.0;
+    if (!golden_open(&g, "e2b_drafter")) { CHECK(0, "no golden for e2b_drafter"); return; }
+    if (!golden_open_file(&gb, "e2b_drafter", "golden_bf16.safetensors")) { CHECK(0, "no bf16 golden"); g4_model_free(&g.m); return; }
+    snprintf(name, sizeof name, "%s_prompt", tag);
+    prompt = golden_ids(&g, name, &n);
+    snprintf(name, sizeof name, "%s_draft_ids", tag);
+    draft_ids = golden_ids(&gb, name, &K);
+    snprintf(name, sizeof name, "%s_draft_logits", tag);
+    ref = golden_f32(&gb, name, &numel);
+    CHECK(prompt && draft_ids && ref, "the bf16 golden lacks %s tensors", tag);
+    if (!prompt || !draft_ids || !ref || !pair_open_mode(&p, "e2b_like", "e2b_drafter", 64, 8, 1)) {
+        g4_model_free(&g.m);
+        g4_model_free(&gb.m);
+        return;
+    }
+    V = p.tm.config.vocab_size;
+    CHECK(numel == (int64_t)K * V, "bf16 draft logits shape");
+    logits = (float *)malloc(sizeof(float) * (size_t)V);
+    h = (float *)malloc(sizeof(float) * (size_t)p.tm.config.hidden_size);
+    CHECK(g4_forward_hidden(&p.t, prompt, n, logits, G4_LOGITS_LAST, h) == G4_OK, "prefill: %s", p.t.error);
+    tok = g4_argmax(logits, V);
+    for (i = 0; i < K && numel == (int64_t)K * V; i++) {
+        const float *r = ref + (size_t)i * V;
+        double d, sc;
+        int j, fill = g4_argmin(r, V);
+        CHECK(g4_draft_step(&p.d, tok, h, logits, h) == G4_OK, "draft step %d: %s", i, p.d.error);
+        d = max_diff(logits, r, (size_t)V);
+        sc = max_abs(r, (size_t)V);
+        if (getenv("G4_VERBOSE")) printf("  bf16 %s step %d: %.3g relative\n", tag, i, d / sc);
+        CHECK(d <= tol * sc, "bf16 %s step %d: drafter logits differ by %.3g (%.3g relative); fill %.9g, want %.9g", tag,
+              i, d, d / sc, (double)logits[g4_argmin(logits, V)], (double)r[fill]);
+        for (j = 0; j < V && tol == 0.0; j++) /* every value a bf16 one */
+            if (logits[j] != g4__bf16_round(logits[j])) { CHECK(0, "bf16 %s step %d: logit %d is not bf16", tag, i, j); break; }
+        tok = g4_argmax(logits, V);
+        CHECK(tok == draft_ids[i], "bf16 %s step %d: drafted %d, transformers %d", tag, i, (int)tok, (int)draft_ids[i]);
+        tok = draft_ids[i];
+    }
+    free(logits);
+    free(h);
+    pair_free(&p);
+    g4_model_free(&g.m);
+    g4_model_free(&gb.m);
+}
+
+static void test_first_round_bf16_golden(void) {
+    check_first_round_bf16("long");
+    check_first_round_bf16("short");
 }
 
 /* assisted greedy with the real drafter = transformers' assisted output = plain greedy */
@@ -701,6 +775,7 @@ int main(int argc, char **argv) {
     if (!mkdtemp(tmpl)) { printf("cannot create a temporary directory\n"); return 1; }
     snprintf(g_tmp, sizeof g_tmp, "%s", tmpl);
     run("drafter: first-round logits and drafts = transformers 5.20.2", test_first_round_goldens);
+    run("drafter: bf16 mode's first-round logits = transformers 5.20.2 in bf16", test_first_round_bf16_golden);
     run("drafter: assisted greedy = transformers' assisted output = greedy", test_assisted_goldens);
     run("speculative greedy = greedy, forced drafts right for 0..k at every target", test_forced_every_offset);
     run("rewind: recompute is bit-identical, sliding ring limit, range", test_rewind_recompute_exact);
