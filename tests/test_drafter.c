@@ -111,25 +111,36 @@ static int32_t *plain_greedy(const char *target, const int32_t *prompt, int n, i
 
 /* ------------------------------------------------ the drafter's goldens */
 
-static void check_first_round(const char *drafter, const char *target, const char *tag) {
-    golden g;
+/* The first drafting round against the golden: float32 (golden.safetensors) within TOL / TOL_CHAINED, or
+   (bf16) the bf16-faithful mode against transformers 5.20.2 run in bfloat16 (golden_bf16.safetensors,
+   target and drafter both bf16; the prompts are golden.safetensors'). In bf16 the masked embedder's fill
+   is min(bf16(selected logits)) - 1, then rounded to bf16, as transformers orders it; the short prompt's
+   last step is one where taking the min before the rounding gives another fill (DRAFTER_VERSIONS.txt).
+   bf16 bound: bit-identical, every logit a bf16 value (the target's bf16 mode is bit-identical too,
+   test_gemma4), or 3e-2 of max |logit| (G4CMP_TOL_BF16) where the avx512_bf16 kernel serves the mode
+   (not torch's order). */
+static void check_first_round(const char *drafter, const char *target, const char *tag, int bf16) {
+    golden g, gb;
+    const char *mode = bf16 ? "bf16" : "f32";
     pair p;
     char name[64];
-    int n, K, V, i, nd;
+    int n, K, V, i, j, nd;
     int64_t numel;
     const int32_t *prompt, *draft_ids;
     const float *ref;
     float *logits, *h;
     int32_t tok;
     if (!golden_open(&g, drafter)) { CHECK(0, "no golden for %s", drafter); return; }
+    if (bf16 && !golden_open_file(&gb, drafter, "golden_bf16.safetensors")) { CHECK(0, "no bf16 golden"); g4_model_free(&g.m); return; }
+    if (!bf16) gb = g;
     snprintf(name, sizeof name, "%s_prompt", tag);
     prompt = golden_ids(&g, name, &n);
     snprintf(name, sizeof name, "%s_draft_ids", tag);
-    draft_ids = golden_ids(&g, name, &K);
+    draft_ids = golden_ids(&gb, name, &K);
     snprintf(name, sizeof name, "%s_draft_logits", tag);
-    ref = golden_f32(&g, name, &numel);
-    CHECK(prompt && draft_ids && ref, "%s: golden lacks %s tensors", drafter, tag);
-    if (!prompt || !draft_ids || !ref || !pair_open(&p, target, drafter, 64, 8)) { g4_model_free(&g.m); return; }
+    ref = golden_f32(&gb, name, &numel);
+    CHECK(prompt && draft_ids && ref, "%s: %s golden lacks %s tensors", drafter, mode, tag);
+    if (!prompt || !draft_ids || !ref || !pair_open_mode(&p, target, drafter, 64, 8, bf16)) goto done;
     V = p.tm.config.vocab_size;
     CHECK(numel == (int64_t)K * V, "%s: draft logits shape", drafter);
     logits = (float *)malloc(sizeof(float) * (size_t)V);
@@ -139,15 +150,17 @@ static void check_first_round(const char *drafter, const char *target, const cha
     tok = g4_argmax(logits, V);
     for (i = 0; i < K && numel == (int64_t)K * V; i++) {
         const float *r = ref + (size_t)i * V;
-        double d, sc;
+        double d, sc, tol = bf16 ? (G4__BF16DOT ? 3e-2 : 0.0) : i ? TOL_CHAINED : TOL;
         CHECK(g4_draft_step(&p.d, tok, h, logits, h) == G4_OK, "draft step %d: %s", i, p.d.error);
         d = max_diff(logits, r, (size_t)V);
         sc = max_abs(r, (size_t)V);
-        if (getenv("G4_VERBOSE")) printf("  %s %s step %d: %.3g relative\n", drafter, tag, i, d / sc);
-        CHECK(d <= (i ? TOL_CHAINED : TOL) * sc, "%s %s step %d: drafter logits differ by %.3g (%.3g relative)", drafter,
-              tag, i, d, d / sc);
+        if (getenv("G4_VERBOSE")) printf("  %s %s %s step %d: %.3g relative\n", drafter, mode, tag, i, d / sc);
+        CHECK(d <= tol * sc, "%s %s %s step %d: drafter logits differ by %.3g (%.3g relative); min %.9g, want %.9g",
+              drafter, mode, tag, i, d, d / sc, (double)logits[g4_argmin(logits, V)], (double)r[g4_argmin(r, V)]);
+        for (j = 0; j < V && bf16 && tol == 0.0; j++)
+            if (logits[j] != g4__bf16_round(logits[j])) { CHECK(0, "%s %s step %d: logit %d is not bf16", drafter, tag, i, j); break; }
         tok = g4_argmax(logits, V);
-        CHECK(tok == draft_ids[i], "%s %s step %d: drafted %d, transformers %d", drafter, tag, i, (int)tok,
+        CHECK(tok == draft_ids[i], "%s %s %s step %d: drafted %d, transformers %d", drafter, mode, tag, i, (int)tok,
               (int)draft_ids[i]);
         tok = draft_ids[i];
     }
@@ -159,80 +172,22 @@ static void check_first_round(const char *drafter, const char *target, const cha
     free(logits);
     free(h);
     pair_free(&p);
+done:
     g4_model_free(&g.m);
+    if (bf16) g4_model_free(&gb.m);
 }
 
 static void test_first_round_goldens(void) {
     size_t i;
     for (i = 0; i < sizeof DRAFTERS / sizeof DRAFTERS[0]; i++) {
-        check_first_round(DRAFTERS[i][0], DRAFTERS[i][1], "long");
-        check_first_round(DRAFTERS[i][0], DRAFTERS[i][1], "short");
+        check_first_round(DRAFTERS[i][0], DRAFTERS[i][1], "long", 0);
+        check_first_round(DRAFTERS[i][0], DRAFTERS[i][1], "short", 0);
     }
-}
-
-/* The bf16-faithful mode against transformers 5.20.2 run in bfloat16 (data/tiny/e2b_drafter/
-   golden_bf16.safetensors): the first round's K drafter logits, target and drafter both bf16. The masked
-   embedder's fill is min(bf16(selected logits)) - 1, then rounded to bf16, as transformers orders it; the
-   short prompt's last step is one where taking the min before the rounding gives another fill
-   (DRAFTER_VERSIONS.txt). Bound: bit-identical (the target's bf16 mode is, test_gemma4), or
-   G4CMP_TOL_BF16-like 3e-2 of max |logit| where the avx512_bf16 kernel serves the mode (not torch's order). */
-static void check_first_round_bf16(const char *tag) {
-    golden g, gb;
-    pair p;
-    char name[64];
-    int n, K, V, i;
-    int64_t numel;
-    const int32_t *prompt, *draft_ids;
-    const float *ref;
-    float *logits, *h;
-    int32_t tok;
-    double tol = G4__BF16DOT ? 3e-2 : 0.0;
-    if (!golden_open(&g, "e2b_drafter")) { CHECK(0, "no golden for e2b_drafter"); return; }
-    if (!golden_open_file(&gb, "e2b_drafter", "golden_bf16.safetensors")) { CHECK(0, "no bf16 golden"); g4_model_free(&g.m); return; }
-    snprintf(name, sizeof name, "%s_prompt", tag);
-    prompt = golden_ids(&g, name, &n);
-    snprintf(name, sizeof name, "%s_draft_ids", tag);
-    draft_ids = golden_ids(&gb, name, &K);
-    snprintf(name, sizeof name, "%s_draft_logits", tag);
-    ref = golden_f32(&gb, name, &numel);
-    CHECK(prompt && draft_ids && ref, "the bf16 golden lacks %s tensors", tag);
-    if (!prompt || !draft_ids || !ref || !pair_open_mode(&p, "e2b_like", "e2b_drafter", 64, 8, 1)) {
-        g4_model_free(&g.m);
-        g4_model_free(&gb.m);
-        return;
-    }
-    V = p.tm.config.vocab_size;
-    CHECK(numel == (int64_t)K * V, "bf16 draft logits shape");
-    logits = (float *)malloc(sizeof(float) * (size_t)V);
-    h = (float *)malloc(sizeof(float) * (size_t)p.tm.config.hidden_size);
-    CHECK(g4_forward_hidden(&p.t, prompt, n, logits, G4_LOGITS_LAST, h) == G4_OK, "prefill: %s", p.t.error);
-    tok = g4_argmax(logits, V);
-    for (i = 0; i < K && numel == (int64_t)K * V; i++) {
-        const float *r = ref + (size_t)i * V;
-        double d, sc;
-        int j, fill = g4_argmin(r, V);
-        CHECK(g4_draft_step(&p.d, tok, h, logits, h) == G4_OK, "draft step %d: %s", i, p.d.error);
-        d = max_diff(logits, r, (size_t)V);
-        sc = max_abs(r, (size_t)V);
-        if (getenv("G4_VERBOSE")) printf("  bf16 %s step %d: %.3g relative\n", tag, i, d / sc);
-        CHECK(d <= tol * sc, "bf16 %s step %d: drafter logits differ by %.3g (%.3g relative); fill %.9g, want %.9g", tag,
-              i, d, d / sc, (double)logits[g4_argmin(logits, V)], (double)r[fill]);
-        for (j = 0; j < V && tol == 0.0; j++) /* every value a bf16 one */
-            if (logits[j] != g4__bf16_round(logits[j])) { CHECK(0, "bf16 %s step %d: logit %d is not bf16", tag, i, j); break; }
-        tok = g4_argmax(logits, V);
-        CHECK(tok == draft_ids[i], "bf16 %s step %d: drafted %d, transformers %d", tag, i, (int)tok, (int)draft_ids[i]);
-        tok = draft_ids[i];
-    }
-    free(logits);
-    free(h);
-    pair_free(&p);
-    g4_model_free(&g.m);
-    g4_model_free(&gb.m);
 }
 
 static void test_first_round_bf16_golden(void) {
-    check_first_round_bf16("long");
-    check_first_round_bf16("short");
+    check_first_round("e2b_drafter", "e2b_like", "long", 1);
+    check_first_round("e2b_drafter", "e2b_like", "short", 1);
 }
 
 /* assisted greedy with the real drafter = transformers' assisted output = plain greedy */
