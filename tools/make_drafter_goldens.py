@@ -29,7 +29,10 @@ DRAFTER_VERSIONS.txt also gives, per round step, how far the same round run in f
 these float32 logits: the float32 noise a reimplementation is measured against (it grows along
 the round, as each step feeds the next its projected hidden state).
 
-Everything is float32 CPU, attn_implementation="eager", torch.set_num_threads(1).  The first
+data/tiny/e2b_drafter/golden_bf16.safetensors is the same first round with the target and the drafter
+loaded in bfloat16 (make_bf16; `--bf16-only` redoes just it and its DRAFTER_VERSIONS.txt line).
+
+Everything else is float32 CPU; all of it attn_implementation="eager", torch.set_num_threads(1).  The first
 round is recorded because it is the one whose inputs are clean in 5.20.2: in later rounds the
 candidate generator slices the target's shared K/V to the new sequence length, which keeps the
 rejected draft at the query's own position in the full-attention tensor and rejected drafts at
