@@ -230,7 +230,7 @@ typedef struct {
     int sliding_window;
     float final_logit_softcapping;      /* 0: none */
     int tie_word_embeddings;
-    int pad_token_id;                   /* the embeddings' padding_idx: its rows get no lookup gradient */
+    int pad_token_id;                   /* the embeddings' padding_idx (its row gets no lookup gradient); -1: none */
     int vocab_size_per_layer_input;
     int hidden_size_per_layer_input;    /* P; 0 disables per-layer embeddings */
     int attention_k_eq_v;
@@ -1784,7 +1784,17 @@ static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const c
     G4__TRY(g4__cfg_int(&c, "sliding_window", &cfg->sliding_window, 512, 0, 1, INT32_MAX));
     G4__TRY(g4__cfg_float(&c, "final_logit_softcapping", &cfg->final_logit_softcapping, 0.0f, 1e-6, 1e30));
     G4__TRY(g4__cfg_bool(&c, "tie_word_embeddings", &cfg->tie_word_embeddings, 1));
-    G4__TRY(g4__cfg_int(&c, "pad_token_id", &cfg->pad_token_id, 0, 0, -1, INT32_MAX));
+    /* pad_token_id is nn.Embedding's padding_idx. transformers' default (absent) is 0; an explicit null
+       is None, no padding row (-1 here); a negative id counts from the end as torch's does; torch
+       refuses one outside [-vocab_size, vocab_size). */
+    n = g4__jget(j, c.obj, "pad_token_id");
+    if (n >= 0 && j->nodes[n].type == G4__JNULL) {
+        cfg->pad_token_id = -1;
+    } else {
+        G4__TRY(g4__cfg_int(&c, "pad_token_id", &cfg->pad_token_id, 0, 0, -(int64_t)cfg->vocab_size,
+                            cfg->vocab_size - 1));
+        if (cfg->pad_token_id < 0) cfg->pad_token_id += cfg->vocab_size;
+    }
     G4__TRY(g4__cfg_int(&c, "vocab_size_per_layer_input", &cfg->vocab_size_per_layer_input, 262144, 0,
                         cfg->assistant ? 0 : 1, 1 << 24));
     G4__TRY(g4__cfg_int(&c, "hidden_size_per_layer_input", &cfg->hidden_size_per_layer_input, 256, 0, 0, 65536));
@@ -6773,7 +6783,8 @@ static g4_result g4__drafter_check_read(const g4_session *d, int l, const g4_kv_
 /* Gemma4AssistantMaskedEmbedder: the centroid logits pick the top-k
    centroids (ties: lower index first); the logits of their tokens
    (token_ordering viewed as [C][V/C]) are h . lm_head[token]; every other
-   token gets min(those) - 1. */
+   token gets min(those) - 1, the min of the logits as the matmul returns
+   them (bf16-rounded in the bf16 mode). */
 static void g4__masked_logits(g4_session *d, float *logits) {
     const g4_model *m = d->model;
     const g4_config *c = &m->config;
@@ -6794,11 +6805,15 @@ static void g4__masked_logits(g4_session *d, float *logits) {
             g4_tensor row = *lm;
             row.data = (const unsigned char *)lm->data + (size_t)tok * (size_t)H * g4__dtype_size(lm->dtype);
             row.shape[0] = 1;
-            g4__matmul_cast(d, &logits[tok], d->xn, &row, 1, 0); /* cast below, after the min */
+            /* selected_logits come out of the matmul in the compute dtype (bf16 in the bf16 mode) and
+               their min is taken after that rounding */
+            g4__matmul(d, &logits[tok], d->xn, &row, 1);
             if (logits[tok] < mn) mn = logits[tok];
         }
     }
-    fill = (float)((double)mn - 1.0); /* selected_logits.min().item() - 1.0 */
+    /* selected_logits.min().item() - 1.0, a Python float that torch.full turns into the dtype (the
+       rounding below; torch narrows double -> float -> bf16, as this does) */
+    fill = (float)((double)mn - 1.0);
     for (i = 0; i < C; i++) {
         for (k = 0; k < K && d->top[k] != i; k++) {}
         if (k < K) continue;
@@ -6826,7 +6841,7 @@ G4__DEF g4_result g4_draft_step(g4_session *d, int32_t token, const float *hidde
         return G4_ERR_INPUT;
     }
     d->pos = d->target->pos; /* the token's position: the target holds [0, pos) */
-    d->fwd_n = 1;            /* the bf16 mode's orders: one token (not checked against a bf16 drafter run) */
+    d->fwd_n = 1;            /* the bf16 mode's orders: one token (checked against transformers in bf16: test_drafter) */
     d->fwd_end = d->pos + 1;
     /* inputs_embeds = concat(target.embed_tokens(token), hidden); pre_projection */
     scale = g4__scale(d->target, Hb);
