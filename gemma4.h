@@ -584,7 +584,8 @@ typedef struct {
     float *probs;                              /* [threads][max_seq] */
     float *astats;                             /* [S][NH][3] attention backward: softmax max, sum, sum(p dp) */
     double *row_loss;                          /* [max_seq] each row's cross-entropy */
-    float *dyt;                                /* [max(S * widest projection output, 64 * V)] dY transposed */
+    float *dyt, *xt;                           /* [max(S * widest projection, rows * V)], [S * widest projection]:
+                                                  dY and X transposed (rows: the loss's, G4_TRAIN_ROWS) */
     float *logits;                             /* [min(max_seq, G4_TRAIN_ROWS)][V] */
     float *moe;                                /* MoE scratch: [4H + 2E + 6Ie] */
     float **slot_dk, **slot_dv;                /* [n_slots] -> [S][KVH*D] the owner slots' K/V gradients */
@@ -3904,6 +3905,109 @@ static void g4__gemm(float *y, size_t ldy, const float *x, size_t ldx, const g4_
     }
 }
 
+/* The backward's products (>>backward): y[t * ldy + c] += sum_k x[t * ldx + k]
+   B(c, k) for t < n, c in [c0, c1), k < K, where B(c, k) = B[c * ldb + k]
+   (kmajor 0: rows along k, as a weight's) or B[k * ldb + c] (kmajor 1: the
+   weight itself in dX = dY W, k running over its rows). The panels and the
+   micro-kernel of g4__gemm, in another loop order: tokens in blocks of nc,
+   then k in blocks of kc, then columns in blocks of mc, so that a block of
+   a k-major B is read along its rows (one pass over kc rows per token block,
+   not one per mc columns). Each k block's sums go into y (one g4__vhsum per
+   element and block, VL lane sums along k within it; the tail k >= K - K % VL
+   left to right after the last block): a fixed order per element, whatever
+   the thread split. kmajor 1 packs a block by transposing VL x VL tiles.
+   ws: b->mc * b->kc floats (no partial sums). */
+static float g4__elem(const unsigned char *p, g4_dtype dt, size_t i) {
+    uint16_t h;
+    float f;
+    if (dt == G4_BF16) { memcpy(&h, p + 2 * i, 2); return g4__bf16_to_f32(h); }
+    if (dt == G4_F16) { memcpy(&h, p + 2 * i, 2); return g4__f16_to_f32(h); }
+    memcpy(&f, p + 4 * i, 4);
+    return f;
+}
+
+/* the panels of columns [i0, i0 + mc) (rounded up to G4__TR, zeros past c1)
+   at k in [k0, k0 + kc) of a k-major B: panel p holds column i0 + p G4__TR + r,
+   k at [(k - k0) / VL][r][(k - k0) % VL], as g4__micro reads it */
+static void g4__pack_kmajor(float *wp, const unsigned char *B, g4_dtype dt, size_t esz, size_t ldb, int i0, int mc,
+                            int c1, int k0, int kc) {
+    int rows = (mc + G4__TR - 1) / G4__TR * G4__TR, k, c, j;
+#define G4__PK(c_, k_) (wp + (size_t)((c_) / G4__TR) * G4__TR * (size_t)kc + (size_t)((k_) / G4__VL) * G4__TR * G4__VL + \
+                        (size_t)((c_) % G4__TR) * G4__VL + (size_t)((k_) % G4__VL))
+    for (k = 0; k < kc; k += G4__VL) {
+        const unsigned char *row = B + (size_t)(k0 + k) * ldb * esz;
+        c = 0;
+#if defined(__AVX2__) && G4__VL == 8
+        for (; c + 8 <= mc && i0 + c + 8 <= c1; c += 8) { /* 8 k x 8 columns, transposed in registers */
+            __m256 r[8], u[8], v[8];
+            G4__UNROLL for (j = 0; j < 8; j++) r[j] = g4__vload_w(row + (size_t)j * ldb * esz, dt, (size_t)(i0 + c));
+            u[0] = _mm256_unpacklo_ps(r[0], r[1]); u[1] = _mm256_unpackhi_ps(r[0], r[1]);
+            u[2] = _mm256_unpacklo_ps(r[2], r[3]); u[3] = _mm256_unpackhi_ps(r[2], r[3]);
+            u[4] = _mm256_unpacklo_ps(r[4], r[5]); u[5] = _mm256_unpackhi_ps(r[4], r[5]);
+            u[6] = _mm256_unpacklo_ps(r[6], r[7]); u[7] = _mm256_unpackhi_ps(r[6], r[7]);
+            v[0] = _mm256_shuffle_ps(u[0], u[2], 0x44); v[1] = _mm256_shuffle_ps(u[0], u[2], 0xEE);
+            v[2] = _mm256_shuffle_ps(u[1], u[3], 0x44); v[3] = _mm256_shuffle_ps(u[1], u[3], 0xEE);
+            v[4] = _mm256_shuffle_ps(u[4], u[6], 0x44); v[5] = _mm256_shuffle_ps(u[4], u[6], 0xEE);
+            v[6] = _mm256_shuffle_ps(u[5], u[7], 0x44); v[7] = _mm256_shuffle_ps(u[5], u[7], 0xEE);
+            G4__UNROLL for (j = 0; j < 4; j++) {
+                _mm256_storeu_ps(G4__PK(c + j, k), _mm256_permute2f128_ps(v[j], v[j + 4], 0x20));
+                _mm256_storeu_ps(G4__PK(c + j + 4, k), _mm256_permute2f128_ps(v[j], v[j + 4], 0x31));
+            }
+        }
+#endif
+        for (; c < rows; c++) /* the other columns one at a time; zeros past the edge */
+            for (j = 0; j < G4__VL; j++)
+                *G4__PK(c, k + j) = i0 + c < c1 ? g4__elem(row + (size_t)j * ldb * esz, dt, (size_t)(i0 + c)) : 0.0f;
+    }
+#undef G4__PK
+}
+
+/* its blocks: twice the forward's columns and tokens (measured +10-20% on
+   E2B's backward shapes, AVX2), kc so that the packed block fits in one
+   thread's G4__PACK_THREAD buffer */
+static const g4__blocking g4__gemm_acc_blocks = {
+    2 * G4__GEMM_MC,
+    G4__PACK_FLOATS(G4__GEMM_MC, (G4_GEMM_KC / G4__VL) * G4__VL, G4__GEMM_NC) / (2 * G4__GEMM_MC) / G4__VL * G4__VL,
+    2 * G4__GEMM_NC};
+
+static void g4__gemm_acc(float *y, size_t ldy, const float *x, size_t ldx, const unsigned char *B, g4_dtype bdt,
+                         size_t ldb, int kmajor, int K, int n, int c0, int c1, float *ws, const g4__blocking *b) {
+    int kv = K - K % G4__VL, t0, i0, k0, t, o, r, u, k;
+    size_t esz = g4__dtype_size(bdt);
+    float sum[G4__TR][G4__TT];
+    const float *xt[G4__TT];
+    const unsigned char *wrow[G4__TR];
+    for (t0 = 0; t0 < n; t0 += b->nc) {
+        int nc = n - t0 < b->nc ? n - t0 : b->nc;
+        for (k0 = 0; k0 == 0 || k0 < kv; k0 += b->kc) {
+            int kc = kv - k0 < b->kc ? kv - k0 : b->kc, last = k0 + kc >= kv;
+            for (i0 = c0; i0 < c1; i0 += b->mc) {
+                int mc = c1 - i0 < b->mc ? c1 - i0 : b->mc;
+                if (kmajor) g4__pack_kmajor(ws, B, bdt, esz, ldb, i0, mc, c1, k0, kc);
+                for (t = t0; t < t0 + nc; t += G4__TT) {
+                    int T = t0 + nc - t < G4__TT ? t0 + nc - t : G4__TT;
+                    for (u = 0; u < G4__TT; u++) xt[u] = x + (size_t)(t + (u < T ? u : T - 1)) * ldx + k0;
+                    for (o = i0; o < i0 + mc; o += G4__TR) {
+                        int R = i0 + mc - o < G4__TR ? i0 + mc - o : G4__TR;
+                        for (r = 0; r < G4__TR; r++) wrow[r] = B + (size_t)(o + (r < R ? r : R - 1)) * ldb * esz;
+                        g4__micro(ws + (size_t)(o - i0) * (size_t)kc, !kmajor && t == t0 ? wrow : NULL, bdt, k0, xt, kc / G4__VL,
+                                  NULL, 1, 1, sum);
+                        for (r = 0; r < R; r++)
+                            for (u = 0; u < T; u++) {
+                                const float *xr = x + (size_t)(t + u) * ldx;
+                                float acc = sum[r][u];
+                                for (k = kv; last && k < K; k++) /* the tail, as g4__tail */
+                                    acc += xr[k] * (kmajor ? g4__elem(B + (size_t)k * ldb * esz, bdt, (size_t)(o + r))
+                                                           : g4__elem(wrow[r], bdt, (size_t)k));
+                                y[(size_t)(t + u) * ldy + (size_t)(o + r)] += acc;
+                            }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /* The float32 matmul on rows [o0, o1): decode rows for one token, the GEMM
    for more; ws: one thread's G4__PACK_FLOATS buffer. */
 static void g4__matmul_rows(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1, float *ws) {
@@ -5544,7 +5648,12 @@ G4__DEF int32_t g4_argmax(const float *x, int n) {
    backward, which runs after every reader (reverse layer order), checks that
    all of them did before it consumes the slot. */
 
-#define G4_TRAIN_ROWS 64   /* logits rows computed at a time for the loss (the arena holds min(max_seq, 64) x V) */
+/* logits rows computed at a time for the loss (the arena holds min(max_seq,
+   G4_TRAIN_ROWS) x V): the lm_head's dW sums over them, and its product runs
+   at 25 GFLOP per CPU-second at 64 rows, 45-55 at 256 (AVX2, E2B's shape) */
+#ifndef G4_TRAIN_ROWS
+#define G4_TRAIN_ROWS 256
+#endif
 
 /* RMSNorm (g4__rmsnorm): y = x * inv * w, inv = (mean(x^2) + eps)^-0.5.
    dx = inv * (w dy) - x * inv^3 * sum(w dy x) / n;  dw += dy * x * inv.
@@ -5594,114 +5703,83 @@ static float g4__gelu_grad(float x) {
     return left_d + right_d;
 }
 
-/* y = x W^T (g4__matmul) backward: dX += dY W and dW += dY^T X, both
-   C[r][c] += sum_k A(r, k) * B[k][c] for r < R,
-   columns [c0, c1), k < K in ascending order, A(r, k) = A[r*ar + k*ak], B's
-   rows ldb elements apart in dtype bdt (a weight as stored, or float32
-   activations). Both gradients of y = x W^T are this shape:
-     dX += dY W:      C = dX [n][in], A(t, o) = dY[t][o],  B = W   [out][in]
-     dW += dY^T X:    C = dW [out][in], A(o, t) = dY[t][o], B = X  [n][in]
-   A tile is G4__OR rows x 2 vectors of columns, accumulated over G4__OK k in
-   registers, then added to C; the columns go in blocks of 4 tiles, k in
-   blocks of G4__OK, so that the block of B stays in cache while every row
-   tile passes over it. Threads split the
-   columns in whole blocks, so every element is computed by the same code in
-   the same order whatever the thread count. */
-#define G4__OR 6
-#define G4__OK 256 /* k per pass over a block of columns */
-#ifdef G4__VL
-#define G4__OC (2 * G4__VL) /* columns of a tile */
-#else
-#define G4__OC 8
-#endif
-static float g4__get_row(const unsigned char *row, g4_dtype dt, int c) {
-    g4_tensor t;
-    t.data = row;
-    t.dtype = dt;
-    return g4__get(&t, (size_t)c);
-}
+/* y = x W^T (g4__matmul) backward: dX += dY W and dW += dY^T X, both the
+   packed GEMM's accumulating product (g4__gemm_acc, >>gemm)
+     C[t][c] += sum_k A[t][k] B(c, k),   B(c, k) = B[k][c] (k-major)
+   with the threads splitting the columns c in blocks of G4__TR:
+     dX += dY W:      C = dX [n][in],   A = dY  [n][out],  B = W [out][in]
+     dW += dY^T X:    C = dW [out][in], A = dY^T [out][n], B = X [n][in]
+   Every element is summed in the same order whatever the thread count. */
 
-/* one tile: rows [r0, r0+nr) (nr <= G4__OR) x columns [cb, ce) */
-static void g4__outer_tile(float *C, size_t ldc, const float *A, size_t ar, size_t ak, const unsigned char *B,
-                           g4_dtype bdt, size_t ldb, size_t esz, int r0, int nr, int K, int cb, int ce) {
-    int c, k, u;
-    const float *a[G4__OR];
-    for (u = 0; u < G4__OR; u++) a[u] = A + (size_t)(r0 + (u < nr ? u : nr - 1)) * ar;
-    c = cb;
-#ifdef G4__VL
-    for (; c + 2 * G4__VL <= ce; c += 2 * G4__VL) {
-        g4__vec acc[G4__OR][2];
-        G4__UNROLL for (u = 0; u < G4__OR; u++) { acc[u][0] = g4__vzero(); acc[u][1] = g4__vzero(); }
-        for (k = 0; k < K; k++) {
-            const unsigned char *row = B + (size_t)k * ldb * esz;
-            g4__vec b0 = g4__vload_w(row, bdt, (size_t)c), b1 = g4__vload_w(row, bdt, (size_t)c + G4__VL);
-            G4__UNROLL for (u = 0; u < G4__OR; u++) {
-                g4__vec av = g4__vset1(a[u][(size_t)k * ak]);
-                acc[u][0] = g4__vfma(av, b0, acc[u][0]);
-                acc[u][1] = g4__vfma(av, b1, acc[u][1]);
-            }
-        }
-        for (u = 0; u < nr; u++) {
-            float *y = C + (size_t)(r0 + u) * ldc + c;
-            g4__vstore(y, g4__vadd(g4__vload_x(y), acc[u][0]));
-            g4__vstore(y + G4__VL, g4__vadd(g4__vload_x(y + G4__VL), acc[u][1]));
-        }
-    }
-#endif
-    for (; c < ce; c++) /* the last columns (or all, without SIMD): one at a time */
-        for (u = 0; u < nr; u++) {
+/* the scalar reference of g4__gemm_acc: each element summed over k in order */
+G4__MAYBE_UNUSED static void g4__gemm_acc_ref(float *y, size_t ldy, const float *x, size_t ldx, const unsigned char *B,
+                                              g4_dtype bdt, size_t ldb, int kmajor, int K, int n, int c0, int c1) {
+    int t, c, k;
+    for (t = 0; t < n; t++)
+        for (c = c0; c < c1; c++) {
             float acc = 0.0f;
-            for (k = 0; k < K; k++) acc += a[u][(size_t)k * ak] * g4__get_row(B + (size_t)k * ldb * esz, bdt, c);
-            C[(size_t)(r0 + u) * ldc + c] += acc;
+            for (k = 0; k < K; k++) {
+                g4_tensor e;
+                e.data = B;
+                e.dtype = bdt;
+                acc += x[(size_t)t * ldx + (size_t)k] * g4__get(&e, kmajor ? (size_t)k * ldb + (size_t)c : (size_t)c * ldb + (size_t)k);
+            }
+            y[(size_t)t * ldy + (size_t)c] += acc;
         }
-}
-
-static void g4__outer_acc(float *C, size_t ldc, const float *A, size_t ar, size_t ak, const unsigned char *B,
-                          g4_dtype bdt, size_t ldb, int R, int K, int c0, int c1) {
-    size_t esz = g4__dtype_size(bdt);
-    int r0, cb, k0;
-    for (cb = c0; cb < c1; cb += 4 * G4__OC) {
-        int ce = cb + 4 * G4__OC < c1 ? cb + 4 * G4__OC : c1;
-        for (k0 = 0; k0 < K; k0 += G4__OK) /* k in blocks: the block's rows of B stay in L1 */
-            for (r0 = 0; r0 < R; r0 += G4__OR)
-                g4__outer_tile(C, ldc, A + (size_t)k0 * ak, ar, ak, B + (size_t)k0 * ldb * esz, bdt, ldb, esz, r0,
-                               R - r0 < G4__OR ? R - r0 : G4__OR, K - k0 < G4__OK ? K - k0 : G4__OK, cb, ce);
-    }
 }
 
 typedef struct {
-    float *C; size_t ldc; const float *A; size_t ar, ak; const unsigned char *B; g4_dtype bdt; size_t ldb; int R, K, N;
-} g4__outer_job;
+    float *y; size_t ldy; const float *x; size_t ldx; const unsigned char *B; g4_dtype bdt; size_t ldb;
+    int kmajor, K, n, N; float *pack;
+} g4__bwd_mm_job;
 
-static void g4__outer_part(void *ctx, int part, int n_parts) {
-    const g4__outer_job *j = (const g4__outer_job *)ctx;
-    int blocks = (j->N + 4 * G4__OC - 1) / (4 * G4__OC);
+static void g4__bwd_mm_part(void *ctx, int part, int n_parts) {
+    const g4__bwd_mm_job *j = (const g4__bwd_mm_job *)ctx;
+    int blocks = (j->N + G4__TR - 1) / G4__TR;
     int b0 = (int)((int64_t)blocks * part / n_parts), b1 = (int)((int64_t)blocks * (part + 1) / n_parts);
-    int c0 = b0 * 4 * G4__OC, c1 = b1 * 4 * G4__OC < j->N ? b1 * 4 * G4__OC : j->N;
-    if (c0 < c1) g4__outer_acc(j->C, j->ldc, j->A, j->ar, j->ak, j->B, j->bdt, j->ldb, j->R, j->K, c0, c1);
+    int c0 = G4__TR * b0, c1 = G4__TR * b1 < j->N ? G4__TR * b1 : j->N;
+    if (c0 >= c1) return;
+#if G4__HAVE_GEMM
+    g4__gemm_acc(j->y, j->ldy, j->x, j->ldx, j->B, j->bdt, j->ldb, j->kmajor, j->K, j->n, c0, c1,
+                 j->pack + (size_t)part * G4__PACK_THREAD, &g4__gemm_acc_blocks);
+#else
+    g4__gemm_acc_ref(j->y, j->ldy, j->x, j->ldx, j->B, j->bdt, j->ldb, j->kmajor, j->K, j->n, c0, c1);
+#endif
 }
 
-static void g4__outer(const g4_session *s, float *C, size_t ldc, const float *A, size_t ar, size_t ak,
-                      const unsigned char *B, g4_dtype bdt, size_t ldb, int R, int K, int N) {
-    g4__outer_job j;
-    j.C = C; j.ldc = ldc; j.A = A; j.ar = ar; j.ak = ak; j.B = B; j.bdt = bdt; j.ldb = ldb; j.R = R; j.K = K; j.N = N;
-    if ((int64_t)R * K * N < 8 * (int64_t)G4_PARALLEL_MIN) g4__outer_part(&j, 0, 1);
-    else g4__parallel(s->cfg.pool, g4__outer_part, &j);
+/* C [n][N] += A [n][K] B, B k-major ([K][N], ldb apart) or not ([N][K]), threaded */
+static void g4__bwd_mm(const g4_session *s, float *C, size_t ldc, const float *A, size_t lda, const unsigned char *B,
+                       g4_dtype bdt, size_t ldb, int kmajor, int K, int n, int N) {
+    g4__bwd_mm_job j;
+    j.y = C; j.ldy = ldc; j.x = A; j.ldx = lda; j.B = B; j.bdt = bdt; j.ldb = ldb;
+    j.kmajor = kmajor; j.K = K; j.n = n; j.N = N; j.pack = s->pack;
+    if ((int64_t)K * n * N < 8 * (int64_t)G4_PARALLEL_MIN || g4_pool_threads(s->cfg.pool) > s->pack_parts)
+        g4__bwd_mm_part(&j, 0, 1);
+    else g4__parallel(s->cfg.pool, g4__bwd_mm_part, &j);
+}
+
+/* dst [cols][rows] = src [rows][cols] transposed, in 32 x 32 tiles */
+static void g4__transpose(float *dst, const float *src, int rows, int cols) {
+    int r0, c0, r, c;
+    for (r0 = 0; r0 < rows; r0 += 32)
+        for (c0 = 0; c0 < cols; c0 += 32)
+            for (c = c0; c < c0 + 32 && c < cols; c++)
+                for (r = r0; r < r0 + 32 && r < rows; r++) dst[(size_t)c * rows + r] = src[(size_t)r * cols + c];
 }
 
 /* y = x W^T (g4__matmul; W [out, in] read as stored, x [n][in]): dx[t] += dy[t] W
-   and dw[o] += sum_t dy[t][o] x[t] (either may be NULL), threaded. dyt: room
-   for n * out floats (dy transposed, so that a row tile of dW reads it
-   contiguously). */
+   and dw[o] += sum_t dy[t][o] x[t] (either may be NULL), threaded. dyt, xt:
+   room for n * out and n * in floats (dW's product reads dy and x transposed,
+   both along t: measured 10-20% faster than packing x k-major). */
 static void g4__matmul_bwd(const g4_session *s, float *dx, float *dw, const float *dy, const float *x, const g4_tensor *w,
-                           int n, float *dyt) {
-    int out = (int)w->shape[0], in = (int)w->shape[1], t, o;
-    if (dx) g4__outer(s, dx, (size_t)in, dy, (size_t)out, 1, (const unsigned char *)w->data, w->dtype, (size_t)in, n, out, in);
+                           int n, float *dyt, float *xt) {
+    int out = (int)w->shape[0], in = (int)w->shape[1];
+    if (dx) g4__bwd_mm(s, dx, (size_t)in, dy, (size_t)out, (const unsigned char *)w->data, w->dtype, (size_t)in, 1, out, n, in);
     if (w->lora) { g4__lora_backward(dx, dw, dy, x, w->lora, n, s->lora_u); return; } /* dw: its lora_A's gradient */
     if (!dw) return;
-    for (t = 0; t < n; t++)
-        for (o = 0; o < out; o++) dyt[(size_t)o * n + t] = dy[(size_t)t * out + o];
-    g4__outer(s, dw, (size_t)in, dyt, (size_t)n, 1, (const unsigned char *)(const void *)x, G4_F32, (size_t)in, out, n, in);
+    g4__transpose(dyt, dy, n, out);
+    g4__transpose(xt, x, n, in);
+    g4__bwd_mm(s, dw, (size_t)in, dyt, (size_t)n, (const unsigned char *)(const void *)xt, G4_F32, (size_t)n, 0, n, out, in);
 }
 
 /* The scalar reference (the layer backward runs the two-pass twin below,
@@ -5973,6 +6051,7 @@ static void g4__train_carve(g4_train *t, const g4_model *m, const g4_train_confi
         if (LP > wide) wide = LP;
         if (E > wide) wide = E;
         G4__T(dyt, S * wide > head ? S * wide : head);
+        G4__T(xt, S * wide);
     }
     G4__T(logits, (S < G4_TRAIN_ROWS ? S : G4_TRAIN_ROWS) * (uint64_t)c->vocab_size);
     G4__T(moe, 4 * H + 2 * E + 6 * Ie); /* see g4__moe_backward */
@@ -6169,13 +6248,13 @@ static void g4__moe_backward(g4_train *t, float *G, int l, const float *dout, co
         for (i = 0; i < Ie; i++) dgu[i] = 0.0f;
         if (ddn) ddn += (size_t)top[k] * H * Ie; /* (NULL: frozen, with an adapter) */
         if (dgup) dgup += (size_t)top[k] * 2 * Ie * H;
-        g4__matmul_bwd(&t->s, dgu, ddn, du, act, &dn, 1, t->dyt); /* dgu[0..Ie) = dL/d act */
+        g4__matmul_bwd(&t->s, dgu, ddn, du, act, &dn, 1, t->dyt, t->xt); /* dgu[0..Ie) = dL/d act */
         for (i = 0; i < Ie; i++) {
             float da = dgu[i];
             dgu[i] = da * gu[Ie + i] * g4__gelu_grad(gu[i]);
             dgu[Ie + i] = da * gl[i];
         }
-        g4__matmul_bwd(&t->s, dxn3, dgup, dgu, xn3, &gup, 1, t->dyt);
+        g4__matmul_bwd(&t->s, dxn3, dgup, dgu, xn3, &gup, 1, t->dyt, t->xt);
         if (dpes) dpes[top[k]] += dw * q[k];
         dq[k] = dw * pes;
     }
@@ -6185,7 +6264,7 @@ static void g4__moe_backward(g4_train *t, float *G, int l, const float *dout, co
     for (k = 0; k < K; k++) dprobs[top[k]] = (dq[k] - (float)dot) / wsum;
     g4__softmax_backward(dprobs, probs, E);               /* dL/d router logits */
     for (i = 0; i < H; i++) du[i] = 0.0f;
-    g4__matmul_bwd(&t->s, du, g4__grad(t, G, &lw->router_proj), dprobs, u3, &lw->router_proj, 1, t->dyt);
+    g4__matmul_bwd(&t->s, du, g4__grad(t, G, &lw->router_proj), dprobs, u3, &lw->router_proj, 1, t->dyt, t->xt);
     for (i = 0; i < H; i++) {
         float d2 = du[i] * root;                          /* dL/d (u1 * scale) */
         if (dscale) dscale[i] += d2 * u1[i];
@@ -6217,7 +6296,7 @@ static g4_result g4__attention_backward(g4_train *t, float *G, int l, int n, con
         g4__attend(t->att + (size_t)i * D, q + (size_t)i * D, sl, h / group, lo, tt, t->probs);
     }
     memset(t->datt, 0, sizeof(float) * (size_t)n * qw);
-    g4__matmul_bwd(&t->s, t->datt, g4__grad(t, G, &lw->o_proj), dout, t->att, &lw->o_proj, n, t->dyt);
+    g4__matmul_bwd(&t->s, t->datt, g4__grad(t, G, &lw->o_proj), dout, t->att, &lw->o_proj, n, t->dyt, t->xt);
     /* softmax(q k) v: dq, and dK/dV into the slot's gradient */
     if (lp->reads >= 0 && t->cfg.debug_drop_reader_kv_grads) { /* the planted bug: a throwaway slot */
         dk = t->dk; dv = t->dv;
@@ -6240,7 +6319,7 @@ static g4_result g4__attention_backward(g4_train *t, float *G, int l, int n, con
         g4__rmsnorm_backward(g, g4__grad(t, G, &lw->q_norm), g, t->qraw + (size_t)i * D, &lw->q_norm, D, eps);
     }
     memset(dxn, 0, sizeof(float) * (size_t)n * H);
-    g4__matmul_bwd(&t->s, dxn, g4__grad(t, G, &lw->q_proj), t->dq, xn, &lw->q_proj, n, t->dyt);
+    g4__matmul_bwd(&t->s, dxn, g4__grad(t, G, &lw->q_proj), t->dq, xn, &lw->q_proj, n, t->dyt, t->xt);
     if (lp->reads >= 0) { t->pending[slot]--; return G4_OK; }
 
     /* an owner: every reader of this slot must have added its part by now */
@@ -6259,9 +6338,9 @@ static g4_result g4__attention_backward(g4_train *t, float *G, int l, int n, con
             g4__rmsnorm_backward(dk + o, g4__grad(t, G, &lw->k_norm), dk + o, t->kraw + o, &lw->k_norm, D, eps);
             g4__rmsnorm_backward(dv + o, NULL, dv + o, t->vraw + o, NULL, D, eps);
         }
-    if (lp->has_v_proj) g4__matmul_bwd(&t->s, dxn, g4__grad(t, G, &lw->v_proj), dv, xn, &lw->v_proj, n, t->dyt);
+    if (lp->has_v_proj) g4__matmul_bwd(&t->s, dxn, g4__grad(t, G, &lw->v_proj), dv, xn, &lw->v_proj, n, t->dyt, t->xt);
     else g4__add_into(dk, dv, (size_t)n * kvw); /* V was the raw K */
-    g4__matmul_bwd(&t->s, dxn, g4__grad(t, G, &lw->k_proj), dk, xn, &lw->k_proj, n, t->dyt);
+    g4__matmul_bwd(&t->s, dxn, g4__grad(t, G, &lw->k_proj), dk, xn, &lw->k_proj, n, t->dyt, t->xt);
     return G4_OK;
 }
 
@@ -6298,7 +6377,7 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
             for (j = 0; j < P; j++) t->dpa[(size_t)tk * P + j] = t->pa[(size_t)tk * P + j] * t->pli[tk * LP + (size_t)l * P + j];
         memset(t->tmp2, 0, sizeof(float) * np);           /* dL/d(gelu(gate) * pli) */
         g4__matmul_bwd(&t->s, t->tmp2, g4__grad(t, G, &lw->per_layer_projection), t->dbr, t->dpa,
-                       &lw->per_layer_projection, n, t->dyt);
+                       &lw->per_layer_projection, n, t->dyt, t->xt);
         for (tk = 0; tk < n; tk++)
             for (j = 0; j < P; j++) {
                 size_t o = (size_t)tk * P + j, ol = tk * LP + (size_t)l * P + j;
@@ -6308,7 +6387,7 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
             }
         g4__gtap(t, l, "per_layer_input_gate", t->dpa, n, P);
         g4__matmul_bwd(&t->s, t->dx, g4__grad(t, G, &lw->per_layer_input_gate), t->dpa, x5, &lw->per_layer_input_gate,
-                       n, t->dyt);
+                       n, t->dyt, t->xt);
     }
 
     /* 4. x5 = r + post_feedforward_layernorm(m): dr = dx5 + (the paths through m) */
@@ -6342,17 +6421,17 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
         g4__matmul(&t->s, t->up, xn2, &lw->up_proj, n);
         g4__gelu_n(t->dup, t->gate, ni);                  /* gelu(gate) */
         for (i = 0; i < ni; i++) t->dgate[i] = t->dup[i] * t->up[i];
-        g4__matmul_bwd(&t->s, NULL, g4__grad(t, G, &lw->down_proj), t->dbr, t->dgate, &lw->down_proj, n, t->dyt);
+        g4__matmul_bwd(&t->s, NULL, g4__grad(t, G, &lw->down_proj), t->dbr, t->dgate, &lw->down_proj, n, t->dyt, t->xt);
         memset(t->dgate, 0, sizeof(float) * ni);
-        g4__matmul_bwd(&t->s, t->dgate, NULL, t->dbr, NULL, &lw->down_proj, n, t->dyt);
+        g4__matmul_bwd(&t->s, t->dgate, NULL, t->dbr, NULL, &lw->down_proj, n, t->dyt, t->xt);
         for (i = 0; i < ni; i++) {
             float da = t->dgate[i];
             t->dgate[i] = da * t->up[i] * g4__gelu_grad(t->gate[i]);
             t->dup[i] = da * t->dup[i];
         }
         memset(t->dxn, 0, sizeof(float) * nh);
-        g4__matmul_bwd(&t->s, t->dxn, g4__grad(t, G, &lw->gate_proj), t->dgate, xn2, &lw->gate_proj, n, t->dyt);
-        g4__matmul_bwd(&t->s, t->dxn, g4__grad(t, G, &lw->up_proj), t->dup, xn2, &lw->up_proj, n, t->dyt);
+        g4__matmul_bwd(&t->s, t->dxn, g4__grad(t, G, &lw->gate_proj), t->dgate, xn2, &lw->gate_proj, n, t->dyt, t->xt);
+        g4__matmul_bwd(&t->s, t->dxn, g4__grad(t, G, &lw->up_proj), t->dup, xn2, &lw->up_proj, n, t->dyt, t->xt);
         g4__gtap(t, l, "pre_feedforward_layernorm", t->dxn, n, H);
         g4__norm_rows_backward(t->tmp, g4__grad(t, G, &lw->pre_feedforward_layernorm), t->dxn, r,
                                &lw->pre_feedforward_layernorm, n, H, eps);
@@ -6476,7 +6555,7 @@ static double g4__loss_backward(g4_train *t, float *G, const int32_t *ids, const
         j.row0 = r0;
         g4__parallel_range(&t->s, (size_t)nr, (size_t)m->config.vocab_size, g4__ce_rows, &j);
         g4__matmul_bwd(&t->s, t->dxn + (size_t)r0 * H, dlm, t->logits, t->xn_final + (size_t)r0 * H, &m->w.lm_head, nr,
-                       t->dyt);
+                       t->dyt, t->xt);
     }
     for (r = 0; r < n; r++) total += t->row_loss[r];
     return total / used;
@@ -6506,7 +6585,7 @@ static void g4__per_layer_inputs_backward(g4_train *t, float *G, const int32_t *
                              c->rms_norm_eps);
     for (i = 0; i < nlp; i++) t->dpli[i] *= proj_scale;
     g4__matmul_bwd(&t->s, t->dx, g4__grad(t, G, &m->w.per_layer_model_projection), t->dpli, x0,
-                   &m->w.per_layer_model_projection, n, t->dyt);
+                   &m->w.per_layer_model_projection, n, t->dyt, t->xt);
 }
 
 G4__DEF g4_result g4_loss_and_grad(g4_train *t, const int32_t *ids, const int32_t *labels, int n, float *loss,

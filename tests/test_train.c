@@ -168,12 +168,77 @@ static void test_softmax_gelu_backward(void) {
     }
 }
 
+/* two threads' GEMM packing buffers, for the sessions made by hand below */
+static float g_pack[2 * G4__PACK_THREAD + 1];
+
+/* g4__gemm_acc (the packed GEMM's accumulating product, >>gemm) against its
+   scalar reference g4__gemm_acc_ref: both orders of B (k-major, as dX = dY W
+   reads W, and rows along k), the three dtypes, sizes past one block in every
+   direction (k > kc: several blocks' sums; columns > mc; rows > nc) with edges
+   that are not multiples of the tile (G4__TR, G4__TT) or of VL (the k tail).
+   The two sum in different orders (lanes vs one chain): within float32
+   rounding of the sum of |terms|. And y is added to, not overwritten. */
+static void test_gemm_acc(void) {
+    static const int shapes[][3] = {{7, 150, 13}, {70, 53, 1100}, {5, 3, 4}, {131, 100, 37}, {130, 61, 600}}; /* n, N, K */
+    int si, kmajor, dt;
+    for (si = 0; si < 5; si++)
+        for (kmajor = 0; kmajor < 2; kmajor++)
+            for (dt = 0; dt < 3; dt++) {
+                int n = shapes[si][0], N = shapes[si][1], K = shapes[si][2], i, t, c, k;
+                size_t esz = dt == 0 ? 4 : 2, ldb = kmajor ? (size_t)N + 3 : (size_t)K + 5; /* rows ldb apart */
+                size_t nb = kmajor ? (size_t)K * ldb : (size_t)N * ldb;
+                unsigned char *B = (unsigned char *)malloc(nb * esz);
+                float *x = (float *)malloc(sizeof(float) * (size_t)n * K), *y = (float *)malloc(sizeof(float) * (size_t)n * N);
+                float *yr = (float *)malloc(sizeof(float) * (size_t)n * N);
+                double worst = 0;
+                g4_dtype bdt = dt == 0 ? G4_F32 : dt == 1 ? G4_BF16 : G4_F16;
+                g4_tensor e;
+                if (!B || !x || !y || !yr) { CHECK(0, "out of memory"); free(B); free(x); free(y); free(yr); return; }
+                for (i = 0; i < (int)nb; i++) {
+                    float f = (float)urand();
+                    if (dt == 0) memcpy(B + 4 * (size_t)i, &f, 4);
+                    else {
+                        uint32_t u;
+                        uint16_t h;
+                        int ex;
+                        memcpy(&u, &f, 4);
+                        ex = (int)((u >> 23) & 0xff) - 127 + 15; /* f16: truncated, tiny values flushed to 0 */
+                        h = dt == 1 ? (uint16_t)(u >> 16)
+                                    : ex <= 0 ? 0 : (uint16_t)(((u >> 31) << 15) | ((uint32_t)ex << 10) | ((u >> 13) & 0x3ff));
+                        memcpy(B + 2 * (size_t)i, &h, 2);
+                    }
+                }
+                for (i = 0; i < n * K; i++) x[i] = (float)urand();
+                for (i = 0; i < n * N; i++) y[i] = yr[i] = (float)urand();
+#if G4__HAVE_GEMM
+                c = N / 2 / G4__TR * G4__TR; /* in two column parts, as two threads split them */
+                g4__gemm_acc(y, (size_t)N, x, (size_t)K, B, bdt, ldb, kmajor, K, n, 0, c, g_pack, &g4__gemm_acc_blocks);
+                g4__gemm_acc(y, (size_t)N, x, (size_t)K, B, bdt, ldb, kmajor, K, n, c, N, g_pack, &g4__gemm_acc_blocks);
+#else
+                g4__gemm_acc_ref(y, (size_t)N, x, (size_t)K, B, bdt, ldb, kmajor, K, n, 0, N);
+#endif
+                g4__gemm_acc_ref(yr, (size_t)N, x, (size_t)K, B, bdt, ldb, kmajor, K, n, 0, N);
+                e.data = B; e.dtype = bdt;
+                for (t = 0; t < n; t++)
+                    for (c = 0; c < N; c++) {
+                        double mag = 1.0, d;
+                        for (k = 0; k < K; k++)
+                            mag += fabs(x[t * K + k] * g4__get(&e, kmajor ? (size_t)k * ldb + (size_t)c : (size_t)c * ldb + (size_t)k));
+                        d = fabs((double)y[t * N + c] - (double)yr[t * N + c]) / mag;
+                        if (!(d <= worst)) worst = d;
+                    }
+                CHECK(worst <= 4e-6, "n %d N %d K %d kmajor %d dtype %d: worst error %.3g of the sum of |terms|", n, N, K, kmajor,
+                      dt, worst);
+                free(B); free(x); free(y); free(yr);
+            }
+}
+
 /* the matmul backward (g4__matmul_bwd) against double sums, bf16 weights read
    as stored, odd sizes (tiles and column tails); then 1 thread = 2 threads */
 static void test_matmul_backward_bf16(void) {
     enum { N = 7, IN = 150, OUT = 13 };
     uint16_t wb[OUT * IN];
-    float x[N * IN], dy[N * OUT], dx[N * IN], dw[OUT * IN], dx2[N * IN], dw2[OUT * IN], dyt[N * OUT];
+    float x[N * IN], dy[N * OUT], dx[N * IN], dw[OUT * IN], dx2[N * IN], dw2[OUT * IN], dyt[N * OUT], xt[N * IN];
     double err = 0, big = 0;
     g4_tensor w;
     g4_session s;
@@ -185,8 +250,9 @@ static void test_matmul_backward_bf16(void) {
     for (i = 0; i < OUT * IN; i++) dw[i] = dw2[i] = 0.25f;
     memset(&w, 0, sizeof w);
     memset(&s, 0, sizeof s);
+    s.pack = g_pack; s.pack_parts = 2;
     w.data = wb; w.dtype = G4_BF16; w.ndim = 2; w.shape[0] = OUT; w.shape[1] = IN;
-    g4__matmul_bwd(&s, dx, dw, dy, x, &w, N, dyt); /* both accumulate (+=) */
+    g4__matmul_bwd(&s, dx, dw, dy, x, &w, N, dyt, xt); /* both accumulate (+=) */
     for (t = 0; t < N; t++)
         for (i = 0; i < IN; i++) {
             double acc = 0.5;
@@ -202,7 +268,7 @@ static void test_matmul_backward_bf16(void) {
     CHECK(err <= 2e-6 * big, "max error %.3g", err);
     if (g4_pool_create(&pool, 2) == G4_OK) {
         s.cfg.pool = pool;
-        g4__matmul_bwd(&s, dx2, dw2, dy, x, &w, N, dyt);
+        g4__matmul_bwd(&s, dx2, dw2, dy, x, &w, N, dyt, xt);
         CHECK(!memcmp(dx, dx2, sizeof dx) && !memcmp(dw, dw2, sizeof dw), "2 threads give other bits");
         g4_pool_free(pool);
     }
@@ -708,6 +774,7 @@ int main(int argc, char **argv) {
     run("rmsnorm backward = finite differences (weighted, weightless, in place)", test_rmsnorm_backward);
     run("rope backward = the forward's transpose (proportional pairs)", test_rope_backward);
     run("softmax and gelu_pytorch_tanh backward = finite differences", test_softmax_gelu_backward);
+    run("packed GEMM's accumulating product = its scalar reference (both B orders, 3 dtypes, past every block)", test_gemm_acc);
     run("matmul backward = double sums (bf16 weights, tile edges); 2 threads = 1", test_matmul_backward_bf16);
     run("attention backward (window, one KV head of two) = finite differences", test_attend_backward);
     run("attention backward: the two threaded passes = the reference, bit for bit", test_attention_backward_passes);
