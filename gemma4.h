@@ -442,6 +442,9 @@ typedef struct {
                             bfloat16 wherever transformers running in bf16 does */
     g4_pool *pool;       /* threads to use, or NULL; must outlive the session's use */
     g4_tap_fn tap; void *tap_user;
+    int tap_projections; /* the tap also sees the raw outputs of q_proj, k_proj and v_proj (layers
+                            that own their K/V), gate_proj, up_proj and per_layer_model_projection
+                            (the training reference keeps them for the backward) */
 } g4_session_config;
 
 /* One entry of the shared-KV table: the K/V a writer layer appended, in a
@@ -484,6 +487,8 @@ typedef struct g4_session {
                                   and partial sums, one buffer per thread */
     int pack_parts;
     unsigned epoch;            /* counts g4_session_reset calls (a drafter checks it) */
+    int replay;                /* g4_train's recompute re-running a layer: an owner layer projects its
+                                  K/V (for the taps) but does not write its slot again */
     /* a drafter session (g4_drafter_init) only: slots and layer_slot point at
        the TARGET session's table; nothing of the target's K/V is copied */
     struct g4_session *target;
@@ -575,12 +580,14 @@ typedef struct {
     int n;                     /* tokens of the current call */
     int recomputing;           /* layer whose activations the taps refill (recompute mode), else -1 */
     float **act;               /* [L+1][G4__ACTS] saved activations (see the backward section) */
-    float *pli, *xn_final;     /* [S][L*P] per-layer inputs, [S][H] the final norm's output */
+    float *per_layer_inputs;   /* [S][L*P] Gemma4TextModel's per_layer_inputs */
+    float *pproj;              /* [S][L*P] per_layer_model_projection's raw output */
+    float *xn_final;           /* [S][H] the final norm's output */
     float *dx, *dr, *dxn, *dbr, *tmp, *tmp2;   /* [S][H] backward scratch */
-    float *qraw, *dq, *att, *datt;             /* [S][NH*Dmax] */
-    float *kraw, *vraw, *dk, *dv;              /* [S][KVHmax*Dmax] */
-    float *gate, *up, *dgate, *dup;            /* [S][max(Imax, 2*Ie)] */
-    float *dpli, *pproj, *pa, *dpa;            /* [S][L*P] x2, [S][P] x2 */
+    float *dq, *att, *datt;                    /* [S][NH*Dmax] */
+    float *dk, *dv;                            /* [S][KVHmax*Dmax] */
+    float *dgate, *dup;                        /* [S][max(Imax, 2*Ie)] */
+    float *dper_layer_inputs, *pa, *dpa;       /* [S][L*P], [S][P] x2 (pa: act(per_layer_input_gate)) */
     float *probs;                              /* [threads][max_seq] */
     float *astats;                             /* [S][NH][3] attention backward: softmax max, sum, sum(p dp) */
     double *row_loss;                          /* [max_seq] each row's cross-entropy */
@@ -5165,6 +5172,12 @@ static void g4__tap(const g4_session *s, int layer, const char *what, const floa
     s->cfg.tap(s->cfg.tap_user, g4__tap_name(name, sizeof name, layer, what), layer, data, rows, cols, s->pos);
 }
 
+/* A projection's raw output, tapped only with cfg.tap_projections (the
+   training reference keeps them for its backward) */
+static void g4__tap_projection(const g4_session *s, int layer, const char *what, const float *data, int rows, int cols) {
+    if (s->cfg.tap_projections) g4__tap(s, layer, what, data, rows, cols);
+}
+
 /* Gemma4RMSNorm on `rows` rows of `width` values, src -> dst (in place is
    fine), cast; then RoPE on each row when inv_freq is set (the rows are then
    heads, `heads` per token). The rows are split across threads. */
@@ -5373,16 +5386,22 @@ static g4_result g4__attention(g4_session *s, int l, int n) {
 
     /* query_states = apply_rotary_pos_emb(q_norm(q_proj(x))) */
     g4__matmul(s, s->q, s->xn, &lw->q_proj, n);
+    g4__tap_projection(s, l, "self_attn.q_proj", s->q, n, NH * D);
     g4__norm_rope(s, s->q, &lw->q_norm, inv_freq, n, NH, D);
     g4__tap(s, l, "self_attn.q", s->q, n, NH * D);
 
     if (lp->reads == -1) { /* not is_kv_shared_layer: its own keys and values */
         g4__matmul(s, s->k_new, s->xn, &lw->k_proj, n);
-        if (lp->has_v_proj) g4__matmul(s, s->v_new, s->xn, &lw->v_proj, n);
-        else memcpy(s->v_new, s->k_new, sizeof(float) * (size_t)n * KVH * D); /* attention_k_eq_v: V = raw K */
-        g4__norm_rope(s, s->k_new, &lw->k_norm, inv_freq, n, KVH, D);
-        g4__norm_rope(s, s->v_new, NULL, NULL, n, KVH, D); /* v_norm */
-        if ((r = g4__kv_store(s, l, n)) != G4_OK) return r;
+        g4__tap_projection(s, l, "self_attn.k_proj", s->k_new, n, KVH * D);
+        if (lp->has_v_proj) {
+            g4__matmul(s, s->v_new, s->xn, &lw->v_proj, n);
+            g4__tap_projection(s, l, "self_attn.v_proj", s->v_new, n, KVH * D);
+        } else memcpy(s->v_new, s->k_new, sizeof(float) * (size_t)n * KVH * D); /* attention_k_eq_v: V = raw K */
+        if (!s->replay) { /* (a training recompute: the slot holds them already) */
+            g4__norm_rope(s, s->k_new, &lw->k_norm, inv_freq, n, KVH, D);
+            g4__norm_rope(s, s->v_new, NULL, NULL, n, KVH, D); /* v_norm */
+            if ((r = g4__kv_store(s, l, n)) != G4_OK) return r;
+        }
     }
     if ((r = g4__kv_read(s, l, n, &sl)) != G4_OK) return r;
     if (s->cfg.tap && !s->target) { /* this step's K, V as this layer reads them (a drafter reads the target's) */
@@ -5403,7 +5422,9 @@ static void g4__mlp(g4_session *s, int l, int n) {
     const g4_layer_weights *lw = &s->model->w.layers[l];
     size_t W = (size_t)s->model->plan.layer[l].mlp_width;
     g4__matmul(s, s->gate, s->xn, &lw->gate_proj, n);
+    g4__tap_projection(s, l, "mlp.gate_proj", s->gate, n, (int)W);
     g4__matmul(s, s->up, s->xn, &lw->up_proj, n);
+    g4__tap_projection(s, l, "mlp.up_proj", s->up, n, (int)W);
     g4__gelu_mul(s, s->gate, s->up, (size_t)n * W, g4__call_row(s) * W, (size_t)s->fwd_n * W);
     g4__matmul(s, s->branch, s->gate, &lw->down_proj, n);
     g4__tap(s, l, "mlp", s->branch, n, s->model->config.hidden_size);
@@ -5535,6 +5556,7 @@ static void g4__per_layer_inputs(g4_session *s, const int32_t *ids, int n) {
     size_t LP = (size_t)L * P;
     float *per_layer_inputs = s->per_layer_inputs;
     g4__matmul(s, per_layer_inputs, s->x, &m->w.per_layer_model_projection, n);
+    g4__tap_projection(s, -1, "per_layer_model_projection", per_layer_inputs, n, (int)LP);
     g4__mul(s, per_layer_inputs, NULL, (float)(1.0 / sqrt((double)c->hidden_size)), (size_t)n * LP);
     g4__norm(s, per_layer_inputs, per_layer_inputs, &m->w.per_layer_projection_norm, n * L, P, NULL, 0);
     g4__embed(s, per_layer_inputs, &m->w.embed_tokens_per_layer, ids, n, g4__scale(s, P), 1); /* + get_per_layer_inputs */
@@ -5851,12 +5873,13 @@ G4__MAYBE_UNUSED static void g4__attend_backward(float *dq, float *dk, float *dv
 
 /* The same backward for all (token, head) pairs of a layer, on the pool, in
    two passes with the same bits as g4__attend_backward pair by pair:
-   A (per query head, split across threads): the probabilities again, dq, and
+   A (per query head, split across threads): the head's output again (o_proj's
+     input, g4__attend as the forward ran it), the probabilities, dq, and
      per pair the softmax's max and sum and sum(p dp) (stats, 3 floats);
    B (per key row and KV head, split across threads): dK and dV of that row,
      adding the pairs' contributions in the order the pair loop adds them. */
 typedef struct {
-    const g4_kv_slot *sl; const float *q, *dout; float *dq, *dk, *dv, *stats, *scratch;
+    const g4_kv_slot *sl; const float *q, *dout; float *att, *dq, *dk, *dv, *stats, *scratch;
     int n, NH, group, window, scratch_len;
 } g4__attn_bwd_job;
 
@@ -5871,6 +5894,7 @@ static void g4__attn_bwd_q(void *ctx, int part, int n_parts) {
         const float *q = j->q + (size_t)i * D;
         float mx, sum = 0.0f;
         double sdp = 0.0;
+        g4__attend(j->att + (size_t)i * D, q, sl, h / j->group, lo, t, p);
         for (k = lo; k <= t; k++)
             p[k - lo] = g4__dot(q, sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)(h / j->group) * D, D);
         for (mx = p[0], k = 1; k <= t - lo; k++) if (p[k] > mx) mx = p[k];
@@ -5926,18 +5950,27 @@ enum {
     G4__A_PFN,  /* post_feedforward_layernorm */
     G4__A_PG,   /* per_layer_input_gate (PLE) */
     G4__A_PP,   /* per_layer_projection (PLE) */
+    G4__A_QP,   /* self_attn.q_proj: the raw projections, kept instead of computed again */
+    G4__A_KP,   /* self_attn.k_proj (a layer that owns its K/V) */
+    G4__A_VP,   /* self_attn.v_proj (an owner with v_proj) */
+    G4__A_GATE, /* mlp.gate_proj */
+    G4__A_UP,   /* mlp.up_proj */
     G4__ACTS
 };
 static const char *const g4__act_tap[G4__ACTS] = {
     "", "input_layernorm", "self_attn.q", "self_attn", "pre_feedforward_layernorm:input", "pre_feedforward_layernorm",
     "mlp", "post_feedforward_layernorm_1", "pre_feedforward_layernorm_2", "experts", "post_feedforward_layernorm_2",
-    "post_feedforward_layernorm", "per_layer_input_gate", "per_layer_projection"};
+    "post_feedforward_layernorm", "per_layer_input_gate", "per_layer_projection", "self_attn.q_proj",
+    "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj"};
 
 /* the width of an activation of layer l (0: the layer does not have it) */
 static int g4__act_width(const g4_model *m, int l, int kind) {
     const g4_config *c = &m->config;
     const g4_layer_plan *lp = &m->plan.layer[l];
-    if (kind == G4__A_Q) return c->num_attention_heads * lp->head_dim;
+    if (kind == G4__A_Q || kind == G4__A_QP) return c->num_attention_heads * lp->head_dim;
+    if (kind == G4__A_KP) return lp->reads < 0 ? lp->kv_heads * lp->head_dim : 0;
+    if (kind == G4__A_VP) return lp->reads < 0 && lp->has_v_proj ? lp->kv_heads * lp->head_dim : 0;
+    if (kind == G4__A_GATE || kind == G4__A_UP) return lp->mlp_width;
     if (kind >= G4__A_PF1 && kind <= G4__A_PF2) return lp->moe ? c->hidden_size : 0;
     if (kind == G4__A_PG) return c->hidden_size_per_layer_input;
     if (kind == G4__A_PP) return c->hidden_size_per_layer_input ? c->hidden_size : 0;
@@ -5947,14 +5980,16 @@ static int g4__act_width(const g4_model *m, int l, int kind) {
 /* the saved activation `kind` of layer l; layer -1's G4__A_OUT is the scaled embedding */
 static float *g4__saved(const g4_train *t, int l, int kind) { return t->act[(size_t)(l + 1) * G4__ACTS + (size_t)kind]; }
 
+/* The session's tap: keeps what the backward needs; passes the module outputs
+   (not the raw projections, which only training asks for) to the caller's tap */
 static void g4__train_tap(void *user, const char *name, int layer, const float *data, int rows, int cols, int pos0) {
     g4_train *t = (g4_train *)user;
     float *dst = NULL;
-    int k;
-    if (t->cfg.tap && t->recomputing < 0) t->cfg.tap(t->cfg.tap_user, name, layer, data, rows, cols, pos0);
+    int k = -1, projection = 0;
     if (layer < 0) {
         if (!strcmp(name, "embed_tokens")) dst = g4__saved(t, -1, G4__A_OUT);
-        else if (!strcmp(name, "per_layer_inputs")) dst = t->pli;
+        else if (!strcmp(name, "per_layer_inputs")) dst = t->per_layer_inputs;
+        else if (!strcmp(name, "per_layer_model_projection")) dst = t->pproj, projection = 1;
         else if (!strcmp(name, "norm")) dst = t->xn_final;
     } else {
         const char *suffix = strchr(name + 7, '.'); /* after "layers.<i>" */
@@ -5962,9 +5997,11 @@ static void g4__train_tap(void *user, const char *name, int layer, const float *
         for (k = 0; k < G4__ACTS; k++)
             if (!strcmp(suffix, g4__act_tap[k])) {
                 if (k == G4__A_OUT || !t->cfg.recompute || t->recomputing == layer) dst = g4__saved(t, layer, k);
+                projection = k >= G4__A_QP;
                 break;
             }
     }
+    if (t->cfg.tap && t->recomputing < 0 && !projection) t->cfg.tap(t->cfg.tap_user, name, layer, data, rows, cols, pos0);
     if (dst) memcpy(dst, data, sizeof(float) * (size_t)rows * (size_t)cols);
 }
 
@@ -6025,6 +6062,7 @@ static g4_session_config g4__train_session_config(const g4_train_config *cfg) {
     sc.max_context = cfg->max_seq;
     sc.max_chunk = cfg->max_seq; /* the whole sequence in one step: every tap sees all rows */
     sc.pool = cfg->pool;
+    sc.tap_projections = 1;
     return sc;
 }
 
@@ -6075,14 +6113,15 @@ static void g4__train_carve(g4_train *t, const g4_model *m, const g4_train_confi
         }
     if (t) t->act = act;
 #define G4__T(field, count) do { float *p_ = g4__take(cv, (count), sizeof(float)); if (t) t->field = p_; } while (0)
-    G4__T(pli, S * LP);
+    G4__T(per_layer_inputs, S * LP);
+    G4__T(pproj, S * LP);
     G4__T(xn_final, S * H);
-    *saved += (S * LP + S * H) * 4;
+    *saved += (2 * S * LP + S * H) * 4;
     G4__T(dx, S * H); G4__T(dr, S * H); G4__T(dxn, S * H); G4__T(dbr, S * H); G4__T(tmp, S * H); G4__T(tmp2, S * H);
-    G4__T(qraw, S * NH * dmax); G4__T(dq, S * NH * dmax); G4__T(att, S * NH * dmax); G4__T(datt, S * NH * dmax);
-    G4__T(kraw, S * kvw); G4__T(vraw, S * kvw); G4__T(dk, S * kvw); G4__T(dv, S * kvw);
-    G4__T(gate, S * imax); G4__T(up, S * imax); G4__T(dgate, S * imax); G4__T(dup, S * imax);
-    G4__T(dpli, S * LP); G4__T(pproj, S * LP); G4__T(pa, S * P); G4__T(dpa, S * P);
+    G4__T(dq, S * NH * dmax); G4__T(att, S * NH * dmax); G4__T(datt, S * NH * dmax);
+    G4__T(dk, S * kvw); G4__T(dv, S * kvw);
+    G4__T(dgate, S * imax); G4__T(dup, S * imax);
+    G4__T(dper_layer_inputs, S * LP); G4__T(pa, S * P); G4__T(dpa, S * P);
     G4__T(probs, (uint64_t)g4_pool_threads(cfg->pool) * S);
     G4__T(astats, S * NH * 3);
     { float *p_ = g4__take(cv, S, sizeof(double)); if (t) t->row_loss = (double *)(void *)p_; }
@@ -6324,20 +6363,18 @@ static g4_result g4__attention_backward(g4_train *t, float *G, int l, int n, con
     const g4_layer_plan *lp = &m->plan.layer[l];
     const g4_layer_weights *lw = &m->w.layers[l];
     const float eps = m->config.rms_norm_eps, *inv_freq = t->s.inv_freq[lp->type];
-    const float *xn = g4__saved(t, l, G4__A_XN1), *q = g4__saved(t, l, G4__A_Q);
+    const float *xn = g4__saved(t, l, G4__A_XN1), *q = g4__saved(t, l, G4__A_Q), *qraw = g4__saved(t, l, G4__A_QP);
     int NH = m->config.num_attention_heads, D = lp->head_dim, KVH = lp->kv_heads, group = NH / KVH;
     int H = m->config.hidden_size, slot = lp->kv_slot, i, tk;
     int window = lp->type == G4_SLIDING ? m->config.sliding_window : 0;
     size_t qw = (size_t)NH * D, kvw = (size_t)KVH * D;
     const g4_kv_slot *sl = &t->s.slots[t->s.layer_slot[l]];
     float *dk = t->slot_dk[slot], *dv = t->slot_dv[slot];
-    /* o_proj: the heads' outputs recomputed as the forward computed them */
-    for (i = 0; i < n * NH; i++) {
-        int tt = i / NH, h = i % NH, lo = window && tt - window + 1 > 0 ? tt - window + 1 : 0;
-        g4__attend(t->att + (size_t)i * D, q + (size_t)i * D, sl, h / group, lo, tt, t->probs);
-    }
+    const float *kraw, *vraw;
+    /* o_proj: dL/d(its input) now; its weight's gradient after pass A has
+       recomputed the heads' outputs (its input) */
     memset(t->datt, 0, sizeof(float) * (size_t)n * qw);
-    g4__matmul_bwd(&t->s, t->datt, g4__grad(t, G, &lw->o_proj), dout, t->att, &lw->o_proj, n, t->dyt, t->xt);
+    g4__matmul_bwd(&t->s, t->datt, NULL, dout, NULL, &lw->o_proj, n, t->dyt, t->xt);
     /* softmax(q k) v: dq, and dK/dV into the slot's gradient */
     if (lp->reads >= 0 && t->cfg.debug_drop_reader_kv_grads) { /* the planted bug: a throwaway slot */
         dk = t->dk; dv = t->dv;
@@ -6346,18 +6383,18 @@ static g4_result g4__attention_backward(g4_train *t, float *G, int l, int n, con
     }
     {
         g4__attn_bwd_job j;
-        j.sl = sl; j.q = q; j.dout = t->datt; j.dq = t->dq; j.dk = dk; j.dv = dv; j.stats = t->astats;
+        j.sl = sl; j.q = q; j.dout = t->datt; j.att = t->att; j.dq = t->dq; j.dk = dk; j.dv = dv; j.stats = t->astats;
         j.scratch = t->probs; j.scratch_len = t->cfg.max_seq; j.n = n; j.NH = NH; j.group = group; j.window = window;
         g4__parallel(t->cfg.pool, g4__attn_bwd_q, &j);
         g4__parallel(t->cfg.pool, g4__attn_bwd_kv, &j);
     }
+    g4__matmul_bwd(&t->s, NULL, g4__grad(t, G, &lw->o_proj), dout, t->att, &lw->o_proj, n, t->dyt, t->xt);
     /* queries: q = RoPE(q_norm(q_proj(xn))) */
     g4__gtap(t, l, "self_attn.q", t->dq, n, (int)qw);
-    g4__matmul(&t->s, t->qraw, xn, &lw->q_proj, n);
     for (i = 0; i < n * NH; i++) {
         float *g = t->dq + (size_t)i * D;
         g4__rope_backward(g, inv_freq, D, i / NH);
-        g4__rmsnorm_backward(g, g4__grad(t, G, &lw->q_norm), g, t->qraw + (size_t)i * D, &lw->q_norm, D, eps);
+        g4__rmsnorm_backward(g, g4__grad(t, G, &lw->q_norm), g, qraw + (size_t)i * D, &lw->q_norm, D, eps);
     }
     memset(dxn, 0, sizeof(float) * (size_t)n * H);
     g4__matmul_bwd(&t->s, dxn, g4__grad(t, G, &lw->q_proj), t->dq, xn, &lw->q_proj, n, t->dyt, t->xt);
@@ -6369,15 +6406,14 @@ static g4_result g4__attention_backward(g4_train *t, float *G, int l, int n, con
                    t->pending[slot]);
         return G4_ERR_INPUT;
     }
-    g4__matmul(&t->s, t->kraw, xn, &lw->k_proj, n);
-    if (lp->has_v_proj) g4__matmul(&t->s, t->vraw, xn, &lw->v_proj, n);
-    else memcpy(t->vraw, t->kraw, sizeof(float) * (size_t)n * kvw);
+    kraw = g4__saved(t, l, G4__A_KP);
+    vraw = lp->has_v_proj ? g4__saved(t, l, G4__A_VP) : kraw; /* attention_k_eq_v: V was the raw K */
     for (tk = 0; tk < n; tk++)
         for (i = 0; i < KVH; i++) {
             size_t o = (size_t)tk * kvw + (size_t)i * D;
             g4__rope_backward(dk + o, inv_freq, D, tk);
-            g4__rmsnorm_backward(dk + o, g4__grad(t, G, &lw->k_norm), dk + o, t->kraw + o, &lw->k_norm, D, eps);
-            g4__rmsnorm_backward(dv + o, NULL, dv + o, t->vraw + o, NULL, D, eps);
+            g4__rmsnorm_backward(dk + o, g4__grad(t, G, &lw->k_norm), dk + o, kraw + o, &lw->k_norm, D, eps);
+            g4__rmsnorm_backward(dv + o, NULL, dv + o, vraw + o, NULL, D, eps);
         }
     if (lp->has_v_proj) g4__matmul_bwd(&t->s, dxn, g4__grad(t, G, &lw->v_proj), dv, xn, &lw->v_proj, n, t->dyt, t->xt);
     else g4__add_into(dk, dv, (size_t)n * kvw); /* V was the raw K */
@@ -6415,7 +6451,8 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
         g4__gtap(t, l, "per_layer_projection", t->dbr, n, H);
         g4__gelu_n(t->pa, pg, np);                        /* gelu(gate) */
         for (tk = 0; tk < n; tk++)
-            for (j = 0; j < P; j++) t->dpa[(size_t)tk * P + j] = t->pa[(size_t)tk * P + j] * t->pli[tk * LP + (size_t)l * P + j];
+            for (j = 0; j < P; j++)
+                t->dpa[(size_t)tk * P + j] = t->pa[(size_t)tk * P + j] * t->per_layer_inputs[tk * LP + (size_t)l * P + j];
         memset(t->tmp2, 0, sizeof(float) * np);           /* dL/d(gelu(gate) * pli) */
         g4__matmul_bwd(&t->s, t->tmp2, g4__grad(t, G, &lw->per_layer_projection), t->dbr, t->dpa,
                        &lw->per_layer_projection, n, t->dyt, t->xt);
@@ -6423,8 +6460,8 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
             for (j = 0; j < P; j++) {
                 size_t o = (size_t)tk * P + j, ol = tk * LP + (size_t)l * P + j;
                 float da = t->tmp2[o];
-                t->dpli[ol] += da * t->pa[o];
-                t->dpa[o] = da * t->pli[ol] * g4__gelu_grad(pg[o]);
+                t->dper_layer_inputs[ol] += da * t->pa[o];
+                t->dpa[o] = da * t->per_layer_inputs[ol] * g4__gelu_grad(pg[o]);
             }
         g4__gtap(t, l, "per_layer_input_gate", t->dpa, n, P);
         g4__matmul_bwd(&t->s, t->dx, g4__grad(t, G, &lw->per_layer_input_gate), t->dpa, x5, &lw->per_layer_input_gate,
@@ -6455,19 +6492,17 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
                                &lw->pre_feedforward_layernorm_2, n, H, eps);
         g4__add_into(t->dr, t->tmp, nh);
     }
-    { /* Gemma4TextMLP: down(gelu(gate(xn2)) * up(xn2)), gate and up recomputed */
-        const float *xn2 = g4__saved(t, l, G4__A_XN2);
+    { /* Gemma4TextMLP: down(gelu(gate(xn2)) * up(xn2)), gate and up as the forward kept them */
+        const float *xn2 = g4__saved(t, l, G4__A_XN2), *gate = g4__saved(t, l, G4__A_GATE), *up = g4__saved(t, l, G4__A_UP);
         g4__gtap(t, l, "mlp", t->dbr, n, H);
-        g4__matmul(&t->s, t->gate, xn2, &lw->gate_proj, n);
-        g4__matmul(&t->s, t->up, xn2, &lw->up_proj, n);
-        g4__gelu_n(t->dup, t->gate, ni);                  /* gelu(gate) */
-        for (i = 0; i < ni; i++) t->dgate[i] = t->dup[i] * t->up[i];
+        g4__gelu_n(t->dup, gate, ni);                     /* gelu(gate) */
+        for (i = 0; i < ni; i++) t->dgate[i] = t->dup[i] * up[i];
         g4__matmul_bwd(&t->s, NULL, g4__grad(t, G, &lw->down_proj), t->dbr, t->dgate, &lw->down_proj, n, t->dyt, t->xt);
         memset(t->dgate, 0, sizeof(float) * ni);
         g4__matmul_bwd(&t->s, t->dgate, NULL, t->dbr, NULL, &lw->down_proj, n, t->dyt, t->xt);
         for (i = 0; i < ni; i++) {
             float da = t->dgate[i];
-            t->dgate[i] = da * t->up[i] * g4__gelu_grad(t->gate[i]);
+            t->dgate[i] = da * up[i] * g4__gelu_grad(gate[i]);
             t->dup[i] = da * t->dup[i];
         }
         memset(t->dxn, 0, sizeof(float) * nh);
@@ -6496,18 +6531,20 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
 
 /* Activation checkpointing: layer l's activations again, from its input
    alone, by running the forward's own layer (same code, same bits). The
-   shared-KV slots hold every position already: a reader reads them; an owner
-   writes its own rows again, bit for bit the same. */
+   shared-KV slots hold every position already and are only read from the
+   table: in replay an owner layer projects its K/V for the taps (its k_proj
+   and v_proj outputs, which its backward needs) but does not write its slot
+   again. */
 static g4_result g4__train_recompute(g4_train *t, int l) {
     g4_session *s = &t->s;
-    const g4_layer_plan *lp = &t->model->plan.layer[l];
     g4_result r;
     memcpy(s->x, g4__saved(t, l - 1, G4__A_OUT), sizeof(float) * (size_t)t->n * (size_t)t->model->config.hidden_size);
     s->pos = 0;
-    if (lp->reads < 0) s->slots[lp->kv_slot].n_pos = 0;
+    s->replay = 1;
     t->recomputing = l;
     r = g4__layer(s, l, t->n);
     t->recomputing = -1;
+    s->replay = 0;
     s->pos = t->n;
     if (r != G4_OK) g4__seterr(t->error, "recomputing layer %d: %s", l, s->error);
     return r;
@@ -6602,7 +6639,7 @@ static double g4__loss_backward(g4_train *t, float *G, const int32_t *ids, const
     return total / used;
 }
 
-/* Per-layer inputs' backward (g4__per_layer_inputs): dpli -> the PLE table,
+/* Per-layer inputs' backward (g4__per_layer_inputs): dper_layer_inputs -> the PLE table,
    the projection and its norm, and dx (+=, the embedding's gradient) */
 static void g4__per_layer_inputs_backward(g4_train *t, float *G, const int32_t *ids, int n) {
     const g4_model *m = t->model;
@@ -6614,18 +6651,20 @@ static void g4__per_layer_inputs_backward(g4_train *t, float *G, const int32_t *
     const float *x0 = g4__saved(t, -1, G4__A_OUT);
     float *dtab = g4__grad(t, G, &m->w.embed_tokens_per_layer);
     float *dnorm = g4__grad(t, G, &m->w.per_layer_projection_norm);
-    for (i = 0; i < nlp; i++) t->dpli[i] *= combine;
+    for (i = 0; i < nlp; i++) t->dper_layer_inputs[i] *= combine;
     for (tk = 0; tk < n && dtab; tk++)
         if (ids[tk] != c->pad_token_id)
-            for (j = 0; j < (int)LP; j++) dtab[(size_t)ids[tk] * LP + (size_t)j] += t->dpli[(size_t)tk * LP + j] * tok_scale;
-    /* the projection's input to the norm, recomputed: x0 W^T * H^-0.5 */
-    g4__matmul(&t->s, t->pproj, x0, &m->w.per_layer_model_projection, n);
+            for (j = 0; j < (int)LP; j++)
+                dtab[(size_t)ids[tk] * LP + (size_t)j] += t->dper_layer_inputs[(size_t)tk * LP + j] * tok_scale;
+    /* the norm's input, x0 W^T * H^-0.5, from the projection's output as the
+       forward kept it (scaled in place: its last use) */
     for (i = 0; i < nlp; i++) t->pproj[i] *= proj_scale;
     for (i = 0; i < (size_t)n * L; i++)
-        g4__rmsnorm_backward(t->dpli + i * P, dnorm, t->dpli + i * P, t->pproj + i * P, &m->w.per_layer_projection_norm, P,
+        g4__rmsnorm_backward(t->dper_layer_inputs + i * P, dnorm, t->dper_layer_inputs + i * P, t->pproj + i * P,
+                             &m->w.per_layer_projection_norm, P,
                              c->rms_norm_eps);
-    for (i = 0; i < nlp; i++) t->dpli[i] *= proj_scale;
-    g4__matmul_bwd(&t->s, t->dx, g4__grad(t, G, &m->w.per_layer_model_projection), t->dpli, x0,
+    for (i = 0; i < nlp; i++) t->dper_layer_inputs[i] *= proj_scale;
+    g4__matmul_bwd(&t->s, t->dx, g4__grad(t, G, &m->w.per_layer_model_projection), t->dper_layer_inputs, x0,
                    &m->w.per_layer_model_projection, n, t->dyt, t->xt);
 }
 
@@ -6672,7 +6711,8 @@ G4__DEF g4_result g4_loss_and_grad(g4_train *t, const int32_t *ids, const int32_
     }
     for (l = 0; l < p->n_layers; l++)
         if (p->layer[l].reads >= 0) t->pending[p->layer[l].kv_slot]++;
-    if (c->hidden_size_per_layer_input) memset(t->dpli, 0, sizeof(float) * (size_t)n * c->num_hidden_layers * c->hidden_size_per_layer_input);
+    if (c->hidden_size_per_layer_input)
+        memset(t->dper_layer_inputs, 0, sizeof(float) * (size_t)n * c->num_hidden_layers * c->hidden_size_per_layer_input);
     for (l = p->n_layers - 1; l >= 0; l--) {
         if (t->cfg.recompute && (r = g4__train_recompute(t, l)) != G4_OK) return r;
         if ((r = g4__layer_backward(t, G, l, n)) != G4_OK) return r;
@@ -6680,7 +6720,7 @@ G4__DEF g4_result g4_loss_and_grad(g4_train *t, const int32_t *ids, const int32_
 
     /* the embeddings: per-layer inputs, then E[id] * sqrt(H) (the pad row gets no lookup gradient) */
     if (c->hidden_size_per_layer_input) {
-        g4__gtap(t, -1, "per_layer_inputs", t->dpli, n, c->num_hidden_layers * c->hidden_size_per_layer_input);
+        g4__gtap(t, -1, "per_layer_inputs", t->dper_layer_inputs, n, c->num_hidden_layers * c->hidden_size_per_layer_input);
         g4__per_layer_inputs_backward(t, G, ids, n);
     }
     g4__gtap(t, -1, "embed_tokens", t->dx, n, H);

@@ -323,12 +323,13 @@ static void test_attend_backward(void) {
 }
 
 /* the layer's two-pass attention backward (g4__attn_bwd_q / _kv, threaded)
-   = the reference pair by pair, bit for bit: window 3, 2 KV heads of 4 query heads */
+   = the reference pair by pair, bit for bit: window 3, 2 KV heads of 4 query
+   heads; pass A's heads' outputs (o_proj's input) = the forward's g4__attend */
 static void test_attention_backward_passes(void) {
     enum { T = 9, D = 8, KVH = 2, NH = 4, W = 3 };
     float k[T * KVH * D], v[T * KVH * D], q[T * NH * D], dout[T * NH * D];
     float dq[T * NH * D], dk[T * KVH * D], dv[T * KVH * D], dq2[T * NH * D], dk2[T * KVH * D], dv2[T * KVH * D];
-    float p[T], stats[T * NH * 3], scratch[2 * T];
+    float p[T], stats[T * NH * 3], scratch[2 * T], att[T * NH * D], att2[T * NH * D];
     g4_kv_slot sl;
     g4__attn_bwd_job j;
     g4_pool *pool = NULL;
@@ -340,16 +341,19 @@ static void test_attention_backward_passes(void) {
     for (i = 0; i < T * NH; i++) {
         int t = i / NH, h = i % NH, lo = t - W + 1 > 0 ? t - W + 1 : 0;
         g4__attend_backward(dq + i * D, dk, dv, dout + i * D, q + i * D, &sl, h / (NH / KVH), lo, t, p);
+        g4__attend(att + i * D, q + i * D, &sl, h / (NH / KVH), lo, t, p);
     }
     if (g4_pool_create(&pool, 2) != G4_OK) { CHECK(0, "pool"); return; }
     for (pass = 0; pass < 2; pass++) { /* one thread, then two */
         memset(dk2, 0, sizeof dk2); memset(dv2, 0, sizeof dv2);
-        j.sl = &sl; j.q = q; j.dout = dout; j.dq = dq2; j.dk = dk2; j.dv = dv2; j.stats = stats; j.scratch = scratch;
+        memset(att2, 0, sizeof att2);
+        j.sl = &sl; j.q = q; j.dout = dout; j.att = att2; j.dq = dq2; j.dk = dk2; j.dv = dv2; j.stats = stats; j.scratch = scratch;
         j.scratch_len = T; j.n = T; j.NH = NH; j.group = NH / KVH; j.window = W;
         g4__parallel(pass ? pool : NULL, g4__attn_bwd_q, &j);
         g4__parallel(pass ? pool : NULL, g4__attn_bwd_kv, &j);
         CHECK(!memcmp(dq, dq2, sizeof dq) && !memcmp(dk, dk2, sizeof dk) && !memcmp(dv, dv2, sizeof dv),
               "%d thread(s): the two passes differ from the reference", pass + 1);
+        CHECK(!memcmp(att, att2, sizeof att), "%d thread(s): the heads' outputs differ from the forward's", pass + 1);
     }
     g4_pool_free(pool);
 }
@@ -543,6 +547,65 @@ static void test_recompute_e2b(void) { same_bits("e2b_like", 1, 1); }
 static void test_recompute_moe(void) { same_bits("26b_like", 1, 1); }
 static void test_threads_e2b(void) { same_bits("e2b_like", 0, 2); }
 static void test_threads_moe(void) { same_bits("26b_like", 1, 3); }
+
+/* Recompute reads the shared-KV slots from the table and never captures them
+   again. At the forward's last tap ("norm") every slot's K/V get their lowest
+   mantissa bit flipped: an owner's recompute that wrote its slot again (as the
+   forward does: project, norm, RoPE, store) would put the original bits back.
+   After the backward the slots must still hash as flipped. */
+typedef struct { const g4_session *s; uint64_t hash; int poisoned; } poison_ctx;
+
+static uint64_t slots_hash(const g4_session *s) {
+    uint64_t h = 1469598103934665603ULL;
+    int i;
+    size_t j, n;
+    for (i = 0; i < s->n_slots; i++) {
+        const g4_kv_slot *sl = &s->slots[i];
+        n = (size_t)sl->capacity * (size_t)sl->kv_heads * (size_t)sl->head_dim;
+        for (j = 0; j < 2 * n; j++) {
+            uint32_t u;
+            memcpy(&u, j < n ? &sl->k[j] : &sl->v[j - n], 4);
+            h = (h ^ u) * 1099511628211ULL;
+        }
+    }
+    return h;
+}
+
+static void poison_tap(void *user, const char *name, int layer, const float *data, int rows, int cols, int pos0) {
+    poison_ctx *pc = (poison_ctx *)user;
+    int i;
+    size_t j, n;
+    (void)layer; (void)data; (void)rows; (void)cols; (void)pos0;
+    if (strcmp(name, "norm")) return;
+    for (i = 0; i < pc->s->n_slots; i++) {
+        const g4_kv_slot *sl = &pc->s->slots[i];
+        n = (size_t)sl->capacity * (size_t)sl->kv_heads * (size_t)sl->head_dim;
+        for (j = 0; j < n; j++) {
+            uint32_t u;
+            memcpy(&u, &sl->k[j], 4); u ^= 1; memcpy(&sl->k[j], &u, 4);
+            memcpy(&u, &sl->v[j], 4); u ^= 1; memcpy(&sl->v[j], &u, 4);
+        }
+    }
+    pc->hash = slots_hash(pc->s);
+    pc->poisoned = 1;
+}
+
+static void test_recompute_reads_table(void) {
+    tctx c;
+    int32_t ids[12] = {2, 5, 9, 11, 40, 3, 7, 7, 100, 200, 300, 4};
+    float loss;
+    poison_ctx pc;
+    if (tctx_open(&c, "e2b_like", 12, 1, 1, 0)) {
+        memset(&pc, 0, sizeof pc);
+        pc.s = &c.t.s;
+        c.t.cfg.tap = poison_tap;
+        c.t.cfg.tap_user = &pc;
+        CHECK(g4_loss_and_grad(&c.t, ids, NULL, 12, &loss, c.G) == G4_OK, "%s", c.t.error);
+        CHECK(pc.poisoned, "the forward's norm tap did not run");
+        CHECK(slots_hash(&c.t.s) == pc.hash, "the recompute wrote the shared-KV table again");
+    }
+    tctx_free(&c);
+}
 
 /* The seeds' failure: reader layers whose dK/dV never reach the owner (a
    rebuilt shared-KV dict). Every layer after the owner still matches; the
@@ -789,6 +852,7 @@ int main(int argc, char **argv) {
     run("2 threads = 1 thread, bit for bit (e2b_like)", test_threads_e2b);
     run("an arena for 33 tokens runs 24 with the same bits", test_longer_arena);
     run("3 threads + recompute = 1 thread, bit for bit (MoE)", test_threads_moe);
+    run("recompute reads the shared-KV slots from the table, never writes them (flipped bits stay)", test_recompute_reads_table);
     run("planted bug: readers' dK/dV dropped -> caught at the owner's k_proj", test_planted_reader_drop);
     run("the owner's backward waits for every reader (checked)", test_pending_readers_checked);
     run("errors: all labels ignored, label range, too long, arena, bf16", test_errors);
