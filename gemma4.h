@@ -587,7 +587,9 @@ typedef struct {
     float *dq, *att, *datt;                    /* [S][NH*Dmax] */
     float *dk, *dv;                            /* [S][KVHmax*Dmax] */
     float *dgate, *dup;                        /* [S][max(Imax, 2*Ie)] */
-    float *dper_layer_inputs, *pa, *dpa;       /* [S][L*P], [S][P] x2 (pa: act(per_layer_input_gate)) */
+    float *dper_layer_inputs;                  /* [S][L*P] */
+    float *per_layer_act, *per_layer_gate, *dper_layer_gate; /* [S][P]: act_fn(per_layer_input_gate(x)), that
+                                                  * per_layer_input (the forward's per_layer_gate), its gradient */
     float *probs;                              /* [threads][max_seq] */
     float *astats;                             /* [S][NH][3] attention backward: softmax max, sum, sum(p dp) */
     double *row_loss;                          /* [max_seq] each row's cross-entropy */
@@ -6121,7 +6123,8 @@ static void g4__train_carve(g4_train *t, const g4_model *m, const g4_train_confi
     G4__T(dq, S * NH * dmax); G4__T(att, S * NH * dmax); G4__T(datt, S * NH * dmax);
     G4__T(dk, S * kvw); G4__T(dv, S * kvw);
     G4__T(dgate, S * imax); G4__T(dup, S * imax);
-    G4__T(dper_layer_inputs, S * LP); G4__T(pa, S * P); G4__T(dpa, S * P);
+    G4__T(dper_layer_inputs, S * LP); G4__T(per_layer_act, S * P); G4__T(per_layer_gate, S * P);
+    G4__T(dper_layer_gate, S * P);
     G4__T(probs, (uint64_t)g4_pool_threads(cfg->pool) * S);
     G4__T(astats, S * NH * 3);
     { float *p_ = g4__take(cv, S, sizeof(double)); if (t) t->row_loss = (double *)(void *)p_; }
@@ -6299,16 +6302,8 @@ static void g4__moe_backward(g4_train *t, float *G, int l, const float *dout, co
     for (i = 0; i < H; i++) u3[i] = (u1[i] * g4__get(&lw->router_scale, (size_t)i)) * root;
     g4__matmul(&t->s, probs, u3, &lw->router_proj, 1);
     g4__softmax(probs, E);
-    for (k = 0; k < K; k++) {
-        int best = -1, j;
-        for (e = 0; e < E; e++) {
-            int taken = 0;
-            for (j = 0; j < k; j++) taken |= top[j] == e;
-            if (!taken && (best < 0 || probs[e] > probs[best])) best = e;
-        }
-        top[k] = best;
-        wsum += probs[best];
-    }
+    g4__topk_torch(probs, E, K, top); /* the forward's torch.topk, its order */
+    for (k = 0; k < K; k++) wsum += probs[top[k]];
     for (i = 0; i < H; i++) dxn3[i] = 0.0f;
     for (k = 0; k < K; k++) {
         g4_tensor gup = g4__expert(&lw->experts_gate_up, top[k]), dn = g4__expert(&lw->experts_down, top[k]);
@@ -6439,33 +6434,35 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
     g4__gtap(t, l, "", t->dx, n, H);
     for (i = 0; i < nh; i++) t->dx[i] *= ls;
 
-    /* 5. per-layer input: h = x5 + post_per_layer_input_norm(proj(gelu(gate(x5)) * pli_l)) */
+    /* 5. per-layer input: h = x5 + post_per_layer_input_norm(per_layer_projection(per_layer_gate)),
+          per_layer_gate = act_fn(per_layer_input_gate(x5)) * per_layer_input */
     if (P) {
         size_t LP = (size_t)c->num_hidden_layers * P, np = (size_t)n * P;
-        const float *pg = g4__saved(t, l, G4__A_PG);
+        const float *pg = g4__saved(t, l, G4__A_PG); /* per_layer_input_gate's output */
         float *x5 = t->tmp;
         g4__gtap(t, l, "post_per_layer_input_norm", t->dx, n, H);
         for (i = 0; i < nh; i++) x5[i] = r[i] + g4__saved(t, l, G4__A_PFN)[i];
         g4__norm_rows_backward(t->dbr, g4__grad(t, G, &lw->post_per_layer_input_norm), t->dx,
                                g4__saved(t, l, G4__A_PP), &lw->post_per_layer_input_norm, n, H, eps);
         g4__gtap(t, l, "per_layer_projection", t->dbr, n, H);
-        g4__gelu_n(t->pa, pg, np);                        /* gelu(gate) */
+        g4__gelu_n(t->per_layer_act, pg, np);            /* act_fn(per_layer_input_gate(x5)) */
         for (tk = 0; tk < n; tk++)
             for (j = 0; j < P; j++)
-                t->dpa[(size_t)tk * P + j] = t->pa[(size_t)tk * P + j] * t->per_layer_inputs[tk * LP + (size_t)l * P + j];
-        memset(t->tmp2, 0, sizeof(float) * np);           /* dL/d(gelu(gate) * pli) */
-        g4__matmul_bwd(&t->s, t->tmp2, g4__grad(t, G, &lw->per_layer_projection), t->dbr, t->dpa,
+                t->per_layer_gate[(size_t)tk * P + j] =
+                    t->per_layer_act[(size_t)tk * P + j] * t->per_layer_inputs[tk * LP + (size_t)l * P + j];
+        memset(t->dper_layer_gate, 0, sizeof(float) * np);
+        g4__matmul_bwd(&t->s, t->dper_layer_gate, g4__grad(t, G, &lw->per_layer_projection), t->dbr, t->per_layer_gate,
                        &lw->per_layer_projection, n, t->dyt, t->xt);
-        for (tk = 0; tk < n; tk++)
+        for (tk = 0; tk < n; tk++) /* dper_layer_gate becomes dL/d(per_layer_input_gate's output), in place */
             for (j = 0; j < P; j++) {
                 size_t o = (size_t)tk * P + j, ol = tk * LP + (size_t)l * P + j;
-                float da = t->tmp2[o];
-                t->dper_layer_inputs[ol] += da * t->pa[o];
-                t->dpa[o] = da * t->per_layer_inputs[ol] * g4__gelu_grad(pg[o]);
+                float da = t->dper_layer_gate[o];
+                t->dper_layer_inputs[ol] += da * t->per_layer_act[o];
+                t->dper_layer_gate[o] = da * t->per_layer_inputs[ol] * g4__gelu_grad(pg[o]);
             }
-        g4__gtap(t, l, "per_layer_input_gate", t->dpa, n, P);
-        g4__matmul_bwd(&t->s, t->dx, g4__grad(t, G, &lw->per_layer_input_gate), t->dpa, x5, &lw->per_layer_input_gate,
-                       n, t->dyt, t->xt);
+        g4__gtap(t, l, "per_layer_input_gate", t->dper_layer_gate, n, P);
+        g4__matmul_bwd(&t->s, t->dx, g4__grad(t, G, &lw->per_layer_input_gate), t->dper_layer_gate, x5,
+                       &lw->per_layer_input_gate, n, t->dyt, t->xt);
     }
 
     /* 4. x5 = r + post_feedforward_layernorm(m): dr = dx5 + (the paths through m) */
