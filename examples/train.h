@@ -303,7 +303,8 @@ static int g4t_cmd_bench(int argc, char **argv) {
     /* the same work per CPU-second of this process (all its threads, the
        pool's spinning included), as bench's prefill line: on a shared machine
        wall-clock time counts other processes' time slices too */
-    printf("grad per CPU-second: %.1f GFLOP (%.2f CPU-s, best of 3)\n", 6.0 * elems * seq / best_cpu / 1e9, best_cpu);
+    printf("grad per CPU-second: %.1f GFLOP, %.2f tok (%.2f CPU-s, best of 3)\n", 6.0 * elems * seq / best_cpu / 1e9,
+           seq / best_cpu, best_cpu);
     printf("memory: training arena %.1f MB (saved activations %.1f MB), gradients %.1f MB\n",
            (double)st.t.arena_bytes / 1048576.0, (double)st.t.saved_bytes / 1048576.0,
            (double)st.t.grad_floats * 4.0 / 1048576.0);
