@@ -6841,7 +6841,8 @@ static g4_result g4__drafter_check_read(const g4_session *d, int l, const g4_kv_
 /* Gemma4AssistantMaskedEmbedder: the centroid logits pick the top-k
    centroids (ties: lower index first); the logits of their tokens
    (token_ordering viewed as [C][V/C]) are h . lm_head[token]; every other
-   token gets min(those) - 1. */
+   token gets min(those) - 1, the min of the logits as the matmul returns
+   them (bf16-rounded in the bf16 mode). */
 static void g4__masked_logits(g4_session *d, float *logits) {
     const g4_model *m = d->model;
     const g4_config *c = &m->config;
@@ -6862,11 +6863,15 @@ static void g4__masked_logits(g4_session *d, float *logits) {
             g4_tensor row = *lm;
             row.data = (const unsigned char *)lm->data + (size_t)tok * (size_t)H * g4__dtype_size(lm->dtype);
             row.shape[0] = 1;
-            g4__matmul_cast(d, &logits[tok], d->xn, &row, 1, 0); /* cast below, after the min */
+            /* selected_logits come out of the matmul in the compute dtype (bf16 in the bf16 mode) and
+               their min is taken after that rounding */
+            g4__matmul(d, &logits[tok], d->xn, &row, 1);
             if (logits[tok] < mn) mn = logits[tok];
         }
     }
-    fill = (float)((double)mn - 1.0); /* selected_logits.min().item() - 1.0 */
+    /* selected_logits.min().item() - 1.0, a Python float that torch.full turns into the dtype (the
+       rounding below; torch narrows double -> float -> bf16, as this does) */
+    fill = (float)((double)mn - 1.0);
     for (i = 0; i < C; i++) {
         for (k = 0; k < K && d->top[k] != i; k++) {}
         if (k < K) continue;
@@ -6894,7 +6899,7 @@ G4__DEF g4_result g4_draft_step(g4_session *d, int32_t token, const float *hidde
         return G4_ERR_INPUT;
     }
     d->pos = d->target->pos; /* the token's position: the target holds [0, pos) */
-    d->fwd_n = 1;            /* the bf16 mode's orders: one token (not checked against a bf16 drafter run) */
+    d->fwd_n = 1;            /* the bf16 mode's orders: one token (checked against transformers in bf16: test_drafter) */
     d->fwd_end = d->pos + 1;
     /* inputs_embeds = concat(target.embed_tokens(token), hidden); pre_projection */
     scale = g4__scale(d->target, Hb);
