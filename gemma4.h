@@ -441,6 +441,8 @@ typedef struct {
     int reader_copies;   /* debug: every reader layer gets its own K/V copy */
     int bf16;            /* numerics: 0 = float32 (default); 1 = round activations to
                             bfloat16 wherever transformers running in bf16 does */
+    int cuda_fast;       /* gemma4_cuda.cu only: 1 = its fast mode (bounded against the
+                            exact one, see that file); the CPU path ignores it */
     g4_pool *pool;       /* threads to use, or NULL; must outlive the session's use */
     g4_tap_fn tap; void *tap_user;
     int tap_projections; /* the tap also sees the raw outputs of q_proj, k_proj and v_proj (layers
@@ -964,6 +966,11 @@ typedef struct {
     float *d_moe_h, *d_moe_y;  /* [rows*K][2*Ie], [rows*K][H] */
     float *d_logits;           /* [rows][V] */
     float *d_inv_freq[2];      /* [Dmax/2] per layer type */
+    /* the fast mode (cfg.cuda_fast; d_scores is then NULL) */
+    int fast;                  /* 1: the fast kernels (set from cfg.cuda_fast at init) */
+    int kv_bf16;               /* 1: the slots' k/v hold bf16 (fast mode with cfg.bf16 at init) */
+    float *d_part;             /* split-K and flash-decoding partial sums */
+    float *d_stats;            /* [rows][NH][2]: attention's softmax max and 1/sum (bf16 mode) */
     char error[G4_ERROR_MAX];
 } g4_cuda_session;
 
@@ -5021,8 +5028,10 @@ static int g4__slot_capacity(const g4_model *m, int type, int max_context, int r
 /* The shared-KV table's storage (used by the CPU session and the CUDA twin):
    K/V rows for owner layers only (and for readers in reader_copies mode), each
    slot filled in, and every layer's slot. slots/layer_slot NULL: only count. */
-static void g4__carve_kv(g4_kv_slot *slots, int *layer_slot, const g4_model *m, const g4_session_config *cfg,
-                         g4__carver *cv) {
+/* elem: bytes per K/V element (4; the CUDA fast mode's bf16 cache: 2, the
+   slot's k/v then point at bf16 rows) */
+static void g4__carve_kv_elem(g4_kv_slot *slots, int *layer_slot, const g4_model *m, const g4_session_config *cfg,
+                              g4__carver *cv, size_t elem) {
     const g4_plan *p = &m->plan;
     int i, next = p->n_slots;
     for (i = 0; i < p->n_layers; i++) {
@@ -5033,8 +5042,8 @@ static void g4__carve_kv(g4_kv_slot *slots, int *layer_slot, const g4_model *m, 
         float *k, *v;
         if (!own) { if (layer_slot) layer_slot[i] = lp->kv_slot; continue; }
         if (lp->reads >= 0) next++;
-        k = g4__take(cv, rows, sizeof(float));
-        v = g4__take(cv, rows, sizeof(float));
+        k = g4__take(cv, rows, elem);
+        v = g4__take(cv, rows, elem);
         if (slots && layer_slot) {
             g4_kv_slot *sl = &slots[slot];
             sl->writer = i;
@@ -5049,6 +5058,11 @@ static void g4__carve_kv(g4_kv_slot *slots, int *layer_slot, const g4_model *m, 
             layer_slot[i] = slot;
         }
     }
+}
+
+static void g4__carve_kv(g4_kv_slot *slots, int *layer_slot, const g4_model *m, const g4_session_config *cfg,
+                         g4__carver *cv) {
+    g4__carve_kv_elem(slots, layer_slot, m, cfg, cv, sizeof(float));
 }
 
 /* The widest layer shapes, which size the scratch rows (shared with the CUDA
