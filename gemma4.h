@@ -940,7 +940,8 @@ typedef struct {
 typedef struct {
     const g4_cuda_model *model;
     g4_session_config cfg;
-    int matmul;                /* G4_CUDA_MATMUL_TILED (default) or G4_CUDA_MATMUL_PLAIN */
+    int matmul;                /* G4_CUDA_MATMUL_TILED (default) or G4_CUDA_MATMUL_PLAIN (the fast
+                                  mode: no tensor cores) */
     int pos;                   /* positions consumed so far */
     int fwd_end, fwd_n;        /* the running g4_forward call: its end position and token count (bf16 mode) */
     int n_slots;
