@@ -71,24 +71,6 @@ static int parse_file_template(g4_template *t, const char *file) {
     return r == G4_OK;
 }
 
-/* Runs the CLI; its stdout into out (NUL-terminated), stderr into err. Returns the exit status (-1: not exited). */
-static int run_cli(const char *args, char *out, size_t cap, size_t *n_out, char *err, size_t ecap) {
-    char cmd[2000];
-    const char *op = P(g_tmp, "cli.out"), *ep = P(g_tmp, "cli.err");
-    FILE *f;
-    size_t n = 0;
-    int st;
-    snprintf(cmd, sizeof cmd, "%s %s > %s 2> %s", g_cli, args, op, ep);
-    st = system(cmd);
-    if ((f = fopen(op, "rb"))) { n = fread(out, 1, cap - 1, f); fclose(f); }
-    out[n] = 0;
-    if (n_out) *n_out = n;
-    n = 0;
-    if ((f = fopen(ep, "rb"))) { n = fread(err, 1, ecap - 1, f); fclose(f); }
-    err[n] = 0;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static void check_clean_stderr(const char *what, const char *err, int want_one_line) {
     size_t i, lines = 0, n = strlen(err);
     CHECK(!strstr(err, "Sanitizer") && !strstr(err, "runtime error"), "%s: sanitizer report: %s", what, err);
@@ -166,13 +148,13 @@ static void golden_case(const g4__json *j, int row, int *n_render, int *n_raise,
             write_file(msgfile, j->nodes[cj].str, j->nodes[cj].len);
             snprintf(flags, sizeof flags, "%s%s", o.enable_thinking ? " --think" : "", o.add_generation_prompt ? "" : " --no-generation-prompt");
             snprintf(args, sizeof args, "template %s --messages %s%s", P(g_data, "templates/e2b"), msgfile, flags);
-            st = run_cli(args, g_out, sizeof g_out, &on, g_err, sizeof g_err);
+            st = run_cli(g_cli, args, g_out, sizeof g_out, &on, g_err, sizeof g_err);
             CHECK(st == 0, "cli %s: exit %d: %s", args, st, g_err);
             check_clean_stderr(args, g_err, 0);
             CHECK(on == want->len && memcmp(g_out, want->str, on) == 0, "cli %s: stdout differs from transformers'", args);
             if (!(on == want->len && memcmp(g_out, want->str, on) == 0)) show_diff(want->str, want->len, g_out, on);
             snprintf(args, sizeof args, "template %s --messages %s%s --ids", P(g_data, "templates/e2b"), msgfile, flags);
-            st = run_cli(args, g_out, sizeof g_out, &on, g_err, sizeof g_err);
+            st = run_cli(g_cli, args, g_out, sizeof g_out, &on, g_err, sizeof g_err);
             CHECK(st == 0, "cli %s: exit %d: %s", args, st, g_err);
             {
                 char line[65536];
@@ -385,16 +367,16 @@ static void test_cli_bad(void) {
         int st;
         write_file(P(dir, "chat_template.jinja"), cases[k].src, strlen(cases[k].src));
         snprintf(args, sizeof args, "template %s --messages %s", dir, msgfile);
-        st = run_cli(args, g_out, sizeof g_out, NULL, g_err, sizeof g_err);
+        st = run_cli(g_cli, args, g_out, sizeof g_out, NULL, g_err, sizeof g_err);
         CHECK(st == 1, "case %lu: exit %d, want 1: %s", (unsigned long)k, st, g_err);
         check_clean_stderr(cases[k].src, g_err, 1);
         CHECK(strstr(g_err, cases[k].needle) != NULL, "case %lu: stderr \"%s\" lacks \"%s\"", (unsigned long)k, g_err, cases[k].needle);
     }
     /* usage errors */
     snprintf(args, sizeof args, "template %s", dir);
-    CHECK(run_cli(args, g_out, sizeof g_out, NULL, g_err, sizeof g_err) == 1, "no --messages: exit 1");
+    CHECK(run_cli(g_cli, args, g_out, sizeof g_out, NULL, g_err, sizeof g_err) == 1, "no --messages: exit 1");
     snprintf(args, sizeof args, "template %s --messages %s/none.json", dir, g_tmp);
-    CHECK(run_cli(args, g_out, sizeof g_out, NULL, g_err, sizeof g_err) == 1 && strstr(g_err, "none.json"), "missing file: %s", g_err);
+    CHECK(run_cli(g_cli, args, g_out, sizeof g_out, NULL, g_err, sizeof g_err) == 1 && strstr(g_err, "none.json"), "missing file: %s", g_err);
     check_clean_stderr("missing file", g_err, 1);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     CHECK(system(cmd) == 0, "rm");
@@ -440,7 +422,7 @@ static void test_chat_integration(void) {
     /* generate --chat: the prompt is the template's (checked against transformers by the goldens above) */
     snprintf(args, sizeof args, "generate %s --tokenizer %s --chat --system 'Be careful.' --think --prompt 'Solve x+1=2' --temp 0 --max-tokens 3",
              modeldir, dir);
-    st = run_cli(args, g_out, sizeof g_out, NULL, g_err, sizeof g_err);
+    st = run_cli(g_cli, args, g_out, sizeof g_out, NULL, g_err, sizeof g_err);
     CHECK(st == 0, "%s: exit %d: %s", args, st, g_err);
     check_clean_stderr(args, g_err, 0);
     {
@@ -459,7 +441,7 @@ static void test_chat_integration(void) {
     /* chat: two turns */
     snprintf(args, sizeof args, "chat %s --tokenizer %s --temp 0 --max-tokens 5 < %s", modeldir, dir, P(g_tmp, "turns.txt"));
     write_file(P(g_tmp, "turns.txt"), "Hello!\nAnd again?\n", 18);
-    st = run_cli(args, g_out, sizeof g_out, NULL, g_err, sizeof g_err);
+    st = run_cli(g_cli, args, g_out, sizeof g_out, NULL, g_err, sizeof g_err);
     CHECK(st == 0, "%s: exit %d: %s", args, st, g_err);
     check_clean_stderr(args, g_err, 0);
     CHECK(strstr(g_err, "chat layout: ") && strstr(g_err, "chat_template.jinja"), "chat names its template: %s", g_err);
@@ -492,7 +474,7 @@ static void test_chat_integration(void) {
     g4_template_free(&t);
     /* info says which layout a model directory uses */
     snprintf(args, sizeof args, "info %s", modeldir);
-    st = run_cli(args, g_out, sizeof g_out, NULL, g_err, sizeof g_err);
+    st = run_cli(g_cli, args, g_out, sizeof g_out, NULL, g_err, sizeof g_err);
     CHECK(st == 0 && strstr(g_out, "chat template: none; generate --chat and chat use the built-in Gemma 4 layout"),
           "info: %s", g_out);
 }
@@ -515,10 +497,6 @@ int main(int argc, char **argv) {
     test_cli_bad();
     run("template: generate --chat, chat and info", test_chat_integration);
     if (g_have_tok) g4_tokenizer_free(&g_tok);
-    {
-        char cmd[400];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
-        if (system(cmd) != 0) printf("  (could not remove %s)\n", g_tmp);
-    }
+    remove_tree(g_tmp);
     return finish();
 }
