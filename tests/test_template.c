@@ -479,6 +479,64 @@ static void test_chat_integration(void) {
           "info: %s", g_out);
 }
 
+/* g4_template_continue: what a chat loop that keeps the K/V feeds for a new user turn, the text after the
+   last G4_TEMPLATE_ANSWER. On the e2b template it is the answer turn's closure, the new user turn and the
+   generation prompt, the same ids as the tail of the whole conversation re-rendered with a real answer;
+   without a marker in the rendered text it is an error naming the template. */
+static void test_continue(void) {
+    /* G4_TEMPLATE_ANSWER as a JSON string */
+#define MARK "\"\\u001bg4-answer\\u001b\""
+    const char *cj = "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Hi\"},"
+                     "{\"role\":\"assistant\",\"content\":" MARK "},{\"role\":\"user\",\"content\":\"Hello!\"},"
+                     "{\"role\":\"assistant\",\"content\":" MARK "},{\"role\":\"user\",\"content\":\"And again?\"}]}";
+    const char *whole = "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Hi\"},"
+                        "{\"role\":\"assistant\",\"content\":\"Yes.\"},{\"role\":\"user\",\"content\":\"Hello!\"},"
+                        "{\"role\":\"assistant\",\"content\":\"Fine, thanks.\"},{\"role\":\"user\",\"content\":\"And again?\"}]}";
+    const char *upto = "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Hi\"},"
+                       "{\"role\":\"assistant\",\"content\":\"Yes.\"},{\"role\":\"user\",\"content\":\"Hello!\"}]}";
+    const char *none = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}";
+    const char *delta = "<turn|>\n<|turn>user\nAnd again?<turn|>\n<|turn>model\n";
+    g4_template t, plain;
+    g4_template_options o = g4_template_options_init();
+    int32_t *ids = NULL, *all = NULL, *head = NULL, want[256];
+    size_t n = 0, na = 0, nh = 0, nw = 0, nans;
+    char err[G4_ERROR_MAX];
+    if (!g_have_tok) { skip("no tokenizer"); return; }
+    if (!parse_file_template(&t, "e2b/chat_template.jinja")) return;
+    g4_template_set_tokens(&t, &g_tok);
+    CHECK(g4_template_continue(&t, &g_tok, cj, strlen(cj), &o, &ids, &n, err) == G4_OK, "%s", err);
+    CHECK(g4_tokenize(&g_tok, delta, strlen(delta), 0, want, 256, &nw) == G4_OK, "tokenize");
+    CHECK(n == nw && ids && memcmp(ids, want, n * sizeof(int32_t)) == 0, "continue gave %lu ids, want the %lu of \"%s\"",
+          (unsigned long)n, (unsigned long)nw, delta);
+    /* = the whole conversation's tail after the rendered first turns and the real answer */
+    nans = count_ids("Fine, thanks.");
+    CHECK(g4_template_encode(&t, &g_tok, whole, strlen(whole), &o, &all, &na, err) == G4_OK, "%s", err);
+    o.add_generation_prompt = 1;
+    CHECK(g4_template_encode(&t, &g_tok, upto, strlen(upto), &o, &head, &nh, err) == G4_OK, "%s", err);
+    CHECK(all && head && na == nh + nans + n && memcmp(all, head, nh * sizeof(int32_t)) == 0 &&
+              memcmp(all + nh + nans, ids, n * sizeof(int32_t)) == 0,
+          "the whole conversation (%lu ids) is not turns 1-2 (%lu) + the answer (%lu) + the continuation (%lu)",
+          (unsigned long)na, (unsigned long)nh, (unsigned long)nans, (unsigned long)n);
+    g4_template_free_output(ids);
+    g4_template_free_output(all);
+    g4_template_free_output(head);
+    /* no marker: a conversation without answers, a template that does not write them */
+    ids = NULL;
+    CHECK(g4_template_continue(&t, &g_tok, none, strlen(none), &o, &ids, &n, err) == G4_ERR_INPUT &&
+              strstr(err, "holds no model answer") && strstr(err, "chat_template.jinja") && !ids && n == 0,
+          "no answer: %s", err);
+    const char *roles = "{% for m in messages %}<{{ m.role }}>{% endfor %}";
+    if (g4_template_parse(&plain, roles, strlen(roles), "roles.jinja") == G4_OK) {
+        CHECK(g4_template_continue(&plain, &g_tok, cj, strlen(cj), &o, &ids, &n, err) == G4_ERR_INPUT &&
+                  strstr(err, "roles.jinja: the rendered conversation holds no model answer"), "roles only: %s", err);
+        g4_template_free(&plain);
+    } else CHECK(0, "parse: %s", plain.error);
+    CHECK(g4_template_continue(&t, NULL, cj, strlen(cj), &o, &ids, &n, err) == G4_ERR_INPUT && strstr(err, "NULL"),
+          "NULL tokenizer: %s", err);
+    g4_template_free(&t);
+#undef MARK
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) g_data = argv[1];
     if (argc > 2) g_cli = argv[2];
@@ -496,6 +554,7 @@ int main(int argc, char **argv) {
     test_limits();
     test_cli_bad();
     run("template: generate --chat, chat and info", test_chat_integration);
+    run("template: g4_template_continue = the tail after the last answer; no answer is an error", test_continue);
     if (g_have_tok) g4_tokenizer_free(&g_tok);
     remove_tree(g_tmp);
     return finish();
