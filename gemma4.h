@@ -1039,7 +1039,9 @@ G4_CUDA_API g4_result g4_cuda_session_table(g4_cuda_session *s, g4_kv_slot *out,
 #if defined(__GNUC__) || defined(__clang__)
 #define G4__PRINTF(a, b) __attribute__((format(printf, a, b)))
 #define G4__MAYBE_UNUSED __attribute__((unused))
+#define G4__NOINLINE __attribute__((noinline))
 #else
+#define G4__NOINLINE
 #define G4__PRINTF(a, b)
 #define G4__MAYBE_UNUSED
 #endif
@@ -3805,10 +3807,12 @@ static const g4__blocking g4__gemm_blocks = {G4__GEMM_MC, (G4_GEMM_KC / G4__VL) 
 #define G4__PREFETCH(p) ((void)(p))
 #endif
 static void g4__prefetch_w(const unsigned char *w, size_t esz, int in, int o, int mc, int k0, int kc, int j, int J) {
-    size_t per_row = ((size_t)kc * esz + 63) / 64 + 1, lines = (size_t)mc * per_row, l, l1 = lines * (size_t)(j + 1) / (size_t)J;
-    for (l = lines * (size_t)j / (size_t)J; l < l1; l++) {
-        size_t r = l / per_row, c = l % per_row, off = (size_t)k0 * esz + 64 * c;
-        if (off < (size_t)in * esz) G4__PREFETCH(w + (size_t)(o + (int)r) * (size_t)in * esz + off);
+    size_t per_row = ((size_t)kc * esz + 63) / 64 + 1, lines = (size_t)mc * per_row, l0 = lines * (size_t)j / (size_t)J;
+    size_t l1 = lines * (size_t)(j + 1) / (size_t)J, r = l0 / per_row, c = l0 % per_row, l, rowb = (size_t)in * esz;
+    const unsigned char *p = w + (size_t)(o + (int)r) * rowb + (size_t)k0 * esz;
+    for (l = l0; l < l1; l++) { /* row r, line c (one division per call, not per line) */
+        if ((size_t)k0 * esz + 64 * c < rowb) G4__PREFETCH(p + 64 * c);
+        if (++c == per_row) c = 0, p += rowb;
     }
 }
 
@@ -3818,7 +3822,7 @@ static void g4__prefetch_w(const unsigned char *w, size_t esz, int in, int o, in
    wrow (a block's first tile), the weights come from their rows at k0 and are
    packed into wp on the way: the conversion overlaps the FMAs instead of
    running as a pass of its own (measured 15-20% of the GEMM's time). */
-static void g4__micro(float *wp, const unsigned char *const *wrow, g4_dtype dt, int k0, const float *const *xt, int steps,
+static G4__NOINLINE void g4__micro(float *wp, const unsigned char *const *wrow, g4_dtype dt, int k0, const float *const *xt, int steps,
                       float *part, int first, int last, float sum[G4__TR][G4__TT]) {
     g4__vec acc[G4__TR][G4__TT], wv[G4__TR], xv;
     const float *xp[G4__TT];
@@ -3892,7 +3896,10 @@ static void g4__gemm(float *y, size_t ldy, const float *x, size_t ldx, const g4_
                                                (G4__TR * G4__TT * G4__VL);
                         for (r = 0; r < G4__TR; r++) wrow[r] = base + (size_t)(o + (r < R ? r : R - 1)) * (size_t)in * esz;
                         g4__micro(wp + (size_t)(o - i0) * (size_t)kc, t == t0 ? wrow : NULL, dt, k0, xt, kc / G4__VL, pt, first, last, sum);
-                        if (last)
+                        if (last && kv == in)
+                            for (u = 0; u < T; u++)
+                                for (r = 0; r < R; r++) y[(size_t)(t + u) * ldy + (size_t)(o + r)] = sum[r][u];
+                        else if (last)
                             for (r = 0; r < R; r++)
                                 for (u = 0; u < T; u++)
                                     y[(size_t)(t + u) * ldy + (size_t)(o + r)] =
