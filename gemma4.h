@@ -3791,8 +3791,24 @@ typedef struct { int mc, kc, nc; } g4__blocking; /* multiples of G4__TR, G4__VL,
 /* floats of one thread's buffer: the packed W block, then the partial sums */
 #define G4__PACK_FLOATS(mc, kc, nc) ((size_t)(mc) * (size_t)(kc) + (size_t)(mc) * (size_t)(nc) * G4__VL)
 static const g4__blocking g4__gemm_blocks = {G4__GEMM_MC, (G4_GEMM_KC / G4__VL) * G4__VL, G4__GEMM_NC};
+/* The bf16-faithful mode's GEMM (g4__gemm_torch, 8-lane vectors only: the
+   AVX2 build): torch's order (g4__matmul_torch_ref) keeps 64 lane sums per
+   output, so a tile's partial sums are 8 vectors per output, and kc is a
+   multiple of 64 (below) */
+#if G4__VL == 8
+#define G4__TORCH_GEMM 1
+#define G4__TORCH_MC (4 * G4__TR)
+#define G4__TORCH_KC 1024
+#define G4__TORCH_NC (8 * G4__TT)
+#define G4__TORCH_FLOATS ((size_t)G4__TORCH_MC * G4__TORCH_KC + (size_t)G4__TORCH_MC * G4__TORCH_NC * 64)
+static const g4__blocking g4__torch_blocks = {G4__TORCH_MC, G4__TORCH_KC, G4__TORCH_NC};
+#else
+#define G4__TORCH_GEMM 0
+#define G4__TORCH_FLOATS 0
+#endif
+#define G4__PACK_FLOAT_MODE G4__PACK_FLOATS(G4__GEMM_MC, (G4_GEMM_KC / G4__VL) * G4__VL, G4__GEMM_NC)
 /* one thread's share of the session's packing buffers, in 64-byte lines */
-#define G4__PACK_THREAD ((G4__PACK_FLOATS(G4__GEMM_MC, (G4_GEMM_KC / G4__VL) * G4__VL, G4__GEMM_NC) + 15) / 16 * 16)
+#define G4__PACK_THREAD (((G4__PACK_FLOAT_MODE > G4__TORCH_FLOATS ? G4__PACK_FLOAT_MODE : G4__TORCH_FLOATS) + 15) / 16 * 16)
 
 /* Prefetches the lines of W rows [o, o + mc) at k in [k0, k0 + kc) (the next
    block to pack), part j of J, one part per tile of the current block: the
@@ -3816,14 +3832,16 @@ static void g4__prefetch_w(const unsigned char *w, size_t esz, int in, int o, in
     }
 }
 
-/* One tile over `steps` vectors of k: wp a packed panel, xt[u] the tile's
-   activation rows at the block's first k. Starts from zero (first) or from
-   the partial sums in part; ends in part, or (last) as horizontal sums. With
-   wrow (a block's first tile), the weights come from their rows at k0 and are
-   packed into wp on the way: the conversion overlaps the FMAs instead of
-   running as a pass of its own (measured 15-20% of the GEMM's time). */
-static G4__NOINLINE void g4__micro(float *wp, const unsigned char *const *wrow, g4_dtype dt, int k0, const float *const *xt, int steps,
-                      float *part, int first, int last, float sum[G4__TR][G4__TT]) {
+/* One tile over `steps` vectors of k, vs elements apart (VL; 64 in torch's
+   order): wp a packed panel, xt[u] the tile's activation rows at the first
+   vector. Starts from zero (first) or from the partial sums in part; ends in
+   part, or (last) as horizontal sums. With wrow (a block's first tile), the
+   weights come from their rows at k0 and are packed into wp on the way: the
+   conversion overlaps the FMAs instead of running as a pass of its own
+   (measured 15-20% of the GEMM's time). Out of line, so that its loop has the
+   registers to itself (inlined, GCC spilled the row pointers: 5-8% slower). */
+static G4__NOINLINE void g4__micro(float *wp, const unsigned char *const *wrow, g4_dtype dt, int k0, int vs, const float *const *xt,
+                                   int steps, float *part, int first, int last, float sum[G4__TR][G4__TT]) {
     g4__vec acc[G4__TR][G4__TT], wv[G4__TR], xv;
     const float *xp[G4__TT];
     int r, u, s;
@@ -3833,12 +3851,12 @@ static G4__NOINLINE void g4__micro(float *wp, const unsigned char *const *wrow, 
     if (wrow)
         for (s = 0; s < steps; s++, wp += G4__TR * G4__VL) {
             G4__UNROLL for (r = 0; r < G4__TR; r++) {
-                wv[r] = g4__vload_w(wrow[r], dt, (size_t)k0 + (size_t)s * G4__VL);
+                wv[r] = g4__vload_w(wrow[r], dt, (size_t)k0 + (size_t)s * (size_t)vs);
                 G4__IN_REGISTER(wv[r]);
                 g4__vstore(wp + r * G4__VL, wv[r]);
             }
             G4__UNROLL for (u = 0; u < G4__TT; u++) {
-                xv = g4__vload_x(xp[u] + (size_t)s * G4__VL);
+                xv = g4__vload_x(xp[u] + (size_t)s * (size_t)vs);
                 G4__IN_REGISTER(xv);
                 G4__UNROLL for (r = 0; r < G4__TR; r++) acc[r][u] = g4__vfma(wv[r], xv, acc[r][u]);
             }
@@ -3850,7 +3868,7 @@ static G4__NOINLINE void g4__micro(float *wp, const unsigned char *const *wrow, 
                 G4__IN_REGISTER(wv[r]); /* one load, not one per FMA */
             }
             G4__UNROLL for (u = 0; u < G4__TT; u++) {
-                xv = g4__vload_x(xp[u] + (size_t)s * G4__VL);
+                xv = g4__vload_x(xp[u] + (size_t)s * (size_t)vs);
                 G4__IN_REGISTER(xv);
                 G4__UNROLL for (r = 0; r < G4__TR; r++) acc[r][u] = g4__vfma(wv[r], xv, acc[r][u]);
             }
@@ -3895,7 +3913,7 @@ static void g4__gemm(float *y, size_t ldy, const float *x, size_t ldx, const g4_
                         float *pt = part + ((size_t)((o - i0) / G4__TR) * (size_t)(b->nc / G4__TT) + (size_t)((t - t0) / G4__TT)) *
                                                (G4__TR * G4__TT * G4__VL);
                         for (r = 0; r < G4__TR; r++) wrow[r] = base + (size_t)(o + (r < R ? r : R - 1)) * (size_t)in * esz;
-                        g4__micro(wp + (size_t)(o - i0) * (size_t)kc, t == t0 ? wrow : NULL, dt, k0, xt, kc / G4__VL, pt, first, last, sum);
+                        g4__micro(wp + (size_t)(o - i0) * (size_t)kc, t == t0 ? wrow : NULL, dt, k0, G4__VL, xt, kc / G4__VL, pt, first, last, sum);
                         if (last && kv == in)
                             for (u = 0; u < T; u++)
                                 for (r = 0; r < R; r++) y[(size_t)(t + u) * ldy + (size_t)(o + r)] = sum[r][u];
@@ -4061,6 +4079,7 @@ static void g4__matmul_bf16dot(float *y, const float *x, const uint16_t *xb, con
 #define G4__TR 4 /* threads split rows in blocks of G4__TR */
 #define G4__TT 1
 #define G4__HAVE_GEMM 0
+#define G4__TORCH_GEMM 0
 #define G4__PACK_THREAD 0 /* no packing buffer */
 static void g4__matmul_rows(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1, float *ws) {
     (void)ws;
@@ -4115,6 +4134,76 @@ static void g4__matmul_torch(float *y, const float *x, const g4_tensor *w, int n
         }
     }
 }
+
+#if G4__TORCH_GEMM
+/* The bf16-faithful mode's prefill GEMM: g4__matmul_torch's bits on the
+   packed blocks of >>gemm. Torch's 8 accumulators r of 8 lanes are 64 lane
+   sums, lane 8 r + l over the inputs 64 j + 8 r + l in order. So in each
+   block the tile runs 8 times, once per r, over every 64th vector of k (vs
+   64), each from and into its own partial sums (8 per output; the weights
+   of pass r are packed as their own panel). After the block's last k the 8
+   vectors of each output are added in torch's tree, then its tail (in % 64:
+   the 16-wide accumulator, then one by one), as in g4__matmul_torch. The
+   blocking changes no bit; decode keeps g4__matmul_torch. ws: G4__TORCH_FLOATS
+   floats for b = g4__torch_blocks (mc * kc + mc * nc * 64 in general; kc a
+   multiple of 64). */
+static void g4__gemm_torch(float *y, size_t ldy, const float *x, size_t ldx, const g4_tensor *w, int n, int o0, int o1,
+                           float *ws, const g4__blocking *b) {
+    int in = (int)w->shape[1], la = in & ~63, lv = in & ~15, t0, i0, k0, t, o, r, u, q, i;
+    const unsigned char *base = (const unsigned char *)w->data;
+    float *wp = ws, *part = ws + (size_t)b->mc * (size_t)b->kc, sum[G4__TR][G4__TT];
+    const float *xt[G4__TT], *xq[G4__TT];
+    const unsigned char *wrow[G4__TR], *wq[G4__TR];
+    const size_t tile = G4__TR * G4__TT * 8; /* floats of one pass's partial sums */
+    for (t0 = 0; t0 < n; t0 += b->nc) {
+        int nc = n - t0 < b->nc ? n - t0 : b->nc;
+        for (i0 = o0; i0 < o1; i0 += b->mc) {
+            int mc = o1 - i0 < b->mc ? o1 - i0 : b->mc;
+            for (k0 = 0; k0 < la; k0 += b->kc) {
+                int kc = la - k0 < b->kc ? la - k0 : b->kc;
+                for (t = t0; t < t0 + nc; t += G4__TT) {
+                    int T = t0 + nc - t < G4__TT ? t0 + nc - t : G4__TT;
+                    for (u = 0; u < G4__TT; u++) xt[u] = x + (size_t)(t + (u < T ? u : T - 1)) * ldx + k0;
+                    for (o = i0; o < i0 + mc; o += G4__TR) {
+                        int R = i0 + mc - o < G4__TR ? i0 + mc - o : G4__TR;
+                        float *pt = part + ((size_t)((o - i0) / G4__TR) * (size_t)(b->nc / G4__TT) + (size_t)((t - t0) / G4__TT)) * 8 * tile;
+                        for (r = 0; r < G4__TR; r++) wrow[r] = base + (size_t)(o + (r < R ? r : R - 1)) * (size_t)in * 2;
+                        for (q = 0; q < 8; q++) {
+                            for (u = 0; u < G4__TT; u++) xq[u] = xt[u] + 8 * q;
+                            for (r = 0; r < G4__TR; r++) wq[r] = wrow[r] + 16 * q;
+                            g4__micro(wp + (size_t)(o - i0) * (size_t)kc + (size_t)q * (size_t)(kc / 64) * G4__TR * 8, t == t0 ? wq : NULL,
+                                      G4_BF16, k0, 64, xq, kc / 64, pt + (size_t)q * tile, k0 == 0, 0, sum);
+                        }
+                    }
+                }
+            }
+            for (t = t0; t < t0 + nc; t += G4__TT) /* torch's tree, then the tail */
+                for (o = i0; o < i0 + mc; o += G4__TR) {
+                    const float *pt = part + ((size_t)((o - i0) / G4__TR) * (size_t)(b->nc / G4__TT) + (size_t)((t - t0) / G4__TT)) * 8 * tile;
+                    for (r = 0; r < G4__TR && o + r < i0 + mc; r++)
+                        for (u = 0; u < G4__TT && t + u < t0 + nc; u++) {
+                            const float *xr = x + (size_t)(t + u) * ldx;
+                            const uint16_t *row = (const uint16_t *)(const void *)(base + (size_t)(o + r) * (size_t)in * 2);
+                            __m256 acc[8], tl = _mm256_setzero_ps();
+                            float s1;
+                            for (q = 0; q < 8; q++) acc[q] = la ? _mm256_loadu_ps(pt + (size_t)q * tile + (size_t)(r * G4__TT + u) * 8) : _mm256_setzero_ps();
+                            for (q = 0; q < 4; q++) acc[q] = _mm256_add_ps(acc[q], acc[q + 4]);
+                            for (q = 0; q < 2; q++) acc[q] = _mm256_add_ps(acc[q], acc[q + 2]);
+                            s1 = g4__hsum8_v(_mm256_add_ps(acc[0], acc[1]));
+                            for (i = la; i < lv; i += 16) {
+                                tl = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i), g4__vbf16_8(row + i), tl);
+                                tl = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i + 8), g4__vbf16_8(row + i + 8), tl);
+                            }
+                            s1 += g4__hsum8_v(tl);
+                            for (i = lv; i < in; i++) s1 += xr[i] * g4__bf16_to_f32(row[i]);
+                            y[(size_t)(t + u) * ldy + (size_t)(o + r)] = s1;
+                        }
+                }
+        }
+    }
+    (void)sum;
+}
+#endif
 #else
 #define G4__TORCH_MM 0
 #define g4__matmul_torch g4__matmul_torch_ref
@@ -4293,6 +4382,12 @@ static void g4__matmul_part(void *ctx, int part, int n_parts) {
     if (o0 >= o1) return;
 #if G4__BF16DOT
     if (j->bf16dot) g4__matmul_bf16dot(j->y, j->x, j->xb, j->w, j->n, o0, o1);
+    else
+#endif
+#if G4__TORCH_GEMM
+    if (j->torch && j->n > 1)
+        g4__gemm_torch(j->y, (size_t)out, j->x, (size_t)j->w->shape[1], j->w, j->n, o0, o1, j->pack + (size_t)part * G4__PACK_THREAD,
+                       &g4__torch_blocks);
     else
 #endif
     if (j->torch) g4__matmul_torch(j->y, j->x, j->w, j->n, o0, o1);
