@@ -3995,8 +3995,9 @@ static void g4__gelu_n(float *y, const float *x, size_t n) {
    float32: lane i of a 32-element step adds w[2i+1] x[2i+1], then w[2i] x[2i]
    (with denormals flushed, as the instruction does). Twice the FMA rate of the
    float32 tile and no weight conversion. The order is this kernel's own, the
-   same in its decode rows and its prefill tile; the tail (in % 32) is added
-   after the horizontal sum, as above. */
+   same in its decode rows and its packed prefill GEMM (g4__gemm_bf16); the
+   tail (in % 32) is added after the horizontal sum, as above. Only a CPU with
+   avx512_bf16 runs (and tests) it; make strict compiles it everywhere. */
 /* 32 bf16 values at p[k] (weights as stored, or the converted input) */
 static __m512bh g4__ldbf(const void *p, int k) {
     return (__m512bh)_mm512_loadu_si512((const void *)((const unsigned char *)p + 2 * (size_t)k));
@@ -4014,40 +4015,88 @@ static void g4__to_bf16(uint16_t *xb, const float *x, int n, int in) {
         }
 }
 
-static void g4__tile_bf16(float *y, const float *x, const uint16_t *xb, const unsigned char *w, int in, int out, int o,
-                          int R, int t, int T) {
+/* The prefill GEMM of this mode: g4__gemm's blocks, loops and partial sums
+   with 32 bf16 values (one VDPBF16PS) per step of k. A block of W is copied,
+   still bf16, into the thread's buffer as panels [kc/32][G4__TR][32] (half
+   the float32 panels' bytes) by its first tile; x is read as bf16 (xb) in
+   place. Each output keeps the decode rows' 16 lane sums in the same order,
+   so decode, any chunk and any thread split give the same bits. */
+static G4__NOINLINE void g4__micro_bf16(uint16_t *wp, const unsigned char *const *wrow, int k0, const uint16_t *const *xt, int steps,
+                                        float *part, int first, int last, float sum[G4__TR][G4__TT]) {
     __m512 acc[G4__TR][G4__TT];
     __m512bh wv[G4__TR], xv;
-    float sum[G4__TR][G4__TT];
-    const unsigned char *row[G4__TR];
-    const float *xt[G4__TT];
-    const uint16_t *xbt[G4__TT];
-    int r, u, kv = in - in % 32, k;
-    for (r = 0; r < G4__TR; r++) row[r] = w + (size_t)(o + (r < R ? r : R - 1)) * (size_t)in * 2;
-    for (u = 0; u < G4__TT; u++) {
-        xt[u] = x + (size_t)(t + (u < T ? u : T - 1)) * (size_t)in;
-        xbt[u] = xb + (size_t)(t + (u < T ? u : T - 1)) * (size_t)in;
-    }
+    int r, u, s;
     G4__UNROLL for (r = 0; r < G4__TR; r++)
-        G4__UNROLL for (u = 0; u < G4__TT; u++) acc[r][u] = _mm512_setzero_ps();
-    for (k = 0; k < kv; k += 32) {
-        G4__UNROLL for (r = 0; r < G4__TR; r++) wv[r] = g4__ldbf(row[r], k);
+        G4__UNROLL for (u = 0; u < G4__TT; u++) acc[r][u] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(part + (r * G4__TT + u) * 16);
+    for (s = 0; s < steps; s++, wp += G4__TR * 32) {
+        G4__UNROLL for (r = 0; r < G4__TR; r++) {
+            if (wrow) {
+                wv[r] = g4__ldbf(wrow[r], k0 + 32 * s);
+                _mm512_storeu_si512((void *)(wp + r * 32), (__m512i)wv[r]);
+            } else wv[r] = g4__ldbf(wp + r * 32, 0);
+            G4__IN_REGISTER(wv[r]);
+        }
         G4__UNROLL for (u = 0; u < G4__TT; u++) {
-            xv = g4__ldbf(xbt[u], k);
+            xv = g4__ldbf(xt[u], 32 * s);
             G4__IN_REGISTER(xv);
             G4__UNROLL for (r = 0; r < G4__TR; r++) acc[r][u] = _mm512_dpbf16_ps(acc[r][u], wv[r], xv);
         }
     }
-    G4__UNROLL for (r = 0; r < G4__TR; r++)
-        G4__UNROLL for (u = 0; u < G4__TT; u++) sum[r][u] = _mm512_reduce_add_ps(acc[r][u]);
-    for (r = 0; r < R; r++)
-        for (u = 0; u < T; u++)
-            y[(size_t)(t + u) * (size_t)out + (size_t)(o + r)] = g4__tail(sum[r][u], xt[u], row[r], G4_BF16, kv, in);
+    if (last) {
+        G4__UNROLL for (r = 0; r < G4__TR; r++)
+            G4__UNROLL for (u = 0; u < G4__TT; u++) sum[r][u] = _mm512_reduce_add_ps(acc[r][u]);
+    } else {
+        G4__UNROLL for (r = 0; r < G4__TR; r++)
+            G4__UNROLL for (u = 0; u < G4__TT; u++) _mm512_storeu_ps(part + (r * G4__TT + u) * 16, acc[r][u]);
+    }
 }
 
-/* xb: x as bf16 (g4__to_bf16) */
-static void g4__matmul_bf16dot(float *y, const float *x, const uint16_t *xb, const g4_tensor *w, int n, int o0, int o1) {
-    int out = (int)w->shape[0], in = (int)w->shape[1], o, t, k, kv = in - in % 32;
+/* y[t * ldy + o] for t < n, o in [o0, o1) as g4__gemm, x (float32, for the
+   tail) and xb (its bf16 copy) both ldx apart; b->kc a multiple of 32; ws:
+   G4__PACK_FLOATS(b->mc, b->kc, b->nc) floats */
+static void g4__gemm_bf16(float *y, size_t ldy, const float *x, const uint16_t *xb, size_t ldx, const g4_tensor *w, int n, int o0,
+                          int o1, float *ws, const g4__blocking *b) {
+    int in = (int)w->shape[1], kv = in - in % 32, t0, i0, k0, t, o, r, u, pi, pk, pmc, pkc;
+    const unsigned char *base = (const unsigned char *)w->data;
+    uint16_t *wp = (uint16_t *)(void *)ws;
+    float *part = ws + (size_t)b->mc * (size_t)b->kc, sum[G4__TR][G4__TT];
+    const uint16_t *xt[G4__TT];
+    const unsigned char *wrow[G4__TR];
+    for (t0 = 0; t0 < n; t0 += b->nc) {
+        int nc = n - t0 < b->nc ? n - t0 : b->nc;
+        for (i0 = o0; i0 < o1; i0 += b->mc) {
+            int mc = o1 - i0 < b->mc ? o1 - i0 : b->mc;
+            for (k0 = 0; k0 == 0 || k0 < kv; k0 += b->kc) {
+                int kc = kv - k0 < b->kc ? kv - k0 : b->kc, first = k0 == 0, last = k0 + kc >= kv;
+                if (!last) pk = k0 + kc, pi = i0;
+                else pk = 0, pi = i0 + mc < o1 ? i0 + mc : o0;
+                pmc = o1 - pi < b->mc ? o1 - pi : b->mc;
+                pkc = kv - pk < b->kc ? kv - pk : b->kc;
+                for (t = t0; t < t0 + nc; t += G4__TT) {
+                    int T = t0 + nc - t < G4__TT ? t0 + nc - t : G4__TT;
+                    g4__prefetch_w(base, 2, in, pi, pmc, pk, pkc, (t - t0) / G4__TT, (nc + G4__TT - 1) / G4__TT);
+                    for (u = 0; u < G4__TT; u++) xt[u] = xb + (size_t)(t + (u < T ? u : T - 1)) * ldx + k0;
+                    for (o = i0; o < i0 + mc; o += G4__TR) {
+                        int R = i0 + mc - o < G4__TR ? i0 + mc - o : G4__TR;
+                        float *pt = part + ((size_t)((o - i0) / G4__TR) * (size_t)(b->nc / G4__TT) + (size_t)((t - t0) / G4__TT)) *
+                                               (G4__TR * G4__TT * 16);
+                        for (r = 0; r < G4__TR; r++) wrow[r] = base + (size_t)(o + (r < R ? r : R - 1)) * (size_t)in * 2;
+                        g4__micro_bf16(wp + (size_t)(o - i0) * (size_t)kc, t == t0 ? wrow : NULL, k0, xt, kc / 32, pt, first, last, sum);
+                        if (last)
+                            for (r = 0; r < R; r++)
+                                for (u = 0; u < T; u++)
+                                    y[(size_t)(t + u) * ldy + (size_t)(o + r)] =
+                                        g4__tail(sum[r][u], x + (size_t)(t + u) * ldx, base + (size_t)(o + r) * (size_t)in * 2, G4_BF16, kv, in);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* xb: x as bf16 (g4__to_bf16); ws: one thread's packing buffer */
+static void g4__matmul_bf16dot(float *y, const float *x, const uint16_t *xb, const g4_tensor *w, int n, int o0, int o1, float *ws) {
+    int out = (int)w->shape[0], in = (int)w->shape[1], o, k, kv = in - in % 32;
     const unsigned char *base = (const unsigned char *)w->data;
     if (n == 1) { /* decode: rows o and o + half side by side, as g4__rows1 */
         int half = (o1 - o0) / 2;
@@ -4068,10 +4117,7 @@ static void g4__matmul_bf16dot(float *y, const float *x, const uint16_t *xb, con
             for (k = 0; k < kv; k += 32) acc = _mm512_dpbf16_ps(acc, g4__ldbf(row, k), g4__ldbf(xb, k));
             y[o] = g4__tail(_mm512_reduce_add_ps(acc), x, row, G4_BF16, kv, in);
         }
-    } else
-        for (o = o0; o < o1; o += G4__TR)
-            for (t = 0; t < n; t += G4__TT)
-                g4__tile_bf16(y, x, xb, base, in, out, o, o1 - o < G4__TR ? o1 - o : G4__TR, t, n - t < G4__TT ? n - t : G4__TT);
+    } else g4__gemm_bf16(y, (size_t)out, x, xb, (size_t)in, w, n, o0, o1, ws, &g4__gemm_blocks);
 }
 #endif
 #else
@@ -4381,7 +4427,7 @@ static void g4__matmul_part(void *ctx, int part, int n_parts) {
     int o0 = G4__TR * b0, o1 = G4__TR * b1 < out ? G4__TR * b1 : out, t;
     if (o0 >= o1) return;
 #if G4__BF16DOT
-    if (j->bf16dot) g4__matmul_bf16dot(j->y, j->x, j->xb, j->w, j->n, o0, o1);
+    if (j->bf16dot) g4__matmul_bf16dot(j->y, j->x, j->xb, j->w, j->n, o0, o1, j->pack + (size_t)part * G4__PACK_THREAD);
     else
 #endif
 #if G4__TORCH_GEMM
