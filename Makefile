@@ -95,7 +95,7 @@ build:
 NVCC      ?= nvcc
 CXX       ?= c++
 CUDA_ARCH  = -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
-NVFLAGS    = -O2 -std=c++17 $(CUDA_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
+NVFLAGS    = -O2 -std=c++17 -fmad=false $(CUDA_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
 # The emulated build: the same .cu as host C++ against tests/cuda_emu.h, with
 # small blocks and grids (fibers are slow; every kernel strides, so any size
 # computes the same) and no FMA contraction (the kernels ask for none).
@@ -160,7 +160,7 @@ unit: build/gemma4 build/test_gemma4 build/test_tokenizer build/test_bad_inputs 
 	./build/test_gemma4
 	./build/test_train data build/gemma4
 	./build/test_drafter data build/gemma4
-	./build/test_lora
+	./build/test_lora data build/gemma4
 	./build/test_tokenizer
 	./build/test_template data build/gemma4
 	./build/test_bad_inputs data build/gemma4
@@ -172,7 +172,7 @@ sanitize: build/gemma4 build/gemma4_san build/test_gemma4_san build/test_bad_inp
 	./build/test_train_san data build/gemma4_san
 	./build/test_drafter_san data build/gemma4_san
 	./build/test_template_san data build/gemma4_san
-	./build/test_lora_san
+	./build/test_lora_san data build/gemma4_san
 	./build/test_bad_inputs_san data build/gemma4_san
 	./build/test_threads_san
 	./build/test_tokenizer_san
@@ -234,9 +234,9 @@ test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san 
 	./build/test_train_san data build/gemma4_san > build/train_san.log 2>&1 || { cat build/train_san.log; exit 1; }
 	@tail -n 1 build/train_san.log
 	@echo "== LoRA adapters (peft goldens), plain and under ASan + UBSan"
-	./build/test_lora > build/lora.log 2>&1 || { cat build/lora.log; exit 1; }
+	./build/test_lora data build/gemma4 > build/lora.log 2>&1 || { cat build/lora.log; exit 1; }
 	@tail -n 1 build/lora.log
-	./build/test_lora_san > build/lora_san.log 2>&1 || { cat build/lora_san.log; exit 1; }
+	./build/test_lora_san data build/gemma4_san > build/lora_san.log 2>&1 || { cat build/lora_san.log; exit 1; }
 	@tail -n 1 build/lora_san.log
 	@echo "== bad-input catalogue"
 	./build/test_bad_inputs data build/gemma4 > build/bad_inputs.log 2>&1 || { cat build/bad_inputs.log; exit 1; }

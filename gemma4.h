@@ -230,7 +230,7 @@ typedef struct {
     int sliding_window;
     float final_logit_softcapping;      /* 0: none */
     int tie_word_embeddings;
-    int pad_token_id;                   /* the embeddings' padding_idx: its rows get no lookup gradient */
+    int pad_token_id;                   /* the embeddings' padding_idx (its row gets no lookup gradient); -1: none */
     int vocab_size_per_layer_input;
     int hidden_size_per_layer_input;    /* P; 0 disables per-layer embeddings */
     int attention_k_eq_v;
@@ -1046,6 +1046,17 @@ G4_CUDA_API g4_result g4_cuda_session_table(g4_cuda_session *s, g4_kv_slot *out,
 #define G4__MAYBE_UNUSED
 #endif
 
+/* G4__HD marks the small pure helpers that gemma4_cuda.cu's kernels call as
+   they are (the torch-order sums, top-k, the IEEE-built exp/tanh, bf16
+   rounding), so the device runs the CPU's own code: __host__ __device__
+   under nvcc, nothing elsewhere (the host emulator compiles the .cu as host
+   C++). They use only IEEE operations, memcpy/memset and fmaf. */
+#if defined(__CUDACC__)
+#define G4__HD __host__ __device__
+#else
+#define G4__HD
+#endif
+
 /* ------------------------------------------------- utilities >>utilities */
 
 static void g4__seterr(char *dst, const char *fmt, ...) G4__PRINTF(2, 3);
@@ -1072,14 +1083,14 @@ G4__DEF const char *g4_result_str(g4_result r) {
     return "unknown result";
 }
 
-static float g4__bf16_to_f32(uint16_t h) {
+G4__HD static float g4__bf16_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
     float f;
     memcpy(&f, &u, 4);
     return f;
 }
 
-static float g4__f16_to_f32(uint16_t h) {
+G4__HD static float g4__f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
     float f;
     if (exp == 0x1f) u = sign | 0x7f800000u | (man << 13);          /* inf, nan */
@@ -1774,7 +1785,17 @@ static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const c
     G4__TRY(g4__cfg_int(&c, "sliding_window", &cfg->sliding_window, 512, 0, 1, INT32_MAX));
     G4__TRY(g4__cfg_float(&c, "final_logit_softcapping", &cfg->final_logit_softcapping, 0.0f, 1e-6, 1e30));
     G4__TRY(g4__cfg_bool(&c, "tie_word_embeddings", &cfg->tie_word_embeddings, 1));
-    G4__TRY(g4__cfg_int(&c, "pad_token_id", &cfg->pad_token_id, 0, 0, -1, INT32_MAX));
+    /* pad_token_id is nn.Embedding's padding_idx. transformers' default (absent) is 0; an explicit null
+       is None, no padding row (-1 here); a negative id counts from the end as torch's does; torch
+       refuses one outside [-vocab_size, vocab_size). */
+    n = g4__jget(j, c.obj, "pad_token_id");
+    if (n >= 0 && j->nodes[n].type == G4__JNULL) {
+        cfg->pad_token_id = -1;
+    } else {
+        G4__TRY(g4__cfg_int(&c, "pad_token_id", &cfg->pad_token_id, 0, 0, -(int64_t)cfg->vocab_size,
+                            cfg->vocab_size - 1));
+        if (cfg->pad_token_id < 0) cfg->pad_token_id += cfg->vocab_size;
+    }
     G4__TRY(g4__cfg_int(&c, "vocab_size_per_layer_input", &cfg->vocab_size_per_layer_input, 262144, 0,
                         cfg->assistant ? 0 : 1, 1 << 24));
     G4__TRY(g4__cfg_int(&c, "hidden_size_per_layer_input", &cfg->hidden_size_per_layer_input, 256, 0, 0, 65536));
@@ -3385,7 +3406,7 @@ done:
    functions; faster versions go beside them and are tested against them. */
 
 /* float32 -> bfloat16 -> float32, round to nearest even (NaN stays NaN) */
-static float g4__bf16_round(float f) {
+G4__HD static float g4__bf16_round(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
     if ((u & 0x7fffffffu) > 0x7f800000u) return f;
@@ -3453,36 +3474,38 @@ G4__MAYBE_UNUSED static void g4__matmul_ref(float *y, const float *x, const g4_t
    tests/test_gemma4.c checks
    the AVX2 twin against this function. Under AVX-512 kernels torch sums in
    16 lanes instead: that order is not this one. */
-static float g4__hsum8(const float *v) {
+G4__HD static float g4__hsum8(const float *v) {
     return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
 }
 
-G4__MAYBE_UNUSED static void g4__matmul_torch_ref(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1) {
-    int out = (int)w->shape[0], in = (int)w->shape[1], la = in & ~63, lv = in & ~15, o, t, i, r, l;
-    const uint16_t *base = (const uint16_t *)w->data;
-    for (o = o0; o < o1; o++) {
-        const uint16_t *row = base + (size_t)o * (size_t)in;
-        for (t = 0; t < n; t++) {
-            const float *xt = x + (size_t)t * (size_t)in;
-            float acc[8][8], tail[8], sum;
-            memset(acc, 0, sizeof acc);
-            memset(tail, 0, sizeof tail);
-            for (i = 0; i < la; i += 64)
-                for (r = 0; r < 8; r++)
-                    for (l = 0; l < 8; l++) acc[r][l] += xt[i + 8 * r + l] * g4__bf16_to_f32(row[i + 8 * r + l]);
-            for (r = 0; r < 4; r++) for (l = 0; l < 8; l++) acc[r][l] += acc[r + 4][l];
-            for (r = 0; r < 2; r++) for (l = 0; l < 8; l++) acc[r][l] += acc[r + 2][l];
-            for (l = 0; l < 8; l++) acc[0][l] += acc[1][l];
-            sum = g4__hsum8(acc[0]);
-            for (i = la; i < lv; i += 16) {
-                for (l = 0; l < 8; l++) tail[l] += xt[i + l] * g4__bf16_to_f32(row[i + l]);
-                for (l = 0; l < 8; l++) tail[l] += xt[i + 8 + l] * g4__bf16_to_f32(row[i + 8 + l]);
-            }
-            sum += g4__hsum8(tail);
-            for (i = lv; i < in; i++) sum += xt[i] * g4__bf16_to_f32(row[i]);
-            y[(size_t)t * (size_t)out + (size_t)o] = sum;
-        }
+/* one output: x [in] against a bf16 row [in], in that order */
+G4__HD static float g4__dot_torch_bf16(const float *xt, const uint16_t *row, int in) {
+    int la = in & ~63, lv = in & ~15, i, r, l;
+    float acc[8][8], tail[8], sum;
+    memset(acc, 0, sizeof acc);
+    memset(tail, 0, sizeof tail);
+    for (i = 0; i < la; i += 64)
+        for (r = 0; r < 8; r++)
+            for (l = 0; l < 8; l++) acc[r][l] += xt[i + 8 * r + l] * g4__bf16_to_f32(row[i + 8 * r + l]);
+    for (r = 0; r < 4; r++) for (l = 0; l < 8; l++) acc[r][l] += acc[r + 4][l];
+    for (r = 0; r < 2; r++) for (l = 0; l < 8; l++) acc[r][l] += acc[r + 2][l];
+    for (l = 0; l < 8; l++) acc[0][l] += acc[1][l];
+    sum = g4__hsum8(acc[0]);
+    for (i = la; i < lv; i += 16) {
+        for (l = 0; l < 8; l++) tail[l] += xt[i + l] * g4__bf16_to_f32(row[i + l]);
+        for (l = 0; l < 8; l++) tail[l] += xt[i + 8 + l] * g4__bf16_to_f32(row[i + 8 + l]);
     }
+    sum += g4__hsum8(tail);
+    for (i = lv; i < in; i++) sum += xt[i] * g4__bf16_to_f32(row[i]);
+    return sum;
+}
+
+G4__MAYBE_UNUSED static void g4__matmul_torch_ref(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1) {
+    int out = (int)w->shape[0], in = (int)w->shape[1], o, t;
+    const uint16_t *base = (const uint16_t *)w->data;
+    for (o = o0; o < o1; o++)
+        for (t = 0; t < n; t++)
+            y[(size_t)t * (size_t)out + (size_t)o] = g4__dot_torch_bf16(x + (size_t)t * (size_t)in, base + (size_t)o * (size_t)in, in);
 }
 
 G4__MAYBE_UNUSED static float g4__dot_ref(const float *a, const float *b, int n) {
@@ -3554,9 +3577,9 @@ static void g4__lora_forward(float *y, const float *x, const g4_lora *lo, int n,
    is 1 + u or 1 - u, so it rounds near -1 as a float32 tanh does. exp is
    Cephes' expf with 2|z| clamped to 87 (u is 1 long before): n = round(2|z| /
    ln 2) by the 1.5 * 2^23 trick, r = 2|z| - n ln 2 in two FMAs, a degree-5
-   polynomial in FMAs, times 2^n. This scalar function, g4__gelu_v (SIMD) and
-   the CUDA twin make exactly these IEEE operations, so they give the same
-   bits. libm's tanhf cost 10% of a prefill; this is 96.6% bit-equal to
+   polynomial in FMAs, times 2^n. This scalar function (which the CUDA
+   kernels call too: G4__HD) and g4__gelu_v (SIMD) make exactly these IEEE
+   operations, so they give the same bits. libm's tanhf cost 10% of a prefill; this is 96.6% bit-equal to
    torch's float32 gelu (libm tanhf: 96.8%), within 2.4e-7 of it (tested).
    Past |z| = 8.664339742 tanh is exactly 1, as in Sleef's tanhf, which ATen's
    vectorised gelu calls: 1 + tanh(z) is then 0 for z < 0, and in the bf16
@@ -3568,8 +3591,8 @@ static void g4__lora_forward(float *y, const float *x, const g4_lora *lo, int n,
 #define G4__EXP_P 1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f
 /* clamp = 0: without the exact 1 past |z| = 8.664339742, as ATen's scalar
    gelu (glibc's tanhf) rounds in bf16 (g4__gelu_torch_n) */
-static float g4__gelu_x(float x, int clamp) {
-    static const float c[3] = {G4__EXP_C}, p[6] = {G4__EXP_P};
+G4__HD static float g4__gelu_x(float x, int clamp) {
+    const float c[3] = {G4__EXP_C}, p[6] = {G4__EXP_P};
     float z = G4__GELU_K * (x + 0.044715f * (x * x * x)), a = fminf(fabsf(z + z), 87.0f), n, r, e, u;
     uint32_t bits;
     int j;
@@ -4500,7 +4523,7 @@ static void g4__parallel_range(const g4_session *s, size_t n, size_t cost, void 
    tensor an op produces. The ops end with this cast on each module output
    they write (matmul, norm, the elementwise ops of the forward pass), so the
    model code never calls it. */
-static float g4__act(float f, int bf16) { return bf16 ? g4__bf16_round(f) : f; }
+G4__HD static float g4__act(float f, int bf16) { return bf16 ? g4__bf16_round(f) : f; }
 
 /* torch's float32 sum of squares of a contiguous row, in its order (ATen's
    cascade sum for an inner reduction, SumKernel.cpp, as built for AVX2): the
@@ -4509,11 +4532,11 @@ static float g4__act(float f, int bf16) { return bf16 ? g4__bf16_round(f) : f; }
    n / 32. Each accumulator adds its terms in 4 levels of 2^p (p = max(4,
    ceil(log2 rows) / 4)): level 0 takes 2^p terms, then is added into level
    1, and so on up while the term count is a multiple of the level's size.
-   G4__TSUM_VL / G4__TSUM_ILP name those widths; gemma4_cuda.cu's g4c__tsum_lane
-   is this function op for op. */
+   G4__TSUM_VL / G4__TSUM_ILP name those widths; gemma4_cuda.cu's RMSNorm
+   calls this function, one thread a lane. */
 #define G4__TSUM_VL 8
 #define G4__TSUM_ILP 4
-static float g4__tsum_lane(const float *v, int rows, int k, int l) {
+G4__HD static float g4__tsum_lane(const float *v, int rows, int k, int l) {
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, t;
     int p = 4, step, i = 0, j, c = 0;
     while ((1 << c) < rows) c++; /* ceil(log2 rows), and 1 for rows <= 2 as ATen's CeilLog2 */
@@ -4544,7 +4567,10 @@ static float g4__tsum_lane(const float *v, int rows, int k, int l) {
    group 0, the 4 groups added lane-wise, then the scalar tail and the 8
    lanes in order. Tested against torch on many rows (tests/test_gemma4.c
    and the bf16 goldens). */
-static float g4__sum_squares(const float *x, int n) {
+/* g4__sum_squares after its 32 lanes: part[k * 8 + l] holds lane (k, l)
+   (not read when n < 8); the CUDA RMSNorm computes the lanes in parallel and
+   finishes with this. */
+G4__HD static float g4__sum_squares_finish(const float *part_in, const float *x, int n) {
     float part[G4__TSUM_ILP][G4__TSUM_VL], total = 0.0f, t;
     int vl = n < G4__TSUM_VL ? 1 : G4__TSUM_VL, nv = n / vl, rows = nv / G4__TSUM_ILP, k, l, i;
     if (vl == 1) { /* the same cascade on 1-lane vectors */
@@ -4554,7 +4580,7 @@ static float g4__sum_squares(const float *x, int n) {
         return ((a[0] + a[1]) + a[2]) + a[3];
     }
     for (k = 0; k < G4__TSUM_ILP; k++)
-        for (l = 0; l < G4__TSUM_VL; l++) part[k][l] = g4__tsum_lane(x, rows, k, l);
+        for (l = 0; l < G4__TSUM_VL; l++) part[k][l] = part_in[k * G4__TSUM_VL + l];
     for (i = rows * G4__TSUM_ILP; i < nv; i++)
         for (l = 0; l < G4__TSUM_VL; l++) {
             t = x[(size_t)i * G4__TSUM_VL + (size_t)l];
@@ -4565,6 +4591,15 @@ static float g4__sum_squares(const float *x, int n) {
     for (i = nv * G4__TSUM_VL; i < n; i++) total += x[i] * x[i];
     for (l = 0; l < G4__TSUM_VL; l++) total += part[0][l];
     return total;
+}
+
+static float g4__sum_squares(const float *x, int n) {
+    float part[G4__TSUM_ILP * G4__TSUM_VL];
+    int rows = n / G4__TSUM_VL / G4__TSUM_ILP, k, l;
+    if (n < G4__TSUM_VL) return g4__sum_squares_finish(NULL, x, n);
+    for (k = 0; k < G4__TSUM_ILP; k++)
+        for (l = 0; l < G4__TSUM_VL; l++) part[k * G4__TSUM_VL + l] = g4__tsum_lane(x, rows, k, l);
+    return g4__sum_squares_finish(part, x, n);
 }
 
 /* gelu as ATen runs it on a bf16 tensor of `total` elements (a contiguous
@@ -4639,13 +4674,13 @@ static void g4__softmax(float *x, int n) {
    times 2^q as two exact scalings (2^(q >> 1) 2^(q - (q >> 1))); 0 below
    -104, inf above 100. Tested bit-equal to Sleef_expf8_u10avx2 on 10M
    inputs in [-104, 100] (see the README's bf16 section). */
-static float g4__fbits(uint32_t u) {
+G4__HD static float g4__fbits(uint32_t u) {
     float f;
     memcpy(&f, &u, 4);
     return f;
 }
 
-static float g4__expf_sleef(float d) {
+G4__HD static float g4__expf_sleef(float d) {
     float s, u;
     int q;
     if (d != d) return d;
@@ -4671,19 +4706,25 @@ static float g4__expf_sleef(float d) {
    k0 .. k0 + n - 1 of a row of `len` (the others are masked: their e is 0
    and they add nothing, but the position of an entry picks its lane): a row
    shorter than 8 is summed in order; otherwise entry k goes to lane k % 8,
-   each lane summed in order, the lanes added as g4__hsum8. */
+   each lane summed in order, the lanes added as g4__hsum8
+   (g4__softmax_torch_sum, which the CUDA kernels call too). */
+G4__HD static float g4__softmax_torch_sum(const float *e, int n, int k0, int len) {
+    float lanes[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, sum = 0.0f;
+    int i;
+    if (len < 8) {
+        for (i = 0; i < n; i++) sum += e[i];
+        return sum;
+    }
+    for (i = 0; i < n; i++) lanes[(k0 + i) % 8] += e[i];
+    return g4__hsum8(lanes);
+}
+
 static void g4__softmax_torch(float *x, int n, int k0, int len) {
-    float mx = x[0], lanes[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, sum = 0.0f, inv;
+    float mx = x[0], inv;
     int i;
     for (i = 1; i < n; i++) if (x[i] > mx) mx = x[i];
     for (i = 0; i < n; i++) x[i] = g4__expf_sleef(x[i] - mx);
-    if (len < 8)
-        for (i = 0; i < n; i++) sum += x[i];
-    else {
-        for (i = 0; i < n; i++) lanes[(k0 + i) % 8] += x[i];
-        sum = g4__hsum8(lanes);
-    }
-    inv = 1.0f / sum;
+    inv = 1.0f / g4__softmax_torch_sum(x, n, k0, len);
     for (i = 0; i < n; i++) x[i] *= inv;
 }
 
@@ -4704,17 +4745,17 @@ static void g4__softmax_torch(float *x, int n, int k0, int len) {
    order: their values are the same). E <= 256. */
 typedef struct { float v; int i; } g4__vi;
 
-static int g4__tk_gt(const g4__vi *a, const g4__vi *b) {
+G4__HD static int g4__tk_gt(const g4__vi *a, const g4__vi *b) {
     return (a->v != a->v && b->v == b->v) || a->v > b->v;
 }
 
-static void g4__tk_swap(g4__vi *a, g4__vi *b) {
+G4__HD static void g4__tk_swap(g4__vi *a, g4__vi *b) {
     g4__vi t = *a;
     *a = *b;
     *b = t;
 }
 
-static void g4__tk_adjust(g4__vi *q, int hole, int n, g4__vi v) {
+G4__HD static void g4__tk_adjust(g4__vi *q, int hole, int n, g4__vi v) {
     int top = hole, c = hole, parent;
     while (c < (n - 1) / 2) {
         c = 2 * (c + 1);
@@ -4736,7 +4777,7 @@ static void g4__tk_adjust(g4__vi *q, int hole, int n, g4__vi v) {
     q[hole] = v;
 }
 
-static void g4__tk_heap_select(g4__vi *q, int m, int n) {
+G4__HD static void g4__tk_heap_select(g4__vi *q, int m, int n) {
     int parent, i;
     if (m >= 2)
         for (parent = (m - 2) / 2;; parent--) {
@@ -4751,7 +4792,7 @@ static void g4__tk_heap_select(g4__vi *q, int m, int n) {
         }
 }
 
-static void g4__tk_nth(g4__vi *q, int nth, int n) {
+G4__HD static void g4__tk_nth(g4__vi *q, int nth, int n) {
     int f = 0, l = n, depth = 0, i;
     while ((2 << depth) <= n) depth++; /* floor(log2 n) */
     depth *= 2;
@@ -4794,7 +4835,7 @@ static void g4__tk_nth(g4__vi *q, int nth, int n) {
     }
 }
 
-static void g4__topk_torch(const float *p, int E, int K, int *top) {
+G4__HD static void g4__topk_torch(const float *p, int E, int K, int *top) {
     g4__vi q[256];
     int i, j;
     for (i = 0; i < E; i++) { q[i].v = p[i]; q[i].i = i; }
@@ -4824,7 +4865,7 @@ static void g4__attend(float *out, const float *q, const g4_kv_slot *sl, int kvh
 
 /* torch's dot product of two float rows of bf16 values: g4__matmul_torch_ref's
    order (ATen's dot_with_fp32_arith, AVX2) */
-static float g4__dot_torch(const float *a, const float *b, int n) {
+G4__HD static float g4__dot_torch(const float *a, const float *b, int n) {
     float acc[8][8], tail[8], sum;
     int la = n & ~63, lv = n & ~15, i, r, l;
     memset(acc, 0, sizeof acc);

@@ -18,7 +18,9 @@
      Every kernel sums in the CPU path's order (a matmul output, a dot product
      of attention, the softmax denominator and the MoE combination are each a
      sequential loop), and products are not contracted into FMAs (__fmul_rn,
-     __fadd_rn), so the only differences from the CPU path are the device's
+     __fadd_rn here; the header's G4__HD helpers that the kernels call as they
+     are - the torch-order sums, top-k, bf16 rounding, GELU - are built with
+     nvcc -fmad=false), so the only differences from the CPU path are the device's
      expf/sinf/cosf (a few ulp from glibc's; GELU makes its own exp and tanh
      from IEEE operations, as the CPU does). The RMSNorm sum of squares is
      torch's float32 order, as on the CPU (32 lanes, one thread each), and in
@@ -108,59 +110,18 @@ static unsigned g4c__grid(size_t work, unsigned per_block) {
 
 /* ---------------------------------------------------------------- device */
 
-__device__ static float g4c__f16(unsigned h) {
-    unsigned sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
-    if (exp == 0x1f) u = sign | 0x7f800000u | (man << 13);
-    else if (exp != 0) u = sign | ((exp + 112) << 23) | (man << 13);
-    else if (man == 0) u = sign;
-    else {
-        float f = (float)man * (1.0f / 16777216.0f);
-        return sign ? -f : f;
-    }
-    return __uint_as_float(u);
-}
-
 /* Element i of a weight tensor as float32 (g4__get on the CPU). */
 __device__ static float g4c__ld(const void *p, int dtype, size_t i) {
-    if (dtype == G4_BF16) return __uint_as_float((unsigned)((const uint16_t *)p)[i] << 16);
-    if (dtype == G4_F16) return g4c__f16(((const uint16_t *)p)[i]);
+    if (dtype == G4_BF16) return g4__bf16_to_f32(((const uint16_t *)p)[i]);
+    if (dtype == G4_F16) return g4__f16_to_f32(((const uint16_t *)p)[i]);
     return ((const float *)p)[i];
-}
-
-/* gelu_pytorch_tanh: g4__gelu's operations one for one (its exp and tanh
-   included), so the same bits as the CPU path */
-__device__ static float g4c__gelu_x(float x, int clamp) {
-    const float c[3] = {G4__EXP_C}, p[6] = {G4__EXP_P};
-    float z = G4C_MUL(G4__GELU_K, G4C_ADD(x, G4C_MUL(0.044715f, G4C_MUL(G4C_MUL(x, x), x))));
-    float a = fminf(fabsf(G4C_ADD(z, z)), 87.0f), n, r, e, u;
-    int j;
-    n = G4C_SUB(__fmaf_rn(a, c[0], G4__EXP_MAGIC), G4__EXP_MAGIC);
-    r = __fmaf_rn(n, -c[1], a);
-    r = __fmaf_rn(n, c[2], r);
-    e = p[0];
-    for (j = 1; j < 6; j++) e = __fmaf_rn(e, r, p[j]);
-    e = G4C_ADD(__fmaf_rn(e, G4C_MUL(r, r), r), 1.0f);
-    e = G4C_MUL(e, __uint_as_float((unsigned)((int)n + 127) << 23)); /* exp(2|z|) */
-    u = G4C_SUB(1.0f, __fdiv_rn(2.0f, G4C_ADD(e, 1.0f)));             /* tanh(|z|) */
-    if (clamp && G4C_SUB(G4__TANH_ONE, a) < 0.0f) u = 1.0f;            /* Sleef's tanhf is 1 there */
-    return G4C_MUL(G4C_MUL(0.5f, x), z < 0.0f ? G4C_SUB(1.0f, u) : G4C_ADD(1.0f, u));
 }
 
 /* g4__gelu_torch_n for element i of a tensor of `total` (bf16 mode): ATen's
    scalar tail (the last total % 32) has no exact tanh 1 */
 __device__ static float g4c__gelu_t(float x, int bf, size_t i, size_t total) {
-    return g4c__gelu_x(x, !(bf && i >= (total & ~(size_t)31)));
+    return g4__gelu_x(x, !(bf && i >= (total & ~(size_t)31)));
 }
-
-/* g4__bf16_round: to the nearest bf16, ties to even (NaN kept) */
-__device__ static float g4c__bf16(float f) {
-    unsigned u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return f;
-    return __uint_as_float((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
-}
-
-/* rounded when the session is in the bf16-faithful mode */
-__device__ static float g4c__r(float f, int bf) { return bf ? g4c__bf16(f) : f; }
 
 /* ---------------------------------------------------------------- kernels */
 /* One kernel per CPU operation, named after it. A kernel that fuses several
@@ -169,7 +130,7 @@ __device__ static float g4c__r(float f, int bf) { return bf ? g4c__bf16(f) : f; 
 
 /* g4__act: x to bf16, in place */
 __global__ void g4c_round(float *x, size_t n) {
-    G4C_FOR(i, n) x[i] = g4c__bf16(x[i]);
+    G4C_FOR(i, n) x[i] = g4__bf16_round(x[i]);
 }
 
 /* g4__step's embedding: x[t][i] = E[ids[t]][i] * scale */
@@ -211,249 +172,11 @@ __global__ void g4c_matmul_tiled(float *y, const float *x, const void *W, int dt
 }
 
 /* g4__matmul_torch_ref (the bf16 mode, bf16 weights): one thread per output,
-   summed in torch's bf16 F.linear order, op for op */
-__device__ static float g4c__hsum8(const float *v) {
-    return G4C_ADD(G4C_ADD(G4C_ADD(v[0], v[4]), G4C_ADD(v[2], v[6])), G4C_ADD(G4C_ADD(v[1], v[5]), G4C_ADD(v[3], v[7])));
-}
-
-__device__ static float g4c__dot_torch_bf16(const float *xt, const uint16_t *row, int in) {
-    float acc[8][8], tail[8], sum;
-    int la = in & ~63, lv = in & ~15, i, r, l;
-    for (r = 0; r < 8; r++)
-        for (l = 0; l < 8; l++) acc[r][l] = 0.0f;
-    for (l = 0; l < 8; l++) tail[l] = 0.0f;
-    for (i = 0; i < la; i += 64)
-        for (r = 0; r < 8; r++)
-            for (l = 0; l < 8; l++)
-                acc[r][l] = G4C_ADD(acc[r][l], G4C_MUL(xt[i + 8 * r + l], g4c__ld(row, G4_BF16, (size_t)(i + 8 * r + l))));
-    for (r = 0; r < 4; r++) for (l = 0; l < 8; l++) acc[r][l] = G4C_ADD(acc[r][l], acc[r + 4][l]);
-    for (r = 0; r < 2; r++) for (l = 0; l < 8; l++) acc[r][l] = G4C_ADD(acc[r][l], acc[r + 2][l]);
-    for (l = 0; l < 8; l++) acc[0][l] = G4C_ADD(acc[0][l], acc[1][l]);
-    sum = g4c__hsum8(acc[0]);
-    for (i = la; i < lv; i += 16) {
-        for (l = 0; l < 8; l++) tail[l] = G4C_ADD(tail[l], G4C_MUL(xt[i + l], g4c__ld(row, G4_BF16, (size_t)(i + l))));
-        for (l = 0; l < 8; l++) tail[l] = G4C_ADD(tail[l], G4C_MUL(xt[i + 8 + l], g4c__ld(row, G4_BF16, (size_t)(i + 8 + l))));
-    }
-    sum = G4C_ADD(sum, g4c__hsum8(tail));
-    for (i = lv; i < in; i++) sum = G4C_ADD(sum, G4C_MUL(xt[i], g4c__ld(row, G4_BF16, (size_t)i)));
-    return sum;
-}
-
+   summed in torch's bf16 F.linear order (the header's g4__dot_torch_bf16) */
 __global__ void g4c_matmul_torch(float *y, const float *x, const uint16_t *W, int n, int in, int out) {
-    G4C_FOR(idx, (size_t)n * out) y[idx] = g4c__dot_torch_bf16(x + (idx / out) * in, W + (idx % out) * in, in);
+    G4C_FOR(idx, (size_t)n * out) y[idx] = g4__dot_torch_bf16(x + (idx / out) * in, W + (idx % out) * in, in);
 }
 
-
-/* ---- torch's orders on the device (the bf16-faithful mode): g4__expf_sleef,
-   g4__dot_torch, g4__topk_torch op for op ---- */
-__device__ static float g4c__expf_sleef(float d) {
-    float s, u;
-    int q;
-    if (d != d) return d;
-    if (d < -104.0f) return 0.0f;
-    if (d > 100.0f) return __uint_as_float(0x7f800000u);
-    q = (int)lrintf(G4C_MUL(d, 1.442695040888963407359924681001892137f));
-    s = __fmaf_rn((float)q, -0.693145751953125f, d);
-    s = __fmaf_rn((float)q, -1.428606765330187045e-06f, s);
-    u = 0.000198527617612853646278381f;
-    u = __fmaf_rn(u, s, 0.00139304355252534151077271f);
-    u = __fmaf_rn(u, s, 0.00833336077630519866943359f);
-    u = __fmaf_rn(u, s, 0.0416664853692054748535156f);
-    u = __fmaf_rn(u, s, 0.166666671633720397949219f);
-    u = __fmaf_rn(u, s, 0.5f);
-    u = G4C_ADD(1.0f, __fmaf_rn(G4C_MUL(s, s), u, s));
-    u = G4C_MUL(u, __uint_as_float((unsigned)((q >> 1) + 127) << 23));
-    return G4C_MUL(u, __uint_as_float((unsigned)((q - (q >> 1)) + 127) << 23));
-}
-
-/* g4__softmax_torch's sum: entries k0 .. k0 + n - 1 of a row of len */
-__device__ static float g4c__softmax_sum(const float *e, int n, int k0, int len) {
-    float lanes[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, sum = 0.0f;
-    if (len < 8) {
-        for (int i = 0; i < n; i++) sum = G4C_ADD(sum, e[i]);
-        return sum;
-    }
-    for (int i = 0; i < n; i++) lanes[(k0 + i) % 8] = G4C_ADD(lanes[(k0 + i) % 8], e[i]);
-    return g4c__hsum8(lanes);
-}
-
-__device__ static float g4c__dot_torch(const float *a, const float *b, int n) {
-    float acc[8][8], tail[8], sum;
-    int la = n & ~63, lv = n & ~15, i, r, l;
-    for (r = 0; r < 8; r++)
-        for (l = 0; l < 8; l++) acc[r][l] = 0.0f;
-    for (l = 0; l < 8; l++) tail[l] = 0.0f;
-    for (i = 0; i < la; i += 64)
-        for (r = 0; r < 8; r++)
-            for (l = 0; l < 8; l++) acc[r][l] = G4C_ADD(acc[r][l], G4C_MUL(a[i + 8 * r + l], b[i + 8 * r + l]));
-    for (r = 0; r < 4; r++) for (l = 0; l < 8; l++) acc[r][l] = G4C_ADD(acc[r][l], acc[r + 4][l]);
-    for (r = 0; r < 2; r++) for (l = 0; l < 8; l++) acc[r][l] = G4C_ADD(acc[r][l], acc[r + 2][l]);
-    for (l = 0; l < 8; l++) acc[0][l] = G4C_ADD(acc[0][l], acc[1][l]);
-    sum = g4c__hsum8(acc[0]);
-    for (i = la; i < lv; i += 16) {
-        for (l = 0; l < 8; l++) tail[l] = G4C_ADD(tail[l], G4C_MUL(a[i + l], b[i + l]));
-        for (l = 0; l < 8; l++) tail[l] = G4C_ADD(tail[l], G4C_MUL(a[i + 8 + l], b[i + 8 + l]));
-    }
-    sum = G4C_ADD(sum, g4c__hsum8(tail));
-    for (i = lv; i < n; i++) sum = G4C_ADD(sum, G4C_MUL(a[i], b[i]));
-    return sum;
-}
-
-typedef struct { float v; int i; } g4c__vi;
-
-__device__ static int g4c__tk_gt(const g4c__vi *a, const g4c__vi *b) {
-    return (a->v != a->v && b->v == b->v) || a->v > b->v;
-}
-
-__device__ static void g4c__tk_swap(g4c__vi *a, g4c__vi *b) {
-    g4c__vi t = *a;
-    *a = *b;
-    *b = t;
-}
-
-__device__ static void g4c__tk_adjust(g4c__vi *q, int hole, int n, g4c__vi v) {
-    int top = hole, c = hole, parent;
-    while (c < (n - 1) / 2) {
-        c = 2 * (c + 1);
-        if (g4c__tk_gt(&q[c], &q[c - 1])) c--;
-        q[hole] = q[c];
-        hole = c;
-    }
-    if ((n & 1) == 0 && c == (n - 2) / 2) {
-        c = 2 * (c + 1);
-        q[hole] = q[c - 1];
-        hole = c - 1;
-    }
-    parent = (hole - 1) / 2;
-    while (hole > top && g4c__tk_gt(&q[parent], &v)) {
-        q[hole] = q[parent];
-        hole = parent;
-        parent = (hole - 1) / 2;
-    }
-    q[hole] = v;
-}
-
-__device__ static void g4c__tk_heap_select(g4c__vi *q, int m, int n) {
-    if (m >= 2)
-        for (int parent = (m - 2) / 2;; parent--) {
-            g4c__tk_adjust(q, parent, m, q[parent]);
-            if (parent == 0) break;
-        }
-    for (int i = m; i < n; i++)
-        if (g4c__tk_gt(&q[i], &q[0])) {
-            g4c__vi v = q[i];
-            q[i] = q[0];
-            g4c__tk_adjust(q, 0, m, v);
-        }
-}
-
-__device__ static void g4c__tk_nth(g4c__vi *q, int nth, int n) {
-    int f = 0, l = n, depth = 0;
-    while ((2 << depth) <= n) depth++;
-    depth *= 2;
-    while (l - f > 3) {
-        int a = f + 1, b = f + (l - f) / 2, c = l - 1, lo = f + 1, hi = l;
-        if (depth == 0) {
-            g4c__tk_heap_select(q + f, nth + 1 - f, l - f);
-            g4c__tk_swap(&q[f], &q[nth]);
-            return;
-        }
-        depth--;
-        if (g4c__tk_gt(&q[a], &q[b])) {
-            if (g4c__tk_gt(&q[b], &q[c])) g4c__tk_swap(&q[f], &q[b]);
-            else if (g4c__tk_gt(&q[a], &q[c])) g4c__tk_swap(&q[f], &q[c]);
-            else g4c__tk_swap(&q[f], &q[a]);
-        } else if (g4c__tk_gt(&q[a], &q[c])) g4c__tk_swap(&q[f], &q[a]);
-        else if (g4c__tk_gt(&q[b], &q[c])) g4c__tk_swap(&q[f], &q[c]);
-        else g4c__tk_swap(&q[f], &q[b]);
-        for (;;) {
-            while (g4c__tk_gt(&q[lo], &q[f])) lo++;
-            hi--;
-            while (g4c__tk_gt(&q[f], &q[hi])) hi--;
-            if (!(lo < hi)) break;
-            g4c__tk_swap(&q[lo], &q[hi]);
-            lo++;
-        }
-        if (lo <= nth) f = lo;
-        else l = lo;
-    }
-    for (int i = f + 1; i < l; i++) {
-        g4c__vi v = q[i];
-        int j = i;
-        if (g4c__tk_gt(&v, &q[f])) {
-            for (j = i; j > f; j--) q[j] = q[j - 1];
-            q[f] = v;
-        } else {
-            while (g4c__tk_gt(&v, &q[j - 1])) { q[j] = q[j - 1]; j--; }
-            q[j] = v;
-        }
-    }
-}
-
-__device__ static void g4c__topk_torch(const float *p, int E, int K, int *top) {
-    g4c__vi q[256];
-    int i, j;
-    for (i = 0; i < E; i++) { q[i].v = p[i]; q[i].i = i; }
-    if (K * 64 <= E) g4c__tk_heap_select(q, K, E);
-    else g4c__tk_nth(q, K - 1, E);
-    for (i = 1; i < K; i++)
-        for (j = i; j > 0 && g4c__tk_gt(&q[j], &q[j - 1]); j--) g4c__tk_swap(&q[j], &q[j - 1]);
-    for (i = 0; i < K; i++) top[i] = q[i].i;
-}
-
-/* g4__tsum_lane: one of torch's 32 lane accumulators of a sum of squares */
-__device__ static float g4c__tsum_lane(const float *v, int rows, int k, int l) {
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, t;
-    int p = 4, step, i = 0, j, c = 0;
-    while ((1 << c) < rows) c++;
-    if (rows <= 2) c = 1;
-    if (c / 4 > p) p = c / 4;
-    step = 1 << p;
-    while (i + step <= rows) {
-        for (j = 0; j < step; j++, i++) {
-            t = v[(size_t)(G4__TSUM_ILP * i + k) * G4__TSUM_VL + (size_t)l];
-            acc[0] = G4C_ADD(acc[0], G4C_MUL(t, t));
-        }
-        for (j = 1; j < 4; j++) {
-            acc[j] = G4C_ADD(acc[j], acc[j - 1]);
-            acc[j - 1] = 0.0f;
-            if (i & ((step - 1) << (j * p))) break;
-        }
-    }
-    for (; i < rows; i++) {
-        t = v[(size_t)(G4__TSUM_ILP * i + k) * G4__TSUM_VL + (size_t)l];
-        acc[0] = G4C_ADD(acc[0], G4C_MUL(t, t));
-    }
-    return G4C_ADD(G4C_ADD(G4C_ADD(acc[0], acc[1]), acc[2]), acc[3]);
-}
-
-/* g4__sum_squares after its lanes: part[k * 8 + l] holds lane (k, l) when
-   n >= 8 (for n < 8 it is not read) */
-__device__ static float g4c__sum_squares_finish(const float *part_in, const float *x, int n) {
-    float part[G4__TSUM_ILP][G4__TSUM_VL], total = 0.0f, t;
-    int nv, rows, k, l, i;
-    if (n < G4__TSUM_VL) {
-        float a[G4__TSUM_ILP] = {0.0f, 0.0f, 0.0f, 0.0f};
-        rows = n / G4__TSUM_ILP;
-        for (k = 0; k < G4__TSUM_ILP && k < n; k++) a[k] = rows ? G4C_MUL(x[k], x[k]) : 0.0f;
-        for (i = rows * G4__TSUM_ILP; i < n; i++) a[0] = G4C_ADD(a[0], G4C_MUL(x[i], x[i]));
-        return G4C_ADD(G4C_ADD(G4C_ADD(a[0], a[1]), a[2]), a[3]);
-    }
-    nv = n / G4__TSUM_VL;
-    rows = nv / G4__TSUM_ILP;
-    for (k = 0; k < G4__TSUM_ILP; k++)
-        for (l = 0; l < G4__TSUM_VL; l++) part[k][l] = part_in[k * G4__TSUM_VL + l];
-    for (i = rows * G4__TSUM_ILP; i < nv; i++)
-        for (l = 0; l < G4__TSUM_VL; l++) {
-            t = x[(size_t)i * G4__TSUM_VL + (size_t)l];
-            part[0][l] = G4C_ADD(part[0][l], G4C_MUL(t, t));
-        }
-    for (k = 1; k < G4__TSUM_ILP; k++)
-        for (l = 0; l < G4__TSUM_VL; l++) part[0][l] = G4C_ADD(part[0][l], part[k][l]);
-    for (i = nv * G4__TSUM_VL; i < n; i++) total = G4C_ADD(total, G4C_MUL(x[i], x[i]));
-    for (l = 0; l < G4__TSUM_VL; l++) total = G4C_ADD(total, part[0][l]);
-    return total;
-}
 
 /* g4__rmsnorm on `rows` rows of n: y = x * (mean(x^2) + eps)^-0.5 (* w when
    w != NULL). One block per row; its first 32 threads compute torch's 32
@@ -466,9 +189,9 @@ __global__ void g4c_rmsnorm(float *y, const float *x, const void *w, int dt, int
         const float *xr = x + (size_t)r * n;
         float *yr = y + (size_t)r * n;
         if (n >= G4__TSUM_VL && tid < G4__TSUM_ILP * G4__TSUM_VL)
-            part[tid] = g4c__tsum_lane(xr, n / G4__TSUM_VL / G4__TSUM_ILP, tid / G4__TSUM_VL, tid % G4__TSUM_VL);
+            part[tid] = g4__tsum_lane(xr, n / G4__TSUM_VL / G4__TSUM_ILP, tid / G4__TSUM_VL, tid % G4__TSUM_VL);
         __syncthreads();
-        if (tid == 0) inv_s = __fdiv_rn(1.0f, sqrtf(G4C_ADD(__fdiv_rn(g4c__sum_squares_finish(part, xr, n), (float)n), eps)));
+        if (tid == 0) inv_s = __fdiv_rn(1.0f, sqrtf(G4C_ADD(__fdiv_rn(g4__sum_squares_finish(part, xr, n), (float)n), eps)));
         __syncthreads();
         float inv = inv_s;
         for (int i = tid; i < n; i += (int)blockDim.x)
@@ -486,10 +209,10 @@ __global__ void g4c_rope(float *x, const float *inv_freq, int rows, int heads, i
         float *xr = x + r * D;
         float a = G4C_MUL((float)pos, inv_freq[j]), c = cosf(a), s = sinf(a), x1 = xr[j], x2 = xr[j + half];
         if (bf) { /* as g4__rope: cos/sin, each product and the sum rounded */
-            c = g4c__bf16(c);
-            s = g4c__bf16(s);
-            xr[j] = g4c__bf16(G4C_ADD(g4c__bf16(G4C_MUL(x1, c)), g4c__bf16(G4C_MUL(-x2, s))));
-            xr[j + half] = g4c__bf16(G4C_ADD(g4c__bf16(G4C_MUL(x2, c)), g4c__bf16(G4C_MUL(x1, s))));
+            c = g4__bf16_round(c);
+            s = g4__bf16_round(s);
+            xr[j] = g4__bf16_round(G4C_ADD(g4__bf16_round(G4C_MUL(x1, c)), g4__bf16_round(G4C_MUL(-x2, s))));
+            xr[j + half] = g4__bf16_round(G4C_ADD(g4__bf16_round(G4C_MUL(x2, c)), g4__bf16_round(G4C_MUL(x1, s))));
         } else {
             xr[j] = G4C_SUB(G4C_MUL(x1, c), G4C_MUL(x2, s));
             xr[j + half] = G4C_ADD(G4C_MUL(x2, c), G4C_MUL(x1, s));
@@ -558,10 +281,10 @@ __global__ void g4c_attention(float *att, const float *q, const g4_kv_slot *slot
         for (int k = tid; k < cnt; k += (int)blockDim.x) {
             const float *key = sl.k + (size_t)((lo + k) % sl.capacity) * stride + (size_t)(h / group) * D;
             float acc = 0.0f;
-            if (bf && (long long)D * nq * len >= 400) acc = g4c__dot_torch(qh, key, D); /* g4__attend_torch */
+            if (bf && (long long)D * nq * len >= 400) acc = g4__dot_torch(qh, key, D); /* g4__attend_torch */
             else
                 for (int d = 0; d < D; d++) acc = G4C_ADD(acc, G4C_MUL(qh[d], key[d]));
-            sc[k] = g4c__r(acc, bf);
+            sc[k] = g4__act(acc, bf);
         }
         __syncthreads();
         mx = sc[0];
@@ -574,11 +297,11 @@ __global__ void g4c_attention(float *att, const float *q, const g4_kv_slot *slot
         }
         mx = red[0];
         for (int k = tid; k < cnt; k += (int)blockDim.x)
-            sc[k] = bf ? g4c__expf_sleef(G4C_SUB(sc[k], mx)) : expf(sc[k] - mx);
+            sc[k] = bf ? g4__expf_sleef(G4C_SUB(sc[k], mx)) : expf(sc[k] - mx);
         __syncthreads();
         if (tid == 0) {
             float sum = 0.0f;
-            if (bf) sum = __fdiv_rn(1.0f, g4c__softmax_sum(sc, cnt, lo, len)); /* torch: times 1 / sum */
+            if (bf) sum = __fdiv_rn(1.0f, g4__softmax_torch_sum(sc, cnt, lo, len)); /* torch: times 1 / sum */
             else
                 for (int k = 0; k < cnt; k++) sum = G4C_ADD(sum, sc[k]);
             red[0] = sum;
@@ -590,14 +313,14 @@ __global__ void g4c_attention(float *att, const float *q, const g4_kv_slot *slot
             float acc = 0.0f, part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             for (int k = 0; k < cnt; k++) {
                 const float *val = sl.v + (size_t)((lo + k) % sl.capacity) * stride + (size_t)(h / group) * D;
-                float pv = G4C_MUL(g4c__r(sc[k], bf), val[d]);
+                float pv = G4C_MUL(g4__act(sc[k], bf), val[d]);
                 if (bf) { /* gemm_notrans_'s 4 partial sums by key position */
                     int j = lo + k < (len & ~3) ? (lo + k) % 4 : 0;
                     part[j] = G4C_ADD(part[j], pv);
                 } else acc = G4C_ADD(acc, pv);
             }
             if (bf) acc = G4C_ADD(G4C_ADD(G4C_ADD(part[0], part[1]), part[2]), part[3]);
-            att[(size_t)r * D + d] = g4c__r(acc, bf);
+            att[(size_t)r * D + d] = g4__act(acc, bf);
         }
         __syncthreads(); /* red[0] and sc are reused by this block's next row */
     }
@@ -621,32 +344,32 @@ __global__ void g4c_layer_scalar(float *x, size_t n, const void *ls, int dt) {
 
 /* g4__mlp: gate = gelu(gate) * up */
 __global__ void g4c_gelu_mul(float *gate, const float *up, size_t n, int bf, size_t off, size_t total) {
-    G4C_FOR(i, n) gate[i] = g4c__r(G4C_MUL(g4c__r(g4c__gelu_t(gate[i], bf, off + i, total), bf), up[i]), bf);
+    G4C_FOR(i, n) gate[i] = g4__act(G4C_MUL(g4__act(g4c__gelu_t(gate[i], bf, off + i, total), bf), up[i]), bf);
 }
 
 /* g4__per_layer_inputs, last stage: pli = (pli + E_ple[id][l*P + j] * tok_scale) * combine */
 __global__ void g4c_ple_combine(float *pli, const void *E, int dt, const int32_t *ids, int n, int LP, float tok_scale,
                                 float combine, int bf) {
     G4C_FOR(i, (size_t)n * LP) {
-        float e = g4c__r(G4C_MUL(g4c__ld(E, dt, (size_t)ids[i / LP] * LP + i % LP), tok_scale), bf);
-        pli[i] = g4c__r(G4C_MUL(g4c__r(G4C_ADD(pli[i], e), bf), combine), bf);
+        float e = g4__act(G4C_MUL(g4c__ld(E, dt, (size_t)ids[i / LP] * LP + i % LP), tok_scale), bf);
+        pli[i] = g4__act(G4C_MUL(g4__act(G4C_ADD(pli[i], e), bf), combine), bf);
     }
 }
 
 /* g4__layer step 5: ple[t][j] = gelu(ple[t][j]) * pli[t][l*P + j] */
 __global__ void g4c_ple_gate(float *ple, const float *pli, int n, int P, int LP, int l, int bf, size_t off, size_t total) {
     G4C_FOR(i, (size_t)n * P)
-        ple[i] = g4c__r(G4C_MUL(g4c__r(g4c__gelu_t(ple[i], bf, off + i, total), bf), pli[(i / P) * LP + (size_t)l * P + i % P]), bf);
+        ple[i] = g4__act(G4C_MUL(g4__act(g4c__gelu_t(ple[i], bf, off + i, total), bf), pli[(i / P) * LP + (size_t)l * P + i % P]), bf);
 }
 
 /* g4__step's soft-cap: x = tanh(x / cap) * cap */
 __global__ void g4c_softcap(float *x, size_t n, float cap, int bf) {
-    G4C_FOR(i, n) x[i] = g4c__r(G4C_MUL(g4c__r(tanhf(g4c__r(x[i] / cap, bf)), bf), cap), bf);
+    G4C_FOR(i, n) x[i] = g4__act(G4C_MUL(g4__act(tanhf(g4__act(x[i] / cap, bf)), bf), cap), bf);
 }
 
 /* g4__moe's router input: u = (u * router_scale[i]) * H^-0.5 */
 __global__ void g4c_router_scale(float *u, const void *scale, int dt, int n, int H, float root, int bf) {
-    G4C_FOR(i, (size_t)n * H) u[i] = g4c__r(G4C_MUL(g4c__r(G4C_MUL(u[i], g4c__ld(scale, dt, i % H)), bf), root), bf);
+    G4C_FOR(i, (size_t)n * H) u[i] = g4__act(G4C_MUL(g4__act(G4C_MUL(u[i], g4c__ld(scale, dt, i % H)), bf), root), bf);
 }
 
 /* g4__moe's routing, one thread per token, exactly the CPU's loop: softmax
@@ -660,14 +383,14 @@ __global__ void g4c_moe_route(float *router, int *top_out, float *w_out, const v
         int top[G4_MAX_TOP_K];
         for (int e = 1; e < E; e++) mx = pr[e] > mx ? pr[e] : mx;
         if (bf) { /* g4__softmax_torch */
-            for (int e = 0; e < E; e++) pr[e] = g4c__expf_sleef(G4C_SUB(pr[e], mx));
-            sum = __fdiv_rn(1.0f, g4c__softmax_sum(pr, E, 0, E));
+            for (int e = 0; e < E; e++) pr[e] = g4__expf_sleef(G4C_SUB(pr[e], mx));
+            sum = __fdiv_rn(1.0f, g4__softmax_torch_sum(pr, E, 0, E));
             for (int e = 0; e < E; e++) pr[e] = G4C_MUL(pr[e], sum);
         } else {
             for (int e = 0; e < E; e++) { pr[e] = expf(pr[e] - mx); sum = G4C_ADD(sum, pr[e]); }
             for (int e = 0; e < E; e++) pr[e] = pr[e] / sum;
         }
-        g4c__topk_torch(pr, E, K, top);
+        g4__topk_torch(pr, E, K, top);
         for (int k = 0; k < K; k++) {
             wk[k] = pr[top[k]];
             wsum = G4C_ADD(wsum, wk[k]);
@@ -692,7 +415,7 @@ __global__ void g4c_moe_matmul(float *y, const float *x, int x_stride, int x_per
         const float *xr = x + (x_per_k ? r : r / K) * (size_t)x_stride;
         size_t base = ((size_t)top[r] * out + o) * in;
         float acc = 0.0f;
-        if (bf && dt == G4_BF16) acc = g4c__dot_torch_bf16(xr, (const uint16_t *)W + base, in); /* g4__matmul_torch */
+        if (bf && dt == G4_BF16) acc = g4__dot_torch_bf16(xr, (const uint16_t *)W + base, in); /* g4__matmul_torch */
         else
             for (int i = 0; i < in; i++) acc = G4C_ADD(acc, G4C_MUL(xr[i], g4c__ld(W, dt, base + i)));
         y[idx] = acc;
@@ -704,7 +427,7 @@ __global__ void g4c_moe_glu(float *h, int rows, int Ie, int bf) {
     G4C_FOR(idx, (size_t)rows * Ie) {
         float *hr = h + (idx / Ie) * 2 * (size_t)Ie;
         size_t i = idx % Ie;
-        hr[i] = g4c__r(G4C_MUL(g4c__r(g4c__gelu_t(hr[i], bf, i, (size_t)Ie), bf), hr[Ie + i]), bf);
+        hr[i] = g4__act(G4C_MUL(g4__act(g4c__gelu_t(hr[i], bf, i, (size_t)Ie), bf), hr[Ie + i]), bf);
     }
 }
 
@@ -714,7 +437,7 @@ __global__ void g4c_moe_combine(float *out, const float *y, const float *w, int 
         size_t t = idx / H, i = idx % H;
         float acc = 0.0f;
         for (int k = 0; k < K; k++)
-            acc = g4c__r(G4C_ADD(acc, g4c__r(G4C_MUL(y[(t * K + k) * H + i], w[t * K + k]), bf)), bf);
+            acc = g4__act(G4C_ADD(acc, g4__act(G4C_MUL(y[(t * K + k) * H + i], w[t * K + k]), bf)), bf);
         out[idx] = acc;
     }
 }

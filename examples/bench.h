@@ -153,6 +153,8 @@ static int g4b_write_config(const char *path, const g4_config *c) {
     fprintf(f, "  \"head_dim\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n  \"sliding_window\": %d,\n",
             c->head_dim, c->max_position_embeddings, g4b_f(b1, c->rms_norm_eps), c->sliding_window);
     if (c->final_logit_softcapping > 0) fprintf(f, "  \"final_logit_softcapping\": %s,\n", g4b_f(b1, c->final_logit_softcapping));
+    if (c->pad_token_id < 0) fprintf(f, "  \"pad_token_id\": null,\n");
+    else fprintf(f, "  \"pad_token_id\": %d,\n", c->pad_token_id < c->vocab_size ? c->pad_token_id : 0);
     fprintf(f, "  \"tie_word_embeddings\": %s,\n  \"vocab_size_per_layer_input\": %d,\n  \"hidden_size_per_layer_input\": %d,\n",
             c->tie_word_embeddings ? "true" : "false", c->vocab_size_per_layer_input, c->hidden_size_per_layer_input);
     fprintf(f, "  \"attention_k_eq_v\": %s,\n  \"num_kv_shared_layers\": %d,\n  \"use_double_wide_mlp\": %s,\n",
@@ -178,6 +180,30 @@ static int g4b_write_config(const char *path, const g4_config *c) {
     }
     fprintf(f, "\n  }\n}\n%s", c->assistant ? "}\n" : "");
     return fclose(f) == 0;
+}
+
+/* Keeps the first `layers` (<= num_hidden_layers) layers of c: their types with the last forced full (as
+   Gemma4TextConfig forces it), every layer's head_dim and KV heads those of its type in the original
+   (per_layer_config gives every full layer the same override), and about the same share of KV reader
+   layers, fewer when a reader type would have no owner (transformers' kv_sharing_modes refuses that).
+   The result passes the config's and the plan's checks whenever the original did. */
+static void g4b_synth_layers(g4_config *c, int layers, g4_plan *scratch) {
+    int L = c->num_hidden_layers, t, i, hd[2], kv[2];
+    for (t = 0; t < 2; t++) { /* the original's per-type shape (the last layer is always full) */
+        hd[t] = c->head_dim;
+        kv[t] = c->num_key_value_heads;
+        for (i = L - 1; i >= 0; i--)
+            if (c->layer_types[i] == t) { hd[t] = c->layer_head_dim[i]; kv[t] = c->layer_kv_heads[i]; }
+    }
+    if (!c->assistant) c->num_kv_shared_layers = c->num_kv_shared_layers * layers / L;
+    else c->num_kv_shared_layers = layers; /* a drafter shares every layer */
+    c->num_hidden_layers = layers;
+    c->layer_types[layers - 1] = G4_FULL;
+    for (i = 0; i < layers; i++) {
+        c->layer_head_dim[i] = hd[c->layer_types[i]];
+        c->layer_kv_heads[i] = kv[c->layer_types[i]];
+    }
+    while (!c->assistant && c->num_kv_shared_layers > 0 && g4_plan_build(scratch, c) != G4_OK) c->num_kv_shared_layers--;
 }
 
 /* gemma4 synth --config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N] */
@@ -211,19 +237,23 @@ static int g4b_cmd_synth(int argc, char **argv) {
         m.config.vocab_size = vocab;
         if (!m.config.assistant) m.config.vocab_size_per_layer_input = vocab;
     }
-    if (layers > 0 && layers < m.config.num_hidden_layers) {
-        /* keep the first N layer types (the last forced full) and the share of reader layers */
-        int L = m.config.num_hidden_layers;
-        m.config.num_kv_shared_layers = m.config.num_kv_shared_layers * layers / L;
-        m.config.num_hidden_layers = layers;
-        m.config.layer_types[layers - 1] = G4_FULL;
-        while (m.config.num_kv_shared_layers > 0 && g4_plan_build(&m.plan, &m.config) != G4_OK) m.config.num_kv_shared_layers--;
+    if (layers > m.config.num_hidden_layers) {
+        fprintf(stderr, "gemma4 synth: --layers %d is more than the config's %d layers\n", layers, m.config.num_hidden_layers);
+        return 1;
     }
+    if (layers > 0) g4b_synth_layers(&m.config, layers, &m.plan);
     if (g4_plan_build(&m.plan, &m.config) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m.plan.error); return 1; }
     strcpy(m.prefix, "model.");
     mkdir(out, 0755);
     snprintf(path, sizeof path, "%s/config.json", out);
     if (!g4b_write_config(path, &m.config)) { fprintf(stderr, "gemma4: cannot write %s\n", path); return 1; }
+    /* the weights follow the config as it reads back, and one that does not (--vocab against the drafter's
+       centroids, say) is an error here rather than a checkpoint that will not load */
+    if (g4_config_load(&m.config, path) != G4_OK || g4_plan_build(&m.plan, &m.config) != G4_OK) {
+        fprintf(stderr, "gemma4 synth: the config written to %s does not load: %s\n", path,
+                m.config.error[0] ? m.config.error : m.plan.error);
+        return 1;
+    }
     memset(&y, 0, sizeof y);
     y.dt = (g4_dtype)dt;
     y.rng = 0x9E3779B97F4A7C15ull;

@@ -1322,6 +1322,8 @@ static void test_cli_cases(void) {
     cli(args, 1, "--layers must be a positive integer");
     snprintf(args, sizeof args, "synth --config %s/config.json --out %s/synth --vocab 1e3", d, g_tmp);
     cli(args, 1, "--vocab must be a positive integer");
+    snprintf(args, sizeof args, "synth --config %s/tiny/31b_drafter/config.json --out %s/synth --vocab 40", g_data, g_tmp);
+    cli(args, 1, "does not load: ");
     end();
     begin("cli: synth a checkpoint, then bench it (float32 and bf16 mode)");
     snprintf(args, sizeof args, "synth --config %s/config.json --out %s/synth --dtype bf16", d, g_tmp);
@@ -1331,6 +1333,53 @@ static void test_cli_cases(void) {
     snprintf(args, sizeof args, "bench %s/synth --threads 1 --prompt 3 --gen 1 --bf16", g_tmp);
     cli(args, 0, NULL);
     end();
+    {
+        /* synth --layers N, every N a config allows: the checkpoint loads, each layer has the head_dim and KV
+           heads of its type in the original (one shape per type, as per_layer_config gives every full layer),
+           the last layer is full (Gemma4TextConfig forces it), and more layers than the config has is refused. */
+        static const char *const synth_cfgs[] = {"e2b_like", "e4b_like", "26b_like", "31b_drafter"};
+        for (k = 0; k < sizeof synth_cfgs / sizeof synth_cfgs[0]; k++) {
+            g4_config orig;
+            char src[400]; /* not tiny()'s rotating buffers: d above holds one */
+            int n, i, t, hd[2] = {0, 0}, kv[2] = {0, 0};
+            snprintf(src, sizeof src, "%s/tiny/%s/config.json", g_data, synth_cfgs[k]);
+            begin("cli: synth --layers 1..N of %s loads, one shape per layer type", synth_cfgs[k]);
+            if (g4_config_load(&orig, src) != G4_OK) {
+                CHECK(0, "%s", orig.error);
+                end();
+                continue;
+            }
+            for (i = orig.num_hidden_layers - 1; i >= 0; i--) {
+                hd[orig.layer_types[i]] = orig.layer_head_dim[i];
+                kv[orig.layer_types[i]] = orig.layer_kv_heads[i];
+            }
+            for (n = 1; n <= orig.num_hidden_layers; n++) {
+                g4_model m;
+                g4_result r;
+                snprintf(args, sizeof args, "synth --config %s --out %s/synth_l --layers %d --vocab 64 --dtype f32", src,
+                         g_tmp, n);
+                cli(args, 0, NULL);
+                r = g4_model_load(&m, P(g_tmp, "synth_l"));
+                CHECK(r == G4_OK, "--layers %d: %s", n, m.error);
+                if (r != G4_OK) continue;
+                CHECK(m.config.num_hidden_layers == n && m.config.layer_types[n - 1] == G4_FULL, "--layers %d: %d layers",
+                      n, m.config.num_hidden_layers);
+                for (i = 0; i < n; i++) {
+                    t = m.config.layer_types[i];
+                    CHECK(t == (i == n - 1 ? G4_FULL : orig.layer_types[i]), "--layers %d: layer %d's type", n, i);
+                    CHECK(m.config.layer_head_dim[i] == hd[t] && m.config.layer_kv_heads[i] == kv[t],
+                          "--layers %d: layer %d (%s) has head_dim %d, kv %d; the original's %s layers have %d, %d", n, i,
+                          t == G4_FULL ? "full" : "sliding", m.config.layer_head_dim[i], m.config.layer_kv_heads[i],
+                          t == G4_FULL ? "full" : "sliding", hd[t], kv[t]);
+                }
+                g4_model_free(&m);
+            }
+            snprintf(args, sizeof args, "synth --config %s --out %s/synth_l --layers %d", src, g_tmp,
+                     orig.num_hidden_layers + 1);
+            cli(args, 1, "more than the config's");
+            end();
+        }
+    }
     begin("cli: valid runs exit 0");
     snprintf(args, sizeof args, "logits %s --ids 2,81 --out %s/cli_logits.bin", d, g_tmp);
     cli(args, 0, NULL);

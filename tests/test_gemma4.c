@@ -159,6 +159,34 @@ static void test_config_per_layer_and_legacy(void) {
     CHECK(a.layer_kv_heads[5] == 2, "global KV heads without k_eq_v must be ignored");
 }
 
+/* pad_token_id as transformers reads it (Gemma4TextConfig's default 0; nn.Embedding(padding_idx=...)):
+   absent is 0, an explicit null is None (no padding row, -1 here), a negative id counts from the end,
+   and one outside [-vocab_size, vocab_size) is refused as torch refuses it. */
+static void test_config_pad_token_id(void) {
+    g4_config c;
+    CHECK(parse(&c, "{" BASE "\"num_hidden_layers\":2,\"num_key_value_heads\":2}") == G4_OK, "%s", c.error);
+    CHECK(c.pad_token_id == 0, "absent: %d, want 0", c.pad_token_id);
+    CHECK(parse(&c, "{" BASE "\"num_hidden_layers\":2,\"num_key_value_heads\":2,\"pad_token_id\":null}") == G4_OK,
+          "%s", c.error);
+    CHECK(c.pad_token_id == -1, "null: %d, want -1 (none)", c.pad_token_id);
+    CHECK(parse(&c, "{\"model_type\":\"gemma4\",\"text_config\":{" BASE "\"num_hidden_layers\":2,"
+                    "\"num_key_value_heads\":2,\"pad_token_id\":null}}") == G4_OK, "%s", c.error);
+    CHECK(c.pad_token_id == -1, "text_config null: %d, want -1 (none)", c.pad_token_id);
+    CHECK(parse(&c, "{" BASE "\"num_hidden_layers\":2,\"num_key_value_heads\":2,\"pad_token_id\":7}") == G4_OK,
+          "%s", c.error);
+    CHECK(c.pad_token_id == 7, "7: %d", c.pad_token_id);
+    CHECK(parse(&c, "{" BASE "\"num_hidden_layers\":2,\"num_key_value_heads\":2,\"pad_token_id\":-1}") == G4_OK,
+          "%s", c.error);
+    CHECK(c.pad_token_id == 31, "-1 is torch's last row (31): %d", c.pad_token_id);
+    CHECK(parse(&c, "{" BASE "\"num_hidden_layers\":2,\"num_key_value_heads\":2,\"pad_token_id\":-32}") == G4_OK,
+          "%s", c.error);
+    CHECK(c.pad_token_id == 0, "-32 is row 0: %d", c.pad_token_id);
+    CHECK(parse(&c, "{" BASE "\"num_hidden_layers\":2,\"num_key_value_heads\":2,\"pad_token_id\":32}") == G4_ERR_CONFIG &&
+              strstr(c.error, "'pad_token_id' is 32, outside [-32, 31]"), "32: %s", c.error);
+    CHECK(parse(&c, "{" BASE "\"num_hidden_layers\":2,\"num_key_value_heads\":2,\"pad_token_id\":-33}") == G4_ERR_CONFIG &&
+              strstr(c.error, "'pad_token_id' is -33"), "-33: %s", c.error);
+}
+
 /* Each bad config: its result code and a message naming the field or layer. */
 static void test_config_errors(void) {
     static const struct { const char *json; g4_result r; const char *needle; } cases[] = {
@@ -1120,6 +1148,7 @@ int main(int argc, char **argv) {
     run("plan: reader without owner is rejected", test_plan_reader_without_owner);
     run("config: default and forced layer_types", test_config_default_layer_types);
     run("config: per_layer_config = legacy keys", test_config_per_layer_and_legacy);
+    run("config: pad_token_id absent, null, negative, out of range", test_config_pad_token_id);
     run("config: errors name the field", test_config_errors);
     run("json parser", test_json_parser);
     run("rope: proportional pairs and denominator", test_rope_proportional);

@@ -8,27 +8,38 @@
    Tolerances (float32 both sides):
      logits: max |ours - ref| <= 2e-5 * max |ref|, the forward's tolerance
              (tests/test_gemma4.c: summation order, amplified ~2x per layer);
-             measured 1.3e-6 to 7.5e-6 of max |logit|.
+             measured 1.3e-6 to 7.5e-6 of max |logit|. The goldens keep the
+             first 128 vocabulary columns (hidden size 64/80: they pin the
+             final hidden state; tools/make_lora_goldens.py).
      greedy: token for token (8 new tokens).
      adapter gradients (base frozen): max |ours - ref| <= 1e-4 * max |ref| per
              tensor, the training reference's tolerance; measured 1.9e-5 to
              7.3e-5 (e2b_all, 26b_regex, legacy_patterns); loss within 1e-5.
+   bf16 (data/lora/e2b_all/bf16_dump.safetensors: transformers + peft with the
+   model in bfloat16, peft's float32 adapter): every tap and the logits bit for
+   bit, in the library and through `gemma4 logits/compare --bf16 --adapter`.
    Chunked prefill, two sessions sharing one adapted model, and threads are
    exact (bit for bit): the adapter's kernel is row-wise.
 
-       build/test_lora [DATA_DIR]      (default: data) */
+       build/test_lora [DATA_DIR [GEMMA4_CLI]]      (default: data build/gemma4) */
 #define _POSIX_C_SOURCE 200809L
 #define GEMMA4_IMPLEMENTATION
 #define G4_PARALLEL_MIN 1 /* split every job, however small, when a pool is set */
 #include "../gemma4.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "fixtures.h"
 
 #define TOL 2e-5
+
+static const char *g_cli = "build/gemma4";
 
 static const char *const g_cases[][2] = {
     {"e2b_all", "e2b_like"},       {"31b_qv_rslora", "31b_like"},     {"26b_regex", "26b_like"},
@@ -75,6 +86,17 @@ static float *logits_of(const g4_model *m, const int32_t *ids, int n, int chunk,
     return out;
 }
 
+/* max |a[t][c] - ref[t][c]| over t < n, c < cols; a is [n][V], ref [n][cols] */
+static double slice_diff(const float *a, int V, const float *ref, int cols, int n) {
+    double d = 0;
+    int t;
+    for (t = 0; t < n; t++) {
+        double e = max_diff(a + (size_t)t * V, ref + (size_t)t * cols, (size_t)cols);
+        if (!(e <= d)) d = e; /* NaN sticks */
+    }
+    return d;
+}
+
 /* every golden adapter: logits within tolerance, greedy token for token, chunked/threads bit for bit */
 static void test_goldens(void) {
     int k;
@@ -85,7 +107,7 @@ static void test_goldens(void) {
         const int32_t *ids, *greedy;
         const float *ref;
         float *ours = NULL, *chunked = NULL, *plain = NULL, *logits = NULL;
-        int n, ng, V, i;
+        int n, ng, V, i, cols = 0;
         int64_t numel;
         g4_pool *pool = NULL;
         begin("golden adapter %s on %s: logits, greedy, chunked, threads", name, model);
@@ -95,16 +117,18 @@ static void test_goldens(void) {
         ids = golden_ids(&g, "input_ids", &n);
         greedy = golden_ids(&g, "greedy_ids", &ng);
         ref = golden_f32(&g, "logits", &numel);
-        CHECK(ids && greedy && ref && numel == (int64_t)n * V, "golden lacks input_ids/greedy_ids/logits");
-        if (ids && ref && (ours = logits_of(&m, ids, n, 0, NULL))) {
-            double d = max_diff(ours, ref, (size_t)n * V), sc = max_abs(ref, (size_t)n * V);
-            printf("  %s: %d modules, %d tokens, logits max diff %.3g = %.3g of max |logit| %.3g\n", name, m.n_lora, n, d,
-                   d / sc, sc);
+        if (ids && ref && n > 0) cols = (int)(numel / n);
+        CHECK(ids && greedy && ref && cols > 0 && cols <= V && numel == (int64_t)n * cols &&
+                  cols >= m.config.hidden_size, "golden lacks input_ids/greedy_ids/logits [n][>= hidden]");
+        if (ids && ref && cols > 0 && cols <= V && (ours = logits_of(&m, ids, n, 0, NULL))) {
+            double d = slice_diff(ours, V, ref, cols, n), sc = max_abs(ref, (size_t)n * cols);
+            printf("  %s: %d modules, %d tokens x %d logits, max diff %.3g = %.3g of max |logit| %.3g\n", name, m.n_lora, n,
+                   cols, d, d / sc, sc);
             CHECK(d <= TOL * sc, "logits differ from transformers + peft: %.3g > %.3g", d, TOL * sc);
             /* the adapter matters: the base model's logits are far from these */
             if (g4_model_load(&base, tiny(model)) == G4_OK) {
                 if ((plain = logits_of(&base, ids, n, 0, NULL))) {
-                    double e = max_diff(plain, ref, (size_t)n * V);
+                    double e = slice_diff(plain, V, ref, cols, n);
                     CHECK(e > 100 * TOL * sc, "without the adapter the logits differ by only %.3g", e);
                 }
                 char wname[128];
@@ -363,14 +387,161 @@ static void test_grads(void) {
     }
 }
 
+/* `GEMMA4_CLI args`: its exit status (-1: did not run); the line of its
+   stdout holding `key`, if any, into line */
+static int cli(const char *args, const char *key, char *line, size_t cap) {
+    char cmd[2048], buf[1024];
+    FILE *p;
+    int k;
+    if (line) line[0] = 0;
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", g_cli, args);
+    if (!(p = popen(cmd, "r"))) return -1;
+    while (fgets(buf, sizeof buf, p))
+        if (line && key && strstr(buf, key)) snprintf(line, cap, "%s", buf);
+    k = pclose(p);
+    return WIFEXITED(k) ? WEXITSTATUS(k) : -1;
+}
+
+/* dir: a copy of the adapter `from` whose adapter_config.json gives q_proj
+   alpha 8 (alpha_pattern); 1 when written */
+static int write_wrong_adapter(const char *dir, const char *from) {
+    char *text = NULL, err[G4_ERROR_MAX], a[600], b[600];
+    const char *at;
+    size_t len;
+    FILE *f;
+    int ok = 0;
+    mkdir(dir, 0755);
+    snprintf(a, sizeof a, "%s/adapter_model.safetensors", from);
+    snprintf(b, sizeof b, "%s/adapter_model.safetensors", dir);
+    copy_file(a, b);
+    snprintf(a, sizeof a, "%s/adapter_config.json", from);
+    snprintf(b, sizeof b, "%s/adapter_config.json", dir);
+    if (g4__read_file(a, &text, &len, 1 << 20, err) != G4_OK) { CHECK(0, "%s", err); return 0; }
+    at = strstr(text, "\"alpha_pattern\": {}");
+    CHECK(at != NULL, "the adapter's config has no empty alpha_pattern to replace");
+    if (at && (f = fopen(b, "wb"))) {
+        ok = fprintf(f, "%.*s\"alpha_pattern\": {\"q_proj\": 8}%s", (int)(at - text), text, at + strlen("\"alpha_pattern\": {}")) > 0;
+        ok &= fclose(f) == 0;
+    }
+    free(text);
+    return ok;
+}
+
+/* the bf16 golden: transformers + peft 0.21.2 with the model in bfloat16 and
+   the adapter loaded by PeftModel.from_pretrained (float32 adapter, x cast up,
+   the sum cast back to bf16), dumped by tools/hf_dump.py --adapter. The bf16
+   mode equals it to the bit: the library's logits, `logits --bf16 --adapter`,
+   and `compare --adapter` at tolerance 0 over every tap. Dropping the adapter,
+   or a wrong one (q_proj's alpha changed), fails naming the first tap that
+   diverges. */
+static void test_bf16_golden(void) {
+    char model[512], adapter[512], dump[600], args[2048], list[512], line[1024], wrong[300], out[300];
+    golden d;
+    g4_model m;
+    const int32_t *ids;
+    const g4_tensor *ref;
+    float *ours = NULL, *read = NULL;
+    int n = 0, V, k, same = 1, differ = 0;
+    size_t len = 0, i, cnt;
+    FILE *f;
+    snprintf(model, sizeof model, "%s", tiny("e2b_like")); /* (path2's buffers rotate) */
+    snprintf(adapter, sizeof adapter, "%s", lora_dir("e2b_all"));
+    snprintf(dump, sizeof dump, "%s/bf16_dump.safetensors", adapter);
+    memset(&d, 0, sizeof d);
+    if (g4__add_file(&d.m, adapter, "bf16_dump.safetensors") != G4_OK || g4__st_finish(&d.m) != G4_OK) {
+        skip(d.m.error);
+        g4_model_free(&d.m);
+        return;
+    }
+    ids = golden_ids(&d, "input_ids", &n);
+    ref = g4_model_tensor(&d.m, "logits");
+    if (!open_adapted(&m, "e2b_like", "e2b_all")) { g4_model_free(&d.m); return; }
+    V = m.config.vocab_size;
+    cnt = (size_t)n * (size_t)V;
+    CHECK(ids && ref && ref->dtype == G4_BF16 && ref->ndim == 2 && ref->shape[0] == n && ref->shape[1] == V,
+          "the dump lacks input_ids or bf16 logits [%d][%d]", n, V);
+    if (!ids || !ref || ref->dtype != G4_BF16 || ref->shape[0] != n || ref->shape[1] != V) goto done;
+    { /* the library, bf16 mode: prefill at once, chunked by 5, and decode one token at a time */
+        static const int chunks[3] = {0, 5, 1};
+        int c;
+        for (c = 0; c < 3; c++) {
+            g4_session s;
+            g4_session_config sc = g4_session_config_init();
+            sc.max_context = n;
+            sc.max_chunk = chunks[c] ? chunks[c] : n;
+            sc.bf16 = 1;
+            if (!ours) ours = (float *)malloc(sizeof(float) * cnt);
+            if (!ours || g4_session_create(&s, &m, &sc) != G4_OK) { CHECK(0, "session"); break; }
+            for (k = 0; k < n; k += sc.max_chunk) {
+                int step = n - k < sc.max_chunk ? n - k : sc.max_chunk;
+                CHECK(g4_forward(&s, ids + k, step, ours + (size_t)k * V, G4_LOGITS_ALL) == G4_OK, "%s", s.error);
+            }
+            g4_session_destroy(&s);
+            for (same = 1, differ = 0, i = 0; i < cnt; i++) {
+                same &= ours[i] == g4__get(ref, i);
+                differ += ours[i] != g4__get(ref, i);
+            }
+            CHECK(same, "bf16 mode, chunk %d: %d of %lu logits differ from transformers + peft in bf16", chunks[c], differ,
+                  (unsigned long)cnt);
+        }
+        printf("  bf16 mode + adapter vs transformers + peft in bf16: %d tokens x %d logits, %d differ (whole, by 5, decode)\n",
+               n, V, differ);
+    }
+    for (k = 0; k < n; k++) len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", k ? "," : "", (int)ids[k]);
+    /* the CLI: logits --bf16 --adapter, to the bit */
+    snprintf(out, sizeof out, "%s/lora_bf16_logits.bin", g_tmp);
+    snprintf(args, sizeof args, "logits %s --adapter %s --bf16 --ids %s --out %s", model, adapter, list, out);
+    CHECK(cli(args, NULL, NULL, 0) == 0, "%s %s failed", g_cli, args);
+    read = (float *)malloc(sizeof(float) * cnt);
+    f = fopen(out, "rb");
+    CHECK(read && f && fread(read, sizeof(float), cnt, f) == cnt, "read %s", out);
+    if (f) fclose(f);
+    for (same = 1, i = 0; read && i < cnt; i++) same &= read[i] == g4__get(ref, i);
+    CHECK(read && same, "logits --bf16 --adapter differ from transformers + peft in bf16");
+    /* compare --adapter: every tap to the bit (the bf16 dump switches on the bf16 mode) */
+    snprintf(args, sizeof args, "compare %s %s --adapter %s --tolerance 0", model, dump, adapter);
+    k = cli(args, "taps compared", line, sizeof line);
+    printf("  compare --adapter: %s", line);
+    CHECK(k == 0 && strstr(line, " 0 over tolerance"), "compare --adapter must pass at tolerance 0 (exit %d): %s", k, line);
+    /* ... and fail, at its default tolerance, naming the first tap, without the adapter */
+    snprintf(args, sizeof args, "compare %s %s", model, dump);
+    k = cli(args, "taps compared", line, sizeof line);
+    printf("  compare without the adapter: %s", line);
+    CHECK(k == 2 && strstr(line, "first: per_layer_inputs\n"), "without the adapter compare must exit 2 at per_layer_inputs "
+          "(per_layer_model_projection is adapted): exit %d, %s", k, line);
+    /* ... or with a wrong one: q_proj's alpha 8, not 4 (the same tensors) */
+    snprintf(wrong, sizeof wrong, "%s/lora_wrong_alpha", g_tmp);
+    if (write_wrong_adapter(wrong, adapter)) {
+        snprintf(args, sizeof args, "compare %s %s --adapter %s", model, dump, wrong);
+        k = cli(args, "taps compared", line, sizeof line);
+        printf("  compare with q_proj's alpha 8: %s", line);
+        CHECK(k == 2 && strstr(line, "first: layers.0.self_attn.q\n"),
+              "a wrong adapter must exit 2 at layers.0.self_attn.q: exit %d, %s", k, line);
+    }
+done:
+    free(ours);
+    free(read);
+    g4_model_free(&m);
+    g4_model_free(&d.m);
+}
+
 int main(int argc, char **argv) {
-    (void)g_tmp;
+    char tmpl[] = "/tmp/gemma4-lora-XXXXXX";
     if (argc > 1) g_data = argv[1];
+    if (argc > 2) g_cli = argv[2];
+    if (!mkdtemp(tmpl)) { printf("cannot create a temporary directory\n"); return 1; }
+    snprintf(g_tmp, sizeof g_tmp, "%s", tmpl);
     run("regex: g4__re against Python's re.fullmatch", test_regex);
     run("binding: the modules peft chose, ranks, scales", test_binding);
     test_goldens();
     test_grads();
     run("two sessions share one adapted model", test_shared_sessions);
     run("adapter after a session; a second adapter", test_order);
+    run("bf16 adapter golden: library, logits --bf16 and compare --adapter to the bit", test_bf16_golden);
+    {
+        char cmd[400];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
+        if (system(cmd) != 0) printf("could not remove %s\n", g_tmp);
+    }
     return finish();
 }

@@ -2,6 +2,7 @@
 """Dump transformers' Gemma 4 activations under gemma4.h's tap names.
 
     venv/bin/python tools/hf_dump.py MODEL_DIR --ids 2,818,1010 --out DUMP.safetensors [--dtype float32|bfloat16]
+                                     [--adapter PEFT_ADAPTER_DIR]
 
 Runs the checkpoint in MODEL_DIR with transformers on the ids (one sequence,
 one forward, no cache) and writes one safetensors file holding:
@@ -18,6 +19,12 @@ stores the bf16 tensors exactly. Attention and MoE experts use transformers'
 "eager" implementations, whose rounding gemma4.h's bf16 mode reproduces.
 --taps PATTERNS (comma-separated, fnmatch: "layers.*.experts,norm") keeps
 only those taps (input_ids and logits always), for small committed dumps.
+
+--adapter DIR loads a PEFT LoRA adapter onto the model as a user does,
+peft.PeftModel.from_pretrained(model, DIR) (peft's default
+autocast_adapter_dtype=True: the adapter runs in float32 even on a bf16 model;
+peft casts x up to it and the sum back); compare it with
+`build/gemma4 compare MODEL_DIR DUMP --adapter DIR`. Not with --grad.
 
 The bits of a bf16 run depend on the kernels torch picks for this CPU: the
 metadata records torch.backends.cpu.get_cpu_capability(). gemma4.h's bf16
@@ -79,9 +86,12 @@ def main():
     ap.add_argument("--taps", help="comma-separated fnmatch patterns of the taps to keep (default: all)")
     ap.add_argument("--grad", action="store_true", help="also the loss and the gradients (float32)")
     ap.add_argument("--labels", help="comma-separated labels for --grad (-100: ignored; default: the ids)")
+    ap.add_argument("--adapter", help="a PEFT LoRA adapter directory, loaded with PeftModel.from_pretrained")
     args = ap.parse_args()
     if args.grad and args.dtype != "float32":
         raise SystemExit("hf_dump: --grad runs in float32 only")
+    if args.grad and args.adapter:
+        raise SystemExit("hf_dump: --grad with --adapter is not supported (tools/make_lora_goldens.py has the adapter gradients)")
 
     ids = [int(x) for x in args.ids.split(",")]
     S = len(ids)
@@ -89,6 +99,9 @@ def main():
     torch.set_num_threads(1)
     model = transformers.AutoModelForCausalLM.from_pretrained(
         args.model_dir, dtype=dtype, attn_implementation="eager", experts_implementation="eager")
+    if args.adapter:
+        import peft
+        model = peft.PeftModel.from_pretrained(model, args.adapter)
     model.eval()
     text = find_text_model(model)
     taps = {}
@@ -189,6 +202,9 @@ def main():
     meta = {"format": "gemma4.h taps 1", "dtype": args.dtype, "transformers": transformers.__version__,
             "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "threads": str(torch.get_num_threads()), "order": json.dumps(list(taps))}
+    if args.adapter:
+        import peft
+        meta.update({"peft": peft.__version__, "adapter": args.adapter})
     save_file(tensors, args.out, metadata=meta)
     print(f"hf_dump: {len(taps)} taps, {S} tokens, {args.dtype}"
           + (f", loss {float(extra['loss']):.7f}, {len(extra) - 2} gradients" if args.grad else "") + f" -> {args.out}")

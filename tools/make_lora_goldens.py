@@ -11,7 +11,11 @@ from a FRESH base model with the saved adapter loaded by PeftModel.from_pretrain
 
     data/lora/<case>/golden.safetensors
         input_ids     I32 [S]      the tiny model's golden input ids
-        logits        F32 [S, V]   one full forward, after soft-capping
+        logits        F32 [S, 128] one full forward, after soft-capping: the first 128 columns
+                                   of the vocabulary only (the data budget). The hidden size is
+                                   64 or 80, so 128 logits x = E_128 h (before the soft-cap, a
+                                   monotone map) still pin the final hidden state h; the rest of
+                                   lm_head is not adapted and the base goldens cover it
         greedy_ids    I32 [6 + 8]  prompt input_ids[:6] + 8 tokens of generate(do_sample=False)
         labels        I32 [S]      input_ids with -100 at 3 and 9
         loss          F32 [1]      model(input_ids, labels=labels).loss
@@ -20,6 +24,15 @@ from a FRESH base model with the saved adapter loaded by PeftModel.from_pretrain
 
 float32 CPU, eval() (no dropout), attn_implementation="eager",
 experts_implementation="eager", torch.set_num_threads(1).
+
+One bf16 golden: data/lora/e2b_all/bf16_dump.safetensors, tools/hf_dump.py
+--dtype bfloat16 --adapter data/lora/e2b_all on e2b_like (12 tokens, a few taps and
+the logits): the base model in bfloat16 with the adapter loaded by
+PeftModel.from_pretrained, peft's default autocast_adapter_dtype=True, so the
+adapter's weights are float32 and peft's lora.Linear.forward casts x up to them
+and the sum back to bf16 (result.to(torch_result_dtype)). gemma4.h's bf16 mode
+rounds at exactly those points; `build/gemma4 compare` and `logits --bf16
+--adapter` are tested against it bit for bit.
 
 Usage (from the repository root):
     venv/bin/python tools/make_lora_goldens.py [--out data/lora] [--only case ...]
@@ -31,6 +44,8 @@ import json
 import os
 import platform
 import shutil
+import subprocess
+import sys
 import tempfile
 
 import numpy as np
@@ -59,7 +74,7 @@ CASES = [
     ("e2b_all", "e2b_like", dict(r=2, lora_alpha=4, target_modules=ALL),
      "every linear of the text decoder (reader layers have no k_proj/v_proj: skipped)", True, torch.bfloat16),
     ("31b_qv_rslora", "31b_like", dict(r=8, lora_alpha=16, use_rslora=True, target_modules=["q_proj", "v_proj"]),
-     "q/v only with rslora on a k_eq_v model (its full layer has no v_proj: skipped)", False, torch.float32),
+     "q/v only with rslora on a k_eq_v model (its full layer has no v_proj: skipped)", False, torch.bfloat16),
     ("26b_regex", "26b_like",
      dict(r=4, lora_alpha=6, target_modules=r".*layers\.[0-9]+\.(self_attn\.(k|o)_proj|router\.proj|mlp\.down_proj)"),
      "a regex target_modules on the MoE model, the router's proj among them", True, torch.bfloat16),
@@ -78,6 +93,11 @@ CASES = [
 ]
 
 A_STD, B_STD = 0.05, 0.05
+LOGIT_COLS = 128  # logits kept per token (see the top)
+# the bf16 golden: (case, its tiny model, tokens, taps kept by hf_dump --taps)
+BF16_DUMP = ("e2b_all", "e2b_like", 12,
+             "per_layer_inputs,layers.0.self_attn.q,layers.0.self_attn.k,layers.0.self_attn,layers.0.mlp,"
+             "layers.0,layers.7.self_attn,layers.9,norm")
 
 
 def load_base(path):
@@ -146,7 +166,7 @@ def make(name, tiny, kwargs, out_root, seed, with_grads, dtype):
     assert set(k[5:] for k in grads) == set(saved), "gradients do not cover the adapter"
     if not with_grads:
         grads = {}
-    save_file({"input_ids": ids.int(), "logits": logits.contiguous(),
+    save_file({"input_ids": ids.int(), "logits": logits[:, :LOGIT_COLS].contiguous(),
                "greedy_ids": g.int().contiguous(), "labels": labels.int(), "loss": loss.detach().reshape(1),
                **grads}, os.path.join(out, "golden.safetensors"))
     delta = (logits - base_logits).abs().max().item()
@@ -154,6 +174,19 @@ def make(name, tiny, kwargs, out_root, seed, with_grads, dtype):
     size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
     return (f"case {name:16s} model {tiny:12s} modules {len(modules):3d} tensors {len(saved):3d} "
             f"max|logits - base| {delta:.3g}  loss {loss.item():.7f}  greedy {g[6:].tolist()}  bytes {size}")
+
+
+def bf16_dump(out_root):
+    """The bf16 golden: tools/hf_dump.py --dtype bfloat16 --adapter (peft's PeftModel.from_pretrained path)."""
+    name, tiny, n, taps = BF16_DUMP
+    src = os.path.join("data", "tiny", tiny)
+    ids = load_file(os.path.join(src, "golden.safetensors"))["input_ids"][:n].tolist()
+    out = os.path.join(out_root, name, "bf16_dump.safetensors")
+    subprocess.run([sys.executable, os.path.join("tools", "hf_dump.py"), src, "--ids", ",".join(map(str, ids)),
+                    "--out", out, "--dtype", "bfloat16", "--adapter", os.path.join(out_root, name), "--taps", taps],
+                   check=True)
+    return (f"bf16 {name} on {tiny}: tools/hf_dump.py --dtype bfloat16 --adapter, {n} tokens, taps {taps}, "
+            f"bytes {os.path.getsize(out)}  # PeftModel.from_pretrained on the bf16 model: float32 adapter")
 
 
 def main():
@@ -164,10 +197,10 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     lines = [f"torch {torch.__version__}", f"transformers {transformers.__version__}", f"peft {peft.__version__}",
              f"safetensors {safetensors.__version__}", f"numpy {np.__version__}",
-             f"python {platform.python_version()}",
+             f"python {platform.python_version()}", f"torch cpu capability {torch.backends.cpu.get_cpu_capability()}",
              f"date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S} UTC",
              "command venv/bin/python tools/make_lora_goldens.py",
-             f"goldens float32 CPU, eval, eager attention/experts, 1 thread; lora_A ~ N(0, {A_STD}^2), "
+             f"goldens float32 CPU, eval, eager attention/experts, 1 thread; logits [S, {LOGIT_COLS}]; lora_A ~ N(0, {A_STD}^2), "
              f"lora_B ~ N(0, {B_STD}^2), seeded per case; labels -100 at 3 and 9"]
     for i, (name, tiny, kw, what, with_grads, dtype) in enumerate(CASES):
         if a.only and name not in a.only:
@@ -175,6 +208,10 @@ def main():
         line = make(name, tiny, kw, a.out, 1000 + i, with_grads, dtype)
         print(line, flush=True)
         lines.append(line + f"  adapter {str(dtype)[6:]}  # " + what)
+    if not a.only or BF16_DUMP[0] in a.only:
+        line = bf16_dump(a.out)
+        print(line, flush=True)
+        lines.append(line)
     if not a.only:
         with open(os.path.join(a.out, "VERSIONS.txt"), "w") as f:
             f.write("\n".join(lines) + "\n")
