@@ -3863,8 +3863,8 @@ static void g4__prefetch_w(const unsigned char *w, size_t esz, int in, int o, in
    conversion overlaps the FMAs instead of running as a pass of its own
    (measured 15-20% of the GEMM's time). Out of line, so that its loop has the
    registers to itself (inlined, GCC spilled the row pointers: 5-8% slower). */
-static G4__NOINLINE void g4__micro(float *wp, const unsigned char *const *wrow, g4_dtype dt, int k0, int vs, const float *const *xt,
-                                   int steps, float *part, int first, int last, float sum[G4__TR][G4__TT]) {
+static G4__NOINLINE void g4__micro_vs(float *wp, const unsigned char *const *wrow, g4_dtype dt, int k0, int vs, const float *const *xt,
+                                      int steps, float *part, int first, int last, float sum[G4__TR][G4__TT]) {
     g4__vec acc[G4__TR][G4__TT], wv[G4__TR], xv;
     const float *xp[G4__TT];
     int r, u, s;
@@ -3905,6 +3905,12 @@ static G4__NOINLINE void g4__micro(float *wp, const unsigned char *const *wrow, 
     }
 }
 
+/* the tile over consecutive vectors of k (vs = VL) */
+static void g4__micro(float *wp, const unsigned char *const *wrow, g4_dtype dt, int k0, const float *const *xt, int steps,
+                      float *part, int first, int last, float sum[G4__TR][G4__TT]) {
+    g4__micro_vs(wp, wrow, dt, k0, G4__VL, xt, steps, part, first, last, sum);
+}
+
 /* y[t * ldy + o] = sum_k x[t * ldx + k] W[o][k] for t < n, o in [o0, o1);
    ws: G4__PACK_FLOATS(b->mc, b->kc, b->nc) floats */
 static void g4__gemm(float *y, size_t ldy, const float *x, size_t ldx, const g4_tensor *w, int n, int o0, int o1,
@@ -3936,7 +3942,7 @@ static void g4__gemm(float *y, size_t ldy, const float *x, size_t ldx, const g4_
                         float *pt = part + ((size_t)((o - i0) / G4__TR) * (size_t)(b->nc / G4__TT) + (size_t)((t - t0) / G4__TT)) *
                                                (G4__TR * G4__TT * G4__VL);
                         for (r = 0; r < G4__TR; r++) wrow[r] = base + (size_t)(o + (r < R ? r : R - 1)) * (size_t)in * esz;
-                        g4__micro(wp + (size_t)(o - i0) * (size_t)kc, t == t0 ? wrow : NULL, dt, k0, G4__VL, xt, kc / G4__VL, pt, first, last, sum);
+                        g4__micro(wp + (size_t)(o - i0) * (size_t)kc, t == t0 ? wrow : NULL, dt, k0, xt, kc / G4__VL, pt, first, last, sum);
                         if (last && kv == in)
                             for (u = 0; u < T; u++)
                                 for (r = 0; r < R; r++) y[(size_t)(t + u) * ldy + (size_t)(o + r)] = sum[r][u];
@@ -4240,8 +4246,8 @@ static void g4__gemm_torch(float *y, size_t ldy, const float *x, size_t ldx, con
                         for (q = 0; q < 8; q++) {
                             for (u = 0; u < G4__TT; u++) xq[u] = xt[u] + 8 * q;
                             for (r = 0; r < G4__TR; r++) wq[r] = wrow[r] + 16 * q;
-                            g4__micro(wp + (size_t)(o - i0) * (size_t)kc + (size_t)q * (size_t)(kc / 64) * G4__TR * 8, t == t0 ? wq : NULL,
-                                      G4_BF16, k0, 64, xq, kc / 64, pt + (size_t)q * tile, k0 == 0, 0, sum);
+                            g4__micro_vs(wp + (size_t)(o - i0) * (size_t)kc + (size_t)q * (size_t)(kc / 64) * G4__TR * 8, t == t0 ? wq : NULL,
+                                         G4_BF16, k0, 64, xq, kc / 64, pt + (size_t)q * tile, k0 == 0, 0, sum);
                         }
                     }
                 }
