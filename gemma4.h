@@ -3805,8 +3805,8 @@ typedef struct { int mc, kc, nc; } g4__blocking; /* multiples of G4__TR, G4__VL,
 #ifndef G4_GEMM_KC
 #define G4_GEMM_KC 512
 #endif
-#ifndef G4__GEMM_MC
-#define G4__GEMM_MC (8 * G4__TR)
+#ifndef G4__GEMM_MC /* AVX2: 32 panels (measured +5% over 8 on E2B's shapes; 16 and 64 in between) */
+#define G4__GEMM_MC ((G4__VL == 8 ? 32 : 8) * G4__TR)
 #endif
 #ifndef G4__GEMM_NC
 #define G4__GEMM_NC ((64 / G4__TT) * G4__TT)
