@@ -82,7 +82,7 @@ build/test_threads_tsan: tests/test_threads.c tests/harness.h gemma4.h | build
 # libFuzzer harnesses (clang): make fuzz FUZZ_SECONDS=60 runs each in turn.
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
-FUZZERS       = json safetensors index template
+FUZZERS       = json safetensors index template adapter
 FUZZ_FLAGS    = -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 build/fuzz_%: tests/fuzz/fuzz_%.c gemma4.h | build
@@ -98,9 +98,12 @@ CUDA_ARCH  = -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=s
 NVFLAGS    = -O2 -std=c++17 -fmad=false $(CUDA_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
 # The emulated build: the same .cu as host C++ against tests/cuda_emu.h, with
 # small blocks and grids (fibers are slow; every kernel strides, so any size
-# computes the same) and no FMA contraction (the kernels ask for none).
+# computes the same) and no FMA contraction (the kernels ask for none); the
+# fast mode's blocks hold two warps and its splits are small, so the tiny
+# models take split-K, several KV splits and several key tiles per split.
 EMUFLAGS   = -std=c++17 -O2 -g -Wall -Wextra -Werror -ffp-contract=off -DG4_CUDA_EMULATE \
-             -DG4C_THREADS=32 -DG4C_MAX_BLOCKS=3 -DG4C_TILE=8 -include tests/cuda_emu.h
+             -DG4C_THREADS=32 -DG4C_MAX_BLOCKS=3 -DG4C_TILE=8 -include tests/cuda_emu.h \
+             -DG4F_THREADS=64 -DG4F_NARROW=1000000 -DG4F_SPLIT_IN=64 -DG4F_KV_SPLIT=4 -DG4F_KEYS=4
 
 # Compiles for sm_80 and sm_90, warnings as errors, and prints every kernel's
 # registers, stack and spills (ptxas -v).
@@ -176,6 +179,7 @@ sanitize: build/gemma4 build/gemma4_san build/test_gemma4_san build/test_bad_inp
 	./build/test_bad_inputs_san data build/gemma4_san
 	./build/test_threads_san
 	./build/test_tokenizer_san
+	sh tests/san_avx2.sh "$(CC)" "$(WARN)" "$(SAN)"
 
 fuzz: $(FUZZERS:%=build/fuzz_%)
 	sh tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZERS)
@@ -191,62 +195,56 @@ valgrind: build/test_threads_vg
 tsan: build/test_threads_tsan
 	TSAN_OPTIONS=halt_on_error=1 ./build/test_threads_tsan
 
+# $(call log_run,LOG,COMMAND,SHOW): runs COMMAND with its output in build/LOG; on failure prints the log
+# and stops; else SHOW (cat, or tail -n 1) prints it. A suite's log goes in SUITE_LOGS, whose
+# "N passed, M failed" lines make the closing total.
+define log_run
+	$(2) > build/$(1) 2>&1 || { cat build/$(1); exit 1; }
+	@$(3) build/$(1)
+endef
+
+SUITE_LOGS = tokenizer_san.log tokenizer.log template_san.log template.log cuda_emu.log cuda_emu_san.log \
+             gemma4_san.log bad_inputs_san.log threads_san.log san_avx2.log drafter_san.log drafter.log threads.log \
+             train.log train_san.log lora.log lora_san.log bad_inputs.log tests.log kernels.log
+
 test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san build/gemma4_san \
       build/test_bad_inputs build/test_bad_inputs_san build/test_threads build/test_threads_san \
       build/test_tokenizer build/test_tokenizer_san build/test_cuda_emu build/test_cuda_emu_san \
       build/test_train build/test_train_san build/test_drafter build/test_drafter_san build/test_template build/test_template_san build/test_lora build/test_lora_san
 	@echo "== README example"
 	./build/minimal $(DEMO)
-	@echo "== tokenizer, chat, sampler and generate tests under AddressSanitizer + UndefinedBehaviorSanitizer"
-	./build/test_tokenizer_san > build/sanitize_tokenizer.log 2>&1 || { cat build/sanitize_tokenizer.log; exit 1; }
-	@tail -n 1 build/sanitize_tokenizer.log
-	@echo "== tokenizer, chat, sampler and generate tests"
-	./build/test_tokenizer > build/tokenizer.log 2>&1 || { cat build/tokenizer.log; exit 1; }
-	@cat build/tokenizer.log
+	@echo "== tokenizer, chat, sampler and generate tests, under AddressSanitizer + UndefinedBehaviorSanitizer and plain"
+	$(call log_run,tokenizer_san.log,./build/test_tokenizer_san,tail -n 1)
+	$(call log_run,tokenizer.log,./build/test_tokenizer,cat)
 	@echo "== chat templates (goldens from transformers + jinja2, the CLI), plain and under ASan + UBSan"
-	./build/test_template_san data build/gemma4_san > build/sanitize_template.log 2>&1 || { cat build/sanitize_template.log; exit 1; }
-	@tail -n 1 build/sanitize_template.log
-	./build/test_template data build/gemma4 > build/template.log 2>&1 || { cat build/template.log; exit 1; }
-	@tail -n 1 build/template.log
+	$(call log_run,template_san.log,./build/test_template_san data build/gemma4_san,tail -n 1)
+	$(call log_run,template.log,./build/test_template data build/gemma4,tail -n 1)
 	@echo "== CUDA path, emulated on the host (tests/cuda_emu.h), plain and under ASan + UBSan"
-	./build/test_cuda_emu > build/cuda_emu.log 2>&1 || { cat build/cuda_emu.log; exit 1; }
-	@tail -n 2 build/cuda_emu.log
-	./build/test_cuda_emu_san > build/cuda_emu_san.log 2>&1 || { cat build/cuda_emu_san.log; exit 1; }
-	@tail -n 1 build/cuda_emu_san.log
-	@echo "== tests under AddressSanitizer + UndefinedBehaviorSanitizer"
-	./build/test_gemma4_san > build/sanitize.log 2>&1 || { cat build/sanitize.log; exit 1; }
-	@tail -n 1 build/sanitize.log
-	./build/test_bad_inputs_san data build/gemma4_san > build/sanitize_bad.log 2>&1 || { cat build/sanitize_bad.log; exit 1; }
-	@tail -n 1 build/sanitize_bad.log
-	./build/test_threads_san > build/sanitize_threads.log 2>&1 || { cat build/sanitize_threads.log; exit 1; }
-	@tail -n 1 build/sanitize_threads.log
-	./build/test_drafter_san data build/gemma4_san > build/sanitize_drafter.log 2>&1 || { cat build/sanitize_drafter.log; exit 1; }
-	@tail -n 1 build/sanitize_drafter.log
+	$(call log_run,cuda_emu.log,./build/test_cuda_emu,tail -n 2)
+	$(call log_run,cuda_emu_san.log,./build/test_cuda_emu_san,tail -n 1)
+	@echo "== tests under AddressSanitizer + UndefinedBehaviorSanitizer (baseline ISA: the scalar kernels)"
+	$(call log_run,gemma4_san.log,./build/test_gemma4_san,tail -n 1)
+	$(call log_run,bad_inputs_san.log,./build/test_bad_inputs_san data build/gemma4_san,tail -n 1)
+	$(call log_run,threads_san.log,./build/test_threads_san,tail -n 1)
+	$(call log_run,drafter_san.log,./build/test_drafter_san data build/gemma4_san,tail -n 1)
+	@echo "== the SIMD kernels under ASan + UBSan: test_gemma4 and test_threads built for AVX2+FMA"
+	$(call log_run,san_avx2.log,sh tests/san_avx2.sh "$(CC)" "$(WARN)" "$(SAN)",cat)
 	@echo "== drafters, rewind and speculative decoding"
-	./build/test_drafter data build/gemma4 > build/drafter.log 2>&1 || { cat build/drafter.log; exit 1; }
-	@cat build/drafter.log
+	$(call log_run,drafter.log,./build/test_drafter data build/gemma4,cat)
 	@echo "== two sessions, two threads"
-	./build/test_threads > build/threads.log 2>&1 || { cat build/threads.log; exit 1; }
-	@cat build/threads.log
+	$(call log_run,threads.log,./build/test_threads,cat)
 	@echo "== training reference (gradients vs torch autograd), plain and under ASan + UBSan"
-	./build/test_train data build/gemma4 > build/train.log 2>&1 || { cat build/train.log; exit 1; }
-	@tail -n 1 build/train.log
-	./build/test_train_san data build/gemma4_san > build/train_san.log 2>&1 || { cat build/train_san.log; exit 1; }
-	@tail -n 1 build/train_san.log
+	$(call log_run,train.log,./build/test_train data build/gemma4,tail -n 1)
+	$(call log_run,train_san.log,./build/test_train_san data build/gemma4_san,tail -n 1)
 	@echo "== LoRA adapters (peft goldens), plain and under ASan + UBSan"
-	./build/test_lora data build/gemma4 > build/lora.log 2>&1 || { cat build/lora.log; exit 1; }
-	@tail -n 1 build/lora.log
-	./build/test_lora_san data build/gemma4_san > build/lora_san.log 2>&1 || { cat build/lora_san.log; exit 1; }
-	@tail -n 1 build/lora_san.log
+	$(call log_run,lora.log,./build/test_lora data build/gemma4,tail -n 1)
+	$(call log_run,lora_san.log,./build/test_lora_san data build/gemma4_san,tail -n 1)
 	@echo "== bad-input catalogue"
-	./build/test_bad_inputs data build/gemma4 > build/bad_inputs.log 2>&1 || { cat build/bad_inputs.log; exit 1; }
-	@tail -n 1 build/bad_inputs.log
+	$(call log_run,bad_inputs.log,./build/test_bad_inputs data build/gemma4,tail -n 1)
 	@echo "== tests"
-	./build/test_gemma4 > build/tests.log 2>&1 || { cat build/tests.log; exit 1; }
-	@cat build/tests.log
+	$(call log_run,tests.log,./build/test_gemma4,cat)
 	@echo "== the core suite again on the other kernels this CPU runs (scalar, AVX2)"
-	sh tests/other_kernels.sh "$(CC)" "$(WARN)" > build/kernels.log 2>&1 || { cat build/kernels.log; exit 1; }
-	@cat build/kernels.log
+	$(call log_run,kernels.log,sh tests/other_kernels.sh "$(CC)" "$(WARN)",cat)
 	@echo "== kernel sets"
 	@cat build/tests.log build/kernels.log | awk '/^  kernels: / { k = $$2; sub(",", "", k); ran[k] = 1 } \
 	  /^  bf16 mode: avx512_bf16/ { ran["avx512_bf16"] = 1 } \
@@ -254,7 +252,7 @@ test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san 
 	        for (i = 1; i <= n; i++) if (all[i] in ran) r = r " " all[i]; else m = m " " all[i]; \
 	        print "kernel sets executed:" r (m == "" ? "" : "; not executed on this CPU (compiled by make strict):" m) }'
 	@echo "== all suites"
-	@cat build/threads.log build/bad_inputs.log build/tokenizer.log build/template.log build/sanitize_template.log build/cuda_emu.log build/tests.log build/kernels.log build/train.log build/train_san.log build/drafter.log build/sanitize_drafter.log build/lora.log build/lora_san.log | awk '/^[0-9]+ passed, [0-9]+ failed/ { p += $$1; f += $$3; s += $$5 } END { printf "%d passed, %d failed", p, f; if (s) printf ", %d skipped", s; print "" }'
+	@cd build && cat $(SUITE_LOGS) | awk '/^[0-9]+ passed, [0-9]+ failed/ { p += $$1; f += $$3; s += $$5 } END { printf "%d passed, %d failed", p, f; if (s) printf ", %d skipped", s; print "" }'
 
 build/membw: bench/membw.c | build
 	$(CC) -O2 -march=native -o $@ bench/membw.c -lpthread

@@ -34,15 +34,18 @@ H_UNUSED static const char *dumpfile(const char *name) { return path2(g_data, pa
 /* A golden file is a safetensors file: reuse the library's parser. */
 typedef struct { g4_model m; int ok; } golden;
 
-H_UNUSED static int golden_open(golden *g, const char *model) {
+/* data/tiny/<model>/<file> */
+H_UNUSED static int golden_open_file(golden *g, const char *model, const char *file) {
     memset(g, 0, sizeof *g);
-    if (g4__add_file(&g->m, tiny(model), "golden.safetensors") != G4_OK || g4__st_finish(&g->m) != G4_OK) {
-        printf("  cannot read %s/golden.safetensors: %s\n", tiny(model), g->m.error);
+    if (g4__add_file(&g->m, tiny(model), file) != G4_OK || g4__st_finish(&g->m) != G4_OK) {
+        printf("  cannot read %s/%s: %s\n", tiny(model), file, g->m.error);
         g4_model_free(&g->m);
         return 0;
     }
     return g->ok = 1;
 }
+
+H_UNUSED static int golden_open(golden *g, const char *model) { return golden_open_file(g, model, "golden.safetensors"); }
 
 H_UNUSED static const float *golden_f32(golden *g, const char *name, int64_t *numel) {
     const g4_tensor *t = g4_model_tensor(&g->m, name);

@@ -168,12 +168,77 @@ static void test_softmax_gelu_backward(void) {
     }
 }
 
+/* two threads' GEMM packing buffers, for the sessions made by hand below */
+static float g_pack[2 * G4__PACK_THREAD + 1];
+
+/* g4__gemm_acc (the packed GEMM's accumulating product, >>gemm) against its
+   scalar reference g4__gemm_acc_ref: both orders of B (k-major, as dX = dY W
+   reads W, and rows along k), the three dtypes, sizes past one block in every
+   direction (k > kc: several blocks' sums; columns > mc; rows > nc) with edges
+   that are not multiples of the tile (G4__TR, G4__TT) or of VL (the k tail).
+   The two sum in different orders (lanes vs one chain): within float32
+   rounding of the sum of |terms|. And y is added to, not overwritten. */
+static void test_gemm_acc(void) {
+    static const int shapes[][3] = {{7, 150, 13}, {70, 53, 1100}, {5, 3, 4}, {131, 100, 37}, {130, 61, 600}}; /* n, N, K */
+    int si, kmajor, dt;
+    for (si = 0; si < 5; si++)
+        for (kmajor = 0; kmajor < 2; kmajor++)
+            for (dt = 0; dt < 3; dt++) {
+                int n = shapes[si][0], N = shapes[si][1], K = shapes[si][2], i, t, c, k;
+                size_t esz = dt == 0 ? 4 : 2, ldb = kmajor ? (size_t)N + 3 : (size_t)K + 5; /* rows ldb apart */
+                size_t nb = kmajor ? (size_t)K * ldb : (size_t)N * ldb;
+                unsigned char *B = (unsigned char *)malloc(nb * esz);
+                float *x = (float *)malloc(sizeof(float) * (size_t)n * K), *y = (float *)malloc(sizeof(float) * (size_t)n * N);
+                float *yr = (float *)malloc(sizeof(float) * (size_t)n * N);
+                double worst = 0;
+                g4_dtype bdt = dt == 0 ? G4_F32 : dt == 1 ? G4_BF16 : G4_F16;
+                g4_tensor e;
+                if (!B || !x || !y || !yr) { CHECK(0, "out of memory"); free(B); free(x); free(y); free(yr); return; }
+                for (i = 0; i < (int)nb; i++) {
+                    float f = (float)urand();
+                    if (dt == 0) memcpy(B + 4 * (size_t)i, &f, 4);
+                    else {
+                        uint32_t u;
+                        uint16_t h;
+                        int ex;
+                        memcpy(&u, &f, 4);
+                        ex = (int)((u >> 23) & 0xff) - 127 + 15; /* f16: truncated, tiny values flushed to 0 */
+                        h = dt == 1 ? (uint16_t)(u >> 16)
+                                    : ex <= 0 ? 0 : (uint16_t)(((u >> 31) << 15) | ((uint32_t)ex << 10) | ((u >> 13) & 0x3ff));
+                        memcpy(B + 2 * (size_t)i, &h, 2);
+                    }
+                }
+                for (i = 0; i < n * K; i++) x[i] = (float)urand();
+                for (i = 0; i < n * N; i++) y[i] = yr[i] = (float)urand();
+#if G4__HAVE_GEMM
+                c = N / 2 / G4__TR * G4__TR; /* in two column parts, as two threads split them */
+                g4__gemm_acc(y, (size_t)N, x, (size_t)K, B, bdt, ldb, kmajor, K, n, 0, c, g_pack, &g4__gemm_acc_blocks);
+                g4__gemm_acc(y, (size_t)N, x, (size_t)K, B, bdt, ldb, kmajor, K, n, c, N, g_pack, &g4__gemm_acc_blocks);
+#else
+                g4__gemm_acc_ref(y, (size_t)N, x, (size_t)K, B, bdt, ldb, kmajor, K, n, 0, N);
+#endif
+                g4__gemm_acc_ref(yr, (size_t)N, x, (size_t)K, B, bdt, ldb, kmajor, K, n, 0, N);
+                e.data = B; e.dtype = bdt;
+                for (t = 0; t < n; t++)
+                    for (c = 0; c < N; c++) {
+                        double mag = 1.0, d;
+                        for (k = 0; k < K; k++)
+                            mag += fabs(x[t * K + k] * g4__get(&e, kmajor ? (size_t)k * ldb + (size_t)c : (size_t)c * ldb + (size_t)k));
+                        d = fabs((double)y[t * N + c] - (double)yr[t * N + c]) / mag;
+                        if (!(d <= worst)) worst = d;
+                    }
+                CHECK(worst <= 4e-6, "n %d N %d K %d kmajor %d dtype %d: worst error %.3g of the sum of |terms|", n, N, K, kmajor,
+                      dt, worst);
+                free(B); free(x); free(y); free(yr);
+            }
+}
+
 /* the matmul backward (g4__matmul_bwd) against double sums, bf16 weights read
    as stored, odd sizes (tiles and column tails); then 1 thread = 2 threads */
 static void test_matmul_backward_bf16(void) {
     enum { N = 7, IN = 150, OUT = 13 };
     uint16_t wb[OUT * IN];
-    float x[N * IN], dy[N * OUT], dx[N * IN], dw[OUT * IN], dx2[N * IN], dw2[OUT * IN], dyt[N * OUT];
+    float x[N * IN], dy[N * OUT], dx[N * IN], dw[OUT * IN], dx2[N * IN], dw2[OUT * IN], dyt[N * OUT], xt[N * IN];
     double err = 0, big = 0;
     g4_tensor w;
     g4_session s;
@@ -185,8 +250,9 @@ static void test_matmul_backward_bf16(void) {
     for (i = 0; i < OUT * IN; i++) dw[i] = dw2[i] = 0.25f;
     memset(&w, 0, sizeof w);
     memset(&s, 0, sizeof s);
+    s.pack = g_pack; s.pack_parts = 2;
     w.data = wb; w.dtype = G4_BF16; w.ndim = 2; w.shape[0] = OUT; w.shape[1] = IN;
-    g4__matmul_bwd(&s, dx, dw, dy, x, &w, N, dyt); /* both accumulate (+=) */
+    g4__matmul_bwd(&s, dx, dw, dy, x, &w, N, dyt, xt); /* both accumulate (+=) */
     for (t = 0; t < N; t++)
         for (i = 0; i < IN; i++) {
             double acc = 0.5;
@@ -202,7 +268,7 @@ static void test_matmul_backward_bf16(void) {
     CHECK(err <= 2e-6 * big, "max error %.3g", err);
     if (g4_pool_create(&pool, 2) == G4_OK) {
         s.cfg.pool = pool;
-        g4__matmul_bwd(&s, dx2, dw2, dy, x, &w, N, dyt);
+        g4__matmul_bwd(&s, dx2, dw2, dy, x, &w, N, dyt, xt);
         CHECK(!memcmp(dx, dx2, sizeof dx) && !memcmp(dw, dw2, sizeof dw), "2 threads give other bits");
         g4_pool_free(pool);
     }
@@ -257,12 +323,13 @@ static void test_attend_backward(void) {
 }
 
 /* the layer's two-pass attention backward (g4__attn_bwd_q / _kv, threaded)
-   = the reference pair by pair, bit for bit: window 3, 2 KV heads of 4 query heads */
+   = the reference pair by pair, bit for bit: window 3, 2 KV heads of 4 query
+   heads; pass A's heads' outputs (o_proj's input) = the forward's g4__attend */
 static void test_attention_backward_passes(void) {
     enum { T = 9, D = 8, KVH = 2, NH = 4, W = 3 };
     float k[T * KVH * D], v[T * KVH * D], q[T * NH * D], dout[T * NH * D];
     float dq[T * NH * D], dk[T * KVH * D], dv[T * KVH * D], dq2[T * NH * D], dk2[T * KVH * D], dv2[T * KVH * D];
-    float p[T], stats[T * NH * 3], scratch[2 * T];
+    float p[T], stats[T * NH * 3], scratch[2 * T], att[T * NH * D], att2[T * NH * D];
     g4_kv_slot sl;
     g4__attn_bwd_job j;
     g4_pool *pool = NULL;
@@ -274,16 +341,19 @@ static void test_attention_backward_passes(void) {
     for (i = 0; i < T * NH; i++) {
         int t = i / NH, h = i % NH, lo = t - W + 1 > 0 ? t - W + 1 : 0;
         g4__attend_backward(dq + i * D, dk, dv, dout + i * D, q + i * D, &sl, h / (NH / KVH), lo, t, p);
+        g4__attend(att + i * D, q + i * D, &sl, h / (NH / KVH), lo, t, p);
     }
     if (g4_pool_create(&pool, 2) != G4_OK) { CHECK(0, "pool"); return; }
     for (pass = 0; pass < 2; pass++) { /* one thread, then two */
         memset(dk2, 0, sizeof dk2); memset(dv2, 0, sizeof dv2);
-        j.sl = &sl; j.q = q; j.dout = dout; j.dq = dq2; j.dk = dk2; j.dv = dv2; j.stats = stats; j.scratch = scratch;
+        memset(att2, 0, sizeof att2);
+        j.sl = &sl; j.q = q; j.dout = dout; j.att = att2; j.dq = dq2; j.dk = dk2; j.dv = dv2; j.stats = stats; j.scratch = scratch;
         j.scratch_len = T; j.n = T; j.NH = NH; j.group = NH / KVH; j.window = W;
         g4__parallel(pass ? pool : NULL, g4__attn_bwd_q, &j);
         g4__parallel(pass ? pool : NULL, g4__attn_bwd_kv, &j);
         CHECK(!memcmp(dq, dq2, sizeof dq) && !memcmp(dk, dk2, sizeof dk) && !memcmp(dv, dv2, sizeof dv),
               "%d thread(s): the two passes differ from the reference", pass + 1);
+        CHECK(!memcmp(att, att2, sizeof att), "%d thread(s): the heads' outputs differ from the forward's", pass + 1);
     }
     g4_pool_free(pool);
 }
@@ -477,6 +547,65 @@ static void test_recompute_e2b(void) { same_bits("e2b_like", 1, 1); }
 static void test_recompute_moe(void) { same_bits("26b_like", 1, 1); }
 static void test_threads_e2b(void) { same_bits("e2b_like", 0, 2); }
 static void test_threads_moe(void) { same_bits("26b_like", 1, 3); }
+
+/* Recompute reads the shared-KV slots from the table and never captures them
+   again. At the forward's last tap ("norm") every slot's K/V get their lowest
+   mantissa bit flipped: an owner's recompute that wrote its slot again (as the
+   forward does: project, norm, RoPE, store) would put the original bits back.
+   After the backward the slots must still hash as flipped. */
+typedef struct { const g4_session *s; uint64_t hash; int poisoned; } poison_ctx;
+
+static uint64_t slots_hash(const g4_session *s) {
+    uint64_t h = 1469598103934665603ULL;
+    int i;
+    size_t j, n;
+    for (i = 0; i < s->n_slots; i++) {
+        const g4_kv_slot *sl = &s->slots[i];
+        n = (size_t)sl->capacity * (size_t)sl->kv_heads * (size_t)sl->head_dim;
+        for (j = 0; j < 2 * n; j++) {
+            uint32_t u;
+            memcpy(&u, j < n ? &sl->k[j] : &sl->v[j - n], 4);
+            h = (h ^ u) * 1099511628211ULL;
+        }
+    }
+    return h;
+}
+
+static void poison_tap(void *user, const char *name, int layer, const float *data, int rows, int cols, int pos0) {
+    poison_ctx *pc = (poison_ctx *)user;
+    int i;
+    size_t j, n;
+    (void)layer; (void)data; (void)rows; (void)cols; (void)pos0;
+    if (strcmp(name, "norm")) return;
+    for (i = 0; i < pc->s->n_slots; i++) {
+        const g4_kv_slot *sl = &pc->s->slots[i];
+        n = (size_t)sl->capacity * (size_t)sl->kv_heads * (size_t)sl->head_dim;
+        for (j = 0; j < n; j++) {
+            uint32_t u;
+            memcpy(&u, &sl->k[j], 4); u ^= 1; memcpy(&sl->k[j], &u, 4);
+            memcpy(&u, &sl->v[j], 4); u ^= 1; memcpy(&sl->v[j], &u, 4);
+        }
+    }
+    pc->hash = slots_hash(pc->s);
+    pc->poisoned = 1;
+}
+
+static void test_recompute_reads_table(void) {
+    tctx c;
+    int32_t ids[12] = {2, 5, 9, 11, 40, 3, 7, 7, 100, 200, 300, 4};
+    float loss;
+    poison_ctx pc;
+    if (tctx_open(&c, "e2b_like", 12, 1, 1, 0)) {
+        memset(&pc, 0, sizeof pc);
+        pc.s = &c.t.s;
+        c.t.cfg.tap = poison_tap;
+        c.t.cfg.tap_user = &pc;
+        CHECK(g4_loss_and_grad(&c.t, ids, NULL, 12, &loss, c.G) == G4_OK, "%s", c.t.error);
+        CHECK(pc.poisoned, "the forward's norm tap did not run");
+        CHECK(slots_hash(&c.t.s) == pc.hash, "the recompute wrote the shared-KV table again");
+    }
+    tctx_free(&c);
+}
 
 /* The seeds' failure: reader layers whose dK/dV never reach the owner (a
    rebuilt shared-KV dict). Every layer after the owner still matches; the
@@ -708,6 +837,7 @@ int main(int argc, char **argv) {
     run("rmsnorm backward = finite differences (weighted, weightless, in place)", test_rmsnorm_backward);
     run("rope backward = the forward's transpose (proportional pairs)", test_rope_backward);
     run("softmax and gelu_pytorch_tanh backward = finite differences", test_softmax_gelu_backward);
+    run("packed GEMM's accumulating product = its scalar reference (both B orders, 3 dtypes, past every block)", test_gemm_acc);
     run("matmul backward = double sums (bf16 weights, tile edges); 2 threads = 1", test_matmul_backward_bf16);
     run("attention backward (window, one KV head of two) = finite differences", test_attend_backward);
     run("attention backward: the two threaded passes = the reference, bit for bit", test_attention_backward_passes);
@@ -722,6 +852,7 @@ int main(int argc, char **argv) {
     run("2 threads = 1 thread, bit for bit (e2b_like)", test_threads_e2b);
     run("an arena for 33 tokens runs 24 with the same bits", test_longer_arena);
     run("3 threads + recompute = 1 thread, bit for bit (MoE)", test_threads_moe);
+    run("recompute reads the shared-KV slots from the table, never writes them (flipped bits stay)", test_recompute_reads_table);
     run("planted bug: readers' dK/dV dropped -> caught at the owner's k_proj", test_planted_reader_drop);
     run("the owner's backward waits for every reader (checked)", test_pending_readers_checked);
     run("errors: all labels ignored, label range, too long, arena, bf16", test_errors);

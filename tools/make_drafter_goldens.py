@@ -29,7 +29,10 @@ DRAFTER_VERSIONS.txt also gives, per round step, how far the same round run in f
 these float32 logits: the float32 noise a reimplementation is measured against (it grows along
 the round, as each step feeds the next its projected hidden state).
 
-Everything is float32 CPU, attn_implementation="eager", torch.set_num_threads(1).  The first
+data/tiny/e2b_drafter/golden_bf16.safetensors is the same first round with the target and the drafter
+loaded in bfloat16 (make_bf16; `--bf16-only` redoes just it and its DRAFTER_VERSIONS.txt line).
+
+Everything else is float32 CPU; all of it attn_implementation="eager", torch.set_num_threads(1).  The first
 round is recorded because it is the one whose inputs are clean in 5.20.2: in later rounds the
 candidate generator slices the target's shared K/V to the new sequence length, which keeps the
 rejected draft at the query's own position in the full-attention tensor and rejected drafts at
@@ -251,12 +254,89 @@ def make_one(spec, root, lines):
                  f"K {K} new {NEW} bytes {size}  " + "  ".join(notes))
 
 
-def main():
-    root = "data/tiny"
-    assert os.path.isdir(os.path.join(root, "e2b_like")), "run from the repository root"
-    lines = []
-    for spec in DRAFTERS:
-        make_one(spec, root, lines)
+def bf16_fill_rule_differs(sel):
+    """Would mask_value from the float32 (unrounded) min of the selected logits round to another bf16
+    value than transformers' (min of the bf16-rounded logits)?  sel: the selected logits in float32."""
+    a = torch.tensor(float(sel.min()) - 1.0, dtype=torch.float32).to(torch.bfloat16)
+    b = torch.tensor(float(sel.to(torch.bfloat16).min()) - 1.0, dtype=torch.float32).to(torch.bfloat16)
+    return bool(a != b)
+
+
+def make_bf16(root, lines):
+    """The bf16 drafter golden: e2b_drafter on e2b_like, both loaded in bfloat16 (their stored dtype: the
+    weights are the same bits), the first drafting round of assisted generation for the two prompts of
+    golden.safetensors.  Written to data/tiny/e2b_drafter/golden_bf16.safetensors:
+        {long,short}_draft_logits  F32 [K, V]  the bf16 logits, widened exactly
+        {long,short}_draft_ids     I32 [K]
+    The prompts are golden.safetensors' {long,short}_prompt.  Also records, per step, whether taking the
+    mask value from the min of the logits BEFORE the bf16 rounding (a past gemma4.h bug) gives another fill
+    than transformers' order (min of the rounded logits, minus 1, rounded): a step where it does is what
+    makes the golden catch that bug."""
+    name, tname = "e2b_drafter", "e2b_like"
+    print(f"=== {name} bf16 (target {tname}) ===")
+    path, tpath = os.path.join(root, name), os.path.join(root, tname)
+    gold = load_file(os.path.join(path, "golden.safetensors"))
+    target = Gemma4ForCausalLM.from_pretrained(tpath, dtype=torch.bfloat16, attn_implementation="eager").eval()
+    drafter = Gemma4AssistantForCausalLM.from_pretrained(path, dtype=torch.bfloat16, attn_implementation="eager").eval()
+    drafter.generation_config.num_assistant_tokens = K
+    drafter.generation_config.num_assistant_tokens_schedule = "constant"
+    me = drafter.masked_embedding
+    # the selected logits of each drafting step, before the scatter: to test the fill rule on them
+    sel_rows = []
+    orig_fwd = type(me).forward
+
+    def fwd(self, hidden_states, lm_head_weight):
+        out = orig_fwd(self, hidden_states, lm_head_weight)
+        c = self.centroids(hidden_states)
+        top = torch.topk(c.float(), self.centroid_intermediate_top_k + 1, dim=-1).values
+        _, idx = torch.topk(c, k=self.centroid_intermediate_top_k, dim=-1)
+        canon = self.token_ordering.long().view(self.num_centroids, self.vocab_size_per_centroid)[idx].reshape(-1)
+        sel32 = hidden_states.float()[0, -1] @ lm_head_weight.float()[canon].T  # unrounded (float32 sums)
+        sel_rows.append((sel32, out[0, -1, canon].float(), float((top[..., -2] - top[..., -1]).min())))
+        return out
+
+    type(me).forward = fwd
+    out, notes = {}, []
+    try:
+        for tag in ("long", "short"):
+            prompt = gold[f"{tag}_prompt"].long()
+            captured.clear()
+            sel_rows.clear()
+            with torch.no_grad():
+                target.generate(prompt[None], generation_config=gen_config(), assistant_model=drafter)
+            ids0, logits0 = captured[0]
+            n = prompt.shape[0]
+            lg = logits0[0]
+            assert lg.dtype == torch.bfloat16, lg.dtype
+            lg = lg.float()
+            draft = lg.argmax(-1)
+            assert torch.equal(draft, ids0[0, n + 1:]), (draft, ids0)
+            top2 = torch.topk(lg, 2, dim=-1).values
+            gap = float((top2[:, 0] - top2[:, 1]).min())
+            assert gap > 0, f"{tag}: tie in the drafted argmax"
+            steps = sel_rows[:K]
+            margin = min(m for _, _, m in steps)
+            assert margin > 0, f"{tag}: exact tie at the centroid top-k boundary ({margin})"
+            differs = [int(bf16_fill_rule_differs(steps[i][0])) for i in range(K)]
+            for i in range(K):  # the recorded fill is transformers' order: min of the bf16 selected logits - 1
+                fill = float(lg[i].min())
+                want = float(torch.tensor(float(steps[i][1].min()) - 1.0).to(torch.bfloat16))
+                assert fill == want, (tag, i, fill, want)
+            out[f"{tag}_draft_logits"] = lg.contiguous()
+            out[f"{tag}_draft_ids"] = draft.to(torch.int32)
+            notes.append(f"{tag} min_argmax_gap {gap:.3g} centroid_topk_margin {margin:.3g} "
+                         f"fill_rule_differs_per_step {','.join(map(str, differs))}")
+            print(f"  {tag}: drafted {draft.tolist()}, argmax gap {gap:.3g}, centroid margin {margin:.3g}, "
+                  f"min-before-rounding fill differs at steps {differs}")
+    finally:
+        type(me).forward = orig_fwd
+    save_file(dict(sorted(out.items())), os.path.join(path, "golden_bf16.safetensors"))
+    size = os.path.getsize(os.path.join(path, "golden_bf16.safetensors"))
+    lines.append(f"drafter {name:18s} bf16 golden_bf16.safetensors bytes {size}  (target and drafter loaded in "
+                 f"bfloat16, eager, the first round of assisted generation)  " + "  ".join(notes))
+
+
+def write_versions(root, lines):
     with open(os.path.join(root, "DRAFTER_VERSIONS.txt"), "w") as f:
         f.write(f"torch {torch.__version__}\ntransformers {transformers.__version__}\n"
                 f"safetensors {safetensors.__version__}\nnumpy {np.__version__}\npython {platform.python_version()}\n"
@@ -271,6 +351,20 @@ def main():
         for ln in lines:
             f.write(ln + "\n")
     print("\n".join(lines))
+
+
+def main():
+    root = "data/tiny"
+    assert os.path.isdir(os.path.join(root, "e2b_like")), "run from the repository root"
+    lines = []
+    if "--bf16-only" in sys.argv:  # keep the float32 drafters and goldens; redo the bf16 golden and its line
+        with open(os.path.join(root, "DRAFTER_VERSIONS.txt")) as f:
+            lines = [ln.rstrip("\n") for ln in f if ln.startswith("drafter ") and " bf16 " not in ln]
+    else:
+        for spec in DRAFTERS:
+            make_one(spec, root, lines)
+    make_bf16(root, lines)
+    write_versions(root, lines)
 
 
 if __name__ == "__main__":
