@@ -3834,7 +3834,7 @@ typedef struct { int mc, kc, nc; } g4__blocking; /* multiples of G4__TR, G4__VL,
 #ifndef G4_GEMM_KC
 #define G4_GEMM_KC 512
 #endif
-#ifndef G4__GEMM_MC /* AVX2: 32 panels (measured +5% over 8 on E2B's shapes; 16 and 64 in between) */
+#ifndef G4__GEMM_MC /* AVX2: 32 panels (measured +5% over 8 on E2B's shapes; 2, 4, 16, 64 slower than 32) */
 #define G4__GEMM_MC ((G4__VL == 8 ? 32 : 8) * G4__TR)
 #endif
 #ifndef G4__GEMM_NC
