@@ -448,6 +448,10 @@ typedef struct {
     int tap_projections; /* the tap also sees the raw outputs of q_proj, k_proj and v_proj (layers
                             that own their K/V), gate_proj, up_proj and per_layer_model_projection
                             (the training reference keeps them for the backward) */
+    int lora_bf16;       /* with bf16 and a LoRA adapter: run the adapter as PEFT runs one cast to
+                            bf16 itself (model.to(torch.bfloat16)): A and B rounded to bf16, A x,
+                            B u and the scaling each rounded. 0 (default): PEFT's float32 adapter
+                            (PeftModel.from_pretrained's autocast_adapter_dtype) */
 } g4_session_config;
 
 /* One entry of the shared-KV table: the K/V a writer layer appended, in a
@@ -805,6 +809,19 @@ G4_API g4_result g4_template_render(const g4_template *t, const char *chat_json,
 G4_API g4_result g4_template_encode(const g4_template *t, const g4_tokenizer *tok, const char *chat_json,
                                     size_t len, const g4_template_options *o, int32_t **ids, size_t *n_ids,
                                     char *err);
+/* A chat loop that keeps the K/V feeds, for each new user turn, only what the
+   template writes after the model's last answer (the answer's tokens are fed
+   already): the closure of that turn, the new user turn, the generation
+   prompt. In chat_json, an assistant message whose content is
+   G4_TEMPLATE_ANSWER stands for such an answer; this renders the conversation
+   and encodes the text after the last marker as g4_template_encode does (no
+   <bos>). G4_ERR_INPUT, naming the template, when the rendered text holds no
+   marker (the template does not write the model's answers, or chat_json has
+   none). *ids: allocated with G4_MALLOC, free with g4_template_free_output. */
+#define G4_TEMPLATE_ANSWER "\x1bg4-answer\x1b"
+G4_API g4_result g4_template_continue(const g4_template *t, const g4_tokenizer *tok, const char *chat_json,
+                                      size_t len, const g4_template_options *o, int32_t **ids, size_t *n_ids,
+                                      char *err);
 G4_API void g4_template_free_output(void *p);
 
 /* --------------------------------------------------------------- sampler */
@@ -4578,15 +4595,32 @@ G4__DEF const char *g4_simd_name(void) { return G4__SIMD_NAME; }
    flattened (t, j) split across the threads, each one g4__dot, so any split
    and any chunking give the same bits), then each matmul part adds scale *
    B u[t] to its own output columns (g4__lora_add, on g4__axpy). */
-typedef struct { float *u; const float *x; const g4_lora *lo; int n; } g4__lora_job;
+typedef struct { float *u; const float *x; const g4_lora *lo; int n, bf16; } g4__lora_job;
+
+G4__HD static float g4__dot_torch_rb(const float *a, const float *b, int n);
 
 static void g4__lora_u_part(void *ctx, int part, int n_parts) {
     const g4__lora_job *j = (const g4__lora_job *)ctx;
     int64_t all = (int64_t)j->n * j->lo->r, e = all * part / n_parts, e1 = all * (part + 1) / n_parts;
     for (; e < e1; e++) {
         int t = (int)(e / j->lo->r), r = (int)(e % j->lo->r);
-        j->u[e] = g4__dot(j->x + (size_t)t * (size_t)j->lo->in, j->lo->A + (size_t)r * (size_t)j->lo->in, j->lo->in);
+        const float *xt = j->x + (size_t)t * (size_t)j->lo->in, *a = j->lo->A + (size_t)r * (size_t)j->lo->in;
+        /* bf16 (lora_bf16): lora_A is a bf16 nn.Linear: torch's bf16 order, the output rounded */
+        j->u[e] = j->bf16 ? g4__bf16_round(g4__dot_torch_rb(xt, a, j->lo->in)) : g4__dot(xt, a, j->lo->in);
     }
+}
+
+/* the adapter cast to bf16 (lora_bf16), for o in [o0, o1): lora_B as a bf16
+   nn.Linear (B rounded, torch's order, rounded), times scaling (a float32
+   product, rounded), added to the bf16 base output (rounded by the caller) */
+static void g4__lora_add_bf16(float *y, const float *u, const g4_lora *lo, int n, int o0, int o1) {
+    int t, o;
+    for (t = 0; t < n; t++)
+        for (o = o0; o < o1; o++) {
+            float *yo = y + (size_t)t * (size_t)lo->out + (size_t)o;
+            float v = g4__bf16_round(g4__dot_torch_rb(u + (size_t)t * (size_t)lo->r, lo->B + (size_t)o * (size_t)lo->r, lo->r));
+            *yo = g4__bf16_round(*yo) + g4__bf16_round(v * lo->scale);
+        }
 }
 
 /* y[t][o] = (bf16 ? bf16(y) : y) + (sum_j B[o][j] u[t][j]) * scale for o in
@@ -4619,7 +4653,7 @@ static void g4__lora_add(float *y, const float *u, const g4_lora *lo, int n, int
    (g4__act). */
 typedef struct {
     float *y; const float *x; const uint16_t *xb; const g4_tensor *w; float *pack; const float *lu;
-    int n, bf16dot, torch, bf16, bf16mode;
+    int n, bf16dot, torch, bf16, bf16mode, lora_bf16;
 } g4__mm_job;
 
 static void g4__matmul_part(void *ctx, int part, int n_parts) {
@@ -4640,7 +4674,8 @@ static void g4__matmul_part(void *ctx, int part, int n_parts) {
 #endif
     if (j->torch) g4__matmul_torch(j->y, j->x, j->w, j->n, o0, o1);
     else g4__matmul_rows(j->y, j->x, j->w, j->n, o0, o1, j->pack + (size_t)part * G4__PACK_THREAD);
-    if (j->w->lora) g4__lora_add(j->y, j->lu, j->w->lora, j->n, o0, o1, j->bf16mode);
+    if (j->w->lora && j->lora_bf16) g4__lora_add_bf16(j->y, j->lu, j->w->lora, j->n, o0, o1);
+    else if (j->w->lora) g4__lora_add(j->y, j->lu, j->w->lora, j->n, o0, o1, j->bf16mode);
     if (j->bf16)
         for (t = 0; t < j->n; t++) g4__bf16_round_range(j->y + (size_t)t * (size_t)out, (size_t)o0, (size_t)o1);
 }
@@ -4652,6 +4687,7 @@ static void g4__matmul_cast(const g4_session *s, float *y, const float *x, const
     j.xb = s->xbf;
     j.lu = s->lora_u;
     j.bf16mode = s->cfg.bf16;
+    j.lora_bf16 = s->cfg.bf16 && s->cfg.lora_bf16;
     j.pack = s->pack;
     j.bf16dot = G4__BF16DOT && s->cfg.bf16 && w->dtype == G4_BF16;
     j.torch = !j.bf16dot && s->cfg.bf16 && w->dtype == G4_BF16; /* torch's summation order */
@@ -4661,7 +4697,7 @@ static void g4__matmul_cast(const g4_session *s, float *y, const float *x, const
 #endif
     if (w->lora) { /* the adapter's A x first (>>adapter) */
         g4__lora_job lj;
-        lj.u = s->lora_u; lj.x = x; lj.lo = w->lora; lj.n = n;
+        lj.u = s->lora_u; lj.x = x; lj.lo = w->lora; lj.n = n; lj.bf16 = j.lora_bf16;
         if ((int64_t)w->lora->r * w->lora->in * n < 8 * (int64_t)G4_PARALLEL_MIN) g4__lora_u_part(&lj, 0, 1);
         else g4__parallel(s->cfg.pool, g4__lora_u_part, &lj);
     }
@@ -5047,6 +5083,29 @@ static void g4__attend(float *out, const float *q, const g4_kv_slot *sl, int kvh
     }
 }
 
+/* g4__dot_torch with b's values rounded to bf16 first (a LoRA adapter cast to
+   bf16: its float32 A and B as torch's .to(bfloat16) leaves them) */
+G4__HD static float g4__dot_torch_rb(const float *a, const float *b, int n) {
+    float acc[8][8], tail[8], sum;
+    int la = n & ~63, lv = n & ~15, i, r, l;
+    memset(acc, 0, sizeof acc);
+    memset(tail, 0, sizeof tail);
+    for (i = 0; i < la; i += 64)
+        for (r = 0; r < 8; r++)
+            for (l = 0; l < 8; l++) acc[r][l] += a[i + 8 * r + l] * g4__bf16_round(b[i + 8 * r + l]);
+    for (r = 0; r < 4; r++) for (l = 0; l < 8; l++) acc[r][l] += acc[r + 4][l];
+    for (r = 0; r < 2; r++) for (l = 0; l < 8; l++) acc[r][l] += acc[r + 2][l];
+    for (l = 0; l < 8; l++) acc[0][l] += acc[1][l];
+    sum = g4__hsum8(acc[0]);
+    for (i = la; i < lv; i += 16) {
+        for (l = 0; l < 8; l++) tail[l] += a[i + l] * g4__bf16_round(b[i + l]);
+        for (l = 0; l < 8; l++) tail[l] += a[i + 8 + l] * g4__bf16_round(b[i + 8 + l]);
+    }
+    sum += g4__hsum8(tail);
+    for (i = lv; i < n; i++) sum += a[i] * g4__bf16_round(b[i]);
+    return sum;
+}
+
 /* torch's dot product of two float rows of bf16 values: g4__matmul_torch_ref's
    order (ATen's dot_with_fp32_arith, AVX2) */
 G4__HD static float g4__dot_torch(const float *a, const float *b, int n) {
@@ -5252,6 +5311,10 @@ static g4_result g4__check_session_config(const g4_model *m, const g4_session_co
     if (!m || !cfg || !m->w.layers) { g4__seterr(err, "NULL or unloaded model / config"); return G4_ERR_INPUT; }
     if (cfg->max_context < 1) { g4__seterr(err, "session max_context must be >= 1 (got %d)", cfg->max_context); return G4_ERR_INPUT; }
     if (cfg->max_chunk < 0) { g4__seterr(err, "session max_chunk must be >= 0 (got %d)", cfg->max_chunk); return G4_ERR_INPUT; }
+    if (cfg->lora_bf16 && (!cfg->bf16 || !m->lora)) {
+        g4__seterr(err, "session lora_bf16 needs bf16 and a model with a LoRA adapter");
+        return G4_ERR_INPUT;
+    }
     return G4_OK;
 }
 
@@ -12511,25 +12574,17 @@ out:
     return r;
 }
 
-G4__DEF g4_result g4_template_encode(const g4_template *t, const g4_tokenizer *tok, const char *chat_json,
-                                     size_t len, const g4_template_options *o, int32_t **ids, size_t *n_ids,
-                                     char *err) {
-    char *text = NULL;
-    size_t tl = 0, cap;
+/* text[0..tl) encoded as apply_chat_template(..., tokenize=True) does: without the post-processor (no
+   second <bos>). *ids: G4_MALLOC'd. */
+static g4_result g4__template_tokenize(const g4_template *t, const g4_tokenizer *tok, const char *text, size_t tl,
+                                       int32_t **ids, size_t *n_ids, char *err) {
+    size_t cap = g4_tokenize_max(tok, tl);
     g4_result r;
-    if (ids) *ids = NULL;
-    if (n_ids) *n_ids = 0;
-    if (!err && t) err = ((g4_template *)(uintptr_t)t)->error;
-    if (!tok || !ids || !n_ids) { if (err) g4__seterr(err, "g4_template_encode: NULL argument"); return G4_ERR_INPUT; }
-    if ((r = g4_template_render(t, chat_json, len, o, &text, &tl, err)) != G4_OK) return r;
-    cap = g4_tokenize_max(tok, tl);
     if (!(*ids = (int32_t *)G4_MALLOC((cap ? cap : 1) * sizeof(int32_t)))) {
-        G4_FREE(text);
         g4__seterr(err, "%s: out of memory", t->name);
         return G4_ERR_NOMEM;
     }
     r = g4_tokenize(tok, text, tl, 0, *ids, cap, n_ids); /* add_special_tokens=False: no second <bos> */
-    G4_FREE(text);
     if (r != G4_OK) {
         G4_FREE(*ids);
         *ids = NULL;
@@ -12537,6 +12592,48 @@ G4__DEF g4_result g4_template_encode(const g4_template *t, const g4_tokenizer *t
         g4__seterr(err, "%s: tokenizing the rendered text failed (%s)", t->name, g4_result_str(r));
     }
     return r;
+}
+
+/* encode (cont 0) or continue (cont 1) */
+static g4_result g4__template_encode(const g4_template *t, const g4_tokenizer *tok, const char *chat_json, size_t len,
+                                     const g4_template_options *o, int32_t **ids, size_t *n_ids, char *err, int cont,
+                                     const char *fn) {
+    char *text = NULL;
+    const char *from, *p;
+    size_t tl = 0, mark = strlen(G4_TEMPLATE_ANSWER);
+    g4_result r;
+    if (ids) *ids = NULL;
+    if (n_ids) *n_ids = 0;
+    if (!err && t) err = ((g4_template *)(uintptr_t)t)->error;
+    if (!tok || !ids || !n_ids) { if (err) g4__seterr(err, "%s: NULL argument", fn); return G4_ERR_INPUT; }
+    if ((r = g4_template_render(t, chat_json, len, o, &text, &tl, err)) != G4_OK) return r;
+    from = text;
+    if (cont) { /* after the last marker (the rendered text may hold NULs: search it all) */
+        from = NULL;
+        for (p = text; (size_t)(p - text) + mark <= tl; p++)
+            if (memcmp(p, G4_TEMPLATE_ANSWER, mark) == 0) from = p + mark;
+        if (!from) {
+            G4_FREE(text);
+            g4__seterr(err, "%s: the rendered conversation holds no model answer (G4_TEMPLATE_ANSWER): the template does "
+                       "not write the model's answers, or the conversation has none; it cannot be continued", t->name);
+            return G4_ERR_INPUT;
+        }
+    }
+    r = g4__template_tokenize(t, tok, from, tl - (size_t)(from - text), ids, n_ids, err);
+    G4_FREE(text);
+    return r;
+}
+
+G4__DEF g4_result g4_template_encode(const g4_template *t, const g4_tokenizer *tok, const char *chat_json,
+                                     size_t len, const g4_template_options *o, int32_t **ids, size_t *n_ids,
+                                     char *err) {
+    return g4__template_encode(t, tok, chat_json, len, o, ids, n_ids, err, 0, "g4_template_encode");
+}
+
+G4__DEF g4_result g4_template_continue(const g4_template *t, const g4_tokenizer *tok, const char *chat_json,
+                                       size_t len, const g4_template_options *o, int32_t **ids, size_t *n_ids,
+                                       char *err) {
+    return g4__template_encode(t, tok, chat_json, len, o, ids, n_ids, err, 1, "g4_template_continue");
 }
 
 /* ----------------------------------------------------- sampler >>sampler */

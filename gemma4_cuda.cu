@@ -772,14 +772,16 @@ static g4_result g4c__step(g4_cuda_session *s, const int32_t *ids, int n, float 
      G4F_TOKENS tokens): the slices' sums land in d_part and
      g4f_splitk_sum adds them in slice order, so the result does not depend
      on which block ran first. These are CUDA-core kernels: no tensor cores.
-   - Attention (g4f_attention): flash-decoding. One block per (token, KV head,
-     KV split) serves all the query heads of that KV head, so each key and
-     value row is read once for the group; the keys go by in tiles of G4F_KEYS
+   - Attention (g4f_attention): flash attention with FlashAttention-2's
+     tiling on CUDA cores. One block per (query tile, KV head, KV split)
+     serves all the query heads of that KV head for the tile's tokens (a
+     prefill tile: up to G4F_ROWS rows; a decode step: one token), so each
+     key and value row is read once per tile; the keys go by in tiles of G4F_KEYS
      with an online softmax (running max, rescaled sum); each split writes
      (max, sum, unnormalised output) to d_part and g4f_attn_combine merges the
      splits in split order. No [chunk x heads x context] score buffer. A
      decode step (one token) splits its keys into G4F_KV_SPLIT-key pieces (at
-     most G4F_MAX_KV_SPLIT); a prefill chunk uses one split per token.
+     most G4F_MAX_KV_SPLIT: flash-decoding); a prefill chunk uses one split.
    - In the bf16 mode (cfg.bf16 at init) the K/V cache is bf16: the values
      are bf16 already there (k_norm, RoPE and v_norm round to it), so this
      loses nothing and halves the cache's traffic. In float32 it stays float32.
@@ -1216,12 +1218,15 @@ __global__ void g4f_norm_rope(float *x, const void *w, int dt, const float *inv_
     if (slot >= 0 && blockIdx.x == 0 && threadIdx.x == 0) slots[slot].n_pos = pos0 + rows / heads;
 }
 
-/* Flash attention over the table: block (t, KV head g, split sp) takes the
-   query heads g*group .. of token t and the split's share of its keys, in
-   tiles of G4F_KEYS: scores (a warp per key, the lanes over d, every head of
-   the group from one read of the key), then per head (thread h)
+/* Flash attention over the table, FlashAttention-2's tiling on CUDA cores:
+   block (query tile, KV head g, split sp) takes bq tokens of the chunk (a
+   prefill tile; 1 for a decode step) with all the query heads of KV head g,
+   R = bq * group rows, and the split's share of their keys, in tiles of
+   G4F_KEYS. Each key row is read once for the whole tile: a warp per key,
+   the lanes over d, the rows 8 at a time. Causality and the sliding window
+   mask per row (a masked score is -inf). Then per row (thread rr):
      pass G4F_ONLINE: the online softmax, running max m and sum l, and
-       acc[h][d] = acc * exp(m_old - m) + sum_j p_j v_j[d]; writes (m, l,
+       acc[rr][d] = acc * exp(m_old - m) + sum_j p_j v_j[d]; writes (m, l,
        acc[D]) per (t, head, split) to part for g4f_attn_combine;
      pass G4F_STATS: only (m, l), to part, for g4f_attn_stats;
      pass G4F_FIXED (the bf16 mode's second pass): the final max M and 1/L
@@ -1230,20 +1235,25 @@ __global__ void g4f_norm_rope(float *x, const void *w, int dt, const float *inv_
        (M, 1, acc) for g4f_attn_combine.
    The bf16 mode runs STATS then FIXED (the keys are read twice), so its
    probabilities round where the exact mode's do; float32 runs ONLINE. The
-   device's table checks as g4c_attention's (status). */
+   device's table checks as g4c_attention's (status). Tensor cores are not
+   used here (a score is a float32 dot product of lanes). */
 enum { G4F_ONLINE = 0, G4F_STATS = 1, G4F_FIXED = 2 };
+#define G4F_ROWS 64 /* attention: most query rows (tokens x heads of a group) per block */
+static_assert(G4F_ROWS <= G4F_THREADS, "a thread per attention row");
 
 __global__ void g4f_attention(float *part, const float *stats, const float *q, const g4_kv_slot *slots, int slot, int n,
-                              int NH, int KVH, int D, int pos0, int window, int splits, int layer, int *status, int kvbf,
-                              int bf, int pass) {
-    __shared__ float qs[G4F_QMAX], acc[G4F_QMAX], sc[G4F_GROUP][G4F_KEYS], ms[G4F_GROUP], ls[G4F_GROUP], al[G4F_GROUP];
+                              int NH, int KVH, int D, int pos0, int window, int splits, int bq, int layer, int *status,
+                              int kvbf, int bf, int pass) {
+    __shared__ float qs[G4F_QMAX], acc[G4F_QMAX], sc[G4F_ROWS][G4F_KEYS], ms[G4F_ROWS], ls[G4F_ROWS], al[G4F_ROWS];
     int tid = (int)threadIdx.x, lane = tid % 32, warp = tid / 32, nwarp = (int)blockDim.x / 32, group = NH / KVH;
+    int tiles = (n + bq - 1) / bq;
     g4_kv_slot sl = slots[slot];
     size_t stride = (size_t)sl.kv_heads * sl.head_dim;
-    G4C_ROWS(r, n * KVH * splits) {
-        int t = r / (KVH * splits), g = r / splits % KVH, sp = r % splits, p = pos0 + t;
-        int lo = window && p - window + 1 > 0 ? p - window + 1 : 0, cnt = p - lo + 1, per = (cnt + splits - 1) / splits;
-        int k0 = lo + sp * per, k1 = k0 + per < p + 1 ? k0 + per : p + 1;
+    G4C_ROWS(r, tiles * KVH * splits) {
+        int t0 = r / (KVH * splits) * bq, g = r / splits % KVH, sp = r % splits;
+        int nt = n - t0 < bq ? n - t0 : bq, R = nt * group, pf = pos0 + t0, pl = pf + nt - 1;
+        int lo = window && pf - window + 1 > 0 ? pf - window + 1 : 0, cnt = pl - lo + 1, per = (cnt + splits - 1) / splits;
+        int k0 = lo + sp * per, k1 = k0 + per < pl + 1 ? k0 + per : pl + 1;
         if (sl.n_pos != pos0 + n || sl.head_dim != D || sl.kv_heads != KVH) {
             if (tid == 0) *status = 16 * (layer + 1) + 1;
             continue;
@@ -1252,12 +1262,12 @@ __global__ void g4f_attention(float *part, const float *stats, const float *q, c
             if (tid == 0) *status = 16 * (layer + 1) + 2;
             continue;
         }
-        for (int i = tid; i < group * D; i += (int)blockDim.x) {
-            qs[i] = q[((size_t)t * NH + (size_t)g * group) * D + i];
+        for (int i = tid; i < R * D; i += (int)blockDim.x) { /* rows in (token, head) order: contiguous in q */
+            qs[i] = q[((size_t)t0 * NH + (size_t)g * group) * D + (size_t)(i / (group * D)) * NH * D + i % (group * D)];
             acc[i] = 0.0f;
         }
-        if (tid < group) {
-            const float *st = stats + ((size_t)t * NH + (size_t)g * group + tid) * 2;
+        if (tid < R) {
+            const float *st = stats + ((size_t)(t0 + tid / group) * NH + (size_t)g * group + tid % group) * 2;
             ms[tid] = pass == G4F_FIXED ? st[0] : -INFINITY;
             ls[tid] = pass == G4F_FIXED ? st[1] : 0.0f; /* FIXED: 1/L */
             al[tid] = 1.0f;
@@ -1268,40 +1278,47 @@ __global__ void g4f_attention(float *part, const float *stats, const float *q, c
             for (int j = warp; j < nk; j += nwarp) { /* j is the warp's: the shuffles stay converged */
                 const float *key = sl.k;
                 size_t base = (size_t)((kt + j) % sl.capacity) * stride + (size_t)g * D;
-                float dot[G4F_GROUP];
-                for (int h = 0; h < G4F_GROUP; h++) dot[h] = 0.0f;
-                for (int d0 = lane * 8; d0 < D; d0 += 256) { /* 8 elements: one 16-byte load (bf16) or two */
-                    float kf[8];
-                    if (kvbf) {
-                        uint4 raw[2] = {*(const uint4 *)(const void *)((const uint16_t *)(const void *)key + base + d0),
-                                        make_uint4(0u, 0u, 0u, 0u)};
-                        g4f__unpack8(kf, raw, G4_BF16);
-                    } else {
-                        const float4 *kp = (const float4 *)(const void *)(key + base + d0);
-                        float4 a = kp[0], b = kp[1];
-                        kf[0] = a.x; kf[1] = a.y; kf[2] = a.z; kf[3] = a.w;
-                        kf[4] = b.x; kf[5] = b.y; kf[6] = b.z; kf[7] = b.w;
+                int kp = kt + j;
+                for (int c0 = 0; c0 < R; c0 += G4F_GROUP) { /* 8 rows at a time; R is the block's */
+                    float dot[G4F_GROUP];
+                    G4F_UNROLL_LOOP
+                    for (int h = 0; h < G4F_GROUP; h++) dot[h] = 0.0f;
+                    for (int d0 = lane * 8; d0 < D; d0 += 256) { /* 8 elements: one 16-byte load (bf16) or two */
+                        float kf[8];
+                        if (kvbf) {
+                            uint4 raw[2] = {*(const uint4 *)(const void *)((const uint16_t *)(const void *)key + base + d0),
+                                            make_uint4(0u, 0u, 0u, 0u)};
+                            g4f__unpack8(kf, raw, G4_BF16);
+                        } else {
+                            const float4 *kp4 = (const float4 *)(const void *)(key + base + d0);
+                            float4 a = kp4[0], b = kp4[1];
+                            kf[0] = a.x; kf[1] = a.y; kf[2] = a.z; kf[3] = a.w;
+                            kf[4] = b.x; kf[5] = b.y; kf[6] = b.z; kf[7] = b.w;
+                        }
+                        G4F_UNROLL_LOOP
+                        for (int h = 0; h < G4F_GROUP; h++)
+                            if (c0 + h < R)
+                                for (int e = 0; e < 8; e++) dot[h] = __fmaf_rn(qs[(c0 + h) * D + d0 + e], kf[e], dot[h]);
                     }
                     G4F_UNROLL_LOOP
                     for (int h = 0; h < G4F_GROUP; h++)
-                        if (h < group)
-                            for (int e = 0; e < 8; e++) dot[h] = __fmaf_rn(qs[h * D + d0 + e], kf[e], dot[h]);
+                        if (c0 + h < R) { /* R is the block's: the shuffles stay converged */
+                            float v = g4f__warp_sum(dot[h]);
+                            int p = pf + (c0 + h) / group, lo_r = window && p - window + 1 > 0 ? p - window + 1 : 0;
+                            if (lane == 0) sc[c0 + h][j] = kp >= lo_r && kp <= p ? g4__act(v, bf) : -INFINITY;
+                        }
                 }
-                G4F_UNROLL_LOOP
-                for (int h = 0; h < G4F_GROUP; h++)
-                    if (h < group) { /* group is the block's: the shuffles stay converged */
-                        float v = g4f__warp_sum(dot[h]);
-                        if (lane == 0) sc[h][j] = g4__act(v, bf);
-                    }
             }
             __syncthreads();
-            if (tid < group && pass == G4F_FIXED) { /* the final probabilities, rounded as the exact mode's */
-                for (int j = 0; j < nk; j++) sc[tid][j] = g4__act(__fmul_rn(expf(__fsub_rn(sc[tid][j], ms[tid])), ls[tid]), bf);
-            } else if (tid < group) { /* the online softmax of head tid over this tile */
+            if (tid < R && pass == G4F_FIXED) { /* the final probabilities, rounded as the exact mode's */
+                for (int j = 0; j < nk; j++)
+                    sc[tid][j] = sc[tid][j] == -INFINITY ? 0.0f
+                                                         : g4__act(__fmul_rn(expf(__fsub_rn(sc[tid][j], ms[tid])), ls[tid]), bf);
+            } else if (tid < R) { /* the online softmax of row tid over this tile */
                 float m = ms[tid], mx = m, sum = 0.0f, a;
                 for (int j = 0; j < nk; j++) mx = sc[tid][j] > mx ? sc[tid][j] : mx;
                 for (int j = 0; j < nk; j++) {
-                    float e = expf(__fsub_rn(sc[tid][j], mx));
+                    float e = sc[tid][j] == -INFINITY ? 0.0f : expf(__fsub_rn(sc[tid][j], mx));
                     sc[tid][j] = e;
                     sum = __fadd_rn(sum, e);
                 }
@@ -1312,21 +1329,21 @@ __global__ void g4f_attention(float *part, const float *stats, const float *q, c
             }
             __syncthreads();
             if (pass != G4F_STATS)
-                for (int i = tid; i < group * D; i += (int)blockDim.x) {
-                    int h = i / D, d = i % D;
-                    float a = __fmul_rn(acc[i], al[h]);
+                for (int i = tid; i < R * D; i += (int)blockDim.x) {
+                    int rr = i / D, d = i % D;
+                    float a = __fmul_rn(acc[i], al[rr]);
                     for (int j = 0; j < nk; j++)
-                        a = __fmaf_rn(sc[h][j], g4f__kv(sl.v, kvbf, (size_t)((kt + j) % sl.capacity) * stride + (size_t)g * D + d), a);
+                        a = __fmaf_rn(sc[rr][j], g4f__kv(sl.v, kvbf, (size_t)((kt + j) % sl.capacity) * stride + (size_t)g * D + d), a);
                     acc[i] = a;
                 }
             __syncthreads();
         }
-        for (int i = tid; i < group * D; i += (int)blockDim.x) {
-            int h = i / D, d = i % D;
-            float *pr = part + (((size_t)t * NH + (size_t)g * group + h) * splits + sp) * (size_t)(D + 2);
+        for (int i = tid; i < R * D; i += (int)blockDim.x) {
+            int rr = i / D, d = i % D;
+            float *pr = part + (((size_t)(t0 + rr / group) * NH + (size_t)g * group + rr % group) * splits + sp) * (size_t)(D + 2);
             if (d == 0) {
-                pr[0] = ms[h];
-                pr[1] = pass == G4F_FIXED ? 1.0f : ls[h];
+                pr[0] = ms[rr];
+                pr[1] = pass == G4F_FIXED ? 1.0f : ls[rr];
             }
             if (pass != G4F_STATS) pr[2 + d] = acc[i];
         }
@@ -1465,7 +1482,12 @@ static g4_result g4f__attention(g4_cuda_session *s, int l, int n) {
     int NH = m->config.num_attention_heads, D = lp->head_dim, KVH = lp->kv_heads, pos0 = s->pos, slot, bf = s->cfg.bf16;
     int window = lp->type == G4_SLIDING ? m->config.sliding_window : 0, last = pos0 + n - 1;
     int lo = window && last - window + 1 > 0 ? last - window + 1 : 0, splits = g4f__kv_splits(n, last - lo + 1);
+    int group = NH / KVH, bq = G4F_ROWS / group, tiles;
     unsigned wgrid;
+    if (bq > G4F_QMAX / (group * D)) bq = G4F_QMAX / (group * D); /* the tile's queries fit the block */
+    if (bq > n) bq = n;
+    if (bq < 1) bq = 1;
+    tiles = (n + bq - 1) / bq;
 
     /* queries: q_proj, then q_norm and RoPE in one pass */
     G4C_TRY(g4f__linear(s, s->d_q, s->d_xn, &lw->q_proj, NULL, n, G4F_PLAIN, 0.0f));
@@ -1505,14 +1527,14 @@ static g4_result g4f__attention(g4_cuda_session *s, int l, int n) {
     }
     if (s->cfg.tap) G4C_TRY(g4f__tap_kv(s, l, slot, n, pos0, KVH * D));
     if (bf) { /* the probabilities rounded as the bf16-faithful mode's: the max and sum first */
-        G4C_RUN(s->error, g4f_attention, g4c__grid((size_t)n * KVH * splits, 1), G4F_THREADS, s->d_part,
-                (const float *)s->d_stats, s->d_q, s->d_slots, slot, n, NH, KVH, D, pos0, window, splits, l, s->d_status,
-                s->kv_bf16, bf, (int)G4F_STATS);
+        G4C_RUN(s->error, g4f_attention, g4c__grid((size_t)tiles * KVH * splits, 1), G4F_THREADS, s->d_part,
+                (const float *)s->d_stats, s->d_q, s->d_slots, slot, n, NH, KVH, D, pos0, window, splits, bq, l,
+                s->d_status, s->kv_bf16, bf, (int)G4F_STATS);
         G4C_RUN(s->error, g4f_attn_stats, g4c__grid((size_t)n * NH, G4F_THREADS), G4F_THREADS, s->d_stats, s->d_part,
                 n * NH, D, splits);
     }
-    G4C_RUN(s->error, g4f_attention, g4c__grid((size_t)n * KVH * splits, 1), G4F_THREADS, s->d_part,
-            (const float *)s->d_stats, s->d_q, s->d_slots, slot, n, NH, KVH, D, pos0, window, splits, l, s->d_status,
+    G4C_RUN(s->error, g4f_attention, g4c__grid((size_t)tiles * KVH * splits, 1), G4F_THREADS, s->d_part,
+            (const float *)s->d_stats, s->d_q, s->d_slots, slot, n, NH, KVH, D, pos0, window, splits, bq, l, s->d_status,
             s->kv_bf16, bf, bf ? (int)G4F_FIXED : (int)G4F_ONLINE);
     G4C_RUN(s->error, g4f_attn_combine, g4c__grid((size_t)n * NH * D, G4F_THREADS), G4F_THREADS, s->d_att, s->d_part,
             n * NH, D, splits, bf, bf);

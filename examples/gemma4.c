@@ -41,6 +41,7 @@ static int parse_ids(const char *s, int32_t **out);
 /* --adapter DIR (logits, greedy, generate, chat, compare, grad, info, bench): main()
    takes it out of argv; every command loads its model through load_model. */
 static const char *adapter_dir;
+static int adapter_bf16; /* --adapter-bf16: the adapter cast to bf16 too (g4_session_config.lora_bf16) */
 
 /* g4_model_load, then the LoRA adapter if one was given; 0 or 1 (printed) */
 static int load_model(g4_model *m, const char *dir) {
@@ -139,6 +140,7 @@ static int open_session(const char *dir, int n, int chunk, int bf16, g4_model *m
     if (load_model(m, dir)) return 1;
     sc.max_context = n;
     sc.bf16 = bf16;
+    sc.lora_bf16 = adapter_bf16;
     if (chunk > 0) sc.max_chunk = chunk;
     if (g4_session_create(s, m, &sc) != G4_OK) {
         fprintf(stderr, "gemma4: %s\n", s->error);
@@ -235,6 +237,7 @@ static int cmd_compare(int argc, char **argv) {
     if (g4cmp_open(&c, dump) != G4_OK) { fprintf(stderr, "gemma4: %s\n", c.error); g4cmp_close(&c); return 1; }
     if (load_model(&m, dir)) { g4cmp_close(&c); return 1; }
     sc.bf16 = bf16 >= 0 ? bf16 : c.bf16;
+    sc.lora_bf16 = adapter_bf16;
     if (tol != tol) { g4cmp_close(&c); g4_model_free(&m); return usage(argv[1]); }
     if (tol < 0) tol = sc.bf16 ? G4CMP_TOL_BF16 : G4CMP_TOL_F32;
     sc.max_context = c.n_ids;
@@ -473,11 +476,8 @@ static void tb_json(textbuf *b, const char *s) { /* s as a JSON string literal *
     tb_str(b, "\"");
 }
 
-/* The model's answers in the conversations chat renders: a marker, because only
-   the template's text after the last answer is fed (see cmd_chat). */
-#define ANSWER_MARK "\x1bg4-answer\x1b"
-
-/* {"messages": [system?, user 0, answer, user 1, ..., answer, user n-1]} */
+/* {"messages": [system?, user 0, answer, user 1, ..., answer, user n-1]}; the answers, fed already, are
+   G4_TEMPLATE_ANSWER (see g4_template_continue) */
 static char *chat_json(const gen_opts *o, char **users, int n_users, size_t *len) {
     textbuf b;
     int i;
@@ -485,7 +485,7 @@ static char *chat_json(const gen_opts *o, char **users, int n_users, size_t *len
     tb_str(&b, "{\"messages\": [");
     if (o->system) { tb_str(&b, "{\"role\": \"system\", \"content\": "); tb_json(&b, o->system); tb_str(&b, "}, "); }
     for (i = 0; i < n_users; i++) {
-        if (i) { tb_str(&b, "{\"role\": \"assistant\", \"content\": "); tb_json(&b, ANSWER_MARK); tb_str(&b, "}, "); }
+        if (i) { tb_str(&b, "{\"role\": \"assistant\", \"content\": "); tb_json(&b, G4_TEMPLATE_ANSWER); tb_str(&b, "}, "); }
         tb_str(&b, "{\"role\": \"user\", \"content\": ");
         tb_json(&b, users[i]);
         tb_str(&b, i + 1 < n_users ? "}, " : "}");
@@ -503,36 +503,19 @@ static char *chat_json(const gen_opts *o, char **users, int n_users, size_t *len
 static int32_t *template_prompt(const g4_template *tpl, const g4_tokenizer *t, const gen_opts *o, char **users,
                                 int n_users, int first, size_t *n) {
     g4_template_options to = g4_template_options_init();
-    size_t len, tl, cap;
-    char *json = chat_json(o, users, n_users, &len), *text = NULL, err[G4_ERROR_MAX];
+    size_t len;
+    char *json = chat_json(o, users, n_users, &len), err[G4_ERROR_MAX];
     int32_t *ids = NULL, *tids = NULL;
-    const char *tail, *p;
+    g4_result r;
     if (!json) return NULL;
     to.enable_thinking = o->think;
-    if (first) {
-        if (g4_template_encode(tpl, t, json, len, &to, &tids, n, err) != G4_OK) print_error(err);
-        else if ((ids = (int32_t *)malloc(sizeof(int32_t) * (*n ? *n : 1)))) memcpy(ids, tids, sizeof(int32_t) * *n);
-        g4_template_free_output(tids);
-        free(json);
-        return ids;
-    }
-    if (g4_template_render(tpl, json, len, &to, &text, &tl, err) != G4_OK) { print_error(err); free(json); return NULL; }
+    r = first ? g4_template_encode(tpl, t, json, len, &to, &tids, n, err)
+              : g4_template_continue(tpl, t, json, len, &to, &tids, n, err);
+    if (r != G4_OK) print_error(err);
+    else if ((ids = (int32_t *)malloc(sizeof(int32_t) * (*n ? *n : 1)))) memcpy(ids, tids, sizeof(int32_t) * *n);
+    else fprintf(stderr, "gemma4: out of memory\n");
+    g4_template_free_output(tids);
     free(json);
-    for (tail = NULL, p = text; (p = strstr(p, ANSWER_MARK)) != NULL; p++) tail = p;
-    if (!tail) {
-        fprintf(stderr, "gemma4: the chat template does not write the model's answers; cannot continue the conversation\n");
-        g4_template_free_output(text);
-        return NULL;
-    }
-    tail += strlen(ANSWER_MARK);
-    cap = g4_tokenize_max(t, strlen(tail));
-    if ((ids = (int32_t *)malloc(sizeof(int32_t) * (cap ? cap : 1))) &&
-        g4_tokenize(t, tail, strlen(tail), 0, ids, cap, n) != G4_OK) {
-        fprintf(stderr, "gemma4: cannot encode the prompt\n");
-        free(ids);
-        ids = NULL;
-    }
-    g4_template_free_output(text);
     return ids;
 }
 
@@ -549,6 +532,7 @@ static int gen_open(gen_ctx *g, const char *dir, const gen_opts *o, int max_cont
     g->loaded_m = 1;
     sc.max_context = o->ctx ? o->ctx : max_context;
     sc.bf16 = o->bf16;
+    sc.lora_bf16 = adapter_bf16;
     if (o->drafter && sc.max_chunk < o->draft_tokens + 2) sc.max_chunk = o->draft_tokens + 2;
     if (g4_session_create(&g->s, &g->m, &sc) != G4_OK) { fprintf(stderr, "gemma4: %s\n", g->s.error); return 1; }
     if (o->drafter) {
@@ -1046,7 +1030,8 @@ static int usage(const char *command) {
         fputc('\n', stderr);
         first = 0;
     }
-    if (!command) fprintf(stderr, "logits, greedy, generate, chat, compare, grad, info and bench take --adapter DIR: a PEFT LoRA adapter\n");
+    if (!command) fprintf(stderr, "logits, greedy, generate, chat, compare, grad, info and bench take --adapter DIR: a PEFT LoRA adapter\n"
+                          "(with --bf16, --adapter-bf16 runs it as PEFT runs an adapter cast to bf16 itself)\n");
     return first && command ? usage(NULL) : 1;
 }
 
@@ -1066,6 +1051,12 @@ int main(int argc, char **argv) {
             adapter_dir = argv[k + 1];
             for (j = k; j + 2 < argc; j++) argv[j] = argv[j + 2];
             argc -= 2;
+            k--;
+        } else if (strcmp(argv[k], "--adapter-bf16") == 0) { /* (checked by the session: needs --adapter and bf16) */
+            int j;
+            adapter_bf16 = 1;
+            for (j = k; j + 1 < argc; j++) argv[j] = argv[j + 1];
+            argc -= 1;
             k--;
         }
     for (k = 0; k < N_COMMANDS; k++)
