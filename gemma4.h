@@ -350,6 +350,7 @@ struct g4_lora {
     int r, in, out;          /* A [r, in], B [out, r] */
     float alpha, scale;      /* scale = alpha / r, or alpha / sqrt(r) with use_rslora */
     float *A, *B;            /* float32, owned by the model */
+    float *Bt;               /* B transposed, [r, out] (the forward's kernel reads it) */
     const g4_tensor *base;   /* the weight it adds to */
 };
 
@@ -2649,7 +2650,7 @@ G4__DEF g4_result g4_model_load(g4_model *m, const char *dir) {
    adapter_model.safetensors, bound to the model's nn.Linear modules as peft
    binds them (peft 0.21: tuners_utils.py check_target_module_exists,
    lora/model.py _create_and_replace, utils/other.py get_pattern_key). The
-   forward's part is g4__lora_forward (>>kernels), called by g4__matmul for a
+   forward's part is g4__lora_u_part + g4__lora_add (>>threads; g4__lora_forward in >>kernels is their scalar reference), run by g4__matmul for a
    weight whose g4_tensor.lora is set; the backward's is g4__linear_backward.
    target_modules (as a string), exclude_modules (as a string),
    layers_pattern, rank_pattern and alpha_pattern are Python regular
@@ -2836,31 +2837,38 @@ static g4__refrag g4__re_atom(g4__re *r, int depth) {
     return g4__re_one(r, G4__RE_SET, set);
 }
 
-/* {m}, {m,}, {m,n}, {,n} at r->p: 1 and the bounds (max -1: none), or 0 (then '{' is a literal, as in Python) */
-static int g4__re_braces(const char *p, const char *end, int *mn, int *mx, const char **after) {
-    int a = 0, b = -1, da = 0, db = 0;
+/* {m}, {m,}, {m,n}, {,n} at p: 1 and the bounds (max -1: none); 0 when it
+   is no repeat (then '{' is a literal, as in Python); -1 (*bad set) when it
+   is one this engine refuses: min over max (Python's error too) or a count
+   over 1000 (Python repeats; here it would cost a state per copy) */
+static int g4__re_braces(const char *p, const char *end, int *mn, int *mx, const char **after, const char **bad) {
+    long a = 0, b = -1;
+    int da = 0, db = 0;
     if (p >= end || *p != '{') return 0;
-    for (p++; p < end && g4__isdigit(*p); p++, da++) if ((a = a * 10 + (*p - '0')) > 1000) return 0;
+    for (p++; p < end && g4__isdigit(*p); p++, da++) if ((a = a * 10 + (*p - '0')) > 100000) a = 100000;
     if (p < end && *p == ',') {
-        for (p++, b = 0; p < end && g4__isdigit(*p); p++, db++) if ((b = b * 10 + (*p - '0')) > 1000) return 0;
+        for (p++, b = 0; p < end && g4__isdigit(*p); p++, db++) if ((b = b * 10 + (*p - '0')) > 100000) b = 100000;
         if (!db) b = -1;
     } else {
         if (!da) return 0;
         b = a;
     }
-    if (p >= end || *p != '}' || (b >= 0 && b < a)) return 0;
-    *mn = a; *mx = b; *after = p + 1;
+    if (p >= end || *p != '}') return 0;
+    if (b >= 0 && b < a) { *bad = "a {m,n} has m > n"; return -1; }
+    if (a > 1000 || b > 1000) { *bad = "a {m,n} repeat count is over 1000"; return -1; }
+    *mn = (int)a; *mx = (int)b; *after = p + 1;
     return 1;
 }
 
 static g4__refrag g4__re_rep(g4__re *r, int depth) {
     const char *a = r->p, *after;
     g4__refrag x = g4__re_atom(r, depth);
-    int mn, mx, i;
+    int mn, mx, i, br;
     if (r->bad || r->p >= r->end) return x;
     if (*r->p == '*' || *r->p == '+' || *r->p == '?') {
         x = g4__re_quant(r, x, *r->p++);
-    } else if (g4__re_braces(r->p, r->end, &mn, &mx, &after)) {
+    } else if ((br = g4__re_braces(r->p, r->end, &mn, &mx, &after, &r->bad)) != 0) {
+        if (br < 0) return g4__re_none();
         g4__refrag f = g4__re_one(r, G4__RE_JUMP, NULL);
         for (i = 0; i < (mn > 0 ? mn : 0) + (mx < 0 ? 1 : mx - mn) && !r->bad; i++) {
             g4__refrag y = x;
@@ -2878,7 +2886,8 @@ static g4__refrag g4__re_rep(g4__re *r, int depth) {
     }
     if (r->p < r->end && *r->p == '?') r->p++; /* lazy: the same set of matches */
     if (r->p < r->end && (*r->p == '*' || *r->p == '+' || *r->p == '?' || *r->p == '{')) {
-        if (*r->p != '{' || g4__re_braces(r->p, r->end, &mn, &mx, &after)) { r->bad = "it repeats a repeat"; return g4__re_none(); }
+        const char *why = NULL;
+        if (*r->p != '{' || g4__re_braces(r->p, r->end, &mn, &mx, &after, &why)) { r->bad = "it repeats a repeat"; return g4__re_none(); }
     }
     return x;
 }
@@ -3334,7 +3343,7 @@ G4__DEF g4_result g4_model_load_adapter(g4_model *m, const char *dir) {
         snprintf(bn, sizeof bn, "base_model.model.%s.lora_B.weight", key);
         if ((r = g4__lora_tensor(list, n, used, spath, an, rank, lin[i].w->shape[1], why, &A, m->error)) != G4_OK) goto done;
         if ((r = g4__lora_tensor(list, n, used, spath, bn, lin[i].w->shape[0], rank, why, &B, m->error)) != G4_OK) goto done;
-        floats += (size_t)rank * (size_t)(lin[i].w->shape[0] + lin[i].w->shape[1]);
+        floats += (size_t)rank * (size_t)(2 * lin[i].w->shape[0] + lin[i].w->shape[1]); /* A, B and B^T */
         if (rank > rmax) rmax = rank;
         n_lora++;
     }
@@ -3348,7 +3357,7 @@ G4__DEF g4_result g4_model_load_adapter(g4_model *m, const char *dir) {
         r = G4_ERR_CONFIG;
         goto done;
     }
-    /* pass 2: one block, the table then A and B of each module in float32 */
+    /* pass 2: one block, the table then A, B and B^T of each module in float32 */
     bytes = sizeof(g4_lora) * (size_t)n_lora;
     bytes = (bytes + 63) & ~(size_t)63;
     lo = (g4_lora *)G4_MALLOC(bytes + sizeof(float) * floats);
@@ -3384,8 +3393,10 @@ G4__DEF g4_result g4_model_load_adapter(g4_model *m, const char *dir) {
             cB = (size_t)e->out * (size_t)e->r;
             e->A = next; next += cA;
             e->B = next; next += cB;
+            e->Bt = next; next += cB;
             for (x = 0; x < cA; x++) e->A[x] = g4__get(&A->t, x);
             for (x = 0; x < cB; x++) e->B[x] = g4__get(&B->t, x);
+            for (x = 0; x < cB; x++) e->Bt[(x % (size_t)e->r) * (size_t)e->out + x / (size_t)e->r] = e->B[x];
             k++;
         }
     }
@@ -3558,8 +3569,9 @@ static void g4__lora_backward(float *dx, float *dA, const float *dy, const float
    B (A x[t]) for t < n; u: [n][r] scratch. In bf16 mode the base output is
    rounded first (the bf16 base layer's result), the adapter runs in float32
    (peft keeps bf16 adapters float32 and casts x up), and the caller's cast
-   rounds the sum (result.to(bf16)). */
-static void g4__lora_forward(float *y, const float *x, const g4_lora *lo, int n, float *u, int bf16) {
+   rounds the sum (result.to(bf16)). The scalar reference: the forward runs
+   g4__lora_u_part and g4__lora_add (>>threads), tested against it. */
+G4__MAYBE_UNUSED static void g4__lora_forward(float *y, const float *x, const g4_lora *lo, int n, float *u, int bf16) {
     int t, j, o, i;
     for (t = 0; t < n; t++) {
         const float *xt = x + (size_t)t * (size_t)lo->in;
@@ -4407,12 +4419,53 @@ G4__DEF const char *g4_simd_name(void) { return G4__SIMD_NAME; }
 #define G4_PARALLEL_MIN 4096
 #endif
 
+/* A LoRA adapter in the matmul (g4__lora_forward is the scalar reference):
+   first u[t][j] = A_j . x[t] for every token and rank (g4__lora_u_part: the
+   flattened (t, j) split across the threads, each one g4__dot, so any split
+   and any chunking give the same bits), then each matmul part adds scale *
+   B u[t] to its own output columns (g4__lora_add, on g4__axpy). */
+typedef struct { float *u; const float *x; const g4_lora *lo; int n; } g4__lora_job;
+
+static void g4__lora_u_part(void *ctx, int part, int n_parts) {
+    const g4__lora_job *j = (const g4__lora_job *)ctx;
+    int64_t all = (int64_t)j->n * j->lo->r, e = all * part / n_parts, e1 = all * (part + 1) / n_parts;
+    for (; e < e1; e++) {
+        int t = (int)(e / j->lo->r), r = (int)(e % j->lo->r);
+        j->u[e] = g4__dot(j->x + (size_t)t * (size_t)j->lo->in, j->lo->A + (size_t)r * (size_t)j->lo->in, j->lo->in);
+    }
+}
+
+/* y[t][o] = (bf16 ? bf16(y) : y) + (sum_j B[o][j] u[t][j]) * scale for o in
+   [o0, o1): the scalar reference's operations on each element (a product then
+   a sum, j in order, no FMA), 64 columns at a time, one g4__axpy (the SIMD
+   kernel of >>kernels) per rank from B^T: the same bits as g4__lora_forward's
+   second half. */
+static void g4__lora_add(float *y, const float *u, const g4_lora *lo, int n, int o0, int o1, int bf16) {
+    float acc[64];
+    int t, o, j, k, r = lo->r, out = lo->out;
+    for (t = 0; t < n; t++) {
+        const float *ut = u + (size_t)t * (size_t)r;
+        float *yt = y + (size_t)t * (size_t)out;
+        for (o = o0; o < o1; o += 64) {
+            int w = o1 - o < 64 ? o1 - o : 64;
+            for (k = 0; k < w; k++) acc[k] = 0.0f;
+            for (j = 0; j < r; j++) g4__axpy(acc, ut[j], lo->Bt + (size_t)j * (size_t)out + (size_t)o, w);
+            for (k = 0; k < w; k++) {
+                float base = bf16 ? g4__bf16_round(yt[o + k]) : yt[o + k];
+                yt[o + k] = base + acc[k] * lo->scale;
+            }
+        }
+    }
+}
+
 /* The matmul the forward pass calls (nn.Linear): output rows split across the
    session's threads in blocks of G4__TR (the SIMD tile's rows), each part on
-   the SIMD kernel with its own packing buffer, then cast to the activation
-   dtype (g4__act). */
+   the SIMD kernel with its own packing buffer, plus its columns of a LoRA
+   adapter's B u (lu: A x, done first), then cast to the activation dtype
+   (g4__act). */
 typedef struct {
-    float *y; const float *x; const uint16_t *xb; const g4_tensor *w; float *pack; int n, bf16dot, torch, bf16;
+    float *y; const float *x; const uint16_t *xb; const g4_tensor *w; float *pack; const float *lu;
+    int n, bf16dot, torch, bf16, bf16mode;
 } g4__mm_job;
 
 static void g4__matmul_part(void *ctx, int part, int n_parts) {
@@ -4427,6 +4480,7 @@ static void g4__matmul_part(void *ctx, int part, int n_parts) {
 #endif
     if (j->torch) g4__matmul_torch(j->y, j->x, j->w, j->n, o0, o1);
     else g4__matmul_rows(j->y, j->x, j->w, j->n, o0, o1, j->pack + (size_t)part * G4__PACK_THREAD);
+    if (j->w->lora) g4__lora_add(j->y, j->lu, j->w->lora, j->n, o0, o1, j->bf16mode);
     if (j->bf16)
         for (t = 0; t < j->n; t++) g4__bf16_round_range(j->y + (size_t)t * (size_t)out, (size_t)o0, (size_t)o1);
 }
@@ -4436,6 +4490,8 @@ static void g4__matmul_cast(const g4_session *s, float *y, const float *x, const
     g4__mm_job j;
     j.y = y; j.x = x; j.w = w; j.n = n;
     j.xb = s->xbf;
+    j.lu = s->lora_u;
+    j.bf16mode = s->cfg.bf16;
     j.pack = s->pack;
     j.bf16dot = G4__BF16DOT && s->cfg.bf16 && w->dtype == G4_BF16;
     j.torch = !j.bf16dot && s->cfg.bf16 && w->dtype == G4_BF16; /* torch's summation order */
@@ -4443,14 +4499,16 @@ static void g4__matmul_cast(const g4_session *s, float *y, const float *x, const
 #if G4__BF16DOT
     if (j.bf16dot) g4__to_bf16(s->xbf, x, n, (int)w->shape[1]);
 #endif
+    if (w->lora) { /* the adapter's A x first (>>adapter) */
+        g4__lora_job lj;
+        lj.u = s->lora_u; lj.x = x; lj.lo = w->lora; lj.n = n;
+        if ((int64_t)w->lora->r * w->lora->in * n < 8 * (int64_t)G4_PARALLEL_MIN) g4__lora_u_part(&lj, 0, 1);
+        else g4__parallel(s->cfg.pool, g4__lora_u_part, &lj);
+    }
     /* too small to share, or a pool larger than the one the arena was carved for */
     if ((int64_t)w->shape[0] * w->shape[1] * n < 8 * (int64_t)G4_PARALLEL_MIN || g4_pool_threads(s->cfg.pool) > s->pack_parts)
         g4__matmul_part(&j, 0, 1);
     else g4__parallel(s->cfg.pool, g4__matmul_part, &j);
-    if (w->lora) { /* the adapter, if any (>>adapter), then the sum's cast */
-        g4__lora_forward(y, x, w->lora, n, s->lora_u, s->cfg.bf16);
-        if (j.bf16) g4__bf16_round_range(y, 0, (size_t)n * (size_t)w->shape[0]);
-    }
 }
 
 static void g4__matmul(const g4_session *s, float *y, const float *x, const g4_tensor *w, int n) {

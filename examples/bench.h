@@ -463,7 +463,7 @@ static int g4b_cmd_bench(int argc, char **argv) {
     if (i != argc || threads < 1 || prompt < 1 || gen < 1 || draft_tokens < 1) {
         return usage(argv[1]);
     }
-    if (g4_model_load(&m, dir) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m.error); return 1; }
+    if (load_model(&m, dir)) return 1; /* (and --adapter's LoRA adapter) */
     memset(&s, 0, sizeof s);
     if (g4_pool_create(&pool, threads) != G4_OK) { fprintf(stderr, "gemma4: cannot start %d threads\n", threads); goto done; }
     sc.max_context = prompt + gen + (drafter ? draft_tokens + 2 : 0);

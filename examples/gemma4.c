@@ -22,6 +22,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, isatty, opendir */
 #define GEMMA4_IMPLEMENTATION
 #include "../gemma4.h"
+static int load_model(g4_model *m, const char *dir); /* (below: the model and --adapter) */
 #include "bench.h"
 #include "compare.h"
 
@@ -37,7 +38,7 @@
 static int usage(const char *command);
 static int parse_ids(const char *s, int32_t **out);
 
-/* --adapter DIR (logits, greedy, generate, chat, compare, grad, info): main()
+/* --adapter DIR (logits, greedy, generate, chat, compare, grad, info, bench): main()
    takes it out of argv; every command loads its model through load_model. */
 static const char *adapter_dir;
 
@@ -1045,7 +1046,7 @@ static int usage(const char *command) {
         fputc('\n', stderr);
         first = 0;
     }
-    if (!command) fprintf(stderr, "logits, greedy, generate, chat, compare, grad and info take --adapter DIR: a PEFT LoRA adapter\n");
+    if (!command) fprintf(stderr, "logits, greedy, generate, chat, compare, grad, info and bench take --adapter DIR: a PEFT LoRA adapter\n");
     return first && command ? usage(NULL) : 1;
 }
 
@@ -1054,12 +1055,12 @@ int main(int argc, char **argv) {
     if (argc < 3) return usage(NULL);
     for (k = 3; k < argc; k++) /* --adapter DIR: taken out of argv for the commands that load a model */
         if (strcmp(argv[k], "--adapter") == 0) {
-            static const char *const takes[] = {"logits", "greedy", "generate", "chat", "compare", "grad", "info"};
+            static const char *const takes[] = {"logits", "greedy", "generate", "chat", "compare", "grad", "info", "bench"};
             int j, ok = 0;
-            for (j = 0; j < 7; j++) ok |= strcmp(argv[1], takes[j]) == 0;
+            for (j = 0; j < 8; j++) ok |= strcmp(argv[1], takes[j]) == 0;
             if (!ok || k + 1 >= argc || adapter_dir) {
-                fprintf(stderr, "gemma4: --adapter DIR is an option of logits, greedy, generate, chat, compare, grad and "
-                        "info, given once\n");
+                fprintf(stderr, "gemma4: --adapter DIR is an option of logits, greedy, generate, chat, compare, grad, "
+                        "info and bench, given once\n");
                 return 1;
             }
             adapter_dir = argv[k + 1];
