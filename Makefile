@@ -98,9 +98,12 @@ CUDA_ARCH  = -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=s
 NVFLAGS    = -O2 -std=c++17 -fmad=false $(CUDA_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
 # The emulated build: the same .cu as host C++ against tests/cuda_emu.h, with
 # small blocks and grids (fibers are slow; every kernel strides, so any size
-# computes the same) and no FMA contraction (the kernels ask for none).
+# computes the same) and no FMA contraction (the kernels ask for none); the
+# fast mode's blocks hold two warps and its splits are small, so the tiny
+# models take split-K, several KV splits and several key tiles per split.
 EMUFLAGS   = -std=c++17 -O2 -g -Wall -Wextra -Werror -ffp-contract=off -DG4_CUDA_EMULATE \
-             -DG4C_THREADS=32 -DG4C_MAX_BLOCKS=3 -DG4C_TILE=8 -include tests/cuda_emu.h
+             -DG4C_THREADS=32 -DG4C_MAX_BLOCKS=3 -DG4C_TILE=8 -include tests/cuda_emu.h \
+             -DG4F_THREADS=64 -DG4F_NARROW=1000000 -DG4F_SPLIT_IN=64 -DG4F_KV_SPLIT=4 -DG4F_KEYS=4
 
 # Compiles for sm_80 and sm_90, warnings as errors, and prints every kernel's
 # registers, stack and spills (ptxas -v).

@@ -441,11 +441,17 @@ typedef struct {
     int reader_copies;   /* debug: every reader layer gets its own K/V copy */
     int bf16;            /* numerics: 0 = float32 (default); 1 = round activations to
                             bfloat16 wherever transformers running in bf16 does */
+    int cuda_fast;       /* gemma4_cuda.cu only: 1 = its fast mode (bounded against the
+                            exact one, see that file); the CPU path ignores it */
     g4_pool *pool;       /* threads to use, or NULL; must outlive the session's use */
     g4_tap_fn tap; void *tap_user;
     int tap_projections; /* the tap also sees the raw outputs of q_proj, k_proj and v_proj (layers
                             that own their K/V), gate_proj, up_proj and per_layer_model_projection
                             (the training reference keeps them for the backward) */
+    int lora_bf16;       /* with bf16 and a LoRA adapter: run the adapter as PEFT runs one cast to
+                            bf16 itself (model.to(torch.bfloat16)): A and B rounded to bf16, A x,
+                            B u and the scaling each rounded. 0 (default): PEFT's float32 adapter
+                            (PeftModel.from_pretrained's autocast_adapter_dtype) */
 } g4_session_config;
 
 /* One entry of the shared-KV table: the K/V a writer layer appended, in a
@@ -961,6 +967,11 @@ typedef struct {
     float *d_moe_h, *d_moe_y;  /* [rows*K][2*Ie], [rows*K][H] */
     float *d_logits;           /* [rows][V] */
     float *d_inv_freq[2];      /* [Dmax/2] per layer type */
+    /* the fast mode (cfg.cuda_fast; d_scores is then NULL) */
+    int fast;                  /* 1: the fast kernels (set from cfg.cuda_fast at init) */
+    int kv_bf16;               /* 1: the slots' k/v hold bf16 (fast mode with cfg.bf16 at init) */
+    float *d_part;             /* split-K and flash-decoding partial sums */
+    float *d_stats;            /* [rows][NH][2]: attention's softmax max and 1/sum (bf16 mode) */
     char error[G4_ERROR_MAX];
 } g4_cuda_session;
 
@@ -4424,15 +4435,32 @@ G4__DEF const char *g4_simd_name(void) { return G4__SIMD_NAME; }
    flattened (t, j) split across the threads, each one g4__dot, so any split
    and any chunking give the same bits), then each matmul part adds scale *
    B u[t] to its own output columns (g4__lora_add, on g4__axpy). */
-typedef struct { float *u; const float *x; const g4_lora *lo; int n; } g4__lora_job;
+typedef struct { float *u; const float *x; const g4_lora *lo; int n, bf16; } g4__lora_job;
+
+G4__HD static float g4__dot_torch_rb(const float *a, const float *b, int n);
 
 static void g4__lora_u_part(void *ctx, int part, int n_parts) {
     const g4__lora_job *j = (const g4__lora_job *)ctx;
     int64_t all = (int64_t)j->n * j->lo->r, e = all * part / n_parts, e1 = all * (part + 1) / n_parts;
     for (; e < e1; e++) {
         int t = (int)(e / j->lo->r), r = (int)(e % j->lo->r);
-        j->u[e] = g4__dot(j->x + (size_t)t * (size_t)j->lo->in, j->lo->A + (size_t)r * (size_t)j->lo->in, j->lo->in);
+        const float *xt = j->x + (size_t)t * (size_t)j->lo->in, *a = j->lo->A + (size_t)r * (size_t)j->lo->in;
+        /* bf16 (lora_bf16): lora_A is a bf16 nn.Linear: torch's bf16 order, the output rounded */
+        j->u[e] = j->bf16 ? g4__bf16_round(g4__dot_torch_rb(xt, a, j->lo->in)) : g4__dot(xt, a, j->lo->in);
     }
+}
+
+/* the adapter cast to bf16 (lora_bf16), for o in [o0, o1): lora_B as a bf16
+   nn.Linear (B rounded, torch's order, rounded), times scaling (a float32
+   product, rounded), added to the bf16 base output (rounded by the caller) */
+static void g4__lora_add_bf16(float *y, const float *u, const g4_lora *lo, int n, int o0, int o1) {
+    int t, o;
+    for (t = 0; t < n; t++)
+        for (o = o0; o < o1; o++) {
+            float *yo = y + (size_t)t * (size_t)lo->out + (size_t)o;
+            float v = g4__bf16_round(g4__dot_torch_rb(u + (size_t)t * (size_t)lo->r, lo->B + (size_t)o * (size_t)lo->r, lo->r));
+            *yo = g4__bf16_round(*yo) + g4__bf16_round(v * lo->scale);
+        }
 }
 
 /* y[t][o] = (bf16 ? bf16(y) : y) + (sum_j B[o][j] u[t][j]) * scale for o in
@@ -4465,7 +4493,7 @@ static void g4__lora_add(float *y, const float *u, const g4_lora *lo, int n, int
    (g4__act). */
 typedef struct {
     float *y; const float *x; const uint16_t *xb; const g4_tensor *w; float *pack; const float *lu;
-    int n, bf16dot, torch, bf16, bf16mode;
+    int n, bf16dot, torch, bf16, bf16mode, lora_bf16;
 } g4__mm_job;
 
 static void g4__matmul_part(void *ctx, int part, int n_parts) {
@@ -4480,7 +4508,8 @@ static void g4__matmul_part(void *ctx, int part, int n_parts) {
 #endif
     if (j->torch) g4__matmul_torch(j->y, j->x, j->w, j->n, o0, o1);
     else g4__matmul_rows(j->y, j->x, j->w, j->n, o0, o1, j->pack + (size_t)part * G4__PACK_THREAD);
-    if (j->w->lora) g4__lora_add(j->y, j->lu, j->w->lora, j->n, o0, o1, j->bf16mode);
+    if (j->w->lora && j->lora_bf16) g4__lora_add_bf16(j->y, j->lu, j->w->lora, j->n, o0, o1);
+    else if (j->w->lora) g4__lora_add(j->y, j->lu, j->w->lora, j->n, o0, o1, j->bf16mode);
     if (j->bf16)
         for (t = 0; t < j->n; t++) g4__bf16_round_range(j->y + (size_t)t * (size_t)out, (size_t)o0, (size_t)o1);
 }
@@ -4492,6 +4521,7 @@ static void g4__matmul_cast(const g4_session *s, float *y, const float *x, const
     j.xb = s->xbf;
     j.lu = s->lora_u;
     j.bf16mode = s->cfg.bf16;
+    j.lora_bf16 = s->cfg.bf16 && s->cfg.lora_bf16;
     j.pack = s->pack;
     j.bf16dot = G4__BF16DOT && s->cfg.bf16 && w->dtype == G4_BF16;
     j.torch = !j.bf16dot && s->cfg.bf16 && w->dtype == G4_BF16; /* torch's summation order */
@@ -4501,7 +4531,7 @@ static void g4__matmul_cast(const g4_session *s, float *y, const float *x, const
 #endif
     if (w->lora) { /* the adapter's A x first (>>adapter) */
         g4__lora_job lj;
-        lj.u = s->lora_u; lj.x = x; lj.lo = w->lora; lj.n = n;
+        lj.u = s->lora_u; lj.x = x; lj.lo = w->lora; lj.n = n; lj.bf16 = j.lora_bf16;
         if ((int64_t)w->lora->r * w->lora->in * n < 8 * (int64_t)G4_PARALLEL_MIN) g4__lora_u_part(&lj, 0, 1);
         else g4__parallel(s->cfg.pool, g4__lora_u_part, &lj);
     }
@@ -4887,6 +4917,29 @@ static void g4__attend(float *out, const float *q, const g4_kv_slot *sl, int kvh
     }
 }
 
+/* g4__dot_torch with b's values rounded to bf16 first (a LoRA adapter cast to
+   bf16: its float32 A and B as torch's .to(bfloat16) leaves them) */
+G4__HD static float g4__dot_torch_rb(const float *a, const float *b, int n) {
+    float acc[8][8], tail[8], sum;
+    int la = n & ~63, lv = n & ~15, i, r, l;
+    memset(acc, 0, sizeof acc);
+    memset(tail, 0, sizeof tail);
+    for (i = 0; i < la; i += 64)
+        for (r = 0; r < 8; r++)
+            for (l = 0; l < 8; l++) acc[r][l] += a[i + 8 * r + l] * g4__bf16_round(b[i + 8 * r + l]);
+    for (r = 0; r < 4; r++) for (l = 0; l < 8; l++) acc[r][l] += acc[r + 4][l];
+    for (r = 0; r < 2; r++) for (l = 0; l < 8; l++) acc[r][l] += acc[r + 2][l];
+    for (l = 0; l < 8; l++) acc[0][l] += acc[1][l];
+    sum = g4__hsum8(acc[0]);
+    for (i = la; i < lv; i += 16) {
+        for (l = 0; l < 8; l++) tail[l] += a[i + l] * g4__bf16_round(b[i + l]);
+        for (l = 0; l < 8; l++) tail[l] += a[i + 8 + l] * g4__bf16_round(b[i + 8 + l]);
+    }
+    sum += g4__hsum8(tail);
+    for (i = lv; i < n; i++) sum += a[i] * g4__bf16_round(b[i]);
+    return sum;
+}
+
 /* torch's dot product of two float rows of bf16 values: g4__matmul_torch_ref's
    order (ATen's dot_with_fp32_arith, AVX2) */
 G4__HD static float g4__dot_torch(const float *a, const float *b, int n) {
@@ -4976,8 +5029,10 @@ static int g4__slot_capacity(const g4_model *m, int type, int max_context, int r
 /* The shared-KV table's storage (used by the CPU session and the CUDA twin):
    K/V rows for owner layers only (and for readers in reader_copies mode), each
    slot filled in, and every layer's slot. slots/layer_slot NULL: only count. */
-static void g4__carve_kv(g4_kv_slot *slots, int *layer_slot, const g4_model *m, const g4_session_config *cfg,
-                         g4__carver *cv) {
+/* elem: bytes per K/V element (4; the CUDA fast mode's bf16 cache: 2, the
+   slot's k/v then point at bf16 rows) */
+static void g4__carve_kv_elem(g4_kv_slot *slots, int *layer_slot, const g4_model *m, const g4_session_config *cfg,
+                              g4__carver *cv, size_t elem) {
     const g4_plan *p = &m->plan;
     int i, next = p->n_slots;
     for (i = 0; i < p->n_layers; i++) {
@@ -4988,8 +5043,8 @@ static void g4__carve_kv(g4_kv_slot *slots, int *layer_slot, const g4_model *m, 
         float *k, *v;
         if (!own) { if (layer_slot) layer_slot[i] = lp->kv_slot; continue; }
         if (lp->reads >= 0) next++;
-        k = g4__take(cv, rows, sizeof(float));
-        v = g4__take(cv, rows, sizeof(float));
+        k = g4__take(cv, rows, elem);
+        v = g4__take(cv, rows, elem);
         if (slots && layer_slot) {
             g4_kv_slot *sl = &slots[slot];
             sl->writer = i;
@@ -5004,6 +5059,11 @@ static void g4__carve_kv(g4_kv_slot *slots, int *layer_slot, const g4_model *m, 
             layer_slot[i] = slot;
         }
     }
+}
+
+static void g4__carve_kv(g4_kv_slot *slots, int *layer_slot, const g4_model *m, const g4_session_config *cfg,
+                         g4__carver *cv) {
+    g4__carve_kv_elem(slots, layer_slot, m, cfg, cv, sizeof(float));
 }
 
 /* The widest layer shapes, which size the scratch rows (shared with the CUDA
@@ -5085,6 +5145,10 @@ static g4_result g4__check_session_config(const g4_model *m, const g4_session_co
     if (!m || !cfg || !m->w.layers) { g4__seterr(err, "NULL or unloaded model / config"); return G4_ERR_INPUT; }
     if (cfg->max_context < 1) { g4__seterr(err, "session max_context must be >= 1 (got %d)", cfg->max_context); return G4_ERR_INPUT; }
     if (cfg->max_chunk < 0) { g4__seterr(err, "session max_chunk must be >= 0 (got %d)", cfg->max_chunk); return G4_ERR_INPUT; }
+    if (cfg->lora_bf16 && (!cfg->bf16 || !m->lora)) {
+        g4__seterr(err, "session lora_bf16 needs bf16 and a model with a LoRA adapter");
+        return G4_ERR_INPUT;
+    }
     return G4_OK;
 }
 

@@ -37,6 +37,21 @@
      table (the kernels read K/V through it) and every scratch buffer; the
      caller's host arena holds the host's mirror of the table and the staging
      rows for taps. g4_cuda_forward allocates nothing.
+
+   FAST MODE (g4_session_config.cuda_fast)
+     Beside the exact mode, which stays the oracle: a warp-per-row bf16
+     matrix-vector kernel with 16-byte loads and split-K, flash attention
+     (flash-decoding splits for a decode step, a bf16 K/V cache in the bf16
+     mode, no score buffer) and fused norms/RoPE/K-V append/GELU/soft-cap;
+     bounded against the exact mode by the tests (see its section). The
+     same plan, table, taps and arena rules.
+
+   MAP (section markers)
+     utilities, device, kernels      the exact mode's device code
+     launchers, forward pass         the exact mode's host side
+     fast mode, fast launchers       cfg.cuda_fast (calls the exact kernels
+                                     it does not replace)
+     public                          g4_cuda_*: upload, sessions, forward
 */
 /* gemma4.h's implementation as a private static copy (GEMMA4_STATIC): the
    kernels' host side reuses its arena carver, RoPE table and session checks,
@@ -444,6 +459,14 @@ __global__ void g4c_moe_combine(float *out, const float *y, const float *w, int 
 
 /* ------------------------------------------------------------- launchers */
 
+/* the fast mode's launchers (its section, below the exact forward pass) and
+   its linear layers' epilogues */
+enum { G4F_PLAIN = 0, G4F_GELU_MUL = 1, G4F_SOFTCAP = 2 };
+static g4_result g4f__linear(g4_cuda_session *s, float *y, const float *x, const g4_tensor *w, const g4_tensor *w2,
+                             int n, int epi, float cap);
+static g4_result g4f__rmsnorm(g4_cuda_session *s, float *y, const float *x, const g4_tensor *w, int rows, int n);
+static g4_result g4f__layer(g4_cuda_session *s, int l, int n);
+
 /* g4__act: in the bf16-faithful mode, round n values to bf16. Every matmul,
    norm and residual add is followed by it, as on the CPU. */
 static g4_result g4c__act(g4_cuda_session *s, float *x, size_t n) {
@@ -453,6 +476,7 @@ static g4_result g4c__act(g4_cuda_session *s, float *x, size_t n) {
 
 static g4_result g4c__matmul(g4_cuda_session *s, float *y, const float *x, const g4_tensor *w, int n) {
     int out = (int)w->shape[0], in = (int)w->shape[1];
+    if (s->fast) return g4f__linear(s, y, x, w, NULL, n, 0, 0.0f);
     if (s->cfg.bf16 && w->dtype == G4_BF16) { /* g4__matmul: torch's summation order */
         G4C_RUN(s->error, g4c_matmul_torch, g4c__grid((size_t)n * out, G4C_THREADS), G4C_THREADS, y, x,
                 (const uint16_t *)w->data, n, in, out);
@@ -468,6 +492,7 @@ static g4_result g4c__matmul(g4_cuda_session *s, float *y, const float *x, const
 }
 
 static g4_result g4c__rmsnorm(g4_cuda_session *s, float *y, const float *x, const g4_tensor *w, int rows, int n) {
+    if (s->fast) return g4f__rmsnorm(s, y, x, w, rows, n);
     G4C_RUN(s->error, g4c_rmsnorm, g4c__grid((size_t)rows, 1), G4C_THREADS, y, x, w ? w->data : NULL,
             w ? (int)w->dtype : 0, rows, n, s->model->host->config.rms_norm_eps);
     return g4c__act(s, y, (size_t)rows * n);
@@ -702,13 +727,17 @@ static g4_result g4c__step(g4_cuda_session *s, const int32_t *ids, int n, float 
     G4C_TRY(g4c__tap(s, "embed_tokens", -1, s->d_x, 1, n, H));
     if (c->hidden_size_per_layer_input) G4C_TRY(g4c__per_layer_inputs(s, n));
 
-    for (l = 0; l < c->num_hidden_layers; l++) G4C_TRY(g4c__layer(s, l, n));
+    for (l = 0; l < c->num_hidden_layers; l++) G4C_TRY(s->fast ? g4f__layer(s, l, n) : g4c__layer(s, l, n));
 
     G4C_TRY(g4c__norm_rows(s, s->d_xn, s->d_x, &w->norm, n, H, -1, "norm"));
     if (out && first < n) {
         size_t cnt = (size_t)(n - first) * V;
-        G4C_TRY(g4c__matmul(s, s->d_logits, s->d_xn + (size_t)first * H, &w->lm_head, n - first));
-        if (c->final_logit_softcapping > 0.0f)
+        if (s->fast) /* the soft-cap as the head's epilogue */
+            G4C_TRY(g4f__linear(s, s->d_logits, s->d_xn + (size_t)first * H, &w->lm_head, NULL, n - first,
+                                c->final_logit_softcapping > 0.0f ? G4F_SOFTCAP : G4F_PLAIN,
+                                c->final_logit_softcapping));
+        else G4C_TRY(g4c__matmul(s, s->d_logits, s->d_xn + (size_t)first * H, &w->lm_head, n - first));
+        if (!s->fast && c->final_logit_softcapping > 0.0f)
             G4C_RUN(s->error, g4c_softcap, g4c__grid(cnt, G4C_THREADS), G4C_THREADS, s->d_logits, cnt,
                     c->final_logit_softcapping, s->cfg.bf16);
         G4C_CHECK(s->error, cudaMemcpy(out, s->d_logits, sizeof(float) * cnt, cudaMemcpyDeviceToHost));
@@ -723,6 +752,870 @@ static g4_result g4c__step(g4_cuda_session *s, const int32_t *ids, int n, float 
         return G4_ERR_INPUT;
     }
     s->pos += n;
+    return G4_OK;
+}
+
+/* ============================================================ fast mode */
+/* cfg.cuda_fast: kernels near the hardware, bounded against the exact mode
+   above (which stays the oracle) instead of equal to it. The same plan, the
+   same shared-KV table (readers read the owner's slots; the same device
+   checks), the same taps by name, the same arena rules (g4_cuda_session_size
+   reports it all up front, nothing is allocated in a forward).
+
+   What differs from the exact mode:
+   - Linear layers (g4f_matvec): one warp per output row (and K slice), each
+     lane issuing G4F_UNROLL 16-byte weight loads before it uses any of them,
+     the x rows read as float4, up to G4F_TOKENS tokens per pass sharing each
+     weight load, the lanes' partial sums combined by a warp-shuffle
+     butterfly. An output narrower than G4F_NARROW rows is split along K into
+     slices of G4F_SPLIT_IN (split-K) in a decode-sized pass (at most
+     G4F_TOKENS tokens): the slices' sums land in d_part and
+     g4f_splitk_sum adds them in slice order, so the result does not depend
+     on which block ran first. These are CUDA-core kernels: no tensor cores.
+   - Attention (g4f_attention): flash attention with FlashAttention-2's
+     tiling on CUDA cores. One block per (query tile, KV head, KV split)
+     serves all the query heads of that KV head for the tile's tokens (a
+     prefill tile: up to G4F_ROWS rows; a decode step: one token), so each
+     key and value row is read once per tile; the keys go by in tiles of G4F_KEYS
+     with an online softmax (running max, rescaled sum); each split writes
+     (max, sum, unnormalised output) to d_part and g4f_attn_combine merges the
+     splits in split order. No [chunk x heads x context] score buffer. A
+     decode step (one token) splits its keys into G4F_KV_SPLIT-key pieces (at
+     most G4F_MAX_KV_SPLIT: flash-decoding); a prefill chunk uses one split.
+   - In the bf16 mode (cfg.bf16 at init) the K/V cache is bf16: the values
+     are bf16 already there (k_norm, RoPE and v_norm round to it), so this
+     loses nothing and halves the cache's traffic. In float32 it stays float32.
+   - Fusions: every fast kernel rounds its own output in the bf16 mode (no
+     separate g4c_round pass): norm + cast; q/k norm + RoPE in one kernel
+     (g4f_norm_rope), which for K and V also appends the row to the owner's
+     slot (the K/V append); gate and up in one matvec with the GELU product
+     as its epilogue; the final soft-cap as the head's epilogue; the post-
+     attention norm, the residual add and the pre-feed-forward norm in one
+     kernel (g4f_norm_add_norm).
+   - Not fast (they run the exact kernels): the embedding, the per-layer
+     inputs' elementwise steps, the MoE router and experts, layer_scalar.
+
+   Numerics: float32 sums in other orders than the exact mode (split and
+   butterfly orders; the online softmax), the device's expf/tanhf/sinf/cosf.
+   The tests bound the difference: fast float32 within 4e-5 x max|logit| of
+   exact float32 on the goldens, fast bf16 within 3e-2 of the bf16-faithful
+   mode with the same greedy tokens. A given shape always sums in the same
+   order (the splits depend only on the shapes and positions), so a run
+   repeats bit for bit; decode and chunked prefill agree within tolerance. */
+
+#ifndef G4F_THREADS
+#define G4F_THREADS G4C_THREADS /* a multiple of 32 */
+#endif
+#ifndef G4F_TOKENS
+#define G4F_TOKENS 4 /* matvec: tokens sharing one pass over the weights */
+#endif
+#ifndef G4F_UNROLL
+#define G4F_UNROLL 4 /* matvec: 16-byte weight loads in flight per lane */
+#endif
+#ifndef G4F_NARROW
+#define G4F_NARROW 4096 /* matvec: outputs below this many rows are split along K */
+#endif
+#ifndef G4F_SPLIT_IN
+#define G4F_SPLIT_IN 1024 /* split-K: inputs per slice */
+#endif
+#define G4F_MAX_SPLIT 8   /* split-K: most slices */
+#ifndef G4F_KEYS
+#define G4F_KEYS 32 /* attention: keys per tile */
+#endif
+#ifndef G4F_KV_SPLIT
+#define G4F_KV_SPLIT 512 /* flash-decoding: keys per split */
+#endif
+#define G4F_MAX_KV_SPLIT 16
+#define G4F_GROUP 8    /* attention: most query heads per KV head */
+#define G4F_QMAX 4096  /* attention: most group x head_dim */
+
+/* keep small fixed-size loops in registers (nvcc); nothing for the emulator */
+#ifdef __CUDACC__
+#define G4F_UNROLL_LOOP _Pragma("unroll")
+#else
+#define G4F_UNROLL_LOOP
+#endif
+
+/* 8 weights at elements 8u .. 8u+7 of a row, as float32, from the raw 16 or
+   32 bytes (one or two uint4 loads) */
+__device__ static void g4f__unpack8(float *f, const uint4 *raw, int dt) {
+    const unsigned w[8] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w, raw[1].x, raw[1].y, raw[1].z, raw[1].w};
+    if (dt == G4_F32) {
+        for (int e = 0; e < 8; e++) f[e] = __uint_as_float(w[e]);
+    } else if (dt == G4_BF16) {
+        for (int e = 0; e < 4; e++) {
+            f[2 * e] = __uint_as_float(w[e] << 16);
+            f[2 * e + 1] = __uint_as_float(w[e] & 0xffff0000u);
+        }
+    } else {
+        for (int e = 0; e < 4; e++) {
+            f[2 * e] = g4__f16_to_f32((uint16_t)(w[e] & 0xffffu));
+            f[2 * e + 1] = g4__f16_to_f32((uint16_t)(w[e] >> 16));
+        }
+    }
+}
+
+/* the whole warp's sum of v, the same bits in every lane (a butterfly) */
+__device__ static float g4f__warp_sum(float v) {
+    for (int m = 16; m > 0; m /= 2) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, m));
+    return v;
+}
+
+/* a linear layer's epilogue, in the bf16 mode rounding where the exact mode's
+   separate passes do: a = W x (gate), b = W2 x (up) */
+__device__ static float g4f__epilogue(float a, float b, int epi, float cap, int bf) {
+    a = g4__act(a, bf);
+    if (epi == G4F_GELU_MUL) return g4__act(__fmul_rn(g4__act(g4__gelu_x(a, 1), bf), g4__act(b, bf)), bf);
+    if (epi == G4F_SOFTCAP) return g4__act(__fmul_rn(g4__act(tanhf(g4__act(a / cap, bf)), bf), cap), bf);
+    return a;
+}
+
+/* y[t][o] = epilogue(sum_i x[t][i] W[o][i] (, sum_i x[t][i] W2[o][i])) for
+   t < n <= G4F_TOKENS: one warp per (output row, K slice). vec: rows of in %
+   8 == 0 elements on 16-byte boundaries (else one element per lane at a
+   time). splits > 1: the slices' sums go to part[(slice * 2 + which) * n +
+   t][o] and g4f_splitk_sum finishes. */
+__global__ void g4f_matvec(float *y, float *part, const float *x, const void *W, const void *W2, int dt, int n, int in,
+                           int out, int splits, int vec, int epi, float cap, int bf) {
+    int lane = (int)threadIdx.x % 32, wpb = (int)blockDim.x / 32, nw = W2 ? 2 : 1;
+    size_t esz = dt == G4_F32 ? 4 : 2, units = (size_t)in / 8, su = (units + (size_t)splits - 1) / (size_t)splits;
+    size_t slice = (((size_t)in + (size_t)splits - 1) / (size_t)splits + 31) / 32 * 32;
+    for (size_t w = blockIdx.x * (size_t)wpb + threadIdx.x / 32; w < (size_t)out * splits; w += (size_t)gridDim.x * wpb) {
+        size_t o = w % (size_t)out, sp = w / (size_t)out;
+        float acc[2][G4F_TOKENS];
+        G4F_UNROLL_LOOP
+        for (int k = 0; k < 2; k++)
+            G4F_UNROLL_LOOP
+            for (int t = 0; t < G4F_TOKENS; t++) acc[k][t] = 0.0f;
+        G4F_UNROLL_LOOP
+        for (int k = 0; k < 2; k++) {
+            if (k >= nw) break;
+            const unsigned char *row = (const unsigned char *)(k ? W2 : W) + o * (size_t)in * esz;
+            if (vec) { /* units [u0, u1) of 8 elements; lane takes u0 + lane + 32 j */
+                size_t u0 = sp * su, u1 = u0 + su < units ? u0 + su : units;
+                for (size_t u = u0 + (size_t)lane; u < u1; u += 32 * G4F_UNROLL) {
+                    uint4 raw[G4F_UNROLL][2];
+                    G4F_UNROLL_LOOP
+                    for (int j = 0; j < G4F_UNROLL; j++) { /* all the loads first: several in flight */
+                        size_t uj = u + 32 * (size_t)j;
+                        if (uj >= u1) break;
+                        const uint4 *p = (const uint4 *)(const void *)(row + uj * 8 * esz);
+                        raw[j][0] = p[0];
+                        raw[j][1] = esz == 4 ? p[1] : make_uint4(0u, 0u, 0u, 0u);
+                    }
+                    G4F_UNROLL_LOOP
+                    for (int j = 0; j < G4F_UNROLL; j++) {
+                        size_t uj = u + 32 * (size_t)j;
+                        float f[8];
+                        if (uj >= u1) break;
+                        g4f__unpack8(f, raw[j], dt);
+                        G4F_UNROLL_LOOP
+                        for (int t = 0; t < G4F_TOKENS; t++) {
+                            if (t >= n) break;
+                            const float4 *xp = (const float4 *)(const void *)(x + (size_t)t * in + uj * 8);
+                            float4 a = xp[0], b = xp[1];
+                            float s = acc[k][t];
+                            s = __fmaf_rn(a.x, f[0], s);
+                            s = __fmaf_rn(a.y, f[1], s);
+                            s = __fmaf_rn(a.z, f[2], s);
+                            s = __fmaf_rn(a.w, f[3], s);
+                            s = __fmaf_rn(b.x, f[4], s);
+                            s = __fmaf_rn(b.y, f[5], s);
+                            s = __fmaf_rn(b.z, f[6], s);
+                            s = __fmaf_rn(b.w, f[7], s);
+                            acc[k][t] = s;
+                        }
+                    }
+                }
+            } else { /* elements [i0, i1), one per lane */
+                size_t i0 = sp * slice, i1 = i0 + slice < (size_t)in ? i0 + slice : (size_t)in;
+                for (size_t i = i0 + (size_t)lane; i < i1; i += 32) {
+                    float wv = g4c__ld(row, dt, i);
+                    G4F_UNROLL_LOOP
+                    for (int t = 0; t < G4F_TOKENS; t++)
+                        if (t < n) acc[k][t] = __fmaf_rn(x[(size_t)t * in + i], wv, acc[k][t]);
+                }
+            }
+        }
+        G4F_UNROLL_LOOP
+        for (int k = 0; k < 2; k++) /* n and nw are the launch's: the shuffles stay converged */
+            G4F_UNROLL_LOOP
+            for (int t = 0; t < G4F_TOKENS; t++)
+                if (k < nw && t < n) acc[k][t] = g4f__warp_sum(acc[k][t]);
+        if (lane == 0)
+            G4F_UNROLL_LOOP
+            for (int t = 0; t < G4F_TOKENS; t++) {
+                if (t >= n) break;
+                if (splits == 1) y[(size_t)t * out + o] = g4f__epilogue(acc[0][t], acc[1][t], epi, cap, bf);
+                else
+                    for (int k = 0; k < nw; k++) part[((sp * 2 + (size_t)k) * n + (size_t)t) * out + o] = acc[k][t];
+            }
+    }
+}
+
+/* One warp's bf16 MMA, D = A B + C on a 16 x 8 x 16 tile (fragments as the
+   PTX ISA lays them out: see g4f_gemm): a tensor-core instruction on sm_80+,
+   the emulator's scalar model of it in emulation. */
+__device__ static void g4f__mma_bf16(float *d, const unsigned *a, const unsigned *b, const float *c) {
+#if defined(G4_CUDA_EMULATE)
+    g4emu_mma_bf16_16816(d, a, b, c);
+#elif defined(__CUDA_ARCH__)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%10,%11,%12,%13};\n"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+                   "f"(c[3]));
+#else
+    (void)a; (void)b;
+    d[0] = c[0]; d[1] = c[1]; d[2] = c[2]; d[3] = c[3];
+#endif
+}
+
+/* bf16 bits of a float32 that is a bf16 value already (the bf16 mode's
+   activations are): the upper half; otherwise rounded to nearest */
+__device__ static unsigned g4f__bf16_bits(float f) { return __float_as_uint(g4__bf16_round(f)) >> 16; }
+
+/* y[t][o] = epilogue(x[t] . W[o] (, x[t] . W2[o])) for a prefill chunk: a
+   block of 4 warps takes G4F_GM tokens x G4F_GN outputs, staging 16-wide K
+   slices of x and W in shared memory; warp w owns tokens 16w .. 16w + 15 and
+   all G4F_GN / 8 column tiles. Lane (g = lane / 4, t = lane % 4) owns, per
+   column tile j, outputs (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1): the
+   mma.m16n8k16 fragment. mma (the bf16 mode with bf16 weights: x is bf16
+   there, so the products are exact): each 16 x 8 x 16 step is one tensor-core
+   MMA (bf16 in, float32 accumulate). Otherwise the same fragment is summed
+   by the lane itself with float32 FMAs over the staged float32 tiles (CUDA
+   cores), so float32 keeps float32 products. Each output sums its K in order,
+   16 at a time. */
+#define G4F_GM 64
+#define G4F_GN 64
+__global__ void g4f_gemm(float *y, const float *x, const void *W, const void *W2, int dt, int n, int in, int out,
+                         int mma, int epi, float cap, int bf) {
+    __shared__ float xs[G4F_GM][16 + 1], ws[2][G4F_GN][16 + 1];
+    __shared__ unsigned xb[G4F_GM][8 + 4], wb[2][G4F_GN][8 + 4]; /* bf16 pairs; padded rows against bank conflicts */
+    int tid = (int)threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t4 = lane % 4, nw = W2 ? 2 : 1;
+    int tiles_m = (n + G4F_GM - 1) / G4F_GM, tiles_n = (out + G4F_GN - 1) / G4F_GN;
+    G4C_ROWS(tile, tiles_m * tiles_n) {
+        int m0 = (tile / tiles_n) * G4F_GM, n0 = (tile % tiles_n) * G4F_GN;
+        float acc[2][G4F_GN / 8][4];
+        G4F_UNROLL_LOOP
+        for (int k = 0; k < 2; k++)
+            G4F_UNROLL_LOOP
+            for (int j = 0; j < G4F_GN / 8; j++)
+                G4F_UNROLL_LOOP
+                for (int e = 0; e < 4; e++) acc[k][j][e] = 0.0f;
+        for (int k0 = 0; k0 < in; k0 += 16) {
+            /* stage x [G4F_GM][16] and W (W2) [G4F_GN][16], zeros past the edges */
+            if (mma) { /* bf16 pairs, a register's worth per thread */
+                for (int i = tid; i < G4F_GM * 8; i += (int)blockDim.x) {
+                    int r = i / 8, k = 2 * (i % 8);
+                    float v0 = m0 + r < n && k0 + k < in ? x[(size_t)(m0 + r) * in + k0 + k] : 0.0f;
+                    float v1 = m0 + r < n && k0 + k + 1 < in ? x[(size_t)(m0 + r) * in + k0 + k + 1] : 0.0f;
+                    xb[r][i % 8] = g4f__bf16_bits(v0) | g4f__bf16_bits(v1) << 16;
+                }
+                for (int i = tid; i < nw * G4F_GN * 8; i += (int)blockDim.x) {
+                    int which = i / (G4F_GN * 8), r = i / 8 % G4F_GN, k = 2 * (i % 8);
+                    const uint16_t *row = (const uint16_t *)(which ? W2 : W) + (size_t)(n0 + r) * in;
+                    unsigned lo = n0 + r < out && k0 + k < in ? row[k0 + k] : 0u;
+                    unsigned hi = n0 + r < out && k0 + k + 1 < in ? row[k0 + k + 1] : 0u;
+                    wb[which][r][i % 8] = lo | hi << 16;
+                }
+            } else {
+                for (int i = tid; i < G4F_GM * 16; i += (int)blockDim.x) {
+                    int r = i / 16, k = i % 16;
+                    xs[r][k] = m0 + r < n && k0 + k < in ? x[(size_t)(m0 + r) * in + k0 + k] : 0.0f;
+                }
+                for (int i = tid; i < nw * G4F_GN * 16; i += (int)blockDim.x) {
+                    int which = i / (G4F_GN * 16), r = i / 16 % G4F_GN, k = i % 16;
+                    ws[which][r][k] = n0 + r < out && k0 + k < in ? g4c__ld(which ? W2 : W, dt, (size_t)(n0 + r) * in + k0 + k)
+                                                                  : 0.0f;
+                }
+            }
+            __syncthreads();
+            G4F_UNROLL_LOOP
+            for (int k = 0; k < 2; k++) {
+                if (k >= nw) continue;
+                G4F_UNROLL_LOOP
+                for (int j = 0; j < G4F_GN / 8; j++) {
+                    int col = j * 8 + g, r0 = warp * 16 + g;
+                    if (mma) {
+                        unsigned a[4] = {xb[r0][t4], xb[r0 + 8][t4], xb[r0][t4 + 4], xb[r0 + 8][t4 + 4]};
+                        unsigned b[2] = {wb[k][col][t4], wb[k][col][t4 + 4]};
+                        g4f__mma_bf16(acc[k][j], a, b, acc[k][j]);
+                    } else { /* the same fragment on CUDA cores: rows r0, r0 + 8, columns j*8 + 2t, + 1 */
+                        G4F_UNROLL_LOOP
+                        for (int e = 0; e < 4; e++) {
+                            int r = warp * 16 + g + (e >= 2 ? 8 : 0), c = j * 8 + 2 * t4 + (e & 1);
+                            float v = acc[k][j][e];
+                            for (int kk = 0; kk < 16; kk++) v = __fmaf_rn(xs[r][kk], ws[k][c][kk], v);
+                            acc[k][j][e] = v;
+                        }
+                    }
+                }
+            }
+            __syncthreads();
+        }
+        G4F_UNROLL_LOOP
+        for (int j = 0; j < G4F_GN / 8; j++)
+            G4F_UNROLL_LOOP
+            for (int e = 0; e < 4; e++) {
+                int r = m0 + warp * 16 + g + (e >= 2 ? 8 : 0), c = n0 + j * 8 + 2 * t4 + (e & 1);
+                if (r < n && c < out) y[(size_t)r * out + c] = g4f__epilogue(acc[0][j][e], acc[1][j][e], epi, cap, bf);
+            }
+    }
+}
+
+/* split-K's fixed-order finish: y = epilogue(sum over slices, in slice order) */
+__global__ void g4f_splitk_sum(float *y, const float *part, int n, int out, int splits, int nw, int epi, float cap,
+                               int bf) {
+    G4C_FOR(idx, (size_t)n * out) {
+        float a = 0.0f, b = 0.0f;
+        for (int sp = 0; sp < splits; sp++) {
+            a = __fadd_rn(a, part[(size_t)sp * 2 * n * out + idx]);
+            if (nw > 1) b = __fadd_rn(b, part[((size_t)sp * 2 + 1) * n * out + idx]);
+        }
+        y[idx] = g4f__epilogue(a, b, epi, cap, bf);
+    }
+}
+
+/* the block's sum of v (every thread gets it); red: blockDim / 32 floats */
+__device__ static float g4f__block_sum(float v, float *red) {
+    int warp = (int)threadIdx.x / 32, nwarp = (int)blockDim.x / 32;
+    v = g4f__warp_sum(v);
+    __syncthreads(); /* red is free: its last readers are past this */
+    if (threadIdx.x % 32 == 0) red[warp] = v;
+    __syncthreads();
+    v = 0.0f;
+    for (int k = 0; k < nwarp; k++) v = __fadd_rn(v, red[k]);
+    return v;
+}
+
+/* 1 / sqrt(mean(x^2) + eps) of a row of n, a block per row */
+__device__ static float g4f__inv_rms(const float *xr, int n, float eps, float *red) {
+    float ss = 0.0f;
+    for (int i = (int)threadIdx.x; i < n; i += (int)blockDim.x) ss = __fmaf_rn(xr[i], xr[i], ss);
+    ss = g4f__block_sum(ss, red);
+    return 1.0f / sqrtf(__fadd_rn(ss / (float)n, eps));
+}
+
+/* RMSNorm of rows of n (w NULL: no weight), rounded in the bf16 mode */
+__global__ void g4f_rmsnorm(float *y, const float *x, const void *w, int dt, int rows, int n, float eps, int bf) {
+    __shared__ float red[G4F_THREADS / 32];
+    G4C_ROWS(r, rows) {
+        const float *xr = x + (size_t)r * n;
+        float *yr = y + (size_t)r * n, inv = g4f__inv_rms(xr, n, eps, red);
+        for (int i = (int)threadIdx.x; i < n; i += (int)blockDim.x) {
+            float v = __fmul_rn(xr[i], inv);
+            yr[i] = g4__act(w ? __fmul_rn(v, g4c__ld(w, dt, (size_t)i)) : v, bf);
+        }
+    }
+}
+
+/* b = norm(b) * w1; x += b; then (w2 != NULL) xn = norm(x) * w2: a
+   post-norm, the residual add and the next pre-norm in one pass over the row.
+   Each thread reads back only what it wrote itself. */
+__global__ void g4f_norm_add_norm(float *x, float *b, float *xn, const void *w1, const void *w2, int dt1, int dt2,
+                                  int rows, int n, float eps, int bf) {
+    __shared__ float red[G4F_THREADS / 32];
+    G4C_ROWS(r, rows) {
+        float *xr = x + (size_t)r * n, *br = b + (size_t)r * n, inv = g4f__inv_rms(br, n, eps, red), ss = 0.0f;
+        for (int i = (int)threadIdx.x; i < n; i += (int)blockDim.x) {
+            float v = g4__act(__fmul_rn(__fmul_rn(br[i], inv), g4c__ld(w1, dt1, (size_t)i)), bf);
+            float s = g4__act(__fadd_rn(xr[i], v), bf);
+            br[i] = v;
+            xr[i] = s;
+            ss = __fmaf_rn(s, s, ss);
+        }
+        if (!w2) continue; /* uniform over the block */
+        ss = g4f__block_sum(ss, red);
+        inv = 1.0f / sqrtf(__fadd_rn(ss / (float)n, eps));
+        for (int i = (int)threadIdx.x; i < n; i += (int)blockDim.x)
+            xn[(size_t)r * n + i] = g4__act(__fmul_rn(__fmul_rn(xr[i], inv), g4c__ld(w2, dt2, (size_t)i)), bf);
+    }
+}
+
+/* An element of a K/V slot row (bf16 or float32) */
+__device__ static float g4f__kv(const float *base, int kvbf, size_t i) {
+    return kvbf ? __uint_as_float((unsigned)((const uint16_t *)(const void *)base)[i] << 16) : base[i];
+}
+
+/* reader_copies (debug): this step's rows of the owner's slot into the
+   reader's own slot, elements of esz bytes */
+__global__ void g4f_kv_copy(g4_kv_slot *slots, int src, int dst, int n, int pos0, int kvbf) {
+    int ca = slots[src].capacity, cb = slots[dst].capacity;
+    size_t W = (size_t)slots[src].kv_heads * slots[src].head_dim;
+    const uint16_t *ak16 = (const uint16_t *)(const void *)slots[src].k, *av16 = (const uint16_t *)(const void *)slots[src].v;
+    uint16_t *bk16 = (uint16_t *)(void *)slots[dst].k, *bv16 = (uint16_t *)(void *)slots[dst].v;
+    const float *ak = slots[src].k, *av = slots[src].v;
+    float *bk = slots[dst].k, *bv = slots[dst].v;
+    G4C_FOR(idx, (size_t)n * W) {
+        int p = pos0 + (int)(idx / W);
+        size_t ra = (size_t)(p % ca) * W + idx % W, rb = (size_t)(p % cb) * W + idx % W;
+        if (kvbf) {
+            bk16[rb] = ak16[ra];
+            bv16[rb] = av16[ra];
+        } else {
+            bk[rb] = ak[ra];
+            bv[rb] = av[ra];
+        }
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) slots[dst].n_pos = pos0 + n;
+}
+
+/* Per head row of D (rows = tokens x heads): RMSNorm (w NULL: none), then
+   RoPE (inv_freq NULL: none), each step rounded in the bf16 mode as the exact
+   mode rounds it; one warp per row. slot >= 0: the row goes to that slot of
+   the device table (the K/V append: token t at row (pos0 + t) % capacity,
+   bf16 when kvbf, which then holds positions up to pos0 + tokens; `which`
+   0 = k, 1 = v), else back to x. */
+__global__ void g4f_norm_rope(float *x, const void *w, int dt, const float *inv_freq, int rows, int heads, int D,
+                              int pos0, float eps, int bf, g4_kv_slot *slots, int slot, int which, int kvbf) {
+    int lane = (int)threadIdx.x % 32, wpb = (int)blockDim.x / 32, half = D / 2;
+    for (size_t r = blockIdx.x * (size_t)wpb + threadIdx.x / 32; r < (size_t)rows; r += (size_t)gridDim.x * wpb) {
+        float *xr = x + r * (size_t)D, ss = 0.0f, inv;
+        int t = (int)(r / (size_t)heads), h = (int)(r % (size_t)heads), pos = pos0 + t;
+        float *dst = xr;
+        if (slot >= 0) { /* fields one by one: block 0's thread 0 writes n_pos meanwhile */
+            size_t row = (size_t)(pos % slots[slot].capacity) * (size_t)slots[slot].kv_heads * (size_t)D + (size_t)h * D;
+            dst = which ? slots[slot].v : slots[slot].k;
+            dst = kvbf ? (float *)(void *)((uint16_t *)(void *)dst + row) : dst + row;
+        }
+        for (int i = lane; i < D; i += 32) ss = __fmaf_rn(xr[i], xr[i], ss);
+        ss = g4f__warp_sum(ss);
+        inv = 1.0f / sqrtf(__fadd_rn(ss / (float)D, eps));
+        for (int j = lane; j < half; j += 32) {
+            float x1 = __fmul_rn(xr[j], inv), x2 = __fmul_rn(xr[j + half], inv), o1, o2;
+            if (w) {
+                x1 = __fmul_rn(x1, g4c__ld(w, dt, (size_t)j));
+                x2 = __fmul_rn(x2, g4c__ld(w, dt, (size_t)(j + half)));
+            }
+            x1 = g4__act(x1, bf);
+            x2 = g4__act(x2, bf);
+            if (inv_freq) {
+                float a = __fmul_rn((float)pos, inv_freq[j]), c = cosf(a), s = sinf(a);
+                if (bf) {
+                    c = g4__bf16_round(c);
+                    s = g4__bf16_round(s);
+                    o1 = g4__bf16_round(__fadd_rn(g4__bf16_round(__fmul_rn(x1, c)), g4__bf16_round(__fmul_rn(-x2, s))));
+                    o2 = g4__bf16_round(__fadd_rn(g4__bf16_round(__fmul_rn(x2, c)), g4__bf16_round(__fmul_rn(x1, s))));
+                } else {
+                    o1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+                    o2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+                }
+            } else {
+                o1 = x1;
+                o2 = x2;
+            }
+            if (slot >= 0 && kvbf) {
+                uint16_t *d16 = (uint16_t *)(void *)dst;
+                d16[j] = (uint16_t)(__float_as_uint(g4__bf16_round(o1)) >> 16);
+                d16[j + half] = (uint16_t)(__float_as_uint(g4__bf16_round(o2)) >> 16);
+            } else {
+                dst[j] = o1;
+                dst[j + half] = o2;
+            }
+        }
+    }
+    if (slot >= 0 && blockIdx.x == 0 && threadIdx.x == 0) slots[slot].n_pos = pos0 + rows / heads;
+}
+
+/* Flash attention over the table, FlashAttention-2's tiling on CUDA cores:
+   block (query tile, KV head g, split sp) takes bq tokens of the chunk (a
+   prefill tile; 1 for a decode step) with all the query heads of KV head g,
+   R = bq * group rows, and the split's share of their keys, in tiles of
+   G4F_KEYS. Each key row is read once for the whole tile: a warp per key,
+   the lanes over d, the rows 8 at a time. Causality and the sliding window
+   mask per row (a masked score is -inf). Then per row (thread rr):
+     pass G4F_ONLINE: the online softmax, running max m and sum l, and
+       acc[rr][d] = acc * exp(m_old - m) + sum_j p_j v_j[d]; writes (m, l,
+       acc[D]) per (t, head, split) to part for g4f_attn_combine;
+     pass G4F_STATS: only (m, l), to part, for g4f_attn_stats;
+     pass G4F_FIXED (the bf16 mode's second pass): the final max M and 1/L
+       of the row from stats, p_j = bf16(exp(s_j - M) * (1/L)) as the
+       bf16-faithful mode rounds its probabilities, acc += p_j v_j; writes
+       (M, 1, acc) for g4f_attn_combine.
+   The bf16 mode runs STATS then FIXED (the keys are read twice), so its
+   probabilities round where the exact mode's do; float32 runs ONLINE. The
+   device's table checks as g4c_attention's (status). Tensor cores are not
+   used here (a score is a float32 dot product of lanes). */
+enum { G4F_ONLINE = 0, G4F_STATS = 1, G4F_FIXED = 2 };
+#define G4F_ROWS 64 /* attention: most query rows (tokens x heads of a group) per block */
+static_assert(G4F_ROWS <= G4F_THREADS, "a thread per attention row");
+
+__global__ void g4f_attention(float *part, const float *stats, const float *q, const g4_kv_slot *slots, int slot, int n,
+                              int NH, int KVH, int D, int pos0, int window, int splits, int bq, int layer, int *status,
+                              int kvbf, int bf, int pass) {
+    __shared__ float qs[G4F_QMAX], acc[G4F_QMAX], sc[G4F_ROWS][G4F_KEYS], ms[G4F_ROWS], ls[G4F_ROWS], al[G4F_ROWS];
+    int tid = (int)threadIdx.x, lane = tid % 32, warp = tid / 32, nwarp = (int)blockDim.x / 32, group = NH / KVH;
+    int tiles = (n + bq - 1) / bq;
+    g4_kv_slot sl = slots[slot];
+    size_t stride = (size_t)sl.kv_heads * sl.head_dim;
+    G4C_ROWS(r, tiles * KVH * splits) {
+        int t0 = r / (KVH * splits) * bq, g = r / splits % KVH, sp = r % splits;
+        int nt = n - t0 < bq ? n - t0 : bq, R = nt * group, pf = pos0 + t0, pl = pf + nt - 1;
+        int lo = window && pf - window + 1 > 0 ? pf - window + 1 : 0, cnt = pl - lo + 1, per = (cnt + splits - 1) / splits;
+        int k0 = lo + sp * per, k1 = k0 + per < pl + 1 ? k0 + per : pl + 1;
+        if (sl.n_pos != pos0 + n || sl.head_dim != D || sl.kv_heads != KVH) {
+            if (tid == 0) *status = 16 * (layer + 1) + 1;
+            continue;
+        }
+        if (lo < sl.n_pos - sl.capacity) {
+            if (tid == 0) *status = 16 * (layer + 1) + 2;
+            continue;
+        }
+        for (int i = tid; i < R * D; i += (int)blockDim.x) { /* rows in (token, head) order: contiguous in q */
+            qs[i] = q[((size_t)t0 * NH + (size_t)g * group) * D + (size_t)(i / (group * D)) * NH * D + i % (group * D)];
+            acc[i] = 0.0f;
+        }
+        if (tid < R) {
+            const float *st = stats + ((size_t)(t0 + tid / group) * NH + (size_t)g * group + tid % group) * 2;
+            ms[tid] = pass == G4F_FIXED ? st[0] : -INFINITY;
+            ls[tid] = pass == G4F_FIXED ? st[1] : 0.0f; /* FIXED: 1/L */
+            al[tid] = 1.0f;
+        }
+        __syncthreads();
+        for (int kt = k0; kt < k1; kt += G4F_KEYS) {
+            int nk = k1 - kt < G4F_KEYS ? k1 - kt : G4F_KEYS;
+            for (int j = warp; j < nk; j += nwarp) { /* j is the warp's: the shuffles stay converged */
+                const float *key = sl.k;
+                size_t base = (size_t)((kt + j) % sl.capacity) * stride + (size_t)g * D;
+                int kp = kt + j;
+                for (int c0 = 0; c0 < R; c0 += G4F_GROUP) { /* 8 rows at a time; R is the block's */
+                    float dot[G4F_GROUP];
+                    G4F_UNROLL_LOOP
+                    for (int h = 0; h < G4F_GROUP; h++) dot[h] = 0.0f;
+                    for (int d0 = lane * 8; d0 < D; d0 += 256) { /* 8 elements: one 16-byte load (bf16) or two */
+                        float kf[8];
+                        if (kvbf) {
+                            uint4 raw[2] = {*(const uint4 *)(const void *)((const uint16_t *)(const void *)key + base + d0),
+                                            make_uint4(0u, 0u, 0u, 0u)};
+                            g4f__unpack8(kf, raw, G4_BF16);
+                        } else {
+                            const float4 *kp4 = (const float4 *)(const void *)(key + base + d0);
+                            float4 a = kp4[0], b = kp4[1];
+                            kf[0] = a.x; kf[1] = a.y; kf[2] = a.z; kf[3] = a.w;
+                            kf[4] = b.x; kf[5] = b.y; kf[6] = b.z; kf[7] = b.w;
+                        }
+                        G4F_UNROLL_LOOP
+                        for (int h = 0; h < G4F_GROUP; h++)
+                            if (c0 + h < R)
+                                for (int e = 0; e < 8; e++) dot[h] = __fmaf_rn(qs[(c0 + h) * D + d0 + e], kf[e], dot[h]);
+                    }
+                    G4F_UNROLL_LOOP
+                    for (int h = 0; h < G4F_GROUP; h++)
+                        if (c0 + h < R) { /* R is the block's: the shuffles stay converged */
+                            float v = g4f__warp_sum(dot[h]);
+                            int p = pf + (c0 + h) / group, lo_r = window && p - window + 1 > 0 ? p - window + 1 : 0;
+                            if (lane == 0) sc[c0 + h][j] = kp >= lo_r && kp <= p ? g4__act(v, bf) : -INFINITY;
+                        }
+                }
+            }
+            __syncthreads();
+            if (tid < R && pass == G4F_FIXED) { /* the final probabilities, rounded as the exact mode's */
+                for (int j = 0; j < nk; j++)
+                    sc[tid][j] = sc[tid][j] == -INFINITY ? 0.0f
+                                                         : g4__act(__fmul_rn(expf(__fsub_rn(sc[tid][j], ms[tid])), ls[tid]), bf);
+            } else if (tid < R) { /* the online softmax of row tid over this tile */
+                float m = ms[tid], mx = m, sum = 0.0f, a;
+                for (int j = 0; j < nk; j++) mx = sc[tid][j] > mx ? sc[tid][j] : mx;
+                for (int j = 0; j < nk; j++) {
+                    float e = sc[tid][j] == -INFINITY ? 0.0f : expf(__fsub_rn(sc[tid][j], mx));
+                    sc[tid][j] = e;
+                    sum = __fadd_rn(sum, e);
+                }
+                a = m == -INFINITY ? 0.0f : expf(__fsub_rn(m, mx));
+                ls[tid] = __fmaf_rn(ls[tid], a, sum);
+                ms[tid] = mx;
+                al[tid] = a;
+            }
+            __syncthreads();
+            if (pass != G4F_STATS)
+                for (int i = tid; i < R * D; i += (int)blockDim.x) {
+                    int rr = i / D, d = i % D;
+                    float a = __fmul_rn(acc[i], al[rr]);
+                    for (int j = 0; j < nk; j++)
+                        a = __fmaf_rn(sc[rr][j], g4f__kv(sl.v, kvbf, (size_t)((kt + j) % sl.capacity) * stride + (size_t)g * D + d), a);
+                    acc[i] = a;
+                }
+            __syncthreads();
+        }
+        for (int i = tid; i < R * D; i += (int)blockDim.x) {
+            int rr = i / D, d = i % D;
+            float *pr = part + (((size_t)(t0 + rr / group) * NH + (size_t)g * group + rr % group) * splits + sp) * (size_t)(D + 2);
+            if (d == 0) {
+                pr[0] = ms[rr];
+                pr[1] = pass == G4F_FIXED ? 1.0f : ls[rr];
+            }
+            if (pass != G4F_STATS) pr[2 + d] = acc[i];
+        }
+        __syncthreads(); /* the shared tiles are the next row's */
+    }
+}
+
+/* G4F_STATS' finish: per (t, head) row the max M over the splits and 1/L,
+   L = sum_s l_s e^(m_s - M), splits in order */
+__global__ void g4f_attn_stats(float *stats, const float *part, int rows, int D, int splits) {
+    G4C_FOR(r, (size_t)rows) {
+        const float *pr = part + r * (size_t)splits * (size_t)(D + 2);
+        float M = -INFINITY, L = 0.0f;
+        for (int s = 0; s < splits; s++)
+            if (pr[(size_t)s * (D + 2) + 1] > 0.0f && pr[(size_t)s * (D + 2)] > M) M = pr[(size_t)s * (D + 2)];
+        for (int s = 0; s < splits; s++) {
+            const float *ps = pr + (size_t)s * (D + 2);
+            if (ps[1] > 0.0f) L = __fmaf_rn(ps[1], expf(__fsub_rn(ps[0], M)), L);
+        }
+        stats[2 * r] = M;
+        stats[2 * r + 1] = 1.0f / L;
+    }
+}
+
+/* out[t][h][d] = sum_s acc_s[d] e^(m_s - M) / sum_s l_s e^(m_s - M), splits in
+   order (an empty split has l = 0 and adds nothing). After G4F_FIXED every
+   split has m = M and l = 1 and acc is normalised: out = sum_s acc_s[d]. */
+__global__ void g4f_attn_combine(float *att, const float *part, int rows, int D, int splits, int bf, int fixed) {
+    G4C_FOR(idx, (size_t)rows * D) {
+        size_t r = idx / (size_t)D, d = idx % (size_t)D;
+        const float *pr = part + r * (size_t)splits * (size_t)(D + 2);
+        float M = -INFINITY, L = 0.0f, o = 0.0f;
+        if (fixed) {
+            for (int s = 0; s < splits; s++) o = __fadd_rn(o, pr[(size_t)s * (D + 2) + 2 + d]);
+            att[idx] = g4__act(o, bf);
+            continue;
+        }
+        for (int s = 0; s < splits; s++)
+            if (pr[(size_t)s * (D + 2) + 1] > 0.0f && pr[(size_t)s * (D + 2)] > M) M = pr[(size_t)s * (D + 2)];
+        for (int s = 0; s < splits; s++) {
+            const float *ps = pr + (size_t)s * (D + 2);
+            float e;
+            if (!(ps[1] > 0.0f)) continue;
+            e = expf(__fsub_rn(ps[0], M));
+            L = __fmaf_rn(ps[1], e, L);
+            o = __fmaf_rn(ps[2 + d], e, o);
+        }
+        att[idx] = g4__act(o / L, bf);
+    }
+}
+
+/* ------------------------------------------------------ fast launchers */
+
+/* split-K slices for an output of `out` rows summing `in` inputs, n tokens:
+   only a decode-sized pass is split (a chunk has blocks enough) */
+static int g4f__splits(int in, int out, int n) {
+    int s = out < G4F_NARROW && n <= G4F_TOKENS ? (in + G4F_SPLIT_IN - 1) / G4F_SPLIT_IN : 1;
+    return s < 1 ? 1 : s > G4F_MAX_SPLIT ? G4F_MAX_SPLIT : s;
+}
+
+/* y = epilogue(x W^T (, x W2^T)) for n rows: G4F_TOKENS rows per pass */
+static g4_result g4f__linear(g4_cuda_session *s, float *y, const float *x, const g4_tensor *w, const g4_tensor *w2,
+                             int n, int epi, float cap) {
+    int out = (int)w->shape[0], in = (int)w->shape[1], splits = g4f__splits(in, out, n), nw = w2 ? 2 : 1;
+    int vec = in % 8 == 0 && (uintptr_t)w->data % 16 == 0 && (!w2 || (uintptr_t)w2->data % 16 == 0) &&
+              (uintptr_t)x % 16 == 0;
+    if (w2 && (w2->dtype != w->dtype || w2->shape[0] != w->shape[0] || w2->shape[1] != w->shape[1])) {
+        g4__seterr(s->error, "internal: fused gate/up need one shape and dtype");
+        return G4_ERR_INPUT;
+    }
+    if (n > G4F_TOKENS) { /* a prefill chunk: the tiled GEMM, tensor cores in the bf16 mode */
+        size_t tiles = (size_t)((n + G4F_GM - 1) / G4F_GM) * (size_t)((out + G4F_GN - 1) / G4F_GN);
+        G4C_RUN(s->error, g4f_gemm, g4c__grid(tiles, 1), G4F_GM / 16 * 32, y, x, w->data, w2 ? w2->data : NULL,
+                (int)w->dtype, n, in, out, s->cfg.bf16 && w->dtype == G4_BF16, epi, cap, s->cfg.bf16);
+        return G4_OK;
+    }
+    for (int t0 = 0; t0 < n; t0 += G4F_TOKENS) {
+        int k = n - t0 < G4F_TOKENS ? n - t0 : G4F_TOKENS;
+        float *yt = y + (size_t)t0 * out;
+        const float *xt = x + (size_t)t0 * in;
+        G4C_RUN(s->error, g4f_matvec, g4c__grid((size_t)out * splits, G4F_THREADS / 32), G4F_THREADS, yt, s->d_part, xt,
+                w->data, w2 ? w2->data : NULL, (int)w->dtype, k, in, out, splits, vec, epi, cap, s->cfg.bf16);
+        if (splits > 1)
+            G4C_RUN(s->error, g4f_splitk_sum, g4c__grid((size_t)k * out, G4F_THREADS), G4F_THREADS, yt, s->d_part, k,
+                    out, splits, nw, epi, cap, s->cfg.bf16);
+    }
+    return G4_OK;
+}
+
+static g4_result g4f__rmsnorm(g4_cuda_session *s, float *y, const float *x, const g4_tensor *w, int rows, int n) {
+    G4C_RUN(s->error, g4f_rmsnorm, g4c__grid((size_t)rows, 1), G4F_THREADS, y, x, w ? w->data : NULL,
+            w ? (int)w->dtype : 0, rows, n, s->model->host->config.rms_norm_eps, s->cfg.bf16);
+    return G4_OK;
+}
+
+/* keys per split for a decode step at position p over `cnt` keys */
+static int g4f__kv_splits(int n, int cnt) {
+    int sp = n == 1 ? (cnt + G4F_KV_SPLIT - 1) / G4F_KV_SPLIT : 1;
+    return sp < 1 ? 1 : sp > G4F_MAX_KV_SPLIT ? G4F_MAX_KV_SPLIT : sp;
+}
+
+/* this step's K and V rows of the slot layer l attends over, as float32 (the
+   "self_attn.k" / ".v" taps). A bf16 cache: the rows are copied into the
+   upper half of the staging area and widened upwards in place (float i is
+   written after bf16 i, ..., 2i - count + 1 <= i have been read). */
+static g4_result g4f__tap_kv(g4_cuda_session *s, int l, int slot, int n, int pos0, int kvw) {
+    const g4_kv_slot *sv = &s->slots[slot];
+    size_t esz = s->kv_bf16 ? 2 : 4, count = (size_t)n * (size_t)kvw;
+    for (int which = 0; which < 2; which++) {
+        unsigned char *dst = (unsigned char *)s->stage + (s->kv_bf16 ? count * 2 : 0);
+        for (int t = 0; t < n; t++)
+            G4C_CHECK(s->error, cudaMemcpy(dst + (size_t)t * kvw * esz,
+                                           (const unsigned char *)(which ? sv->v : sv->k) +
+                                               (size_t)((pos0 + t) % sv->capacity) * kvw * esz,
+                                           (size_t)kvw * esz, cudaMemcpyDeviceToHost));
+        if (s->kv_bf16)
+            for (size_t i = 0; i < count; i++) {
+                uint16_t h;
+                uint32_t u;
+                memcpy(&h, dst + 2 * i, 2);
+                u = (uint32_t)h << 16;
+                memcpy((unsigned char *)s->stage + 4 * i, &u, 4);
+            }
+        G4C_TRY(g4c__tap(s, which ? "self_attn.v" : "self_attn.k", l, s->stage, 0, n, kvw));
+    }
+    return G4_OK;
+}
+
+/* g4__attention in the fast mode: s->d_xn -> s->d_branch for layer l */
+static g4_result g4f__attention(g4_cuda_session *s, int l, int n) {
+    const g4_model *m = s->model->host;
+    const g4_layer_plan *lp = &m->plan.layer[l];
+    const g4_layer_weights *lw = &s->model->w.layers[l];
+    const float *inv_freq = s->d_inv_freq[lp->type];
+    const float eps = m->config.rms_norm_eps;
+    int NH = m->config.num_attention_heads, D = lp->head_dim, KVH = lp->kv_heads, pos0 = s->pos, slot, bf = s->cfg.bf16;
+    int window = lp->type == G4_SLIDING ? m->config.sliding_window : 0, last = pos0 + n - 1;
+    int lo = window && last - window + 1 > 0 ? last - window + 1 : 0, splits = g4f__kv_splits(n, last - lo + 1);
+    int group = NH / KVH, bq = G4F_ROWS / group, tiles;
+    unsigned wgrid;
+    if (bq > G4F_QMAX / (group * D)) bq = G4F_QMAX / (group * D); /* the tile's queries fit the block */
+    if (bq > n) bq = n;
+    if (bq < 1) bq = 1;
+    tiles = (n + bq - 1) / bq;
+
+    /* queries: q_proj, then q_norm and RoPE in one pass */
+    G4C_TRY(g4f__linear(s, s->d_q, s->d_xn, &lw->q_proj, NULL, n, G4F_PLAIN, 0.0f));
+    wgrid = g4c__grid((size_t)n * NH, G4F_THREADS / 32);
+    G4C_RUN(s->error, g4f_norm_rope, wgrid, G4F_THREADS, s->d_q, lw->q_norm.data, (int)lw->q_norm.dtype, inv_freq,
+            n * NH, NH, D, pos0, eps, bf, s->d_slots, -1, 0, 0);
+    G4C_TRY(g4c__tap(s, "self_attn.q", l, s->d_q, 1, n, NH * D));
+
+    if (lp->reads < 0) {
+        /* an owner: k_proj (v_proj, or V = raw K); k_norm + RoPE and v_norm
+           write straight into the slot */
+        g4_kv_slot *sl = &s->slots[lp->kv_slot];
+        if (sl->writer != l || sl->n_pos != pos0) {
+            g4__seterr(s->error, "internal: layer %d's slot was written out of order", l);
+            return G4_ERR_INPUT;
+        }
+        G4C_TRY(g4f__linear(s, s->d_k_new, s->d_xn, &lw->k_proj, NULL, n, G4F_PLAIN, 0.0f));
+        if (lp->has_v_proj) G4C_TRY(g4f__linear(s, s->d_v_new, s->d_xn, &lw->v_proj, NULL, n, G4F_PLAIN, 0.0f));
+        wgrid = g4c__grid((size_t)n * KVH, G4F_THREADS / 32);
+        /* V first: without v_proj it is the raw K, which the K pass does not touch (it writes the slot) */
+        G4C_RUN(s->error, g4f_norm_rope, wgrid, G4F_THREADS, lp->has_v_proj ? s->d_v_new : s->d_k_new, (const void *)NULL,
+                0, (const float *)NULL, n * KVH, KVH, D, pos0, eps, bf, s->d_slots, lp->kv_slot, 1, s->kv_bf16);
+        G4C_RUN(s->error, g4f_norm_rope, wgrid, G4F_THREADS, s->d_k_new, lw->k_norm.data, (int)lw->k_norm.dtype, inv_freq,
+                n * KVH, KVH, D, pos0, eps, bf, s->d_slots, lp->kv_slot, 0, s->kv_bf16);
+        sl->n_pos = pos0 + n;
+    } else if (s->layer_slot[l] != lp->kv_slot) {
+        G4C_RUN(s->error, g4f_kv_copy, g4c__grid((size_t)n * KVH * D, G4F_THREADS), G4F_THREADS, s->d_slots,
+                lp->kv_slot, s->layer_slot[l], n, pos0, s->kv_bf16);
+        s->slots[s->layer_slot[l]].n_pos = pos0 + n;
+    }
+
+    slot = s->layer_slot[l];
+    if (s->slots[slot].n_pos != pos0 + n) {
+        g4__seterr(s->error, "internal: layer %d reads slot %d before its writer (layer %d) appended this step", l,
+                   slot, s->slots[slot].writer);
+        return G4_ERR_INPUT;
+    }
+    if (s->cfg.tap) G4C_TRY(g4f__tap_kv(s, l, slot, n, pos0, KVH * D));
+    if (bf) { /* the probabilities rounded as the bf16-faithful mode's: the max and sum first */
+        G4C_RUN(s->error, g4f_attention, g4c__grid((size_t)tiles * KVH * splits, 1), G4F_THREADS, s->d_part,
+                (const float *)s->d_stats, s->d_q, s->d_slots, slot, n, NH, KVH, D, pos0, window, splits, bq, l,
+                s->d_status, s->kv_bf16, bf, (int)G4F_STATS);
+        G4C_RUN(s->error, g4f_attn_stats, g4c__grid((size_t)n * NH, G4F_THREADS), G4F_THREADS, s->d_stats, s->d_part,
+                n * NH, D, splits);
+    }
+    G4C_RUN(s->error, g4f_attention, g4c__grid((size_t)tiles * KVH * splits, 1), G4F_THREADS, s->d_part,
+            (const float *)s->d_stats, s->d_q, s->d_slots, slot, n, NH, KVH, D, pos0, window, splits, bq, l, s->d_status,
+            s->kv_bf16, bf, bf ? (int)G4F_FIXED : (int)G4F_ONLINE);
+    G4C_RUN(s->error, g4f_attn_combine, g4c__grid((size_t)n * NH * D, G4F_THREADS), G4F_THREADS, s->d_att, s->d_part,
+            n * NH, D, splits, bf, bf);
+    G4C_TRY(g4f__linear(s, s->d_branch, s->d_att, &lw->o_proj, NULL, n, G4F_PLAIN, 0.0f));
+    return g4c__tap(s, "self_attn", l, s->d_branch, 1, n, m->config.hidden_size);
+}
+
+
+/* g4__layer in the fast mode: Gemma4TextDecoderLayer l on d_x in place, the
+   exact mode's steps and taps with the fused kernels above */
+static g4_result g4f__layer(g4_cuda_session *s, int l, int n) {
+    const g4_config *c = &s->model->host->config;
+    const g4_layer_weights *lw = &s->model->w.layers[l];
+    int H = c->hidden_size, P = c->hidden_size_per_layer_input, bf = s->cfg.bf16;
+    unsigned rows = g4c__grid((size_t)n, 1);
+    size_t nh = (size_t)n * H;
+
+    /* 1. attention block; its post-norm, the residual add and the MLP's pre-norm in one pass */
+    G4C_TRY(g4c__norm_rows(s, s->d_xn, s->d_x, &lw->input_layernorm, n, H, l, "input_layernorm"));
+    G4C_TRY(g4f__attention(s, l, n));
+    G4C_RUN(s->error, g4f_norm_add_norm, rows, G4F_THREADS, s->d_x, s->d_branch, s->d_xn,
+            lw->post_attention_layernorm.data, lw->pre_feedforward_layernorm.data, (int)lw->post_attention_layernorm.dtype,
+            (int)lw->pre_feedforward_layernorm.dtype, n, H, c->rms_norm_eps, bf);
+    G4C_TRY(g4c__tap(s, "post_attention_layernorm", l, s->d_branch, 1, n, H));
+    G4C_TRY(g4c__tap(s, "pre_feedforward_layernorm:input", l, s->d_x, 1, n, H));
+    G4C_TRY(g4c__tap(s, "pre_feedforward_layernorm", l, s->d_xn, 1, n, H));
+
+    /* 2. feed-forward block: gate and up in one pass with the GELU product, then down */
+    G4C_TRY(g4f__linear(s, s->d_gate, s->d_xn, &lw->gate_proj, &lw->up_proj, n, G4F_GELU_MUL, 0.0f));
+    G4C_TRY(g4f__linear(s, s->d_branch, s->d_gate, &lw->down_proj, NULL, n, G4F_PLAIN, 0.0f));
+    G4C_TRY(g4c__tap(s, "mlp", l, s->d_branch, 1, n, H));
+    if (s->model->host->plan.layer[l].moe) { /* 3. MoE beside the dense MLP (the exact kernels, fast norms and router) */
+        G4C_TRY(g4c__norm_rows(s, s->d_branch, s->d_branch, &lw->post_feedforward_layernorm_1, n, H,
+                l, "post_feedforward_layernorm_1"));
+        G4C_TRY(g4c__moe(s, l, n));
+        G4C_TRY(g4c__norm_rows(s, s->d_branch2, s->d_branch2, &lw->post_feedforward_layernorm_2, n, H,
+                l, "post_feedforward_layernorm_2"));
+        G4C_TRY(g4c__add(s, s->d_branch, s->d_branch2, nh));
+    }
+    /* 4. the post-norm and the residual add */
+    G4C_RUN(s->error, g4f_norm_add_norm, rows, G4F_THREADS, s->d_x, s->d_branch, (float *)NULL,
+            lw->post_feedforward_layernorm.data, (const void *)NULL, (int)lw->post_feedforward_layernorm.dtype, 0, n, H,
+            c->rms_norm_eps, bf);
+    G4C_TRY(g4c__tap(s, "post_feedforward_layernorm", l, s->d_branch, 1, n, H));
+
+    /* 5. per-layer input */
+    if (P) {
+        int LP = c->num_hidden_layers * P;
+        G4C_TRY(g4f__linear(s, s->d_per_layer_gate, s->d_x, &lw->per_layer_input_gate, NULL, n, G4F_PLAIN, 0.0f));
+        G4C_TRY(g4c__tap(s, "per_layer_input_gate", l, s->d_per_layer_gate, 1, n, P));
+        G4C_RUN(s->error, g4c_ple_gate, g4c__grid((size_t)n * P, G4C_THREADS), G4C_THREADS, s->d_per_layer_gate,
+                s->d_per_layer_inputs, n, P, LP, l, bf, (size_t)0, (size_t)n * P);
+        G4C_TRY(g4f__linear(s, s->d_branch, s->d_per_layer_gate, &lw->per_layer_projection, NULL, n, G4F_PLAIN, 0.0f));
+        G4C_TRY(g4c__tap(s, "per_layer_projection", l, s->d_branch, 1, n, H));
+        G4C_RUN(s->error, g4f_norm_add_norm, rows, G4F_THREADS, s->d_x, s->d_branch, (float *)NULL,
+                lw->post_per_layer_input_norm.data, (const void *)NULL, (int)lw->post_per_layer_input_norm.dtype, 0, n, H,
+                c->rms_norm_eps, bf);
+        G4C_TRY(g4c__tap(s, "post_per_layer_input_norm", l, s->d_branch, 1, n, H));
+    }
+
+    /* 6. layer_scalar */
+    G4C_RUN(s->error, g4c_layer_scalar, g4c__grid(nh, G4C_THREADS), G4C_THREADS, s->d_x, nh, lw->layer_scalar.data,
+            (int)lw->layer_scalar.dtype);
+    G4C_TRY(g4c__act(s, s->d_x, nh));
+    return g4c__tap(s, "", l, s->d_x, 1, n, H);
+}
+
+/* The fast mode's limits (attention: one block holds a KV head's query
+   heads; 16-byte K rows), checked when a session is sized or made. */
+static g4_result g4f__check(const g4_model *m, char *err) {
+    int NH = m->config.num_attention_heads;
+    for (int i = 0; i < m->plan.n_layers; i++) {
+        const g4_layer_plan *lp = &m->plan.layer[i];
+        int D = lp->head_dim, KVH = lp->kv_heads;
+        if (KVH < 1 || NH % KVH || NH / KVH > G4F_GROUP || (NH / KVH) * D > G4F_QMAX || D % 8) {
+            g4__seterr(err, "CUDA fast mode: layer %d (%d heads, %d KV heads, head_dim %d) is outside its attention "
+                       "kernel (at most %d heads per KV head, heads per KV head x head_dim <= %d, head_dim a multiple "
+                       "of 8); use the exact mode", i, NH, KVH, D, G4F_GROUP, G4F_QMAX);
+            return G4_ERR_CONFIG;
+        }
+    }
     return G4_OK;
 }
 
@@ -865,7 +1758,8 @@ static void g4c__carve(g4_cuda_session *s, const g4_model *m, const g4_session_c
     /* device: the table, the status word, K/V for owners (and reader copies) */
     s->d_slots = (g4_kv_slot *)(void *)g4__take(dv, (uint64_t)n_slots, sizeof(g4_kv_slot));
     s->d_status = (int *)(void *)g4__take(dv, 1, sizeof(int));
-    g4__carve_kv(s->slots, s->layer_slot, m, cfg, dv); /* device K/V, host-side table entries */
+    /* device K/V, host-side table entries; the fast mode's bf16 cache in the bf16 mode */
+    g4__carve_kv_elem(s->slots, s->layer_slot, m, cfg, dv, cfg->cuda_fast && cfg->bf16 ? 2 : sizeof(float));
     s->d_ids = (int32_t *)(void *)g4__take(dv, rows, sizeof(int32_t));
     s->d_x = g4__take(dv, rows * H, sizeof(float));
     s->d_xn = g4__take(dv, rows * H, sizeof(float));
@@ -875,9 +1769,9 @@ static void g4c__carve(g4_cuda_session *s, const g4_model *m, const g4_session_c
     s->d_att = g4__take(dv, rows * NH * dmax, sizeof(float));
     s->d_k_new = g4__take(dv, rows * kvw, sizeof(float));
     s->d_v_new = g4__take(dv, rows * kvw, sizeof(float));
-    s->d_scores = g4__take(dv, rows * NH * (uint64_t)cfg->max_context, sizeof(float));
+    if (!cfg->cuda_fast) s->d_scores = g4__take(dv, rows * NH * (uint64_t)cfg->max_context, sizeof(float));
     s->d_gate = g4__take(dv, rows * imax, sizeof(float));
-    s->d_up = g4__take(dv, rows * imax, sizeof(float));
+    if (!cfg->cuda_fast) s->d_up = g4__take(dv, rows * imax, sizeof(float));
     s->d_per_layer_inputs = g4__take(dv, rows * L * P, sizeof(float));
     s->d_per_layer_gate = g4__take(dv, rows * P, sizeof(float));
     s->d_router = g4__take(dv, rows * E, sizeof(float));
@@ -888,6 +1782,16 @@ static void g4c__carve(g4_cuda_session *s, const g4_model *m, const g4_session_c
     s->d_logits = g4__take(dv, rows * (uint64_t)c->vocab_size, sizeof(float));
     s->d_inv_freq[G4_SLIDING] = g4__take(dv, dmax / 2, sizeof(float));
     s->d_inv_freq[G4_FULL] = g4__take(dv, dmax / 2, sizeof(float));
+    if (cfg->cuda_fast) { /* split-K partials of the widest narrow output, flash-attention partials */
+        uint64_t wide = H, attn, lin;
+        uint64_t widths[6] = {(uint64_t)c->vocab_size, NH * dmax, kvw, imax, L * P, E};
+        for (int i = 0; i < 6; i++) wide = widths[i] > wide ? widths[i] : wide;
+        if (wide > G4F_NARROW) wide = G4F_NARROW;
+        lin = (uint64_t)G4F_MAX_SPLIT * 2 * G4F_TOKENS * wide;
+        attn = (rows > G4F_MAX_KV_SPLIT ? rows : G4F_MAX_KV_SPLIT) * NH * (dmax + 2);
+        s->d_part = g4__take(dv, lin > attn ? lin : attn, sizeof(float));
+        s->d_stats = g4__take(dv, rows * NH * 2, sizeof(float));
+    }
 }
 
 G4_CUDA_API g4_result g4_cuda_session_size(const g4_cuda_model *cm, const g4_session_config *cfg, size_t *device_bytes,
@@ -901,6 +1805,7 @@ G4_CUDA_API g4_result g4_cuda_session_size(const g4_cuda_model *cm, const g4_ses
     *device_bytes = *host_bytes = 0;
     if (!cm || !cm->host || !cm->d_weights) return G4_ERR_INPUT;
     if ((r = g4__check_session_config(cm->host, cfg, err)) != G4_OK) return r;
+    if (cfg->cuda_fast && (r = g4f__check(cm->host, err)) != G4_OK) return r;
     c = g4__session_defaults(cfg);
     memset(&tmp, 0, sizeof tmp);
     memset(&dv, 0, sizeof dv);
@@ -931,6 +1836,7 @@ G4_CUDA_API g4_result g4_cuda_session_init(g4_cuda_session *s, const g4_cuda_mod
     if (!cm || !cm->host || !cm->d_weights) { g4__seterr(s->error, "model is not uploaded"); return G4_ERR_INPUT; }
     m = cm->host;
     if ((r = g4__check_session_config(m, cfg, s->error)) != G4_OK) return r;
+    if (cfg->cuda_fast && (r = g4f__check(m, s->error)) != G4_OK) return r;
     if ((r = g4_cuda_session_size(cm, cfg, &need_d, &need_h)) != G4_OK) {
         g4__seterr(s->error, "session for %d positions does not fit in memory", cfg->max_context);
         return r;
@@ -959,6 +1865,8 @@ G4_CUDA_API g4_result g4_cuda_session_init(g4_cuda_session *s, const g4_cuda_mod
     s->model = cm;
     s->cfg = c;
     s->matmul = G4_CUDA_MATMUL_TILED;
+    s->fast = c.cuda_fast != 0;
+    s->kv_bf16 = c.cuda_fast && c.bf16;
     g4c__carve(s, m, &c, &dv, &hv);
     for (int t = 0; t < 2; t++)
         for (int i = 0; i < m->plan.n_layers; i++)

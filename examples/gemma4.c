@@ -41,6 +41,7 @@ static int parse_ids(const char *s, int32_t **out);
 /* --adapter DIR (logits, greedy, generate, chat, compare, grad, info, bench): main()
    takes it out of argv; every command loads its model through load_model. */
 static const char *adapter_dir;
+static int adapter_bf16; /* --adapter-bf16: the adapter cast to bf16 too (g4_session_config.lora_bf16) */
 
 /* g4_model_load, then the LoRA adapter if one was given; 0 or 1 (printed) */
 static int load_model(g4_model *m, const char *dir) {
@@ -139,6 +140,7 @@ static int open_session(const char *dir, int n, int chunk, int bf16, g4_model *m
     if (load_model(m, dir)) return 1;
     sc.max_context = n;
     sc.bf16 = bf16;
+    sc.lora_bf16 = adapter_bf16;
     if (chunk > 0) sc.max_chunk = chunk;
     if (g4_session_create(s, m, &sc) != G4_OK) {
         fprintf(stderr, "gemma4: %s\n", s->error);
@@ -235,6 +237,7 @@ static int cmd_compare(int argc, char **argv) {
     if (g4cmp_open(&c, dump) != G4_OK) { fprintf(stderr, "gemma4: %s\n", c.error); g4cmp_close(&c); return 1; }
     if (load_model(&m, dir)) { g4cmp_close(&c); return 1; }
     sc.bf16 = bf16 >= 0 ? bf16 : c.bf16;
+    sc.lora_bf16 = adapter_bf16;
     if (tol != tol) { g4cmp_close(&c); g4_model_free(&m); return usage(argv[1]); }
     if (tol < 0) tol = sc.bf16 ? G4CMP_TOL_BF16 : G4CMP_TOL_F32;
     sc.max_context = c.n_ids;
@@ -549,6 +552,7 @@ static int gen_open(gen_ctx *g, const char *dir, const gen_opts *o, int max_cont
     g->loaded_m = 1;
     sc.max_context = o->ctx ? o->ctx : max_context;
     sc.bf16 = o->bf16;
+    sc.lora_bf16 = adapter_bf16;
     if (o->drafter && sc.max_chunk < o->draft_tokens + 2) sc.max_chunk = o->draft_tokens + 2;
     if (g4_session_create(&g->s, &g->m, &sc) != G4_OK) { fprintf(stderr, "gemma4: %s\n", g->s.error); return 1; }
     if (o->drafter) {
@@ -1046,7 +1050,8 @@ static int usage(const char *command) {
         fputc('\n', stderr);
         first = 0;
     }
-    if (!command) fprintf(stderr, "logits, greedy, generate, chat, compare, grad, info and bench take --adapter DIR: a PEFT LoRA adapter\n");
+    if (!command) fprintf(stderr, "logits, greedy, generate, chat, compare, grad, info and bench take --adapter DIR: a PEFT LoRA adapter\n"
+                          "(with --bf16, --adapter-bf16 runs it as PEFT runs an adapter cast to bf16 itself)\n");
     return first && command ? usage(NULL) : 1;
 }
 
@@ -1066,6 +1071,12 @@ int main(int argc, char **argv) {
             adapter_dir = argv[k + 1];
             for (j = k; j + 2 < argc; j++) argv[j] = argv[j + 2];
             argc -= 2;
+            k--;
+        } else if (strcmp(argv[k], "--adapter-bf16") == 0) { /* (checked by the session: needs --adapter and bf16) */
+            int j;
+            adapter_bf16 = 1;
+            for (j = k; j + 1 < argc; j++) argv[j] = argv[j + 1];
+            argc -= 1;
             k--;
         }
     for (k = 0; k < N_COMMANDS; k++)

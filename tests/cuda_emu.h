@@ -27,8 +27,20 @@
    - Launch checks as on a GPU: 1..1024 threads per block, nonempty grid.
    - Test hooks (extern "C"): g4emu_fail_after(n) makes the n-th runtime call
      or launch from now fail (every checked call's error path can be driven);
-     g4emu_launches(name) counts launches of a kernel.
-   No warp primitives are used by gemma4_cuda.cu, so none are emulated. */
+     g4emu_launches(name) counts launches of a kernel, g4emu_mmas() the
+     warp MMAs.
+   - Warp primitives (the fast mode's reductions): __shfl_xor_sync,
+     __shfl_down_sync, __shfl_sync on 32-bit values and __syncwarp, full mask
+     only. A warp is 32 consecutive threads of the block (fewer in a block of
+     under 32). Each is a warp barrier: the lane stores its value, yields, and
+     is resumed only once every lane of its warp has reached a warp barrier;
+     a lane that exits or waits at __syncthreads meanwhile is a divergence:
+     the emulator aborts, naming the kernel.
+   - The bf16 tensor-core MMA the fast mode's GEMM issues (mma.sync
+     m16n8k16, inline PTX on a GPU) as g4emu_mma_bf16_16816: a warp barrier,
+     then a scalar product from the lanes' fragments laid out as the PTX ISA
+     says.
+   - uint4 / float4 (16-byte vector loads) as plain structs. */
 #ifndef G4_CUDA_EMU_H
 #define G4_CUDA_EMU_H
 
@@ -72,6 +84,15 @@ struct cudaDeviceProp {
     char name[256];
     int major, minor;
 };
+
+struct __attribute__((aligned(16))) uint4 { unsigned x, y, z, w; };
+struct __attribute__((aligned(16))) float4 { float x, y, z, w; };
+struct __attribute__((aligned(8))) uint2 { unsigned x, y; };
+
+static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) {
+    uint4 v = {x, y, z, w};
+    return v;
+}
 
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fadd_rn(float a, float b) { return a + b; }
@@ -212,7 +233,7 @@ static inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 #define G4EMU_STACK (256 * 1024)
 #define G4EMU_MAX_THREADS 1024
 
-enum { G4EMU_RUNNING, G4EMU_BARRIER, G4EMU_DONE };
+enum { G4EMU_RUNNING, G4EMU_BARRIER, G4EMU_WARP, G4EMU_DONE };
 
 static void (*g4emu_body)(void *);
 static void *g4emu_arg;
@@ -286,8 +307,102 @@ static inline void __syncthreads(void) {
     g4emu_to_sched();
 }
 
+/* Warp barriers: each lane's value of its n-th shuffle in slot n % 2 (a lane
+   can be at most one shuffle ahead of the slowest lane of its warp). */
+static unsigned g4emu_lane_val[2][G4EMU_MAX_THREADS];
+static unsigned g4emu_lane_n[G4EMU_MAX_THREADS];
+static int g4emu_nthreads;
+
+static unsigned g4emu_warp_exchange(unsigned mask, unsigned v, int src_lane) {
+    int me = g4emu_cur, base = me & ~31, slot = (int)(g4emu_lane_n[me]++ & 1u);
+    if (mask != 0xffffffffu) {
+        fprintf(stderr, "cuda_emu: %s: warp primitive with a partial mask %#x (not emulated)\n", g4emu_kernel, mask);
+        abort();
+    }
+    g4emu_lane_val[slot][me] = v;
+    g4emu_fiber[me].state = G4EMU_WARP;
+    g4emu_to_sched();
+    if (src_lane < 0 || base + src_lane >= g4emu_nthreads) return v; /* outside the warp: its own value */
+    return g4emu_lane_val[slot][base + src_lane];
+}
+
+static inline int g4emu_lane(void) { return g4emu_cur & 31; }
+
+/* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 for one warp, each
+   lane passing its fragments as the PTX ISA lays them out (groupID g = lane
+   / 4, t = lane % 4; a pair of bf16 in a register, the lower index in the low
+   half): a[0] A[g][2t..], a[1] A[g+8][2t..], a[2] A[g][2t+8..], a[3]
+   A[g+8][2t+8..]; b[0] B[2t..][g], b[1] B[2t+8..][g]; c and d [0] (g, 2t),
+   [1] (g, 2t+1), [2] (g+8, 2t), [3] (g+8, 2t+1). A warp barrier, then each
+   lane sums its outputs in k order with fmaf (a tensor core's internal
+   order is its own: the tests bound the difference, never assume bits). */
+static unsigned g4emu_mma_a[2][G4EMU_MAX_THREADS][4], g4emu_mma_b[2][G4EMU_MAX_THREADS][2];
+
+static inline float g4emu_bf16_half(unsigned reg, int k) {
+    unsigned h = k & 1 ? reg >> 16 : reg & 0xffffu;
+    float f;
+    h <<= 16;
+    memcpy(&f, &h, 4);
+    return f;
+}
+
+static long g4emu_mma_n;
+extern "C" long g4emu_mmas(void) { return g4emu_mma_n; } /* warp MMAs issued so far */
+
+static void g4emu_mma_bf16_16816(float *d, const unsigned *a, const unsigned *b, const float *c) {
+    int me = g4emu_cur, base = me & ~31, slot = (int)(g4emu_lane_n[me] & 1u), l = me & 31, g = l / 4, t = l % 4;
+    if (g4emu_nthreads < base + 32) {
+        fprintf(stderr, "cuda_emu: %s: mma needs a whole warp of 32 threads\n", g4emu_kernel);
+        abort();
+    }
+    if (l == 0) g4emu_mma_n++;
+    memcpy(g4emu_mma_a[slot][me], a, sizeof g4emu_mma_a[0][0]);
+    memcpy(g4emu_mma_b[slot][me], b, sizeof g4emu_mma_b[0][0]);
+    (void)g4emu_warp_exchange(0xffffffffu, 0, -1); /* every lane's fragments are in */
+    for (int o = 0; o < 4; o++) {
+        int row = g + (o >= 2 ? 8 : 0), col = 2 * t + (o & 1);
+        float acc = c[o];
+        for (int k = 0; k < 16; k++) {
+            int la = base + (row % 8) * 4 + (k % 8) / 2, lb = base + col * 4 + (k % 8) / 2;
+            float av = g4emu_bf16_half(g4emu_mma_a[slot][la][(row >= 8) + 2 * (k >= 8)], k);
+            float bv = g4emu_bf16_half(g4emu_mma_b[slot][lb][k >= 8], k);
+            acc = fmaf(av, bv, acc);
+        }
+        d[o] = acc;
+    }
+}
+
+template <class T> static inline T g4emu_shfl(unsigned mask, T v, int src) {
+    static_assert(sizeof(T) == 4, "32-bit shuffles only");
+    unsigned u, r;
+    T out;
+    memcpy(&u, &v, 4);
+    r = g4emu_warp_exchange(mask, u, src);
+    memcpy(&out, &r, 4);
+    return out;
+}
+template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+    int l = g4emu_lane(), src = (l & ~(width - 1)) | ((l ^ lane_mask) & (width - 1));
+    return g4emu_shfl(mask, v, src);
+}
+template <class T> static inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+    int l = g4emu_lane(), src = l + (int)delta;
+    if ((src & ~(width - 1)) != (l & ~(width - 1))) src = l; /* past the segment: unchanged */
+    return g4emu_shfl(mask, v, src);
+}
+template <class T> static inline T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32) {
+    int l = g4emu_lane();
+    return g4emu_shfl(mask, v, (l & ~(width - 1)) + (src_lane & (width - 1)));
+}
+static inline void __syncwarp(unsigned mask = 0xffffffffu) { (void)g4emu_warp_exchange(mask, 0, -1); }
+
 static void g4emu_set_thread(int i) {
     g4emu_cur = i;
+    if (blockDim.y == 1 && blockDim.z == 1) { /* no divisions on the common path */
+        threadIdx.x = (unsigned)i;
+        threadIdx.y = threadIdx.z = 0;
+        return;
+    }
     threadIdx.x = (unsigned)i % blockDim.x;
     threadIdx.y = (unsigned)i / blockDim.x % blockDim.y;
     threadIdx.z = (unsigned)i / (blockDim.x * blockDim.y);
@@ -312,9 +427,14 @@ static void g4emu_shuffle(int n) {
     }
 }
 
-/* One block: all its threads as fibers, released barrier by barrier. */
+/* One block: all its threads as fibers, released barrier by barrier. Each
+   round resumes every thread that may go on: a fresh one, one at
+   __syncthreads once all of the block waits there, one at a warp barrier once
+   all of its warp does. */
 static void g4emu_run_block(int nthreads) {
     int alive = nthreads;
+    static char warp_ready[G4EMU_MAX_THREADS / 32];
+    g4emu_nthreads = nthreads;
     for (int i = 0; i < nthreads; i++) {
         if (!g4emu_fiber[i].stack) {
             g4emu_fiber[i].stack = (char *)malloc(G4EMU_STACK);
@@ -322,26 +442,66 @@ static void g4emu_run_block(int nthreads) {
         }
         g4emu_fiber_init(i);
         g4emu_fiber[i].state = G4EMU_RUNNING;
+        g4emu_lane_n[i] = 0;
     }
     while (alive > 0) {
-        int waiting = 0, done = 0;
-        g4emu_shuffle(nthreads);
-        for (int j = 0; j < nthreads; j++) {
-            int i = g4emu_order[j];
-            if (g4emu_fiber[i].state == G4EMU_DONE) continue;
-            g4emu_set_thread(i);
-            g4emu_fiber[i].state = G4EMU_RUNNING;
-            g4emu_to_fiber(i);
-        }
+        int waiting = 0, done = 0, at_warp = 0, ran = 0, block_ready, split_warp = 0;
         for (int i = 0; i < nthreads; i++) {
             waiting += g4emu_fiber[i].state == G4EMU_BARRIER;
             done += g4emu_fiber[i].state == G4EMU_DONE;
+            at_warp += g4emu_fiber[i].state == G4EMU_WARP;
         }
-        if (waiting && done) {
+        block_ready = waiting == nthreads - done;
+        for (int w = 0; w * 32 < nthreads; w++) {
+            int lanes_at = 0, lanes_done = 0, lanes = 0;
+            for (int i = w * 32; i < nthreads && i < w * 32 + 32; i++, lanes++) {
+                lanes_at += g4emu_fiber[i].state == G4EMU_WARP;
+                lanes_done += g4emu_fiber[i].state == G4EMU_DONE;
+            }
+            warp_ready[w] = lanes_at == lanes;
+            if (lanes_at && lanes_done) split_warp = 1; /* a lane exited while its warp waits for it */
+        }
+        if ((waiting && done) || split_warp) {
             fprintf(stderr, "cuda_emu: barrier divergence in %s block (%u,%u): %d threads exited, %d wait at "
-                    "__syncthreads\n", g4emu_kernel, blockIdx.x, blockIdx.y, done, waiting);
+                    "__syncthreads, %d at a warp barrier\n", g4emu_kernel, blockIdx.x, blockIdx.y, done, waiting, at_warp);
             abort();
         }
+        g4emu_shuffle(nthreads);
+        for (int j = 0; j < nthreads; j++) {
+            int i = g4emu_order[j], st = g4emu_fiber[i].state;
+            if (st == G4EMU_DONE || (st == G4EMU_BARRIER && !block_ready) || (st == G4EMU_WARP && !warp_ready[i / 32]))
+                continue;
+            g4emu_set_thread(i);
+            g4emu_fiber[i].state = G4EMU_RUNNING;
+            g4emu_to_fiber(i);
+            ran++;
+        }
+        /* then each warp through its run of warp barriers (the shuffles of a
+           reduction) at once, its lanes in a fresh order each time, until it
+           reaches __syncthreads or its end */
+        for (int w = 0; w * 32 < nthreads; w++) {
+            int lo = w * 32, cnt = nthreads - lo < 32 ? nthreads - lo : 32;
+            for (;;) {
+                int all = 1;
+                for (int i = lo; i < lo + cnt; i++) all &= g4emu_fiber[i].state == G4EMU_WARP;
+                if (!all) break;
+                g4emu_shuffle(cnt);
+                for (int j = 0; j < cnt; j++) {
+                    int i = lo + g4emu_order[j];
+                    g4emu_set_thread(i);
+                    g4emu_fiber[i].state = G4EMU_RUNNING;
+                    g4emu_to_fiber(i);
+                    ran++;
+                }
+            }
+        }
+        if (!ran) {
+            fprintf(stderr, "cuda_emu: deadlock in %s block (%u,%u): %d threads wait at __syncthreads, %d at a warp "
+                    "barrier (a warp split between the two)\n", g4emu_kernel, blockIdx.x, blockIdx.y, waiting, at_warp);
+            abort();
+        }
+        done = 0;
+        for (int i = 0; i < nthreads; i++) done += g4emu_fiber[i].state == G4EMU_DONE;
         alive = nthreads - done;
     }
 }

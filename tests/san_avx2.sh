@@ -15,7 +15,7 @@ if [ "$(uname -m)" != x86_64 ] || ! grep -q ' avx2 ' "$CPUINFO" || ! grep -q ' f
   exit 0
 fi
 mkdir -p build
-suites="gemma4 threads"
+suites="gemma4 threads lora" # (lora: the adapter kernels on g4__dot and g4__axpy)
 pids=""
 for t in $suites; do # the compiles side by side (each ~20 s of one core)
   rm -f build/test_${t}_san_avx2

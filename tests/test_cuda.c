@@ -45,12 +45,16 @@
 #ifdef G4_CUDA_EMULATE
 extern void g4emu_fail_after(long n);
 extern long g4emu_launches(const char *kernel);
+extern long g4emu_mmas(void);
 #define CPU_TOL 0.0
 #define CPU_TOL_BF16 0.0
 #else
 #define CPU_TOL 2e-5
 #define CPU_TOL_BF16 3e-2 /* a device tanhf/expf ulp can move a bf16 rounding: one bf16 ulp is 3.9e-3 */
 #endif
+
+#define FAST_TOL 4e-5      /* the fast mode: see "fast mode" below */
+#define FAST_TOL_BF16 3e-2
 
 #include "harness.h" /* g_only: argv[2], run only tests whose name contains it */
 #include "fixtures.h"
@@ -81,9 +85,17 @@ static void cuda_model_close(void *bm) {
     free(bm);
 }
 
-static int cuda_open(g4i_session *s, void *bm, const g4_session_config *cfg, int matmul) {
+/* a backend's variant: the matmul kind, or'ed with these */
+#define V_FAST 0x100 /* cfg.cuda_fast */
+#define V_BF16 0x200 /* cfg.bf16 from the start (the fast mode's K/V dtype follows it) */
+
+static int cuda_open(g4i_session *s, void *bm, const g4_session_config *cfg_in, int variant) {
     cuda_impl *c = (cuda_impl *)calloc(1, sizeof *c);
     char err[G4_ERROR_MAX];
+    g4_session_config cfg_v = *cfg_in, *cfg = &cfg_v;
+    int matmul = variant & 0xff;
+    if (variant & V_FAST) cfg_v.cuda_fast = 1;
+    if (variant & V_BF16) cfg_v.bf16 = 1;
     memset(s, 0, sizeof *s);
     if (!(s->impl = c)) return 0;
     s->error = c->s.error;
@@ -128,6 +140,14 @@ static const g4i_backend g4i_cuda = {"cuda", G4_CUDA_MATMUL_TILED, cuda_model_op
                                      cuda_forward, cuda_reset, cuda_close, cuda_read_table};
 static const g4i_backend g4i_cuda_plain = {"cuda (plain matmul)", G4_CUDA_MATMUL_PLAIN, cuda_model_open, cuda_model_close,
                                            cuda_open, cuda_forward, cuda_reset, cuda_close, cuda_read_table};
+
+/* the fast mode (float32, and bf16 from the start) */
+static const g4i_backend g4i_cuda_fast = {"cuda fast", V_FAST, cuda_model_open, cuda_model_close, cuda_open,
+                                          cuda_forward, cuda_reset, cuda_close, cuda_read_table};
+static const g4i_backend g4i_cuda_fast_bf16 = {"cuda fast bf16", V_FAST | V_BF16, cuda_model_open, cuda_model_close,
+                                               cuda_open, cuda_forward, cuda_reset, cuda_close, cuda_read_table};
+static const g4i_backend g4i_cuda_bf16 = {"cuda bf16", V_BF16, cuda_model_open, cuda_model_close, cuda_open,
+                                          cuda_forward, cuda_reset, cuda_close, cuda_read_table};
 
 /* ----------------------------------------------- goldens, layer by layer */
 
@@ -369,9 +389,276 @@ static void test_head_dims_256_512(void) {
         CHECK(d <= CPU_TOL * sc, "CUDA differs from CPU by %.3g", d);
         if (d / sc > g_worst.ref) g_worst.ref = d / sc;
     }
+    { /* the fast mode: D = 256 and 512 take a lane 8 elements at a time, one and two passes */
+        float *fast = g4i_logits(&g4i_cuda_fast, dir, ids, n, 5, 0, 0), *fb = g4i_logits(&g4i_cuda_fast, dir, ids, n, 5, 1, 0);
+        double d = fast && cpu ? max_diff(fast, cpu, (size_t)n * V) : INFINITY, sc = cpu ? max_abs(cpu, (size_t)n * V) : 1;
+        double dd = fast && fb ? max_diff(fb, cpu, (size_t)n * V) : INFINITY;
+        printf("  head dims 256/512: fast vs CPU %.3g relative, fast decode %.3g\n", d / sc, dd / sc);
+        CHECK(d <= FAST_TOL * sc && dd <= FAST_TOL * sc, "fast differs from CPU by %.3g / %.3g", d / sc, dd / sc);
+        free(fast);
+        free(fb);
+    }
     free(cpu);
     free(gpu);
     for (i = 0; i < ne; i++) free(buf[i]);
+}
+
+/* ------------------------------------------------------------ fast mode */
+/* The fast mode (cfg.cuda_fast) is bounded against the exact mode, the
+   oracle: FAST_TOL in float32 (other summation orders: split-K, warp
+   butterflies, the online softmax; about 1e-6 is typical, the bound leaves
+   room for the device's transcendental functions on a GPU), FAST_TOL_BF16 in
+   the bf16 mode against the bf16-faithful mode (a different order moves a
+   bf16 rounding now and then: one bf16 ulp is 3.9e-3 relative). */
+
+static g4i_worst g_fast; /* golden: fast f32 vs exact f32; ref: fast bf16 vs bf16-faithful */
+
+/* the goldens: fast float32 within FAST_TOL of exact float32, every tap and
+   the logits, the same taps by name; and within G4I_TOL of transformers */
+static void test_fast_goldens(void) {
+    static const char *models[] = {"e2b_like", "e4b_like", "31b_like", "26b_like", "plain", "legacy_keys"};
+    g4i_worst w;
+    memset(&w, 0, sizeof w);
+    for (int k = 0; k < 6; k++) g4i_golden(&g4i_cuda_fast, models[k], &g4i_cuda, FAST_TOL, &w);
+    if (w.ref > g_fast.golden) g_fast.golden = w.ref;
+}
+
+/* n greedy tokens after the golden's first 6 (prefill, then one per call) */
+static int greedy_tokens(const g4i_backend *b, const char *model, int32_t *out, int *n_out) {
+    golden g;
+    g4i_run r;
+    int n, i, V, ok = 1;
+    const int32_t *want;
+    float *logits;
+    *n_out = 0;
+    if (!golden_open(&g, model)) return 0;
+    want = golden_ids(&g, "greedy_ids", &n);
+    if (!want || n <= 6 || n > 64 || !g4i_open(&r, b, tiny(model), n, 0, 0)) {
+        g4i_close(&r);
+        g4_model_free(&g.m);
+        return 0;
+    }
+    V = r.m.config.vocab_size;
+    logits = (float *)malloc(sizeof(float) * V);
+    memcpy(out, want, sizeof(int32_t) * 6);
+    ok = b->forward(&r.s, want, 6, logits, G4_LOGITS_LAST) == G4_OK;
+    for (i = 6; ok && i < n; i++) {
+        out[i] = g4_argmax(logits, V);
+        if (i + 1 < n) ok = b->forward(&r.s, &out[i], 1, logits, G4_LOGITS_LAST) == G4_OK;
+    }
+    if (!ok) printf("  %s: %s\n", b->name, r.s.error);
+    *n_out = ok ? n : 0;
+    free(logits);
+    g4i_close(&r);
+    g4_model_free(&g.m);
+    return ok;
+}
+
+/* fast bf16 against the bf16-faithful mode: logits and every tap within
+   FAST_TOL_BF16, the same taps; greedy decode gives the same tokens */
+static void check_fast_bf16(const char *model) {
+    golden g;
+    g4i_run ex, fa;
+    g4i_taps rec;
+    g4i_tap_check tc;
+    int n, V, ne = 0, nf = 0;
+    const int32_t *ids;
+    float *ref = NULL, *out = NULL;
+    int32_t te[64], tf[64];
+    memset(&rec, 0, sizeof rec);
+    memset(&tc, 0, sizeof tc);
+    memset(&fa, 0, sizeof fa);
+    if (!(ids = g4i_input_ids(&g, model, &n))) return;
+    if (g4i_open(&ex, &g4i_cuda_bf16, tiny(model), n, 0, 0)) {
+        ex.s.cfg->tap = g4i_record_tap;
+        ex.s.cfg->tap_user = &rec;
+        ref = (float *)malloc(sizeof(float) * (size_t)n * ex.m.config.vocab_size);
+        CHECK(g4i_cuda_bf16.forward(&ex.s, ids, n, ref, G4_LOGITS_ALL) == G4_OK, "bf16-faithful: %s", ex.s.error);
+    }
+    g4i_close(&ex);
+    if (ref && g4i_open(&fa, &g4i_cuda_fast_bf16, tiny(model), n, 0, 0)) {
+        double d, sc;
+        V = fa.m.config.vocab_size;
+        out = (float *)malloc(sizeof(float) * (size_t)n * V);
+        tc.ref = &rec;
+        tc.ref_tol = FAST_TOL_BF16;
+        fa.s.cfg->tap = g4i_compare_tap;
+        fa.s.cfg->tap_user = &tc;
+        CHECK(g4i_cuda_fast_bf16.forward(&fa.s, ids, n, out, G4_LOGITS_ALL) == G4_OK, "fast bf16: %s", fa.s.error);
+        d = max_diff(out, ref, (size_t)n * V);
+        sc = max_abs(ref, (size_t)n * V);
+        CHECK(greedy_tokens(&g4i_cuda_bf16, model, te, &ne) && greedy_tokens(&g4i_cuda_fast_bf16, model, tf, &nf) &&
+                  ne == nf, "greedy runs");
+        printf("  %s fast bf16: logits %.3g of max |logit| %.3g from the bf16-faithful mode, worst tap %.3g; "
+               "greedy %d tokens %s\n", model, d / sc, sc, tc.worst_ref, ne - 6,
+               ne == nf && memcmp(te, tf, sizeof(int32_t) * (size_t)ne) == 0 ? "equal" : "DIFFER");
+        CHECK(d <= FAST_TOL_BF16 * sc, "logits differ by %.3g relative", d / sc);
+        CHECK(tc.fails == 0, "%d taps differ", tc.fails);
+        CHECK(tc.seen_ref == tc.taps && tc.taps == rec.n, "tap sets: fast %d, matched %d, faithful %d", tc.taps,
+              tc.seen_ref, rec.n);
+        CHECK(ne == nf && ne > 6 && memcmp(te, tf, sizeof(int32_t) * (size_t)ne) == 0, "greedy tokens differ");
+        if (d / sc > g_fast.ref) g_fast.ref = d / sc;
+        if (tc.worst_ref > g_fast.ref) g_fast.ref = tc.worst_ref;
+    } else {
+        CHECK(0, "bf16-faithful run or fast session");
+    }
+    g4i_close(&fa);
+    g4i_taps_free(&rec);
+    free(ref);
+    free(out);
+    g4_model_free(&g.m);
+}
+
+static void test_fast_bf16(void) {
+    static const char *models[] = {"e2b_like", "e4b_like", "31b_like", "26b_like", "plain"};
+#ifdef G4_CUDA_EMULATE
+    long mmas = g4emu_mmas();
+#endif
+    for (int k = 0; k < 5; k++) check_fast_bf16(models[k]);
+#ifdef G4_CUDA_EMULATE
+    printf("  %ld warp MMAs (bf16 tensor-core steps of the prefill GEMM)\n", g4emu_mmas() - mmas);
+    CHECK(g4emu_mmas() > mmas, "the bf16 prefill must run the GEMM's MMA path");
+#endif
+}
+
+/* fast float32 greedy decode: transformers' generate, logits and tokens */
+static void test_fast_greedy(void) {
+    static const char *models[] = {"e2b_like", "e4b_like", "31b_like", "26b_like", "plain"};
+    for (int k = 0; k < 5; k++) g4i_greedy(&g4i_cuda_fast, models[k]);
+}
+
+/* decode (one token per call: matvec, flash-decoding with KV splits) and
+   chunked prefill against one-shot prefill, within the mode's tolerance; the
+   same plan twice gives the same bits */
+static void check_fast_chunking(const g4i_backend *b, const char *model, double tol) {
+    static const int plans[][2] = {{1, 1}, {3, 5}, {13, 0}};
+    golden g;
+    g4_config c = g4i_config(model);
+    int n, k;
+    const int32_t *ids;
+    float *ref, *again;
+    double worst = 0;
+    if (!(ids = g4i_input_ids(&g, model, &n))) return;
+    ref = g4i_logits(b, tiny(model), ids, n, 64, 0, 0);
+    again = g4i_logits(b, tiny(model), ids, n, 64, 0, 0);
+    CHECK(ref && again && max_diff(ref, again, (size_t)n * c.vocab_size) == 0.0, "%s: a run must repeat bit for bit", model);
+    for (k = 0; ref && k < (int)(sizeof plans / sizeof plans[0]); k++) {
+        float *out = g4i_logits(b, tiny(model), ids, n, plans[k][0], plans[k][1], 0);
+        double d = out ? max_diff(out, ref, (size_t)n * c.vocab_size) / max_abs(ref, (size_t)n * c.vocab_size) : INFINITY;
+        CHECK(d <= tol, "%s: max_chunk %d, %d per call: %.3g relative from one-shot prefill", model, plans[k][0],
+              plans[k][1], d);
+        if (d > worst) worst = d;
+        free(out);
+    }
+    printf("  %s %s: chunked and decode vs one-shot, worst %.3g relative (bound %.1g)\n", b->name, model, worst, tol);
+    free(ref);
+    free(again);
+    g4_model_free(&g.m);
+}
+
+static void test_fast_chunking(void) {
+    static const char *models[] = {"e2b_like", "26b_like", "31b_like"};
+    for (int k = 0; k < 3; k++) check_fast_chunking(&g4i_cuda_fast, models[k], FAST_TOL);
+    for (int k = 0; k < 2; k++) check_fast_chunking(&g4i_cuda_fast_bf16, models[k], FAST_TOL_BF16);
+}
+
+/* The shared-KV table in the fast mode (g4i_table: owners only, readers
+   share, positions per step, the device's table agrees; a bf16 cache), the
+   debug copies, NaN stale reader weights, bad input: the invariants, with
+   exactness where the same kernels run in the same order. */
+static void test_fast_table(void) {
+    g4i_table(&g4i_cuda_fast);
+    g4i_table(&g4i_cuda_fast_bf16);
+    g4i_reader_copies(&g4i_cuda_fast_bf16);
+    g4i_stale_reader_kv(&g4i_cuda_fast);
+    g4i_forward_errors(&g4i_cuda_fast);
+}
+
+/* Two fast sessions on one model, interleaved (one token per call, two per
+   call): each gives the bits of its own plan run alone. */
+static void test_fast_sessions(void) {
+    golden g;
+    g4i_run a;
+    g4i_session s2;
+    int n, i, even;
+    const int32_t *ids;
+    float *ra, *rb, *la, *lb;
+    if (!(ids = g4i_input_ids(&g, "e2b_like", &n))) return;
+    if (n > 12) n = 12; /* past the window (8) */
+    even = n - n % 2;
+    ra = g4i_logits(&g4i_cuda_fast, tiny("e2b_like"), ids, n, 4, 1, 0);
+    rb = g4i_logits(&g4i_cuda_fast, tiny("e2b_like"), ids, even, 4, 2, 0);
+    memset(&s2, 0, sizeof s2);
+    la = (float *)malloc(sizeof(float) * (size_t)n * 512);
+    lb = (float *)malloc(sizeof(float) * (size_t)n * 512);
+    if (!g4i_open(&a, &g4i_cuda_fast, tiny("e2b_like"), n, 4, 0) || !cuda_open(&s2, a.bm, a.s.cfg, V_FAST)) {
+        CHECK(0, "open");
+    } else {
+        for (i = 0; i < n; i++) {
+            CHECK(cuda_forward(&a.s, ids + i, 1, la + (size_t)i * 512, G4_LOGITS_ALL) == G4_OK, "a: %s", a.s.error);
+            if (i % 2 == 1)
+                CHECK(cuda_forward(&s2, ids + i - 1, 2, lb + (size_t)(i - 1) * 512, G4_LOGITS_ALL) == G4_OK, "b: %s",
+                      s2.error);
+        }
+        CHECK(ra && max_diff(la, ra, (size_t)n * 512) == 0.0, "session a drifted");
+        CHECK(rb && max_diff(lb, rb, (size_t)even * 512) == 0.0, "session b drifted");
+        CHECK(cuda_reset(&a.s) == G4_OK, "reset");
+        for (i = 0; i < n; i++)
+            CHECK(cuda_forward(&a.s, ids + i, 1, lb + (size_t)i * 512, G4_LOGITS_ALL) == G4_OK, "a again: %s", a.s.error);
+        CHECK(max_diff(la, lb, (size_t)n * 512) == 0.0, "a reset session must reproduce its first run");
+    }
+    if (s2.impl) cuda_close(&s2);
+    g4i_close(&a);
+    free(ra);
+    free(rb);
+    free(la);
+    free(lb);
+    g4_model_free(&g.m);
+}
+
+/* The fast mode's arena: sized up front (no score buffer; a bf16 cache in
+   the bf16 mode, so smaller again), undersized by a byte refused, and a
+   model outside its attention kernel refused by name. */
+static void test_fast_arena(void) {
+    g4_model m;
+    g4_cuda_model cm;
+    g4_cuda_session s;
+    g4_session_config sc = g4_session_config_init();
+    size_t de, he, df, hf, db, hb;
+    void *darena = NULL, *harena;
+    char err[G4_ERROR_MAX];
+    if (g4_model_load(&m, tiny("e2b_like")) != G4_OK) { CHECK(0, "%s", m.error); return; }
+    CHECK(g4_cuda_model_upload(&cm, &m) == G4_OK, "upload: %s", cm.error);
+    sc.max_context = 1000;
+    CHECK(g4_cuda_session_size(&cm, &sc, &de, &he) == G4_OK, "exact size");
+    sc.cuda_fast = 1;
+    CHECK(g4_cuda_session_size(&cm, &sc, &df, &hf) == G4_OK, "fast size");
+    sc.bf16 = 1;
+    CHECK(g4_cuda_session_size(&cm, &sc, &db, &hb) == G4_OK, "fast bf16 size");
+    printf("  device arena for 1000 positions: exact %lu, fast %lu, fast bf16 %lu bytes\n", (unsigned long)de,
+           (unsigned long)df, (unsigned long)db);
+    CHECK(df < de && db < df, "the fast arenas must be smaller (no scores; bf16 K/V)");
+    CHECK(g4_cuda_malloc(&darena, db, err) == G4_OK, "%s", err);
+    harena = malloc(hb);
+    CHECK(g4_cuda_session_init(&s, &cm, &sc, darena, db - 1, harena, hb) == G4_ERR_ARENA &&
+              strstr(s.error, "device arena") && strstr(s.error, "too small"),
+          "undersized device arena: %s", s.error);
+    CHECK(g4_cuda_session_init(&s, &cm, &sc, darena, db, harena, hb) == G4_OK && s.fast && s.kv_bf16 && !s.d_scores,
+          "exactly the reported sizes must do: %s", s.error);
+    {
+        int32_t ids[3] = {2, 81, 101};
+        float logits[512];
+        CHECK(g4_cuda_forward(&s, ids, 3, logits, G4_LOGITS_LAST) == G4_OK, "forward: %s", s.error);
+    }
+    /* more query heads per KV head than the attention block holds */
+    m.config.num_attention_heads = 16 * m.plan.layer[0].kv_heads;
+    CHECK(g4_cuda_session_init(&s, &cm, &sc, darena, db, harena, hb) == G4_ERR_CONFIG && strstr(s.error, "fast mode") &&
+              strstr(s.error, "layer 0"), "a group of 16: %s", s.error);
+    CHECK(g4_cuda_session_size(&cm, &sc, &df, &hf) == G4_ERR_CONFIG, "sized: a group of 16");
+    g4_cuda_free(darena);
+    free(harena);
+    g4_cuda_model_free(&cm);
+    g4_model_free(&m);
 }
 
 /* --------------------------------------------------------------- errors */
@@ -436,6 +723,7 @@ static void check_injected(const char *model, int reader_copies, int matmul) {
         const char *msg = err;
         sc.max_context = 2;
         sc.reader_copies = reader_copies;
+        sc.cuda_fast = (matmul & V_FAST) != 0;
         err[0] = 0;
         g4emu_fail_after(k);
         r = g4_cuda_model_upload(&cm, &m);
@@ -448,7 +736,7 @@ static void check_injected(const char *model, int reader_copies, int matmul) {
             if (r == G4_OK) {
                 msg = s.error;
                 r = g4_cuda_session_init(&s, &cm, &sc, darena, db, harena, hb);
-                s.matmul = matmul;
+                s.matmul = matmul & 0xff;
                 if (r == G4_OK) r = g4_cuda_forward(&s, ids, 1, logits, G4_LOGITS_LAST);
                 if (r == G4_OK) r = g4_cuda_forward(&s, ids + 1, 1, logits, G4_LOGITS_LAST);
             }
@@ -472,6 +760,7 @@ static void check_injected(const char *model, int reader_copies, int matmul) {
 static void test_every_cuda_call_checked(void) {
     check_injected("e2b_like", 1, G4_CUDA_MATMUL_PLAIN);
     check_injected("26b_like", 0, G4_CUDA_MATMUL_TILED);
+    check_injected("e2b_like", 1, V_FAST); /* the fast mode's launches: reader copies, a tap-free decode */
 }
 
 /* Every __global__ kernel in gemma4_cuda.cu ran during this suite. */
@@ -518,6 +807,13 @@ int main(int argc, char **argv) {
     run("cuda write-once-then-read checks (host and device)", test_table_checks);
     run("cuda head dims 256 and 512 = CPU", test_head_dims_256_512);
     run("cuda arenas: undersized, misaligned, NULL", test_arena_errors);
+    run("cuda fast f32 = exact f32 within 4e-5 (goldens, every tap)", test_fast_goldens);
+    run("cuda fast bf16 = bf16-faithful within 3e-2, greedy tokens equal", test_fast_bf16);
+    run("cuda fast greedy decode: transformers generate", test_fast_greedy);
+    run("cuda fast decode and chunked prefill = one-shot within tolerance", test_fast_chunking);
+    run("cuda fast shared-KV table, reader copies, stale weights, bad input", test_fast_table);
+    run("cuda fast sessions on one model are independent; reset", test_fast_sessions);
+    run("cuda fast arenas: sizes up front, undersized, unsupported shapes", test_fast_arena);
 #ifdef G4_CUDA_EMULATE
     run("cuda every runtime call and launch is checked (injected failures)", test_every_cuda_call_checked);
     run("cuda every kernel ran", test_every_kernel_ran);
@@ -529,5 +825,7 @@ int main(int argc, char **argv) {
     }
     printf("max relative difference: vs transformers %.3g (bound %.1g), vs CPU path %.3g (bound %.1g)\n",
            g_worst.golden, G4I_TOL, g_worst.ref, CPU_TOL);
+    printf("fast mode, max relative difference: f32 vs exact f32 %.3g (bound %.1g), bf16 vs bf16-faithful %.3g (bound %.1g)\n",
+           g_fast.golden, FAST_TOL, g_fast.ref, FAST_TOL_BF16);
     return finish();
 }

@@ -328,6 +328,7 @@ static void test_kernels(void) {
         }
         for (bf16 = 0; bf16 < 2; bf16++) {
             g4__lora_job lj;
+            memset(&lj, 0, sizeof lj); /* (bf16 0: the float32 adapter) */
             memcpy(ref, y0, sizeof(float) * (size_t)n * out);
             g4__lora_forward(ref, x, &lo, n, u2, bf16); /* u2: the scalar A x */
             /* B u's half alone, from the scalar u: bit for bit, columns split at 13 */
@@ -357,6 +358,33 @@ static void test_kernels(void) {
                 g4__lora_add(alt + (size_t)t * out, u2, &lo, 1, 0, out, bf16);
             }
             CHECK(!memcmp(alt, fast, sizeof(float) * (size_t)n * out), "in %d out %d r %d bf16 %d: decode differs from prefill", in, out, r, bf16);
+        }
+        { /* lora_bf16 (an adapter cast to bf16): = torch's bf16 order on bf16-rounded copies of A and B,
+             u and v rounded; any split of (t, j) and of the columns, bit for bit */
+            g4__lora_job lj;
+            float *Ar = (float *)malloc(sizeof(float) * (size_t)r * in), *Br = (float *)malloc(sizeof(float) * (size_t)out * r);
+            memset(&lj, 0, sizeof lj);
+            if (Ar && Br) {
+                for (i = 0; i < r * in; i++) Ar[i] = g4__bf16_round(A[i]);
+                for (i = 0; i < out * r; i++) Br[i] = g4__bf16_round(B[i]);
+                for (t = 0; t < n; t++) {
+                    int j, o;
+                    for (j = 0; j < r; j++) u2[t * r + j] = g4__bf16_round(g4__dot_torch(x + (size_t)t * in, Ar + (size_t)j * in, in));
+                    for (o = 0; o < out; o++) {
+                        float v = g4__bf16_round(g4__dot_torch(u2 + (size_t)t * r, Br + (size_t)o * r, r));
+                        ref[t * out + o] = g4__bf16_round(y0[t * out + o]) + g4__bf16_round(v * lo.scale);
+                    }
+                }
+                lj.u = u; lj.x = x; lj.lo = &lo; lj.n = n; lj.bf16 = 1;
+                for (i = 0; i < 3; i++) g4__lora_u_part(&lj, i, 3);
+                CHECK(!memcmp(u, u2, sizeof(float) * (size_t)n * r), "in %d out %d r %d: lora_bf16's A x differs", in, out, r);
+                memcpy(fast, y0, sizeof(float) * (size_t)n * out);
+                g4__lora_add_bf16(fast, u, &lo, n, 0, out / 2);
+                g4__lora_add_bf16(fast, u, &lo, n, out / 2, out);
+                CHECK(!memcmp(fast, ref, sizeof(float) * (size_t)n * out), "in %d out %d r %d: lora_bf16's B u differs", in, out, r);
+            }
+            free(Ar);
+            free(Br);
         }
     next:
         free(A); free(B); free(Bt); free(x); free(y0); free(ref); free(fast); free(alt); free(u); free(u2);
@@ -515,14 +543,16 @@ static int write_wrong_adapter(const char *dir, const char *from) {
     return ok;
 }
 
-/* the bf16 golden: transformers + peft 0.21.2 with the model in bfloat16 and
-   the adapter loaded by PeftModel.from_pretrained (float32 adapter, x cast up,
-   the sum cast back to bf16), dumped by tools/hf_dump.py --adapter. The bf16
-   mode equals it to the bit: the library's logits, `logits --bf16 --adapter`,
-   and `compare --adapter` at tolerance 0 over every tap. Dropping the adapter,
-   or a wrong one (q_proj's alpha changed), fails naming the first tap that
+/* the bf16 goldens: transformers + peft 0.21.2 with the model in bfloat16,
+   dumped by tools/hf_dump.py --adapter. bf16_dump: the adapter loaded by
+   PeftModel.from_pretrained (float32 adapter, x cast up, the sum cast back to
+   bf16); bf16_adapter_dump (lora_bf16): its weights then cast to bf16 (lora_A,
+   lora_B and the scaling in bf16). The bf16 mode equals each to the bit: the
+   library's logits, `logits --bf16 --adapter`, and `compare --adapter` at
+   tolerance 0 over every tap. The other adapter dtype, dropping the adapter,
+   or a wrong one (q_proj's alpha changed) fail naming the first tap that
    diverges. */
-static void test_bf16_golden(void) {
+static void bf16_golden(const char *file, int lora_bf16) {
     char model[512], adapter[512], dump[600], args[2048], list[512], line[1024], wrong[300], out[300];
     golden d;
     g4_model m;
@@ -534,9 +564,9 @@ static void test_bf16_golden(void) {
     FILE *f;
     snprintf(model, sizeof model, "%s", tiny("e2b_like")); /* (path2's buffers rotate) */
     snprintf(adapter, sizeof adapter, "%s", lora_dir("e2b_all"));
-    snprintf(dump, sizeof dump, "%s/bf16_dump.safetensors", adapter);
+    snprintf(dump, sizeof dump, "%s/%s", adapter, file);
     memset(&d, 0, sizeof d);
-    if (g4__add_file(&d.m, adapter, "bf16_dump.safetensors") != G4_OK || g4__st_finish(&d.m) != G4_OK) {
+    if (g4__add_file(&d.m, adapter, file) != G4_OK || g4__st_finish(&d.m) != G4_OK) {
         skip(d.m.error);
         g4_model_free(&d.m);
         return;
@@ -558,6 +588,7 @@ static void test_bf16_golden(void) {
             sc.max_context = n;
             sc.max_chunk = chunks[c] ? chunks[c] : n;
             sc.bf16 = 1;
+            sc.lora_bf16 = lora_bf16;
             if (!ours) ours = (float *)malloc(sizeof(float) * cnt);
             if (!ours || g4_session_create(&s, &m, &sc) != G4_OK) { CHECK(0, "session"); break; }
             for (k = 0; k < n; k += sc.max_chunk) {
@@ -572,13 +603,14 @@ static void test_bf16_golden(void) {
             CHECK(same, "bf16 mode, chunk %d: %d of %lu logits differ from transformers + peft in bf16", chunks[c], differ,
                   (unsigned long)cnt);
         }
-        printf("  bf16 mode + adapter vs transformers + peft in bf16: %d tokens x %d logits, %d differ (whole, by 5, decode)\n",
-               n, V, differ);
+        printf("  %s: bf16 mode + adapter%s vs transformers + peft: %d tokens x %d logits, %d differ (whole, by 5, decode)\n",
+               file, lora_bf16 ? " (lora_bf16)" : "", n, V, differ);
     }
     for (k = 0; k < n; k++) len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", k ? "," : "", (int)ids[k]);
     /* the CLI: logits --bf16 --adapter, to the bit */
     snprintf(out, sizeof out, "%s/lora_bf16_logits.bin", g_tmp);
-    snprintf(args, sizeof args, "logits %s --adapter %s --bf16 --ids %s --out %s", model, adapter, list, out);
+    snprintf(args, sizeof args, "logits %s --adapter %s --bf16 --ids %s --out %s%s", model, adapter, list, out,
+             lora_bf16 ? " --adapter-bf16" : "");
     CHECK(cli(args, NULL, NULL, 0) == 0, "%s %s failed", g_cli, args);
     read = (float *)malloc(sizeof(float) * cnt);
     f = fopen(out, "rb");
@@ -587,10 +619,17 @@ static void test_bf16_golden(void) {
     for (same = 1, i = 0; read && i < cnt; i++) same &= read[i] == g4__get(ref, i);
     CHECK(read && same, "logits --bf16 --adapter differ from transformers + peft in bf16");
     /* compare --adapter: every tap to the bit (the bf16 dump switches on the bf16 mode) */
-    snprintf(args, sizeof args, "compare %s %s --adapter %s --tolerance 0", model, dump, adapter);
+    snprintf(args, sizeof args, "compare %s %s --adapter %s --tolerance 0%s", model, dump, adapter, lora_bf16 ? " --adapter-bf16" : "");
     k = cli(args, "taps compared", line, sizeof line);
-    printf("  compare --adapter: %s", line);
+    printf("  compare --adapter%s: %s", lora_bf16 ? " --adapter-bf16" : "", line);
     CHECK(k == 0 && strstr(line, " 0 over tolerance"), "compare --adapter must pass at tolerance 0 (exit %d): %s", k, line);
+    /* ... and fail with the other adapter dtype, at the first adapted module */
+    snprintf(args, sizeof args, "compare %s %s --adapter %s --tolerance 0%s", model, dump, adapter, lora_bf16 ? "" : " --adapter-bf16");
+    k = cli(args, "taps compared", line, sizeof line);
+    printf("  compare --adapter%s: %s", lora_bf16 ? "" : " --adapter-bf16", line);
+    CHECK(k == 2 && strstr(line, "first: per_layer_inputs\n"), "the other adapter dtype must fail at per_layer_inputs: exit %d, %s",
+          k, line);
+    if (lora_bf16) goto done; /* (the rest once) */
     /* ... and fail, at its default tolerance, naming the first tap, without the adapter */
     snprintf(args, sizeof args, "compare %s %s", model, dump);
     k = cli(args, "taps compared", line, sizeof line);
@@ -613,6 +652,26 @@ done:
     g4_model_free(&d.m);
 }
 
+static void test_bf16_goldens(void) {
+    g4_model m;
+    g4_session s;
+    g4_session_config sc = g4_session_config_init();
+    bf16_golden("bf16_dump.safetensors", 0);
+    bf16_golden("bf16_adapter_dump.safetensors", 1);
+    /* lora_bf16 needs the bf16 mode and an adapter */
+    if (g4_model_load(&m, tiny("e2b_like")) != G4_OK) { skip(m.error); return; }
+    sc.max_context = 4;
+    sc.bf16 = 1;
+    sc.lora_bf16 = 1;
+    CHECK(g4_session_create(&s, &m, &sc) == G4_ERR_INPUT && strstr(s.error, "lora_bf16"), "lora_bf16 without an adapter: %s", s.error);
+    if (g4_model_load_adapter(&m, lora_dir("e2b_all")) == G4_OK) {
+        sc.bf16 = 0;
+        CHECK(g4_session_create(&s, &m, &sc) == G4_ERR_INPUT && strstr(s.error, "lora_bf16"), "lora_bf16 without bf16: %s", s.error);
+    }
+    g4_model_free(&m);
+    CHECK(cli("logits data/tiny/e2b_like --ids 2 --out /dev/null --adapter-bf16", NULL, NULL, 0) == 1, "--adapter-bf16 alone must exit 1");
+}
+
 int main(int argc, char **argv) {
     char tmpl[] = "/tmp/gemma4-lora-XXXXXX";
     if (argc > 1) g_data = argv[1];
@@ -626,7 +685,7 @@ int main(int argc, char **argv) {
     test_grads();
     run("two sessions share one adapted model", test_shared_sessions);
     run("adapter after a session; a second adapter", test_order);
-    run("bf16 adapter golden: library, logits --bf16 and compare --adapter to the bit", test_bf16_golden);
+    run("bf16 adapter goldens (float32 and bf16 adapter): library, logits --bf16 and compare --adapter to the bit", test_bf16_goldens);
     {
         char cmd[400];
         snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);

@@ -24,7 +24,12 @@ only those taps (input_ids and logits always), for small committed dumps.
 peft.PeftModel.from_pretrained(model, DIR) (peft's default
 autocast_adapter_dtype=True: the adapter runs in float32 even on a bf16 model;
 peft casts x up to it and the sum back); compare it with
-`build/gemma4 compare MODEL_DIR DUMP --adapter DIR`. Not with --grad.
+`build/gemma4 compare MODEL_DIR DUMP --adapter DIR`. --adapter-bf16 then casts
+the adapter's weights to bfloat16 (as autocast_adapter_dtype=False leaves a bf16
+adapter, or model.to(torch.bfloat16) does, which also casts transformers' float32
+RoPE inv_freq buffers, so it is not used here): peft then runs lora_A, lora_B and
+the scaling in bf16 (compare with --adapter-bf16 too). Not
+with --grad.
 
 The bits of a bf16 run depend on the kernels torch picks for this CPU: the
 metadata records torch.backends.cpu.get_cpu_capability(). gemma4.h's bf16
@@ -87,6 +92,8 @@ def main():
     ap.add_argument("--grad", action="store_true", help="also the loss and the gradients (float32)")
     ap.add_argument("--labels", help="comma-separated labels for --grad (-100: ignored; default: the ids)")
     ap.add_argument("--adapter", help="a PEFT LoRA adapter directory, loaded with PeftModel.from_pretrained")
+    ap.add_argument("--adapter-bf16", action="store_true",
+                    help="then cast the adapter's weights to bfloat16: peft runs it in bf16")
     args = ap.parse_args()
     if args.grad and args.dtype != "float32":
         raise SystemExit("hf_dump: --grad runs in float32 only")
@@ -102,6 +109,11 @@ def main():
     if args.adapter:
         import peft
         model = peft.PeftModel.from_pretrained(model, args.adapter)
+        if args.adapter_bf16:  # the adapter's weights only: model.to() would also cast RoPE's float32 inv_freq
+            with torch.no_grad():
+                for n, p in model.named_parameters():
+                    if "lora_" in n:
+                        p.data = p.data.to(torch.bfloat16)
     model.eval()
     text = find_text_model(model)
     taps = {}
@@ -204,7 +216,7 @@ def main():
             "threads": str(torch.get_num_threads()), "order": json.dumps(list(taps))}
     if args.adapter:
         import peft
-        meta.update({"peft": peft.__version__, "adapter": args.adapter})
+        meta.update({"peft": peft.__version__, "adapter": args.adapter, "adapter_dtype": "bfloat16" if args.adapter_bf16 else "float32"})
     save_file(tensors, args.out, metadata=meta)
     print(f"hf_dump: {len(taps)} taps, {S} tokens, {args.dtype}"
           + (f", loss {float(extra['loss']):.7f}, {len(extra) - 2} gradients" if args.grad else "") + f" -> {args.out}")

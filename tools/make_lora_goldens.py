@@ -25,14 +25,18 @@ from a FRESH base model with the saved adapter loaded by PeftModel.from_pretrain
 float32 CPU, eval() (no dropout), attn_implementation="eager",
 experts_implementation="eager", torch.set_num_threads(1).
 
-One bf16 golden: data/lora/e2b_all/bf16_dump.safetensors, tools/hf_dump.py
---dtype bfloat16 --adapter data/lora/e2b_all on e2b_like (12 tokens, a few taps and
-the logits): the base model in bfloat16 with the adapter loaded by
-PeftModel.from_pretrained, peft's default autocast_adapter_dtype=True, so the
-adapter's weights are float32 and peft's lora.Linear.forward casts x up to them
-and the sum back to bf16 (result.to(torch_result_dtype)). gemma4.h's bf16 mode
-rounds at exactly those points; `build/gemma4 compare` and `logits --bf16
---adapter` are tested against it bit for bit.
+Two bf16 goldens, tools/hf_dump.py --dtype bfloat16 --adapter data/lora/e2b_all on
+e2b_like (12 tokens, a few taps and the logits), the base model in bfloat16:
+  data/lora/e2b_all/bf16_dump.safetensors: the adapter loaded by
+    PeftModel.from_pretrained, peft's default autocast_adapter_dtype=True, so the
+    adapter's weights are float32 and peft's lora.Linear.forward casts x up to them
+    and the sum back to bf16 (result.to(torch_result_dtype)). gemma4.h's bf16 mode
+    rounds at exactly those points.
+  data/lora/e2b_all/bf16_adapter_dump.safetensors: hf_dump --adapter-bf16, the
+    adapter's weights then cast to bf16 (a bf16 training run's adapter, or
+    autocast_adapter_dtype=False): lora_A, lora_B and the scaling run in bf16.
+    gemma4.h's bf16 mode with g4_session_config.lora_bf16 (--adapter-bf16).
+`build/gemma4 compare` and `logits --bf16 --adapter` are tested against both bit for bit.
 
 Usage (from the repository root):
     venv/bin/python tools/make_lora_goldens.py [--out data/lora] [--only case ...]
@@ -177,16 +181,21 @@ def make(name, tiny, kwargs, out_root, seed, with_grads, dtype):
 
 
 def bf16_dump(out_root):
-    """The bf16 golden: tools/hf_dump.py --dtype bfloat16 --adapter (peft's PeftModel.from_pretrained path)."""
+    """The bf16 goldens: tools/hf_dump.py --dtype bfloat16 --adapter (peft's PeftModel.from_pretrained path:
+    a float32 adapter), and with --adapter-bf16 (the adapter's weights cast to bf16: peft runs it in bf16)."""
     name, tiny, n, taps = BF16_DUMP
     src = os.path.join("data", "tiny", tiny)
     ids = load_file(os.path.join(src, "golden.safetensors"))["input_ids"][:n].tolist()
-    out = os.path.join(out_root, name, "bf16_dump.safetensors")
-    subprocess.run([sys.executable, os.path.join("tools", "hf_dump.py"), src, "--ids", ",".join(map(str, ids)),
-                    "--out", out, "--dtype", "bfloat16", "--adapter", os.path.join(out_root, name), "--taps", taps],
-                   check=True)
-    return (f"bf16 {name} on {tiny}: tools/hf_dump.py --dtype bfloat16 --adapter, {n} tokens, taps {taps}, "
-            f"bytes {os.path.getsize(out)}  # PeftModel.from_pretrained on the bf16 model: float32 adapter")
+    lines = []
+    for file, extra, what in (("bf16_dump.safetensors", [], "float32 adapter (PeftModel.from_pretrained's default)"),
+                              ("bf16_adapter_dump.safetensors", ["--adapter-bf16"], "the adapter's weights cast to bf16")):
+        out = os.path.join(out_root, name, file)
+        subprocess.run([sys.executable, os.path.join("tools", "hf_dump.py"), src, "--ids", ",".join(map(str, ids)),
+                        "--out", out, "--dtype", "bfloat16", "--adapter", os.path.join(out_root, name), "--taps", taps]
+                       + extra, check=True)
+        lines.append(f"bf16 {name} on {tiny}: {file}, tools/hf_dump.py --dtype bfloat16 --adapter {' '.join(extra)}, "
+                     f"{n} tokens, taps {taps}, bytes {os.path.getsize(out)}  # the model in bf16, {what}")
+    return "\n".join(lines)
 
 
 def main():
