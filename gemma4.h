@@ -810,6 +810,19 @@ G4_API g4_result g4_template_render(const g4_template *t, const char *chat_json,
 G4_API g4_result g4_template_encode(const g4_template *t, const g4_tokenizer *tok, const char *chat_json,
                                     size_t len, const g4_template_options *o, int32_t **ids, size_t *n_ids,
                                     char *err);
+/* A chat loop that keeps the K/V feeds, for each new user turn, only what the
+   template writes after the model's last answer (the answer's tokens are fed
+   already): the closure of that turn, the new user turn, the generation
+   prompt. In chat_json, an assistant message whose content is
+   G4_TEMPLATE_ANSWER stands for such an answer; this renders the conversation
+   and encodes the text after the last marker as g4_template_encode does (no
+   <bos>). G4_ERR_INPUT, naming the template, when the rendered text holds no
+   marker (the template does not write the model's answers, or chat_json has
+   none). *ids: allocated with G4_MALLOC, free with g4_template_free_output. */
+#define G4_TEMPLATE_ANSWER "\x1bg4-answer\x1b"
+G4_API g4_result g4_template_continue(const g4_template *t, const g4_tokenizer *tok, const char *chat_json,
+                                      size_t len, const g4_template_options *o, int32_t **ids, size_t *n_ids,
+                                      char *err);
 G4_API void g4_template_free_output(void *p);
 
 /* --------------------------------------------------------------- sampler */
@@ -12470,25 +12483,17 @@ out:
     return r;
 }
 
-G4__DEF g4_result g4_template_encode(const g4_template *t, const g4_tokenizer *tok, const char *chat_json,
-                                     size_t len, const g4_template_options *o, int32_t **ids, size_t *n_ids,
-                                     char *err) {
-    char *text = NULL;
-    size_t tl = 0, cap;
+/* text[0..tl) encoded as apply_chat_template(..., tokenize=True) does: without the post-processor (no
+   second <bos>). *ids: G4_MALLOC'd. */
+static g4_result g4__template_tokenize(const g4_template *t, const g4_tokenizer *tok, const char *text, size_t tl,
+                                       int32_t **ids, size_t *n_ids, char *err) {
+    size_t cap = g4_tokenize_max(tok, tl);
     g4_result r;
-    if (ids) *ids = NULL;
-    if (n_ids) *n_ids = 0;
-    if (!err && t) err = ((g4_template *)(uintptr_t)t)->error;
-    if (!tok || !ids || !n_ids) { if (err) g4__seterr(err, "g4_template_encode: NULL argument"); return G4_ERR_INPUT; }
-    if ((r = g4_template_render(t, chat_json, len, o, &text, &tl, err)) != G4_OK) return r;
-    cap = g4_tokenize_max(tok, tl);
     if (!(*ids = (int32_t *)G4_MALLOC((cap ? cap : 1) * sizeof(int32_t)))) {
-        G4_FREE(text);
         g4__seterr(err, "%s: out of memory", t->name);
         return G4_ERR_NOMEM;
     }
     r = g4_tokenize(tok, text, tl, 0, *ids, cap, n_ids); /* add_special_tokens=False: no second <bos> */
-    G4_FREE(text);
     if (r != G4_OK) {
         G4_FREE(*ids);
         *ids = NULL;
@@ -12496,6 +12501,48 @@ G4__DEF g4_result g4_template_encode(const g4_template *t, const g4_tokenizer *t
         g4__seterr(err, "%s: tokenizing the rendered text failed (%s)", t->name, g4_result_str(r));
     }
     return r;
+}
+
+/* encode (cont 0) or continue (cont 1) */
+static g4_result g4__template_encode(const g4_template *t, const g4_tokenizer *tok, const char *chat_json, size_t len,
+                                     const g4_template_options *o, int32_t **ids, size_t *n_ids, char *err, int cont,
+                                     const char *fn) {
+    char *text = NULL;
+    const char *from, *p;
+    size_t tl = 0, mark = strlen(G4_TEMPLATE_ANSWER);
+    g4_result r;
+    if (ids) *ids = NULL;
+    if (n_ids) *n_ids = 0;
+    if (!err && t) err = ((g4_template *)(uintptr_t)t)->error;
+    if (!tok || !ids || !n_ids) { if (err) g4__seterr(err, "%s: NULL argument", fn); return G4_ERR_INPUT; }
+    if ((r = g4_template_render(t, chat_json, len, o, &text, &tl, err)) != G4_OK) return r;
+    from = text;
+    if (cont) { /* after the last marker (the rendered text may hold NULs: search it all) */
+        from = NULL;
+        for (p = text; (size_t)(p - text) + mark <= tl; p++)
+            if (memcmp(p, G4_TEMPLATE_ANSWER, mark) == 0) from = p + mark;
+        if (!from) {
+            G4_FREE(text);
+            g4__seterr(err, "%s: the rendered conversation holds no model answer (G4_TEMPLATE_ANSWER): the template does "
+                       "not write the model's answers, or the conversation has none; it cannot be continued", t->name);
+            return G4_ERR_INPUT;
+        }
+    }
+    r = g4__template_tokenize(t, tok, from, tl - (size_t)(from - text), ids, n_ids, err);
+    G4_FREE(text);
+    return r;
+}
+
+G4__DEF g4_result g4_template_encode(const g4_template *t, const g4_tokenizer *tok, const char *chat_json,
+                                     size_t len, const g4_template_options *o, int32_t **ids, size_t *n_ids,
+                                     char *err) {
+    return g4__template_encode(t, tok, chat_json, len, o, ids, n_ids, err, 0, "g4_template_encode");
+}
+
+G4__DEF g4_result g4_template_continue(const g4_template *t, const g4_tokenizer *tok, const char *chat_json,
+                                       size_t len, const g4_template_options *o, int32_t **ids, size_t *n_ids,
+                                       char *err) {
+    return g4__template_encode(t, tok, chat_json, len, o, ids, n_ids, err, 1, "g4_template_continue");
 }
 
 /* ----------------------------------------------------- sampler >>sampler */

@@ -818,11 +818,7 @@ int main(int argc, char **argv) {
     run("cuda every runtime call and launch is checked (injected failures)", test_every_cuda_call_checked);
     run("cuda every kernel ran", test_every_kernel_ran);
 #endif
-    {
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
-        if (system(cmd) != 0) printf("(could not remove %s)\n", g_tmp);
-    }
+    remove_tree(g_tmp);
     printf("max relative difference: vs transformers %.3g (bound %.1g), vs CPU path %.3g (bound %.1g)\n",
            g_worst.golden, G4I_TOL, g_worst.ref, CPU_TOL);
     printf("fast mode, max relative difference: f32 vs exact f32 %.3g (bound %.1g), bf16 vs bf16-faithful %.3g (bound %.1g)\n",

@@ -394,8 +394,8 @@ static void test_cli(void) {
     if (!ids) { CHECK(0, "golden lacks input_ids"); g4_model_free(&g.m); return; }
     for (k = 0; k < n; k++) len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", k ? "," : "", (int)ids[k]);
     snprintf(out, sizeof out, "%s/cli_logits.bin", g_tmp);
-    snprintf(cmd, sizeof cmd, "build/gemma4 logits %s --ids %s --out %s > /dev/null", tiny("e2b_like"), list, out);
-    CHECK(system(cmd) == 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "logits %s --ids %s --out %s", tiny("e2b_like"), list, out);
+    CHECK(run_cli("build/gemma4", cmd, NULL, 0, NULL, NULL, 0) == 0, "%s", cmd);
     file = (float *)malloc(sizeof(float) * (size_t)n * V);
     f = fopen(out, "rb");
     CHECK(f && fread(file, sizeof(float), (size_t)n * V, f) == (size_t)n * V, "read %s", out);
@@ -404,23 +404,18 @@ static void test_cli(void) {
     /* build/gemma4 may use other kernels than this test binary (the sanitizer
        build is scalar), so the same tolerance as against transformers */
     CHECK(ref && max_diff(file, ref, (size_t)n * V) <= TOL * max_abs(ref, (size_t)n * V), "CLI logits differ from the library's");
-    snprintf(cmd, sizeof cmd, "build/gemma4 logits %s/nonexistent --ids 1 --out %s 2>/dev/null", g_tmp, out);
-    k = system(cmd);
-    CHECK(WIFEXITED(k) && WEXITSTATUS(k) == 1, "missing model must exit 1");
-    snprintf(cmd, sizeof cmd, "build/gemma4 logits %s --ids 1,x --out %s 2>/dev/null", tiny("e2b_like"), out);
-    k = system(cmd);
-    CHECK(WIFEXITED(k) && WEXITSTATUS(k) == 1, "bad ids must exit 1");
-    snprintf(cmd, sizeof cmd, "build/gemma4 logits %s --ids 1 --chunk x --out %s 2>/dev/null", tiny("e2b_like"), out);
-    k = system(cmd);
-    CHECK(WIFEXITED(k) && WEXITSTATUS(k) == 1, "a non-number option must exit 1, not become 0");
-    snprintf(cmd, sizeof cmd, "build/gemma4 compare %s %s > /dev/null", tiny("e2b_like"), dumpfile("e2b_like_f32.safetensors"));
-    k = system(cmd);
-    CHECK(WIFEXITED(k) && WEXITSTATUS(k) == 0, "compare within tolerance must exit 0");
-    snprintf(cmd, sizeof cmd, "build/gemma4 compare %s %s --f32 > /dev/null", tiny("e2b_like"), dumpfile("e2b_like_bf16.safetensors"));
-    k = system(cmd);
-    CHECK(WIFEXITED(k) && WEXITSTATUS(k) == 2, "float32 vs a bf16 dump at the f32 tolerance must exit 2");
-    snprintf(cmd, sizeof cmd, "build/gemma4 info %s > /dev/null", cfgfile("", "gemma-4-E4B"));
-    CHECK(system(cmd) == 0, "info on a config.json");
+    snprintf(cmd, sizeof cmd, "logits %s/nonexistent --ids 1 --out %s", g_tmp, out);
+    CHECK(run_cli("build/gemma4", cmd, NULL, 0, NULL, NULL, 0) == 1, "missing model must exit 1");
+    snprintf(cmd, sizeof cmd, "logits %s --ids 1,x --out %s", tiny("e2b_like"), out);
+    CHECK(run_cli("build/gemma4", cmd, NULL, 0, NULL, NULL, 0) == 1, "bad ids must exit 1");
+    snprintf(cmd, sizeof cmd, "logits %s --ids 1 --chunk x --out %s", tiny("e2b_like"), out);
+    CHECK(run_cli("build/gemma4", cmd, NULL, 0, NULL, NULL, 0) == 1, "a non-number option must exit 1, not become 0");
+    snprintf(cmd, sizeof cmd, "compare %s %s", tiny("e2b_like"), dumpfile("e2b_like_f32.safetensors"));
+    CHECK(run_cli("build/gemma4", cmd, NULL, 0, NULL, NULL, 0) == 0, "compare within tolerance must exit 0");
+    snprintf(cmd, sizeof cmd, "compare %s %s --f32", tiny("e2b_like"), dumpfile("e2b_like_bf16.safetensors"));
+    CHECK(run_cli("build/gemma4", cmd, NULL, 0, NULL, NULL, 0) == 2, "float32 vs a bf16 dump at the f32 tolerance must exit 2");
+    snprintf(cmd, sizeof cmd, "info %s", cfgfile("", "gemma-4-E4B"));
+    CHECK(run_cli("build/gemma4", cmd, NULL, 0, NULL, NULL, 0) == 0, "info on a config.json");
     { /* --bf16: logits equal transformers-bf16's to the bit (a dump with an exact router tie); greedy's
          first new token is the argmax (first maximum, as torch.argmax) of their last row */
         g4cmp c;
@@ -431,11 +426,11 @@ static void test_cli(void) {
             int same = 1, best = 0, got = -1;
             size_t cnt = (size_t)c.n_ids * V, i;
             float *bf = (float *)malloc(sizeof(float) * cnt);
-            FILE *p;
+            char printed[4096];
             len = 0;
             for (k = 0; k < c.n_ids; k++) len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", k ? "," : "", (int)c.ids[k]);
-            snprintf(cmd, sizeof cmd, "build/gemma4 logits %s --ids %s --out %s --bf16 > /dev/null", tiny("26b_like"), list, out);
-            CHECK(system(cmd) == 0, "%s", cmd);
+            snprintf(cmd, sizeof cmd, "logits %s --ids %s --out %s --bf16", tiny("26b_like"), list, out);
+            CHECK(run_cli("build/gemma4", cmd, NULL, 0, NULL, NULL, 0) == 0, "%s", cmd);
             f = fopen(out, "rb");
             CHECK(f && ref_lg && fread(bf, sizeof(float), cnt, f) == cnt, "read %s", out);
             if (f) fclose(f);
@@ -443,11 +438,11 @@ static void test_cli(void) {
             CHECK(ref_lg && same, "logits --bf16 differ from transformers-bf16's");
             for (k = 1; ref_lg && k < V; k++)
                 if (g4__get(ref_lg, cnt - V + (size_t)k) > g4__get(ref_lg, cnt - V + (size_t)best)) best = k;
-            snprintf(cmd, sizeof cmd, "build/gemma4 greedy %s --ids %s --new 1 --bf16", tiny("26b_like"), list);
-            if ((p = popen(cmd, "r")) != NULL) {
-                int v;
-                while (fscanf(p, "%d", &v) == 1) got = v;
-                pclose(p);
+            snprintf(cmd, sizeof cmd, "greedy %s --ids %s --new 1 --bf16", tiny("26b_like"), list);
+            if (run_cli("build/gemma4", cmd, printed, sizeof printed, NULL, NULL, 0) == 0) {
+                int v, used;
+                const char *q = printed;
+                while (sscanf(q, "%d%n", &v, &used) == 1) { got = v; q += used; }
             }
             CHECK(got == best, "greedy --bf16 picked %d, transformers-bf16's argmax is %d", got, best);
             free(bf);
@@ -1026,10 +1021,6 @@ int main(int argc, char **argv) {
     run("bf16: torch.topk's tie rule (not lower index)", test_topk_tie_rule);
     run("bf16: gelu's scalar tail; torch-order matmul SIMD = reference", test_bf16_gelu_tail_and_torch_matmul);
 
-    {
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
-        if (system(cmd) != 0) printf("(could not remove %s)\n", g_tmp);
-    }
+    remove_tree(g_tmp);
     return finish();
 }
