@@ -597,8 +597,9 @@ typedef struct {
     float *dper_layer_inputs;                  /* [S][L*P] */
     float *per_layer_act, *per_layer_gate, *dper_layer_gate; /* [S][P]: act_fn(per_layer_input_gate(x)), that
                                                   * per_layer_input (the forward's per_layer_gate), its gradient */
-    float *probs;                              /* [threads][max_seq] */
+    float *probs;                              /* [threads][2][max_seq] attention backward: p, dL/dp */
     float *astats;                             /* [S][NH][3] attention backward: softmax max, sum, sum(p dp) */
+    float *rowinv;                             /* [S] an RMSNorm backward's rows' (mean(x^2) + eps)^-0.5 */
     double *row_loss;                          /* [max_seq] each row's cross-entropy */
     float *dyt, *xt;                           /* [max(S * widest projection, rows * V)], [S * widest projection]:
                                                   dY and X transposed (rows: the loss's, G4_TRAIN_ROWS) */
@@ -6164,9 +6165,10 @@ G4__MAYBE_UNUSED static void g4__attend_backward(float *dq, float *dk, float *dv
 
 /* The same backward for all (token, head) pairs of a layer, on the pool, in
    two passes with the same bits as g4__attend_backward pair by pair:
-   A (per query head, split across threads): the head's output again (o_proj's
-     input, g4__attend as the forward ran it), the probabilities, dq, and
-     per pair the softmax's max and sum and sum(p dp) (stats, 3 floats);
+   A (per query head, split across threads): the probabilities again, the
+     head's output from them (o_proj's input, summed as g4__attend sums it),
+     dL/dp (kept, then used for dq), dq, and per pair the softmax's max and
+     sum and sum(p dp) (stats, 3 floats);
    B (per key row and KV head, split across threads): dK and dV of that row,
      adding the pairs' contributions in the order the pair loop adds them. */
 typedef struct {
@@ -6179,27 +6181,29 @@ static void g4__attn_bwd_q(void *ctx, int part, int n_parts) {
     const g4_kv_slot *sl = j->sl;
     int D = sl->head_dim, stride = sl->kv_heads * D, total = j->n * j->NH, i, k;
     int i0 = (int)((int64_t)total * part / n_parts), i1 = (int)((int64_t)total * (part + 1) / n_parts);
-    float *p = j->scratch + (size_t)part * (size_t)j->scratch_len;
+    float *p = j->scratch + 2 * (size_t)part * (size_t)j->scratch_len, *dpv = p + j->scratch_len;
     for (i = i0; i < i1; i++) {
         int t = i / j->NH, h = i % j->NH, lo = j->window && t - j->window + 1 > 0 ? t - j->window + 1 : 0;
         const float *q = j->q + (size_t)i * D;
-        float mx, sum = 0.0f;
+        float mx, sum = 0.0f, *att = j->att + (size_t)i * D;
         double sdp = 0.0;
-        g4__attend(j->att + (size_t)i * D, q, sl, h / j->group, lo, t, p);
         for (k = lo; k <= t; k++)
             p[k - lo] = g4__dot(q, sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)(h / j->group) * D, D);
         for (mx = p[0], k = 1; k <= t - lo; k++) if (p[k] > mx) mx = p[k];
         for (k = 0; k <= t - lo; k++) sum += expf(p[k] - mx); /* g4__softmax's max and sum, for pass B */
         g4__softmax(p, t - lo + 1);
-        for (k = lo; k <= t; k++)
-            sdp += (double)p[k - lo] *
-                   (double)g4__dot(j->dout + (size_t)i * D, sl->v + (size_t)(k % sl->capacity) * (size_t)stride +
-                                   (size_t)(h / j->group) * D, D);
+        memset(att, 0, sizeof(float) * (size_t)D); /* the head's output, as g4__attend sums it */
+        for (k = lo; k <= t; k++) {
+            const float *val = sl->v + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)(h / j->group) * D;
+            g4__axpy(att, p[k - lo], val, D);
+            dpv[k - lo] = g4__dot(j->dout + (size_t)i * D, val, D); /* dL/dp */
+            sdp += (double)p[k - lo] * (double)dpv[k - lo];
+        }
         j->stats[3 * (size_t)i] = mx; j->stats[3 * (size_t)i + 1] = sum; j->stats[3 * (size_t)i + 2] = (float)sdp;
         memset(j->dq + (size_t)i * D, 0, sizeof(float) * (size_t)D);
         for (k = lo; k <= t; k++) {
             size_t row = (size_t)(k % sl->capacity) * (size_t)stride + (size_t)(h / j->group) * D;
-            float ds = p[k - lo] * (g4__dot(j->dout + (size_t)i * D, sl->v + row, D) - (float)sdp);
+            float ds = p[k - lo] * (dpv[k - lo] - (float)sdp);
             g4__axpy(j->dq + (size_t)i * D, ds, sl->k + row, D);
         }
     }
@@ -6414,8 +6418,9 @@ static void g4__train_carve(g4_train *t, const g4_model *m, const g4_train_confi
     G4__T(dgate, S * imax); G4__T(dup, S * imax);
     G4__T(dper_layer_inputs, S * LP); G4__T(per_layer_act, S * P); G4__T(per_layer_gate, S * P);
     G4__T(dper_layer_gate, S * P);
-    G4__T(probs, (uint64_t)g4_pool_threads(cfg->pool) * S);
+    G4__T(probs, 2 * (uint64_t)g4_pool_threads(cfg->pool) * S);
     G4__T(astats, S * NH * 3);
+    G4__T(rowinv, S);
     { float *p_ = g4__take(cv, S, sizeof(double)); if (t) t->row_loss = (double *)(void *)p_; }
     {
         uint64_t wide = H > NH * dmax ? H : NH * dmax, head = (S < G4_TRAIN_ROWS ? S : G4_TRAIN_ROWS) * (uint64_t)c->vocab_size;
@@ -6554,14 +6559,53 @@ static float *g4__grad(const g4_train *t, float *G, const g4_tensor *w) {
 
 /* ---- the layer backward ---- */
 
-/* rows n of width w: dst[i] (+)= rmsnorm_backward(dy, x) row by row */
-static void g4__norm_rows_backward(float *dx, float *dw, const float *dy, const float *x, const g4_tensor *w, int n,
-                                   int width, float eps) {
-    int t;
-    for (t = 0; t < n; t++) {
-        size_t o = (size_t)t * width;
-        g4__rmsnorm_backward(dx + o, dw, dy + o, x + o, w, width, eps);
+/* n rows of `width`: g4__rmsnorm_backward row by row, on the pool with the
+   same bits: first each row's inv (as g4__rmsnorm_backward computes it), then
+   dw split by columns (each dw[i] still adds the rows in order), then dx split
+   by rows (dx may alias dy: dw has read dy by then). */
+typedef struct {
+    float *dx, *dw, *inv; const float *dy, *x; const g4_tensor *w; int width; float eps; size_t n_rows;
+} g4__norm_bwd_job;
+
+static void g4__norm_bwd_inv(void *ctx, size_t r0, size_t r1) {
+    const g4__norm_bwd_job *j = (const g4__norm_bwd_job *)ctx;
+    size_t r;
+    int i;
+    for (r = r0; r < r1; r++) {
+        const float *x = j->x + r * (size_t)j->width;
+        double ss = 0.0;
+        for (i = 0; i < j->width; i++) ss += (double)x[i] * (double)x[i];
+        j->inv[r] = 1.0f / sqrtf((float)(ss / j->width) + j->eps);
     }
+}
+
+static void g4__norm_bwd_dw(void *ctx, size_t i0, size_t i1) {
+    const g4__norm_bwd_job *j = (const g4__norm_bwd_job *)ctx;
+    size_t i, r;
+    for (r = 0; r < j->n_rows; r++) {
+        const float *dy = j->dy + r * (size_t)j->width, *x = j->x + r * (size_t)j->width;
+        for (i = i0; i < i1; i++) j->dw[i] += dy[i] * (x[i] * j->inv[r]);
+    }
+}
+
+static void g4__norm_bwd_dx(void *ctx, size_t r0, size_t r1) {
+    const g4__norm_bwd_job *j = (const g4__norm_bwd_job *)ctx;
+    size_t r, o;
+    for (r = r0; r < r1; r++) {
+        o = r * (size_t)j->width;
+        g4__rmsnorm_backward(j->dx + o, NULL, j->dy + o, j->x + o, j->w, j->width, j->eps);
+    }
+}
+
+static void g4__norm_rows_backward(g4_train *t, float *dx, float *dw, const float *dy, const float *x, const g4_tensor *w,
+                                   int n, int width, float eps) {
+    g4__norm_bwd_job j;
+    j.dx = dx; j.dw = dw; j.inv = t->rowinv; j.dy = dy; j.x = x; j.w = w; j.width = width; j.eps = eps; j.n_rows = (size_t)n;
+    if (dw) {
+        g4__parallel_range(&t->s, (size_t)n, (size_t)width, g4__norm_bwd_inv, &j);
+        g4__parallel_range(&t->s, (size_t)width, (size_t)n, g4__norm_bwd_dw, &j);
+    }
+    g4__parallel_range(&t->s, (size_t)n, (size_t)width, g4__norm_bwd_dx, &j);
 }
 
 static void g4__add_into(float *x, const float *y, size_t n) {
@@ -6705,6 +6749,28 @@ static g4_result g4__attention_backward(g4_train *t, float *G, int l, int n, con
     return G4_OK;
 }
 
+/* Gemma4TextMLP's activation, elementwise on the pool: act = gelu(gate),
+   dgate = act * up; then its backward, da = dgate in: dgate = da * up *
+   gelu'(gate), act = da * act (dL/d up) */
+typedef struct { const float *gate, *up; float *act, *dgate; } g4__mlp_job;
+
+static void g4__mlp_act(void *ctx, size_t i0, size_t i1) {
+    const g4__mlp_job *j = (const g4__mlp_job *)ctx;
+    size_t i;
+    g4__gelu_n(j->act + i0, j->gate + i0, i1 - i0);
+    for (i = i0; i < i1; i++) j->dgate[i] = j->act[i] * j->up[i];
+}
+
+static void g4__mlp_act_backward(void *ctx, size_t i0, size_t i1) {
+    const g4__mlp_job *j = (const g4__mlp_job *)ctx;
+    size_t i;
+    for (i = i0; i < i1; i++) {
+        float da = j->dgate[i];
+        j->dgate[i] = da * j->up[i] * g4__gelu_grad(j->gate[i]);
+        j->act[i] = da * j->act[i];
+    }
+}
+
 /* Gemma4TextDecoderLayer backward (g4__layer in reverse): t->dx holds dL/d
    (layer output) and leaves holding dL/d(layer input). */
 static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
@@ -6731,7 +6797,7 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
         float *x5 = t->tmp;
         g4__gtap(t, l, "post_per_layer_input_norm", t->dx, n, H);
         for (i = 0; i < nh; i++) x5[i] = r[i] + g4__saved(t, l, G4__A_PFN)[i];
-        g4__norm_rows_backward(t->dbr, g4__grad(t, G, &lw->post_per_layer_input_norm), t->dx,
+        g4__norm_rows_backward(t, t->dbr, g4__grad(t, G, &lw->post_per_layer_input_norm), t->dx,
                                g4__saved(t, l, G4__A_PP), &lw->post_per_layer_input_norm, n, H, eps);
         g4__gtap(t, l, "per_layer_projection", t->dbr, n, H);
         g4__gelu_n(t->per_layer_act, pg, np);            /* act_fn(per_layer_input_gate(x5)) */
@@ -6762,40 +6828,37 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
         for (i = 0; i < nh; i++) t->tmp[i] = g4__saved(t, l, G4__A_PF1)[i] + g4__saved(t, l, G4__A_PF2)[i];
         m_in = t->tmp;
     }
-    g4__norm_rows_backward(t->dbr, g4__grad(t, G, &lw->post_feedforward_layernorm), t->dx, m_in,
+    g4__norm_rows_backward(t, t->dbr, g4__grad(t, G, &lw->post_feedforward_layernorm), t->dx, m_in,
                            &lw->post_feedforward_layernorm, n, H, eps);
     if (lp->moe) {
-        g4__norm_rows_backward(t->tmp2, g4__grad(t, G, &lw->post_feedforward_layernorm_2), t->dbr,
+        g4__norm_rows_backward(t, t->tmp2, g4__grad(t, G, &lw->post_feedforward_layernorm_2), t->dbr,
                                g4__saved(t, l, G4__A_EXP), &lw->post_feedforward_layernorm_2, n, H, eps);
         g4__gtap(t, l, "experts", t->tmp2, n, H);
-        g4__norm_rows_backward(t->dbr, g4__grad(t, G, &lw->post_feedforward_layernorm_1), t->dbr,
+        g4__norm_rows_backward(t, t->dbr, g4__grad(t, G, &lw->post_feedforward_layernorm_1), t->dbr,
                                g4__saved(t, l, G4__A_MLP), &lw->post_feedforward_layernorm_1, n, H, eps);
         for (tk = 0; tk < n; tk++) {
             size_t o = (size_t)tk * H;
             g4__moe_backward(t, G, l, t->tmp2 + o, r + o, g4__saved(t, l, G4__A_XN3) + o, t->dxn + o, t->dr + o);
         }
-        g4__norm_rows_backward(t->tmp, g4__grad(t, G, &lw->pre_feedforward_layernorm_2), t->dxn, r,
+        g4__norm_rows_backward(t, t->tmp, g4__grad(t, G, &lw->pre_feedforward_layernorm_2), t->dxn, r,
                                &lw->pre_feedforward_layernorm_2, n, H, eps);
         g4__add_into(t->dr, t->tmp, nh);
     }
     { /* Gemma4TextMLP: down(gelu(gate(xn2)) * up(xn2)), gate and up as the forward kept them */
         const float *xn2 = g4__saved(t, l, G4__A_XN2), *gate = g4__saved(t, l, G4__A_GATE), *up = g4__saved(t, l, G4__A_UP);
         g4__gtap(t, l, "mlp", t->dbr, n, H);
-        g4__gelu_n(t->dup, gate, ni);                     /* gelu(gate) */
-        for (i = 0; i < ni; i++) t->dgate[i] = t->dup[i] * up[i];
+        g4__mlp_job mj;
+        mj.gate = gate; mj.up = up; mj.act = t->dup; mj.dgate = t->dgate;
+        g4__parallel_range(&t->s, ni, 1, g4__mlp_act, &mj);  /* dup := gelu(gate), dgate := gelu(gate) * up */
         g4__matmul_bwd(&t->s, NULL, g4__grad(t, G, &lw->down_proj), t->dbr, t->dgate, &lw->down_proj, n, t->dyt, t->xt);
         memset(t->dgate, 0, sizeof(float) * ni);
         g4__matmul_bwd(&t->s, t->dgate, NULL, t->dbr, NULL, &lw->down_proj, n, t->dyt, t->xt);
-        for (i = 0; i < ni; i++) {
-            float da = t->dgate[i];
-            t->dgate[i] = da * up[i] * g4__gelu_grad(gate[i]);
-            t->dup[i] = da * t->dup[i];
-        }
+        g4__parallel_range(&t->s, ni, 8, g4__mlp_act_backward, &mj); /* dgate, dup := dL/d gate, dL/d up */
         memset(t->dxn, 0, sizeof(float) * nh);
         g4__matmul_bwd(&t->s, t->dxn, g4__grad(t, G, &lw->gate_proj), t->dgate, xn2, &lw->gate_proj, n, t->dyt, t->xt);
         g4__matmul_bwd(&t->s, t->dxn, g4__grad(t, G, &lw->up_proj), t->dup, xn2, &lw->up_proj, n, t->dyt, t->xt);
         g4__gtap(t, l, "pre_feedforward_layernorm", t->dxn, n, H);
-        g4__norm_rows_backward(t->tmp, g4__grad(t, G, &lw->pre_feedforward_layernorm), t->dxn, r,
+        g4__norm_rows_backward(t, t->tmp, g4__grad(t, G, &lw->pre_feedforward_layernorm), t->dxn, r,
                                &lw->pre_feedforward_layernorm, n, H, eps);
         g4__add_into(t->dr, t->tmp, nh);
     }
@@ -6804,12 +6867,12 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
     g4__gtap(t, l, "pre_feedforward_layernorm:input", t->dr, n, H);
     g4__gtap(t, l, "post_attention_layernorm", t->dr, n, H);
     memcpy(t->dx, t->dr, sizeof(float) * nh);
-    g4__norm_rows_backward(t->dbr, g4__grad(t, G, &lw->post_attention_layernorm), t->dr, g4__saved(t, l, G4__A_ATTN),
+    g4__norm_rows_backward(t, t->dbr, g4__grad(t, G, &lw->post_attention_layernorm), t->dr, g4__saved(t, l, G4__A_ATTN),
                            &lw->post_attention_layernorm, n, H, eps);
     g4__gtap(t, l, "self_attn", t->dbr, n, H);
     if ((res = g4__attention_backward(t, G, l, n, t->dbr, t->dxn)) != G4_OK) return res;
     g4__gtap(t, l, "input_layernorm", t->dxn, n, H);
-    g4__norm_rows_backward(t->tmp, g4__grad(t, G, &lw->input_layernorm), t->dxn, g4__saved(t, l - 1, G4__A_OUT),
+    g4__norm_rows_backward(t, t->tmp, g4__grad(t, G, &lw->input_layernorm), t->dxn, g4__saved(t, l - 1, G4__A_OUT),
                            &lw->input_layernorm, n, H, eps);
     g4__add_into(t->dx, t->tmp, nh);
     return G4_OK;
@@ -6984,7 +7047,7 @@ G4__DEF g4_result g4_loss_and_grad(g4_train *t, const int32_t *ids, const int32_
     total = g4__loss_backward(t, G, ids, labels, n, used);
     *loss = (float)total;
     g4__gtap(t, -1, "norm", t->dxn, n, H);
-    g4__norm_rows_backward(t->dx, g4__grad(t, G, &m->w.norm), t->dxn, g4__saved(t, c->num_hidden_layers - 1, G4__A_OUT),
+    g4__norm_rows_backward(t, t->dx, g4__grad(t, G, &m->w.norm), t->dxn, g4__saved(t, c->num_hidden_layers - 1, G4__A_OUT),
                            &m->w.norm, n, H, c->rms_norm_eps);
 
     /* the layers in reverse; each owner slot's gradient starts at zero and
