@@ -329,7 +329,7 @@ static void test_attention_backward_passes(void) {
     enum { T = 9, D = 8, KVH = 2, NH = 4, W = 3 };
     float k[T * KVH * D], v[T * KVH * D], q[T * NH * D], dout[T * NH * D];
     float dq[T * NH * D], dk[T * KVH * D], dv[T * KVH * D], dq2[T * NH * D], dk2[T * KVH * D], dv2[T * KVH * D];
-    float p[T], stats[T * NH * 3], scratch[2 * T], att[T * NH * D], att2[T * NH * D];
+    float p[T], stats[T * NH * 3], scratch[4 * T], att[T * NH * D], att2[T * NH * D];
     g4_kv_slot sl;
     g4__attn_bwd_job j;
     g4_pool *pool = NULL;
