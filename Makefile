@@ -263,6 +263,10 @@ build/membw: bench/membw.c | build
 build/fmapeak: bench/fmapeak.c | build
 	$(CC) -O2 -march=native -o $@ bench/fmapeak.c -lpthread
 
+# Not a test: the prefill GEMM alone, one thread, E2B's shapes (bench/gemm.c)
+build/gemmbench: bench/gemm.c gemma4.h | build
+	$(CC) $(CFLAGS) -o $@ bench/gemm.c $(LDLIBS)
+
 # The NEON kernels: the suite cross-built for AArch64 and run under qemu-user
 # (needs gcc-aarch64-linux-gnu and qemu-user; .ci/run installs them).
 test-arm64: build/gemma4 | build

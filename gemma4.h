@@ -598,8 +598,9 @@ typedef struct {
     float *dper_layer_inputs;                  /* [S][L*P] */
     float *per_layer_act, *per_layer_gate, *dper_layer_gate; /* [S][P]: act_fn(per_layer_input_gate(x)), that
                                                   * per_layer_input (the forward's per_layer_gate), its gradient */
-    float *probs;                              /* [threads][max_seq] */
+    float *probs;                              /* [threads][2][max_seq] attention backward: p, dL/dp */
     float *astats;                             /* [S][NH][3] attention backward: softmax max, sum, sum(p dp) */
+    float *rowinv;                             /* [S] an RMSNorm backward's rows' (mean(x^2) + eps)^-0.5 */
     double *row_loss;                          /* [max_seq] each row's cross-entropy */
     float *dyt, *xt;                           /* [max(S * widest projection, rows * V)], [S * widest projection]:
                                                   dY and X transposed (rows: the loss's, G4_TRAIN_ROWS) */
@@ -810,6 +811,19 @@ G4_API g4_result g4_template_render(const g4_template *t, const char *chat_json,
 G4_API g4_result g4_template_encode(const g4_template *t, const g4_tokenizer *tok, const char *chat_json,
                                     size_t len, const g4_template_options *o, int32_t **ids, size_t *n_ids,
                                     char *err);
+/* A chat loop that keeps the K/V feeds, for each new user turn, only what the
+   template writes after the model's last answer (the answer's tokens are fed
+   already): the closure of that turn, the new user turn, the generation
+   prompt. In chat_json, an assistant message whose content is
+   G4_TEMPLATE_ANSWER stands for such an answer; this renders the conversation
+   and encodes the text after the last marker as g4_template_encode does (no
+   <bos>). G4_ERR_INPUT, naming the template, when the rendered text holds no
+   marker (the template does not write the model's answers, or chat_json has
+   none). *ids: allocated with G4_MALLOC, free with g4_template_free_output. */
+#define G4_TEMPLATE_ANSWER "\x1bg4-answer\x1b"
+G4_API g4_result g4_template_continue(const g4_template *t, const g4_tokenizer *tok, const char *chat_json,
+                                      size_t len, const g4_template_options *o, int32_t **ids, size_t *n_ids,
+                                      char *err);
 G4_API void g4_template_free_output(void *p);
 
 /* --------------------------------------------------------------- sampler */
@@ -945,7 +959,8 @@ typedef struct {
 typedef struct {
     const g4_cuda_model *model;
     g4_session_config cfg;
-    int matmul;                /* G4_CUDA_MATMUL_TILED (default) or G4_CUDA_MATMUL_PLAIN */
+    int matmul;                /* G4_CUDA_MATMUL_TILED (default) or G4_CUDA_MATMUL_PLAIN (the fast
+                                  mode: no tensor cores) */
     int pos;                   /* positions consumed so far */
     int fwd_end, fwd_n;        /* the running g4_forward call: its end position and token count (bf16 mode) */
     int n_slots;
@@ -1077,7 +1092,9 @@ G4_CUDA_API g4_result g4_cuda_session_table(g4_cuda_session *s, g4_kv_slot *out,
 #if defined(__GNUC__) || defined(__clang__)
 #define G4__PRINTF(a, b) __attribute__((format(printf, a, b)))
 #define G4__MAYBE_UNUSED __attribute__((unused))
+#define G4__NOINLINE __attribute__((noinline))
 #else
+#define G4__NOINLINE
 #define G4__PRINTF(a, b)
 #define G4__MAYBE_UNUSED
 #endif
@@ -3929,8 +3946,8 @@ typedef struct { int mc, kc, nc; } g4__blocking; /* multiples of G4__TR, G4__VL,
 #ifndef G4_GEMM_KC
 #define G4_GEMM_KC 512
 #endif
-#ifndef G4__GEMM_MC
-#define G4__GEMM_MC (8 * G4__TR)
+#ifndef G4__GEMM_MC /* AVX2: 32 panels (measured +5% over 8 on E2B's shapes; 2, 4, 16, 64 slower than 32) */
+#define G4__GEMM_MC ((G4__VL == 8 ? 32 : 8) * G4__TR)
 #endif
 #ifndef G4__GEMM_NC
 #define G4__GEMM_NC ((64 / G4__TT) * G4__TT)
@@ -3938,8 +3955,24 @@ typedef struct { int mc, kc, nc; } g4__blocking; /* multiples of G4__TR, G4__VL,
 /* floats of one thread's buffer: the packed W block, then the partial sums */
 #define G4__PACK_FLOATS(mc, kc, nc) ((size_t)(mc) * (size_t)(kc) + (size_t)(mc) * (size_t)(nc) * G4__VL)
 static const g4__blocking g4__gemm_blocks = {G4__GEMM_MC, (G4_GEMM_KC / G4__VL) * G4__VL, G4__GEMM_NC};
+/* The bf16-faithful mode's GEMM (g4__gemm_torch, 8-lane vectors only: the
+   AVX2 build): torch's order (g4__matmul_torch_ref) keeps 64 lane sums per
+   output, so a tile's partial sums are 8 vectors per output, and kc is a
+   multiple of 64 (below) */
+#if G4__VL == 8
+#define G4__TORCH_GEMM 1
+#define G4__TORCH_MC (4 * G4__TR)
+#define G4__TORCH_KC 1024
+#define G4__TORCH_NC (8 * G4__TT)
+#define G4__TORCH_FLOATS ((size_t)G4__TORCH_MC * G4__TORCH_KC + (size_t)G4__TORCH_MC * G4__TORCH_NC * 64)
+static const g4__blocking g4__torch_blocks = {G4__TORCH_MC, G4__TORCH_KC, G4__TORCH_NC};
+#else
+#define G4__TORCH_GEMM 0
+#define G4__TORCH_FLOATS 0
+#endif
+#define G4__PACK_FLOAT_MODE G4__PACK_FLOATS(G4__GEMM_MC, (G4_GEMM_KC / G4__VL) * G4__VL, G4__GEMM_NC)
 /* one thread's share of the session's packing buffers, in 64-byte lines */
-#define G4__PACK_THREAD ((G4__PACK_FLOATS(G4__GEMM_MC, (G4_GEMM_KC / G4__VL) * G4__VL, G4__GEMM_NC) + 15) / 16 * 16)
+#define G4__PACK_THREAD (((G4__PACK_FLOAT_MODE > G4__TORCH_FLOATS ? G4__PACK_FLOAT_MODE : G4__TORCH_FLOATS) + 15) / 16 * 16)
 
 /* Prefetches the lines of W rows [o, o + mc) at k in [k0, k0 + kc) (the next
    block to pack), part j of J, one part per tile of the current block: the
@@ -3954,21 +3987,25 @@ static const g4__blocking g4__gemm_blocks = {G4__GEMM_MC, (G4_GEMM_KC / G4__VL) 
 #define G4__PREFETCH(p) ((void)(p))
 #endif
 static void g4__prefetch_w(const unsigned char *w, size_t esz, int in, int o, int mc, int k0, int kc, int j, int J) {
-    size_t per_row = ((size_t)kc * esz + 63) / 64 + 1, lines = (size_t)mc * per_row, l, l1 = lines * (size_t)(j + 1) / (size_t)J;
-    for (l = lines * (size_t)j / (size_t)J; l < l1; l++) {
-        size_t r = l / per_row, c = l % per_row, off = (size_t)k0 * esz + 64 * c;
-        if (off < (size_t)in * esz) G4__PREFETCH(w + (size_t)(o + (int)r) * (size_t)in * esz + off);
+    size_t per_row = ((size_t)kc * esz + 63) / 64 + 1, lines = (size_t)mc * per_row, l0 = lines * (size_t)j / (size_t)J;
+    size_t l1 = lines * (size_t)(j + 1) / (size_t)J, r = l0 / per_row, c = l0 % per_row, l, rowb = (size_t)in * esz;
+    const unsigned char *p = w + (size_t)(o + (int)r) * rowb + (size_t)k0 * esz;
+    for (l = l0; l < l1; l++) { /* row r, line c (one division per call, not per line) */
+        if ((size_t)k0 * esz + 64 * c < rowb) G4__PREFETCH(p + 64 * c);
+        if (++c == per_row) c = 0, p += rowb;
     }
 }
 
-/* One tile over `steps` vectors of k: wp a packed panel, xt[u] the tile's
-   activation rows at the block's first k. Starts from zero (first) or from
-   the partial sums in part; ends in part, or (last) as horizontal sums. With
-   wrow (a block's first tile), the weights come from their rows at k0 and are
-   packed into wp on the way: the conversion overlaps the FMAs instead of
-   running as a pass of its own (measured 15-20% of the GEMM's time). */
-static void g4__micro(float *wp, const unsigned char *const *wrow, g4_dtype dt, int k0, const float *const *xt, int steps,
-                      float *part, int first, int last, float sum[G4__TR][G4__TT]) {
+/* One tile over `steps` vectors of k, vs elements apart (VL; 64 in torch's
+   order): wp a packed panel, xt[u] the tile's activation rows at the first
+   vector. Starts from zero (first) or from the partial sums in part; ends in
+   part, or (last) as horizontal sums. With wrow (a block's first tile), the
+   weights come from their rows at k0 and are packed into wp on the way: the
+   conversion overlaps the FMAs instead of running as a pass of its own
+   (measured 15-20% of the GEMM's time). Out of line, so that its loop has the
+   registers to itself (inlined, GCC spilled the row pointers: 5-8% slower). */
+static G4__NOINLINE void g4__micro_vs(float *wp, const unsigned char *const *wrow, g4_dtype dt, int k0, int vs, const float *const *xt,
+                                      int steps, float *part, int first, int last, float sum[G4__TR][G4__TT]) {
     g4__vec acc[G4__TR][G4__TT], wv[G4__TR], xv;
     const float *xp[G4__TT];
     int r, u, s;
@@ -3978,12 +4015,12 @@ static void g4__micro(float *wp, const unsigned char *const *wrow, g4_dtype dt, 
     if (wrow)
         for (s = 0; s < steps; s++, wp += G4__TR * G4__VL) {
             G4__UNROLL for (r = 0; r < G4__TR; r++) {
-                wv[r] = g4__vload_w(wrow[r], dt, (size_t)k0 + (size_t)s * G4__VL);
+                wv[r] = g4__vload_w(wrow[r], dt, (size_t)k0 + (size_t)s * (size_t)vs);
                 G4__IN_REGISTER(wv[r]);
                 g4__vstore(wp + r * G4__VL, wv[r]);
             }
             G4__UNROLL for (u = 0; u < G4__TT; u++) {
-                xv = g4__vload_x(xp[u] + (size_t)s * G4__VL);
+                xv = g4__vload_x(xp[u] + (size_t)s * (size_t)vs);
                 G4__IN_REGISTER(xv);
                 G4__UNROLL for (r = 0; r < G4__TR; r++) acc[r][u] = g4__vfma(wv[r], xv, acc[r][u]);
             }
@@ -3995,7 +4032,7 @@ static void g4__micro(float *wp, const unsigned char *const *wrow, g4_dtype dt, 
                 G4__IN_REGISTER(wv[r]); /* one load, not one per FMA */
             }
             G4__UNROLL for (u = 0; u < G4__TT; u++) {
-                xv = g4__vload_x(xp[u] + (size_t)s * G4__VL);
+                xv = g4__vload_x(xp[u] + (size_t)s * (size_t)vs);
                 G4__IN_REGISTER(xv);
                 G4__UNROLL for (r = 0; r < G4__TR; r++) acc[r][u] = g4__vfma(wv[r], xv, acc[r][u]);
             }
@@ -4007,6 +4044,12 @@ static void g4__micro(float *wp, const unsigned char *const *wrow, g4_dtype dt, 
         G4__UNROLL for (r = 0; r < G4__TR; r++)
             G4__UNROLL for (u = 0; u < G4__TT; u++) g4__vstore(part + (r * G4__TT + u) * G4__VL, acc[r][u]);
     }
+}
+
+/* the tile over consecutive vectors of k (vs = VL) */
+static void g4__micro(float *wp, const unsigned char *const *wrow, g4_dtype dt, int k0, const float *const *xt, int steps,
+                      float *part, int first, int last, float sum[G4__TR][G4__TT]) {
+    g4__micro_vs(wp, wrow, dt, k0, G4__VL, xt, steps, part, first, last, sum);
 }
 
 /* y[t * ldy + o] = sum_k x[t * ldx + k] W[o][k] for t < n, o in [o0, o1);
@@ -4041,7 +4084,10 @@ static void g4__gemm(float *y, size_t ldy, const float *x, size_t ldx, const g4_
                                                (G4__TR * G4__TT * G4__VL);
                         for (r = 0; r < G4__TR; r++) wrow[r] = base + (size_t)(o + (r < R ? r : R - 1)) * (size_t)in * esz;
                         g4__micro(wp + (size_t)(o - i0) * (size_t)kc, t == t0 ? wrow : NULL, dt, k0, xt, kc / G4__VL, pt, first, last, sum);
-                        if (last)
+                        if (last && kv == in)
+                            for (u = 0; u < T; u++)
+                                for (r = 0; r < R; r++) y[(size_t)(t + u) * ldy + (size_t)(o + r)] = sum[r][u];
+                        else if (last)
                             for (r = 0; r < R; r++)
                                 for (u = 0; u < T; u++)
                                     y[(size_t)(t + u) * ldy + (size_t)(o + r)] =
@@ -4222,8 +4268,9 @@ static void g4__gelu_n(float *y, const float *x, size_t n) {
    float32: lane i of a 32-element step adds w[2i+1] x[2i+1], then w[2i] x[2i]
    (with denormals flushed, as the instruction does). Twice the FMA rate of the
    float32 tile and no weight conversion. The order is this kernel's own, the
-   same in its decode rows and its prefill tile; the tail (in % 32) is added
-   after the horizontal sum, as above. */
+   same in its decode rows and its packed prefill GEMM (g4__gemm_bf16); the
+   tail (in % 32) is added after the horizontal sum, as above. Only a CPU with
+   avx512_bf16 runs (and tests) it; make strict compiles it everywhere. */
 /* 32 bf16 values at p[k] (weights as stored, or the converted input) */
 static __m512bh g4__ldbf(const void *p, int k) {
     return (__m512bh)_mm512_loadu_si512((const void *)((const unsigned char *)p + 2 * (size_t)k));
@@ -4241,40 +4288,88 @@ static void g4__to_bf16(uint16_t *xb, const float *x, int n, int in) {
         }
 }
 
-static void g4__tile_bf16(float *y, const float *x, const uint16_t *xb, const unsigned char *w, int in, int out, int o,
-                          int R, int t, int T) {
+/* The prefill GEMM of this mode: g4__gemm's blocks, loops and partial sums
+   with 32 bf16 values (one VDPBF16PS) per step of k. A block of W is copied,
+   still bf16, into the thread's buffer as panels [kc/32][G4__TR][32] (half
+   the float32 panels' bytes) by its first tile; x is read as bf16 (xb) in
+   place. Each output keeps the decode rows' 16 lane sums in the same order,
+   so decode, any chunk and any thread split give the same bits. */
+static G4__NOINLINE void g4__micro_bf16(uint16_t *wp, const unsigned char *const *wrow, int k0, const uint16_t *const *xt, int steps,
+                                        float *part, int first, int last, float sum[G4__TR][G4__TT]) {
     __m512 acc[G4__TR][G4__TT];
     __m512bh wv[G4__TR], xv;
-    float sum[G4__TR][G4__TT];
-    const unsigned char *row[G4__TR];
-    const float *xt[G4__TT];
-    const uint16_t *xbt[G4__TT];
-    int r, u, kv = in - in % 32, k;
-    for (r = 0; r < G4__TR; r++) row[r] = w + (size_t)(o + (r < R ? r : R - 1)) * (size_t)in * 2;
-    for (u = 0; u < G4__TT; u++) {
-        xt[u] = x + (size_t)(t + (u < T ? u : T - 1)) * (size_t)in;
-        xbt[u] = xb + (size_t)(t + (u < T ? u : T - 1)) * (size_t)in;
-    }
+    int r, u, s;
     G4__UNROLL for (r = 0; r < G4__TR; r++)
-        G4__UNROLL for (u = 0; u < G4__TT; u++) acc[r][u] = _mm512_setzero_ps();
-    for (k = 0; k < kv; k += 32) {
-        G4__UNROLL for (r = 0; r < G4__TR; r++) wv[r] = g4__ldbf(row[r], k);
+        G4__UNROLL for (u = 0; u < G4__TT; u++) acc[r][u] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(part + (r * G4__TT + u) * 16);
+    for (s = 0; s < steps; s++, wp += G4__TR * 32) {
+        G4__UNROLL for (r = 0; r < G4__TR; r++) {
+            if (wrow) {
+                wv[r] = g4__ldbf(wrow[r], k0 + 32 * s);
+                _mm512_storeu_si512((void *)(wp + r * 32), (__m512i)wv[r]);
+            } else wv[r] = g4__ldbf(wp + r * 32, 0);
+            G4__IN_REGISTER(wv[r]);
+        }
         G4__UNROLL for (u = 0; u < G4__TT; u++) {
-            xv = g4__ldbf(xbt[u], k);
+            xv = g4__ldbf(xt[u], 32 * s);
             G4__IN_REGISTER(xv);
             G4__UNROLL for (r = 0; r < G4__TR; r++) acc[r][u] = _mm512_dpbf16_ps(acc[r][u], wv[r], xv);
         }
     }
-    G4__UNROLL for (r = 0; r < G4__TR; r++)
-        G4__UNROLL for (u = 0; u < G4__TT; u++) sum[r][u] = _mm512_reduce_add_ps(acc[r][u]);
-    for (r = 0; r < R; r++)
-        for (u = 0; u < T; u++)
-            y[(size_t)(t + u) * (size_t)out + (size_t)(o + r)] = g4__tail(sum[r][u], xt[u], row[r], G4_BF16, kv, in);
+    if (last) {
+        G4__UNROLL for (r = 0; r < G4__TR; r++)
+            G4__UNROLL for (u = 0; u < G4__TT; u++) sum[r][u] = _mm512_reduce_add_ps(acc[r][u]);
+    } else {
+        G4__UNROLL for (r = 0; r < G4__TR; r++)
+            G4__UNROLL for (u = 0; u < G4__TT; u++) _mm512_storeu_ps(part + (r * G4__TT + u) * 16, acc[r][u]);
+    }
 }
 
-/* xb: x as bf16 (g4__to_bf16) */
-static void g4__matmul_bf16dot(float *y, const float *x, const uint16_t *xb, const g4_tensor *w, int n, int o0, int o1) {
-    int out = (int)w->shape[0], in = (int)w->shape[1], o, t, k, kv = in - in % 32;
+/* y[t * ldy + o] for t < n, o in [o0, o1) as g4__gemm, x (float32, for the
+   tail) and xb (its bf16 copy) both ldx apart; b->kc a multiple of 32; ws:
+   G4__PACK_FLOATS(b->mc, b->kc, b->nc) floats */
+static void g4__gemm_bf16(float *y, size_t ldy, const float *x, const uint16_t *xb, size_t ldx, const g4_tensor *w, int n, int o0,
+                          int o1, float *ws, const g4__blocking *b) {
+    int in = (int)w->shape[1], kv = in - in % 32, t0, i0, k0, t, o, r, u, pi, pk, pmc, pkc;
+    const unsigned char *base = (const unsigned char *)w->data;
+    uint16_t *wp = (uint16_t *)(void *)ws;
+    float *part = ws + (size_t)b->mc * (size_t)b->kc, sum[G4__TR][G4__TT];
+    const uint16_t *xt[G4__TT];
+    const unsigned char *wrow[G4__TR];
+    for (t0 = 0; t0 < n; t0 += b->nc) {
+        int nc = n - t0 < b->nc ? n - t0 : b->nc;
+        for (i0 = o0; i0 < o1; i0 += b->mc) {
+            int mc = o1 - i0 < b->mc ? o1 - i0 : b->mc;
+            for (k0 = 0; k0 == 0 || k0 < kv; k0 += b->kc) {
+                int kc = kv - k0 < b->kc ? kv - k0 : b->kc, first = k0 == 0, last = k0 + kc >= kv;
+                if (!last) pk = k0 + kc, pi = i0;
+                else pk = 0, pi = i0 + mc < o1 ? i0 + mc : o0;
+                pmc = o1 - pi < b->mc ? o1 - pi : b->mc;
+                pkc = kv - pk < b->kc ? kv - pk : b->kc;
+                for (t = t0; t < t0 + nc; t += G4__TT) {
+                    int T = t0 + nc - t < G4__TT ? t0 + nc - t : G4__TT;
+                    g4__prefetch_w(base, 2, in, pi, pmc, pk, pkc, (t - t0) / G4__TT, (nc + G4__TT - 1) / G4__TT);
+                    for (u = 0; u < G4__TT; u++) xt[u] = xb + (size_t)(t + (u < T ? u : T - 1)) * ldx + k0;
+                    for (o = i0; o < i0 + mc; o += G4__TR) {
+                        int R = i0 + mc - o < G4__TR ? i0 + mc - o : G4__TR;
+                        float *pt = part + ((size_t)((o - i0) / G4__TR) * (size_t)(b->nc / G4__TT) + (size_t)((t - t0) / G4__TT)) *
+                                               (G4__TR * G4__TT * 16);
+                        for (r = 0; r < G4__TR; r++) wrow[r] = base + (size_t)(o + (r < R ? r : R - 1)) * (size_t)in * 2;
+                        g4__micro_bf16(wp + (size_t)(o - i0) * (size_t)kc, t == t0 ? wrow : NULL, k0, xt, kc / 32, pt, first, last, sum);
+                        if (last)
+                            for (r = 0; r < R; r++)
+                                for (u = 0; u < T; u++)
+                                    y[(size_t)(t + u) * ldy + (size_t)(o + r)] =
+                                        g4__tail(sum[r][u], x + (size_t)(t + u) * ldx, base + (size_t)(o + r) * (size_t)in * 2, G4_BF16, kv, in);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* xb: x as bf16 (g4__to_bf16); ws: one thread's packing buffer */
+static void g4__matmul_bf16dot(float *y, const float *x, const uint16_t *xb, const g4_tensor *w, int n, int o0, int o1, float *ws) {
+    int out = (int)w->shape[0], in = (int)w->shape[1], o, k, kv = in - in % 32;
     const unsigned char *base = (const unsigned char *)w->data;
     if (n == 1) { /* decode: rows o and o + half side by side, as g4__rows1 */
         int half = (o1 - o0) / 2;
@@ -4295,10 +4390,7 @@ static void g4__matmul_bf16dot(float *y, const float *x, const uint16_t *xb, con
             for (k = 0; k < kv; k += 32) acc = _mm512_dpbf16_ps(acc, g4__ldbf(row, k), g4__ldbf(xb, k));
             y[o] = g4__tail(_mm512_reduce_add_ps(acc), x, row, G4_BF16, kv, in);
         }
-    } else
-        for (o = o0; o < o1; o += G4__TR)
-            for (t = 0; t < n; t += G4__TT)
-                g4__tile_bf16(y, x, xb, base, in, out, o, o1 - o < G4__TR ? o1 - o : G4__TR, t, n - t < G4__TT ? n - t : G4__TT);
+    } else g4__gemm_bf16(y, (size_t)out, x, xb, (size_t)in, w, n, o0, o1, ws, &g4__gemm_blocks);
 }
 #endif
 #else
@@ -4306,6 +4398,7 @@ static void g4__matmul_bf16dot(float *y, const float *x, const uint16_t *xb, con
 #define G4__TR 4 /* threads split rows in blocks of G4__TR */
 #define G4__TT 1
 #define G4__HAVE_GEMM 0
+#define G4__TORCH_GEMM 0
 #define G4__PACK_THREAD 0 /* no packing buffer */
 static void g4__matmul_rows(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1, float *ws) {
     (void)ws;
@@ -4360,6 +4453,76 @@ static void g4__matmul_torch(float *y, const float *x, const g4_tensor *w, int n
         }
     }
 }
+
+#if G4__TORCH_GEMM
+/* The bf16-faithful mode's prefill GEMM: g4__matmul_torch's bits on the
+   packed blocks of >>gemm. Torch's 8 accumulators r of 8 lanes are 64 lane
+   sums, lane 8 r + l over the inputs 64 j + 8 r + l in order. So in each
+   block the tile runs 8 times, once per r, over every 64th vector of k (vs
+   64), each from and into its own partial sums (8 per output; the weights
+   of pass r are packed as their own panel). After the block's last k the 8
+   vectors of each output are added in torch's tree, then its tail (in % 64:
+   the 16-wide accumulator, then one by one), as in g4__matmul_torch. The
+   blocking changes no bit; decode keeps g4__matmul_torch. ws: G4__TORCH_FLOATS
+   floats for b = g4__torch_blocks (mc * kc + mc * nc * 64 in general; kc a
+   multiple of 64). */
+static void g4__gemm_torch(float *y, size_t ldy, const float *x, size_t ldx, const g4_tensor *w, int n, int o0, int o1,
+                           float *ws, const g4__blocking *b) {
+    int in = (int)w->shape[1], la = in & ~63, lv = in & ~15, t0, i0, k0, t, o, r, u, q, i;
+    const unsigned char *base = (const unsigned char *)w->data;
+    float *wp = ws, *part = ws + (size_t)b->mc * (size_t)b->kc, sum[G4__TR][G4__TT];
+    const float *xt[G4__TT], *xq[G4__TT];
+    const unsigned char *wrow[G4__TR], *wq[G4__TR];
+    const size_t tile = G4__TR * G4__TT * 8; /* floats of one pass's partial sums */
+    for (t0 = 0; t0 < n; t0 += b->nc) {
+        int nc = n - t0 < b->nc ? n - t0 : b->nc;
+        for (i0 = o0; i0 < o1; i0 += b->mc) {
+            int mc = o1 - i0 < b->mc ? o1 - i0 : b->mc;
+            for (k0 = 0; k0 < la; k0 += b->kc) {
+                int kc = la - k0 < b->kc ? la - k0 : b->kc;
+                for (t = t0; t < t0 + nc; t += G4__TT) {
+                    int T = t0 + nc - t < G4__TT ? t0 + nc - t : G4__TT;
+                    for (u = 0; u < G4__TT; u++) xt[u] = x + (size_t)(t + (u < T ? u : T - 1)) * ldx + k0;
+                    for (o = i0; o < i0 + mc; o += G4__TR) {
+                        int R = i0 + mc - o < G4__TR ? i0 + mc - o : G4__TR;
+                        float *pt = part + ((size_t)((o - i0) / G4__TR) * (size_t)(b->nc / G4__TT) + (size_t)((t - t0) / G4__TT)) * 8 * tile;
+                        for (r = 0; r < G4__TR; r++) wrow[r] = base + (size_t)(o + (r < R ? r : R - 1)) * (size_t)in * 2;
+                        for (q = 0; q < 8; q++) {
+                            for (u = 0; u < G4__TT; u++) xq[u] = xt[u] + 8 * q;
+                            for (r = 0; r < G4__TR; r++) wq[r] = wrow[r] + 16 * q;
+                            g4__micro_vs(wp + (size_t)(o - i0) * (size_t)kc + (size_t)q * (size_t)(kc / 64) * G4__TR * 8, t == t0 ? wq : NULL,
+                                         G4_BF16, k0, 64, xq, kc / 64, pt + (size_t)q * tile, k0 == 0, 0, sum);
+                        }
+                    }
+                }
+            }
+            for (t = t0; t < t0 + nc; t += G4__TT) /* torch's tree, then the tail */
+                for (o = i0; o < i0 + mc; o += G4__TR) {
+                    const float *pt = part + ((size_t)((o - i0) / G4__TR) * (size_t)(b->nc / G4__TT) + (size_t)((t - t0) / G4__TT)) * 8 * tile;
+                    for (r = 0; r < G4__TR && o + r < i0 + mc; r++)
+                        for (u = 0; u < G4__TT && t + u < t0 + nc; u++) {
+                            const float *xr = x + (size_t)(t + u) * ldx;
+                            const uint16_t *row = (const uint16_t *)(const void *)(base + (size_t)(o + r) * (size_t)in * 2);
+                            __m256 acc[8], tl = _mm256_setzero_ps();
+                            float s1;
+                            for (q = 0; q < 8; q++) acc[q] = la ? _mm256_loadu_ps(pt + (size_t)q * tile + (size_t)(r * G4__TT + u) * 8) : _mm256_setzero_ps();
+                            for (q = 0; q < 4; q++) acc[q] = _mm256_add_ps(acc[q], acc[q + 4]);
+                            for (q = 0; q < 2; q++) acc[q] = _mm256_add_ps(acc[q], acc[q + 2]);
+                            s1 = g4__hsum8_v(_mm256_add_ps(acc[0], acc[1]));
+                            for (i = la; i < lv; i += 16) {
+                                tl = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i), g4__vbf16_8(row + i), tl);
+                                tl = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i + 8), g4__vbf16_8(row + i + 8), tl);
+                            }
+                            s1 += g4__hsum8_v(tl);
+                            for (i = lv; i < in; i++) s1 += xr[i] * g4__bf16_to_f32(row[i]);
+                            y[(size_t)(t + u) * ldy + (size_t)(o + r)] = s1;
+                        }
+                }
+        }
+    }
+    (void)sum;
+}
+#endif
 #else
 #define G4__TORCH_MM 0
 #define g4__matmul_torch g4__matmul_torch_ref
@@ -4595,7 +4758,13 @@ static void g4__matmul_part(void *ctx, int part, int n_parts) {
     int o0 = G4__TR * b0, o1 = G4__TR * b1 < out ? G4__TR * b1 : out, t;
     if (o0 >= o1) return;
 #if G4__BF16DOT
-    if (j->bf16dot) g4__matmul_bf16dot(j->y, j->x, j->xb, j->w, j->n, o0, o1);
+    if (j->bf16dot) g4__matmul_bf16dot(j->y, j->x, j->xb, j->w, j->n, o0, o1, j->pack + (size_t)part * G4__PACK_THREAD);
+    else
+#endif
+#if G4__TORCH_GEMM
+    if (j->torch && j->n > 1)
+        g4__gemm_torch(j->y, (size_t)out, j->x, (size_t)j->w->shape[1], j->w, j->n, o0, o1, j->pack + (size_t)part * G4__PACK_THREAD,
+                       &g4__torch_blocks);
     else
 #endif
     if (j->torch) g4__matmul_torch(j->y, j->x, j->w, j->n, o0, o1);
@@ -6106,9 +6275,10 @@ G4__MAYBE_UNUSED static void g4__attend_backward(float *dq, float *dk, float *dv
 
 /* The same backward for all (token, head) pairs of a layer, on the pool, in
    two passes with the same bits as g4__attend_backward pair by pair:
-   A (per query head, split across threads): the head's output again (o_proj's
-     input, g4__attend as the forward ran it), the probabilities, dq, and
-     per pair the softmax's max and sum and sum(p dp) (stats, 3 floats);
+   A (per query head, split across threads): the probabilities again, the
+     head's output from them (o_proj's input, summed as g4__attend sums it),
+     dL/dp (kept, then used for dq), dq, and per pair the softmax's max and
+     sum and sum(p dp) (stats, 3 floats);
    B (per key row and KV head, split across threads): dK and dV of that row,
      adding the pairs' contributions in the order the pair loop adds them. */
 typedef struct {
@@ -6121,27 +6291,29 @@ static void g4__attn_bwd_q(void *ctx, int part, int n_parts) {
     const g4_kv_slot *sl = j->sl;
     int D = sl->head_dim, stride = sl->kv_heads * D, total = j->n * j->NH, i, k;
     int i0 = (int)((int64_t)total * part / n_parts), i1 = (int)((int64_t)total * (part + 1) / n_parts);
-    float *p = j->scratch + (size_t)part * (size_t)j->scratch_len;
+    float *p = j->scratch + 2 * (size_t)part * (size_t)j->scratch_len, *dpv = p + j->scratch_len;
     for (i = i0; i < i1; i++) {
         int t = i / j->NH, h = i % j->NH, lo = j->window && t - j->window + 1 > 0 ? t - j->window + 1 : 0;
         const float *q = j->q + (size_t)i * D;
-        float mx, sum = 0.0f;
+        float mx, sum = 0.0f, *att = j->att + (size_t)i * D;
         double sdp = 0.0;
-        g4__attend(j->att + (size_t)i * D, q, sl, h / j->group, lo, t, p);
         for (k = lo; k <= t; k++)
             p[k - lo] = g4__dot(q, sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)(h / j->group) * D, D);
         for (mx = p[0], k = 1; k <= t - lo; k++) if (p[k] > mx) mx = p[k];
         for (k = 0; k <= t - lo; k++) sum += expf(p[k] - mx); /* g4__softmax's max and sum, for pass B */
         g4__softmax(p, t - lo + 1);
-        for (k = lo; k <= t; k++)
-            sdp += (double)p[k - lo] *
-                   (double)g4__dot(j->dout + (size_t)i * D, sl->v + (size_t)(k % sl->capacity) * (size_t)stride +
-                                   (size_t)(h / j->group) * D, D);
+        memset(att, 0, sizeof(float) * (size_t)D); /* the head's output, as g4__attend sums it */
+        for (k = lo; k <= t; k++) {
+            const float *val = sl->v + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)(h / j->group) * D;
+            g4__axpy(att, p[k - lo], val, D);
+            dpv[k - lo] = g4__dot(j->dout + (size_t)i * D, val, D); /* dL/dp */
+            sdp += (double)p[k - lo] * (double)dpv[k - lo];
+        }
         j->stats[3 * (size_t)i] = mx; j->stats[3 * (size_t)i + 1] = sum; j->stats[3 * (size_t)i + 2] = (float)sdp;
         memset(j->dq + (size_t)i * D, 0, sizeof(float) * (size_t)D);
         for (k = lo; k <= t; k++) {
             size_t row = (size_t)(k % sl->capacity) * (size_t)stride + (size_t)(h / j->group) * D;
-            float ds = p[k - lo] * (g4__dot(j->dout + (size_t)i * D, sl->v + row, D) - (float)sdp);
+            float ds = p[k - lo] * (dpv[k - lo] - (float)sdp);
             g4__axpy(j->dq + (size_t)i * D, ds, sl->k + row, D);
         }
     }
@@ -6356,8 +6528,9 @@ static void g4__train_carve(g4_train *t, const g4_model *m, const g4_train_confi
     G4__T(dgate, S * imax); G4__T(dup, S * imax);
     G4__T(dper_layer_inputs, S * LP); G4__T(per_layer_act, S * P); G4__T(per_layer_gate, S * P);
     G4__T(dper_layer_gate, S * P);
-    G4__T(probs, (uint64_t)g4_pool_threads(cfg->pool) * S);
+    G4__T(probs, 2 * (uint64_t)g4_pool_threads(cfg->pool) * S);
     G4__T(astats, S * NH * 3);
+    G4__T(rowinv, S);
     { float *p_ = g4__take(cv, S, sizeof(double)); if (t) t->row_loss = (double *)(void *)p_; }
     {
         uint64_t wide = H > NH * dmax ? H : NH * dmax, head = (S < G4_TRAIN_ROWS ? S : G4_TRAIN_ROWS) * (uint64_t)c->vocab_size;
@@ -6496,14 +6669,53 @@ static float *g4__grad(const g4_train *t, float *G, const g4_tensor *w) {
 
 /* ---- the layer backward ---- */
 
-/* rows n of width w: dst[i] (+)= rmsnorm_backward(dy, x) row by row */
-static void g4__norm_rows_backward(float *dx, float *dw, const float *dy, const float *x, const g4_tensor *w, int n,
-                                   int width, float eps) {
-    int t;
-    for (t = 0; t < n; t++) {
-        size_t o = (size_t)t * width;
-        g4__rmsnorm_backward(dx + o, dw, dy + o, x + o, w, width, eps);
+/* n rows of `width`: g4__rmsnorm_backward row by row, on the pool with the
+   same bits: first each row's inv (as g4__rmsnorm_backward computes it), then
+   dw split by columns (each dw[i] still adds the rows in order), then dx split
+   by rows (dx may alias dy: dw has read dy by then). */
+typedef struct {
+    float *dx, *dw, *inv; const float *dy, *x; const g4_tensor *w; int width; float eps; size_t n_rows;
+} g4__norm_bwd_job;
+
+static void g4__norm_bwd_inv(void *ctx, size_t r0, size_t r1) {
+    const g4__norm_bwd_job *j = (const g4__norm_bwd_job *)ctx;
+    size_t r;
+    int i;
+    for (r = r0; r < r1; r++) {
+        const float *x = j->x + r * (size_t)j->width;
+        double ss = 0.0;
+        for (i = 0; i < j->width; i++) ss += (double)x[i] * (double)x[i];
+        j->inv[r] = 1.0f / sqrtf((float)(ss / j->width) + j->eps);
     }
+}
+
+static void g4__norm_bwd_dw(void *ctx, size_t i0, size_t i1) {
+    const g4__norm_bwd_job *j = (const g4__norm_bwd_job *)ctx;
+    size_t i, r;
+    for (r = 0; r < j->n_rows; r++) {
+        const float *dy = j->dy + r * (size_t)j->width, *x = j->x + r * (size_t)j->width;
+        for (i = i0; i < i1; i++) j->dw[i] += dy[i] * (x[i] * j->inv[r]);
+    }
+}
+
+static void g4__norm_bwd_dx(void *ctx, size_t r0, size_t r1) {
+    const g4__norm_bwd_job *j = (const g4__norm_bwd_job *)ctx;
+    size_t r, o;
+    for (r = r0; r < r1; r++) {
+        o = r * (size_t)j->width;
+        g4__rmsnorm_backward(j->dx + o, NULL, j->dy + o, j->x + o, j->w, j->width, j->eps);
+    }
+}
+
+static void g4__norm_rows_backward(g4_train *t, float *dx, float *dw, const float *dy, const float *x, const g4_tensor *w,
+                                   int n, int width, float eps) {
+    g4__norm_bwd_job j;
+    j.dx = dx; j.dw = dw; j.inv = t->rowinv; j.dy = dy; j.x = x; j.w = w; j.width = width; j.eps = eps; j.n_rows = (size_t)n;
+    if (dw) {
+        g4__parallel_range(&t->s, (size_t)n, (size_t)width, g4__norm_bwd_inv, &j);
+        g4__parallel_range(&t->s, (size_t)width, (size_t)n, g4__norm_bwd_dw, &j);
+    }
+    g4__parallel_range(&t->s, (size_t)n, (size_t)width, g4__norm_bwd_dx, &j);
 }
 
 static void g4__add_into(float *x, const float *y, size_t n) {
@@ -6647,6 +6859,28 @@ static g4_result g4__attention_backward(g4_train *t, float *G, int l, int n, con
     return G4_OK;
 }
 
+/* Gemma4TextMLP's activation, elementwise on the pool: act = gelu(gate),
+   dgate = act * up; then its backward, da = dgate in: dgate = da * up *
+   gelu'(gate), act = da * act (dL/d up) */
+typedef struct { const float *gate, *up; float *act, *dgate; } g4__mlp_job;
+
+static void g4__mlp_act(void *ctx, size_t i0, size_t i1) {
+    const g4__mlp_job *j = (const g4__mlp_job *)ctx;
+    size_t i;
+    g4__gelu_n(j->act + i0, j->gate + i0, i1 - i0);
+    for (i = i0; i < i1; i++) j->dgate[i] = j->act[i] * j->up[i];
+}
+
+static void g4__mlp_act_backward(void *ctx, size_t i0, size_t i1) {
+    const g4__mlp_job *j = (const g4__mlp_job *)ctx;
+    size_t i;
+    for (i = i0; i < i1; i++) {
+        float da = j->dgate[i];
+        j->dgate[i] = da * j->up[i] * g4__gelu_grad(j->gate[i]);
+        j->act[i] = da * j->act[i];
+    }
+}
+
 /* Gemma4TextDecoderLayer backward (g4__layer in reverse): t->dx holds dL/d
    (layer output) and leaves holding dL/d(layer input). */
 static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
@@ -6673,7 +6907,7 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
         float *x5 = t->tmp;
         g4__gtap(t, l, "post_per_layer_input_norm", t->dx, n, H);
         for (i = 0; i < nh; i++) x5[i] = r[i] + g4__saved(t, l, G4__A_PFN)[i];
-        g4__norm_rows_backward(t->dbr, g4__grad(t, G, &lw->post_per_layer_input_norm), t->dx,
+        g4__norm_rows_backward(t, t->dbr, g4__grad(t, G, &lw->post_per_layer_input_norm), t->dx,
                                g4__saved(t, l, G4__A_PP), &lw->post_per_layer_input_norm, n, H, eps);
         g4__gtap(t, l, "per_layer_projection", t->dbr, n, H);
         g4__gelu_n(t->per_layer_act, pg, np);            /* act_fn(per_layer_input_gate(x5)) */
@@ -6704,40 +6938,37 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
         for (i = 0; i < nh; i++) t->tmp[i] = g4__saved(t, l, G4__A_PF1)[i] + g4__saved(t, l, G4__A_PF2)[i];
         m_in = t->tmp;
     }
-    g4__norm_rows_backward(t->dbr, g4__grad(t, G, &lw->post_feedforward_layernorm), t->dx, m_in,
+    g4__norm_rows_backward(t, t->dbr, g4__grad(t, G, &lw->post_feedforward_layernorm), t->dx, m_in,
                            &lw->post_feedforward_layernorm, n, H, eps);
     if (lp->moe) {
-        g4__norm_rows_backward(t->tmp2, g4__grad(t, G, &lw->post_feedforward_layernorm_2), t->dbr,
+        g4__norm_rows_backward(t, t->tmp2, g4__grad(t, G, &lw->post_feedforward_layernorm_2), t->dbr,
                                g4__saved(t, l, G4__A_EXP), &lw->post_feedforward_layernorm_2, n, H, eps);
         g4__gtap(t, l, "experts", t->tmp2, n, H);
-        g4__norm_rows_backward(t->dbr, g4__grad(t, G, &lw->post_feedforward_layernorm_1), t->dbr,
+        g4__norm_rows_backward(t, t->dbr, g4__grad(t, G, &lw->post_feedforward_layernorm_1), t->dbr,
                                g4__saved(t, l, G4__A_MLP), &lw->post_feedforward_layernorm_1, n, H, eps);
         for (tk = 0; tk < n; tk++) {
             size_t o = (size_t)tk * H;
             g4__moe_backward(t, G, l, t->tmp2 + o, r + o, g4__saved(t, l, G4__A_XN3) + o, t->dxn + o, t->dr + o);
         }
-        g4__norm_rows_backward(t->tmp, g4__grad(t, G, &lw->pre_feedforward_layernorm_2), t->dxn, r,
+        g4__norm_rows_backward(t, t->tmp, g4__grad(t, G, &lw->pre_feedforward_layernorm_2), t->dxn, r,
                                &lw->pre_feedforward_layernorm_2, n, H, eps);
         g4__add_into(t->dr, t->tmp, nh);
     }
     { /* Gemma4TextMLP: down(gelu(gate(xn2)) * up(xn2)), gate and up as the forward kept them */
         const float *xn2 = g4__saved(t, l, G4__A_XN2), *gate = g4__saved(t, l, G4__A_GATE), *up = g4__saved(t, l, G4__A_UP);
         g4__gtap(t, l, "mlp", t->dbr, n, H);
-        g4__gelu_n(t->dup, gate, ni);                     /* gelu(gate) */
-        for (i = 0; i < ni; i++) t->dgate[i] = t->dup[i] * up[i];
+        g4__mlp_job mj;
+        mj.gate = gate; mj.up = up; mj.act = t->dup; mj.dgate = t->dgate;
+        g4__parallel_range(&t->s, ni, 1, g4__mlp_act, &mj);  /* dup := gelu(gate), dgate := gelu(gate) * up */
         g4__matmul_bwd(&t->s, NULL, g4__grad(t, G, &lw->down_proj), t->dbr, t->dgate, &lw->down_proj, n, t->dyt, t->xt);
         memset(t->dgate, 0, sizeof(float) * ni);
         g4__matmul_bwd(&t->s, t->dgate, NULL, t->dbr, NULL, &lw->down_proj, n, t->dyt, t->xt);
-        for (i = 0; i < ni; i++) {
-            float da = t->dgate[i];
-            t->dgate[i] = da * up[i] * g4__gelu_grad(gate[i]);
-            t->dup[i] = da * t->dup[i];
-        }
+        g4__parallel_range(&t->s, ni, 8, g4__mlp_act_backward, &mj); /* dgate, dup := dL/d gate, dL/d up */
         memset(t->dxn, 0, sizeof(float) * nh);
         g4__matmul_bwd(&t->s, t->dxn, g4__grad(t, G, &lw->gate_proj), t->dgate, xn2, &lw->gate_proj, n, t->dyt, t->xt);
         g4__matmul_bwd(&t->s, t->dxn, g4__grad(t, G, &lw->up_proj), t->dup, xn2, &lw->up_proj, n, t->dyt, t->xt);
         g4__gtap(t, l, "pre_feedforward_layernorm", t->dxn, n, H);
-        g4__norm_rows_backward(t->tmp, g4__grad(t, G, &lw->pre_feedforward_layernorm), t->dxn, r,
+        g4__norm_rows_backward(t, t->tmp, g4__grad(t, G, &lw->pre_feedforward_layernorm), t->dxn, r,
                                &lw->pre_feedforward_layernorm, n, H, eps);
         g4__add_into(t->dr, t->tmp, nh);
     }
@@ -6746,12 +6977,12 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
     g4__gtap(t, l, "pre_feedforward_layernorm:input", t->dr, n, H);
     g4__gtap(t, l, "post_attention_layernorm", t->dr, n, H);
     memcpy(t->dx, t->dr, sizeof(float) * nh);
-    g4__norm_rows_backward(t->dbr, g4__grad(t, G, &lw->post_attention_layernorm), t->dr, g4__saved(t, l, G4__A_ATTN),
+    g4__norm_rows_backward(t, t->dbr, g4__grad(t, G, &lw->post_attention_layernorm), t->dr, g4__saved(t, l, G4__A_ATTN),
                            &lw->post_attention_layernorm, n, H, eps);
     g4__gtap(t, l, "self_attn", t->dbr, n, H);
     if ((res = g4__attention_backward(t, G, l, n, t->dbr, t->dxn)) != G4_OK) return res;
     g4__gtap(t, l, "input_layernorm", t->dxn, n, H);
-    g4__norm_rows_backward(t->tmp, g4__grad(t, G, &lw->input_layernorm), t->dxn, g4__saved(t, l - 1, G4__A_OUT),
+    g4__norm_rows_backward(t, t->tmp, g4__grad(t, G, &lw->input_layernorm), t->dxn, g4__saved(t, l - 1, G4__A_OUT),
                            &lw->input_layernorm, n, H, eps);
     g4__add_into(t->dx, t->tmp, nh);
     return G4_OK;
@@ -6926,7 +7157,7 @@ G4__DEF g4_result g4_loss_and_grad(g4_train *t, const int32_t *ids, const int32_
     total = g4__loss_backward(t, G, ids, labels, n, used);
     *loss = (float)total;
     g4__gtap(t, -1, "norm", t->dxn, n, H);
-    g4__norm_rows_backward(t->dx, g4__grad(t, G, &m->w.norm), t->dxn, g4__saved(t, c->num_hidden_layers - 1, G4__A_OUT),
+    g4__norm_rows_backward(t, t->dx, g4__grad(t, G, &m->w.norm), t->dxn, g4__saved(t, c->num_hidden_layers - 1, G4__A_OUT),
                            &m->w.norm, n, H, c->rms_norm_eps);
 
     /* the layers in reverse; each owner slot's gradient starts at zero and
@@ -12516,25 +12747,17 @@ out:
     return r;
 }
 
-G4__DEF g4_result g4_template_encode(const g4_template *t, const g4_tokenizer *tok, const char *chat_json,
-                                     size_t len, const g4_template_options *o, int32_t **ids, size_t *n_ids,
-                                     char *err) {
-    char *text = NULL;
-    size_t tl = 0, cap;
+/* text[0..tl) encoded as apply_chat_template(..., tokenize=True) does: without the post-processor (no
+   second <bos>). *ids: G4_MALLOC'd. */
+static g4_result g4__template_tokenize(const g4_template *t, const g4_tokenizer *tok, const char *text, size_t tl,
+                                       int32_t **ids, size_t *n_ids, char *err) {
+    size_t cap = g4_tokenize_max(tok, tl);
     g4_result r;
-    if (ids) *ids = NULL;
-    if (n_ids) *n_ids = 0;
-    if (!err && t) err = ((g4_template *)(uintptr_t)t)->error;
-    if (!tok || !ids || !n_ids) { if (err) g4__seterr(err, "g4_template_encode: NULL argument"); return G4_ERR_INPUT; }
-    if ((r = g4_template_render(t, chat_json, len, o, &text, &tl, err)) != G4_OK) return r;
-    cap = g4_tokenize_max(tok, tl);
     if (!(*ids = (int32_t *)G4_MALLOC((cap ? cap : 1) * sizeof(int32_t)))) {
-        G4_FREE(text);
         g4__seterr(err, "%s: out of memory", t->name);
         return G4_ERR_NOMEM;
     }
     r = g4_tokenize(tok, text, tl, 0, *ids, cap, n_ids); /* add_special_tokens=False: no second <bos> */
-    G4_FREE(text);
     if (r != G4_OK) {
         G4_FREE(*ids);
         *ids = NULL;
@@ -12542,6 +12765,48 @@ G4__DEF g4_result g4_template_encode(const g4_template *t, const g4_tokenizer *t
         g4__seterr(err, "%s: tokenizing the rendered text failed (%s)", t->name, g4_result_str(r));
     }
     return r;
+}
+
+/* encode (cont 0) or continue (cont 1) */
+static g4_result g4__template_encode(const g4_template *t, const g4_tokenizer *tok, const char *chat_json, size_t len,
+                                     const g4_template_options *o, int32_t **ids, size_t *n_ids, char *err, int cont,
+                                     const char *fn) {
+    char *text = NULL;
+    const char *from, *p;
+    size_t tl = 0, mark = strlen(G4_TEMPLATE_ANSWER);
+    g4_result r;
+    if (ids) *ids = NULL;
+    if (n_ids) *n_ids = 0;
+    if (!err && t) err = ((g4_template *)(uintptr_t)t)->error;
+    if (!tok || !ids || !n_ids) { if (err) g4__seterr(err, "%s: NULL argument", fn); return G4_ERR_INPUT; }
+    if ((r = g4_template_render(t, chat_json, len, o, &text, &tl, err)) != G4_OK) return r;
+    from = text;
+    if (cont) { /* after the last marker (the rendered text may hold NULs: search it all) */
+        from = NULL;
+        for (p = text; (size_t)(p - text) + mark <= tl; p++)
+            if (memcmp(p, G4_TEMPLATE_ANSWER, mark) == 0) from = p + mark;
+        if (!from) {
+            G4_FREE(text);
+            g4__seterr(err, "%s: the rendered conversation holds no model answer (G4_TEMPLATE_ANSWER): the template does "
+                       "not write the model's answers, or the conversation has none; it cannot be continued", t->name);
+            return G4_ERR_INPUT;
+        }
+    }
+    r = g4__template_tokenize(t, tok, from, tl - (size_t)(from - text), ids, n_ids, err);
+    G4_FREE(text);
+    return r;
+}
+
+G4__DEF g4_result g4_template_encode(const g4_template *t, const g4_tokenizer *tok, const char *chat_json,
+                                     size_t len, const g4_template_options *o, int32_t **ids, size_t *n_ids,
+                                     char *err) {
+    return g4__template_encode(t, tok, chat_json, len, o, ids, n_ids, err, 0, "g4_template_encode");
+}
+
+G4__DEF g4_result g4_template_continue(const g4_template *t, const g4_tokenizer *tok, const char *chat_json,
+                                       size_t len, const g4_template_options *o, int32_t **ids, size_t *n_ids,
+                                       char *err) {
+    return g4__template_encode(t, tok, chat_json, len, o, ids, n_ids, err, 1, "g4_template_continue");
 }
 
 /* ----------------------------------------------------- sampler >>sampler */

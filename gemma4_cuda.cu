@@ -1528,10 +1528,12 @@ static g4_result g4f__linear(g4_cuda_session *s, float *y, const float *x, const
         g4__seterr(s->error, "internal: fused gate/up need one shape and dtype");
         return G4_ERR_INPUT;
     }
-    if (n > G4F_TOKENS) { /* a prefill chunk: the tiled GEMM, tensor cores in the bf16 mode */
+    if (n > G4F_TOKENS) { /* a prefill chunk: the tiled GEMM, tensor cores in the bf16 mode (not with
+                             G4_CUDA_MATMUL_PLAIN: CUDA cores only, the MMA path's check) */
         size_t tiles = (size_t)((n + G4F_GM - 1) / G4F_GM) * (size_t)((out + G4F_GN - 1) / G4F_GN);
         G4C_RUN(s->error, g4f_gemm, g4c__grid(tiles, 1), G4F_GM / 16 * 32, y, x, w->data, w2 ? w2->data : NULL,
-                (int)w->dtype, n, in, out, s->cfg.bf16 && w->dtype == G4_BF16, epi, cap, s->cfg.bf16);
+                (int)w->dtype, n, in, out, s->cfg.bf16 && w->dtype == G4_BF16 && s->matmul != G4_CUDA_MATMUL_PLAIN, epi,
+                cap, s->cfg.bf16);
         return G4_OK;
     }
     for (int t0 = 0; t0 < n; t0 += G4F_TOKENS) {

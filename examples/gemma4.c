@@ -476,11 +476,8 @@ static void tb_json(textbuf *b, const char *s) { /* s as a JSON string literal *
     tb_str(b, "\"");
 }
 
-/* The model's answers in the conversations chat renders: a marker, because only
-   the template's text after the last answer is fed (see cmd_chat). */
-#define ANSWER_MARK "\x1bg4-answer\x1b"
-
-/* {"messages": [system?, user 0, answer, user 1, ..., answer, user n-1]} */
+/* {"messages": [system?, user 0, answer, user 1, ..., answer, user n-1]}; the answers, fed already, are
+   G4_TEMPLATE_ANSWER (see g4_template_continue) */
 static char *chat_json(const gen_opts *o, char **users, int n_users, size_t *len) {
     textbuf b;
     int i;
@@ -488,7 +485,7 @@ static char *chat_json(const gen_opts *o, char **users, int n_users, size_t *len
     tb_str(&b, "{\"messages\": [");
     if (o->system) { tb_str(&b, "{\"role\": \"system\", \"content\": "); tb_json(&b, o->system); tb_str(&b, "}, "); }
     for (i = 0; i < n_users; i++) {
-        if (i) { tb_str(&b, "{\"role\": \"assistant\", \"content\": "); tb_json(&b, ANSWER_MARK); tb_str(&b, "}, "); }
+        if (i) { tb_str(&b, "{\"role\": \"assistant\", \"content\": "); tb_json(&b, G4_TEMPLATE_ANSWER); tb_str(&b, "}, "); }
         tb_str(&b, "{\"role\": \"user\", \"content\": ");
         tb_json(&b, users[i]);
         tb_str(&b, i + 1 < n_users ? "}, " : "}");
@@ -506,36 +503,19 @@ static char *chat_json(const gen_opts *o, char **users, int n_users, size_t *len
 static int32_t *template_prompt(const g4_template *tpl, const g4_tokenizer *t, const gen_opts *o, char **users,
                                 int n_users, int first, size_t *n) {
     g4_template_options to = g4_template_options_init();
-    size_t len, tl, cap;
-    char *json = chat_json(o, users, n_users, &len), *text = NULL, err[G4_ERROR_MAX];
+    size_t len;
+    char *json = chat_json(o, users, n_users, &len), err[G4_ERROR_MAX];
     int32_t *ids = NULL, *tids = NULL;
-    const char *tail, *p;
+    g4_result r;
     if (!json) return NULL;
     to.enable_thinking = o->think;
-    if (first) {
-        if (g4_template_encode(tpl, t, json, len, &to, &tids, n, err) != G4_OK) print_error(err);
-        else if ((ids = (int32_t *)malloc(sizeof(int32_t) * (*n ? *n : 1)))) memcpy(ids, tids, sizeof(int32_t) * *n);
-        g4_template_free_output(tids);
-        free(json);
-        return ids;
-    }
-    if (g4_template_render(tpl, json, len, &to, &text, &tl, err) != G4_OK) { print_error(err); free(json); return NULL; }
+    r = first ? g4_template_encode(tpl, t, json, len, &to, &tids, n, err)
+              : g4_template_continue(tpl, t, json, len, &to, &tids, n, err);
+    if (r != G4_OK) print_error(err);
+    else if ((ids = (int32_t *)malloc(sizeof(int32_t) * (*n ? *n : 1)))) memcpy(ids, tids, sizeof(int32_t) * *n);
+    else fprintf(stderr, "gemma4: out of memory\n");
+    g4_template_free_output(tids);
     free(json);
-    for (tail = NULL, p = text; (p = strstr(p, ANSWER_MARK)) != NULL; p++) tail = p;
-    if (!tail) {
-        fprintf(stderr, "gemma4: the chat template does not write the model's answers; cannot continue the conversation\n");
-        g4_template_free_output(text);
-        return NULL;
-    }
-    tail += strlen(ANSWER_MARK);
-    cap = g4_tokenize_max(t, strlen(tail));
-    if ((ids = (int32_t *)malloc(sizeof(int32_t) * (cap ? cap : 1))) &&
-        g4_tokenize(t, tail, strlen(tail), 0, ids, cap, n) != G4_OK) {
-        fprintf(stderr, "gemma4: cannot encode the prompt\n");
-        free(ids);
-        ids = NULL;
-    }
-    g4_template_free_output(text);
     return ids;
 }
 

@@ -66,4 +66,54 @@ H_UNUSED static int finish(void) {
     return g_fail ? 1 : 0;
 }
 
+#if defined(_POSIX_C_SOURCE) && _POSIX_C_SOURCE >= 200809L
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Reads at most cap - 1 bytes of the file at fd into buf, NUL-terminated; the count read. */
+H_UNUSED static size_t h_read_fd(int fd, char *buf, size_t cap) {
+    size_t n = 0;
+    ssize_t got;
+    if (!buf || !cap) return 0;
+    while (n + 1 < cap && (got = read(fd, buf + n, cap - 1 - n)) > 0) n += (size_t)got;
+    buf[n] = 0;
+    return n;
+}
+
+/* Runs `cli args` through the shell (cli: the CLI binary, or "" when args is a whole command line, a pipe
+   say; for "a && b" or "2>&1" the whole line's output is captured). Its stdout goes into out[0..out_cap)
+   (NUL-terminated, cut at out_cap - 1 bytes; *out_len, if given, the count, which may include NULs), its
+   stderr into err[0..err_cap); a NULL buffer discards that stream. Returns the exit status, -1 when the
+   command did not exit normally or could not be run. (Only where POSIX 2008 is asked for.) */
+H_UNUSED static int run_cli(const char *cli, const char *args, char *out, size_t out_cap, size_t *out_len, char *err,
+                            size_t err_cap) {
+    char op[] = "/tmp/g4-cli-out-XXXXXX", ep[] = "/tmp/g4-cli-err-XXXXXX", *cmd;
+    int fo = mkstemp(op), fe = mkstemp(ep), st = -1;
+    size_t n, len = strlen(cli) + strlen(args) + sizeof op + sizeof ep + 32;
+    if (out && out_cap) out[0] = 0;
+    if (err && err_cap) err[0] = 0;
+    if (out_len) *out_len = 0;
+    if (fo >= 0 && fe >= 0 && (cmd = (char *)malloc(len)) != NULL) {
+        snprintf(cmd, len, "{ %s %s ; } > %s 2> %s", cli, args, op, ep);
+        st = system(cmd);
+        st = st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        free(cmd);
+        n = h_read_fd(fo, out, out_cap);
+        if (out_len) *out_len = n;
+        h_read_fd(fe, err, err_cap);
+    }
+    if (fo >= 0) { close(fo); unlink(op); }
+    if (fe >= 0) { close(fe); unlink(ep); }
+    return st;
+}
+
+/* rm -rf path (a suite's temporary directory), saying so when it cannot. */
+H_UNUSED static void remove_tree(const char *path) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    if (system(cmd) != 0) printf("  (could not remove %s)\n", path);
+}
+#endif
+
 #endif /* G4_TEST_HARNESS_H */

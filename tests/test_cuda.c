@@ -517,6 +517,48 @@ static void test_fast_bf16(void) {
 #endif
 }
 
+/* The prefill GEMM's tensor-core path (bf16 mode, bf16 weights) against the
+   same fragments summed on CUDA cores (G4_CUDA_MATMUL_PLAIN): the products
+   are exact in both, and the emulator's MMA sums each output's 16 products
+   in k order as the CUDA-core path does, so emulated the two agree bit for
+   bit: a fragment read from the wrong lane or register would not. On a GPU
+   the tensor core's own accumulation order leaves FAST_TOL_BF16. */
+static void test_fast_mma_fragments(void) {
+    static const g4i_backend cores = {"cuda fast bf16 (CUDA cores)", V_FAST | V_BF16 | G4_CUDA_MATMUL_PLAIN,
+                                      cuda_model_open, cuda_model_close, cuda_open, cuda_forward, cuda_reset,
+                                      cuda_close, cuda_read_table};
+    static const char *models[] = {"e2b_like", "26b_like"};
+    for (int k = 0; k < 2; k++) {
+        golden g;
+        int n;
+        const int32_t *ids;
+        float *a, *b;
+        double d, sc;
+        if (!(ids = g4i_input_ids(&g, models[k], &n))) continue;
+#ifdef G4_CUDA_EMULATE
+        long before = g4emu_mmas(), mid;
+#endif
+        a = g4i_logits(&g4i_cuda_fast_bf16, tiny(models[k]), ids, n, 64, 0, 0);
+#ifdef G4_CUDA_EMULATE
+        mid = g4emu_mmas();
+#endif
+        b = g4i_logits(&cores, tiny(models[k]), ids, n, 64, 0, 0);
+        d = a && b ? max_diff(a, b, (size_t)n * 512) : INFINITY;
+        sc = b ? max_abs(b, (size_t)n * 512) : 1;
+        printf("  %s: tensor-core GEMM vs CUDA-core GEMM %.3g relative\n", models[k], d / sc);
+#ifdef G4_CUDA_EMULATE
+        CHECK(mid > before && g4emu_mmas() == mid, "MMAs: %ld with tensor cores, %ld without", mid - before,
+              g4emu_mmas() - mid);
+        CHECK(d == 0.0, "%s: the MMA path differs from the CUDA-core path by %.3g", models[k], d);
+#else
+        CHECK(d <= FAST_TOL_BF16 * sc, "%s: the MMA path differs from the CUDA-core path by %.3g", models[k], d / sc);
+#endif
+        free(a);
+        free(b);
+        g4_model_free(&g.m);
+    }
+}
+
 /* fast float32 greedy decode: transformers' generate, logits and tokens */
 static void test_fast_greedy(void) {
     static const char *models[] = {"e2b_like", "e4b_like", "31b_like", "26b_like", "plain"};
@@ -934,6 +976,7 @@ int main(int argc, char **argv) {
     run("exp and tanh (both sides' float32 softmax and soft-cap) correctly rounded", test_exp_tanh);
     run("cuda fast f32 = exact f32 within 4e-5 (goldens, every tap)", test_fast_goldens);
     run("cuda fast bf16 = bf16-faithful within 3e-2, greedy tokens equal", test_fast_bf16);
+    run("cuda fast tensor-core GEMM = CUDA-core GEMM on the same fragments", test_fast_mma_fragments);
     run("cuda fast greedy decode: transformers generate", test_fast_greedy);
     run("cuda fast decode and chunked prefill = one-shot within tolerance", test_fast_chunking);
     run("cuda fast shared-KV table, reader copies, stale weights, bad input", test_fast_table);
@@ -946,11 +989,7 @@ int main(int argc, char **argv) {
     run("cuda every runtime call and launch is checked (injected failures)", test_every_cuda_call_checked);
     run("cuda every kernel ran", test_every_kernel_ran);
 #endif
-    {
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
-        if (system(cmd) != 0) printf("(could not remove %s)\n", g_tmp);
-    }
+    remove_tree(g_tmp);
     printf("max relative difference: vs transformers %.3g (bound %.1g), vs CPU path %.3g (bound %.1g)\n",
            g_worst.golden, G4I_TOL, g_worst.ref, CPU_TOL);
     printf("fast mode, max relative difference: f32 vs exact f32 %.3g (bound %.1g), bf16 vs bf16-faithful %.3g (bound %.1g)\n",

@@ -640,20 +640,9 @@ static char *slurp(const char *path, size_t *len) {
     return b;
 }
 
-/* runs cmd; its stdout in *out (caller frees); returns the exit status */
-static int sh(const char *cmd, char **out, char **err) {
-    char full[2048];
-    size_t n;
-    int st;
-    snprintf(full, sizeof full, "%s > %s/out 2> %s/err", cmd, g_tmp, g_tmp);
-    st = system(full);
-    if (out) *out = slurp(path2(g_tmp, "out"), &n);
-    if (err) *err = slurp(path2(g_tmp, "err"), &n);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static void test_cli(void) {
-    char cmd[1024], ids[256], *a = NULL, *b = NULL, *e = NULL;
+    static char a[1 << 16], b[1 << 16], e[8192];
+    char cmd[1024], ids[256];
     golden g;
     int n, K, i, k = 0;
     int64_t numel;
@@ -670,7 +659,7 @@ static void test_cli(void) {
     for (i = 0; prompt && i < n; i++) k += snprintf(ids + k, sizeof ids - (size_t)k, "%s%d", i ? "," : "", (int)prompt[i]);
     snprintf(cmd, sizeof cmd, "%s draft %s --drafter %s --ids %s --steps %d --out %s/d.bin", g_cli, tiny("e2b_like"),
              tiny("e2b_drafter"), ids, K, g_tmp);
-    CHECK(sh(cmd, &a, NULL) == 0, "%s", cmd);
+    CHECK(run_cli("", cmd, a, sizeof a, NULL, NULL, 0) == 0, "%s", cmd);
     got = (float *)(void *)slurp(path2(g_tmp, "d.bin"), &len);
     CHECK(got && ref && len == sizeof(float) * (size_t)numel, "draft wrote %lu bytes", (unsigned long)len);
     for (i = 0; got && ref && len == sizeof(float) * (size_t)numel && i < K; i++) {
@@ -678,48 +667,42 @@ static void test_cli(void) {
         double d = max_diff(got + (size_t)i * 512, r, 512), sc = max_abs(r, 512);
         CHECK(d <= (i ? TOL_CHAINED : TOL) * sc, "draft CLI step %d: %.3g relative", i, d / sc);
     }
-    CHECK(a && strstr(a, "drafted:"), "draft printed '%s'", a ? a : "");
-    free(got); free(a); a = NULL;
+    CHECK(strstr(a, "drafted:"), "draft printed '%s'", a);
+    free(got);
     g4_model_free(&g.m);
     /* greedy with a drafter prints what greedy prints; the counts on stderr */
     snprintf(cmd, sizeof cmd, "%s greedy %s --ids 2,18,101,5,77,300,9,44,12,3 --new 25", g_cli, tiny("31b_like"));
-    CHECK(sh(cmd, &a, NULL) == 0, "%s", cmd);
+    CHECK(run_cli("", cmd, a, sizeof a, NULL, NULL, 0) == 0, "%s", cmd);
     snprintf(cmd, sizeof cmd, "%s greedy %s --ids 2,18,101,5,77,300,9,44,12,3 --new 25 --drafter %s --draft-tokens 3",
              g_cli, tiny("31b_like"), tiny("31b_drafter"));
-    CHECK(sh(cmd, &b, &e) == 0, "%s", cmd);
-    CHECK(a && b && strcmp(a, b) == 0, "greedy '%s' vs with a drafter '%s'", a ? a : "", b ? b : "");
-    CHECK(e && strstr(e, "drafted ") && strstr(e, "accepted ") && strstr(e, "target steps "), "counts: '%s'", e ? e : "");
-    free(a); free(b); free(e); a = b = e = NULL;
+    CHECK(run_cli("", cmd, b, sizeof b, NULL, e, sizeof e) == 0, "%s", cmd);
+    CHECK(strcmp(a, b) == 0, "greedy '%s' vs with a drafter '%s'", a, b);
+    CHECK(strstr(e, "drafted ") && strstr(e, "accepted ") && strstr(e, "target steps "), "counts: '%s'", e);
     /* generate and chat, greedy (--temp 0): the same text with and without a drafter */
     snprintf(cmd, sizeof cmd, "%s generate %s --tokenizer %s/tokenizer --chat --prompt 'Tell me about the sea' --temp 0 "
              "--max-tokens 30", g_cli, tiny("e2b_like"), g_data);
-    CHECK(sh(cmd, &a, NULL) == 0, "%s", cmd);
+    CHECK(run_cli("", cmd, a, sizeof a, NULL, NULL, 0) == 0, "%s", cmd);
     strncat(cmd, " --drafter ", sizeof cmd - strlen(cmd) - 1);
     strncat(cmd, tiny("e2b_drafter"), sizeof cmd - strlen(cmd) - 1);
-    CHECK(sh(cmd, &b, &e) == 0, "%s", cmd);
-    CHECK(a && b && strlen(a) > 1 && strcmp(a, b) == 0, "generate '%s' vs with a drafter '%s'", a ? a : "", b ? b : "");
-    CHECK(e && strstr(e, "drafted "), "generate counts: '%s'", e ? e : "");
-    free(a); free(b); free(e); a = b = e = NULL;
+    CHECK(run_cli("", cmd, b, sizeof b, NULL, e, sizeof e) == 0, "%s", cmd);
+    CHECK(strlen(a) > 1 && strcmp(a, b) == 0, "generate '%s' vs with a drafter '%s'", a, b);
+    CHECK(strstr(e, "drafted "), "generate counts: '%s'", e);
     snprintf(cmd, sizeof cmd, "printf 'Hello!\\nAnd again?\\n/reset\\nOnce more\\n' | %s chat %s --tokenizer %s/tokenizer "
              "--temp 0 --max-tokens 9", g_cli, tiny("e2b_like"), g_data);
-    CHECK(sh(cmd, &a, NULL) == 0, "%s", cmd);
+    CHECK(run_cli("", cmd, a, sizeof a, NULL, NULL, 0) == 0, "%s", cmd);
     strncat(cmd, " --drafter ", sizeof cmd - strlen(cmd) - 1);
     strncat(cmd, tiny("e2b_drafter_plain"), sizeof cmd - strlen(cmd) - 1);
     strncat(cmd, " --draft-tokens 2", sizeof cmd - strlen(cmd) - 1);
-    CHECK(sh(cmd, &b, &e) == 0, "%s", cmd);
-    CHECK(a && b && strlen(a) > 3 && strcmp(a, b) == 0, "chat '%s' vs with a drafter '%s'", a ? a : "", b ? b : "");
-    free(a); free(b); free(e); a = b = e = NULL;
+    CHECK(run_cli("", cmd, b, sizeof b, NULL, e, sizeof e) == 0, "%s", cmd);
+    CHECK(strlen(a) > 3 && strcmp(a, b) == 0, "chat '%s' vs with a drafter '%s'", a, b);
     /* errors: a usage line, a mismatched drafter named */
     snprintf(cmd, sizeof cmd, "%s draft %s --ids 2,3 --steps 2 --out %s/x.bin", g_cli, tiny("e2b_like"), g_tmp);
-    CHECK(sh(cmd, NULL, &e) == 1 && e && strstr(e, "usage:"), "draft without --drafter: '%s'", e ? e : "");
-    free(e); e = NULL;
+    CHECK(run_cli("", cmd, NULL, 0, NULL, e, sizeof e) == 1 && strstr(e, "usage:"), "draft without --drafter: '%s'", e);
     snprintf(cmd, sizeof cmd, "%s greedy %s --ids 2,3 --new 4 --drafter %s", g_cli, tiny("31b_like"), tiny("e2b_drafter"));
-    CHECK(sh(cmd, NULL, &e) == 1 && e && strstr(e, "cannot read target layer"), "mismatch: '%s'", e ? e : "");
-    free(e); e = NULL;
+    CHECK(run_cli("", cmd, NULL, 0, NULL, e, sizeof e) == 1 && strstr(e, "cannot read target layer"), "mismatch: '%s'", e);
     snprintf(cmd, sizeof cmd, "%s greedy %s --ids 2,3 --new 4 --drafter %s --draft-tokens 0", g_cli, tiny("e2b_like"),
              tiny("e2b_drafter"));
-    CHECK(sh(cmd, NULL, &e) == 1 && e && strstr(e, "usage:"), "--draft-tokens 0: '%s'", e ? e : "");
-    free(e);
+    CHECK(run_cli("", cmd, NULL, 0, NULL, e, sizeof e) == 1 && strstr(e, "usage:"), "--draft-tokens 0: '%s'", e);
 }
 
 int main(int argc, char **argv) {
@@ -739,11 +722,7 @@ int main(int argc, char **argv) {
     run("speculative sampling: the output distribution is the target's", test_spec_sampling_distribution);
     run("drafter checkpoint: token_ordering must be an integer permutation", test_bad_token_ordering);
     run("cli: draft, greedy/generate/chat --drafter", test_cli);
-    {
-        char c[300];
-        snprintf(c, sizeof c, "rm -rf %s", g_tmp);
-        if (system(c) != 0) printf("(could not remove %s)\n", g_tmp);
-    }
+    remove_tree(g_tmp);
     rc = finish();
     return rc;
 }

@@ -394,8 +394,8 @@ static void test_cli(void) {
     if (!ids) { CHECK(0, "golden lacks input_ids"); g4_model_free(&g.m); return; }
     for (k = 0; k < n; k++) len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", k ? "," : "", (int)ids[k]);
     snprintf(out, sizeof out, "%s/cli_logits.bin", g_tmp);
-    snprintf(cmd, sizeof cmd, "build/gemma4 logits %s --ids %s --out %s > /dev/null", tiny("e2b_like"), list, out);
-    CHECK(system(cmd) == 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd, "logits %s --ids %s --out %s", tiny("e2b_like"), list, out);
+    CHECK(run_cli("build/gemma4", cmd, NULL, 0, NULL, NULL, 0) == 0, "%s", cmd);
     file = (float *)malloc(sizeof(float) * (size_t)n * V);
     f = fopen(out, "rb");
     CHECK(f && fread(file, sizeof(float), (size_t)n * V, f) == (size_t)n * V, "read %s", out);
@@ -404,23 +404,18 @@ static void test_cli(void) {
     /* build/gemma4 may use other kernels than this test binary (the sanitizer
        build is scalar), so the same tolerance as against transformers */
     CHECK(ref && max_diff(file, ref, (size_t)n * V) <= TOL * max_abs(ref, (size_t)n * V), "CLI logits differ from the library's");
-    snprintf(cmd, sizeof cmd, "build/gemma4 logits %s/nonexistent --ids 1 --out %s 2>/dev/null", g_tmp, out);
-    k = system(cmd);
-    CHECK(WIFEXITED(k) && WEXITSTATUS(k) == 1, "missing model must exit 1");
-    snprintf(cmd, sizeof cmd, "build/gemma4 logits %s --ids 1,x --out %s 2>/dev/null", tiny("e2b_like"), out);
-    k = system(cmd);
-    CHECK(WIFEXITED(k) && WEXITSTATUS(k) == 1, "bad ids must exit 1");
-    snprintf(cmd, sizeof cmd, "build/gemma4 logits %s --ids 1 --chunk x --out %s 2>/dev/null", tiny("e2b_like"), out);
-    k = system(cmd);
-    CHECK(WIFEXITED(k) && WEXITSTATUS(k) == 1, "a non-number option must exit 1, not become 0");
-    snprintf(cmd, sizeof cmd, "build/gemma4 compare %s %s > /dev/null", tiny("e2b_like"), dumpfile("e2b_like_f32.safetensors"));
-    k = system(cmd);
-    CHECK(WIFEXITED(k) && WEXITSTATUS(k) == 0, "compare within tolerance must exit 0");
-    snprintf(cmd, sizeof cmd, "build/gemma4 compare %s %s --f32 > /dev/null", tiny("e2b_like"), dumpfile("e2b_like_bf16.safetensors"));
-    k = system(cmd);
-    CHECK(WIFEXITED(k) && WEXITSTATUS(k) == 2, "float32 vs a bf16 dump at the f32 tolerance must exit 2");
-    snprintf(cmd, sizeof cmd, "build/gemma4 info %s > /dev/null", cfgfile("", "gemma-4-E4B"));
-    CHECK(system(cmd) == 0, "info on a config.json");
+    snprintf(cmd, sizeof cmd, "logits %s/nonexistent --ids 1 --out %s", g_tmp, out);
+    CHECK(run_cli("build/gemma4", cmd, NULL, 0, NULL, NULL, 0) == 1, "missing model must exit 1");
+    snprintf(cmd, sizeof cmd, "logits %s --ids 1,x --out %s", tiny("e2b_like"), out);
+    CHECK(run_cli("build/gemma4", cmd, NULL, 0, NULL, NULL, 0) == 1, "bad ids must exit 1");
+    snprintf(cmd, sizeof cmd, "logits %s --ids 1 --chunk x --out %s", tiny("e2b_like"), out);
+    CHECK(run_cli("build/gemma4", cmd, NULL, 0, NULL, NULL, 0) == 1, "a non-number option must exit 1, not become 0");
+    snprintf(cmd, sizeof cmd, "compare %s %s", tiny("e2b_like"), dumpfile("e2b_like_f32.safetensors"));
+    CHECK(run_cli("build/gemma4", cmd, NULL, 0, NULL, NULL, 0) == 0, "compare within tolerance must exit 0");
+    snprintf(cmd, sizeof cmd, "compare %s %s --f32", tiny("e2b_like"), dumpfile("e2b_like_bf16.safetensors"));
+    CHECK(run_cli("build/gemma4", cmd, NULL, 0, NULL, NULL, 0) == 2, "float32 vs a bf16 dump at the f32 tolerance must exit 2");
+    snprintf(cmd, sizeof cmd, "info %s", cfgfile("", "gemma-4-E4B"));
+    CHECK(run_cli("build/gemma4", cmd, NULL, 0, NULL, NULL, 0) == 0, "info on a config.json");
     { /* --bf16: logits equal transformers-bf16's to the bit (a dump with an exact router tie); greedy's
          first new token is the argmax (first maximum, as torch.argmax) of their last row */
         g4cmp c;
@@ -431,11 +426,11 @@ static void test_cli(void) {
             int same = 1, best = 0, got = -1;
             size_t cnt = (size_t)c.n_ids * V, i;
             float *bf = (float *)malloc(sizeof(float) * cnt);
-            FILE *p;
+            char printed[4096];
             len = 0;
             for (k = 0; k < c.n_ids; k++) len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", k ? "," : "", (int)c.ids[k]);
-            snprintf(cmd, sizeof cmd, "build/gemma4 logits %s --ids %s --out %s --bf16 > /dev/null", tiny("26b_like"), list, out);
-            CHECK(system(cmd) == 0, "%s", cmd);
+            snprintf(cmd, sizeof cmd, "logits %s --ids %s --out %s --bf16", tiny("26b_like"), list, out);
+            CHECK(run_cli("build/gemma4", cmd, NULL, 0, NULL, NULL, 0) == 0, "%s", cmd);
             f = fopen(out, "rb");
             CHECK(f && ref_lg && fread(bf, sizeof(float), cnt, f) == cnt, "read %s", out);
             if (f) fclose(f);
@@ -443,11 +438,11 @@ static void test_cli(void) {
             CHECK(ref_lg && same, "logits --bf16 differ from transformers-bf16's");
             for (k = 1; ref_lg && k < V; k++)
                 if (g4__get(ref_lg, cnt - V + (size_t)k) > g4__get(ref_lg, cnt - V + (size_t)best)) best = k;
-            snprintf(cmd, sizeof cmd, "build/gemma4 greedy %s --ids %s --new 1 --bf16", tiny("26b_like"), list);
-            if ((p = popen(cmd, "r")) != NULL) {
-                int v;
-                while (fscanf(p, "%d", &v) == 1) got = v;
-                pclose(p);
+            snprintf(cmd, sizeof cmd, "greedy %s --ids %s --new 1 --bf16", tiny("26b_like"), list);
+            if (run_cli("build/gemma4", cmd, printed, sizeof printed, NULL, NULL, 0) == 0) {
+                int v, used;
+                const char *q = printed;
+                while (sscanf(q, "%d%n", &v, &used) == 1) { got = v; q += used; }
             }
             CHECK(got == best, "greedy --bf16 picked %d, transformers-bf16's argmax is %d", got, best);
             free(bf);
@@ -651,12 +646,12 @@ static void test_simd_matmul_vs_scalar(void) {
                         for (i = 0; i < in * n; i++) xb[i] = g4__bf16_round(x[i]);
                         g4__to_bf16(xh, xb, n, in);
                         g4__matmul_ref(y1, xb, &w, n, 0, out);
-                        g4__matmul_bf16dot(y2, xb, xh, &w, n, 0, out);
+                        g4__matmul_bf16dot(y2, xb, xh, &w, n, 0, out, ws);
                         for (i = 0; i < out * n; i++)
                             if (fabs(y1[i] - y2[i]) > e2) e2 = fabs(y1[i] - y2[i]);
                         CHECK(e2 <= 1e-6 * in * 4, "bf16 dot: in %d out %d n %d: max diff %g", in, out, n, e2);
                         for (t = 0; t < n && n > 1; t++) {
-                            g4__matmul_bf16dot(y1, xb + (size_t)in * t, xh + (size_t)in * t, &w, 1, 0, out);
+                            g4__matmul_bf16dot(y1, xb + (size_t)in * t, xh + (size_t)in * t, &w, 1, 0, out, ws);
                             CHECK(memcmp(y1, y2 + (size_t)out * t, sizeof(float) * out) == 0,
                                   "bf16 dot: in %d out %d n %d: token %d's decode row differs from the prefill tile", in, out, n, t);
                         }
@@ -937,6 +932,150 @@ static void test_bf16_gelu_tail_and_torch_matmul(void) {
     }
 }
 
+#if G4__BF16DOT
+/* The avx512_bf16 packed GEMM (g4__gemm_bf16) at every blocking edge: tiny
+   blocks (2 panels, one VDPBF16PS step of k, 2 tiles of tokens) give the
+   default blocking's bits, each token's decode row (g4__matmul_bf16dot, n 1),
+   the same bits with the rows split in two, the reference within rounding;
+   strided x and y keep their gaps; the workspace is not overrun. Runs only on
+   a CPU with avx512_bf16 (the kernel-sets line says whether it ran). */
+static void test_gemm_bf16dot_blocking(void) {
+    static const int ins[] = {1, 31, 32, 70, 100, 600};
+    static const int outs[] = {1, G4__TR + 1, 2 * G4__TR + 1, 29};
+    static const int ns[] = {2, G4__TT + 1, 2 * G4__TT + 1, 70};
+    g4__blocking tiny;
+    int a, b, c, cases = 0, bad_ref = 0, bad_bits = 0, bad_decode = 0, bad_split = 0, bad_gap = 0, bad_ws = 0;
+    size_t tiny_ws;
+    float *ws, *ws2;
+    tiny.mc = 2 * G4__TR; tiny.kc = 32; tiny.nc = 2 * G4__TT;
+    tiny_ws = G4__PACK_FLOATS(tiny.mc, tiny.kc, tiny.nc);
+    ws = (float *)malloc(sizeof(float) * (G4__PACK_THREAD + 16));
+    ws2 = (float *)malloc(sizeof(float) * (tiny_ws + 16));
+    for (a = 0; a < 6; a++)
+        for (b = 0; b < 4; b++)
+            for (c = 0; c < 4; c++) {
+                int in = ins[a], out = outs[b], n = ns[c], ldx = in + 3, ldy = out + 2, i, t, half;
+                size_t ny = (size_t)ldy * (size_t)n;
+                uint16_t *wb = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)in * out), *xh = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)ldx * n);
+                float *x = (float *)malloc(sizeof(float) * (size_t)ldx * n), *x1 = (float *)malloc(sizeof(float) * (size_t)in * n);
+                float *ref = (float *)malloc(sizeof(float) * (size_t)out * n), *y1 = (float *)malloc(sizeof(float) * ny);
+                float *y2 = (float *)malloc(sizeof(float) * ny);
+                g4_tensor w;
+                double err = 0;
+                uint32_t st = 7u + (uint32_t)(in * 131 + out * 7 + n);
+                for (i = 0; i < in * out; i++) { st = st * 1664525u + 1013904223u; wb[i] = (uint16_t)(0x3c00 + (st >> 24) - 128 + ((st >> 8) & 0x8000)); }
+                for (i = 0; i < ldx * n; i++) { st = st * 1664525u + 1013904223u; x[i] = g4__bf16_round((float)((int)(st >> 9) - (1 << 22)) / (float)(1 << 20)); }
+                for (t = 0; t < n; t++) {
+                    memcpy(x1 + (size_t)t * in, x + (size_t)t * ldx, sizeof(float) * in);
+                    g4__to_bf16(xh + (size_t)t * ldx, x + (size_t)t * ldx, 1, in);
+                }
+                memset(&w, 0, sizeof w);
+                w.dtype = G4_BF16; w.data = wb; w.ndim = 2; w.shape[0] = out; w.shape[1] = in;
+                g4__matmul_ref(ref, x1, &w, n, 0, out);
+                for (i = 0; i < (int)ny; i++) y1[i] = y2[i] = -7.0f;
+                ws2[tiny_ws] = 1234.5f;
+                g4__gemm_bf16(y1, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, out, ws2, &tiny);
+                bad_ws += ws2[tiny_ws] != 1234.5f;
+                g4__gemm_bf16(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, out, ws, &g4__gemm_blocks);
+                bad_bits += memcmp(y1, y2, sizeof(float) * ny) != 0;
+                for (t = 0; t < n; t++) {
+                    for (i = out; i < ldy; i++) bad_gap += y1[(size_t)t * ldy + i] != -7.0f;
+                    for (i = 0; i < out; i++) {
+                        double e = fabs(y1[(size_t)t * ldy + i] - ref[(size_t)t * out + i]);
+                        if (e > err) err = e;
+                    }
+                }
+                if (err > 1e-6 * in * 4) bad_ref++; /* summation order only (products of bf16 values are exact) */
+                for (t = 0; t < n; t++) { /* decode rows, one token at a time */
+                    g4__matmul_bf16dot(ref, x + (size_t)t * ldx, xh + (size_t)t * ldx, &w, 1, 0, out, ws);
+                    bad_decode += memcmp(ref, y1 + (size_t)t * ldy, sizeof(float) * out) != 0;
+                }
+                half = (out / 2) / G4__TR * G4__TR;
+                g4__gemm_bf16(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, half, ws2, &tiny);
+                g4__gemm_bf16(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, half, out, ws, &tiny);
+                bad_split += memcmp(y1, y2, sizeof(float) * ny) != 0;
+                cases++;
+                free(wb); free(xh); free(x); free(x1); free(ref); free(y1); free(y2);
+            }
+    printf("  %d cases (in up to %d, out up to %d, up to %d tokens), tiny blocks mc %d kc %d nc %d and the default\n", cases, ins[5],
+           outs[3], ns[3], tiny.mc, tiny.kc, tiny.nc);
+    CHECK(bad_ref == 0, "%d cases differ from the scalar reference", bad_ref);
+    CHECK(bad_bits == 0, "%d cases: tiny blocks and the default blocking differ in bits", bad_bits);
+    CHECK(bad_decode == 0, "%d token rows differ from decode", bad_decode);
+    CHECK(bad_split == 0, "%d cases: rows split in two parts differ", bad_split);
+    CHECK(bad_gap == 0, "%d values between y's rows overwritten", bad_gap);
+    CHECK(bad_ws == 0, "%d cases wrote past the workspace", bad_ws);
+    free(ws);
+    free(ws2);
+}
+#endif
+
+#if G4__TORCH_GEMM
+/* The bf16-faithful mode's packed GEMM (g4__gemm_torch) gives
+   g4__matmul_torch_ref's bits, torch's order, on every shape: in below 64, at
+   64 and past it with 16-wide and single tails, across one and several k
+   blocks; rows and tokens past a tile and a block; tiny blocks (kc 64) and
+   the default; the rows split in two threads' parts; strided x and y (the
+   gaps kept); the workspace not overrun. */
+static void test_gemm_torch(void) {
+    static const int ins[] = {1, 8, 40, 64, 100, 136, 200, 1536, 2100};
+    static const int outs[] = {1, G4__TR + 1, 2 * G4__TR + 1, 29};
+    static const int ns[] = {2, G4__TT + 1, 2 * G4__TT + 1, 37};
+    g4__blocking tiny;
+    int a, b, c, cases = 0, bad_ref = 0, bad_tiny = 0, bad_split = 0, bad_gap = 0, bad_ws = 0;
+    size_t tiny_ws;
+    float *ws, *ws2;
+    tiny.mc = 2 * G4__TR; tiny.kc = 64; tiny.nc = 2 * G4__TT;
+    tiny_ws = (size_t)tiny.mc * tiny.kc + (size_t)tiny.mc * tiny.nc * 64;
+    ws = (float *)malloc(sizeof(float) * (G4__TORCH_FLOATS + 16));
+    ws2 = (float *)malloc(sizeof(float) * (tiny_ws + 16));
+    for (a = 0; a < (int)(sizeof ins / sizeof ins[0]); a++)
+        for (b = 0; b < 4; b++)
+            for (c = 0; c < 4; c++) {
+                int in = ins[a], out = outs[b], n = ns[c], ldx = in + 5, ldy = out + 3, i, t, half;
+                size_t ny = (size_t)ldy * (size_t)n;
+                uint16_t *wb = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)in * out);
+                float *x = (float *)malloc(sizeof(float) * (size_t)ldx * n), *x1 = (float *)malloc(sizeof(float) * (size_t)in * n);
+                float *ref = (float *)malloc(sizeof(float) * (size_t)out * n), *y1 = (float *)malloc(sizeof(float) * ny);
+                float *y2 = (float *)malloc(sizeof(float) * ny);
+                g4_tensor w;
+                uint32_t st = 99u + (uint32_t)(in * 131 + out * 7 + n);
+                for (i = 0; i < in * out; i++) { st = st * 1664525u + 1013904223u; wb[i] = (uint16_t)(0x3c00 + (st >> 24) - 128 + ((st >> 8) & 0x8000)); }
+                for (i = 0; i < ldx * n; i++) { st = st * 1664525u + 1013904223u; x[i] = g4__bf16_round((float)((int)(st >> 9) - (1 << 22)) / (float)(1 << 20)); }
+                for (t = 0; t < n; t++) memcpy(x1 + (size_t)t * in, x + (size_t)t * ldx, sizeof(float) * in);
+                memset(&w, 0, sizeof w);
+                w.dtype = G4_BF16; w.data = wb; w.ndim = 2; w.shape[0] = out; w.shape[1] = in;
+                g4__matmul_torch_ref(ref, x1, &w, n, 0, out);
+                for (i = 0; i < (int)ny; i++) y1[i] = y2[i] = -7.0f;
+                ws[G4__TORCH_FLOATS] = 1234.5f;
+                ws2[tiny_ws] = 1234.5f;
+                g4__gemm_torch(y1, (size_t)ldy, x, (size_t)ldx, &w, n, 0, out, ws, &g4__torch_blocks);
+                g4__gemm_torch(y2, (size_t)ldy, x, (size_t)ldx, &w, n, 0, out, ws2, &tiny);
+                bad_ws += ws[G4__TORCH_FLOATS] != 1234.5f || ws2[tiny_ws] != 1234.5f;
+                for (t = 0; t < n; t++) {
+                    bad_ref += memcmp(y1 + (size_t)t * ldy, ref + (size_t)t * out, sizeof(float) * out) != 0;
+                    for (i = out; i < ldy; i++) bad_gap += y1[(size_t)t * ldy + i] != -7.0f || y2[(size_t)t * ldy + i] != -7.0f;
+                }
+                bad_tiny += memcmp(y1, y2, sizeof(float) * ny) != 0;
+                half = (out / 2) / G4__TR * G4__TR;
+                g4__gemm_torch(y2, (size_t)ldy, x, (size_t)ldx, &w, n, 0, half, ws2, &tiny);
+                g4__gemm_torch(y2, (size_t)ldy, x, (size_t)ldx, &w, n, half, out, ws, &g4__torch_blocks);
+                bad_split += memcmp(y1, y2, sizeof(float) * ny) != 0;
+                cases++;
+                free(wb); free(x); free(x1); free(ref); free(y1); free(y2);
+            }
+    printf("  %d cases (in up to %d, out up to %d, up to %d tokens), tiny blocks mc %d kc %d nc %d and the default mc %d kc %d nc %d\n",
+           cases, ins[8], outs[3], ns[3], tiny.mc, tiny.kc, tiny.nc, g4__torch_blocks.mc, g4__torch_blocks.kc, g4__torch_blocks.nc);
+    CHECK(bad_ref == 0, "%d token rows differ from g4__matmul_torch_ref's bits", bad_ref);
+    CHECK(bad_tiny == 0, "%d cases: tiny blocks and the default blocking differ in bits", bad_tiny);
+    CHECK(bad_split == 0, "%d cases: rows split in two parts differ", bad_split);
+    CHECK(bad_gap == 0, "%d values between y's rows overwritten", bad_gap);
+    CHECK(bad_ws == 0, "%d cases wrote past the workspace", bad_ws);
+    free(ws);
+    free(ws2);
+}
+#endif
+
 /* Threads split work, never change a sum: every golden model gives the same
    bits with a 3-thread pool (so the goldens pass with threads on too). */
 static void test_threads_bit_identical(void) {
@@ -1025,11 +1164,13 @@ int main(int argc, char **argv) {
     run("bf16-faithful mode: every bf16 dump bit-identical to transformers-bf16", test_bf16_bit_identical);
     run("bf16: torch.topk's tie rule (not lower index)", test_topk_tie_rule);
     run("bf16: gelu's scalar tail; torch-order matmul SIMD = reference", test_bf16_gelu_tail_and_torch_matmul);
+#if G4__BF16DOT
+    run("bf16: the avx512_bf16 packed GEMM: every blocking edge, = decode bits", test_gemm_bf16dot_blocking);
+#endif
+#if G4__TORCH_GEMM
+    run("bf16: the packed torch-order GEMM = torch-order reference, bit for bit", test_gemm_torch);
+#endif
 
-    {
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
-        if (system(cmd) != 0) printf("(could not remove %s)\n", g_tmp);
-    }
+    remove_tree(g_tmp);
     return finish();
 }

@@ -503,19 +503,23 @@ static void test_grads(void) {
     }
 }
 
-/* `GEMMA4_CLI args`: its exit status (-1: did not run); the line of its
-   stdout holding `key`, if any, into line */
+/* `GEMMA4_CLI args`: its exit status (-1: did not run); the last line of its
+   stdout and stderr holding `key`, if any, into line */
 static int cli(const char *args, const char *key, char *line, size_t cap) {
-    char cmd[2048], buf[1024];
-    FILE *p;
+    static char buf[1 << 16];
+    char arg2[2048];
+    const char *p, *at = NULL;
     int k;
     if (line) line[0] = 0;
-    snprintf(cmd, sizeof cmd, "%s %s 2>&1", g_cli, args);
-    if (!(p = popen(cmd, "r"))) return -1;
-    while (fgets(buf, sizeof buf, p))
-        if (line && key && strstr(buf, key)) snprintf(line, cap, "%s", buf);
-    k = pclose(p);
-    return WIFEXITED(k) ? WEXITSTATUS(k) : -1;
+    snprintf(arg2, sizeof arg2, "%s 2>&1", args);
+    k = run_cli(g_cli, arg2, buf, sizeof buf, NULL, NULL, 0);
+    for (p = buf; key && (p = strstr(p, key)) != NULL; p++) at = p;
+    if (line && at) {
+        const char *b = at, *e = strchr(at, '\n');
+        while (b > buf && b[-1] != '\n') b--;
+        snprintf(line, cap, "%.*s", (int)(e ? e + 1 - b : (long)strlen(b)), b);
+    }
+    return k;
 }
 
 /* dir: a copy of the adapter `from` whose adapter_config.json gives q_proj
@@ -686,10 +690,6 @@ int main(int argc, char **argv) {
     run("two sessions share one adapted model", test_shared_sessions);
     run("adapter after a session; a second adapter", test_order);
     run("bf16 adapter goldens (float32 and bf16 adapter): library, logits --bf16 and compare --adapter to the bit", test_bf16_goldens);
-    {
-        char cmd[400];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
-        if (system(cmd) != 0) printf("could not remove %s\n", g_tmp);
-    }
+    remove_tree(g_tmp);
     return finish();
 }

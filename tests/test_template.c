@@ -71,24 +71,6 @@ static int parse_file_template(g4_template *t, const char *file) {
     return r == G4_OK;
 }
 
-/* Runs the CLI; its stdout into out (NUL-terminated), stderr into err. Returns the exit status (-1: not exited). */
-static int run_cli(const char *args, char *out, size_t cap, size_t *n_out, char *err, size_t ecap) {
-    char cmd[2000];
-    const char *op = P(g_tmp, "cli.out"), *ep = P(g_tmp, "cli.err");
-    FILE *f;
-    size_t n = 0;
-    int st;
-    snprintf(cmd, sizeof cmd, "%s %s > %s 2> %s", g_cli, args, op, ep);
-    st = system(cmd);
-    if ((f = fopen(op, "rb"))) { n = fread(out, 1, cap - 1, f); fclose(f); }
-    out[n] = 0;
-    if (n_out) *n_out = n;
-    n = 0;
-    if ((f = fopen(ep, "rb"))) { n = fread(err, 1, ecap - 1, f); fclose(f); }
-    err[n] = 0;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static void check_clean_stderr(const char *what, const char *err, int want_one_line) {
     size_t i, lines = 0, n = strlen(err);
     CHECK(!strstr(err, "Sanitizer") && !strstr(err, "runtime error"), "%s: sanitizer report: %s", what, err);
@@ -166,13 +148,13 @@ static void golden_case(const g4__json *j, int row, int *n_render, int *n_raise,
             write_file(msgfile, j->nodes[cj].str, j->nodes[cj].len);
             snprintf(flags, sizeof flags, "%s%s", o.enable_thinking ? " --think" : "", o.add_generation_prompt ? "" : " --no-generation-prompt");
             snprintf(args, sizeof args, "template %s --messages %s%s", P(g_data, "templates/e2b"), msgfile, flags);
-            st = run_cli(args, g_out, sizeof g_out, &on, g_err, sizeof g_err);
+            st = run_cli(g_cli, args, g_out, sizeof g_out, &on, g_err, sizeof g_err);
             CHECK(st == 0, "cli %s: exit %d: %s", args, st, g_err);
             check_clean_stderr(args, g_err, 0);
             CHECK(on == want->len && memcmp(g_out, want->str, on) == 0, "cli %s: stdout differs from transformers'", args);
             if (!(on == want->len && memcmp(g_out, want->str, on) == 0)) show_diff(want->str, want->len, g_out, on);
             snprintf(args, sizeof args, "template %s --messages %s%s --ids", P(g_data, "templates/e2b"), msgfile, flags);
-            st = run_cli(args, g_out, sizeof g_out, &on, g_err, sizeof g_err);
+            st = run_cli(g_cli, args, g_out, sizeof g_out, &on, g_err, sizeof g_err);
             CHECK(st == 0, "cli %s: exit %d: %s", args, st, g_err);
             {
                 char line[65536];
@@ -385,16 +367,16 @@ static void test_cli_bad(void) {
         int st;
         write_file(P(dir, "chat_template.jinja"), cases[k].src, strlen(cases[k].src));
         snprintf(args, sizeof args, "template %s --messages %s", dir, msgfile);
-        st = run_cli(args, g_out, sizeof g_out, NULL, g_err, sizeof g_err);
+        st = run_cli(g_cli, args, g_out, sizeof g_out, NULL, g_err, sizeof g_err);
         CHECK(st == 1, "case %lu: exit %d, want 1: %s", (unsigned long)k, st, g_err);
         check_clean_stderr(cases[k].src, g_err, 1);
         CHECK(strstr(g_err, cases[k].needle) != NULL, "case %lu: stderr \"%s\" lacks \"%s\"", (unsigned long)k, g_err, cases[k].needle);
     }
     /* usage errors */
     snprintf(args, sizeof args, "template %s", dir);
-    CHECK(run_cli(args, g_out, sizeof g_out, NULL, g_err, sizeof g_err) == 1, "no --messages: exit 1");
+    CHECK(run_cli(g_cli, args, g_out, sizeof g_out, NULL, g_err, sizeof g_err) == 1, "no --messages: exit 1");
     snprintf(args, sizeof args, "template %s --messages %s/none.json", dir, g_tmp);
-    CHECK(run_cli(args, g_out, sizeof g_out, NULL, g_err, sizeof g_err) == 1 && strstr(g_err, "none.json"), "missing file: %s", g_err);
+    CHECK(run_cli(g_cli, args, g_out, sizeof g_out, NULL, g_err, sizeof g_err) == 1 && strstr(g_err, "none.json"), "missing file: %s", g_err);
     check_clean_stderr("missing file", g_err, 1);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     CHECK(system(cmd) == 0, "rm");
@@ -440,7 +422,7 @@ static void test_chat_integration(void) {
     /* generate --chat: the prompt is the template's (checked against transformers by the goldens above) */
     snprintf(args, sizeof args, "generate %s --tokenizer %s --chat --system 'Be careful.' --think --prompt 'Solve x+1=2' --temp 0 --max-tokens 3",
              modeldir, dir);
-    st = run_cli(args, g_out, sizeof g_out, NULL, g_err, sizeof g_err);
+    st = run_cli(g_cli, args, g_out, sizeof g_out, NULL, g_err, sizeof g_err);
     CHECK(st == 0, "%s: exit %d: %s", args, st, g_err);
     check_clean_stderr(args, g_err, 0);
     {
@@ -459,7 +441,7 @@ static void test_chat_integration(void) {
     /* chat: two turns */
     snprintf(args, sizeof args, "chat %s --tokenizer %s --temp 0 --max-tokens 5 < %s", modeldir, dir, P(g_tmp, "turns.txt"));
     write_file(P(g_tmp, "turns.txt"), "Hello!\nAnd again?\n", 18);
-    st = run_cli(args, g_out, sizeof g_out, NULL, g_err, sizeof g_err);
+    st = run_cli(g_cli, args, g_out, sizeof g_out, NULL, g_err, sizeof g_err);
     CHECK(st == 0, "%s: exit %d: %s", args, st, g_err);
     check_clean_stderr(args, g_err, 0);
     CHECK(strstr(g_err, "chat layout: ") && strstr(g_err, "chat_template.jinja"), "chat names its template: %s", g_err);
@@ -492,9 +474,67 @@ static void test_chat_integration(void) {
     g4_template_free(&t);
     /* info says which layout a model directory uses */
     snprintf(args, sizeof args, "info %s", modeldir);
-    st = run_cli(args, g_out, sizeof g_out, NULL, g_err, sizeof g_err);
+    st = run_cli(g_cli, args, g_out, sizeof g_out, NULL, g_err, sizeof g_err);
     CHECK(st == 0 && strstr(g_out, "chat template: none; generate --chat and chat use the built-in Gemma 4 layout"),
           "info: %s", g_out);
+}
+
+/* g4_template_continue: what a chat loop that keeps the K/V feeds for a new user turn, the text after the
+   last G4_TEMPLATE_ANSWER. On the e2b template it is the answer turn's closure, the new user turn and the
+   generation prompt, the same ids as the tail of the whole conversation re-rendered with a real answer;
+   without a marker in the rendered text it is an error naming the template. */
+static void test_continue(void) {
+    /* G4_TEMPLATE_ANSWER as a JSON string */
+#define MARK "\"\\u001bg4-answer\\u001b\""
+    const char *cj = "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Hi\"},"
+                     "{\"role\":\"assistant\",\"content\":" MARK "},{\"role\":\"user\",\"content\":\"Hello!\"},"
+                     "{\"role\":\"assistant\",\"content\":" MARK "},{\"role\":\"user\",\"content\":\"And again?\"}]}";
+    const char *whole = "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Hi\"},"
+                        "{\"role\":\"assistant\",\"content\":\"Yes.\"},{\"role\":\"user\",\"content\":\"Hello!\"},"
+                        "{\"role\":\"assistant\",\"content\":\"Fine, thanks.\"},{\"role\":\"user\",\"content\":\"And again?\"}]}";
+    const char *upto = "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":\"Hi\"},"
+                       "{\"role\":\"assistant\",\"content\":\"Yes.\"},{\"role\":\"user\",\"content\":\"Hello!\"}]}";
+    const char *none = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}";
+    const char *delta = "<turn|>\n<|turn>user\nAnd again?<turn|>\n<|turn>model\n";
+    g4_template t, plain;
+    g4_template_options o = g4_template_options_init();
+    int32_t *ids = NULL, *all = NULL, *head = NULL, want[256];
+    size_t n = 0, na = 0, nh = 0, nw = 0, nans;
+    char err[G4_ERROR_MAX];
+    if (!g_have_tok) { skip("no tokenizer"); return; }
+    if (!parse_file_template(&t, "e2b/chat_template.jinja")) return;
+    g4_template_set_tokens(&t, &g_tok);
+    CHECK(g4_template_continue(&t, &g_tok, cj, strlen(cj), &o, &ids, &n, err) == G4_OK, "%s", err);
+    CHECK(g4_tokenize(&g_tok, delta, strlen(delta), 0, want, 256, &nw) == G4_OK, "tokenize");
+    CHECK(n == nw && ids && memcmp(ids, want, n * sizeof(int32_t)) == 0, "continue gave %lu ids, want the %lu of \"%s\"",
+          (unsigned long)n, (unsigned long)nw, delta);
+    /* = the whole conversation's tail after the rendered first turns and the real answer */
+    nans = count_ids("Fine, thanks.");
+    CHECK(g4_template_encode(&t, &g_tok, whole, strlen(whole), &o, &all, &na, err) == G4_OK, "%s", err);
+    o.add_generation_prompt = 1;
+    CHECK(g4_template_encode(&t, &g_tok, upto, strlen(upto), &o, &head, &nh, err) == G4_OK, "%s", err);
+    CHECK(all && head && na == nh + nans + n && memcmp(all, head, nh * sizeof(int32_t)) == 0 &&
+              memcmp(all + nh + nans, ids, n * sizeof(int32_t)) == 0,
+          "the whole conversation (%lu ids) is not turns 1-2 (%lu) + the answer (%lu) + the continuation (%lu)",
+          (unsigned long)na, (unsigned long)nh, (unsigned long)nans, (unsigned long)n);
+    g4_template_free_output(ids);
+    g4_template_free_output(all);
+    g4_template_free_output(head);
+    /* no marker: a conversation without answers, a template that does not write them */
+    ids = NULL;
+    CHECK(g4_template_continue(&t, &g_tok, none, strlen(none), &o, &ids, &n, err) == G4_ERR_INPUT &&
+              strstr(err, "holds no model answer") && strstr(err, "chat_template.jinja") && !ids && n == 0,
+          "no answer: %s", err);
+    const char *roles = "{% for m in messages %}<{{ m.role }}>{% endfor %}";
+    if (g4_template_parse(&plain, roles, strlen(roles), "roles.jinja") == G4_OK) {
+        CHECK(g4_template_continue(&plain, &g_tok, cj, strlen(cj), &o, &ids, &n, err) == G4_ERR_INPUT &&
+                  strstr(err, "roles.jinja: the rendered conversation holds no model answer"), "roles only: %s", err);
+        g4_template_free(&plain);
+    } else CHECK(0, "parse: %s", plain.error);
+    CHECK(g4_template_continue(&t, NULL, cj, strlen(cj), &o, &ids, &n, err) == G4_ERR_INPUT && strstr(err, "NULL"),
+          "NULL tokenizer: %s", err);
+    g4_template_free(&t);
+#undef MARK
 }
 
 int main(int argc, char **argv) {
@@ -514,11 +554,8 @@ int main(int argc, char **argv) {
     test_limits();
     test_cli_bad();
     run("template: generate --chat, chat and info", test_chat_integration);
+    run("template: g4_template_continue = the tail after the last answer; no answer is an error", test_continue);
     if (g_have_tok) g4_tokenizer_free(&g_tok);
-    {
-        char cmd[400];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
-        if (system(cmd) != 0) printf("  (could not remove %s)\n", g_tmp);
-    }
+    remove_tree(g_tmp);
     return finish();
 }

@@ -500,80 +500,45 @@ static void test_generate_greedy(void) {
 
 /* ------------------------------------------------------------------- CLI */
 
-static char *slurp(const char *path, size_t *len) {
-    char *s, err[G4_ERROR_MAX];
-    if (g4__read_file(path, &s, len, (size_t)1 << 24, err) != G4_OK) return NULL;
-    return s;
-}
-
 static void test_cli(void) {
-    char cmd[2048], outp[300], errp[300];
-    char *out, *err;
-    size_t len, elen;
+    static char out[1 << 16], out2[1 << 16], err[8192];
+    char cmd[2048];
+    size_t len, len2;
     gen_golden g;
-    int st, c;
+    int c;
     if (access("build/gemma4", X_OK) != 0) { CHECK(0, "build/gemma4 is not built"); return; }
-    snprintf(outp, sizeof outp, "%s/out.txt", g_tmp);
-    snprintf(errp, sizeof errp, "%s/err.txt", g_tmp);
     /* tokenize: argument and stdin, a model dir or the file; ids of "Hello world" from tiny_goldens.jsonl */
-    snprintf(cmd, sizeof cmd, "build/gemma4 tokenize data/tokenizer 'Hello world' > %s", outp);
-    CHECK(system(cmd) == 0, "%s", cmd);
-    out = slurp(outp, &len);
-    CHECK(out && strcmp(out, "2 487 332 332 335 402 424\n") == 0, "tokenize: '%s'", out ? out : "");
-    free(out);
-    snprintf(cmd, sizeof cmd, "printf 'Hello world' | build/gemma4 tokenize " TINY_TOK " > %s", outp);
-    CHECK(system(cmd) == 0, "%s", cmd);
-    out = slurp(outp, &len);
-    CHECK(out && strcmp(out, "2 487 332 332 335 402 424\n") == 0, "tokenize from stdin: '%s'", out ? out : "");
-    free(out);
-    snprintf(cmd, sizeof cmd, "build/gemma4 tokenize data/nonexistent x 2> %s", errp);
-    st = system(cmd);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1, "missing tokenizer exits 1");
+    CHECK(run_cli("build/gemma4", "tokenize data/tokenizer 'Hello world'", out, sizeof out, NULL, NULL, 0) == 0, "tokenize");
+    CHECK(strcmp(out, "2 487 332 332 335 402 424\n") == 0, "tokenize: '%s'", out);
+    CHECK(run_cli("", "printf 'Hello world' | build/gemma4 tokenize " TINY_TOK, out, sizeof out, NULL, NULL, 0) == 0,
+          "tokenize from stdin");
+    CHECK(strcmp(out, "2 487 332 332 335 402 424\n") == 0, "tokenize from stdin: '%s'", out);
+    CHECK(run_cli("build/gemma4", "tokenize data/nonexistent x", NULL, 0, NULL, NULL, 0) == 1, "missing tokenizer exits 1");
     /* generate: greedy chat case 0 streams exactly transformers' text (its byte runs are valid UTF-8) */
     if (!gen_golden_open(&g)) return;
     c = gen_case(&g, 0);
     snprintf(cmd, sizeof cmd,
-             "build/gemma4 generate data/tiny/e2b_like --tokenizer data/tokenizer --chat --system '%s' --think "
-             "--prompt '%s' --temp 0 --max-tokens 40 > %s 2> %s",
-             gstr(&g, c, "system"), gstr(&g, c, "user"), outp, errp);
-    CHECK(system(cmd) == 0, "%s", cmd);
-    out = slurp(outp, &len);
-    err = slurp(errp, &elen);
-    CHECK(out && len == strlen(gstr(&g, c, "new_text")) + 1 && memcmp(out, gstr(&g, c, "new_text"), len - 1) == 0 &&
+             "generate data/tiny/e2b_like --tokenizer data/tokenizer --chat --system '%s' --think "
+             "--prompt '%s' --temp 0 --max-tokens 40",
+             gstr(&g, c, "system"), gstr(&g, c, "user"));
+    CHECK(run_cli("build/gemma4", cmd, out, sizeof out, &len, err, sizeof err) == 0, "%s", cmd);
+    CHECK(len == strlen(gstr(&g, c, "new_text")) + 1 && memcmp(out, gstr(&g, c, "new_text"), len - 1) == 0 &&
               out[len - 1] == '\n',
-          "generate printed '%s'", out ? out : "");
-    CHECK(err && strstr(err, "prompt 51 tokens, generated 40 tokens; prefill ") && strstr(err, "decode "),
-          "generate stats: '%s'", err ? err : "");
-    free(out); free(err);
+          "generate printed '%s'", out);
+    CHECK(strstr(err, "prompt 51 tokens, generated 40 tokens; prefill ") && strstr(err, "decode "), "generate stats: '%s'", err);
     /* without a tokenizer in the model dir: a clear error */
-    snprintf(cmd, sizeof cmd, "build/gemma4 generate data/tiny/e2b_like --prompt hi 2> %s", errp);
-    st = system(cmd);
-    err = slurp(errp, &elen);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1 && err && strstr(err, "--tokenizer"), "no tokenizer: '%s'", err ? err : "");
-    free(err);
+    CHECK(run_cli("build/gemma4", "generate data/tiny/e2b_like --prompt hi", NULL, 0, NULL, err, sizeof err) == 1 &&
+              strstr(err, "--tokenizer"), "no tokenizer: '%s'", err);
     /* sampling from the CLI: one seed, one output */
-    {
-        char *a, *b;
-        snprintf(cmd, sizeof cmd,
-                 "build/gemma4 generate data/tiny/e2b_like --tokenizer data/tokenizer --prompt 'The sea' --seed 7 "
-                 "--max-tokens 12 > %s 2>/dev/null && build/gemma4 generate data/tiny/e2b_like --tokenizer "
-                 "data/tokenizer --prompt 'The sea' --seed 7 --max-tokens 12 > %s.2 2>/dev/null", outp, outp);
-        CHECK(system(cmd) == 0, "%s", cmd);
-        a = slurp(outp, &len);
-        snprintf(cmd, sizeof cmd, "%s.2", outp);
-        b = slurp(cmd, &elen);
-        CHECK(a && b && len == elen && memcmp(a, b, len) == 0 && len > 1, "same seed, same text");
-        free(a); free(b);
-    }
+    snprintf(cmd, sizeof cmd, "generate data/tiny/e2b_like --tokenizer data/tokenizer --prompt 'The sea' --seed 7 --max-tokens 12");
+    CHECK(run_cli("build/gemma4", cmd, out, sizeof out, &len, NULL, 0) == 0, "%s", cmd);
+    CHECK(run_cli("build/gemma4", cmd, out2, sizeof out2, &len2, NULL, 0) == 0, "%s", cmd);
+    CHECK(len == len2 && memcmp(out, out2, len) == 0 && len > 1, "same seed, same text");
     /* chat: two turns through stdin, one session */
-    snprintf(cmd, sizeof cmd,
-             "printf 'Hello!\\nAnd again?\\n' | build/gemma4 chat data/tiny/e2b_like --tokenizer data/tokenizer "
-             "--temp 0 --max-tokens 5 > %s 2> %s", outp, errp);
-    CHECK(system(cmd) == 0, "%s", cmd);
-    err = slurp(errp, &elen);
-    CHECK(err && strstr(err, "generated 5 tokens") && strstr(strstr(err, "generated 5 tokens") + 1, "generated 5 tokens"),
-          "two chat turns: '%s'", err ? err : "");
-    free(err);
+    CHECK(run_cli("", "printf 'Hello!\\nAnd again?\\n' | build/gemma4 chat data/tiny/e2b_like --tokenizer data/tokenizer "
+                      "--temp 0 --max-tokens 5", NULL, 0, NULL, err, sizeof err) == 0, "chat");
+    CHECK(strstr(err, "generated 5 tokens") && strstr(strstr(err, "generated 5 tokens") + 1, "generated 5 tokens"),
+          "two chat turns: '%s'", err);
     gen_golden_close(&g);
 }
 
@@ -748,10 +713,6 @@ int main(void) {
     run("sampler: greedy, penalty, temperature, top-k, top-p, min-p, seed", test_sampler);
     run("cli: tokenize, generate, chat", test_cli);
 
-    {
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
-        if (system(cmd) != 0) printf("(could not remove %s)\n", g_tmp);
-    }
+    remove_tree(g_tmp);
     return finish();
 }

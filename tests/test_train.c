@@ -329,7 +329,7 @@ static void test_attention_backward_passes(void) {
     enum { T = 9, D = 8, KVH = 2, NH = 4, W = 3 };
     float k[T * KVH * D], v[T * KVH * D], q[T * NH * D], dout[T * NH * D];
     float dq[T * NH * D], dk[T * KVH * D], dv[T * KVH * D], dq2[T * NH * D], dk2[T * KVH * D], dv2[T * KVH * D];
-    float p[T], stats[T * NH * 3], scratch[2 * T], att[T * NH * D], att2[T * NH * D];
+    float p[T], stats[T * NH * 3], scratch[4 * T], att[T * NH * D], att2[T * NH * D];
     g4_kv_slot sl;
     g4__attn_bwd_job j;
     g4_pool *pool = NULL;
@@ -707,18 +707,6 @@ static void test_errors(void) {
 
 static const char *g_cli; /* build/gemma4, from the command line (argv[2]) */
 
-/* runs a shell command; its stdout+stderr in out (truncated), returns the exit status */
-static int sh(const char *cmd, char *out, size_t cap) {
-    FILE *p = popen(cmd, "r");
-    size_t n = 0, got;
-    int st;
-    if (!p) return -1;
-    while (n + 1 < cap && (got = fread(out + n, 1, cap - 1 - n, p)) > 0) n += got;
-    out[n] = 0;
-    st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static void list(char *buf, size_t cap, const int32_t *v, int n) {
     size_t len = 0;
     int i;
@@ -743,7 +731,7 @@ static void test_cli_grad(void) {
     snprintf(file, sizeof file, "%s/grad.safetensors", g_tmp);
     snprintf(cmd, sizeof cmd, "%s grad %s --ids %s --labels %s --recompute --threads 2 --out %s 2>&1", g_cli,
              tiny("26b_like"), ib, lb, file);
-    CHECK(sh(cmd, res, sizeof res) == 0, "grad failed: %s", res);
+    CHECK(run_cli("", cmd, res, sizeof res, NULL, NULL, 0) == 0, "grad failed: %s", res);
     memset(&out, 0, sizeof out);
     if (tctx_open(&c, "26b_like", n, 0, 1, 0) && g4__add_file(&out.m, g_tmp, "grad.safetensors") == G4_OK &&
         g4__st_finish(&out.m) == G4_OK) {
@@ -777,13 +765,13 @@ static void test_cli_compare_grads(void) {
     int rc;
     if (!g_cli) { skip("no CLI path given (argv[2])"); return; }
     snprintf(cmd, sizeof cmd, "%s compare %s %s/grad_golden.safetensors 2>&1", g_cli, tiny("e2b_like"), tiny("e2b_like"));
-    rc = sh(cmd, res, sizeof res);
+    rc = run_cli("", cmd, res, sizeof res, NULL, NULL, 0);
     CHECK(rc == 0, "compare exit %d:\n%s", rc, res);
     CHECK(strstr(res, "grad.layers.9") && strstr(res, "153 parameter gradients compared, 0 over tolerance"),
           "no gradient report:\n%.2000s", res);
     /* another model's gradients: over tolerance, exit 2, the first divergence named */
     snprintf(cmd, sizeof cmd, "%s compare %s %s/grad_golden.safetensors 2>&1", g_cli, tiny("legacy_keys"), tiny("e2b_like"));
-    rc = sh(cmd, res, sizeof res);
+    rc = run_cli("", cmd, res, sizeof res, NULL, NULL, 0);
     CHECK(rc == 2 && strstr(res, "<== first over tolerance"), "exit %d:\n%.1500s", rc, res);
 }
 
@@ -795,7 +783,7 @@ static void test_cli_info_train(void) {
     double mb = -1, mb_rc = -1;
     if (!g_cli) { skip("no CLI path given (argv[2])"); return; }
     snprintf(cmd, sizeof cmd, "%s info %s --train 24 2>&1", g_cli, tiny("26b_like"));
-    CHECK(sh(cmd, res, sizeof res) == 0, "%s", res);
+    CHECK(run_cli("", cmd, res, sizeof res, NULL, NULL, 0) == 0, "%s", res);
     line = strstr(res, "training, 24 tokens: arena ");
     CHECK(line && sscanf(line, "training, 24 tokens: arena %lf MB", &mb) == 1, "%s", res);
     line = line ? strstr(line, "with recompute ") : NULL;
@@ -815,17 +803,17 @@ static void test_cli_errors(void) {
     char cmd[1024], res[2048];
     if (!g_cli) { skip("no CLI path given (argv[2])"); return; }
     snprintf(cmd, sizeof cmd, "%s grad %s --ids 2,5,9 --labels 1,600,3 --out %s/x 2>&1", g_cli, tiny("plain"), g_tmp);
-    CHECK(sh(cmd, res, sizeof res) == 1 && strstr(res, "label 600 at index 1"), "label range: %s", res);
+    CHECK(run_cli("", cmd, res, sizeof res, NULL, NULL, 0) == 1 && strstr(res, "label 600 at index 1"), "label range: %s", res);
     snprintf(cmd, sizeof cmd, "%s grad %s --ids 2,5,9 --labels 1,-100 --out %s/x 2>&1", g_cli, tiny("plain"), g_tmp);
-    CHECK(sh(cmd, res, sizeof res) == 1 && strstr(res, "2 labels for 3 ids"), "label count: %s", res);
+    CHECK(run_cli("", cmd, res, sizeof res, NULL, NULL, 0) == 1 && strstr(res, "2 labels for 3 ids"), "label count: %s", res);
     snprintf(cmd, sizeof cmd, "%s grad %s --ids 2,5,9 --labels 1,-100,-100 --out %s/x 2>&1", g_cli, tiny("plain"), g_tmp);
-    CHECK(sh(cmd, res, sizeof res) == 1 && strstr(res, "-100"), "all ignored: %s", res);
+    CHECK(run_cli("", cmd, res, sizeof res, NULL, NULL, 0) == 1 && strstr(res, "-100"), "all ignored: %s", res);
     snprintf(cmd, sizeof cmd, "%s grad %s --ids 2,5,9 --labels 1,x,3 --out %s/x 2>&1", g_cli, tiny("plain"), g_tmp);
-    CHECK(sh(cmd, res, sizeof res) == 1 && strstr(res, "--labels"), "bad labels: %s", res);
+    CHECK(run_cli("", cmd, res, sizeof res, NULL, NULL, 0) == 1 && strstr(res, "--labels"), "bad labels: %s", res);
     snprintf(cmd, sizeof cmd, "%s grad %s --ids 2,5,9 2>&1", g_cli, tiny("plain"));
-    CHECK(sh(cmd, res, sizeof res) == 1 && strstr(res, "usage: gemma4 grad"), "no --out: %s", res);
+    CHECK(run_cli("", cmd, res, sizeof res, NULL, NULL, 0) == 1 && strstr(res, "usage: gemma4 grad"), "no --out: %s", res);
     snprintf(cmd, sizeof cmd, "%s grad %s --ids 2,5,9 --out /nonexistent-dir/x 2>&1", g_cli, tiny("plain"));
-    CHECK(sh(cmd, res, sizeof res) == 1 && strstr(res, "cannot write"), "unwritable: %s", res);
+    CHECK(run_cli("", cmd, res, sizeof res, NULL, NULL, 0) == 1 && strstr(res, "cannot write"), "unwritable: %s", res);
 }
 
 int main(int argc, char **argv) {
@@ -860,10 +848,6 @@ int main(int argc, char **argv) {
     run("CLI compare on a gradient dump: loss, dL/d taps, parameters; first divergence", test_cli_compare_grads);
     run("CLI info --train = g4_train_size (with and without recompute)", test_cli_info_train);
     run("CLI grad errors: labels, counts, usage, unwritable file", test_cli_errors);
-    {
-        char cmd[400];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
-        if (system(cmd) != 0) printf("could not remove %s\n", g_tmp);
-    }
+    remove_tree(g_tmp);
     return finish();
 }
