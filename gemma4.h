@@ -3546,26 +3546,41 @@ G4__HD static float g4__hsum8(const float *v) {
     return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
 }
 
-/* one output: x [in] against a bf16 row [in], in that order */
-G4__HD static float g4__dot_torch_bf16(const float *xt, const uint16_t *row, int in) {
-    int la = in & ~63, lv = in & ~15, i, r, l;
+/* torch's order for one dot product (ATen's dot_with_fp32_arith, AVX2): 8
+   accumulators of 8 lanes over 64-value blocks, their tree, then 16-value
+   tails in 8 lanes, then the rest. b's values are float32 (G4__B_F32), bf16
+   bits (G4__B_BF16) or float32 rounded to bf16 first (G4__B_ROUND_BF16); the
+   three wrappers below pass a constant, so the switch folds away. */
+enum { G4__B_F32, G4__B_BF16, G4__B_ROUND_BF16 };
+G4__HD static float g4__b_at(const void *b, int kind, int i) {
+    if (kind == G4__B_BF16) return g4__bf16_to_f32(((const uint16_t *)b)[i]);
+    if (kind == G4__B_ROUND_BF16) return g4__bf16_round(((const float *)b)[i]);
+    return ((const float *)b)[i];
+}
+G4__HD static float g4__dot_torch_as(const float *a, const void *b, int kind, int n) {
     float acc[8][8], tail[8], sum;
+    int la = n & ~63, lv = n & ~15, i, r, l;
     memset(acc, 0, sizeof acc);
     memset(tail, 0, sizeof tail);
     for (i = 0; i < la; i += 64)
         for (r = 0; r < 8; r++)
-            for (l = 0; l < 8; l++) acc[r][l] += xt[i + 8 * r + l] * g4__bf16_to_f32(row[i + 8 * r + l]);
+            for (l = 0; l < 8; l++) acc[r][l] += a[i + 8 * r + l] * g4__b_at(b, kind, i + 8 * r + l);
     for (r = 0; r < 4; r++) for (l = 0; l < 8; l++) acc[r][l] += acc[r + 4][l];
     for (r = 0; r < 2; r++) for (l = 0; l < 8; l++) acc[r][l] += acc[r + 2][l];
     for (l = 0; l < 8; l++) acc[0][l] += acc[1][l];
     sum = g4__hsum8(acc[0]);
     for (i = la; i < lv; i += 16) {
-        for (l = 0; l < 8; l++) tail[l] += xt[i + l] * g4__bf16_to_f32(row[i + l]);
-        for (l = 0; l < 8; l++) tail[l] += xt[i + 8 + l] * g4__bf16_to_f32(row[i + 8 + l]);
+        for (l = 0; l < 8; l++) tail[l] += a[i + l] * g4__b_at(b, kind, i + l);
+        for (l = 0; l < 8; l++) tail[l] += a[i + 8 + l] * g4__b_at(b, kind, i + 8 + l);
     }
     sum += g4__hsum8(tail);
-    for (i = lv; i < in; i++) sum += xt[i] * g4__bf16_to_f32(row[i]);
+    for (i = lv; i < n; i++) sum += a[i] * g4__b_at(b, kind, i);
     return sum;
+}
+
+/* one output: x [in] against a bf16 row [in], in that order */
+G4__HD static float g4__dot_torch_bf16(const float *xt, const uint16_t *row, int in) {
+    return g4__dot_torch_as(xt, row, G4__B_BF16, in);
 }
 
 G4__MAYBE_UNUSED static void g4__matmul_torch_ref(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1) {
@@ -5197,47 +5212,13 @@ static void g4__attend(float *out, const float *q, const g4_kv_slot *sl, int kvh
 /* g4__dot_torch with b's values rounded to bf16 first (a LoRA adapter cast to
    bf16: its float32 A and B as torch's .to(bfloat16) leaves them) */
 G4__HD static float g4__dot_torch_rb(const float *a, const float *b, int n) {
-    float acc[8][8], tail[8], sum;
-    int la = n & ~63, lv = n & ~15, i, r, l;
-    memset(acc, 0, sizeof acc);
-    memset(tail, 0, sizeof tail);
-    for (i = 0; i < la; i += 64)
-        for (r = 0; r < 8; r++)
-            for (l = 0; l < 8; l++) acc[r][l] += a[i + 8 * r + l] * g4__bf16_round(b[i + 8 * r + l]);
-    for (r = 0; r < 4; r++) for (l = 0; l < 8; l++) acc[r][l] += acc[r + 4][l];
-    for (r = 0; r < 2; r++) for (l = 0; l < 8; l++) acc[r][l] += acc[r + 2][l];
-    for (l = 0; l < 8; l++) acc[0][l] += acc[1][l];
-    sum = g4__hsum8(acc[0]);
-    for (i = la; i < lv; i += 16) {
-        for (l = 0; l < 8; l++) tail[l] += a[i + l] * g4__bf16_round(b[i + l]);
-        for (l = 0; l < 8; l++) tail[l] += a[i + 8 + l] * g4__bf16_round(b[i + 8 + l]);
-    }
-    sum += g4__hsum8(tail);
-    for (i = lv; i < n; i++) sum += a[i] * g4__bf16_round(b[i]);
-    return sum;
+    return g4__dot_torch_as(a, b, G4__B_ROUND_BF16, n);
 }
 
 /* torch's dot product of two float rows of bf16 values: g4__matmul_torch_ref's
    order (ATen's dot_with_fp32_arith, AVX2) */
 G4__HD static float g4__dot_torch(const float *a, const float *b, int n) {
-    float acc[8][8], tail[8], sum;
-    int la = n & ~63, lv = n & ~15, i, r, l;
-    memset(acc, 0, sizeof acc);
-    memset(tail, 0, sizeof tail);
-    for (i = 0; i < la; i += 64)
-        for (r = 0; r < 8; r++)
-            for (l = 0; l < 8; l++) acc[r][l] += a[i + 8 * r + l] * b[i + 8 * r + l];
-    for (r = 0; r < 4; r++) for (l = 0; l < 8; l++) acc[r][l] += acc[r + 4][l];
-    for (r = 0; r < 2; r++) for (l = 0; l < 8; l++) acc[r][l] += acc[r + 2][l];
-    for (l = 0; l < 8; l++) acc[0][l] += acc[1][l];
-    sum = g4__hsum8(acc[0]);
-    for (i = la; i < lv; i += 16) {
-        for (l = 0; l < 8; l++) tail[l] += a[i + l] * b[i + l];
-        for (l = 0; l < 8; l++) tail[l] += a[i + 8 + l] * b[i + 8 + l];
-    }
-    sum += g4__hsum8(tail);
-    for (i = lv; i < n; i++) sum += a[i] * b[i];
-    return sum;
+    return g4__dot_torch_as(a, b, G4__B_F32, n);
 }
 
 /* transformers' eager attention for one query head in bf16, in torch's
