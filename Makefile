@@ -142,9 +142,12 @@ sanitize-cuda-emu: build/test_cuda_emu_san
 	./build/test_cuda_emu_san
 
 build/test_cuda: tests/test_cuda.c tests/harness.h tests/fixtures.h tests/invariants.h gemma4_cuda.cu gemma4.h | build
-	$(NVCC) $(NVFLAGS) -c gemma4_cuda.cu -o build/gemma4_cuda.o
+	$(NVCC) $(NVFLAGS) $(NVDEFS) -c gemma4_cuda.cu -o build/gemma4_cuda.o
 	$(CC) $(WARN) $(CFLAGS) -g -c tests/test_cuda.c -o build/test_cuda.o
 	$(NVCC) -o $@ build/test_cuda.o build/gemma4_cuda.o $(LDLIBS)
+
+print-nvflags:
+	@echo $(NVFLAGS)
 
 # The same tests on a real GPU; says so plainly when there is none.
 test-cuda:

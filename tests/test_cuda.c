@@ -50,6 +50,7 @@ extern long g4emu_mmas(void);
 #define CPU_TOL_BF16 0.0
 
 #define FAST_TOL 4e-5      /* the fast mode: see "fast mode" below */
+#define FAST_TAP_TOL 1e-4
 #define FAST_TOL_BF16 3e-2
 
 #include "harness.h" /* g_only: argv[2], run only tests whose name contains it */
@@ -401,22 +402,29 @@ static void test_head_dims_256_512(void) {
 
 /* ------------------------------------------------------------ fast mode */
 /* The fast mode (cfg.cuda_fast) is bounded against the exact mode, the
-   oracle: FAST_TOL in float32 (other summation orders: split-K, warp
-   butterflies, the online softmax; about 1e-6 is typical, the bound leaves
-   room for the device's transcendental functions on a GPU), FAST_TOL_BF16 in
+   oracle: FAST_TOL on the logits in float32 (other summation orders:
+   split-K, warp butterflies, the online softmax; about 1e-6 is typical, the
+   bound leaves room for the device's transcendental functions on a GPU),
+   FAST_TAP_TOL on every intermediate tap (each relative to that tap's own
+   max; a norm's output carries its input's reordering error forward through
+   every later layer: on an H100, e2b_like's layers.9.post_attention_layernorm
+   differed by 4.82e-5 of its max while the logits differed by 1.08e-5; the
+   emulator's smaller blocks gave 3.41e-5), FAST_TOL_BF16 in
    the bf16 mode against the bf16-faithful mode (a different order moves a
    bf16 rounding now and then: one bf16 ulp is 3.9e-3 relative). */
 
 static g4i_worst g_fast; /* golden: fast f32 vs exact f32; ref: fast bf16 vs bf16-faithful */
 
-/* the goldens: fast float32 within FAST_TOL of exact float32, every tap and
-   the logits, the same taps by name; and within G4I_TOL of transformers */
+/* the goldens: fast float32 within FAST_TOL of exact float32 (the logits)
+   and FAST_TAP_TOL (every tap), the same taps by name; and within G4I_TOL of
+   transformers */
 static void test_fast_goldens(void) {
     static const char *models[] = {"e2b_like", "e4b_like", "31b_like", "26b_like", "plain", "legacy_keys"};
     g4i_worst w;
     memset(&w, 0, sizeof w);
-    for (int k = 0; k < 6; k++) g4i_golden(&g4i_cuda_fast, models[k], &g4i_cuda, FAST_TOL, &w);
+    for (int k = 0; k < 6; k++) g4i_golden_tol(&g4i_cuda_fast, models[k], &g4i_cuda, FAST_TOL, FAST_TAP_TOL, &w);
     if (w.ref > g_fast.golden) g_fast.golden = w.ref;
+    if (w.ref_taps > g_fast.ref_taps) g_fast.ref_taps = w.ref_taps;
 }
 
 /* n greedy tokens after the golden's first 6 (prefill, then one per call) */
@@ -991,8 +999,9 @@ int main(int argc, char **argv) {
 #endif
     remove_tree(g_tmp);
     printf("max relative difference: vs transformers %.3g (bound %.1g), vs CPU path %.3g (bound %.1g)\n",
-           g_worst.golden, G4I_TOL, g_worst.ref, CPU_TOL);
-    printf("fast mode, max relative difference: f32 vs exact f32 %.3g (bound %.1g), bf16 vs bf16-faithful %.3g (bound %.1g)\n",
-           g_fast.golden, FAST_TOL, g_fast.ref, FAST_TOL_BF16);
+           g_worst.golden, G4I_TOL, g_worst.ref > g_worst.ref_taps ? g_worst.ref : g_worst.ref_taps, CPU_TOL);
+    printf("fast mode, max relative difference: f32 vs exact f32 %.3g in the logits (bound %.1g), %.3g in a tap (bound "
+           "%.1g); bf16 vs bf16-faithful %.3g (bound %.1g)\n",
+           g_fast.golden, FAST_TOL, g_fast.ref_taps, FAST_TAP_TOL, g_fast.ref, FAST_TOL_BF16);
     return finish();
 }
