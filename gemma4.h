@@ -4259,6 +4259,64 @@ static void g4__axpy(float *y, float a, const float *x, int n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* Attention's two loops over keys, several keys at a time (g4__attend).
+   s[j] = g4__dot(q, b[j], n) for j < 8: the 8 sums side by side (8 FMA
+   chains instead of one), each in g4__dot's operations and order, so the
+   same bits. */
+static void g4__dot8(float *s, const float *q, const float *const *b, int n) {
+    g4__vec acc[8], qv;
+    int j, k, kv = n - n % G4__VL;
+    G4__UNROLL for (j = 0; j < 8; j++) acc[j] = g4__vzero();
+    for (k = 0; k < kv; k += G4__VL) {
+        qv = g4__vload_x(q + k);
+        G4__IN_REGISTER(qv);
+        G4__UNROLL for (j = 0; j < 8; j++) acc[j] = g4__vfma(qv, g4__vload_x(b[j] + k), acc[j]);
+    }
+    G4__UNROLL for (j = 0; j < 8; j++) {
+        float t = g4__vhsum(acc[j]);
+        for (k = kv; k < n; k++) t += q[k] * b[j][k];
+        s[j] = t;
+    }
+}
+
+/* y[i] = sum_j p[j] v_j[i] for j < m, i < n, v_j = base + ((k0 + j) % cap) *
+   stride (a KV ring's rows): from y = 0, g4__axpy's product then sum per
+   element, j in order, so the bits of m g4__axpy calls. 8 vectors of y stay
+   in registers across all m rows (g4__axpy loads and stores y once per row). */
+static void g4__wsum_ring(float *y, const float *p, const float *base, size_t stride, int cap, int k0, int m, int n) {
+    int i, j, u, nv = n - n % G4__VL, pos;
+    const float *v;
+    for (i = 0; i + 8 * G4__VL <= nv; i += 8 * G4__VL) {
+        g4__vec acc[8];
+        G4__UNROLL for (u = 0; u < 8; u++) acc[u] = g4__vzero();
+        for (j = 0, pos = k0 % cap, v = base + (size_t)pos * stride + i; j < m; j++) {
+            g4__vec pv = g4__vset1(p[j]);
+            G4__IN_REGISTER(pv);
+            G4__UNROLL for (u = 0; u < 8; u++) acc[u] = g4__vadd(acc[u], g4__vmul(pv, g4__vload_x(v + u * G4__VL)));
+            if (++pos == cap) pos = 0, v = base + i;
+            else v += stride;
+        }
+        G4__UNROLL for (u = 0; u < 8; u++) g4__vstore(y + i + u * G4__VL, acc[u]);
+    }
+    for (; i < nv; i += G4__VL) { /* the vectors left, one at a time */
+        g4__vec acc = g4__vzero();
+        for (j = 0, pos = k0 % cap, v = base + (size_t)pos * stride + i; j < m; j++) {
+            acc = g4__vadd(acc, g4__vmul(g4__vset1(p[j]), g4__vload_x(v)));
+            if (++pos == cap) pos = 0, v = base + i;
+            else v += stride;
+        }
+        g4__vstore(y + i, acc);
+    }
+    for (; i < n; i++) { /* the elements left */
+        y[i] = 0.0f;
+        for (j = 0, pos = k0 % cap, v = base + (size_t)pos * stride + i; j < m; j++) {
+            y[i] += p[j] * *v;
+            if (++pos == cap) pos = 0, v = base + i;
+            else v += stride;
+        }
+    }
+}
+
 /* g4__gelu on VL lanes: the same operations, so the same bits */
 static g4__vec g4__gelu_v(g4__vec x) {
     static const float c[3] = {G4__EXP_C}, p[6] = {G4__EXP_P};
@@ -4445,6 +4503,15 @@ static void g4__gelu_n(float *y, const float *x, size_t n) {
 static void g4__axpy(float *y, float a, const float *x, int n) {
     int i;
     for (i = 0; i < n; i++) y[i] += a * x[i];
+}
+static void g4__dot8(float *s, const float *q, const float *const *b, int n) {
+    int j;
+    for (j = 0; j < 8; j++) s[j] = g4__dot(q, b[j], n);
+}
+static void g4__wsum_ring(float *y, const float *p, const float *base, size_t stride, int cap, int k0, int m, int n) {
+    int i, j;
+    for (i = 0; i < n; i++) y[i] = 0.0f;
+    for (j = 0; j < m; j++) g4__axpy(y, p[j], base + (size_t)((k0 + j) % cap) * stride, n);
 }
 #endif
 
@@ -5214,17 +5281,16 @@ static void g4__topk_torch(const float *p, int E, int K, int *top) {
    softmax in float32, out = sum p * v. Keys live in row pos % capacity.
    bf16: g4__attend_torch instead. */
 static void g4__attend(float *out, const float *q, const g4_kv_slot *sl, int kvh, int lo, int hi, float *scores) {
-    int D = sl->head_dim, stride = sl->kv_heads * D, k, d;
-    for (k = lo; k <= hi; k++) {
-        const float *key = sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D;
-        scores[k - lo] = g4__dot(q, key, D);
+    int D = sl->head_dim, stride = sl->kv_heads * D, k, j;
+    const float *keys[8];
+    for (k = lo; k <= hi; k++) { /* 8 keys at a time (g4__dot8), each as g4__dot */
+        keys[(k - lo) % 8] = sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D;
+        if ((k - lo) % 8 == 7) g4__dot8(scores + (k - 7 - lo), q, keys, D);
     }
+    for (j = 0; j < (hi - lo + 1) % 8; j++) scores[hi - lo + 1 - (hi - lo + 1) % 8 + j] = g4__dot(q, keys[j], D);
     g4__softmax(scores, hi - lo + 1);
-    for (d = 0; d < D; d++) out[d] = 0.0f;
-    for (k = lo; k <= hi; k++) {
-        const float *val = sl->v + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D;
-        g4__axpy(out, scores[k - lo], val, D);
-    }
+    /* out = 0, then out += p[k] v[k], k in order (g4__wsum_ring: as g4__axpy per key) */
+    g4__wsum_ring(out, scores, sl->v + (size_t)kvh * (size_t)D, (size_t)stride, sl->capacity, lo, hi - lo + 1, D);
 }
 
 /* g4__dot_torch with b's values rounded to bf16 first (a LoRA adapter cast to
