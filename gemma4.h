@@ -479,7 +479,8 @@ typedef struct g4_session {
     float *x, *xn, *branch, *branch2; /* [rows][H] */
     float *q, *att;            /* [rows][NH*Dmax] */
     float *k_new, *v_new;      /* [rows][KVHmax*Dmax] */
-    float *scores;             /* [threads][max_context] attention scores */
+    float *scores;             /* [threads][att_heads][max_context] attention scores */
+    int att_heads;             /* query heads one attention item takes together (at most 8) */
     float *gate, *up;          /* [rows][max(Imax, 2*Ie)] */
     float *per_layer_inputs;   /* [rows][L*P] Gemma4TextModel's per_layer_inputs */
     float *per_layer_gate;     /* [rows][P] act(per_layer_input_gate(h)) * per_layer_input */
@@ -4259,11 +4260,12 @@ static void g4__axpy(float *y, float a, const float *x, int n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
-/* Attention's two loops over keys, several keys at a time (g4__attend).
-   s[j] = g4__dot(q, b[j], n) for j < 8: the 8 sums side by side (8 FMA
+/* Attention's two loops over keys, several rows at a time (g4__attend).
+   s[j * ss] = g4__dot(q, b[j], n) for j < 8: the 8 sums side by side (8 FMA
    chains instead of one), each in g4__dot's operations and order, so the
-   same bits. */
-static void g4__dot8(float *s, const float *q, const float *const *b, int n) {
+   same bits (a product is the same either way round: one q against 8 keys,
+   or one key against 8 heads' q). */
+static void g4__dot8(float *s, size_t ss, const float *q, const float *const *b, int n) {
     g4__vec acc[8], qv;
     int j, k, kv = n - n % G4__VL;
     G4__UNROLL for (j = 0; j < 8; j++) acc[j] = g4__vzero();
@@ -4275,20 +4277,22 @@ static void g4__dot8(float *s, const float *q, const float *const *b, int n) {
     G4__UNROLL for (j = 0; j < 8; j++) {
         float t = g4__vhsum(acc[j]);
         for (k = kv; k < n; k++) t += q[k] * b[j][k];
-        s[j] = t;
+        s[(size_t)j * ss] = t;
     }
 }
 
 /* y[i] = sum_j p[j] v_j[i] for j < m, i < n, v_j = base + ((k0 + j) % cap) *
-   stride (a KV ring's rows): from y = 0, g4__axpy's product then sum per
-   element, j in order, so the bits of m g4__axpy calls. 8 vectors of y stay
-   in registers across all m rows (g4__axpy loads and stores y once per row). */
-static void g4__wsum_ring(float *y, const float *p, const float *base, size_t stride, int cap, int k0, int m, int n) {
+   stride (a KV ring's rows): from y = 0 (add: from y as it is), g4__axpy's
+   product then sum per element, j in order, so the bits of m g4__axpy calls
+   (a sum split into runs of rows, each run added on, is the same sum). 8
+   vectors of y stay in registers across the m rows (g4__axpy loads and
+   stores y once per row). */
+static void g4__wsum_ring(float *y, const float *p, const float *base, size_t stride, int cap, int k0, int m, int n, int add) {
     int i, j, u, nv = n - n % G4__VL, pos;
     const float *v;
     for (i = 0; i + 8 * G4__VL <= nv; i += 8 * G4__VL) {
         g4__vec acc[8];
-        G4__UNROLL for (u = 0; u < 8; u++) acc[u] = g4__vzero();
+        G4__UNROLL for (u = 0; u < 8; u++) acc[u] = add ? g4__vload_x(y + i + u * G4__VL) : g4__vzero();
         for (j = 0, pos = k0 % cap, v = base + (size_t)pos * stride + i; j < m; j++) {
             g4__vec pv = g4__vset1(p[j]);
             G4__IN_REGISTER(pv);
@@ -4299,7 +4303,7 @@ static void g4__wsum_ring(float *y, const float *p, const float *base, size_t st
         G4__UNROLL for (u = 0; u < 8; u++) g4__vstore(y + i + u * G4__VL, acc[u]);
     }
     for (; i < nv; i += G4__VL) { /* the vectors left, one at a time */
-        g4__vec acc = g4__vzero();
+        g4__vec acc = add ? g4__vload_x(y + i) : g4__vzero();
         for (j = 0, pos = k0 % cap, v = base + (size_t)pos * stride + i; j < m; j++) {
             acc = g4__vadd(acc, g4__vmul(g4__vset1(p[j]), g4__vload_x(v)));
             if (++pos == cap) pos = 0, v = base + i;
@@ -4308,7 +4312,7 @@ static void g4__wsum_ring(float *y, const float *p, const float *base, size_t st
         g4__vstore(y + i, acc);
     }
     for (; i < n; i++) { /* the elements left */
-        y[i] = 0.0f;
+        if (!add) y[i] = 0.0f;
         for (j = 0, pos = k0 % cap, v = base + (size_t)pos * stride + i; j < m; j++) {
             y[i] += p[j] * *v;
             if (++pos == cap) pos = 0, v = base + i;
@@ -4504,13 +4508,13 @@ static void g4__axpy(float *y, float a, const float *x, int n) {
     int i;
     for (i = 0; i < n; i++) y[i] += a * x[i];
 }
-static void g4__dot8(float *s, const float *q, const float *const *b, int n) {
+static void g4__dot8(float *s, size_t ss, const float *q, const float *const *b, int n) {
     int j;
-    for (j = 0; j < 8; j++) s[j] = g4__dot(q, b[j], n);
+    for (j = 0; j < 8; j++) s[(size_t)j * ss] = g4__dot(q, b[j], n);
 }
-static void g4__wsum_ring(float *y, const float *p, const float *base, size_t stride, int cap, int k0, int m, int n) {
+static void g4__wsum_ring(float *y, const float *p, const float *base, size_t stride, int cap, int k0, int m, int n, int add) {
     int i, j;
-    for (i = 0; i < n; i++) y[i] = 0.0f;
+    for (i = 0; i < n && !add; i++) y[i] = 0.0f;
     for (j = 0; j < m; j++) g4__axpy(y, p[j], base + (size_t)((k0 + j) % cap) * stride, n);
 }
 #endif
@@ -5277,20 +5281,50 @@ static void g4__topk_torch(const float *p, int E, int K, int *top) {
     g4__topk_torch_q(p, E, K, top, q);
 }
 
-/* One query head over keys [lo, hi] of a slot: scores = q.k (scale 1.0),
-   softmax in float32, out = sum p * v. Keys live in row pos % capacity.
-   bf16: g4__attend_torch instead. */
-static void g4__attend(float *out, const float *q, const g4_kv_slot *sl, int kvh, int lo, int hi, float *scores) {
-    int D = sl->head_dim, stride = sl->kv_heads * D, k, j;
-    const float *keys[8];
-    for (k = lo; k <= hi; k++) { /* 8 keys at a time (g4__dot8), each as g4__dot */
-        keys[(k - lo) % 8] = sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D;
-        if ((k - lo) % 8 == 7) g4__dot8(scores + (k - 7 - lo), q, keys, D);
+/* The heads one attention item takes together (g4__attend's G): the largest
+   divisor of a KV head's query heads NH / KVH up to 8 */
+static int g4__att_heads(int group) {
+    int g = group < 8 ? group : 8;
+    while (group % g) g--;
+    return g;
+}
+
+/* G query heads of one KV head over keys [lo, hi] of a slot, for each: scores
+   = q.k (scale 1.0), softmax in float32, out = sum p * v. Head h's q, out
+   at q + h D, out + h D, its scores at scores + h (hi - lo + 1). Keys live in
+   row pos % capacity. Each head's arithmetic is the same whatever G (the
+   bits of one head alone); G > 1 reads each key and value row once for the
+   G heads instead of once per head (G4__ATT_KEYS rows at a time, so they
+   stay in cache across the heads). bf16: g4__attend_torch instead. */
+#define G4__ATT_KEYS 64
+static void g4__attend(float *out, const float *q, int G, const g4_kv_slot *sl, int kvh, int lo, int hi, float *scores) {
+    int D = sl->head_dim, stride = sl->kv_heads * D, L = hi - lo + 1, k, j, h, h0 = 0, c;
+    const float *rows[8], *vbase = sl->v + (size_t)kvh * (size_t)D;
+    for (; h0 + 8 <= G; h0 += 8) { /* 8 heads against each key (g4__dot8) */
+        for (j = 0; j < 8; j++) rows[j] = q + (size_t)(h0 + j) * (size_t)D;
+        for (k = lo; k <= hi; k++)
+            g4__dot8(scores + (size_t)h0 * (size_t)L + (size_t)(k - lo), (size_t)L, sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D,
+                     rows, D);
     }
-    for (j = 0; j < (hi - lo + 1) % 8; j++) scores[hi - lo + 1 - (hi - lo + 1) % 8 + j] = g4__dot(q, keys[j], D);
-    g4__softmax(scores, hi - lo + 1);
-    /* out = 0, then out += p[k] v[k], k in order (g4__wsum_ring: as g4__axpy per key) */
-    g4__wsum_ring(out, scores, sl->v + (size_t)kvh * (size_t)D, (size_t)stride, sl->capacity, lo, hi - lo + 1, D);
+    for (h = h0; h < G; h++) { /* the other heads: 8 keys at a time against one q (g4__dot8) */
+        const float *qh = q + (size_t)h * (size_t)D;
+        float *sh = scores + (size_t)h * (size_t)L;
+        for (k = lo; k <= hi; k++) {
+            rows[(k - lo) % 8] = sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D;
+            if ((k - lo) % 8 == 7) g4__dot8(sh + (k - 7 - lo), 1, qh, rows, D);
+        }
+        for (j = 0; j < L % 8; j++) sh[L - L % 8 + j] = g4__dot(qh, rows[j], D);
+    }
+    for (h = 0; h < G; h++) g4__softmax(scores + (size_t)h * (size_t)L, L);
+    /* out = 0, then out += p[k] v[k], k in order (g4__wsum_ring: as g4__axpy per key), runs of keys across the heads */
+    for (c = lo; c <= hi; c += G4__ATT_KEYS) {
+        int m = hi - c + 1 < G4__ATT_KEYS ? hi - c + 1 : G4__ATT_KEYS;
+        for (h = 0; h < G; h++)
+            g4__wsum_ring(out + (size_t)h * (size_t)D, scores + (size_t)h * (size_t)L + (size_t)(c - lo), vbase, (size_t)stride, sl->capacity,
+                          c, m, D, c > lo);
+    }
+    if (L <= 0)
+        for (h = 0; h < G; h++) memset(out + (size_t)h * (size_t)D, 0, sizeof(float) * (size_t)D);
 }
 
 /* g4__dot_torch with b's values rounded to bf16 first (a LoRA adapter cast to
@@ -5438,7 +5472,7 @@ static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config 
     const g4__widths w = g4__max_widths(p, cfg);
     uint64_t rows = (uint64_t)cfg->max_chunk, H = (uint64_t)c->hidden_size, NH = (uint64_t)c->num_attention_heads;
     uint64_t dmax = w.dmax, kvw = w.kvw, imax = w.imax, P = (uint64_t)c->hidden_size_per_layer_input;
-    int n_slots = w.n_slots;
+    int n_slots = w.n_slots, li;
     if (c->enable_moe_block && (uint64_t)c->moe_intermediate_size * 2 > imax) imax = (uint64_t)c->moe_intermediate_size * 2;
     if (c->assistant) { /* a drafter: no K/V of its own, the target's table (g4_drafter_init) */
         s->layer_slot = (int *)(void *)g4__take(cv, (uint64_t)p->n_layers, sizeof(int));
@@ -5459,7 +5493,10 @@ static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config 
     s->att = g4__take(cv, rows * NH * dmax, sizeof(float));
     s->k_new = g4__take(cv, rows * kvw, sizeof(float));
     s->v_new = g4__take(cv, rows * kvw, sizeof(float));
-    s->scores = g4__take(cv, (uint64_t)g4_pool_threads(cfg->pool) * (uint64_t)cfg->max_context, sizeof(float));
+    for (li = 0, s->att_heads = 1; li < p->n_layers; li++) /* the most heads an attention item takes */
+        if (p->layer[li].kv_heads > 0 && g4__att_heads(c->num_attention_heads / p->layer[li].kv_heads) > s->att_heads)
+            s->att_heads = g4__att_heads(c->num_attention_heads / p->layer[li].kv_heads);
+    s->scores = g4__take(cv, (uint64_t)g4_pool_threads(cfg->pool) * (uint64_t)s->att_heads * (uint64_t)cfg->max_context, sizeof(float));
     s->gate = g4__take(cv, rows * imax, sizeof(float));
     s->up = g4__take(cv, rows * imax, sizeof(float));
     s->per_layer_inputs = g4__take(cv, rows * (uint64_t)c->num_hidden_layers * P, sizeof(float));
@@ -5808,18 +5845,22 @@ static g4_result g4__kv_read(g4_session *s, int l, int n, g4_kv_slot **out) {
 
 /* eager_attention_forward (scaling 1.0, causal, sliding window if any) over
    the step's (token, query head) pairs, s->q -> s->att; query head h reads KV
-   head h / (NH / KVH). Split across threads; part p uses its own scores row.
-   target: a drafter's layer, whose query at p reads the target's positions before p. */
-typedef struct { const g4_session *s; const g4_kv_slot *sl; int n, NH, group, window, target; } g4__attn_job;
+   head h / (NH / KVH). Split across threads in items of G heads of one token
+   that share a KV head (g4__att_heads; 1 when there are fewer such items than
+   threads, as in a decode step); part p uses its own G rows of scores. Any G
+   and any split give the same bits. target: a drafter's layer, whose query
+   at p reads the target's positions before p. */
+typedef struct { const g4_session *s; const g4_kv_slot *sl; int n, NH, group, G, window, target; } g4__attn_job;
 
 static void g4__attn_part(void *ctx, int part, int n_parts) {
     const g4__attn_job *j = (const g4__attn_job *)ctx;
     const g4_session *s = j->s;
-    int D = j->sl->head_dim, total = j->n * j->NH, i;
-    int i0 = (int)((int64_t)total * part / n_parts), i1 = (int)((int64_t)total * (part + 1) / n_parts);
-    float *scores = s->scores + (size_t)part * (size_t)s->cfg.max_context;
+    int D = j->sl->head_dim, G = j->G, items = j->n * (j->NH / G), i, g;
+    int i0 = (int)((int64_t)items * part / n_parts), i1 = (int)((int64_t)items * (part + 1) / n_parts);
+    float *scores = s->scores + (size_t)part * (size_t)s->att_heads * (size_t)s->cfg.max_context;
     for (i = i0; i < i1; i++) {
-        int t = i / j->NH, h = i % j->NH, p = s->pos + t, lo = 0, hi = p;
+        int t = i / (j->NH / G), h = i % (j->NH / G) * G, p = s->pos + t, lo = 0, hi = p;
+        size_t at = ((size_t)t * (size_t)j->NH + (size_t)h) * (size_t)D;
         if (j->target) { /* a drafter's query at p reads the target's positions before p */
             hi = p - 1;
             if (j->window && hi - j->window > 0) lo = hi - j->window;
@@ -5827,9 +5868,10 @@ static void g4__attn_part(void *ctx, int part, int n_parts) {
             lo = p - j->window + 1;
         }
         if (s->cfg.bf16)
-            g4__attend_torch(s->att + (size_t)i * D, s->q + (size_t)i * D, j->sl, h / j->group, lo, hi, scores, s->fwd_n,
-                             s->fwd_end);
-        else g4__attend(s->att + (size_t)i * D, s->q + (size_t)i * D, j->sl, h / j->group, lo, hi, scores);
+            for (g = 0; g < G; g++)
+                g4__attend_torch(s->att + at + (size_t)g * D, s->q + at + (size_t)g * D, j->sl, (h + g) / j->group, lo, hi, scores,
+                                 s->fwd_n, s->fwd_end);
+        else g4__attend(s->att + at, s->q + at, G, j->sl, h / j->group, lo, hi, scores);
     }
 }
 
@@ -5837,6 +5879,8 @@ static void g4__eager_attention(const g4_session *s, const g4_kv_slot *sl, int n
                                 int target) {
     g4__attn_job j;
     j.s = s; j.sl = sl; j.n = n; j.NH = NH; j.group = NH / KVH; j.window = window; j.target = target;
+    j.G = g4__att_heads(j.group);
+    if (j.G > s->att_heads || (int64_t)n * (NH / j.G) < g4_pool_threads(s->cfg.pool)) j.G = 1;
     g4__parallel(s->cfg.pool, g4__attn_part, &j);
 }
 

@@ -771,10 +771,11 @@ static void test_gemm_blocking(void) {
 }
 #endif
 
-/* Attention's kernels (g4__attend): q.k for 8 keys side by side (g4__dot8)
-   gives each key's g4__dot bits, and the weighted sum of values over a KV
-   ring (g4__wsum_ring) gives the bits of g4__axpy key by key from zero and
-   of the scalar loop (a product then a sum per element), on sizes that are
+/* Attention's kernels (g4__attend): q.k for 8 keys side by side (g4__dot8,
+   outputs adjacent or strided as for 8 heads) gives each key's g4__dot bits,
+   and the weighted sum of values over a KV ring (g4__wsum_ring) gives the
+   bits of g4__axpy key by key from zero, of the scalar loop (a product then
+   a sum per element) and of itself in two runs of rows, on sizes that are
    not multiples of the vector or of the 8-vector block, rows that wrap
    around the ring, and one row. */
 #ifdef G4__VL
@@ -786,25 +787,30 @@ static void test_attention_kernels(void) {
     static const int ns[] = {1, 7, G4__VL_T, 3 * G4__VL_T + 5, 8 * G4__VL_T, 8 * G4__VL_T + 3, 17 * G4__VL_T + 1, 256};
     static const int ms[] = {1, 2, 7, 8, 9, 17, 40};
     unsigned seed = 4242;
-    int a, b, i, j, bad_dot = 0, bad_ref = 0, bad_axpy = 0, bad_scalar = 0, cases = 0;
+    int a, b, i, j, bad_dot = 0, bad_ref = 0, bad_axpy = 0, bad_scalar = 0, bad_runs = 0, cases = 0;
     for (a = 0; a < 8; a++)
         for (b = 0; b < 7; b++) {
             int n = ns[a], m = ms[b], cap = m + 3, stride = n + 2, k0 = 2 * cap - 2; /* rows k0 % cap .. wrap */
             float *base = (float *)malloc(sizeof(float) * (size_t)cap * stride), *q = (float *)malloc(sizeof(float) * n);
             float *p = (float *)malloc(sizeof(float) * m), *y1 = (float *)malloc(sizeof(float) * n), *y2 = (float *)malloc(sizeof(float) * n);
-            float *y3 = (float *)malloc(sizeof(float) * n), s8[8];
+            float *y3 = (float *)malloc(sizeof(float) * n), *y4 = (float *)malloc(sizeof(float) * n), s8[8], s24[24];
             const float *rows[8];
             for (i = 0; i < cap * stride; i++) { seed = seed * 1103515245u + 12345u; base[i] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f; }
             for (i = 0; i < n; i++) { seed = seed * 1103515245u + 12345u; q[i] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f; }
             for (j = 0; j < m; j++) { seed = seed * 1103515245u + 12345u; p[j] = (float)((seed >> 8) & 0xffff) / 65536.0f; }
             for (j = 0; j < 8; j++) rows[j] = base + (size_t)((k0 + j) % cap) * stride;
-            g4__dot8(s8, q, rows, n);
+            g4__dot8(s8, 1, q, rows, n);
+            g4__dot8(s24, 3, q, rows, n); /* every third float */
             for (j = 0; j < 8; j++) {
                 float d = g4__dot(q, rows[j], n);
-                bad_dot += memcmp(&d, &s8[j], sizeof d) != 0;
+                bad_dot += memcmp(&d, &s8[j], sizeof d) != 0 || memcmp(&d, &s24[3 * j], sizeof d) != 0;
                 bad_ref += fabs(s8[j] - g4__dot_ref(q, rows[j], n)) > 1e-6 * n * 4;
             }
-            g4__wsum_ring(y1, p, base, (size_t)stride, cap, k0, m, n);
+            g4__wsum_ring(y1, p, base, (size_t)stride, cap, k0, m, n, 0);
+            /* the same sum in two runs of rows, the second added on */
+            g4__wsum_ring(y4, p, base, (size_t)stride, cap, k0, m / 2, n, 0);
+            g4__wsum_ring(y4, p + m / 2, base, (size_t)stride, cap, k0 + m / 2, m - m / 2, n, 1);
+            bad_runs += memcmp(y1, y4, sizeof(float) * n) != 0;
             for (i = 0; i < n; i++) y2[i] = y3[i] = 0.0f;
             for (j = 0; j < m; j++) {
                 const float *v = base + (size_t)((k0 + j) % cap) * stride;
@@ -814,13 +820,14 @@ static void test_attention_kernels(void) {
             bad_axpy += memcmp(y1, y2, sizeof(float) * n) != 0;
             bad_scalar += memcmp(y1, y3, sizeof(float) * n) != 0;
             cases++;
-            free(base); free(q); free(p); free(y1); free(y2); free(y3);
+            free(base); free(q); free(p); free(y1); free(y2); free(y3); free(y4);
         }
     printf("  %d cases (head sizes 1 to 256, 1 to 40 keys, rows wrapping the ring)\n", cases);
     CHECK(bad_dot == 0, "%d of 8-key dots differ from g4__dot's bits", bad_dot);
     CHECK(bad_ref == 0, "%d of 8-key dots are not within rounding of the scalar dot", bad_ref);
     CHECK(bad_axpy == 0, "%d cases: the weighted sum differs from g4__axpy key by key", bad_axpy);
     CHECK(bad_scalar == 0, "%d cases: the weighted sum differs from the scalar loop", bad_scalar);
+    CHECK(bad_runs == 0, "%d cases: the weighted sum in two runs of rows differs from one run", bad_runs);
 }
 
 /* GELU: the SIMD path (g4__gelu_n, tails through a padded vector) gives the

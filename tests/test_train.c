@@ -324,12 +324,13 @@ static void test_attend_backward(void) {
 
 /* the layer's two-pass attention backward (g4__attn_bwd_q / _kv, threaded)
    = the reference pair by pair, bit for bit: window 3, 2 KV heads of 4 query
-   heads; pass A's heads' outputs (o_proj's input) = the forward's g4__attend */
+   heads; pass A's heads' outputs (o_proj's input) = the forward's g4__attend,
+   which gives the same bits one head at a time and NH / KVH heads at a time */
 static void test_attention_backward_passes(void) {
     enum { T = 9, D = 8, KVH = 2, NH = 4, W = 3 };
     float k[T * KVH * D], v[T * KVH * D], q[T * NH * D], dout[T * NH * D];
     float dq[T * NH * D], dk[T * KVH * D], dv[T * KVH * D], dq2[T * NH * D], dk2[T * KVH * D], dv2[T * KVH * D];
-    float p[T], stats[T * NH * 3], scratch[4 * T], att[T * NH * D], att2[T * NH * D];
+    float p[T], p3[NH * T], stats[T * NH * 3], scratch[4 * T], att[T * NH * D], att2[T * NH * D], att3[T * NH * D];
     g4_kv_slot sl;
     g4__attn_bwd_job j;
     g4_pool *pool = NULL;
@@ -341,8 +342,13 @@ static void test_attention_backward_passes(void) {
     for (i = 0; i < T * NH; i++) {
         int t = i / NH, h = i % NH, lo = t - W + 1 > 0 ? t - W + 1 : 0;
         g4__attend_backward(dq + i * D, dk, dv, dout + i * D, q + i * D, &sl, h / (NH / KVH), lo, t, p);
-        g4__attend(att + i * D, q + i * D, &sl, h / (NH / KVH), lo, t, p);
+        g4__attend(att + i * D, q + i * D, 1, &sl, h / (NH / KVH), lo, t, p);
     }
+    for (i = 0; i < T * KVH; i++) { /* the forward's items of NH / KVH heads at once: the same bits */
+        int t = i / KVH, g = i % KVH, lo = t - W + 1 > 0 ? t - W + 1 : 0;
+        g4__attend(att3 + (t * NH + g * (NH / KVH)) * D, q + (t * NH + g * (NH / KVH)) * D, NH / KVH, &sl, g, lo, t, p3);
+    }
+    CHECK(!memcmp(att, att3, sizeof att), "the forward's heads taken %d at a time differ from one at a time", NH / KVH);
     if (g4_pool_create(&pool, 2) != G4_OK) { CHECK(0, "pool"); return; }
     for (pass = 0; pass < 2; pass++) { /* one thread, then two */
         memset(dk2, 0, sizeof dk2); memset(dv2, 0, sizeof dv2);
