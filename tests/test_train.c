@@ -358,6 +358,78 @@ static void test_attention_backward_passes(void) {
     g4_pool_free(pool);
 }
 
+/* The backward's recomputed forward quantities have the forward's bits: the
+   attention probabilities (g4__expf, as g4__softmax), the logits' soft-cap
+   (g4__tanhf, as g4__softcap) and GELU's tanh (g4__gelu_tanh, as g4__gelu_n).
+   The inputs are ones where the C library's expf/tanhf round differently from
+   g4__expf/g4__tanhf (searched for here; glibc 2.36 misrounds about 4e-5 of
+   expf's inputs and 2.8% of tanhf's), so a backward calling the C library
+   gives other bits. Where none is found (another libm) the checks still run. */
+static float libm_differs(int tanh_fn, float from) {
+    float x = from;
+    int i;
+    for (i = 0; i < 4000000; i++) {
+        if (tanh_fn ? tanhf(x) != g4__tanhf(x) : expf(x) != g4__expf(x)) return x;
+        x = nextafterf(x, tanh_fn ? 10.0f : -30.0f);
+    }
+    return from;
+}
+
+static void test_backward_recomputes_forward_bits(void) {
+    enum { T = 2, D = 4, V = 5 };
+    float ex = libm_differs(0, -1.5f), th = libm_differs(1, 0.3f);
+    printf("  libm differs from g4__: expf at %.9g (%s), tanhf at %.9g (%s)\n", ex,
+           expf(ex) != g4__expf(ex) ? "yes" : "none found", th, tanhf(th) != g4__tanhf(th) ? "yes" : "none found");
+    { /* attention: query 1 over keys 0 and 1, scores 0 and ex (q = e_0) */
+        float k[T * D] = {0}, v[T * D], q[T * D] = {0}, dout[T * D], dq[T * D], dk[T * D] = {0}, dv[T * D] = {0};
+        float dq2[T * D], dk2[T * D] = {0}, dv2[T * D] = {0}, p[T], stats[T * 3], scratch[2 * T], att[T * D];
+        g4_kv_slot sl;
+        g4__attn_bwd_job j;
+        int i;
+        k[D] = ex;
+        q[0] = q[D] = 1.0f;
+        for (i = 0; i < T * D; i++) { v[i] = (float)urand(); dout[i] = (float)urand(); }
+        memset(&sl, 0, sizeof sl);
+        sl.kv_heads = 1; sl.head_dim = D; sl.capacity = T; sl.n_pos = T; sl.k = k; sl.v = v;
+        for (i = 0; i < T; i++) g4__attend_backward(dq + i * D, dk, dv, dout + i * D, q + i * D, &sl, 0, 0, i, p);
+        memset(&j, 0, sizeof j);
+        j.sl = &sl; j.q = q; j.dout = dout; j.att = att; j.dq = dq2; j.dk = dk2; j.dv = dv2; j.stats = stats;
+        j.scratch = scratch; j.scratch_len = T; j.n = T; j.NH = 1; j.group = 1;
+        g4__parallel(NULL, g4__attn_bwd_q, &j);
+        g4__parallel(NULL, g4__attn_bwd_kv, &j);
+        p[0] = 0.0f; p[1] = ex;
+        g4__softmax(p, 2);
+        CHECK(stats[3 + 1] == 1.0f + g4__expf(ex), "pass A's softmax sum %.9g is not the forward's %.9g", stats[4],
+              1.0f + g4__expf(ex));
+        CHECK(!memcmp(dq, dq2, sizeof dq) && !memcmp(dk, dk2, sizeof dk) && !memcmp(dv, dv2, sizeof dv),
+              "the two passes' probabilities are not g4__softmax's");
+    }
+    { /* the loss: soft-cap 2 (z / cap exact), the label's logit at th */
+        float z[V] = {0.5f, -1.25f, 0.0f, 1.0f, 3.0f}, c[V], cap = 2.0f;
+        float mx;
+        double sum = 0, ref, loss;
+        g4_session s;
+        int i, y = 2;
+        z[y] = 2.0f * th;
+        memcpy(c, z, sizeof c);
+        memset(&s, 0, sizeof s);
+        g4__softcap(&s, c, cap, V); /* the forward's capped logits */
+        for (mx = c[0], i = 1; i < V; i++) mx = c[i] > mx ? c[i] : mx; /* -log softmax, as g4__ce_row sums it */
+        for (i = 0; i < V; i++) sum += exp((double)(c[i] - mx));
+        ref = (double)mx + log(sum) - (double)c[y];
+        loss = g4__ce_row(z, V, y, cap, 1.0f);
+        CHECK(loss == ref, "cross-entropy %.17g from other capped logits than the forward's (%.17g)", loss, ref);
+    }
+    { /* GELU: the backward's tanh gives the forward's g4__gelu_n, bit for bit */
+        float x[4001], y[4001];
+        int i, bad = 0;
+        for (i = 0; i < 4001; i++) x[i] = (float)(i - 2000) / 160.0f + (float)urand() * 1e-3f;
+        g4__gelu_n(y, x, 4001);
+        for (i = 0; i < 4001; i++) bad += y[i] != (0.5f * x[i]) * (1.0f + g4__gelu_tanh(x[i], 1));
+        CHECK(bad == 0, "%d of 4001 inputs: g4__gelu_tanh is not the tanh of the forward's gelu", bad);
+    }
+}
+
 /* ------------------------------------------------------- the whole model */
 
 typedef struct {
@@ -829,6 +901,7 @@ int main(int argc, char **argv) {
     run("matmul backward = double sums (bf16 weights, tile edges); 2 threads = 1", test_matmul_backward_bf16);
     run("attention backward (window, one KV head of two) = finite differences", test_attend_backward);
     run("attention backward: the two threaded passes = the reference, bit for bit", test_attention_backward_passes);
+    run("the backward's recomputed exp, soft-cap and GELU tanh = the forward's, bit for bit", test_backward_recomputes_forward_bits);
     run("grad e2b_like = torch autograd (shared KV, PLE, double-wide MLP)", test_e2b);
     run("grad e4b_like = torch autograd (wrapper prefix)", test_e4b);
     run("grad 31b_like = torch autograd (attention_k_eq_v, sharded)", test_31b);
