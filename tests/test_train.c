@@ -586,6 +586,7 @@ static void test_31b(void) { check_model("31b_like"); }
 static void test_26b(void) { check_model("26b_like"); }
 static void test_plain(void) { check_model("plain"); }
 static void test_legacy(void) { check_model("legacy_keys"); }
+static void test_ple_wide(void) { check_model("ple_wide"); }
 
 /* recompute = no recompute, and 2 threads = 1 thread, bit for bit (and an
    arena for longer sequences: extra = more max_seq than the sequence) */
@@ -619,6 +620,7 @@ static void test_recompute_e2b(void) { same_bits("e2b_like", 1, 1); }
 static void test_recompute_moe(void) { same_bits("26b_like", 1, 1); }
 static void test_threads_e2b(void) { same_bits("e2b_like", 0, 2); }
 static void test_threads_moe(void) { same_bits("26b_like", 1, 3); }
+static void test_recompute_ple_wide(void) { same_bits("ple_wide", 1, 2); }
 
 /* Recompute reads the shared-KV slots from the table and never captures them
    again. At the forward's last tap ("norm") every slot's K/V get their lowest
@@ -908,11 +910,13 @@ int main(int argc, char **argv) {
     run("grad 26b_like = torch autograd (MoE router and experts)", test_26b);
     run("grad plain = torch autograd (f16 weights)", test_plain);
     run("grad legacy_keys = torch autograd (no gradient for stale reader K/V)", test_legacy);
+    run("grad ple_wide = torch autograd (per-layer inputs wider than the hidden size: P 24 > H 16)", test_ple_wide);
     run("recompute = no recompute, bit for bit (e2b_like)", test_recompute_e2b);
     run("recompute = no recompute, bit for bit (MoE)", test_recompute_moe);
     run("2 threads = 1 thread, bit for bit (e2b_like)", test_threads_e2b);
     run("an arena for 33 tokens runs 24 with the same bits", test_longer_arena);
     run("3 threads + recompute = 1 thread, bit for bit (MoE)", test_threads_moe);
+    run("2 threads + recompute = 1 thread, bit for bit (ple_wide: P > H)", test_recompute_ple_wide);
     run("recompute reads the shared-KV slots from the table, never writes them (flipped bits stay)", test_recompute_reads_table);
     run("planted bug: readers' dK/dV dropped -> caught at the owner's k_proj", test_planted_reader_drop);
     run("the owner's backward waits for every reader (checked)", test_pending_readers_checked);

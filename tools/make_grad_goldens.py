@@ -68,7 +68,7 @@ from transformers.models.gemma4 import modeling_gemma4 as mg  # noqa: E402
 torch.use_deterministic_algorithms(True)
 torch.set_num_threads(1)
 
-MODELS = ["e2b_like", "e4b_like", "31b_like", "26b_like", "plain", "legacy_keys"]
+MODELS = ["e2b_like", "e4b_like", "31b_like", "26b_like", "plain", "legacy_keys", "ple_wide"]
 FULL_MODELS = {"e2b_like"}
 FULL_MAX = 1024
 NPROJ = 8
@@ -334,7 +334,14 @@ def main():
     ap.add_argument("--only", nargs="*")
     args = ap.parse_args()
     summary = [make_one(n, args.root) for n in MODELS if not args.only or n in args.only]
-    with open(os.path.join(args.root, "GRAD_VERSIONS.txt"), "w") as f:
+    # --only: the other models' lines stay as they were (their files are not rewritten)
+    vpath = os.path.join(args.root, "GRAD_VERSIONS.txt")
+    done = {s["name"] for s in summary}
+    kept = []
+    if args.only and os.path.exists(vpath):
+        with open(vpath) as f:
+            kept = [l for l in f if l.startswith("model ") and l.split()[1] not in done]
+    with open(vpath, "w") as f:
         f.write(f"torch {torch.__version__}\ntransformers {transformers.__version__}\n")
         f.write(f"safetensors {safetensors.__version__}\nnumpy {np.__version__}\npython {platform.python_version()}\n")
         f.write(f"platform {platform.platform()}\n")
@@ -346,6 +353,8 @@ def main():
                 f"{NPROJ} sign projections for all; finite differences in float64, h {FD_H}\n")
         f.write("columns: sdpa_rel = max over tensors of max|g_sdpa - g_eager| / max|g_eager| (torch's own spread); "
                 "f64_rel = the same for float64 vs float32 autograd; fd_rel = max |fd64 - autograd64| / max|g| (checks the FD itself)\n")
+        for line in kept:
+            f.write(line)
         for s in summary:
             f.write(f"model {s['name']:12s} loss {s['loss']:.7f}  grads {s['n']:3d}  sdpa_rel {s['sdpa']:.3g}  "
                     f"f64_rel {s['f64']:.3g}  fd_rel {s['fd']:.3g}  bytes {s['size']}\n")
