@@ -3,7 +3,7 @@
 CC      ?= cc
 CFLAGS  ?= -O2 -march=native
 WARN     = -std=c99 -Wall -Wextra -Wpedantic -Werror -ffp-contract=off
-SAN      = -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+SAN      = -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -DG4_ASAN_ARENA
 LDLIBS   = -lm -lpthread
 DEMO     = data/tiny/e2b_like
 

@@ -5269,18 +5269,36 @@ G4__DEF g4_session_config g4_session_config_init(void) {
 }
 
 /* Carves every session buffer from `base` (or only counts when base is NULL);
-   the same walk sizes and fills the arena, so the two cannot disagree. */
+   the same walk sizes and fills the arena, so the two cannot disagree.
+   G4_ASAN_ARENA (the Makefile's sanitizer builds define it, with
+   -fsanitize=address): every buffer is followed by G4__REDZONE bytes that a
+   carver with `poison` set (the CPU session's and the training arena's, in
+   host memory) marks unaddressable, so a buffer sized too small for what is
+   written into it is an ASan error instead of a silent write into the next
+   buffer of the same allocation. The sizes count the red zones too. */
+#ifdef G4_ASAN_ARENA
+#include <sanitizer/asan_interface.h>
+#define G4__REDZONE 64
+#define G4__ASAN_POISON(p, n) __asan_poison_memory_region((p), (n))
+#define G4__ASAN_UNPOISON(p, n) __asan_unpoison_memory_region((p), (n))
+#else
+#define G4__REDZONE 0
+#define G4__ASAN_POISON(p, n) ((void)(p), (void)(n))
+#define G4__ASAN_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
 typedef struct {
     unsigned char *base;
     uint64_t off;
     int overflow;
+    int poison; /* G4_ASAN_ARENA: poison the red zones (host memory only) */
 } g4__carver;
 
 static float *g4__take(g4__carver *cv, uint64_t count, size_t elem) {
     uint64_t bytes = count * elem, start = (cv->off + 63) & ~(uint64_t)63;
     if (count && bytes / count != elem) cv->overflow = 1;
     if (start + bytes < start || start + bytes > ((uint64_t)1 << 46)) cv->overflow = 1;
-    cv->off = start + bytes;
+    cv->off = start + bytes + G4__REDZONE;
+    if (G4__REDZONE && cv->poison && cv->base && !cv->overflow) G4__ASAN_POISON(cv->base + start + bytes, G4__REDZONE);
     return cv->base && !cv->overflow ? (float *)(void *)(cv->base + start) : NULL;
 }
 
@@ -5465,6 +5483,8 @@ G4__DEF g4_result g4_session_init(g4_session *s, const g4_model *m, const g4_ses
     c = g4__session_defaults(cfg);
     memset(&cv, 0, sizeof cv);
     cv.base = (unsigned char *)arena + ((64 - (uintptr_t)arena % 64) % 64);
+    cv.poison = 1;
+    G4__ASAN_UNPOISON(arena, arena_bytes); /* red zones of an earlier carve of this memory */
     s->model = m;
     s->cfg = c;
     s->arena_bytes = arena_bytes;
@@ -6621,6 +6641,8 @@ G4__DEF g4_result g4_train_init(g4_train *t, const g4_model *m, const g4_train_c
     base = (unsigned char *)arena + ((64 - (uintptr_t)arena % 64) % 64);
     memset(&cv, 0, sizeof cv);
     cv.base = base;
+    cv.poison = 1;
+    G4__ASAN_UNPOISON(arena, arena_bytes); /* red zones of an earlier carve of this memory */
     t->model = m;
     t->cfg = *cfg;
     g4__train_carve(t, m, cfg, &cv, sess, &saved);
