@@ -7,7 +7,7 @@ SAN      = -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-om
 LDLIBS   = -lm -lpthread
 DEMO     = data/tiny/e2b_like
 
-.PHONY: all run test unit sanitize strict bench test-arm64 clean fuzz valgrind tsan cuda test-cuda test-cuda-emu sanitize-cuda-emu
+.PHONY: all run test unit sanitize strict bench test-arm64 clean fuzz valgrind tsan cuda test-cuda test-cuda-emu sanitize-cuda-emu test-cuda-device bench-cuda print-nvflags
 
 all: build/gemma4
 
@@ -282,3 +282,13 @@ bench: build/gemma4 build/membw build/fmapeak
 
 clean:
 	rm -rf build
+
+# --- on a GPU (not part of make test: CI has none) ---------------------------
+# The CUDA suite with 1, 3 and the default blocks per grid, then
+# compute-sanitizer's four tools; real shapes from gemma4 synth; the benchmark.
+test-cuda-device: build/gemma4
+	tests/cuda_device.sh build/cuda_device
+	tests/cuda_real.sh build/cuda_real
+
+bench-cuda: build/gemma4
+	bench/cuda.sh

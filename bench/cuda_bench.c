@@ -4,6 +4,7 @@
    steps after it. Prints one line per (mode, context):
 
        cuda_bench DIR [--modes exact,fast,fast-bf16] [--ctx 0,8192,32768] [--gen 32]
+                      [--bw GB/s] [--peak TFLOP/s]
 
    FLOPs of a prefill chunk: 2 per weight per token (lm_head for the last row
    only, as G4_LOGITS_LAST) plus attention's 4 x heads x head_dim per (query,
@@ -66,6 +67,7 @@ static double keys_at(const g4_model *m, int l, double p) {
 int main(int argc, char **argv) {
     const char *dir, *modes = "exact,fast,fast-bf16", *ctxs = "0,8192,32768";
     int gen = 32, i, chunk = 512;
+    double bw = 0, peak = 0; /* the card's measured GB/s and bf16 TFLOP/s (bench/cuda.sh), for the fractions */
     g4_model m;
     g4_cuda_model cm;
     double elems, wbytes, head;
@@ -77,6 +79,8 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--modes") == 0) modes = argv[i + 1];
         else if (strcmp(argv[i], "--ctx") == 0) ctxs = argv[i + 1];
         else if (strcmp(argv[i], "--gen") == 0) gen = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--bw") == 0) bw = atof(argv[i + 1]);
+        else if (strcmp(argv[i], "--peak") == 0) peak = atof(argv[i + 1]);
         else { fprintf(stderr, "cuda_bench: unknown option %s\n", argv[i]); return 2; }
     }
     if (g4_cuda_device_check(desc, sizeof desc, err) != G4_OK) { printf("no CUDA device: %s\n", err); return 1; }
@@ -144,10 +148,12 @@ int main(int argc, char **argv) {
                     dec_bytes += kv * 2.0 * (double)lp->kv_heads * d * kvb;
                 }
                 dec_bytes = dec_bytes / gen + wbytes;
-                printf("%-10s ctx %6d: prefill %8.1f tok/s %7.2f TFLOP/s (512 tokens in %.3f s; filling %d in %.1f s)"
-                       " | decode %7.1f tok/s %7.1f GB/s (%d steps, %.3f GB each)\n",
-                       mode, ctx, chunk / t_pre, pre_flops / t_pre / 1e12, t_pre, ctx, t_fill, gen / t_dec,
-                       dec_bytes * gen / t_dec / 1e9, gen, dec_bytes / 1e9);
+                printf("%-10s ctx %6d: prefill %8.1f tok/s %7.2f TFLOP/s", mode, ctx, chunk / t_pre, pre_flops / t_pre / 1e12);
+                if (peak > 0) printf(" (%4.1f%% of bf16 peak)", 100.0 * pre_flops / t_pre / 1e12 / peak);
+                printf(" | decode %7.1f tok/s %7.1f GB/s", gen / t_dec, dec_bytes * gen / t_dec / 1e9);
+                if (bw > 0) printf(" (%4.1f%% of bandwidth)", 100.0 * dec_bytes * gen / t_dec / 1e9 / bw);
+                printf(" | 512 tokens in %.3f s, filling %d in %.1f s, %d steps of %.3f GB\n", t_pre, ctx, t_fill, gen,
+                       dec_bytes / 1e9);
             }
             fflush(stdout);
             g4_cuda_free(darena);
