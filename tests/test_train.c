@@ -488,6 +488,26 @@ static double sign_proj(const float *g, size_t n, int j) { /* tools/make_grad_go
 
 typedef struct { int checked, failed, full, fd; double worst; char worst_name[128], first_bad[128]; } gcheck;
 
+/* max |ours - ref| / max |ref| over a tensor of `rows` rows whose golden holds
+   only the rows idx[0..k) (ascending; stored [k][cols]), every other row
+   exactly 0 (grad_rows.<name>, tools/make_grad_goldens.py); INFINITY when the
+   golden is malformed */
+static double sparse_rows_rel(const float *ours, const float *ref, const int32_t *idx, int k, int64_t rows, int64_t cols) {
+    double mx = 0, ra = 0;
+    int64_t r, c;
+    int at = 0;
+    for (r = 0; r < rows; r++) {
+        const float *want = at < k && idx[at] == r ? ref + (size_t)at++ * (size_t)cols : NULL;
+        for (c = 0; c < cols; c++) {
+            double w = want ? want[c] : 0.0, d = fabs((double)ours[(size_t)(r * cols + c)] - w);
+            if (!(d <= mx)) mx = d;
+            if (fabs(w) > ra) ra = fabs(w);
+        }
+    }
+    if (at != k) return INFINITY; /* indices not ascending or out of range */
+    return mx / fmax(ra, 1e-30);
+}
+
 /* One tensor's gradient against the golden; returns its worst relative error. */
 static double check_entry(golden *g, const g4_grad_entry *e, const float *ours, gcheck *gc, int verbose) {
     char key[160];
@@ -508,8 +528,16 @@ static double check_entry(golden *g, const g4_grad_entry *e, const float *ours, 
     snprintf(key, sizeof key, "grad.%s", e->name);
     full = golden_f32(g, key, &n);
     if (full) {
-        if ((size_t)n != e->count) return INFINITY;
-        worst = fmax(worst, max_diff(ours, full, e->count) / fmax(max_abs(full, e->count), 1e-30));
+        const int32_t *rows;
+        int k;
+        snprintf(key, sizeof key, "grad_rows.%s", e->name);
+        if ((rows = golden_ids(g, key, &k)) != NULL) { /* the nonzero rows only */
+            if (e->ndim != 2 || (int64_t)k * e->shape[1] != n) return INFINITY;
+            worst = fmax(worst, sparse_rows_rel(ours, full, rows, k, e->shape[0], e->shape[1]));
+        } else {
+            if ((size_t)n != e->count) return INFINITY;
+            worst = fmax(worst, max_diff(ours, full, e->count) / fmax(max_abs(full, e->count), 1e-30));
+        }
         gc->full++;
     }
     snprintf(key, sizeof key, "fd.%s", e->name);
@@ -575,6 +603,35 @@ static void check_model(const char *model) {
         CHECK(gc.fd > 0, "no finite-difference points checked");
         printf("  loss %.7f (ref %.7f); %d gradients (%d in full, %d finite-difference points): worst %.3g at %s\n",
                loss, ref[0], gc.checked, gc.full, gc.fd, gc.worst, gc.worst_name);
+    }
+    tctx_free(&c);
+    g4_model_free(&g.m);
+}
+
+/* The golden keeps only the nonzero rows of e2b_like's PLE table gradient
+   (grad_rows.*): every other row must still be checked as exactly 0. A
+   gradient planted in the pad row (id 0: padding_idx, no lookup gradient) is
+   over tolerance; the unplanted gradient is not. */
+static void test_sparse_golden_rows(void) {
+    golden g;
+    tctx c;
+    const int32_t *ids, *labels, *rows;
+    int n, nl, k;
+    float loss;
+    gcheck gc;
+    const g4_grad_entry *e;
+    memset(&c, 0, sizeof c);
+    if (!grad_golden_open(&g, "e2b_like")) { CHECK(0, "no grad golden"); return; }
+    ids = golden_ids(&g, "input_ids", &n);
+    labels = golden_ids(&g, "labels", &nl);
+    rows = golden_ids(&g, "grad_rows.model.embed_tokens_per_layer.weight", &k);
+    CHECK(rows && k > 0 && rows[0] > 0, "the golden's PLE table gradient is not stored by rows, or has the pad row");
+    if (rows && tctx_open(&c, "e2b_like", n, 0, 1, 0) && (e = g4_train_grad(&c.t, "model.embed_tokens_per_layer.weight"))) {
+        CHECK(g4_loss_and_grad(&c.t, ids, labels, n, &loss, c.G) == G4_OK, "%s", c.t.error);
+        memset(&gc, 0, sizeof gc);
+        CHECK(check_entry(&g, e, c.G + e->offset, &gc, 0) <= GTOL, "the PLE table's gradient is off");
+        c.G[e->offset + 7] = 1e-3f; /* row 0, column 7 */
+        CHECK(check_entry(&g, e, c.G + e->offset, &gc, 0) > GTOL, "a gradient in the pad row passed");
     }
     tctx_free(&c);
     g4_model_free(&g.m);
@@ -905,6 +962,7 @@ int main(int argc, char **argv) {
     run("attention backward: the two threaded passes = the reference, bit for bit", test_attention_backward_passes);
     run("the backward's recomputed exp, soft-cap and GELU tanh = the forward's, bit for bit", test_backward_recomputes_forward_bits);
     run("grad e2b_like = torch autograd (shared KV, PLE, double-wide MLP)", test_e2b);
+    run("grad golden by rows (e2b_like's PLE table): the rows it leaves out are checked as 0", test_sparse_golden_rows);
     run("grad e4b_like = torch autograd (wrapper prefix)", test_e4b);
     run("grad 31b_like = torch autograd (attention_k_eq_v, sharded)", test_31b);
     run("grad 26b_like = torch autograd (MoE router and experts)", test_26b);

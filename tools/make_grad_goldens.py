@@ -20,7 +20,12 @@ holding (no metadata, byte-reproducible):
                                       defined in sign_vector() (computed identically in C)
     grad.<param>         F32 [shape]  the full gradient: every parameter of FULL_MODELS, and in the
                                       other models every parameter with <= FULL_MAX elements
-                                      (norm weights, router scale / per_expert_scale, ...)
+                                      (norm weights, router scale / per_expert_scale, ...);
+                                      a matrix with more than FULL_MAX elements whose rows are
+                                      mostly exactly zero (e2b_like's PLE table: only the rows of
+                                      the sequence's ids get a gradient) is stored as its nonzero
+                                      rows [k, cols] with
+    grad_rows.<param>    I32 [k]      their row indices, ascending; every other row is exactly 0
     grad.embed_tokens    F32 [S, H]   dL/d(scaled embedding entering layer 0)
     grad.layers.<i>      F32 [S, H]   dL/d(output of decoder layer i)
                                       (the names tools/hf_dump.py --grad uses: `build/gemma4 compare
@@ -35,7 +40,7 @@ k_proj/v_proj/k_norm modules; layer_scalar is a buffer; vision/audio towers get 
 
 Size choice (data/ is kept small): full float32 gradients of all six models would be ~8.8 MB.
 e2b_like (shared KV + PLE + double-wide MLP, the model the seeds' failures are about) is stored
-in full (~2.2 MB); for the other models every tensor gets the exact sum of squares, max |g| and
+in full (~1.9 MB: its PLE table gradient by nonzero rows, see grad_rows above); for the other models every tensor gets the exact sum of squares, max |g| and
 NPROJ sign projections, plus the full small tensors. What that catches: any error whose
 projection on one of the NPROJ random sign vectors exceeds the tolerance (a dense error of
 relative size e shifts each projection by ~e*||g||; NPROJ independent signs make a miss
@@ -303,7 +308,14 @@ def make_one(name, root):
     for n, g in sorted(grads.items()):
         out["gstat." + ckpt(n)] = gstat(g)
         if name in FULL_MODELS or g.numel() <= FULL_MAX:
-            out["grad." + n] = g.float().contiguous()
+            rows = torch.nonzero(g.reshape(g.shape[0], -1).abs().amax(dim=1)).reshape(-1) if g.dim() == 2 else None
+            if rows is not None and g.numel() > FULL_MAX and 2 * rows.numel() < g.shape[0]:
+                # mostly zero rows (the PLE table: only the sequence's ids have a gradient): the
+                # nonzero rows and their indices, every other row exactly 0 (the same check)
+                out["grad." + n] = g[rows].float().contiguous()
+                out["grad_rows." + n] = rows.to(torch.int32).contiguous()
+            else:
+                out["grad." + n] = g.float().contiguous()
     for k, v in acts.items():
         out[k] = v.contiguous()
 
