@@ -30,7 +30,10 @@ holding (no metadata, byte-reproducible):
     grad.layers.<i>      F32 [S, H]   dL/d(output of decoder layer i)
                                       (the names tools/hf_dump.py --grad uses: `build/gemma4 compare
                                       DIR DIR/grad_golden.safetensors` checks the loss, these and
-                                      the stored parameter gradients)
+                                      the stored parameter gradients); FULL_MODELS only, the
+                                      golden that test_train runs `compare` on (no test reads
+                                      them elsewhere; tools/hf_dump.py --grad writes them for any
+                                      model)
     fd.<param>           F32 [k, 2]   rows (flat element index, dL/dtheta) from central finite
                                       differences of the float64 model's loss (h = FD_H): a second
                                       oracle that does not use autograd
@@ -316,8 +319,9 @@ def make_one(name, root):
                 out["grad_rows." + n] = rows.to(torch.int32).contiguous()
             else:
                 out["grad." + n] = g.float().contiguous()
-    for k, v in acts.items():
-        out[k] = v.contiguous()
+    if name in FULL_MODELS:  # the activation gradients: only where a test reads them (CLI compare)
+        for k, v in acts.items():
+            out[k] = v.contiguous()
 
     worst_fd = 0.0
     for n, idx in sorted(fd_targets(sorted(grads), grads).items()):
