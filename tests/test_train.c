@@ -33,6 +33,8 @@
 
 #define GTOL 1e-4
 
+static const char *g_cli; /* build/gemma4, from the command line (argv[2]) */
+
 /* ----------------------------------------------- ops vs finite differences */
 
 static uint64_t g_rng = 88172645463325252ULL;
@@ -440,11 +442,11 @@ typedef struct {
     g4_pool *pool;
 } tctx;
 
-static int tctx_open(tctx *c, const char *model, int max_seq, int recompute, int threads, int drop) {
+static int tctx_open_dir(tctx *c, const char *dir, int max_seq, int recompute, int threads, int drop) {
     g4_train_config cfg = g4_train_config_init();
     size_t bytes, floats;
     memset(c, 0, sizeof *c);
-    if (g4_model_load(&c->m, tiny(model)) != G4_OK) { CHECK(0, "load %s: %s", model, c->m.error); return 0; }
+    if (g4_model_load(&c->m, dir) != G4_OK) { CHECK(0, "load %s: %s", dir, c->m.error); return 0; }
     if (threads > 1 && g4_pool_create(&c->pool, threads) != G4_OK) { CHECK(0, "pool"); return 0; }
     cfg.max_seq = max_seq;
     cfg.recompute = recompute;
@@ -457,6 +459,10 @@ static int tctx_open(tctx *c, const char *model, int max_seq, int recompute, int
     if (g4_train_init(&c->t, &c->m, &cfg, c->arena, bytes) != G4_OK) { CHECK(0, "train init: %s", c->t.error); return 0; }
     CHECK(c->t.grad_floats == floats, "grad_floats %zu != %zu", c->t.grad_floats, floats);
     return 1;
+}
+
+static int tctx_open(tctx *c, const char *model, int max_seq, int recompute, int threads, int drop) {
+    return tctx_open_dir(c, tiny(model), max_seq, recompute, threads, drop);
 }
 
 static void tctx_free(tctx *c) {
@@ -679,6 +685,56 @@ static void test_threads_e2b(void) { same_bits("e2b_like", 0, 2); }
 static void test_threads_moe(void) { same_bits("26b_like", 1, 3); }
 static void test_recompute_ple_wide(void) { same_bits("ple_wide", 1, 2); }
 
+/* Every scratch row sized by the widest width it holds: a checkpoint whose
+   widths are ordered unlike the goldens' (attention narrower than the hidden
+   size on sliding layers, NH*D 32 < H 48 < 64 on full ones; 64 experts > H;
+   the experts' [gate | up] 80 wider than everything; the vocabulary 64 and
+   the PLE width 8 small; a double-wide reader), made by `gemma4 synth`, runs
+   the forward and the backward (with the ASan red zones of the sanitizer
+   build: a row sized too small is an ASan error), and recompute + 2 threads
+   give the same bits. No golden: the red zones are the check, the bits the
+   second one. */
+static void test_arena_widths(void) {
+    static const char config[] =
+        "{\"architectures\": [\"Gemma4ForCausalLM\"], \"model_type\": \"gemma4_text\", \"attention_k_eq_v\": false,\n"
+        " \"enable_moe_block\": true, \"num_experts\": 64, \"top_k_experts\": 4, \"moe_intermediate_size\": 40,\n"
+        " \"final_logit_softcapping\": 30.0, \"head_dim\": 16, \"hidden_activation\": \"gelu_pytorch_tanh\",\n"
+        " \"hidden_size\": 48, \"hidden_size_per_layer_input\": 8, \"vocab_size_per_layer_input\": 64,\n"
+        " \"intermediate_size\": 20, \"layer_types\": [\"sliding_attention\", \"sliding_attention\", \"full_attention\",\n"
+        " \"full_attention\"], \"max_position_embeddings\": 128, \"num_attention_heads\": 2, \"num_hidden_layers\": 4,\n"
+        " \"num_key_value_heads\": 1, \"num_kv_shared_layers\": 1, \"pad_token_id\": 0,\n"
+        " \"per_layer_config\": {\"2\": {\"head_dim\": 32}, \"3\": {\"head_dim\": 32}}, \"rms_norm_eps\": 1e-06,\n"
+        " \"rope_parameters\": {\"full_attention\": {\"partial_rotary_factor\": 0.25, \"rope_theta\": 1000000.0,\n"
+        " \"rope_type\": \"proportional\"}, \"sliding_attention\": {\"rope_theta\": 10000.0, \"rope_type\": \"default\"}},\n"
+        " \"sliding_window\": 4, \"tie_word_embeddings\": true, \"use_double_wide_mlp\": true, \"vocab_size\": 64}\n";
+    char path[1024], dir[1024], cmd[3072], res[4096];
+    int32_t ids[12] = {2, 5, 9, 11, 40, 3, 7, 7, 60, 20, 30, 4};
+    float la = 0, lb = 1;
+    tctx a, b;
+    FILE *f;
+    if (!g_cli) { skip("no CLI path given (argv[2]): gemma4 synth makes the checkpoint"); return; }
+    snprintf(path, sizeof path, "%s/widths.json", g_tmp);
+    snprintf(dir, sizeof dir, "%s/widths", g_tmp);
+    if (!(f = fopen(path, "w"))) { CHECK(0, "cannot write %s", path); return; }
+    fputs(config, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s synth --config %s --out %s 2>&1", g_cli, path, dir);
+    if (run_cli("", cmd, res, sizeof res, NULL, NULL, 0) != 0) { CHECK(0, "synth: %s", res); return; }
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    if (tctx_open_dir(&a, dir, 12, 0, 1, 0) && tctx_open_dir(&b, dir, 12, 1, 2, 0)) {
+        CHECK(a.m.config.hidden_size == 48 && a.m.config.num_experts == 64 && a.m.plan.layer[3].reads == 2 &&
+                  a.m.plan.layer[3].mlp_width == 40,
+              "the synthesized checkpoint is not the shape under test");
+        CHECK(g4_loss_and_grad(&a.t, ids, NULL, 12, &la, a.G) == G4_OK, "%s", a.t.error);
+        CHECK(g4_loss_and_grad(&b.t, ids, NULL, 12, &lb, b.G) == G4_OK, "%s", b.t.error);
+        CHECK(la == lb && la > 0 && la < 20, "loss %.9g, with recompute and 2 threads %.9g", la, lb);
+        CHECK(!memcmp(a.G, b.G, sizeof(float) * a.t.grad_floats), "recompute + 2 threads: other gradient bits");
+    }
+    tctx_free(&a);
+    tctx_free(&b);
+}
+
 /* Recompute reads the shared-KV slots from the table and never captures them
    again. At the forward's last tap ("norm") every slot's K/V get their lowest
    mantissa bit flipped: an owner's recompute that wrote its slot again (as the
@@ -836,8 +892,6 @@ static void test_errors(void) {
 
 /* ------------------------------------------------------------ the CLI */
 
-static const char *g_cli; /* build/gemma4, from the command line (argv[2]) */
-
 static void list(char *buf, size_t cap, const int32_t *v, int n) {
     size_t len = 0;
     int i;
@@ -976,6 +1030,7 @@ int main(int argc, char **argv) {
     run("3 threads + recompute = 1 thread, bit for bit (MoE)", test_threads_moe);
     run("2 threads + recompute = 1 thread, bit for bit (ple_wide: P > H)", test_recompute_ple_wide);
     run("recompute reads the shared-KV slots from the table, never writes them (flipped bits stay)", test_recompute_reads_table);
+    run("arena widths: attention narrower than the hidden size, 64 experts, wide experts, small vocab (synth)", test_arena_widths);
     run("planted bug: readers' dK/dV dropped -> caught at the owner's k_proj", test_planted_reader_drop);
     run("the owner's backward waits for every reader (checked)", test_pending_readers_checked);
     run("errors: all labels ignored, label range, too long, arena, bf16", test_errors);
