@@ -217,6 +217,7 @@ test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san 
       build/test_bad_inputs build/test_bad_inputs_san build/test_threads build/test_threads_san \
       build/test_tokenizer build/test_tokenizer_san build/test_cuda_emu build/test_cuda_emu_san \
       build/test_train build/test_train_san build/test_drafter build/test_drafter_san build/test_template build/test_template_san build/test_lora build/test_lora_san
+	@date +%s > build/test_t0
 	@echo "== README example"
 	./build/minimal $(DEMO)
 	@echo "== tokenizer, chat, sampler and generate tests, under AddressSanitizer + UndefinedBehaviorSanitizer and plain"
@@ -257,7 +258,7 @@ test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san 
 	  END { n = split("scalar avx2 avx512 avx512_bf16 neon", all, " "); r = ""; m = ""; \
 	        for (i = 1; i <= n; i++) if (all[i] in ran) r = r " " all[i]; else m = m " " all[i]; \
 	        print "kernel sets executed:" r (m == "" ? "" : "; not executed on this CPU (compiled by make strict):" m) }'
-	@echo "== all suites"
+	@echo "== all suites (their runs took $$(( $$(date +%s) - $$(cat build/test_t0) )) s, the builds before them not counted)"
 	@cd build && cat $(SUITE_LOGS) | awk '/^[0-9]+ passed, [0-9]+ failed/ { p += $$1; f += $$3; s += $$5 } END { printf "%d passed, %d failed", p, f; if (s) printf ", %d skipped", s; print "" }'
 
 build/membw: bench/membw.c | build

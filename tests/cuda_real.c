@@ -11,15 +11,16 @@
                                       POSITIONS (past 100k: the sliding rings wrap
                                       hundreds of times), chunks of 512, then 3
                                       decode steps: fast within its bound of exact
-       cuda_real limits DIR           a max_context past the device's memory fails
-                                      cleanly (an error, no crash), and past the
-                                      config's max_position_embeddings is refused
+       cuda_real limits DIR           an arena past the device's memory fails
+                                      cleanly (an error, no crash) and the device
+                                      works after it; a max_context past the
+                                      config's max_position_embeddings is reported
        cuda_real threads DIR          two sessions on one uploaded model, run from
                                       two host threads at once = each run alone
 
-   The bounds are tests/test_cuda.c's: the exact mode 0 (the CPU's bits), the
-   fast float32 mode 4e-5 x max|logit| of the exact mode's, fast bf16 3e-2 of
-   the bf16-faithful mode's with the same argmax. Prints "N passed, M failed". */
+   The bounds: the exact mode 0 (the scalar CPU's bits); the fast mode op by
+   op where nothing has been amplified yet (see "taps" below). Prints
+   "N passed, M failed". Not part of make test: it needs a GPU. */
 /* The CPU side is the scalar reference (as tests/test_cuda.c): the order the
    exact mode's kernels mirror; threads split rows and change no bit. */
 #define G4_NO_SIMD
