@@ -3,11 +3,11 @@
 CC      ?= cc
 CFLAGS  ?= -O2 -march=native
 WARN     = -std=c99 -Wall -Wextra -Wpedantic -Werror -ffp-contract=off
-SAN      = -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+SAN      = -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -DG4_ASAN_ARENA
 LDLIBS   = -lm -lpthread
 DEMO     = data/tiny/e2b_like
 
-.PHONY: all run test unit sanitize strict bench test-arm64 clean fuzz valgrind tsan cuda test-cuda test-cuda-emu sanitize-cuda-emu
+.PHONY: all run test unit sanitize strict bench test-arm64 clean fuzz valgrind tsan cuda test-cuda test-cuda-emu sanitize-cuda-emu test-cuda-device bench-cuda print-nvflags
 
 all: build/gemma4
 
@@ -217,6 +217,7 @@ test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san 
       build/test_bad_inputs build/test_bad_inputs_san build/test_threads build/test_threads_san \
       build/test_tokenizer build/test_tokenizer_san build/test_cuda_emu build/test_cuda_emu_san \
       build/test_train build/test_train_san build/test_drafter build/test_drafter_san build/test_template build/test_template_san build/test_lora build/test_lora_san
+	@date +%s > build/test_t0
 	@echo "== README example"
 	./build/minimal $(DEMO)
 	@echo "== tokenizer, chat, sampler and generate tests, under AddressSanitizer + UndefinedBehaviorSanitizer and plain"
@@ -257,7 +258,7 @@ test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san 
 	  END { n = split("scalar avx2 avx512 avx512_bf16 neon", all, " "); r = ""; m = ""; \
 	        for (i = 1; i <= n; i++) if (all[i] in ran) r = r " " all[i]; else m = m " " all[i]; \
 	        print "kernel sets executed:" r (m == "" ? "" : "; not executed on this CPU (compiled by make strict):" m) }'
-	@echo "== all suites"
+	@echo "== all suites (their runs took $$(( $$(date +%s) - $$(cat build/test_t0) )) s, the builds before them not counted)"
 	@cd build && cat $(SUITE_LOGS) | awk '/^[0-9]+ passed, [0-9]+ failed/ { p += $$1; f += $$3; s += $$5 } END { printf "%d passed, %d failed", p, f; if (s) printf ", %d skipped", s; print "" }'
 
 build/membw: bench/membw.c | build
@@ -282,3 +283,13 @@ bench: build/gemma4 build/membw build/fmapeak
 
 clean:
 	rm -rf build
+
+# --- on a GPU (not part of make test: CI has none) ---------------------------
+# The CUDA suite with 1, 3 and the default blocks per grid, then
+# compute-sanitizer's four tools; real shapes from gemma4 synth; the benchmark.
+test-cuda-device: build/gemma4
+	tests/cuda_device.sh build/cuda_device
+	tests/cuda_real.sh build/cuda_real
+
+bench-cuda: build/gemma4
+	bench/cuda.sh

@@ -3674,9 +3674,12 @@ G4__MAYBE_UNUSED static void g4__lora_forward(float *y, const float *x, const g4
 #define G4__EXP_MAGIC 12582912.0f /* 1.5 * 2^23: adding it rounds to an integer */
 #define G4__EXP_C 1.44269504088896341f, 0.693359375f, 2.12194440e-4f
 #define G4__EXP_P 1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f
-/* clamp = 0: without the exact 1 past |z| = 8.664339742, as ATen's scalar
-   gelu (glibc's tanhf) rounds in bf16 (g4__gelu_torch_n) */
-G4__HD static float g4__gelu_x(float x, int clamp) {
+/* tanh(z), z = k (x + 0.044715 ((x x) x)): the tanh inside gelu(x), as
+   g4__gelu_x computes it (the backward's g4__gelu_grad takes it from here, so
+   it sees the forward's bits). clamp = 0: without the exact 1 past |z| =
+   8.664339742, as ATen's scalar gelu (glibc's tanhf) rounds in bf16
+   (g4__gelu_torch_n) */
+G4__HD static float g4__gelu_tanh(float x, int clamp) {
     const float c[3] = {G4__EXP_C}, p[6] = {G4__EXP_P};
     float z = G4__GELU_K * (x + 0.044715f * (x * x * x)), a = fminf(fabsf(z + z), 87.0f), n, r, e, u;
     uint32_t bits;
@@ -3692,8 +3695,11 @@ G4__HD static float g4__gelu_x(float x, int clamp) {
     e = e * u;                     /* exp(2|z|) */
     u = 1.0f - 2.0f / (e + 1.0f); /* tanh(|z|) */
     if (clamp && G4__TANH_ONE - a < 0.0f) u = 1.0f;
-    return (0.5f * x) * (z < 0.0f ? 1.0f - u : 1.0f + u);
+    return z < 0.0f ? -u : u;
 }
+
+/* (0.5 x) (1 + tanh(z)): for z < 0, 1 + (-u) is 1 - u (IEEE a - b is a + (-b)) */
+G4__HD static float g4__gelu_x(float x, int clamp) { return (0.5f * x) * (1.0f + g4__gelu_tanh(x, clamp)); }
 
 G4__MAYBE_UNUSED static float g4__gelu(float x) { return g4__gelu_x(x, 1); }
 
@@ -5381,18 +5387,36 @@ G4__DEF g4_session_config g4_session_config_init(void) {
 }
 
 /* Carves every session buffer from `base` (or only counts when base is NULL);
-   the same walk sizes and fills the arena, so the two cannot disagree. */
+   the same walk sizes and fills the arena, so the two cannot disagree.
+   G4_ASAN_ARENA (the Makefile's sanitizer builds define it, with
+   -fsanitize=address): every buffer is followed by G4__REDZONE bytes that a
+   carver with `poison` set (the CPU session's and the training arena's, in
+   host memory) marks unaddressable, so a buffer sized too small for what is
+   written into it is an ASan error instead of a silent write into the next
+   buffer of the same allocation. The sizes count the red zones too. */
+#ifdef G4_ASAN_ARENA
+#include <sanitizer/asan_interface.h>
+#define G4__REDZONE 64
+#define G4__ASAN_POISON(p, n) __asan_poison_memory_region((p), (n))
+#define G4__ASAN_UNPOISON(p, n) __asan_unpoison_memory_region((p), (n))
+#else
+#define G4__REDZONE 0
+#define G4__ASAN_POISON(p, n) ((void)(p), (void)(n))
+#define G4__ASAN_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
 typedef struct {
     unsigned char *base;
     uint64_t off;
     int overflow;
+    int poison; /* G4_ASAN_ARENA: poison the red zones (host memory only) */
 } g4__carver;
 
 static float *g4__take(g4__carver *cv, uint64_t count, size_t elem) {
     uint64_t bytes = count * elem, start = (cv->off + 63) & ~(uint64_t)63;
     if (count && bytes / count != elem) cv->overflow = 1;
     if (start + bytes < start || start + bytes > ((uint64_t)1 << 46)) cv->overflow = 1;
-    cv->off = start + bytes;
+    cv->off = start + bytes + G4__REDZONE;
+    if (G4__REDZONE && cv->poison && cv->base && !cv->overflow) G4__ASAN_POISON(cv->base + start + bytes, G4__REDZONE);
     return cv->base && !cv->overflow ? (float *)(void *)(cv->base + start) : NULL;
 }
 
@@ -5580,6 +5604,8 @@ G4__DEF g4_result g4_session_init(g4_session *s, const g4_model *m, const g4_ses
     c = g4__session_defaults(cfg);
     memset(&cv, 0, sizeof cv);
     cv.base = (unsigned char *)arena + ((64 - (uintptr_t)arena % 64) % 64);
+    cv.poison = 1;
+    G4__ASAN_UNPOISON(arena, arena_bytes); /* red zones of an earlier carve of this memory */
     s->model = m;
     s->cfg = c;
     s->arena_bytes = arena_bytes;
@@ -6255,7 +6281,8 @@ static void g4__rmsnorm_backward(float *dx, float *dw, const float *dy, const fl
 static void g4__rope_backward(float *dx, const float *inv_freq, int D, int pos) {
     int j, half = D / 2;
     for (j = 0; j < half; j++) {
-        float a = (float)pos * inv_freq[j], c = cosf(a), s = sinf(a), g1 = dx[j], g2 = dx[j + half];
+        float c, s, g1 = dx[j], g2 = dx[j + half];
+        g4__rope_cos_sin(inv_freq[j], pos, &c, &s); /* the forward's angle, cos and sin */
         dx[j] = g1 * c + g2 * s;
         dx[j + half] = g2 * c - g1 * s;
     }
@@ -6269,12 +6296,16 @@ static void g4__softmax_backward(float *dp, const float *p, int n) {
     for (i = 0; i < n; i++) dp[i] = p[i] * (dp[i] - (float)s);
 }
 
-/* d gelu_pytorch_tanh(x) / dx, as torch's GeluBackward (approximate="tanh") writes it */
+/* d gelu_pytorch_tanh(x) / dx, as torch's GeluBackward (approximate="tanh")
+   writes it; tanh(inner) is the forward's own (g4__gelu_tanh, the clamped
+   float32 gelu that g4__gelu_n computes), so the recompute has its bits */
 static float g4__gelu_grad(float x) {
-    const float beta = 0.7978845608028654f, kappa = 0.044715f; /* sqrt(2/pi) */
-    float x2 = x * x, inner = beta * (x + kappa * x2 * x), th = tanhf(inner);
-    float left_d = 0.5f * (1.0f + th), right_d = 0.5f * x * (1.0f - th * th) * beta * (1.0f + 3.0f * kappa * x2);
-    return left_d + right_d;
+    const float kappa = 0.044715f;
+    float x_sq = x * x, tanh_inner = g4__gelu_tanh(x, 1);
+    float left = 0.5f * x, right = 1.0f + tanh_inner, left_derivative = 0.5f * right;
+    float tanh_derivative = 1.0f - tanh_inner * tanh_inner;
+    float inner_derivative = G4__GELU_K * (1.0f + 3.0f * kappa * x_sq);
+    return left_derivative + left * tanh_derivative * inner_derivative;
 }
 
 /* y = x W^T (g4__matmul) backward: dX += dY W and dW += dY^T X, both the
@@ -6409,7 +6440,7 @@ static void g4__attn_bwd_q(void *ctx, int part, int n_parts) {
         for (k = lo; k <= t; k++)
             p[k - lo] = g4__dot(q, sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)(h / j->group) * D, D);
         for (mx = p[0], k = 1; k <= t - lo; k++) if (p[k] > mx) mx = p[k];
-        for (k = 0; k <= t - lo; k++) sum += expf(p[k] - mx); /* g4__softmax's max and sum, for pass B */
+        for (k = 0; k <= t - lo; k++) sum += g4__expf(p[k] - mx); /* g4__softmax's max and sum, for pass B */
         g4__softmax(p, t - lo + 1);
         memset(att, 0, sizeof(float) * (size_t)D); /* the head's output, as g4__attend sums it */
         for (k = lo; k <= t; k++) {
@@ -6440,7 +6471,7 @@ static void g4__attn_bwd_kv(void *ctx, int part, int n_parts) {
             for (h = g * j->group; h < (g + 1) * j->group; h++) {
                 size_t pi = (size_t)t * j->NH + (size_t)h;
                 const float *q = j->q + pi * D, *dout = j->dout + pi * D, *st = j->stats + 3 * pi;
-                float pk = expf(g4__dot(q, sl->k + row, D) - st[0]) / st[1];
+                float pk = g4__expf(g4__dot(q, sl->k + row, D) - st[0]) / st[1]; /* g4__softmax's p */
                 float ds = pk * (g4__dot(dout, sl->v + row, D) - st[2]);
                 g4__axpy(j->dk + row, ds, q, D);
                 g4__axpy(j->dv + row, pk, dout, D);
@@ -6738,6 +6769,8 @@ G4__DEF g4_result g4_train_init(g4_train *t, const g4_model *m, const g4_train_c
     base = (unsigned char *)arena + ((64 - (uintptr_t)arena % 64) % 64);
     memset(&cv, 0, sizeof cv);
     cv.base = base;
+    cv.poison = 1;
+    G4__ASAN_UNPOISON(arena, arena_bytes); /* red zones of an earlier carve of this memory */
     t->model = m;
     t->cfg = *cfg;
     g4__train_carve(t, m, cfg, &cv, sess, &saved);
@@ -7151,8 +7184,8 @@ static double g4__ce_row(float *z, int V, int32_t y, float cap, float inv_n) {
     double sum = 0.0, lse;
     float mx;
     int j;
-    if (cap > 0.0f) /* z := tanh(z / cap); the logit is z * cap */
-        for (j = 0; j < V; j++) z[j] = tanhf(z[j] / cap);
+    if (cap > 0.0f) /* z := tanh(z / cap) as g4__softcap computes it (g4__tanhf); the logit is z * cap */
+        for (j = 0; j < V; j++) z[j] = g4__tanhf(z[j] / cap);
     mx = cap > 0.0f ? z[0] * cap : z[0];
     for (j = 1; j < V; j++) { float v = cap > 0.0f ? z[j] * cap : z[j]; if (v > mx) mx = v; }
     for (j = 0; j < V; j++) sum += exp((double)((cap > 0.0f ? z[j] * cap : z[j]) - mx));

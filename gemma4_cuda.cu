@@ -140,6 +140,14 @@
         }                                                                                               \
     } while (0)
 
+/* a slot now holds positions [oldest, n_pos): its ring keeps the last
+   `capacity` (the CPU's rule; the CUDA path has no rewind, so oldest only
+   follows n_pos) */
+static void g4c__held(g4_kv_slot *sl, int n_pos) {
+    sl->n_pos = n_pos;
+    sl->oldest = n_pos > sl->capacity ? n_pos - sl->capacity : 0;
+}
+
 static unsigned g4c__grid(size_t work, unsigned per_block) {
     size_t b = (work + per_block - 1) / per_block;
     if (b < 1) b = 1;
@@ -597,12 +605,12 @@ static g4_result g4c__attention(g4_cuda_session *s, int l, int n) {
         G4C_TRY(g4c__rmsnorm(s, s->d_v_new, s->d_v_new, NULL, n * KVH, D));
         G4C_RUN(s->error, g4c_kv_append, g4c__grid((size_t)n * KVH * D, G4C_THREADS), G4C_THREADS, s->d_slots,
                 lp->kv_slot, s->d_k_new, s->d_v_new, n, pos0);
-        sl->n_pos = pos0 + n;
+        g4c__held(sl, pos0 + n);
     } else if (s->layer_slot[l] != lp->kv_slot) {
         /* debug mode (reader_copies): this step's rows into the reader's own slot */
         G4C_RUN(s->error, g4c_kv_copy, g4c__grid((size_t)n * KVH * D, G4C_THREADS), G4C_THREADS, s->d_slots,
                 lp->kv_slot, s->layer_slot[l], n, pos0);
-        s->slots[s->layer_slot[l]].n_pos = pos0 + n;
+        g4c__held(&s->slots[s->layer_slot[l]], pos0 + n);
     }
 
     /* write once, then read: checked here on the host's table and again by
@@ -847,7 +855,7 @@ static g4_result g4c__step(g4_cuda_session *s, const int32_t *ids, int n, float 
     int pos0 = s->pos;
     g4_result r = g4c__step_run(s, ids, n, out, first);
     if (r == G4_OK) return G4_OK;
-    for (int i = 0; i < s->n_slots; i++) s->slots[i].n_pos = pos0; /* every slot held pos0 positions */
+    for (int i = 0; i < s->n_slots; i++) g4c__held(&s->slots[i], pos0); /* every slot held pos0 positions */
     s->pos = pos0;
     if (r == G4_ERR_CUDA) {
         char msg[G4_ERROR_MAX];
@@ -1628,11 +1636,11 @@ static g4_result g4f__attention(g4_cuda_session *s, int l, int n) {
                 0, (const float *)NULL, n * KVH, KVH, D, pos0, eps, bf, s->d_slots, lp->kv_slot, 1, s->kv_bf16);
         G4C_RUN(s->error, g4f_norm_rope, wgrid, G4F_THREADS, s->d_k_new, lw->k_norm.data, (int)lw->k_norm.dtype, inv_freq,
                 n * KVH, KVH, D, pos0, eps, bf, s->d_slots, lp->kv_slot, 0, s->kv_bf16);
-        sl->n_pos = pos0 + n;
+        g4c__held(sl, pos0 + n);
     } else if (s->layer_slot[l] != lp->kv_slot) {
         G4C_RUN(s->error, g4f_kv_copy, g4c__grid((size_t)n * KVH * D, G4F_THREADS), G4F_THREADS, s->d_slots,
                 lp->kv_slot, s->layer_slot[l], n, pos0, s->kv_bf16);
-        s->slots[s->layer_slot[l]].n_pos = pos0 + n;
+        g4c__held(&s->slots[s->layer_slot[l]], pos0 + n);
     }
 
     slot = s->layer_slot[l];
@@ -2031,13 +2039,14 @@ G4_CUDA_API g4_result g4_cuda_session_init(g4_cuda_session *s, const g4_cuda_mod
 G4_CUDA_API g4_result g4_cuda_session_reset(g4_cuda_session *s) {
     if (!s || !s->slots) return G4_ERR_INPUT;
     s->pos = 0;
-    for (int i = 0; i < s->n_slots; i++) s->slots[i].n_pos = 0;
+    for (int i = 0; i < s->n_slots; i++) g4c__held(&s->slots[i], 0);
     return g4c__sync_table(s);
 }
 
 G4_CUDA_API g4_result g4_cuda_session_table(g4_cuda_session *s, g4_kv_slot *out, int max) {
     if (!s || !s->slots || !out || max < s->n_slots) return G4_ERR_INPUT;
     G4C_CHECK(s->error, cudaMemcpy(out, s->d_slots, sizeof(g4_kv_slot) * (size_t)s->n_slots, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < s->n_slots; i++) g4c__held(&out[i], out[i].n_pos); /* the kernels keep n_pos alone */
     return G4_OK;
 }
 

@@ -191,24 +191,44 @@ static int g4t_compare_grads(const g4_model *m, const char *dump, const g4cmp *f
     for (i = st.t.n_grads - 1; i >= 0; i--) {
         const g4_grad_entry *e = &st.t.grads[i];
         char key[160];
-        const g4_tensor *ref;
+        const g4_tensor *ref, *rows;
         double mx = 0, ra = 0, rel;
         size_t j;
         snprintf(key, sizeof key, "grad.%s", e->name);
         ref = g4_model_tensor(&fwd->dump, key);
         if (!ref) { printf("%-56s %12s %12s  (not in dump)\n", e->name, "-", "-"); continue; }
-        if (ref->dtype != G4_F32 || (size_t)(ref->ndim == 1 ? ref->shape[0] : ref->ndim == 2 ? ref->shape[0] * ref->shape[1]
-                                             : ref->shape[0] * ref->shape[1] * ref->shape[2]) != e->count) {
+        snprintf(key, sizeof key, "grad_rows.%s", e->name);
+        rows = g4_model_tensor(&fwd->dump, key); /* the golden's mostly-zero matrices: the nonzero rows only */
+        if (ref->dtype != G4_F32 ||
+            (rows ? rows->dtype != G4_I32 || rows->ndim != 1 || ((uintptr_t)rows->data & 3) || e->ndim != 2 ||
+                        ref->ndim != 2 || ref->shape[0] != rows->shape[0] || ref->shape[1] != e->shape[1]
+                  : (size_t)(ref->ndim == 1 ? ref->shape[0] : ref->ndim == 2 ? ref->shape[0] * ref->shape[1]
+                                             : ref->shape[0] * ref->shape[1] * ref->shape[2]) != e->count)) {
             printf("%-56s %12s %12s  shape differs in dump%s\n", e->name, "-", "-", first_param ? "" : "  <== first");
             if (!first_param) first_param = e->name;
             over++;
             continue;
         }
-        for (j = 0; j < e->count; j++) {
-            double r = g4__get(ref, j), d = fabs((double)st.G[e->offset + j] - r);
-            if (!(d <= mx)) mx = d;
-            if (fabs(r) > ra) ra = fabs(r);
-        }
+        if (rows) { /* row r is stored at `at` when idx[at] == r, else it is exactly 0 */
+            const int32_t *idx = (const int32_t *)rows->data;
+            int64_t r, c, cols = e->shape[1], at = 0;
+            for (r = 0; r < e->shape[0]; r++) {
+                int have = at < rows->shape[0] && idx[at] == r;
+                for (c = 0; c < cols; c++) {
+                    double v = have ? g4__get(ref, (size_t)(at * cols + c)) : 0.0;
+                    double d = fabs((double)st.G[e->offset + (size_t)(r * cols + c)] - v);
+                    if (!(d <= mx)) mx = d;
+                    if (fabs(v) > ra) ra = fabs(v);
+                }
+                at += have;
+            }
+            if (at != rows->shape[0]) mx = INFINITY; /* indices not ascending, or out of range */
+        } else
+            for (j = 0; j < e->count; j++) {
+                double r = g4__get(ref, j), d = fabs((double)st.G[e->offset + j] - r);
+                if (!(d <= mx)) mx = d;
+                if (fabs(r) > ra) ra = fabs(r);
+            }
         rel = ra > 0 ? mx / ra : mx;
         printf("%-56s %12.3g %12.3g%s\n", e->name, mx, rel,
                !(rel <= tol) ? (first_param ? "  over" : "  <== first over tolerance") : "");

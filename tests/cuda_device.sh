@@ -4,6 +4,7 @@
 # pass the same bit-equality tests against the CPU), then compute-sanitizer's
 # memcheck, racecheck, synccheck and initcheck over the suite.
 # Usage: tests/cuda_device.sh [LOGDIR] [SECONDS_PER_SANITIZER]
+#   SANITIZERS (default: all four), SAN_FILTER (only the tests whose name has it)
 set -u
 out=${1:-build/cuda_device}
 budget=${2:-300}
@@ -30,7 +31,8 @@ for b in max 1 3; do
 done
 for t in ${SANITIZERS:-memcheck racecheck synccheck initcheck}; do
     s=$(date +%s)
-    timeout "$budget" compute-sanitizer --tool "$t" --error-exitcode 99 ./build/test_cuda_max > "$out/san_$t.txt" 2>&1
+    timeout "$budget" compute-sanitizer --tool "$t" --error-exitcode 99 ./build/test_cuda_max ${SAN_FILTER:+data "$SAN_FILTER"} \
+        > "$out/san_$t.txt" 2>&1
     rc=$?
     echo "compute-sanitizer $t: exit $rc in $(( $(date +%s) - s )) s: $(grep -E 'ERROR SUMMARY|passed' "$out/san_$t.txt" | tail -n 2 | tr '\n' ' ')"
     [ $rc -eq 0 ] || fail=1

@@ -46,6 +46,15 @@ for isa in $simd; do
     done
   done
 done
+# The arena red zones of the sanitizer builds (G4_ASAN_ARENA, -fsanitize=address)
+for cc in gcc clang; do
+  command -v $cc >/dev/null || continue
+  $cc -std=c99 $W -fsanitize=address -DG4_ASAN_ARENA -c "$tmp/t.c" -o "$tmp/o"; n=$((n+1))
+done
+for cxx in g++ clang++; do
+  command -v $cxx >/dev/null || continue
+  $cxx -std=c++11 $W -fsanitize=address -DG4_ASAN_ARENA -c "$tmp/t.cpp" -o "$tmp/o"; n=$((n+1))
+done
 # The NEON kernels, cross-compiled for AArch64 where a cross compiler is present
 arm=""
 if command -v aarch64-linux-gnu-gcc >/dev/null; then
@@ -53,4 +62,4 @@ if command -v aarch64-linux-gnu-gcc >/dev/null; then
   arm="/NEON (aarch64-linux-gnu-gcc)"
 fi
 [ $n -gt 0 ] || { echo "strict_compile: no compiler found"; exit 1; }
-echo "strict_compile: $n clean builds (C99, C++11, C++17; gcc/clang as present; scalar/AVX2/AVX-512/AVX-512+BF16$arm)"
+echo "strict_compile: $n clean builds (C99, C++11, C++17; gcc/clang as present; scalar/AVX2/AVX-512/AVX-512+BF16$arm; ASan arena red zones)"

@@ -1187,6 +1187,14 @@ static void test_threads_bit_identical(void) {
     }
 }
 
+/* hidden_size_per_layer_input (24) wider than hidden_size (16), as the config
+   allows: the PLE rows must be sized by P, not H (ASan in the _san build); the
+   logits, every tap of the golden, then transformers' greedy decode */
+static void test_ple_wider_than_hidden(void) {
+    g4i_golden(&g4i_cpu, "ple_wide", NULL, 0, NULL);
+    g4i_greedy(&g4i_cpu, "ple_wide");
+}
+
 int main(int argc, char **argv) {
     char tmpl[] = "/tmp/gemma4-test-XXXXXX";
     if (argc > 1) g_data = argv[1];
@@ -1194,6 +1202,7 @@ int main(int argc, char **argv) {
     snprintf(g_tmp, sizeof g_tmp, "%s", tmpl);
 
     g4i_run_all(&g4i_cpu, NULL, 0, NULL); /* tests/invariants.h */
+    run("golden ple_wide: per-layer inputs wider than the hidden size (P 24 > H 16)", test_ple_wider_than_hidden);
     run("plan: gemma-4-E2B", test_plan_e2b);
     run("plan: gemma-4-E4B", test_plan_e4b);
     run("plan: gemma-4-31B", test_plan_31b);

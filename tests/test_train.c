@@ -33,6 +33,8 @@
 
 #define GTOL 1e-4
 
+static const char *g_cli; /* build/gemma4, from the command line (argv[2]) */
+
 /* ----------------------------------------------- ops vs finite differences */
 
 static uint64_t g_rng = 88172645463325252ULL;
@@ -364,6 +366,78 @@ static void test_attention_backward_passes(void) {
     g4_pool_free(pool);
 }
 
+/* The backward's recomputed forward quantities have the forward's bits: the
+   attention probabilities (g4__expf, as g4__softmax), the logits' soft-cap
+   (g4__tanhf, as g4__softcap) and GELU's tanh (g4__gelu_tanh, as g4__gelu_n).
+   The inputs are ones where the C library's expf/tanhf round differently from
+   g4__expf/g4__tanhf (searched for here; glibc 2.36 misrounds about 4e-5 of
+   expf's inputs and 2.8% of tanhf's), so a backward calling the C library
+   gives other bits. Where none is found (another libm) the checks still run. */
+static float libm_differs(int tanh_fn, float from) {
+    float x = from;
+    int i;
+    for (i = 0; i < 4000000; i++) {
+        if (tanh_fn ? tanhf(x) != g4__tanhf(x) : expf(x) != g4__expf(x)) return x;
+        x = nextafterf(x, tanh_fn ? 10.0f : -30.0f);
+    }
+    return from;
+}
+
+static void test_backward_recomputes_forward_bits(void) {
+    enum { T = 2, D = 4, V = 5 };
+    float ex = libm_differs(0, -1.5f), th = libm_differs(1, 0.3f);
+    printf("  libm differs from g4__: expf at %.9g (%s), tanhf at %.9g (%s)\n", ex,
+           expf(ex) != g4__expf(ex) ? "yes" : "none found", th, tanhf(th) != g4__tanhf(th) ? "yes" : "none found");
+    { /* attention: query 1 over keys 0 and 1, scores 0 and ex (q = e_0) */
+        float k[T * D] = {0}, v[T * D], q[T * D] = {0}, dout[T * D], dq[T * D], dk[T * D] = {0}, dv[T * D] = {0};
+        float dq2[T * D], dk2[T * D] = {0}, dv2[T * D] = {0}, p[T], stats[T * 3], scratch[2 * T], att[T * D];
+        g4_kv_slot sl;
+        g4__attn_bwd_job j;
+        int i;
+        k[D] = ex;
+        q[0] = q[D] = 1.0f;
+        for (i = 0; i < T * D; i++) { v[i] = (float)urand(); dout[i] = (float)urand(); }
+        memset(&sl, 0, sizeof sl);
+        sl.kv_heads = 1; sl.head_dim = D; sl.capacity = T; sl.n_pos = T; sl.k = k; sl.v = v;
+        for (i = 0; i < T; i++) g4__attend_backward(dq + i * D, dk, dv, dout + i * D, q + i * D, &sl, 0, 0, i, p);
+        memset(&j, 0, sizeof j);
+        j.sl = &sl; j.q = q; j.dout = dout; j.att = att; j.dq = dq2; j.dk = dk2; j.dv = dv2; j.stats = stats;
+        j.scratch = scratch; j.scratch_len = T; j.n = T; j.NH = 1; j.group = 1;
+        g4__parallel(NULL, g4__attn_bwd_q, &j);
+        g4__parallel(NULL, g4__attn_bwd_kv, &j);
+        p[0] = 0.0f; p[1] = ex;
+        g4__softmax(p, 2);
+        CHECK(stats[3 + 1] == 1.0f + g4__expf(ex), "pass A's softmax sum %.9g is not the forward's %.9g", stats[4],
+              1.0f + g4__expf(ex));
+        CHECK(!memcmp(dq, dq2, sizeof dq) && !memcmp(dk, dk2, sizeof dk) && !memcmp(dv, dv2, sizeof dv),
+              "the two passes' probabilities are not g4__softmax's");
+    }
+    { /* the loss: soft-cap 2 (z / cap exact), the label's logit at th */
+        float z[V] = {0.5f, -1.25f, 0.0f, 1.0f, 3.0f}, c[V], cap = 2.0f;
+        float mx;
+        double sum = 0, ref, loss;
+        g4_session s;
+        int i, y = 2;
+        z[y] = 2.0f * th;
+        memcpy(c, z, sizeof c);
+        memset(&s, 0, sizeof s);
+        g4__softcap(&s, c, cap, V); /* the forward's capped logits */
+        for (mx = c[0], i = 1; i < V; i++) mx = c[i] > mx ? c[i] : mx; /* -log softmax, as g4__ce_row sums it */
+        for (i = 0; i < V; i++) sum += exp((double)(c[i] - mx));
+        ref = (double)mx + log(sum) - (double)c[y];
+        loss = g4__ce_row(z, V, y, cap, 1.0f);
+        CHECK(loss == ref, "cross-entropy %.17g from other capped logits than the forward's (%.17g)", loss, ref);
+    }
+    { /* GELU: the backward's tanh gives the forward's g4__gelu_n, bit for bit */
+        float x[4001], y[4001];
+        int i, bad = 0;
+        for (i = 0; i < 4001; i++) x[i] = (float)(i - 2000) / 160.0f + (float)urand() * 1e-3f;
+        g4__gelu_n(y, x, 4001);
+        for (i = 0; i < 4001; i++) bad += y[i] != (0.5f * x[i]) * (1.0f + g4__gelu_tanh(x[i], 1));
+        CHECK(bad == 0, "%d of 4001 inputs: g4__gelu_tanh is not the tanh of the forward's gelu", bad);
+    }
+}
+
 /* ------------------------------------------------------- the whole model */
 
 typedef struct {
@@ -374,11 +448,11 @@ typedef struct {
     g4_pool *pool;
 } tctx;
 
-static int tctx_open(tctx *c, const char *model, int max_seq, int recompute, int threads, int drop) {
+static int tctx_open_dir(tctx *c, const char *dir, int max_seq, int recompute, int threads, int drop) {
     g4_train_config cfg = g4_train_config_init();
     size_t bytes, floats;
     memset(c, 0, sizeof *c);
-    if (g4_model_load(&c->m, tiny(model)) != G4_OK) { CHECK(0, "load %s: %s", model, c->m.error); return 0; }
+    if (g4_model_load(&c->m, dir) != G4_OK) { CHECK(0, "load %s: %s", dir, c->m.error); return 0; }
     if (threads > 1 && g4_pool_create(&c->pool, threads) != G4_OK) { CHECK(0, "pool"); return 0; }
     cfg.max_seq = max_seq;
     cfg.recompute = recompute;
@@ -391,6 +465,10 @@ static int tctx_open(tctx *c, const char *model, int max_seq, int recompute, int
     if (g4_train_init(&c->t, &c->m, &cfg, c->arena, bytes) != G4_OK) { CHECK(0, "train init: %s", c->t.error); return 0; }
     CHECK(c->t.grad_floats == floats, "grad_floats %zu != %zu", c->t.grad_floats, floats);
     return 1;
+}
+
+static int tctx_open(tctx *c, const char *model, int max_seq, int recompute, int threads, int drop) {
+    return tctx_open_dir(c, tiny(model), max_seq, recompute, threads, drop);
 }
 
 static void tctx_free(tctx *c) {
@@ -422,6 +500,26 @@ static double sign_proj(const float *g, size_t n, int j) { /* tools/make_grad_go
 
 typedef struct { int checked, failed, full, fd; double worst; char worst_name[128], first_bad[128]; } gcheck;
 
+/* max |ours - ref| / max |ref| over a tensor of `rows` rows whose golden holds
+   only the rows idx[0..k) (ascending; stored [k][cols]), every other row
+   exactly 0 (grad_rows.<name>, tools/make_grad_goldens.py); INFINITY when the
+   golden is malformed */
+static double sparse_rows_rel(const float *ours, const float *ref, const int32_t *idx, int k, int64_t rows, int64_t cols) {
+    double mx = 0, ra = 0;
+    int64_t r, c;
+    int at = 0;
+    for (r = 0; r < rows; r++) {
+        const float *want = at < k && idx[at] == r ? ref + (size_t)at++ * (size_t)cols : NULL;
+        for (c = 0; c < cols; c++) {
+            double w = want ? want[c] : 0.0, d = fabs((double)ours[(size_t)(r * cols + c)] - w);
+            if (!(d <= mx)) mx = d;
+            if (fabs(w) > ra) ra = fabs(w);
+        }
+    }
+    if (at != k) return INFINITY; /* indices not ascending or out of range */
+    return mx / fmax(ra, 1e-30);
+}
+
 /* One tensor's gradient against the golden; returns its worst relative error. */
 static double check_entry(golden *g, const g4_grad_entry *e, const float *ours, gcheck *gc, int verbose) {
     char key[160];
@@ -442,8 +540,16 @@ static double check_entry(golden *g, const g4_grad_entry *e, const float *ours, 
     snprintf(key, sizeof key, "grad.%s", e->name);
     full = golden_f32(g, key, &n);
     if (full) {
-        if ((size_t)n != e->count) return INFINITY;
-        worst = fmax(worst, max_diff(ours, full, e->count) / fmax(max_abs(full, e->count), 1e-30));
+        const int32_t *rows;
+        int k;
+        snprintf(key, sizeof key, "grad_rows.%s", e->name);
+        if ((rows = golden_ids(g, key, &k)) != NULL) { /* the nonzero rows only */
+            if (e->ndim != 2 || (int64_t)k * e->shape[1] != n) return INFINITY;
+            worst = fmax(worst, sparse_rows_rel(ours, full, rows, k, e->shape[0], e->shape[1]));
+        } else {
+            if ((size_t)n != e->count) return INFINITY;
+            worst = fmax(worst, max_diff(ours, full, e->count) / fmax(max_abs(full, e->count), 1e-30));
+        }
         gc->full++;
     }
     snprintf(key, sizeof key, "fd.%s", e->name);
@@ -514,12 +620,42 @@ static void check_model(const char *model) {
     g4_model_free(&g.m);
 }
 
+/* The golden keeps only the nonzero rows of e2b_like's PLE table gradient
+   (grad_rows.*): every other row must still be checked as exactly 0. A
+   gradient planted in the pad row (id 0: padding_idx, no lookup gradient) is
+   over tolerance; the unplanted gradient is not. */
+static void test_sparse_golden_rows(void) {
+    golden g;
+    tctx c;
+    const int32_t *ids, *labels, *rows;
+    int n, nl, k;
+    float loss;
+    gcheck gc;
+    const g4_grad_entry *e;
+    memset(&c, 0, sizeof c);
+    if (!grad_golden_open(&g, "e2b_like")) { CHECK(0, "no grad golden"); return; }
+    ids = golden_ids(&g, "input_ids", &n);
+    labels = golden_ids(&g, "labels", &nl);
+    rows = golden_ids(&g, "grad_rows.model.embed_tokens_per_layer.weight", &k);
+    CHECK(rows && k > 0 && rows[0] > 0, "the golden's PLE table gradient is not stored by rows, or has the pad row");
+    if (rows && tctx_open(&c, "e2b_like", n, 0, 1, 0) && (e = g4_train_grad(&c.t, "model.embed_tokens_per_layer.weight"))) {
+        CHECK(g4_loss_and_grad(&c.t, ids, labels, n, &loss, c.G) == G4_OK, "%s", c.t.error);
+        memset(&gc, 0, sizeof gc);
+        CHECK(check_entry(&g, e, c.G + e->offset, &gc, 0) <= GTOL, "the PLE table's gradient is off");
+        c.G[e->offset + 7] = 1e-3f; /* row 0, column 7 */
+        CHECK(check_entry(&g, e, c.G + e->offset, &gc, 0) > GTOL, "a gradient in the pad row passed");
+    }
+    tctx_free(&c);
+    g4_model_free(&g.m);
+}
+
 static void test_e2b(void) { check_model("e2b_like"); }
 static void test_e4b(void) { check_model("e4b_like"); }
 static void test_31b(void) { check_model("31b_like"); }
 static void test_26b(void) { check_model("26b_like"); }
 static void test_plain(void) { check_model("plain"); }
 static void test_legacy(void) { check_model("legacy_keys"); }
+static void test_ple_wide(void) { check_model("ple_wide"); }
 
 /* recompute = no recompute, and 2 threads = 1 thread, bit for bit (and an
    arena for longer sequences: extra = more max_seq than the sequence) */
@@ -553,6 +689,57 @@ static void test_recompute_e2b(void) { same_bits("e2b_like", 1, 1); }
 static void test_recompute_moe(void) { same_bits("26b_like", 1, 1); }
 static void test_threads_e2b(void) { same_bits("e2b_like", 0, 2); }
 static void test_threads_moe(void) { same_bits("26b_like", 1, 3); }
+static void test_recompute_ple_wide(void) { same_bits("ple_wide", 1, 2); }
+
+/* Every scratch row sized by the widest width it holds: a checkpoint whose
+   widths are ordered unlike the goldens' (attention narrower than the hidden
+   size on sliding layers, NH*D 32 < H 48 < 64 on full ones; 64 experts > H;
+   the experts' [gate | up] 80 wider than everything; the vocabulary 64 and
+   the PLE width 8 small; a double-wide reader), made by `gemma4 synth`, runs
+   the forward and the backward (with the ASan red zones of the sanitizer
+   build: a row sized too small is an ASan error), and recompute + 2 threads
+   give the same bits. No golden: the red zones are the check, the bits the
+   second one. */
+static void test_arena_widths(void) {
+    static const char config[] =
+        "{\"architectures\": [\"Gemma4ForCausalLM\"], \"model_type\": \"gemma4_text\", \"attention_k_eq_v\": false,\n"
+        " \"enable_moe_block\": true, \"num_experts\": 64, \"top_k_experts\": 4, \"moe_intermediate_size\": 40,\n"
+        " \"final_logit_softcapping\": 30.0, \"head_dim\": 16, \"hidden_activation\": \"gelu_pytorch_tanh\",\n"
+        " \"hidden_size\": 48, \"hidden_size_per_layer_input\": 8, \"vocab_size_per_layer_input\": 64,\n"
+        " \"intermediate_size\": 20, \"layer_types\": [\"sliding_attention\", \"sliding_attention\", \"full_attention\",\n"
+        " \"full_attention\"], \"max_position_embeddings\": 128, \"num_attention_heads\": 2, \"num_hidden_layers\": 4,\n"
+        " \"num_key_value_heads\": 1, \"num_kv_shared_layers\": 1, \"pad_token_id\": 0,\n"
+        " \"per_layer_config\": {\"2\": {\"head_dim\": 32}, \"3\": {\"head_dim\": 32}}, \"rms_norm_eps\": 1e-06,\n"
+        " \"rope_parameters\": {\"full_attention\": {\"partial_rotary_factor\": 0.25, \"rope_theta\": 1000000.0,\n"
+        " \"rope_type\": \"proportional\"}, \"sliding_attention\": {\"rope_theta\": 10000.0, \"rope_type\": \"default\"}},\n"
+        " \"sliding_window\": 4, \"tie_word_embeddings\": true, \"use_double_wide_mlp\": true, \"vocab_size\": 64}\n";
+    char path[1024], dir[1024], cmd[3072], res[4096];
+    int32_t ids[12] = {2, 5, 9, 11, 40, 3, 7, 7, 60, 20, 30, 4};
+    float la = 0, lb = 1;
+    tctx a, b;
+    FILE *f;
+    if (!g_cli) { skip("no CLI path given (argv[2]): gemma4 synth makes the checkpoint"); return; }
+    snprintf(path, sizeof path, "%s/widths.json", g_tmp);
+    snprintf(dir, sizeof dir, "%s/widths", g_tmp);
+    if (!(f = fopen(path, "w"))) { CHECK(0, "cannot write %s", path); return; }
+    fputs(config, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s synth --config %s --out %s 2>&1", g_cli, path, dir);
+    if (run_cli("", cmd, res, sizeof res, NULL, NULL, 0) != 0) { CHECK(0, "synth: %s", res); return; }
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    if (tctx_open_dir(&a, dir, 12, 0, 1, 0) && tctx_open_dir(&b, dir, 12, 1, 2, 0)) {
+        CHECK(a.m.config.hidden_size == 48 && a.m.config.num_experts == 64 && a.m.plan.layer[3].reads == 2 &&
+                  a.m.plan.layer[3].mlp_width == 40,
+              "the synthesized checkpoint is not the shape under test");
+        CHECK(g4_loss_and_grad(&a.t, ids, NULL, 12, &la, a.G) == G4_OK, "%s", a.t.error);
+        CHECK(g4_loss_and_grad(&b.t, ids, NULL, 12, &lb, b.G) == G4_OK, "%s", b.t.error);
+        CHECK(la == lb && la > 0 && la < 20, "loss %.9g, with recompute and 2 threads %.9g", la, lb);
+        CHECK(!memcmp(a.G, b.G, sizeof(float) * a.t.grad_floats), "recompute + 2 threads: other gradient bits");
+    }
+    tctx_free(&a);
+    tctx_free(&b);
+}
 
 /* Recompute reads the shared-KV slots from the table and never captures them
    again. At the forward's last tap ("norm") every slot's K/V get their lowest
@@ -711,8 +898,6 @@ static void test_errors(void) {
 
 /* ------------------------------------------------------------ the CLI */
 
-static const char *g_cli; /* build/gemma4, from the command line (argv[2]) */
-
 static void list(char *buf, size_t cap, const int32_t *v, int n) {
     size_t len = 0;
     int i;
@@ -835,18 +1020,23 @@ int main(int argc, char **argv) {
     run("matmul backward = double sums (bf16 weights, tile edges); 2 threads = 1", test_matmul_backward_bf16);
     run("attention backward (window, one KV head of two) = finite differences", test_attend_backward);
     run("attention backward: the two threaded passes = the reference, bit for bit", test_attention_backward_passes);
+    run("the backward's recomputed exp, soft-cap and GELU tanh = the forward's, bit for bit", test_backward_recomputes_forward_bits);
     run("grad e2b_like = torch autograd (shared KV, PLE, double-wide MLP)", test_e2b);
+    run("grad golden by rows (e2b_like's PLE table): the rows it leaves out are checked as 0", test_sparse_golden_rows);
     run("grad e4b_like = torch autograd (wrapper prefix)", test_e4b);
     run("grad 31b_like = torch autograd (attention_k_eq_v, sharded)", test_31b);
     run("grad 26b_like = torch autograd (MoE router and experts)", test_26b);
     run("grad plain = torch autograd (f16 weights)", test_plain);
     run("grad legacy_keys = torch autograd (no gradient for stale reader K/V)", test_legacy);
+    run("grad ple_wide = torch autograd (per-layer inputs wider than the hidden size: P 24 > H 16)", test_ple_wide);
     run("recompute = no recompute, bit for bit (e2b_like)", test_recompute_e2b);
     run("recompute = no recompute, bit for bit (MoE)", test_recompute_moe);
     run("2 threads = 1 thread, bit for bit (e2b_like)", test_threads_e2b);
     run("an arena for 33 tokens runs 24 with the same bits", test_longer_arena);
     run("3 threads + recompute = 1 thread, bit for bit (MoE)", test_threads_moe);
+    run("2 threads + recompute = 1 thread, bit for bit (ple_wide: P > H)", test_recompute_ple_wide);
     run("recompute reads the shared-KV slots from the table, never writes them (flipped bits stay)", test_recompute_reads_table);
+    run("arena widths: attention narrower than the hidden size, 64 experts, wide experts, small vocab (synth)", test_arena_widths);
     run("planted bug: readers' dK/dV dropped -> caught at the owner's k_proj", test_planted_reader_drop);
     run("the owner's backward waits for every reader (checked)", test_pending_readers_checked);
     run("errors: all labels ignored, label range, too long, arena, bf16", test_errors);

@@ -171,6 +171,18 @@ MODELS = [
             vocab_size_per_layer_input=512, attention_k_eq_v=False, num_global_key_value_heads=None,
         ),
     ),
+    dict(
+        # hidden_size_per_layer_input (P = 24) wider than hidden_size (16), which the config allows:
+        # every scratch row the PLE forward and backward use must be sized by P, not H (the
+        # gradient golden of tools/make_grad_goldens.py is checked under ASan). Kept tiny: 2 layers.
+        name="ple_wide", seed=1007, S=S_DEFAULT, wrapper=False, store_dtype=torch.bfloat16,
+        text=dict(
+            num_hidden_layers=2, layer_types=[SL, FU], num_key_value_heads=2, hidden_size=16,
+            intermediate_size=32, num_kv_shared_layers=0, use_double_wide_mlp=False,
+            hidden_size_per_layer_input=24, vocab_size_per_layer_input=512, attention_k_eq_v=False,
+            num_global_key_value_heads=None,
+        ),
+    ),
 ]
 
 # Tiny towers for the multimodal wrapper: their tensors exist in the file and must be ignored.
@@ -505,7 +517,14 @@ def main():
             continue
         summary.append(make_one(spec, args.out))
 
-    with open(os.path.join(args.out, "VERSIONS.txt"), "w") as f:
+    # --only: the other models' lines stay as they were (their files are not rewritten)
+    vpath = os.path.join(args.out, "VERSIONS.txt")
+    done = {s["name"] for s in summary}
+    kept = []
+    if args.only and os.path.exists(vpath):
+        with open(vpath) as f:
+            kept = [l for l in f if l.startswith("model ") and l.split()[1] not in done]
+    with open(vpath, "w") as f:
         f.write(f"torch {torch.__version__}\n")
         f.write(f"transformers {transformers.__version__}\n")
         f.write(f"safetensors {safetensors.__version__}\n")
@@ -517,6 +536,8 @@ def main():
         f.write("check   venv/bin/python tools/check_goldens_numpy.py\n")
         f.write("goldens float32 CPU, attn_implementation=eager, experts_implementation=eager, "
                 f"torch.set_num_threads(1); prompt_len {PROMPT_LEN}, new_tokens {NEW_TOKENS}\n")
+        for line in kept:
+            f.write(line)
         for s in summary:
             f.write(f"model {s['name']:12s} class {s['cls']:32s} stored {s['dtype']:9s} S {s['S']}  "
                     f"logits_std {s['logits_std']:.3f}  min_greedy_gap {s['gap']:.3g}"

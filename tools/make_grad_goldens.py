@@ -20,12 +20,20 @@ holding (no metadata, byte-reproducible):
                                       defined in sign_vector() (computed identically in C)
     grad.<param>         F32 [shape]  the full gradient: every parameter of FULL_MODELS, and in the
                                       other models every parameter with <= FULL_MAX elements
-                                      (norm weights, router scale / per_expert_scale, ...)
+                                      (norm weights, router scale / per_expert_scale, ...);
+                                      a matrix with more than FULL_MAX elements whose rows are
+                                      mostly exactly zero (e2b_like's PLE table: only the rows of
+                                      the sequence's ids get a gradient) is stored as its nonzero
+                                      rows [k, cols] with
+    grad_rows.<param>    I32 [k]      their row indices, ascending; every other row is exactly 0
     grad.embed_tokens    F32 [S, H]   dL/d(scaled embedding entering layer 0)
     grad.layers.<i>      F32 [S, H]   dL/d(output of decoder layer i)
                                       (the names tools/hf_dump.py --grad uses: `build/gemma4 compare
                                       DIR DIR/grad_golden.safetensors` checks the loss, these and
-                                      the stored parameter gradients)
+                                      the stored parameter gradients); FULL_MODELS only, the
+                                      golden that test_train runs `compare` on (no test reads
+                                      them elsewhere; tools/hf_dump.py --grad writes them for any
+                                      model)
     fd.<param>           F32 [k, 2]   rows (flat element index, dL/dtheta) from central finite
                                       differences of the float64 model's loss (h = FD_H): a second
                                       oracle that does not use autograd
@@ -35,7 +43,7 @@ k_proj/v_proj/k_norm modules; layer_scalar is a buffer; vision/audio towers get 
 
 Size choice (data/ is kept small): full float32 gradients of all six models would be ~8.8 MB.
 e2b_like (shared KV + PLE + double-wide MLP, the model the seeds' failures are about) is stored
-in full (~2.2 MB); for the other models every tensor gets the exact sum of squares, max |g| and
+in full (~1.9 MB: its PLE table gradient by nonzero rows, see grad_rows above); for the other models every tensor gets the exact sum of squares, max |g| and
 NPROJ sign projections, plus the full small tensors. What that catches: any error whose
 projection on one of the NPROJ random sign vectors exceeds the tolerance (a dense error of
 relative size e shifts each projection by ~e*||g||; NPROJ independent signs make a miss
@@ -68,7 +76,7 @@ from transformers.models.gemma4 import modeling_gemma4 as mg  # noqa: E402
 torch.use_deterministic_algorithms(True)
 torch.set_num_threads(1)
 
-MODELS = ["e2b_like", "e4b_like", "31b_like", "26b_like", "plain", "legacy_keys"]
+MODELS = ["e2b_like", "e4b_like", "31b_like", "26b_like", "plain", "legacy_keys", "ple_wide"]
 FULL_MODELS = {"e2b_like"}
 FULL_MAX = 1024
 NPROJ = 8
@@ -303,9 +311,17 @@ def make_one(name, root):
     for n, g in sorted(grads.items()):
         out["gstat." + ckpt(n)] = gstat(g)
         if name in FULL_MODELS or g.numel() <= FULL_MAX:
-            out["grad." + n] = g.float().contiguous()
-    for k, v in acts.items():
-        out[k] = v.contiguous()
+            rows = torch.nonzero(g.reshape(g.shape[0], -1).abs().amax(dim=1)).reshape(-1) if g.dim() == 2 else None
+            if rows is not None and g.numel() > FULL_MAX and 2 * rows.numel() < g.shape[0]:
+                # mostly zero rows (the PLE table: only the sequence's ids have a gradient): the
+                # nonzero rows and their indices, every other row exactly 0 (the same check)
+                out["grad." + n] = g[rows].float().contiguous()
+                out["grad_rows." + n] = rows.to(torch.int32).contiguous()
+            else:
+                out["grad." + n] = g.float().contiguous()
+    if name in FULL_MODELS:  # the activation gradients: only where a test reads them (CLI compare)
+        for k, v in acts.items():
+            out[k] = v.contiguous()
 
     worst_fd = 0.0
     for n, idx in sorted(fd_targets(sorted(grads), grads).items()):
@@ -334,7 +350,14 @@ def main():
     ap.add_argument("--only", nargs="*")
     args = ap.parse_args()
     summary = [make_one(n, args.root) for n in MODELS if not args.only or n in args.only]
-    with open(os.path.join(args.root, "GRAD_VERSIONS.txt"), "w") as f:
+    # --only: the other models' lines stay as they were (their files are not rewritten)
+    vpath = os.path.join(args.root, "GRAD_VERSIONS.txt")
+    done = {s["name"] for s in summary}
+    kept = []
+    if args.only and os.path.exists(vpath):
+        with open(vpath) as f:
+            kept = [l for l in f if l.startswith("model ") and l.split()[1] not in done]
+    with open(vpath, "w") as f:
         f.write(f"torch {torch.__version__}\ntransformers {transformers.__version__}\n")
         f.write(f"safetensors {safetensors.__version__}\nnumpy {np.__version__}\npython {platform.python_version()}\n")
         f.write(f"platform {platform.platform()}\n")
@@ -346,6 +369,8 @@ def main():
                 f"{NPROJ} sign projections for all; finite differences in float64, h {FD_H}\n")
         f.write("columns: sdpa_rel = max over tensors of max|g_sdpa - g_eager| / max|g_eager| (torch's own spread); "
                 "f64_rel = the same for float64 vs float32 autograd; fd_rel = max |fd64 - autograd64| / max|g| (checks the FD itself)\n")
+        for line in kept:
+            f.write(line)
         for s in summary:
             f.write(f"model {s['name']:12s} loss {s['loss']:.7f}  grads {s['n']:3d}  sdpa_rel {s['sdpa']:.3g}  "
                     f"f64_rel {s['f64']:.3g}  fd_rel {s['fd']:.3g}  bytes {s['size']}\n")
