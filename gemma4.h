@@ -3971,8 +3971,12 @@ typedef struct { int mc, kc, nc; } g4__blocking; /* multiples of G4__TR, G4__VL,
 #ifndef G4__GEMM_MC /* AVX2: 32 panels (measured +5% over 8 on E2B's shapes; 2, 4, 16, 64 slower than 32) */
 #define G4__GEMM_MC ((G4__VL == 8 ? 32 : 8) * G4__TR)
 #endif
+/* AVX2: 256 tokens, so a 512-token chunk packs (and prefetches) each block of
+   weights twice, not 8 times: its matmuls measured +4-10% over 64 tokens on
+   the E2B-shaped checkpoint (128 and 512 in between); partial sums 768 KB per
+   thread */
 #ifndef G4__GEMM_NC
-#define G4__GEMM_NC ((64 / G4__TT) * G4__TT)
+#define G4__GEMM_NC (((G4__VL == 8 ? 256 : 64) / G4__TT) * G4__TT)
 #endif
 /* floats of one thread's buffer: the packed W block, then the partial sums */
 #define G4__PACK_FLOATS(mc, kc, nc) ((size_t)(mc) * (size_t)(kc) + (size_t)(mc) * (size_t)(nc) * G4__VL)
@@ -4194,13 +4198,15 @@ static void g4__pack_kmajor(float *wp, const unsigned char *B, g4_dtype dt, size
 #undef G4__PK
 }
 
-/* its blocks: twice the forward's columns and tokens (measured +10-20% on
-   E2B's backward shapes, AVX2), kc so that the packed block fits in one
-   thread's G4__PACK_THREAD buffer */
+/* its blocks: twice the forward's columns and 64-token blocks (measured
+   +10-20% on E2B's backward shapes, AVX2), kc so that the packed block fits
+   in the buffer of 64-token blocks (the forward's until it took 256 tokens
+   on AVX2; kc sets the backward's order of sums, so it stays) */
+#define G4__ACC_NC ((64 / G4__TT) * G4__TT)
 static const g4__blocking g4__gemm_acc_blocks = {
     2 * G4__GEMM_MC,
-    G4__PACK_FLOATS(G4__GEMM_MC, (G4_GEMM_KC / G4__VL) * G4__VL, G4__GEMM_NC) / (2 * G4__GEMM_MC) / G4__VL * G4__VL,
-    2 * G4__GEMM_NC};
+    G4__PACK_FLOATS(G4__GEMM_MC, (G4_GEMM_KC / G4__VL) * G4__VL, G4__ACC_NC) / (2 * G4__GEMM_MC) / G4__VL * G4__VL,
+    2 * G4__ACC_NC};
 
 static void g4__gemm_acc(float *y, size_t ldy, const float *x, size_t ldx, const unsigned char *B, g4_dtype bdt,
                          size_t ldb, int kmajor, int K, int n, int c0, int c1, float *ws, const g4__blocking *b) {
