@@ -7,7 +7,7 @@ SAN      = -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-om
 LDLIBS   = -lm -lpthread
 DEMO     = data/tiny/e2b_like
 
-.PHONY: all run test unit sanitize strict bench test-arm64 clean fuzz valgrind tsan cuda test-cuda test-cuda-emu sanitize-cuda-emu test-cuda-device bench-cuda print-nvflags
+.PHONY: all run test test-builds unit sanitize strict bench test-arm64 clean fuzz valgrind tsan cuda test-cuda test-cuda-emu sanitize-cuda-emu test-cuda-device bench-cuda print-nvflags
 
 all: build/gemma4
 
@@ -213,10 +213,15 @@ SUITE_LOGS = tokenizer_san.log tokenizer.log template_san.log template.log cuda_
              gemma4_san.log bad_inputs_san.log threads_san.log san_avx2.log drafter_san.log drafter.log threads.log \
              train.log train_san.log lora.log lora_san.log bad_inputs.log tests.log kernels.log
 
-test: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san build/gemma4_san \
+# make test builds these first, one job per CPU (the suites then run one at a time)
+NPROC = $(shell nproc 2>/dev/null || echo 2)
+test-builds: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san build/gemma4_san \
       build/test_bad_inputs build/test_bad_inputs_san build/test_threads build/test_threads_san \
       build/test_tokenizer build/test_tokenizer_san build/test_cuda_emu build/test_cuda_emu_san \
       build/test_train build/test_train_san build/test_drafter build/test_drafter_san build/test_template build/test_template_san build/test_lora build/test_lora_san
+
+test:
+	@$(MAKE) --no-print-directory -j$(NPROC) test-builds
 	@date +%s > build/test_t0
 	@echo "== README example"
 	./build/minimal $(DEMO)

@@ -3,7 +3,7 @@
 # -Wall -Wextra -Wpedantic -Werror, under every compiler found; also with
 # GEMMA4_STATIC, G4_NO_MMAP and G4_NO_THREADS, with the CUDA declarations
 # (GEMMA4_CUDA), and with each SIMD path (scalar, AVX2+FMA, AVX-512) on x86-64.
-# Fails on the first warning.
+# Fails on any warning. The compiles run in parallel, one per CPU.
 set -e
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -31,35 +31,39 @@ cp "$tmp/c.c" "$tmp/c.cpp"
 cp "$tmp/s.c" "$tmp/s.cpp"
 W="-Wall -Wextra -Wpedantic -Werror -I."
 n=0
+: > "$tmp/jobs"
+job() { n=$((n+1)); echo "$* -o $tmp/o$n" >> "$tmp/jobs"; } # one compile, run below
 simd="-DG4_NO_SIMD"
 case "$(uname -m)" in x86_64) simd="$simd -mavx2,-mfma,-mf16c -mavx512f -mavx512f,-mavx512bf16";; esac
 for isa in $simd; do
   isa=$(echo "$isa" | tr ',' ' ')
   for cc in gcc clang; do
     command -v $cc >/dev/null || continue
-    for f in t s c; do $cc -std=c99 $W $isa -c "$tmp/$f.c" -o "$tmp/o"; n=$((n+1)); done
+    for f in t s c; do job $cc -std=c99 $W $isa -c "$tmp/$f.c"; done
   done
   for cxx in g++ clang++; do
     command -v $cxx >/dev/null || continue
     for std in c++11 c++17; do
-      for f in t s c; do $cxx -std=$std $W $isa -c "$tmp/$f.cpp" -o "$tmp/o"; n=$((n+1)); done
+      for f in t s c; do job $cxx -std=$std $W $isa -c "$tmp/$f.cpp"; done
     done
   done
 done
 # The arena red zones of the sanitizer builds (G4_ASAN_ARENA, -fsanitize=address)
 for cc in gcc clang; do
   command -v $cc >/dev/null || continue
-  $cc -std=c99 $W -fsanitize=address -DG4_ASAN_ARENA -c "$tmp/t.c" -o "$tmp/o"; n=$((n+1))
+  job $cc -std=c99 $W -fsanitize=address -DG4_ASAN_ARENA -c "$tmp/t.c"
 done
 for cxx in g++ clang++; do
   command -v $cxx >/dev/null || continue
-  $cxx -std=c++11 $W -fsanitize=address -DG4_ASAN_ARENA -c "$tmp/t.cpp" -o "$tmp/o"; n=$((n+1))
+  job $cxx -std=c++11 $W -fsanitize=address -DG4_ASAN_ARENA -c "$tmp/t.cpp"
 done
 # The NEON kernels, cross-compiled for AArch64 where a cross compiler is present
 arm=""
 if command -v aarch64-linux-gnu-gcc >/dev/null; then
-  for f in t s c; do aarch64-linux-gnu-gcc -std=c99 $W -c "$tmp/$f.c" -o "$tmp/o"; n=$((n+1)); done
+  for f in t s c; do job aarch64-linux-gnu-gcc -std=c99 $W -c "$tmp/$f.c"; done
   arm="/NEON (aarch64-linux-gnu-gcc)"
 fi
 [ $n -gt 0 ] || { echo "strict_compile: no compiler found"; exit 1; }
+# each line of jobs is one command; xargs exits nonzero if any of them did
+tr '\n' '\0' < "$tmp/jobs" | xargs -0 -n 1 -P "$(nproc 2>/dev/null || echo 2)" sh -c
 echo "strict_compile: $n clean builds (C99, C++11, C++17; gcc/clang as present; scalar/AVX2/AVX-512/AVX-512+BF16$arm; ASan arena red zones)"
