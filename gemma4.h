@@ -428,8 +428,9 @@ typedef void (*g4_tap_fn)(void *user, const char *name, int layer,
 
 /* Threads: a pool the caller creates, sizes and frees; a session uses it
    through g4_session_config.pool (NULL: run on the calling thread). Matmuls
-   split by output rows, attention by (token, head). One forward at a time per
-   pool: give sessions that run concurrently their own pools. */
+   split by output rows, attention by token and the query heads sharing a KV
+   head. One forward at a time per pool: give sessions that run concurrently
+   their own pools. */
 typedef struct g4_pool g4_pool;
 G4_API g4_result g4_pool_create(g4_pool **pool, int n_threads); /* allocates; n_threads >= 1 */
 G4_API void g4_pool_free(g4_pool *pool);
