@@ -11,7 +11,7 @@ DEMO     = data/tiny/e2b_like
 
 all: build/gemma4
 
-build/gemma4: examples/gemma4.c examples/compare.h examples/bench.h examples/train.h gemma4.h | build
+build/gemma4: examples/gemma4.c examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -o $@ examples/gemma4.c $(LDLIBS)
 
 build/minimal: examples/minimal.c gemma4.h | build
@@ -52,7 +52,7 @@ build/test_tokenizer_san: tests/test_tokenizer.c tests/harness.h gemma4.h | buil
 
 # The bad-input catalogue (tests/test_bad_inputs.c) drives the CLI too:
 # build/gemma4 in the plain run, build/gemma4_san under the sanitizers.
-build/gemma4_san: examples/gemma4.c examples/compare.h examples/bench.h examples/train.h gemma4.h | build
+build/gemma4_san: examples/gemma4.c examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h gemma4.h | build
 	$(CC) $(WARN) $(SAN) -o $@ examples/gemma4.c $(LDLIBS)
 
 build/test_bad_inputs: tests/test_bad_inputs.c tests/harness.h gemma4.h | build

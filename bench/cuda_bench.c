@@ -9,13 +9,14 @@
    FLOPs of a prefill chunk: 2 per weight per token (lm_head for the last row
    only, as G4_LOGITS_LAST) plus attention's 4 x heads x head_dim per (query,
    key) pair it attends (causal, the window on sliding layers). Bytes of a
-   decode step: every weight one token reads (bench.h's count: one embedding
-   row, top-k experts) plus the K and V rows each layer attends over (float32;
+   decode step: every weight one token reads (g4b_bytes_per_token: one
+   embedding row, top-k experts) plus the K and V rows each layer attends over (float32;
    bf16 in the fast bf16 mode). bench/cuda.sh turns them into fractions of the
    card's measured bandwidth and bf16 tensor peak. */
 #define GEMMA4_IMPLEMENTATION
 #define GEMMA4_CUDA
 #include "../gemma4.h"
+#include "../examples/bench_bytes.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,35 +29,6 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* the bytes one token reads from the weights, and their element count (as examples/bench.h) */
-static double weight_bytes_per_token(const g4_model *m, double *elems) {
-    const g4_config *c = &m->config;
-    double b = 0, e = 0;
-    int i, j;
-    const g4_tensor *extra[4];
-    extra[0] = &m->w.norm; extra[1] = &m->w.lm_head; extra[2] = &m->w.per_layer_model_projection;
-    extra[3] = &m->w.per_layer_projection_norm;
-    for (i = 0; i <= c->num_hidden_layers; i++) {
-        const g4_tensor *lt = i < c->num_hidden_layers ? (const g4_tensor *)(const void *)&m->w.layers[i] : NULL;
-        int n = lt ? (int)(sizeof(g4_layer_weights) / sizeof(g4_tensor)) : 4;
-        for (j = 0; j < n; j++) {
-            const g4_tensor *t = lt ? &lt[j] : extra[j];
-            double cnt = 1;
-            int k;
-            if (!t->data) continue;
-            for (k = 0; k < t->ndim; k++) cnt *= (double)t->shape[k];
-            if (lt && c->enable_moe_block && (t == &m->w.layers[i].experts_gate_up || t == &m->w.layers[i].experts_down))
-                cnt *= (double)c->top_k_experts / (double)c->num_experts;
-            e += cnt;
-            b += cnt * (double)g4__dtype_size(t->dtype);
-        }
-    }
-    b += (double)g4__dtype_size(m->w.embed_tokens.dtype) * (double)m->w.embed_tokens.shape[1];
-    if (m->w.embed_tokens_per_layer.data)
-        b += (double)g4__dtype_size(m->w.embed_tokens_per_layer.dtype) * (double)m->w.embed_tokens_per_layer.shape[1];
-    *elems = e;
-    return b;
-}
 
 /* keys a query at position p attends in layer l */
 static double keys_at(const g4_model *m, int l, double p) {
@@ -86,7 +58,7 @@ int main(int argc, char **argv) {
     if (g4_cuda_device_check(desc, sizeof desc, err) != G4_OK) { printf("no CUDA device: %s\n", err); return 1; }
     if (g4_model_load(&m, dir) != G4_OK) { fprintf(stderr, "%s\n", m.error); return 1; }
     if (g4_cuda_model_upload(&cm, &m) != G4_OK) { fprintf(stderr, "%s\n", cm.error); return 1; }
-    wbytes = weight_bytes_per_token(&m, &elems);
+    wbytes = g4b_bytes_per_token(&m, &elems);
     head = (double)m.w.lm_head.shape[0] * (double)m.w.lm_head.shape[1];
     printf("device: %s; model %s: %d layers, vocab %d, %.2f GB of weights (%.2f GB read per token)\n", desc, dir,
            m.config.num_hidden_layers, m.config.vocab_size, (double)cm.weight_bytes / 1e9, wbytes / 1e9);
