@@ -505,6 +505,24 @@ def make_one(spec, out_root):
                 greedy=seq.tolist(), gap=gap)
 
 
+def versions_header():
+    """The VERSIONS files' first lines: the libraries, the machine, the date and the command."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return (f"torch {torch.__version__}\ntransformers {transformers.__version__}\n"
+            f"safetensors {safetensors.__version__}\nnumpy {np.__version__}\npython {platform.python_version()}\n"
+            f"platform {platform.platform()}\ndate {now}\n"
+            "command venv/bin/python " + " ".join(["tools/" + os.path.basename(sys.argv[0])] + sys.argv[1:]) + "\n")
+
+
+def kept_model_lines(vpath, only, done):
+    """With --only, the "model NAME ..." lines of the models not rebuilt stay as they were
+    (their files are not rewritten); without it, none."""
+    if not only or not os.path.exists(vpath):
+        return []
+    with open(vpath) as f:
+        return [l for l in f if l.startswith("model ") and l.split()[1] not in done]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="data/tiny")
@@ -517,22 +535,10 @@ def main():
             continue
         summary.append(make_one(spec, args.out))
 
-    # --only: the other models' lines stay as they were (their files are not rewritten)
     vpath = os.path.join(args.out, "VERSIONS.txt")
-    done = {s["name"] for s in summary}
-    kept = []
-    if args.only and os.path.exists(vpath):
-        with open(vpath) as f:
-            kept = [l for l in f if l.startswith("model ") and l.split()[1] not in done]
+    kept = kept_model_lines(vpath, args.only, {s["name"] for s in summary})
     with open(vpath, "w") as f:
-        f.write(f"torch {torch.__version__}\n")
-        f.write(f"transformers {transformers.__version__}\n")
-        f.write(f"safetensors {safetensors.__version__}\n")
-        f.write(f"numpy {np.__version__}\n")
-        f.write(f"python {platform.python_version()}\n")
-        f.write(f"platform {platform.platform()}\n")
-        f.write(f"date {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M:%S UTC')}\n")
-        f.write("command venv/bin/python " + " ".join(["tools/" + os.path.basename(sys.argv[0])] + sys.argv[1:]) + "\n")
+        f.write(versions_header())
         f.write("check   venv/bin/python tools/check_goldens_numpy.py\n")
         f.write("goldens float32 CPU, attn_implementation=eager, experts_implementation=eager, "
                 f"torch.set_num_threads(1); prompt_len {PROMPT_LEN}, new_tokens {NEW_TOKENS}\n")

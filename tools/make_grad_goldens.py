@@ -55,9 +55,7 @@ Run from the repository root:
 """
 
 import argparse
-import datetime
 import os
-import platform
 import sys
 
 import numpy as np
@@ -65,6 +63,8 @@ import safetensors
 import torch
 import transformers
 from safetensors import safe_open
+
+from make_goldens import kept_model_lines, versions_header  # tools/, beside this file
 from safetensors.torch import save_file
 
 assert torch.__version__.startswith("2.15"), torch.__version__
@@ -350,19 +350,10 @@ def main():
     ap.add_argument("--only", nargs="*")
     args = ap.parse_args()
     summary = [make_one(n, args.root) for n in MODELS if not args.only or n in args.only]
-    # --only: the other models' lines stay as they were (their files are not rewritten)
     vpath = os.path.join(args.root, "GRAD_VERSIONS.txt")
-    done = {s["name"] for s in summary}
-    kept = []
-    if args.only and os.path.exists(vpath):
-        with open(vpath) as f:
-            kept = [l for l in f if l.startswith("model ") and l.split()[1] not in done]
+    kept = kept_model_lines(vpath, args.only, {s["name"] for s in summary})
     with open(vpath, "w") as f:
-        f.write(f"torch {torch.__version__}\ntransformers {transformers.__version__}\n")
-        f.write(f"safetensors {safetensors.__version__}\nnumpy {np.__version__}\npython {platform.python_version()}\n")
-        f.write(f"platform {platform.platform()}\n")
-        f.write(f"date {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M:%S UTC')}\n")
-        f.write("command venv/bin/python tools/" + os.path.basename(sys.argv[0]) + " " + " ".join(sys.argv[1:]) + "\n")
+        f.write(versions_header())
         f.write(f"grads float32 CPU, eval(), attn_implementation=eager, experts_implementation=eager, "
                 f"torch.set_num_threads(1); S {S}, labels -100 at {list(LABEL_IGNORED)}, pad id 0 at {PAD_AT}; "
                 f"full gradients for {sorted(FULL_MODELS)} and tensors <= {FULL_MAX} elements, "
