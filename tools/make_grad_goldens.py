@@ -59,7 +59,6 @@ import os
 import sys
 
 import numpy as np
-import safetensors
 import torch
 import transformers
 from safetensors import safe_open
