@@ -4,9 +4,9 @@
 
 Both files hold every prompt position's logits (float32, row-major), from
 `gemma4 logits` and bench/llama_logits.cpp on the same ids. The GGUF is bf16
-and llama.cpp rounds the activations to bf16 at every matmul (and K, V, Q in
-its CPU flash attention to f16, GELU through an f16 table), while gemma4.h's
-default keeps them float32, so the logits cannot agree bit for bit.
+and llama.cpp rounds the activations to bf16 at every matmul (and its GELU
+goes through an f16 table), while gemma4.h's default keeps them float32, so
+the logits cannot agree bit for bit.
 
 The bar: the mean |difference| must stay under a quarter of the logits' own
 spread (mean |logit - row mean|). Measured on the 10-layer E2B-shaped random
