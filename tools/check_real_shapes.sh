@@ -11,7 +11,8 @@
 # Not a test (it needs torch and several GB); the tiny goldens in data/ are the tests.
 #   sh tools/check_real_shapes.sh [NAME[:LAYERS] ...]   default: E2B:10 E4B:12 31B:6 26B-A4B:6
 #   VOCAB (default 4096), OUT (default build/real), PY (default venv/bin/python);
-#   F32=0 skips float32, F64=0 the float64 run (it needs 8 bytes a parameter: 23 GB for 31B:6)
+#   F32=0 skips float32, F64=0 the float64 run (it needs 8 bytes a parameter: 23 GB for 31B:6);
+#   GRAD=1 adds the gradients (hf_dump.py --grad, float32 and float64)
 set -e
 VOCAB=${VOCAB:-4096}
 OUT=${OUT:-build/real}
@@ -46,6 +47,14 @@ for spec in "$@"; do
       echo "  gemma4.h float32 vs transformers float64: $(tail -n 1 "$dir/compare_f64.txt"); logits $(grep '^logits ' "$dir/compare_f64.txt" | awk '{print $4}')"
       echo "  transformers float32 vs float64: $("$PY" tools/dump_diff.py "$dir/dump_f32.safetensors" "$dir/dump_f64.safetensors")"
     fi
+  fi
+  if [ "${GRAD:-0}" = 1 ]; then
+    # the loss's gradients (labels = the ids): gemma4.h and transformers float32, each against float64
+    "$PY" tools/hf_dump.py "$dir" --ids $IDS --out "$dir/dump_grad32.safetensors" --grad 2>&1 | grep '^hf_dump' | sed 's/^/  /'
+    "$PY" tools/hf_dump.py "$dir" --ids $IDS --out "$dir/dump_grad64.safetensors" --grad --dtype float64 2>&1 | grep '^hf_dump' | sed 's/^/  /'
+    ./build/gemma4 compare "$dir" "$dir/dump_grad64.safetensors" > "$dir/compare_grad64.txt" 2>&1 || true
+    echo "  gemma4.h gradients vs transformers float64: $(tail -n 1 "$dir/compare_grad64.txt"); worst $(awk '/^parameter gradients/{p=1; next} p && $1 ~ /^model\./ && $3 > m {m = $3; k = $1} END {print k, m}' "$dir/compare_grad64.txt")"
+    echo "  transformers float32 gradients vs float64: $("$PY" tools/dump_diff.py "$dir/dump_grad32.safetensors" "$dir/dump_grad64.safetensors" | tail -n 1)"
   fi
   rm -f "$dir"/dump_*.safetensors
 done

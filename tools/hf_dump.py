@@ -38,7 +38,7 @@ metadata records torch.backends.cpu.get_cpu_capability(). gemma4.h's bf16
 mode reproduces the AVX2 kernels (8-lane sums); on an AVX-512 machine run
 with ATEN_CPU_CAPABILITY=avx2 to get them.
 
---grad (float32 only) also runs model(input_ids, labels=labels).loss.backward()
+--grad (float32, or float64 stored as float32) also runs model(input_ids, labels=labels).loss.backward()
 (labels: --labels, default the ids; -100 ignored) and adds
 
     labels                             I32 [S]
@@ -97,8 +97,8 @@ def main():
     ap.add_argument("--adapter-bf16", action="store_true",
                     help="then cast the adapter's weights to bfloat16: peft runs it in bf16")
     args = ap.parse_args()
-    if args.grad and args.dtype != "float32":
-        raise SystemExit("hf_dump: --grad runs in float32 only")
+    if args.grad and args.dtype == "bfloat16":
+        raise SystemExit("hf_dump: --grad runs in float32 (or float64) only")
     if args.grad and args.adapter:
         raise SystemExit("hf_dump: --grad with --adapter is not supported (tools/make_lora_goldens.py has the adapter gradients)")
 
