@@ -4653,7 +4653,16 @@ static void g4__gemm_torch(float *y, size_t ldy, const float *x, size_t ldx, con
    so both sides spin (G4_POOL_SPIN polls, about a millisecond) before they
    sleep on the condition variable. A pool with more threads than the machine
    has online CPUs does not spin: there, spinning threads would take the
-   cores the working ones need (measured: decode 5.6x slower). */
+   cores the working ones need (measured: decode 5.6x slower).
+   Parts are claimed, not assigned: the caller and the workers take the next
+   unclaimed part until none is left, so a worker the OS has not scheduled
+   (another process on its core) costs nothing: the caller runs its part.
+   With part i fixed to thread i, two-thread decode on a 2-core machine with
+   one other busy process ran 4x slower than one thread. A part's work and its
+   scratch depend on the part's number only, never on the thread that runs
+   it, so the bits do not change. A claim is a compare-and-swap on one word
+   holding the job's number and the next part, so a worker late for a job can
+   never take a part of the next one with the old job's fn. */
 #if G4__THREADS
 #ifndef G4_POOL_SPIN
 #define G4_POOL_SPIN 50000
@@ -4661,12 +4670,14 @@ static void g4__gemm_torch(float *y, size_t ldy, const float *x, size_t ldx, con
 #if defined(__GNUC__)
 #define G4__ALOAD(p) __atomic_load_n(p, __ATOMIC_ACQUIRE)
 #define G4__ASTORE(p, v) __atomic_store_n(p, v, __ATOMIC_RELEASE)
-#define G4__ADEC(p) __atomic_sub_fetch(p, 1, __ATOMIC_ACQ_REL)
+#define G4__AINC(p) __atomic_add_fetch(p, 1, __ATOMIC_ACQ_REL)
+#define G4__ACAS(p, expect, v) __atomic_compare_exchange_n(p, expect, v, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)
 #define G4__SPINS G4_POOL_SPIN
 #else /* no atomics: no spinning, every access under the mutex */
+#define G4__NO_ATOMICS 1
 #define G4__ALOAD(p) (*(p))
 #define G4__ASTORE(p, v) (*(p) = (v))
-#define G4__ADEC(p) (--*(p))
+#define G4__AINC(p) (++*(p))
 #define G4__SPINS 0
 #endif
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
@@ -4676,27 +4687,62 @@ static void g4__gemm_torch(float *y, size_t ldy, const float *x, size_t ldx, con
 #else
 #define G4__PAUSE() ((void)0)
 #endif
+typedef void (*g4__job_fn)(void *ctx, int part, int n_parts);
 struct g4_pool {
     int n;
     pthread_t *threads;
     pthread_mutex_t mu, run_mu;
     pthread_cond_t go, done;
-    unsigned gen; /* bumped (release) once fn/ctx/pending are set for a new job */
-    int pending;  /* parts not yet finished by the workers */
+    unsigned gen;        /* the job's number, bumped (release) once the job is published */
+    uint64_t claim;      /* the job's number << 32 | the next unclaimed part */
+    int finished;        /* parts of the current job done */
     int quit;
-    int spin;     /* polls before sleeping: G4__SPINS, or 0 when oversubscribed */
-    void (*fn)(void *ctx, int part, int n_parts);
+    int spin;            /* polls before sleeping: G4__SPINS, or 0 when oversubscribed */
+    g4__job_fn fn;       /* written by the caller before it publishes the job, read atomically */
     void *ctx;
 };
 
-typedef struct { g4_pool *p; int part; } g4__worker_arg;
+/* Takes and runs parts of job `job` until none is left; the thread that
+   finishes the last part wakes the caller. */
+static void g4__run_parts(g4_pool *p, unsigned job) {
+#ifdef G4__NO_ATOMICS
+    int part;
+    (void)job;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        part = (int)(p->claim & 0xffffffffu);
+        if ((unsigned)(p->claim >> 32) != job || part >= p->n) { pthread_mutex_unlock(&p->mu); return; }
+        p->claim++;
+        pthread_mutex_unlock(&p->mu);
+        p->fn(p->ctx, part, p->n);
+        pthread_mutex_lock(&p->mu);
+        if (++p->finished == p->n) pthread_cond_signal(&p->done);
+        pthread_mutex_unlock(&p->mu);
+    }
+#else
+    for (;;) {
+        uint64_t c = G4__ALOAD(&p->claim);
+        g4__job_fn fn;
+        void *ctx;
+        int part = (int)(c & 0xffffffffu);
+        if ((unsigned)(c >> 32) != job || part >= p->n) return;
+        fn = G4__ALOAD(&p->fn); /* this job's: the next is published only after every part is done */
+        ctx = G4__ALOAD(&p->ctx);
+        if (!G4__ACAS(&p->claim, &c, c + 1)) continue;
+        fn(ctx, part, p->n);
+        if (G4__AINC(&p->finished) == p->n) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+#endif
+}
 
 static void *g4__worker(void *arg) {
-    g4__worker_arg *wa = (g4__worker_arg *)arg;
-    g4_pool *p = wa->p;
-    int part = wa->part, spin;
+    g4_pool *p = (g4_pool *)arg;
+    int spin;
     unsigned seen = 0;
-    G4_FREE(wa);
     for (;;) {
         for (spin = 0; spin < p->spin && G4__ALOAD(&p->gen) == seen && !G4__ALOAD(&p->quit); spin++) G4__PAUSE();
         pthread_mutex_lock(&p->mu);
@@ -4704,10 +4750,7 @@ static void *g4__worker(void *arg) {
         pthread_mutex_unlock(&p->mu);
         if (G4__ALOAD(&p->quit)) break;
         seen = G4__ALOAD(&p->gen);
-        p->fn(p->ctx, part, p->n);
-        pthread_mutex_lock(&p->mu);
-        if (G4__ADEC(&p->pending) == 0) pthread_cond_signal(&p->done);
-        pthread_mutex_unlock(&p->mu);
+        g4__run_parts(p, seen);
     }
     return NULL;
 }
@@ -4729,16 +4772,12 @@ G4__DEF g4_result g4_pool_create(g4_pool **out, int n_threads) {
     pthread_mutex_init(&p->run_mu, NULL);
     pthread_cond_init(&p->go, NULL);
     pthread_cond_init(&p->done, NULL);
-    for (i = 1; i < n_threads; i++) {
-        g4__worker_arg *wa = (g4__worker_arg *)G4_MALLOC(sizeof *wa);
-        if (wa) { wa->p = p; wa->part = i; }
-        if (!wa || pthread_create(&p->threads[i], NULL, g4__worker, wa) != 0) {
-            G4_FREE(wa);
+    for (i = 1; i < n_threads; i++)
+        if (pthread_create(&p->threads[i], NULL, g4__worker, p) != 0) {
             p->n = i; /* stop the ones started */
             g4_pool_free(p);
             return G4_ERR_NOMEM;
         }
-    }
     *out = p;
     return G4_OK;
 }
@@ -4759,21 +4798,24 @@ G4__DEF void g4_pool_free(g4_pool *p) {
     G4_FREE(p);
 }
 
-static void g4__parallel(g4_pool *p, void (*fn)(void *, int, int), void *ctx) {
+static void g4__parallel(g4_pool *p, g4__job_fn fn, void *ctx) {
     int spin;
+    unsigned job;
     if (!p || p->n == 1) { fn(ctx, 0, 1); return; }
     pthread_mutex_lock(&p->run_mu);
     pthread_mutex_lock(&p->mu);
-    p->fn = fn;
-    p->ctx = ctx;
-    G4__ASTORE(&p->pending, p->n - 1);
-    G4__ASTORE(&p->gen, p->gen + 1);
+    job = p->gen + 1;
+    G4__ASTORE(&p->fn, fn);
+    G4__ASTORE(&p->ctx, ctx);
+    G4__ASTORE(&p->finished, 0);
+    G4__ASTORE(&p->claim, (uint64_t)job << 32);
+    G4__ASTORE(&p->gen, job);
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
-    fn(ctx, 0, p->n);
-    for (spin = 0; spin < p->spin && G4__ALOAD(&p->pending); spin++) G4__PAUSE();
+    g4__run_parts(p, job);
+    for (spin = 0; spin < p->spin && G4__ALOAD(&p->finished) < p->n; spin++) G4__PAUSE();
     pthread_mutex_lock(&p->mu);
-    while (G4__ALOAD(&p->pending)) pthread_cond_wait(&p->done, &p->mu);
+    while (G4__ALOAD(&p->finished) < p->n) pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
     pthread_mutex_unlock(&p->run_mu);
 }

@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char *g_data = "data";
 
@@ -154,6 +155,41 @@ static void check_two_threads(const char *model) {
 }
 
 static void test_threads_e2b_like(void) { check_two_threads("e2b_like"); }
+
+/* ---------------------------------------------------------------- pool */
+/* The pool's parts are claimed, not assigned (>>threads): every part of
+   every job runs exactly once, with the job's own fn and ctx, whichever
+   thread takes it. A slow part (part 0 sleeps on some jobs) lets the other
+   threads take the rest, and a worker late for a job must not run a part
+   of the next one: each job has its own ctx and counts, checked after it. */
+#define POOL_PARTS 4
+#define POOL_JOBS 20000
+typedef struct { int job, ran[POOL_PARTS], wrong_n; } pool_job;
+static void pool_fn(void *ctx, int part, int n_parts) {
+    pool_job *j = (pool_job *)ctx;
+    if (n_parts != POOL_PARTS || part < 0 || part >= POOL_PARTS) { __atomic_add_fetch(&j->wrong_n, 1, __ATOMIC_RELAXED); return; }
+    if (part == 0 && j->job % 97 == 0) { struct timespec ts = {0, 2000000}; nanosleep(&ts, NULL); }
+    __atomic_add_fetch(&j->ran[part], 1, __ATOMIC_RELAXED);
+}
+static void test_pool_claims(void) {
+    g4_pool *pool = NULL;
+    pool_job *jobs = (pool_job *)calloc(POOL_JOBS, sizeof *jobs);
+    int k, p, bad = 0;
+    CHECK(jobs && g4_pool_create(&pool, POOL_PARTS) == G4_OK, "pool of %d", POOL_PARTS);
+    if (!jobs || !pool) { free(jobs); g4_pool_free(pool); return; }
+    for (k = 0; k < POOL_JOBS; k++) {
+        jobs[k].job = k;
+        g4__parallel(pool, pool_fn, &jobs[k]);
+        for (p = 0; p < POOL_PARTS; p++) bad += __atomic_load_n(&jobs[k].ran[p], __ATOMIC_RELAXED) != 1;
+        bad += jobs[k].wrong_n != 0;
+    }
+    /* again after every job: a late worker writing into an old job shows here */
+    for (k = 0; k < POOL_JOBS; k++)
+        for (p = 0; p < POOL_PARTS; p++) bad += __atomic_load_n(&jobs[k].ran[p], __ATOMIC_RELAXED) != 1;
+    CHECK(bad == 0, "%d parts ran other than exactly once (%d jobs of %d parts)", bad, POOL_JOBS, POOL_PARTS);
+    g4_pool_free(pool);
+    free(jobs);
+}
 static void test_threads_moe(void) { check_two_threads("26b_like"); }
 
 int main(int argc, char **argv) {
@@ -161,5 +197,6 @@ int main(int argc, char **argv) {
     run("golden e2b_like: one session matches transformers", test_golden_e2b_like);
     run("two threads, one model (e2b_like: PLE, KV sharing) = one at a time", test_threads_e2b_like);
     run("two threads, one model (26b_like: MoE) = one at a time", test_threads_moe);
+    run("pool: every part of 20000 jobs runs once, whichever thread claims it", test_pool_claims);
     return finish();
 }
