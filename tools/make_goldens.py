@@ -119,6 +119,9 @@ MODELS = [
             num_hidden_layers=12, layer_types=[SL] * 5 + [FU] + [SL] * 5 + [FU], num_key_value_heads=2,
             num_kv_shared_layers=5, use_double_wide_mlp=False, hidden_size_per_layer_input=16,
             vocab_size_per_layer_input=512, attention_k_eq_v=False, num_global_key_value_heads=None,
+            # narrower than BASE (the data budget): 12 layers for the 5:1 pattern twice, so the
+            # widths are what the file's size is made of; sqrt(32) is not a bf16 value either
+            hidden_size=32, intermediate_size=48,
         ),
     ),
     dict(
@@ -169,6 +172,8 @@ MODELS = [
             # P = 12: sqrt(12) is not exact either (PLE token scale).
             num_kv_shared_layers=2, use_double_wide_mlp=True, hidden_size_per_layer_input=12,
             vocab_size_per_layer_input=512, attention_k_eq_v=False, num_global_key_value_heads=None,
+            # narrower than BASE (stored float32: the data budget)
+            hidden_size=32, intermediate_size=48,
         ),
     ),
     dict(
