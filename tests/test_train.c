@@ -15,6 +15,10 @@
                 like sqrt(n) * the per-element error);
      finite differences (float64 transformers, h = 1e-5): |ours - fd| <=
                 GTOL * max |ref| of the tensor.
+   e2b_like's larger gradients are stored as int16 against their own max m
+   (gradq.*, tools/make_grad_goldens.py): within m / 65534 of the float32
+   gradient, so that bound (GQ_ERR) is added to the measured error: a pass
+   still means max |ours - ref| <= GTOL * m.
    GTOL = 1e-4: torch's own eager and sdpa paths differ by up to 3.6e-5, and
    its float32 and float64 autograd by up to 4.3e-5, on these models
    (data/tiny/GRAD_VERSIONS.txt). A wrong term (a dropped path, a missing
@@ -32,6 +36,8 @@
 #include "fixtures.h"
 
 #define GTOL 1e-4
+#define GQ_MAX 32767.0        /* gradq: int16 steps per max |g| */
+#define GQ_ERR (0.5 / GQ_MAX) /* their rounding, relative to max |g| */
 
 static const char *g_cli; /* build/gemma4, from the command line (argv[2]) */
 
@@ -525,6 +531,7 @@ static double check_entry(golden *g, const g4_grad_entry *e, const float *ours, 
     char key[160];
     int64_t n;
     const float *st, *full, *fd;
+    const g4_tensor *q;
     double ss = 0, mx = 0, worst = 0, norm;
     size_t i;
     int j;
@@ -550,6 +557,20 @@ static double check_entry(golden *g, const g4_grad_entry *e, const float *ours, 
             if ((size_t)n != e->count) return INFINITY;
             worst = fmax(worst, max_diff(ours, full, e->count) / fmax(max_abs(full, e->count), 1e-30));
         }
+        gc->full++;
+    } else if (snprintf(key, sizeof key, "gradq.%s", e->name), (q = g4_model_tensor(&g->m, key)) != NULL) {
+        double s = st[1] / GQ_MAX, d = 0;
+        int64_t count = 1;
+        for (j = 0; j < q->ndim; j++) count *= q->shape[j];
+        if (q->dtype != G4_I16 || (size_t)count != e->count || !(st[1] > 0)) return INFINITY;
+        for (i = 0; i < e->count; i++) {
+            int16_t v;
+            double di;
+            memcpy(&v, (const unsigned char *)q->data + 2 * i, 2);
+            di = fabs((double)ours[i] - v * s);
+            if (di > d || di != di) d = di != di ? INFINITY : di; /* as max_diff: a NaN is INFINITY */
+        }
+        worst = fmax(worst, d / st[1] + GQ_ERR);
         gc->full++;
     }
     snprintf(key, sizeof key, "fd.%s", e->name);
