@@ -82,7 +82,7 @@ build/test_threads_tsan: tests/test_threads.c tests/harness.h gemma4.h | build
 # libFuzzer harnesses (clang): make fuzz FUZZ_SECONDS=60 runs each in turn.
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
-FUZZERS       = json safetensors index template adapter
+FUZZERS       = json safetensors index template adapter tokenizer
 FUZZ_FLAGS    = -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 build/fuzz_%: tests/fuzz/fuzz_%.c gemma4.h | build

@@ -1,7 +1,10 @@
 /* gemm - the prefill GEMM alone, one thread, on E2B's matmul shapes (bf16
-   weights): GFLOP/s of the packed GEMM (g4__gemm) and of the decode rows run
-   token by token, against the float32 FMA peak (build/fmapeak 1).
-       gemm [tokens...]      default: 64 512; prints one line per shape */
+   weights): GFLOP/s of the packed GEMM (g4__gemm) against the float32 FMA
+   peak (build/fmapeak 1).
+       gemm [tokens...]      default: 64 512; prints one line per shape
+   Each repetition reads another copy of the weights, 96 MB of copies in all,
+   so they come from memory as in a model's prefill, not from the 32 MB L3 a
+   single copy would stay in (WARM=1: one copy, the old, optimistic setting). */
 #define GEMMA4_IMPLEMENTATION
 #include "../gemma4.h"
 #include <time.h>
@@ -16,7 +19,8 @@ static double now(void) {
 
 int main(int argc, char **argv) {
     static const int shapes[][2] = {{2048, 1536}, {6144, 1536}, {1536, 6144}, {1536, 12288}}; /* out, in */
-    int ns[8] = {64, 512}, nn = 2, a, b, r, reps = getenv("REPS") ? atoi(getenv("REPS")) : 5;
+    int ns[8] = {64, 512}, nn = 2, a, b, r, c, reps = getenv("REPS") ? atoi(getenv("REPS")) : 5;
+    int warm = getenv("WARM") && atoi(getenv("WARM"));
     if (argc > 1) for (nn = 0; nn < argc - 1 && nn < 8; nn++) ns[nn] = atoi(argv[nn + 1]);
     printf("kernels: %s, GEMM micro-kernel %d x %d, blocks mc %d kc %d nc %d\n", g4_simd_name(), G4__TR, G4__TT,
 #ifdef G4__SIMD_NAME
@@ -27,25 +31,32 @@ int main(int argc, char **argv) {
     );
     for (a = 0; a < 4; a++)
         for (b = 0; b < nn; b++) {
-            int out = shapes[a][0], in = shapes[a][1], n = ns[b], rows = out;
-            size_t i;
-            uint16_t *wd = (uint16_t *)malloc(2 * (size_t)out * in);
+            int out = shapes[a][0], in = shapes[a][1], n = ns[b], rows = out, copies;
+            size_t i, wbytes;
+            uint16_t *wd;
             float *x = (float *)malloc(4 * (size_t)n * in), *y = (float *)malloc(4 * (size_t)n * out);
             float *ws = (float *)aligned_alloc(64, 4 * (size_t)(G4__PACK_THREAD + 16));
             g4_tensor w;
             double best = 1e30, t;
-            for (i = 0; i < (size_t)out * in; i++) wd[i] = (uint16_t)(0x3c00 + (i * 2654435761u >> 20) % 0x700);
+            while ((double)rows * in * n > 1.5e9 && rows > 96) rows /= 2; /* keep a run under a second */
+            wbytes = 2 * (size_t)rows * (size_t)in;
+            copies = warm ? 1 : (int)(((size_t)96 << 20) / wbytes + 1);
+            wd = (uint16_t *)malloc(wbytes * (size_t)copies);
+            if (!wd) { fprintf(stderr, "gemm: out of memory\n"); return 1; }
+            for (i = 0; i < (size_t)rows * in; i++) wd[i] = (uint16_t)(0x3c00 + (i * 2654435761u >> 20) % 0x700);
+            for (c = 1; c < copies; c++) memcpy((char *)wd + (size_t)c * wbytes, wd, wbytes);
             for (i = 0; i < (size_t)n * in; i++) x[i] = (float)(i % 13) * 0.01f - 0.06f;
             memset(&w, 0, sizeof w);
-            w.data = wd; w.dtype = G4_BF16; w.ndim = 2; w.shape[0] = out; w.shape[1] = in;
-            while ((double)rows * in * n > 1.5e9 && rows > 96) rows /= 2; /* keep a run under a second */
+            w.dtype = G4_BF16; w.ndim = 2; w.shape[0] = out; w.shape[1] = in;
             for (r = 0; r < reps; r++) {
+                w.data = (char *)wd + (size_t)(r % copies) * wbytes;
                 t = now();
                 g4__matmul_rows(y, x, &w, n, 0, rows, ws);
                 t = now() - t;
                 if (t < best) best = t;
             }
-            printf("%5d x %5d, %3d tokens: %6.1f GFLOP/s (CPU time, best of 5)\n", out, in, n, 2.0 * rows * in * n / best / 1e9);
+            printf("%5d x %5d, %3d tokens: %6.1f GFLOP/s (CPU time, best of %d, %s weights)\n", out, in, n, 2.0 * rows * in * n / best / 1e9, reps,
+                   warm ? "warm" : "cold");
             free(wd); free(x); free(y); free(ws);
         }
     return 0;

@@ -59,20 +59,24 @@ if [ -n "$BENCH_PY" ]; then
     t_dec=$(sed -n 's/^decode: \([0-9.]*\) tok.*/\1/p' build/bench-torch.txt)
   else tail -3 build/bench-torch.txt; fi
 fi
-l_pre="-"; l_dec="-"
+l_pre="-"; l_dec="-"; l_long="-"
 if [ -n "$LLAMA_BENCH" ] && [ -n "$BENCH_GGUF" ]; then
-  echo "== llama.cpp"
-  "$LLAMA_BENCH" -m "$BENCH_GGUF" -t "$THREADS" -p "$PROMPT" -n "$GEN" -r 3 -o json > build/bench-llama.json 2>/dev/null || true
-  # the best of its 3 repetitions, as for gemma4.h and PyTorch
-  python3 -c '
+  echo "== llama.cpp (llama-bench, its defaults otherwise: prompts $PROMPT and $PROMPT2; decode $GEN tokens after a $PROMPT-token prompt, as gemma4.h's)"
+  if "$LLAMA_BENCH" -m "$BENCH_GGUF" -t "$THREADS" -p "$PROMPT,$PROMPT2" -n 0 -r 3 -o json > build/bench-llama.json 2> build/bench-llama.err &&
+     "$LLAMA_BENCH" -m "$BENCH_GGUF" -t "$THREADS" -p 0 -n "$GEN" -d "$PROMPT" -r 3 -o json > build/bench-llama-tg.json 2>> build/bench-llama.err; then
+    # the best of its 3 repetitions, as for gemma4.h and PyTorch
+    python3 -c '
 import json, sys
-for r in json.load(open(sys.argv[1])):
-    kind = "prefill" if r["n_prompt"] else "decode"
-    print("%s: %.2f tok/s (best of %s: %s)" % (kind, max(r["samples_ts"]), len(r["samples_ts"]), r["samples_ts"]))
-' build/bench-llama.json > build/bench-llama.txt || true
-  cat build/bench-llama.txt
-  l_pre=$(sed -n 's/^prefill: \([0-9.]*\) tok.*/\1/p' build/bench-llama.txt)
-  l_dec=$(sed -n 's/^decode: \([0-9.]*\) tok.*/\1/p' build/bench-llama.txt)
+for r in json.load(open(sys.argv[1])) + json.load(open(sys.argv[2])):
+    kind = "prefill %d" % r["n_prompt"] if r["n_prompt"] else "decode"
+    print("%s: %.2f tok/s (best of %s: %s; build %s)" % (kind, max(r["samples_ts"]), len(r["samples_ts"]),
+          ", ".join("%.2f" % t for t in r["samples_ts"]), r["build_commit"]))
+' build/bench-llama.json build/bench-llama-tg.json > build/bench-llama.txt || echo "could not read build/bench-llama.json"
+    cat build/bench-llama.txt
+    l_pre=$(sed -n "s/^prefill $PROMPT: \([0-9.]*\) tok.*/\1/p" build/bench-llama.txt)
+    l_long=$(sed -n "s/^prefill $PROMPT2: \([0-9.]*\) tok.*/\1/p" build/bench-llama.txt)
+    l_dec=$(sed -n 's/^decode: \([0-9.]*\) tok.*/\1/p' build/bench-llama.txt)
+  else echo "llama-bench failed:"; tail -5 build/bench-llama.err; fi
 fi
 echo
 echo "== $(basename "$CONFIG" .json)-shaped bf16 model, $THREADS threads, prompt $PROMPT, decode $GEN"
@@ -82,10 +86,11 @@ printf "%-28s %14s %14s\n" "gemma4.h, $PROMPT2-token prompt" "$h_pre" "-"
 printf "%-28s %14s %14s\n" "gemma4.h bf16-faithful mode" "$b_pre" "$b_dec"
 printf "%-28s %14s %14s\n" "PyTorch eager bf16" "$t_pre" "$t_dec"
 printf "%-28s %14s %14s\n" "llama.cpp bf16" "${l_pre:--}" "${l_dec:--}"
+printf "%-28s %14s %14s\n" "llama.cpp, $PROMPT2-token prompt" "${l_long:--}" "-"
 echo
 awk -v bw="$bw" -v gbs="$g_gbs" -v fma="$fma" -v fl="$g_flops" -v tp="$t_pre" -v td="$t_dec" -v gp="$g_pre" -v gd="$g_dec" \
     -v fcpu="$fma_cpu" -v gfc="$g_fcpu" -v hfl="$h_flops" -v hfc="$h_fcpu" -v p1="$PROMPT" -v p2="$PROMPT2" -v th="$THREADS" \
-    -v lp="${l_pre:--}" -v ld="${l_dec:--}" -v bp="${b_pre:--}" -v bd="${b_dec:--}" 'BEGIN {
+    -v lp="${l_pre:--}" -v ld="${l_dec:--}" -v ll="${l_long:--}" -v hp="$h_pre" -v bp="${b_pre:--}" -v bd="${b_dec:--}" 'BEGIN {
   printf "machine: read bandwidth %.1f GB/s, FMA peak %.1f GFLOP/s (float32, measured)\n", bw, fma
   printf "         FMA peak per CPU-second %.1f GFLOP per thread\n", fcpu
   printf "decode:  %.1f GB/s of weights = %.0f%% of the read bandwidth (target 85%%)\n", gbs, 100 * gbs / bw
@@ -93,6 +98,7 @@ awk -v bw="$bw" -v gbs="$g_gbs" -v fma="$fma" -v fl="$g_flops" -v tp="$t_pre" -v
   printf "prefill, %d tokens: %.1f GFLOP/s = %.0f%% of the FMA peak (target 80%%); per CPU-second %.1f GFLOP = %.0f%% of the peak per CPU-second\n", p2, hfl, 100 * hfl / fma, hfc, 100 * hfc / fcpu
   if (tp != "-" && tp > 0) printf "gemma4.h vs PyTorch: prefill %.2fx, decode %.2fx\n", gp / tp, gd / td
   if (lp != "-" && lp > 0) printf "gemma4.h vs llama.cpp: prefill %.2fx, decode %.2fx\n", gp / lp, gd / ld
+  if (ll != "-" && ll > 0) printf "gemma4.h vs llama.cpp, %d-token prompt: prefill %.2fx\n", p2, hp / ll
   if (tp != "-" && tp > 0 && bp != "-") printf "bf16-faithful mode vs PyTorch: prefill %.2fx, decode %.2fx\n", bp / tp, bd / td
   if (lp != "-" && lp > 0 && bp != "-") printf "bf16-faithful mode vs llama.cpp: prefill %.2fx, decode %.2fx\n", bp / lp, bd / ld
 }'

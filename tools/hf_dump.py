@@ -15,7 +15,9 @@ one forward, no cache) and writes one safetensors file holding:
 
 --dtype float32 (default) runs and stores float32. --dtype bfloat16 runs the
 model in bfloat16, as transformers does for the released checkpoints, and
-stores the bf16 tensors exactly. Attention and MoE experts use transformers'
+stores the bf16 tensors exactly. --dtype float64 runs in float64 and stores
+the taps rounded to float32: a reference nearer the exact values than either
+float32 order, to tell rounding from a bug (tools/check_real_shapes.sh). Attention and MoE experts use transformers'
 "eager" implementations, whose rounding gemma4.h's bf16 mode reproduces.
 --taps PATTERNS (comma-separated, fnmatch: "layers.*.experts,norm") keeps
 only those taps (input_ids and logits always), for small committed dumps.
@@ -36,7 +38,7 @@ metadata records torch.backends.cpu.get_cpu_capability(). gemma4.h's bf16
 mode reproduces the AVX2 kernels (8-lane sums); on an AVX-512 machine run
 with ATEN_CPU_CAPABILITY=avx2 to get them.
 
---grad (float32 only) also runs model(input_ids, labels=labels).loss.backward()
+--grad (float32, or float64 stored as float32) also runs model(input_ids, labels=labels).loss.backward()
 (labels: --labels, default the ids; -100 ignored) and adds
 
     labels                             I32 [S]
@@ -87,7 +89,7 @@ def main():
     ap.add_argument("model_dir")
     ap.add_argument("--ids", required=True, help="comma-separated token ids")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16", "float64"], default="float32")
     ap.add_argument("--taps", help="comma-separated fnmatch patterns of the taps to keep (default: all)")
     ap.add_argument("--grad", action="store_true", help="also the loss and the gradients (float32)")
     ap.add_argument("--labels", help="comma-separated labels for --grad (-100: ignored; default: the ids)")
@@ -95,8 +97,8 @@ def main():
     ap.add_argument("--adapter-bf16", action="store_true",
                     help="then cast the adapter's weights to bfloat16: peft runs it in bf16")
     args = ap.parse_args()
-    if args.grad and args.dtype != "float32":
-        raise SystemExit("hf_dump: --grad runs in float32 only")
+    if args.grad and args.dtype == "bfloat16":
+        raise SystemExit("hf_dump: --grad runs in float32 (or float64) only")
     if args.grad and args.adapter:
         raise SystemExit("hf_dump: --grad with --adapter is not supported (tools/make_lora_goldens.py has the adapter gradients)")
 
@@ -209,7 +211,8 @@ def main():
         pats = args.taps.split(",")
         taps = {k: v for k, v in taps.items() if k == "logits" or any(fnmatch.fnmatchcase(k, p) for p in pats)}
     tensors = {"input_ids": torch.tensor(ids, dtype=torch.int32)}
-    tensors.update({k: v.to(dtype).contiguous() for k, v in taps.items()})
+    store = torch.float32 if dtype == torch.float64 else dtype  # a float64 run is stored rounded to float32
+    tensors.update({k: v.to(store).contiguous() for k, v in taps.items()})
     tensors.update(extra)
     meta = {"format": "gemma4.h taps 1", "dtype": args.dtype, "transformers": transformers.__version__,
             "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
