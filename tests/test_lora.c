@@ -9,7 +9,7 @@
      logits: max |ours - ref| <= 2e-5 * max |ref|, the forward's tolerance
              (tests/test_gemma4.c: summation order, amplified ~2x per layer);
              measured 1.6e-6 to 1.3e-5 of max |logit|. The goldens keep the
-             first 128 vocabulary columns (hidden size 32/64/80: they pin the
+             first 128 vocabulary columns (hidden size 32/48/64: they pin the
              final hidden state; tools/make_lora_goldens.py).
      greedy: token for token (8 new tokens).
      adapter gradients (base frozen): max |ours - ref| <= 1e-4 * max |ref| per

@@ -13,7 +13,7 @@ from a FRESH base model with the saved adapter loaded by PeftModel.from_pretrain
         input_ids     I32 [S]      the tiny model's golden input ids
         logits        F32 [S, 128] one full forward, after soft-capping: the first 128 columns
                                    of the vocabulary only (the data budget). The hidden size is
-                                   32, 64 or 80, so 128 logits x = E_128 h (before the soft-cap, a
+                                   32, 48 or 64, so 128 logits x = E_128 h (before the soft-cap, a
                                    monotone map) still pin the final hidden state h; the rest of
                                    lm_head is not adapted and the base goldens cover it
         greedy_ids    I32 [6 + 8]  prompt input_ids[:6] + 8 tokens of generate(do_sample=False)
