@@ -248,7 +248,7 @@ static int g4t_compare_grads(const g4_model *m, const char *dump, const g4cmp *f
                 for (c = 0; c < cols; c++) {
                     double v = have ? g4__get(ref, (size_t)(at * cols + c)) : 0.0;
                     double d = fabs((double)st.G[e->offset + (size_t)(r * cols + c)] - v);
-                    if (!(d <= mx)) mx = d;
+                    if (!(d <= mx)) mx = d != d ? INFINITY : d; /* a NaN stays over */
                     if (fabs(v) > ra) ra = fabs(v);
                 }
                 at += have;
@@ -257,7 +257,7 @@ static int g4t_compare_grads(const g4_model *m, const char *dump, const g4cmp *f
         } else
             for (j = 0; j < e->count; j++) {
                 double r = g4__get(ref, j), d = fabs((double)st.G[e->offset + j] - r);
-                if (!(d <= mx)) mx = d;
+                if (!(d <= mx)) mx = d != d ? INFINITY : d; /* a NaN stays over */
                 if (fabs(r) > ra) ra = fabs(r);
             }
         rel = ra > 0 ? mx / ra : mx;

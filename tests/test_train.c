@@ -518,13 +518,17 @@ static double sparse_rows_rel(const float *ours, const float *ref, const int32_t
         const float *want = at < k && idx[at] == r ? ref + (size_t)at++ * (size_t)cols : NULL;
         for (c = 0; c < cols; c++) {
             double w = want ? want[c] : 0.0, d = fabs((double)ours[(size_t)(r * cols + c)] - w);
-            if (!(d <= mx)) mx = d;
+            if (d > mx || d != d) mx = d != d ? INFINITY : d; /* as max_diff: a NaN is INFINITY */
             if (fabs(w) > ra) ra = fabs(w);
         }
     }
     if (at != k) return INFINITY; /* indices not ascending or out of range */
     return mx / fmax(ra, 1e-30);
 }
+
+/* max(a, b), a NaN giving INFINITY (fmax drops a NaN: a NaN gradient would
+   pass the sum-of-squares, max and projection checks) */
+static double worse(double a, double b) { return a != a || b != b ? INFINITY : a > b ? a : b; }
 
 /* One tensor's gradient against the golden; returns its worst relative error. */
 static double check_entry(golden *g, const g4_grad_entry *e, const float *ours, gcheck *gc, int verbose) {
@@ -538,12 +542,12 @@ static double check_entry(golden *g, const g4_grad_entry *e, const float *ours, 
     snprintf(key, sizeof key, "gstat.%s", e->name);
     st = golden_f32(g, key, &n);
     if (!st || n != 10) { if (verbose) printf("  golden has no %s\n", key); return INFINITY; }
-    for (i = 0; i < e->count; i++) { ss += (double)ours[i] * ours[i]; mx = fmax(mx, fabs(ours[i])); }
+    for (i = 0; i < e->count; i++) { ss += (double)ours[i] * ours[i]; mx = worse(mx, fabs(ours[i])); }
     norm = sqrt((double)st[0]);
-    worst = fmax(worst, fabs(ss - st[0]) / fmax(st[0], 1e-30) / 2);
-    worst = fmax(worst, fabs(mx - st[1]) / fmax(st[1], 1e-30));
+    worst = worse(worst, fabs(ss - st[0]) / fmax(st[0], 1e-30) / 2);
+    worst = worse(worst, fabs(mx - st[1]) / fmax(st[1], 1e-30));
     for (j = 0; j < 8; j++)
-        worst = fmax(worst, fabs(sign_proj(ours, e->count, j) - st[2 + j]) / fmax(norm * sqrt(8.0), 1e-30));
+        worst = worse(worst, fabs(sign_proj(ours, e->count, j) - st[2 + j]) / fmax(norm * sqrt(8.0), 1e-30));
     snprintf(key, sizeof key, "grad.%s", e->name);
     full = golden_f32(g, key, &n);
     if (full) {
@@ -552,10 +556,10 @@ static double check_entry(golden *g, const g4_grad_entry *e, const float *ours, 
         snprintf(key, sizeof key, "grad_rows.%s", e->name);
         if ((rows = golden_ids(g, key, &k)) != NULL) { /* the nonzero rows only */
             if (e->ndim != 2 || (int64_t)k * e->shape[1] != n) return INFINITY;
-            worst = fmax(worst, sparse_rows_rel(ours, full, rows, k, e->shape[0], e->shape[1]));
+            worst = worse(worst, sparse_rows_rel(ours, full, rows, k, e->shape[0], e->shape[1]));
         } else {
             if ((size_t)n != e->count) return INFINITY;
-            worst = fmax(worst, max_diff(ours, full, e->count) / fmax(max_abs(full, e->count), 1e-30));
+            worst = worse(worst, max_diff(ours, full, e->count) / fmax(max_abs(full, e->count), 1e-30));
         }
         gc->full++;
     } else if (snprintf(key, sizeof key, "gradq.%s", e->name), (q = g4_model_tensor(&g->m, key)) != NULL) {
@@ -570,7 +574,7 @@ static double check_entry(golden *g, const g4_grad_entry *e, const float *ours, 
             di = fabs((double)ours[i] - v * s);
             if (di > d || di != di) d = di != di ? INFINITY : di; /* as max_diff: a NaN is INFINITY */
         }
-        worst = fmax(worst, d / st[1] + GQ_ERR);
+        worst = worse(worst, d / st[1] + GQ_ERR);
         gc->full++;
     }
     snprintf(key, sizeof key, "fd.%s", e->name);
@@ -579,7 +583,7 @@ static double check_entry(golden *g, const g4_grad_entry *e, const float *ours, 
         for (i = 0; i + 1 < (size_t)n; i += 2) {
             size_t at = (size_t)fd[i];
             if (at >= e->count) return INFINITY;
-            worst = fmax(worst, fabs(ours[at] - fd[i + 1]) / fmax((double)st[1], 1e-30));
+            worst = worse(worst, fabs(ours[at] - fd[i + 1]) / fmax((double)st[1], 1e-30));
             gc->fd++;
         }
     }
