@@ -289,7 +289,9 @@ G4_API void g4_plan_print(const g4_plan *p, const g4_config *c, FILE *f);
 
 /* --------------------------------------------------------------- weights */
 
-typedef enum { G4_F32 = 0, G4_F16 = 1, G4_BF16 = 2, G4_I32 = 3, G4_I64 = 4, G4_DTYPE_OTHER = 5 } g4_dtype;
+/* G4_I16 is parsed (its size checked) but is never a weight: the gradient goldens store
+   quantized gradients in it (tools/make_grad_goldens.py) */
+typedef enum { G4_F32 = 0, G4_F16 = 1, G4_BF16 = 2, G4_I32 = 3, G4_I64 = 4, G4_I16 = 5, G4_DTYPE_OTHER = 6 } g4_dtype;
 
 typedef struct g4_lora g4_lora;
 
@@ -1162,7 +1164,7 @@ G4__HD static float g4__f16_to_f32(uint16_t h) {
 static size_t g4__dtype_size(g4_dtype t) {
     switch (t) {
     case G4_F32: case G4_I32: return 4;
-    case G4_F16: case G4_BF16: return 2;
+    case G4_F16: case G4_BF16: case G4_I16: return 2;
     case G4_I64: return 8;
     default: return 0;
     }
@@ -2187,6 +2189,7 @@ static g4_dtype g4__dtype_from(const char *s) {
     if (strcmp(s, "BF16") == 0) return G4_BF16;
     if (strcmp(s, "I32") == 0) return G4_I32;
     if (strcmp(s, "I64") == 0) return G4_I64;
+    if (strcmp(s, "I16") == 0) return G4_I16;
     return G4_DTYPE_OTHER;
 }
 

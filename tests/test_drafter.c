@@ -364,7 +364,7 @@ static void test_drafter_validation(void) {
         g4_model_free(&dm);
     } else CHECK(0, "open");
     pair_free(&p);
-    /* on plain (hidden 80): the backbone size */
+    /* on plain (hidden 48): the backbone size */
     if (pair_open(&p, "plain", NULL, 32, 8) && g4_model_load(&dm, tiny("e2b_drafter")) == G4_OK) {
         CHECK(g4_drafter_size(&dm, &p.t, &bytes) == G4_ERR_CONFIG, "backbone mismatch must fail");
         g4_model_free(&dm);

@@ -119,6 +119,9 @@ MODELS = [
             num_hidden_layers=12, layer_types=[SL] * 5 + [FU] + [SL] * 5 + [FU], num_key_value_heads=2,
             num_kv_shared_layers=5, use_double_wide_mlp=False, hidden_size_per_layer_input=16,
             vocab_size_per_layer_input=512, attention_k_eq_v=False, num_global_key_value_heads=None,
+            # narrower than BASE (the data budget): 12 layers for the 5:1 pattern twice, so the
+            # widths are what the file's size is made of; sqrt(32) is not a bf16 value either
+            hidden_size=32, intermediate_size=48,
         ),
     ),
     dict(
@@ -147,10 +150,11 @@ MODELS = [
         name="plain", seed=1005, S=S_DEFAULT, wrapper=False, store_dtype=torch.float16,
         strip_layer_types=True,
         text=dict(
-            # hidden 80: sqrt(80) is not a bfloat16 value, so the float32 embedding scale
-            # (8.944272) and the bf16 one (8.9375) differ and the golden tells them apart.
+            # hidden 48: sqrt(48) is not a bfloat16 value, so the float32 embedding scale
+            # (6.928203) and the bf16 one (6.9375) differ and the golden tells them apart.
+            # (Not a multiple of 32 either; intermediate 48: the data budget.)
             num_hidden_layers=5, num_key_value_heads=2, hidden_size_per_layer_input=0,
-            num_kv_shared_layers=0, attention_k_eq_v=False, hidden_size=80,
+            num_kv_shared_layers=0, attention_k_eq_v=False, hidden_size=48, intermediate_size=48,
         ),
     ),
     dict(
@@ -169,6 +173,8 @@ MODELS = [
             # P = 12: sqrt(12) is not exact either (PLE token scale).
             num_kv_shared_layers=2, use_double_wide_mlp=True, hidden_size_per_layer_input=12,
             vocab_size_per_layer_input=512, attention_k_eq_v=False, num_global_key_value_heads=None,
+            # narrower than BASE (stored float32: the data budget)
+            hidden_size=32, intermediate_size=48,
         ),
     ),
     dict(

@@ -18,9 +18,13 @@ holding (no metadata, byte-reproducible):
                                       checkpoint (tied lm_head: under embed_tokens): sum of squares,
                                       max |g|, then <g, r_j> for the pseudo-random sign vectors r_j
                                       defined in sign_vector() (computed identically in C)
-    grad.<param>         F32 [shape]  the full gradient: every parameter of FULL_MODELS, and in the
-                                      other models every parameter with <= FULL_MAX elements
+    grad.<param>         F32 [shape]  the full gradient: every parameter with <= FULL_MAX elements
                                       (norm weights, router scale / per_expert_scale, ...);
+    gradq.<param>        I16 [shape]  FULL_MODELS' larger gradients, quantized against their own
+                                      max: round(g / m * 32767), m = gstat[1] = max |g|, so
+                                      q * m / 32767 is within m / 65534 (1.53e-5 of m) of g, every
+                                      element; the tests compare max |ours - g| with 1e-4 * m and
+                                      add that 1.53e-5 to what they measure (never looser than F32);
                                       a matrix with more than FULL_MAX elements whose rows are
                                       mostly exactly zero (e2b_like's PLE table: only the rows of
                                       the sequence's ids get a gradient) is stored as its nonzero
@@ -41,9 +45,11 @@ holding (no metadata, byte-reproducible):
 The set of gstat.* keys IS the gradient set transformers trains (reader layers have no
 k_proj/v_proj/k_norm modules; layer_scalar is a buffer; vision/audio towers get no gradient).
 
-Size choice (data/ is kept small): full float32 gradients of all six models would be ~8.8 MB.
+Size choice (data/ is kept small): full float32 gradients of all seven models would be 7.3 MB.
 e2b_like (shared KV + PLE + double-wide MLP, the model the seeds' failures are about) is stored
-in full (~1.9 MB: its PLE table gradient by nonzero rows, see grad_rows above); for the other models every tensor gets the exact sum of squares, max |g| and
+in full, every element (~1 MB: its PLE table gradient by nonzero rows, see grad_rows above, its
+larger tensors as gradq: half the bytes of float32 at 1.53e-5 of the tensor's max, against the
+tests' 1e-4); for the other models every tensor gets the exact sum of squares, max |g| and
 NPROJ sign projections, plus the full small tensors. What that catches: any error whose
 projection on one of the NPROJ random sign vectors exceeds the tolerance (a dense error of
 relative size e shifts each projection by ~e*||g||; NPROJ independent signs make a miss
@@ -84,6 +90,18 @@ LABEL_IGNORED = (3, 9, 17)   # label positions set to -100 (position 0's label i
 PAD_AT = 11                  # input_ids[PAD_AT] = 0, the pad id
 FD_H = 1e-5
 FD_PER_TENSOR = 2
+QMAX = 32767                 # gradq: int16 steps per max |g|
+
+
+def quantize(g, m):
+    """round(g / m * QMAX) as int16, m = max |g| (the float32 gstat[1]); checks the bound"""
+    g64 = g.detach().double()
+    assert m == float(g64.abs().max()) and m > 0, (m, float(g64.abs().max()))
+    q = torch.round(g64 / m * QMAX)
+    assert float(q.abs().max()) == QMAX
+    err = float((q * (m / QMAX) - g64).abs().max())
+    assert err <= 0.5 * m / QMAX * (1 + 1e-9), (err, m)
+    return q.to(torch.int16).contiguous()
 
 
 def splitmix64(x):
@@ -316,6 +334,8 @@ def make_one(name, root):
                 # nonzero rows and their indices, every other row exactly 0 (the same check)
                 out["grad." + n] = g[rows].float().contiguous()
                 out["grad_rows." + n] = rows.to(torch.int32).contiguous()
+            elif g.numel() > FULL_MAX:  # FULL_MODELS: int16 against the tensor's own max
+                out["gradq." + n] = quantize(g, float(out["gstat." + n][1]))
             else:
                 out["grad." + n] = g.float().contiguous()
     if name in FULL_MODELS:  # the activation gradients: only where a test reads them (CLI compare)
@@ -355,7 +375,7 @@ def main():
         f.write(versions_header())
         f.write(f"grads float32 CPU, eval(), attn_implementation=eager, experts_implementation=eager, "
                 f"torch.set_num_threads(1); S {S}, labels -100 at {list(LABEL_IGNORED)}, pad id 0 at {PAD_AT}; "
-                f"full gradients for {sorted(FULL_MODELS)} and tensors <= {FULL_MAX} elements, "
+                f"full gradients for {sorted(FULL_MODELS)} (int16 gradq above {FULL_MAX} elements) and tensors <= {FULL_MAX} elements, "
                 f"{NPROJ} sign projections for all; finite differences in float64, h {FD_H}\n")
         f.write("columns: sdpa_rel = max over tensors of max|g_sdpa - g_eager| / max|g_eager| (torch's own spread); "
                 "f64_rel = the same for float64 vs float32 autograd; fd_rel = max |fd64 - autograd64| / max|g| (checks the FD itself)\n")

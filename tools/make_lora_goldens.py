@@ -13,7 +13,7 @@ from a FRESH base model with the saved adapter loaded by PeftModel.from_pretrain
         input_ids     I32 [S]      the tiny model's golden input ids
         logits        F32 [S, 128] one full forward, after soft-capping: the first 128 columns
                                    of the vocabulary only (the data budget). The hidden size is
-                                   64 or 80, so 128 logits x = E_128 h (before the soft-cap, a
+                                   32, 48 or 64, so 128 logits x = E_128 h (before the soft-cap, a
                                    monotone map) still pin the final hidden state h; the rest of
                                    lm_head is not adapted and the base goldens cover it
         greedy_ids    I32 [6 + 8]  prompt input_ids[:6] + 8 tokens of generate(do_sample=False)
@@ -211,8 +211,16 @@ def main():
              "command venv/bin/python tools/make_lora_goldens.py",
              f"goldens float32 CPU, eval, eager attention/experts, 1 thread; logits [S, {LOGIT_COLS}]; lora_A ~ N(0, {A_STD}^2), "
              f"lora_B ~ N(0, {B_STD}^2), seeded per case; labels -100 at 3 and 9"]
+    vpath = os.path.join(a.out, "VERSIONS.txt")
+    # with --only, the "case"/"bf16" lines of the cases not rebuilt stay as they were (their files
+    # are not rewritten); the header is the run's own
+    old = open(vpath).read().splitlines() if a.only and os.path.exists(vpath) else []
+    kept = {l.split()[1]: l for l in old if l.startswith("case ")}
+    kept_bf16 = [l for l in old if l.startswith("bf16 ")]
     for i, (name, tiny, kw, what, with_grads, dtype) in enumerate(CASES):
         if a.only and name not in a.only:
+            if name in kept:
+                lines.append(kept[name])
             continue
         line = make(name, tiny, kw, a.out, 1000 + i, with_grads, dtype)
         print(line, flush=True)
@@ -221,9 +229,12 @@ def main():
         line = bf16_dump(a.out)
         print(line, flush=True)
         lines.append(line)
-    if not a.only:
-        with open(os.path.join(a.out, "VERSIONS.txt"), "w") as f:
-            f.write("\n".join(lines) + "\n")
+    else:
+        lines += kept_bf16
+    if a.only:
+        lines[lines.index("command venv/bin/python tools/make_lora_goldens.py")] += " --only " + " ".join(a.only)
+    with open(vpath, "w") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
