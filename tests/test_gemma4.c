@@ -730,9 +730,9 @@ static void test_gemm_blocking(void) {
                     g4__matmul_ref(ref, x1, &w, n, 0, out);
                     for (i = 0; i < (int)ny; i++) y1[i] = y2[i] = -7.0f; /* the gaps must keep this */
                     ws2[tiny_ws] = 1234.5f;
-                    g4__gemm(y1, (size_t)ldy, x, (size_t)ldx, &w, n, 0, out, ws2, &tiny);
+                    g4__gemm(y1, (size_t)ldy, x, NULL, (size_t)ldx, &w, n, 0, out, ws2, &tiny, G4__TILE_F32);
                     bad_ws += ws2[tiny_ws] != 1234.5f;
-                    g4__gemm(y2, (size_t)ldy, x, (size_t)ldx, &w, n, 0, out, ws, &g4__gemm_blocks);
+                    g4__gemm(y2, (size_t)ldy, x, NULL, (size_t)ldx, &w, n, 0, out, ws, &g4__gemm_blocks, G4__TILE_F32);
                     bad_bits += memcmp(y1, y2, sizeof(float) * ny) != 0;
                     for (t = 0; t < n; t++) {
                         for (i = out; i < ldy; i++) bad_gap += y1[(size_t)t * ldy + i] != -7.0f;
@@ -752,8 +752,8 @@ static void test_gemm_blocking(void) {
                     }
                     /* two threads' parts: rows split at a multiple of the micro-kernel's rows */
                     half = (out / 2) / G4__TR * G4__TR;
-                    g4__gemm(y2, (size_t)ldy, x, (size_t)ldx, &w, n, 0, half, ws2, &tiny);
-                    g4__gemm(y2, (size_t)ldy, x, (size_t)ldx, &w, n, half, out, ws, &tiny);
+                    g4__gemm(y2, (size_t)ldy, x, NULL, (size_t)ldx, &w, n, 0, half, ws2, &tiny, G4__TILE_F32);
+                    g4__gemm(y2, (size_t)ldy, x, NULL, (size_t)ldx, &w, n, half, out, ws, &tiny, G4__TILE_F32);
                     bad_split += memcmp(y1, y2, sizeof(float) * ny) != 0;
                     cases++;
                     free(wd); free(x); free(x1); free(ref); free(y1); free(y2);
@@ -1033,9 +1033,9 @@ static void test_gemm_bf16dot_blocking(void) {
                 g4__matmul_ref(ref, x1, &w, n, 0, out);
                 for (i = 0; i < (int)ny; i++) y1[i] = y2[i] = -7.0f;
                 ws2[tiny_ws] = 1234.5f;
-                g4__gemm_bf16(y1, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, out, ws2, &tiny);
+                g4__gemm(y1, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, out, ws2, &tiny, G4__TILE_BF16DOT);
                 bad_ws += ws2[tiny_ws] != 1234.5f;
-                g4__gemm_bf16(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, out, ws, &g4__gemm_blocks);
+                g4__gemm(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, out, ws, &g4__gemm_blocks, G4__TILE_BF16DOT);
                 bad_bits += memcmp(y1, y2, sizeof(float) * ny) != 0;
                 for (t = 0; t < n; t++) {
                     for (i = out; i < ldy; i++) bad_gap += y1[(size_t)t * ldy + i] != -7.0f;
@@ -1050,8 +1050,8 @@ static void test_gemm_bf16dot_blocking(void) {
                     bad_decode += memcmp(ref, y1 + (size_t)t * ldy, sizeof(float) * out) != 0;
                 }
                 half = (out / 2) / G4__TR * G4__TR;
-                g4__gemm_bf16(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, half, ws2, &tiny);
-                g4__gemm_bf16(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, half, out, ws, &tiny);
+                g4__gemm(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, half, ws2, &tiny, G4__TILE_BF16DOT);
+                g4__gemm(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, half, out, ws, &tiny, G4__TILE_BF16DOT);
                 bad_split += memcmp(y1, y2, sizeof(float) * ny) != 0;
                 cases++;
                 free(wb); free(xh); free(x); free(x1); free(ref); free(y1); free(y2);
@@ -1108,8 +1108,8 @@ static void test_gemm_torch(void) {
                 for (i = 0; i < (int)ny; i++) y1[i] = y2[i] = -7.0f;
                 ws[G4__TORCH_FLOATS] = 1234.5f;
                 ws2[tiny_ws] = 1234.5f;
-                g4__gemm_torch(y1, (size_t)ldy, x, (size_t)ldx, &w, n, 0, out, ws, &g4__torch_blocks);
-                g4__gemm_torch(y2, (size_t)ldy, x, (size_t)ldx, &w, n, 0, out, ws2, &tiny);
+                g4__gemm(y1, (size_t)ldy, x, NULL, (size_t)ldx, &w, n, 0, out, ws, &g4__torch_blocks, G4__TILE_TORCH);
+                g4__gemm(y2, (size_t)ldy, x, NULL, (size_t)ldx, &w, n, 0, out, ws2, &tiny, G4__TILE_TORCH);
                 bad_ws += ws[G4__TORCH_FLOATS] != 1234.5f || ws2[tiny_ws] != 1234.5f;
                 for (t = 0; t < n; t++) {
                     bad_ref += memcmp(y1 + (size_t)t * ldy, ref + (size_t)t * out, sizeof(float) * out) != 0;
@@ -1117,8 +1117,8 @@ static void test_gemm_torch(void) {
                 }
                 bad_tiny += memcmp(y1, y2, sizeof(float) * ny) != 0;
                 half = (out / 2) / G4__TR * G4__TR;
-                g4__gemm_torch(y2, (size_t)ldy, x, (size_t)ldx, &w, n, 0, half, ws2, &tiny);
-                g4__gemm_torch(y2, (size_t)ldy, x, (size_t)ldx, &w, n, half, out, ws, &g4__torch_blocks);
+                g4__gemm(y2, (size_t)ldy, x, NULL, (size_t)ldx, &w, n, 0, half, ws2, &tiny, G4__TILE_TORCH);
+                g4__gemm(y2, (size_t)ldy, x, NULL, (size_t)ldx, &w, n, half, out, ws, &g4__torch_blocks, G4__TILE_TORCH);
                 bad_split += memcmp(y1, y2, sizeof(float) * ny) != 0;
                 cases++;
                 free(wb); free(x); free(x1); free(ref); free(y1); free(y2);
