@@ -507,6 +507,7 @@ typedef struct g4_session {
     unsigned target_epoch;     /* the target's epoch when this drafter was attached */
     float *din;                /* [2*Hb] concat(scaled target embedding, hidden) */
     float *centroid;           /* [C] centroid logits (ordered embeddings) */
+    struct g4__vi *centroid_q; /* [C] torch.topk's scratch over them (g4__topk_torch_q) */
     int *top;                  /* [top_k] chosen centroids */
     size_t arena_bytes;        /* the arena's size, as given to g4_session_init */
     void *own_arena;           /* g4_session_create's allocation; NULL: the caller's arena */
@@ -5230,8 +5231,10 @@ G4__HD static void g4__softmax_torch(float *x, int n, int k0, int len) {
    tied values is picked is neither "lower index" nor "higher index" (a test
    shows a golden where the higher index wins). top[] gets the K indices in
    descending value, as torch returns them (ties among equal values in any
-   order: their values are the same). E <= G4_MAX_EXPERTS (the config check). */
-typedef struct { float v; int i; } g4__vi;
+   order: their values are the same). g4__topk_torch_q takes E entries of
+   scratch (the drafter's 2048 centroids: its session arena); g4__topk_torch
+   keeps them on the stack, E <= G4_MAX_EXPERTS (the config check). */
+typedef struct g4__vi { float v; int i; } g4__vi;
 
 G4__HD static int g4__tk_gt(const g4__vi *a, const g4__vi *b) {
     return (a->v != a->v && b->v == b->v) || a->v > b->v;
@@ -5555,6 +5558,7 @@ static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config 
         s->din = g4__take(cv, 2 * (uint64_t)c->backbone_hidden_size, sizeof(float));
         s->centroid = g4__take(cv, (uint64_t)c->num_centroids, sizeof(float));
         s->top = (int *)(void *)g4__take(cv, (uint64_t)c->centroid_intermediate_top_k, sizeof(int));
+        s->centroid_q = (g4__vi *)(void *)g4__take(cv, (uint64_t)c->num_centroids, sizeof(g4__vi));
     } else {
         s->n_slots = n_slots;
         s->slots = (g4_kv_slot *)(void *)g4__take(cv, (uint64_t)n_slots, sizeof(g4_kv_slot));
@@ -7495,7 +7499,8 @@ static g4_result g4__drafter_check_read(const g4_session *d, int l, const g4_kv_
 }
 
 /* Gemma4AssistantMaskedEmbedder: the centroid logits pick the top-k
-   centroids (ties: lower index first); the logits of their tokens
+   centroids (torch.topk, whose choice among tied logits g4__topk_torch_q
+   follows; ties are common in the bf16 mode); the logits of their tokens
    (token_ordering viewed as [C][V/C]) are h . lm_head[token]; every other
    token gets min(those) - 1, the min of the logits as the matmul returns
    them (bf16-rounded in the bf16 mode). */
@@ -7507,15 +7512,10 @@ static void g4__masked_logits(g4_session *d, float *logits) {
     int k, i, j;
     float mn = HUGE_VALF, fill;
     g4__matmul(d, d->centroid, d->xn, &m->w.centroids, 1);
-    for (k = 0; k < K; k++) {
-        int best = -1;
-        for (i = 0; i < C; i++) {
-            for (j = 0; j < k && d->top[j] != i; j++) {}
-            if (j == k && (best < 0 || d->centroid[i] > d->centroid[best])) best = i;
-        }
-        d->top[k] = best;
+    g4__topk_torch_q(d->centroid, C, K, d->top, d->centroid_q);
+    for (k = 0; k < K; k++)
         for (j = 0; j < Vc; j++) {
-            int64_t tok = g4__index_get(&m->w.token_ordering, (size_t)best * Vc + (size_t)j);
+            int64_t tok = g4__index_get(&m->w.token_ordering, (size_t)d->top[k] * Vc + (size_t)j);
             g4_tensor row = *lm;
             row.data = (const unsigned char *)lm->data + (size_t)tok * (size_t)H * g4__dtype_size(lm->dtype);
             row.shape[0] = 1;
@@ -7524,7 +7524,6 @@ static void g4__masked_logits(g4_session *d, float *logits) {
             g4__matmul(d, &logits[tok], d->xn, &row, 1);
             if (logits[tok] < mn) mn = logits[tok];
         }
-    }
     /* selected_logits.min().item() - 1.0, a Python float that torch.full turns into the dtype (the
        rounding below; torch narrows double -> float -> bf16, as this does) */
     fill = (float)((double)mn - 1.0);

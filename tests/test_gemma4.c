@@ -947,6 +947,35 @@ static void test_topk_tie_rule(void) {
         CHECK(same, "case %d (E %d, K %d): torch.topk's set differs", c, E, K);
         CHECK(!same_lower, "case %d: the lower-index rule would pass it too (the case does not discriminate)", c);
     }
+    { /* a drafter's centroid top-k at the released size (2048 centroids, top 32: partial_sort, since
+         64 K <= E), on the scratch g4__masked_logits passes: values ((i * 2654435761) mod 2^32 >> 16)
+         mod 200, ten of them tied at the top value 199; torch.topk's set (float32 and bf16 rows agree),
+         which the lower-index rule misses */
+        static const int want[32] = {17,   108,  199,  235,  343,  400,  417,  491,  508,  565,  582,
+                                     656,  673,  874,  965,  1039, 1056, 1130, 1147, 1221, 1312, 1439,
+                                     1456, 1513, 1530, 1604, 1621, 1678, 1695, 1769, 1786, 1987};
+        static float p[2048];
+        static g4__vi q[2048];
+        int top[32], same = 1;
+        for (i = 0; i < 2048; i++) p[i] = (float)(((uint32_t)i * 2654435761u >> 16) % 200);
+        g4__topk_torch_q(p, 2048, 32, top, q);
+        for (i = 1; i < 32; i++)
+            for (j = i; j > 0 && top[j - 1] > top[j]; j--) { int t = top[j]; top[j] = top[j - 1]; top[j - 1] = t; }
+        for (i = 0; i < 32; i++) same &= top[i] == want[i];
+        CHECK(same, "2048 centroids, top 32: torch.topk's set differs");
+        { /* the lower-index rule, for contrast: the first of the largest left, 32 times */
+            static char taken[2048];
+            int same_lower = 1, k;
+            for (k = 0; k < 32; k++) {
+                int best = -1;
+                for (i = 0; i < 2048; i++)
+                    if (!taken[i] && (best < 0 || p[i] > p[best])) best = i;
+                taken[best] = 1;
+            }
+            for (k = 0; k < 32; k++) same_lower &= taken[want[k]];
+            CHECK(!same_lower, "2048 centroids: the lower-index rule would pass it too");
+        }
+    }
 }
 
 /* gelu on a bf16 tensor as ATen runs it: its last total % 32 elements take
