@@ -1052,7 +1052,9 @@ G4_CUDA_API g4_result g4_cuda_session_table(g4_cuda_session *s, g4_kv_slot *out,
 #include <string.h>
 #include <time.h>
 
-#if !defined(G4_NO_SIMD) && (defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)))
+#if defined(G4_X86_EMU) && !defined(G4_NO_SIMD) /* tests only: the AVX-512 intrinsics in plain C (tests/x86_emu.h) */
+#include G4_X86_EMU
+#elif !defined(G4_NO_SIMD) && (defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)))
 #include <immintrin.h>
 #elif !defined(G4_NO_SIMD) && defined(__aarch64__) && defined(__ARM_NEON)
 #include <arm_neon.h>
@@ -3795,11 +3797,16 @@ G4__HD static float g4__tanhf(float x) {
    in a prefill chunk. The order differs from the scalar reference (tested
    against it within rounding). */
 #if !defined(G4_NO_SIMD) && defined(__AVX512F__)
+#ifdef G4__SIMD_EMULATED
+#define G4__SIMD_NAME "avx512-emulated"
+#define G4__IN_REGISTER(v) ((void)0)
+#else
 #define G4__SIMD_NAME "avx512"
+#define G4__IN_REGISTER(v) __asm__("" : "+v"(v))
+#endif
 #define G4__VL 16
 #define G4__TR 4
 #define G4__TT 6
-#define G4__IN_REGISTER(v) __asm__("" : "+v"(v))
 typedef __m512 g4__vec;
 #define g4__vzero() _mm512_setzero_ps()
 #define g4__vfma(a, b, c) _mm512_fmadd_ps(a, b, c)
@@ -4379,8 +4386,9 @@ static void g4__gelu_n(float *y, const float *x, size_t n) {
    (with denormals flushed, as the instruction does). Twice the FMA rate of the
    float32 tile and no weight conversion. The order is this kernel's own, the
    same in its decode rows and its packed prefill GEMM (g4__gemm_bf16); the
-   tail (in % 32) is added after the horizontal sum, as above. Only a CPU with
-   avx512_bf16 runs (and tests) it; make strict compiles it everywhere. */
+   tail (in % 32) is added after the horizontal sum, as above. A CPU with
+   avx512_bf16 runs and tests it natively; elsewhere make test runs its tests
+   on tests/x86_emu.h, a plain-C model of the intrinsics. */
 /* 32 bf16 values at p[k] (weights as stored, or the converted input) */
 static __m512bh g4__ldbf(const void *p, int k) {
     return (__m512bh)_mm512_loadu_si512((const void *)((const unsigned char *)p + 2 * (size_t)k));

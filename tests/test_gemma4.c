@@ -597,7 +597,9 @@ static void test_simd_matmul_vs_scalar(void) {
     float *ws = (float *)malloc(sizeof(float) * (G4__PACK_THREAD + 1));
     printf("  kernels: %s, decode rows and prefill %s %d rows x %d tokens\n", g4_simd_name(),
            G4__HAVE_GEMM ? "GEMM, micro-kernel" : "reference loop,", G4__TR, G4__TT);
-#if G4__BF16DOT
+#if G4__BF16DOT && defined(G4__SIMD_EMULATED)
+    printf("  bf16 mode: avx512_bf16-emulated dot-product kernel (tested below, on tests/x86_emu.h)\n");
+#elif G4__BF16DOT
     printf("  bf16 mode: avx512_bf16 dot-product kernel (tested below)\n");
 #else
     printf("  bf16 mode: float32 kernels (this build has no avx512_bf16)\n");
