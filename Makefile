@@ -258,11 +258,12 @@ test:
 	@echo "== the core suite again on the other kernels this CPU runs (scalar, AVX2)"
 	$(call log_run,kernels.log,sh tests/other_kernels.sh "$(CC)" "$(WARN)",cat)
 	@echo "== kernel sets"
-	@cat build/tests.log build/kernels.log | awk '/^  kernels: / { k = $$2; sub(",", "", k); ran[k] = 1 } \
-	  /^  bf16 mode: avx512_bf16/ { ran["avx512_bf16"] = 1 } \
-	  END { n = split("scalar avx2 avx512 avx512_bf16 neon", all, " "); r = ""; m = ""; \
-	        for (i = 1; i <= n; i++) if (all[i] in ran) r = r " " all[i]; else m = m " " all[i]; \
-	        print "kernel sets executed:" r (m == "" ? "" : "; not executed on this CPU (compiled by make strict):" m) }'
+	@cat build/tests.log build/kernels.log | awk '/^  kernels: / { k = $$2; sub(",", "", k); if (sub("-emulated", "", k)) emu[k] = 1; else ran[k] = 1 } \
+	  /^  bf16 mode: avx512_bf16-emulated/ { emu["avx512_bf16"] = 1; next } /^  bf16 mode: avx512_bf16/ { ran["avx512_bf16"] = 1 } \
+	  END { n = split("scalar avx2 avx512 avx512_bf16 neon", all, " "); r = ""; m = ""; e = ""; \
+	        for (i = 1; i <= n; i++) { if (all[i] in ran) r = r " " all[i]; else m = m " " all[i]; if (all[i] in emu) e = e " " all[i] } \
+	        print "kernel sets executed:" r (e == "" ? "" : "; emulated (tests/x86_emu.h, the kernels not the CPU):" e) \
+	              (m == "" ? "" : "; not executed on this CPU (compiled by make strict):" m) }'
 	@echo "== all suites (their runs took $$(( $$(date +%s) - $$(cat build/test_t0) )) s, the builds before them not counted)"
 	@cd build && cat $(SUITE_LOGS) | awk '/^[0-9]+ passed, [0-9]+ failed/ { p += $$1; f += $$3; s += $$5 } END { printf "%d passed, %d failed", p, f; if (s) printf ", %d skipped", s; print "" }'
 

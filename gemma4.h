@@ -507,6 +507,7 @@ typedef struct g4_session {
     unsigned target_epoch;     /* the target's epoch when this drafter was attached */
     float *din;                /* [2*Hb] concat(scaled target embedding, hidden) */
     float *centroid;           /* [C] centroid logits (ordered embeddings) */
+    struct g4__vi *centroid_q; /* [C] torch.topk's scratch over them (g4__topk_torch_q) */
     int *top;                  /* [top_k] chosen centroids */
     size_t arena_bytes;        /* the arena's size, as given to g4_session_init */
     void *own_arena;           /* g4_session_create's allocation; NULL: the caller's arena */
@@ -1051,7 +1052,9 @@ G4_CUDA_API g4_result g4_cuda_session_table(g4_cuda_session *s, g4_kv_slot *out,
 #include <string.h>
 #include <time.h>
 
-#if !defined(G4_NO_SIMD) && (defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)))
+#if defined(G4_X86_EMU) && !defined(G4_NO_SIMD) /* tests only: the AVX-512 intrinsics in plain C (tests/x86_emu.h) */
+#include G4_X86_EMU
+#elif !defined(G4_NO_SIMD) && (defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)))
 #include <immintrin.h>
 #elif !defined(G4_NO_SIMD) && defined(__aarch64__) && defined(__ARM_NEON)
 #include <arm_neon.h>
@@ -3794,11 +3797,16 @@ G4__HD static float g4__tanhf(float x) {
    in a prefill chunk. The order differs from the scalar reference (tested
    against it within rounding). */
 #if !defined(G4_NO_SIMD) && defined(__AVX512F__)
+#ifdef G4__SIMD_EMULATED
+#define G4__SIMD_NAME "avx512-emulated"
+#define G4__IN_REGISTER(v) ((void)0)
+#else
 #define G4__SIMD_NAME "avx512"
+#define G4__IN_REGISTER(v) __asm__("" : "+v"(v))
+#endif
 #define G4__VL 16
 #define G4__TR 4
 #define G4__TT 6
-#define G4__IN_REGISTER(v) __asm__("" : "+v"(v))
 typedef __m512 g4__vec;
 #define g4__vzero() _mm512_setzero_ps()
 #define g4__vfma(a, b, c) _mm512_fmadd_ps(a, b, c)
@@ -3992,8 +4000,8 @@ typedef struct { int mc, kc, nc; } g4__blocking; /* multiples of G4__TR, G4__VL,
 /* floats of one thread's buffer: the packed W block, then the partial sums */
 #define G4__PACK_FLOATS(mc, kc, nc) ((size_t)(mc) * (size_t)(kc) + (size_t)(mc) * (size_t)(nc) * G4__VL)
 static const g4__blocking g4__gemm_blocks = {G4__GEMM_MC, (G4_GEMM_KC / G4__VL) * G4__VL, G4__GEMM_NC};
-/* The bf16-faithful mode's GEMM (g4__gemm_torch, 8-lane vectors only: the
-   AVX2 build): torch's order (g4__matmul_torch_ref) keeps 64 lane sums per
+/* The bf16-faithful mode's GEMM tile in torch's order (g4__tile_torch,
+   8-lane vectors only: the AVX2 build): torch's order (g4__matmul_torch_ref) keeps 64 lane sums per
    output, so a tile's partial sums are 8 vectors per output, and kc is a
    multiple of 64 (below) */
 #if G4__VL == 8
@@ -4418,9 +4426,9 @@ static void g4__gelu_n(float *y, const float *x, size_t n) {
    (with denormals flushed, as the instruction does). Twice the FMA rate of the
    float32 tile and no weight conversion. The order is this kernel's own, the
    same in its decode rows and its packed prefill GEMM (g4__gemm's tile
-   g4__micro_bf16); the
-   tail (in % 32) is added after the horizontal sum, as above. Only a CPU with
-   avx512_bf16 runs (and tests) it; make strict compiles it everywhere. */
+   g4__micro_bf16); the tail (in % 32) is added after the horizontal sum, as
+   above. A CPU with avx512_bf16 runs and tests it natively; elsewhere make
+   test runs its tests on tests/x86_emu.h, a plain-C model of the intrinsics. */
 /* 32 bf16 values at p[k] (weights as stored, or the converted input) */
 static __m512bh g4__ldbf(const void *p, int k) {
     return (__m512bh)_mm512_loadu_si512((const void *)((const unsigned char *)p + 2 * (size_t)k));
@@ -5197,8 +5205,10 @@ G4__HD static void g4__softmax_torch(float *x, int n, int k0, int len) {
    tied values is picked is neither "lower index" nor "higher index" (a test
    shows a golden where the higher index wins). top[] gets the K indices in
    descending value, as torch returns them (ties among equal values in any
-   order: their values are the same). E <= G4_MAX_EXPERTS (the config check). */
-typedef struct { float v; int i; } g4__vi;
+   order: their values are the same). g4__topk_torch_q takes E entries of
+   scratch (the drafter's 2048 centroids: its session arena); g4__topk_torch
+   keeps them on the stack, E <= G4_MAX_EXPERTS (the config check). */
+typedef struct g4__vi { float v; int i; } g4__vi;
 
 G4__HD static int g4__tk_gt(const g4__vi *a, const g4__vi *b) {
     return (a->v != a->v && b->v == b->v) || a->v > b->v;
@@ -5522,6 +5532,7 @@ static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config 
         s->din = g4__take(cv, 2 * (uint64_t)c->backbone_hidden_size, sizeof(float));
         s->centroid = g4__take(cv, (uint64_t)c->num_centroids, sizeof(float));
         s->top = (int *)(void *)g4__take(cv, (uint64_t)c->centroid_intermediate_top_k, sizeof(int));
+        s->centroid_q = (g4__vi *)(void *)g4__take(cv, (uint64_t)c->num_centroids, sizeof(g4__vi));
     } else {
         s->n_slots = n_slots;
         s->slots = (g4_kv_slot *)(void *)g4__take(cv, (uint64_t)n_slots, sizeof(g4_kv_slot));
@@ -7462,7 +7473,8 @@ static g4_result g4__drafter_check_read(const g4_session *d, int l, const g4_kv_
 }
 
 /* Gemma4AssistantMaskedEmbedder: the centroid logits pick the top-k
-   centroids (ties: lower index first); the logits of their tokens
+   centroids (torch.topk, whose choice among tied logits g4__topk_torch_q
+   follows; ties are common in the bf16 mode); the logits of their tokens
    (token_ordering viewed as [C][V/C]) are h . lm_head[token]; every other
    token gets min(those) - 1, the min of the logits as the matmul returns
    them (bf16-rounded in the bf16 mode). */
@@ -7474,15 +7486,10 @@ static void g4__masked_logits(g4_session *d, float *logits) {
     int k, i, j;
     float mn = HUGE_VALF, fill;
     g4__matmul(d, d->centroid, d->xn, &m->w.centroids, 1);
-    for (k = 0; k < K; k++) {
-        int best = -1;
-        for (i = 0; i < C; i++) {
-            for (j = 0; j < k && d->top[j] != i; j++) {}
-            if (j == k && (best < 0 || d->centroid[i] > d->centroid[best])) best = i;
-        }
-        d->top[k] = best;
+    g4__topk_torch_q(d->centroid, C, K, d->top, d->centroid_q);
+    for (k = 0; k < K; k++)
         for (j = 0; j < Vc; j++) {
-            int64_t tok = g4__index_get(&m->w.token_ordering, (size_t)best * Vc + (size_t)j);
+            int64_t tok = g4__index_get(&m->w.token_ordering, (size_t)d->top[k] * Vc + (size_t)j);
             g4_tensor row = *lm;
             row.data = (const unsigned char *)lm->data + (size_t)tok * (size_t)H * g4__dtype_size(lm->dtype);
             row.shape[0] = 1;
@@ -7491,7 +7498,6 @@ static void g4__masked_logits(g4_session *d, float *logits) {
             g4__matmul(d, &logits[tok], d->xn, &row, 1);
             if (logits[tok] < mn) mn = logits[tok];
         }
-    }
     /* selected_logits.min().item() - 1.0, a Python float that torch.full turns into the dtype (the
        rounding below; torch narrows double -> float -> bf16, as this does) */
     fill = (float)((double)mn - 1.0);

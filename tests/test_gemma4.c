@@ -597,7 +597,9 @@ static void test_simd_matmul_vs_scalar(void) {
     float *ws = (float *)malloc(sizeof(float) * (G4__PACK_THREAD + 1));
     printf("  kernels: %s, decode rows and prefill %s %d rows x %d tokens\n", g4_simd_name(),
            G4__HAVE_GEMM ? "GEMM, micro-kernel" : "reference loop,", G4__TR, G4__TT);
-#if G4__BF16DOT
+#if G4__BF16DOT && defined(G4__SIMD_EMULATED)
+    printf("  bf16 mode: avx512_bf16-emulated dot-product kernel (tested below, on tests/x86_emu.h)\n");
+#elif G4__BF16DOT
     printf("  bf16 mode: avx512_bf16 dot-product kernel (tested below)\n");
 #else
     printf("  bf16 mode: float32 kernels (this build has no avx512_bf16)\n");
@@ -947,6 +949,35 @@ static void test_topk_tie_rule(void) {
         CHECK(same, "case %d (E %d, K %d): torch.topk's set differs", c, E, K);
         CHECK(!same_lower, "case %d: the lower-index rule would pass it too (the case does not discriminate)", c);
     }
+    { /* a drafter's centroid top-k at the released size (2048 centroids, top 32: partial_sort, since
+         64 K <= E), on the scratch g4__masked_logits passes: values ((i * 2654435761) mod 2^32 >> 16)
+         mod 200, ten of them tied at the top value 199; torch.topk's set (float32 and bf16 rows agree),
+         which the lower-index rule misses */
+        static const int want[32] = {17,   108,  199,  235,  343,  400,  417,  491,  508,  565,  582,
+                                     656,  673,  874,  965,  1039, 1056, 1130, 1147, 1221, 1312, 1439,
+                                     1456, 1513, 1530, 1604, 1621, 1678, 1695, 1769, 1786, 1987};
+        static float p[2048];
+        static g4__vi q[2048];
+        int top[32], same = 1;
+        for (i = 0; i < 2048; i++) p[i] = (float)(((uint32_t)i * 2654435761u >> 16) % 200);
+        g4__topk_torch_q(p, 2048, 32, top, q);
+        for (i = 1; i < 32; i++)
+            for (j = i; j > 0 && top[j - 1] > top[j]; j--) { int t = top[j]; top[j] = top[j - 1]; top[j - 1] = t; }
+        for (i = 0; i < 32; i++) same &= top[i] == want[i];
+        CHECK(same, "2048 centroids, top 32: torch.topk's set differs");
+        { /* the lower-index rule, for contrast: the first of the largest left, 32 times */
+            static char taken[2048];
+            int same_lower = 1, k;
+            for (k = 0; k < 32; k++) {
+                int best = -1;
+                for (i = 0; i < 2048; i++)
+                    if (!taken[i] && (best < 0 || p[i] > p[best])) best = i;
+                taken[best] = 1;
+            }
+            for (k = 0; k < 32; k++) same_lower &= taken[want[k]];
+            CHECK(!same_lower, "2048 centroids: the lower-index rule would pass it too");
+        }
+    }
 }
 
 /* gelu on a bf16 tensor as ATen runs it: its last total % 32 elements take
@@ -992,7 +1023,7 @@ static void test_bf16_gelu_tail_and_torch_matmul(void) {
 }
 
 #if G4__BF16DOT
-/* The avx512_bf16 packed GEMM (g4__gemm_bf16) at every blocking edge: tiny
+/* The avx512_bf16 packed GEMM (g4__gemm, G4__TILE_BF16DOT) at every blocking edge: tiny
    blocks (2 panels, one VDPBF16PS step of k, 2 tiles of tokens) give the
    default blocking's bits, each token's decode row (g4__matmul_bf16dot, n 1),
    the same bits with the rows split in two, the reference within rounding;
@@ -1070,7 +1101,7 @@ static void test_gemm_bf16dot_blocking(void) {
 #endif
 
 #if G4__TORCH_GEMM
-/* The bf16-faithful mode's packed GEMM (g4__gemm_torch) gives
+/* The bf16-faithful mode's packed GEMM (g4__gemm, G4__TILE_TORCH) gives
    g4__matmul_torch_ref's bits, torch's order, on every shape: in below 64, at
    64 and past it with 16-wide and single tails, across one and several k
    blocks; rows and tokens past a tile and a block; tiny blocks (kc 64) and
