@@ -318,6 +318,14 @@ __global__ void g4c_kv_copy(g4_kv_slot *slots, int src, int dst, int n, int pos0
    Device-side table checks (status: 16 * (layer + 1) + code):
      1: the slot does not hold exactly this step's positions (write once, then read)
      2: the window's oldest key is no longer in the slot's ring */
+/* those checks for a block reading keys [lo, n_pos) of slot sl: the code (0:
+   fine), which thread 0 records in status */
+__device__ static int g4c__slot_check(const g4_kv_slot *sl, int n_pos, int D, int KVH, int lo, int layer, int *status) {
+    int code = sl->n_pos != n_pos || sl->head_dim != D || sl->kv_heads != KVH ? 1 : lo < sl->n_pos - sl->capacity ? 2 : 0;
+    if (code && threadIdx.x == 0) *status = 16 * (layer + 1) + code;
+    return code;
+}
+
 __global__ void g4c_attention(float *att, const float *q, const g4_kv_slot *slots, int slot, float *scores, int n,
                               int NH, int KVH, int D, int pos0, int window, int max_ctx, int layer, int *status, int bf,
                               int nq, int len) {
@@ -329,14 +337,7 @@ __global__ void g4c_attention(float *att, const float *q, const g4_kv_slot *slot
         int t = r / NH, h = r % NH, p = pos0 + t, lo = window && p - window + 1 > 0 ? p - window + 1 : 0, cnt;
         const float *qh = q + (size_t)r * D;
         float *sc = scores + (size_t)r * max_ctx, mx;
-        if (sl.n_pos != pos0 + n || sl.head_dim != D || sl.kv_heads != KVH) {
-            if (tid == 0) *status = 16 * (layer + 1) + 1;
-            continue;
-        }
-        if (lo < sl.n_pos - sl.capacity) {
-            if (tid == 0) *status = 16 * (layer + 1) + 2;
-            continue;
-        }
+        if (g4c__slot_check(&sl, pos0 + n, D, KVH, lo, layer, status)) continue;
         cnt = p - lo + 1;
         for (int k = tid; k < cnt; k += (int)blockDim.x) {
             const float *key = sl.k + (size_t)((lo + k) % sl.capacity) * stride + (size_t)(h / group) * D;
@@ -1376,14 +1377,7 @@ __global__ void g4f_attention(float *part, const float *stats, const float *q, c
         int nt = n - t0 < bq ? n - t0 : bq, R = nt * group, pf = pos0 + t0, pl = pf + nt - 1;
         int lo = window && pf - window + 1 > 0 ? pf - window + 1 : 0, cnt = pl - lo + 1, per = (cnt + splits - 1) / splits;
         int k0 = lo + sp * per, k1 = k0 + per < pl + 1 ? k0 + per : pl + 1;
-        if (sl.n_pos != pos0 + n || sl.head_dim != D || sl.kv_heads != KVH) {
-            if (tid == 0) *status = 16 * (layer + 1) + 1;
-            continue;
-        }
-        if (lo < sl.n_pos - sl.capacity) {
-            if (tid == 0) *status = 16 * (layer + 1) + 2;
-            continue;
-        }
+        if (g4c__slot_check(&sl, pos0 + n, D, KVH, lo, layer, status)) continue;
         for (int i = tid; i < R * D; i += (int)blockDim.x) { /* rows in (token, head) order: contiguous in q */
             qs[i] = q[((size_t)t0 * NH + (size_t)g * group) * D + (size_t)(i / (group * D)) * NH * D + i % (group * D)];
             acc[i] = 0.0f;
