@@ -683,6 +683,20 @@ static g4_result g4c__moe(g4_cuda_session *s, int l, int n) {
     return g4c__tap(s, "experts", l, s->d_branch2, 1, n, H);
 }
 
+/* A layer's MoE block, g4__layer's step 3, in both modes (the fast mode's
+   norms and router on its own kernels, through g4c__norm_rows and the
+   launchers): the dense MLP's output (d_branch) through
+   post_feedforward_layernorm_1, the experts' (into d_branch2) through
+   post_feedforward_layernorm_2, then their sum in d_branch */
+static g4_result g4c__moe_block(g4_cuda_session *s, int l, int n) {
+    const g4_layer_weights *lw = &s->model->w.layers[l];
+    int H = s->model->host->config.hidden_size;
+    G4C_TRY(g4c__norm_rows(s, s->d_branch, s->d_branch, &lw->post_feedforward_layernorm_1, n, H, l, "post_feedforward_layernorm_1"));
+    G4C_TRY(g4c__moe(s, l, n));
+    G4C_TRY(g4c__norm_rows(s, s->d_branch2, s->d_branch2, &lw->post_feedforward_layernorm_2, n, H, l, "post_feedforward_layernorm_2"));
+    return g4c__add(s, s->d_branch, s->d_branch2, (size_t)n * H);
+}
+
 /* g4__layer: Gemma4TextDecoderLayer l on d_x in place */
 static g4_result g4c__layer(g4_cuda_session *s, int l, int n) {
     const g4_config *c = &s->model->host->config;
@@ -701,14 +715,8 @@ static g4_result g4c__layer(g4_cuda_session *s, int l, int n) {
     /* 2. feed-forward block */
     G4C_TRY(g4c__norm_rows(s, s->d_xn, s->d_x, &lw->pre_feedforward_layernorm, n, H, l, "pre_feedforward_layernorm"));
     G4C_TRY(g4c__mlp(s, l, n));
-    if (s->model->host->plan.layer[l].moe) { /* 3. MoE beside the dense MLP */
-        G4C_TRY(g4c__norm_rows(s, s->d_branch, s->d_branch, &lw->post_feedforward_layernorm_1, n, H,
-                l, "post_feedforward_layernorm_1"));
-        G4C_TRY(g4c__moe(s, l, n));
-        G4C_TRY(g4c__norm_rows(s, s->d_branch2, s->d_branch2, &lw->post_feedforward_layernorm_2, n, H,
-                l, "post_feedforward_layernorm_2"));
-        G4C_TRY(g4c__add(s, s->d_branch, s->d_branch2, nh));
-    }
+    /* 3. MoE beside the dense MLP */
+    if (s->model->host->plan.layer[l].moe) G4C_TRY(g4c__moe_block(s, l, n));
     /* 4. */
     G4C_TRY(g4c__norm_rows(s, s->d_branch, s->d_branch, &lw->post_feedforward_layernorm, n, H,
             l, "post_feedforward_layernorm"));
@@ -1684,14 +1692,8 @@ static g4_result g4f__layer(g4_cuda_session *s, int l, int n) {
     G4C_TRY(g4f__linear(s, s->d_gate, s->d_xn, &lw->gate_proj, &lw->up_proj, n, G4F_GELU_MUL, 0.0f));
     G4C_TRY(g4f__linear(s, s->d_branch, s->d_gate, &lw->down_proj, NULL, n, G4F_PLAIN, 0.0f));
     G4C_TRY(g4c__tap(s, "mlp", l, s->d_branch, 1, n, H));
-    if (s->model->host->plan.layer[l].moe) { /* 3. MoE beside the dense MLP (the exact kernels, fast norms and router) */
-        G4C_TRY(g4c__norm_rows(s, s->d_branch, s->d_branch, &lw->post_feedforward_layernorm_1, n, H,
-                l, "post_feedforward_layernorm_1"));
-        G4C_TRY(g4c__moe(s, l, n));
-        G4C_TRY(g4c__norm_rows(s, s->d_branch2, s->d_branch2, &lw->post_feedforward_layernorm_2, n, H,
-                l, "post_feedforward_layernorm_2"));
-        G4C_TRY(g4c__add(s, s->d_branch, s->d_branch2, nh));
-    }
+    /* 3. MoE beside the dense MLP (the exact kernels, fast norms and router) */
+    if (s->model->host->plan.layer[l].moe) G4C_TRY(g4c__moe_block(s, l, n));
     /* 4. the post-norm and the residual add */
     G4C_RUN(s->error, g4f_norm_add_norm, rows, G4F_THREADS, s->d_x, s->d_branch, (float *)NULL,
             lw->post_feedforward_layernorm.data, (const void *)NULL, (int)lw->post_feedforward_layernorm.dtype, 0, n, H,
