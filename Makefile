@@ -28,10 +28,10 @@ build/test_gemma4: tests/test_gemma4.c tests/harness.h tests/fixtures.h tests/in
 build/test_gemma4_san: tests/test_gemma4.c tests/harness.h tests/fixtures.h tests/invariants.h examples/compare.h gemma4.h | build build/gemma4
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_gemma4.c $(LDLIBS)
 
-build/test_drafter: tests/test_drafter.c tests/harness.h tests/fixtures.h gemma4.h | build build/gemma4
+build/test_drafter: tests/test_drafter.c tests/harness.h tests/fixtures.h examples/compare.h gemma4.h | build build/gemma4
 	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_drafter.c $(LDLIBS)
 
-build/test_drafter_san: tests/test_drafter.c tests/harness.h tests/fixtures.h gemma4.h | build build/gemma4_san
+build/test_drafter_san: tests/test_drafter.c tests/harness.h tests/fixtures.h examples/compare.h gemma4.h | build build/gemma4_san
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_drafter.c $(LDLIBS)
 
 # The training reference: backward ops, gradients against torch autograd (data/tiny/*/grad_golden.safetensors).
@@ -43,10 +43,10 @@ build/test_train_san: tests/test_train.c tests/harness.h tests/fixtures.h gemma4
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_train.c $(LDLIBS)
 
 # PEFT LoRA adapters: binding, forward and greedy against transformers + peft (data/lora/).
-build/test_lora: tests/test_lora.c tests/harness.h tests/fixtures.h gemma4.h | build build/gemma4
+build/test_lora: tests/test_lora.c tests/harness.h tests/fixtures.h examples/compare.h gemma4.h | build build/gemma4
 	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_lora.c $(LDLIBS)
 
-build/test_lora_san: tests/test_lora.c tests/harness.h tests/fixtures.h gemma4.h | build build/gemma4 build/gemma4_san
+build/test_lora_san: tests/test_lora.c tests/harness.h tests/fixtures.h examples/compare.h gemma4.h | build build/gemma4 build/gemma4_san
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_lora.c $(LDLIBS)
 
 build/test_tokenizer: tests/test_tokenizer.c tests/harness.h gemma4.h | build

@@ -16,13 +16,8 @@
    Error of a tap: max |ours - ref| over its rows, and that divided by
    max |ref| over the whole reference tensor ("rel"); a tap is over tolerance
    when rel > tolerance. */
-#ifndef G4_COMPARE_H
-#define G4_COMPARE_H
-
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-
+#ifndef G4_COMPARE_TOL
+#define G4_COMPARE_TOL
 /* Default tolerances (relative to the largest reference value of each tap):
    float32 reference vs float32 gemma4.h: summation order only; the tiny goldens
    stay below 1.1e-5 and a 35-layer model accumulates more, so 1e-4. A bf16
@@ -32,6 +27,15 @@
    bug shows as 1e-1 or more (a wrong KV owner: 1.2). */
 #define G4CMP_TOL_F32 1e-4
 #define G4CMP_TOL_BF16 3e-2
+#endif /* G4_COMPARE_TOL */
+
+/* G4CMP_TOL_ONLY: the tolerances alone (a test that bounds its own comparisons by them) */
+#if !defined(G4_COMPARE_H) && !defined(G4CMP_TOL_ONLY)
+#define G4_COMPARE_H
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 typedef struct {
     char name[96];
@@ -158,4 +162,4 @@ static int g4cmp_report(const g4cmp *c, double tol, FILE *f) {
     return first;
 }
 
-#endif /* G4_COMPARE_H */
+#endif /* G4_COMPARE_H, !G4CMP_TOL_ONLY */

@@ -32,6 +32,8 @@
 
 #include "harness.h"
 #include "fixtures.h"
+#define G4CMP_TOL_ONLY
+#include "../examples/compare.h"
 
 #define TOL 2e-5
 #define TOL_CHAINED 1e-4
@@ -152,7 +154,7 @@ static void check_first_round(const char *drafter, const char *target, const cha
     tok = g4_argmax(logits, V);
     for (i = 0; i < K && numel == (int64_t)K * V; i++) {
         const float *r = ref + (size_t)i * V;
-        double d, sc, tol = bf16 ? (G4__BF16DOT ? 3e-2 : 0.0) : i ? TOL_CHAINED : TOL;
+        double d, sc, tol = bf16 ? (G4__BF16DOT ? G4CMP_TOL_BF16 : 0.0) : i ? TOL_CHAINED : TOL;
         CHECK(g4_draft_step(&p.d, tok, h, logits, h) == G4_OK, "draft step %d: %s", i, p.d.error);
         d = max_diff(logits, r, (size_t)V);
         sc = max_abs(r, (size_t)V);

@@ -37,6 +37,8 @@
 
 #include "harness.h"
 #include "fixtures.h"
+#define G4CMP_TOL_ONLY
+#include "../examples/compare.h"
 
 #define TOL 2e-5
 
@@ -559,7 +561,7 @@ static int write_wrong_adapter(const char *dir, const char *from) {
    its sums run in the kernel's own order, not torch's: the logits are then
    held within BF16DOT_TOL of max |logit| (G4CMP_TOL_BF16, as test_gemma4's
    bf16 dumps and test_drafter) and the tap-exact checks do not apply. */
-#define BF16DOT_TOL (G4__BF16DOT ? 3e-2 : 0.0)
+#define BF16DOT_TOL (G4__BF16DOT ? G4CMP_TOL_BF16 : 0.0)
 static void bf16_golden(const char *file, int lora_bf16) {
     char model[512], adapter[512], dump[600], args[2048], list[512], line[1024], wrong[300], out[300];
     golden d;
