@@ -84,6 +84,50 @@ build/test_threads_san: tests/test_threads.c tests/harness.h gemma4.h | build
 build/test_threads_tsan: tests/test_threads.c tests/harness.h gemma4.h | build
 	$(CC) $(WARN) -O1 -g -fsanitize=thread -pthread -o $@ tests/test_threads.c $(LDLIBS)
 
+# The other kernels this CPU can run, and the AVX-512 ones on the plain-C model of
+# their intrinsics (tests/x86_emu.h: no -m flags, -Wno-psabi: see x86_emu.h), for
+# tests/other_kernels.sh and tests/san_avx2.sh, which run them (make test builds them
+# with the rest, one job per CPU). The emulated CLI's arena sizes follow the kernels,
+# so the emulated test_train and test_lora run build/gemma4_emu.
+X86_EMU    = -Wno-psabi -DG4_X86_EMU='"tests/x86_emu.h"'
+AVX2_FLAGS = -mavx2 -mfma -mf16c
+HAS_AVX2  := $(shell [ "$$(uname -m)" = x86_64 ] && grep -q ' avx2 ' /proc/cpuinfo && grep -q ' fma ' /proc/cpuinfo && echo 1)
+G4_SUITE_DEPS = tests/harness.h tests/fixtures.h tests/invariants.h examples/compare.h gemma4.h
+
+build/test_gemma4_scalar: tests/test_gemma4.c $(G4_SUITE_DEPS) | build build/gemma4
+	$(CC) $(WARN) -O2 -DG4_NO_SIMD -g -o $@ tests/test_gemma4.c $(LDLIBS)
+
+build/test_gemma4_avx2: tests/test_gemma4.c $(G4_SUITE_DEPS) | build build/gemma4
+	$(CC) $(WARN) -O2 $(AVX2_FLAGS) -g -o $@ tests/test_gemma4.c $(LDLIBS)
+
+build/test_gemma4_emu: tests/test_gemma4.c $(G4_SUITE_DEPS) tests/x86_emu.h | build build/gemma4
+	$(CC) $(WARN) -O2 $(X86_EMU) -g -o $@ tests/test_gemma4.c $(LDLIBS)
+
+build/gemma4_emu: examples/gemma4.c examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h gemma4.h tests/x86_emu.h | build
+	$(CC) $(WARN) -O2 $(X86_EMU) -o $@ examples/gemma4.c $(LDLIBS)
+
+build/test_train_emu: tests/test_train.c tests/harness.h tests/fixtures.h gemma4.h tests/x86_emu.h | build build/gemma4_emu
+	$(CC) $(WARN) -O2 $(X86_EMU) -o $@ tests/test_train.c $(LDLIBS)
+
+build/test_lora_emu: tests/test_lora.c tests/harness.h tests/fixtures.h examples/compare.h gemma4.h tests/x86_emu.h | build build/gemma4_emu
+	$(CC) $(WARN) -O2 $(X86_EMU) -o $@ tests/test_lora.c $(LDLIBS)
+
+build/test_gemma4_san_emu: tests/test_gemma4.c $(G4_SUITE_DEPS) tests/x86_emu.h | build build/gemma4
+	$(CC) $(WARN) $(SAN) $(X86_EMU) -pthread -o $@ tests/test_gemma4.c $(LDLIBS)
+
+build/test_gemma4_san_avx2: tests/test_gemma4.c $(G4_SUITE_DEPS) | build build/gemma4
+	$(CC) $(WARN) $(SAN) $(AVX2_FLAGS) -pthread -o $@ tests/test_gemma4.c $(LDLIBS)
+
+build/test_threads_san_avx2: tests/test_threads.c tests/harness.h gemma4.h | build
+	$(CC) $(WARN) $(SAN) $(AVX2_FLAGS) -pthread -o $@ tests/test_threads.c $(LDLIBS)
+
+build/test_lora_san_avx2: tests/test_lora.c tests/harness.h tests/fixtures.h examples/compare.h gemma4.h | build build/gemma4
+	$(CC) $(WARN) $(SAN) $(AVX2_FLAGS) -pthread -o $@ tests/test_lora.c $(LDLIBS)
+
+OTHER_KERNELS = build/test_gemma4_scalar build/test_gemma4_emu build/gemma4_emu build/test_train_emu build/test_lora_emu \
+                $(if $(HAS_AVX2),build/test_gemma4_avx2)
+SAN_SIMD      = build/test_gemma4_san_emu $(if $(HAS_AVX2),build/test_gemma4_san_avx2 build/test_threads_san_avx2 build/test_lora_san_avx2)
+
 # libFuzzer harnesses (clang): make fuzz FUZZ_SECONDS=60 runs each in turn.
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
@@ -206,62 +250,115 @@ valgrind: build/test_threads_vg
 tsan: build/test_threads_tsan
 	TSAN_OPTIONS=halt_on_error=1 ./build/test_threads_tsan
 
-# $(call log_run,LOG,COMMAND,SHOW): runs COMMAND with its output in build/LOG; on failure prints the log
-# and stops; else SHOW (cat, or tail -n 1) prints it. A suite's log goes in SUITE_LOGS, whose
-# "N passed, M failed" lines make the closing total.
+# $(call log_run,LOG,COMMAND): runs COMMAND with its output in build/LOG and its wall time in
+# build/LOG.time; on failure prints the log and stops. make test runs every suite so, as the
+# target suite-LOG (one job per CPU, a suite as soon as its binaries are built), then shows
+# the logs in the order below. A suite's log goes in SUITE_LOGS, whose "N passed, M failed"
+# lines make the closing total.
 define log_run
-	$(2) > build/$(1) 2>&1 || { cat build/$(1); exit 1; }
-	@$(3) build/$(1)
+	@t0=$$(date +%s); $(2) > build/$(1) 2>&1 || { cat build/$(1); echo "make test: $(1) failed"; exit 1; }; \
+	  echo $$(( $$(date +%s) - t0 )) > build/$(1).time
 endef
 
 SUITE_LOGS = tokenizer_san.log tokenizer.log template_san.log template.log cuda_emu.log cuda_emu_san.log \
              gemma4_san.log bad_inputs_san.log threads_san.log san_avx2.log drafter_san.log drafter.log threads.log \
              train.log train_san.log lora.log lora_san.log bad_inputs.log tests.log kernels.log
 
-# make test builds these first, one job per CPU (the suites then run one at a time)
+# The suites, each a target; make test lists the longest first so that they start first.
+suite-minimal.log: build/minimal
+	$(call log_run,minimal.log,./build/minimal $(DEMO))
+suite-tokenizer_san.log: build/test_tokenizer_san build/gemma4
+	$(call log_run,tokenizer_san.log,./build/test_tokenizer_san)
+suite-tokenizer.log: build/test_tokenizer build/gemma4
+	$(call log_run,tokenizer.log,./build/test_tokenizer)
+suite-template_san.log: build/test_template_san build/gemma4_san
+	$(call log_run,template_san.log,./build/test_template_san data build/gemma4_san)
+suite-template.log: build/test_template build/gemma4
+	$(call log_run,template.log,./build/test_template data build/gemma4)
+suite-cuda_emu.log: build/test_cuda_emu
+	$(call log_run,cuda_emu.log,./build/test_cuda_emu)
+suite-cuda_emu_san.log: build/test_cuda_emu_san
+	$(call log_run,cuda_emu_san.log,./build/test_cuda_emu_san)
+suite-gemma4_san.log: build/test_gemma4_san build/gemma4
+	$(call log_run,gemma4_san.log,./build/test_gemma4_san)
+suite-bad_inputs_san.log: build/test_bad_inputs_san build/gemma4_san
+	$(call log_run,bad_inputs_san.log,./build/test_bad_inputs_san data build/gemma4_san)
+suite-threads_san.log: build/test_threads_san
+	$(call log_run,threads_san.log,./build/test_threads_san)
+suite-drafter_san.log: build/test_drafter_san build/gemma4_san
+	$(call log_run,drafter_san.log,./build/test_drafter_san data build/gemma4_san)
+suite-san_avx2.log: $(SAN_SIMD)
+	$(call log_run,san_avx2.log,sh tests/san_avx2.sh "$(CC)" "$(WARN)" "$(SAN)")
+suite-drafter.log: build/test_drafter build/gemma4
+	$(call log_run,drafter.log,./build/test_drafter data build/gemma4)
+suite-threads.log: build/test_threads
+	$(call log_run,threads.log,./build/test_threads)
+suite-train.log: build/test_train build/gemma4
+	$(call log_run,train.log,./build/test_train data build/gemma4)
+suite-train_san.log: build/test_train_san build/gemma4_san
+	$(call log_run,train_san.log,./build/test_train_san data build/gemma4_san)
+suite-lora.log: build/test_lora build/gemma4
+	$(call log_run,lora.log,./build/test_lora data build/gemma4)
+suite-lora_san.log: build/test_lora_san build/gemma4_san
+	$(call log_run,lora_san.log,./build/test_lora_san data build/gemma4_san)
+suite-bad_inputs.log: build/test_bad_inputs build/gemma4
+	$(call log_run,bad_inputs.log,./build/test_bad_inputs data build/gemma4)
+suite-tests.log: build/test_gemma4 build/gemma4
+	$(call log_run,tests.log,./build/test_gemma4)
+suite-kernels.log: $(OTHER_KERNELS) build/gemma4
+	$(call log_run,kernels.log,sh tests/other_kernels.sh "$(CC)" "$(WARN)")
+.PHONY: $(SUITE_LOGS:%=suite-%) suite-minimal.log
+
+# make test's build: strict and every suite's binaries, one job per CPU
 NPROC = $(shell nproc 2>/dev/null || echo 2)
 test-builds: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemma4_san build/gemma4_san \
       build/test_bad_inputs build/test_bad_inputs_san build/test_threads build/test_threads_san \
       build/test_tokenizer build/test_tokenizer_san build/test_cuda_emu build/test_cuda_emu_san \
-      build/test_train build/test_train_san build/test_drafter build/test_drafter_san build/test_template build/test_template_san build/test_lora build/test_lora_san
+      build/test_train build/test_train_san build/test_drafter build/test_drafter_san build/test_template build/test_template_san \
+      build/test_lora build/test_lora_san $(OTHER_KERNELS) $(SAN_SIMD)
 
+# Builds and suites run together, one job per CPU (a suite starts once its binaries are
+# built; the longest first); then each suite's log is shown in this order, and the total.
+SUITE_ORDER = cuda_emu_san cuda_emu drafter_san kernels san_avx2 train_san lora_san bad_inputs_san gemma4_san \
+              template_san drafter lora tests train bad_inputs threads_san tokenizer_san tokenizer template threads
 test:
-	@$(MAKE) --no-print-directory -j$(NPROC) test-builds
+	@mkdir -p build && rm -f $(SUITE_LOGS:%=build/%) $(SUITE_LOGS:%=build/%.time) build/minimal.log
 	@date +%s > build/test_t0
+	@$(MAKE) --no-print-directory -j$(NPROC) $(SUITE_ORDER:%=suite-%.log) suite-minimal.log strict
 	@echo "== README example"
-	./build/minimal $(DEMO)
+	@cat build/minimal.log
 	@echo "== tokenizer, chat, sampler and generate tests, under AddressSanitizer + UndefinedBehaviorSanitizer and plain"
-	$(call log_run,tokenizer_san.log,./build/test_tokenizer_san,tail -n 1)
-	$(call log_run,tokenizer.log,./build/test_tokenizer,cat)
+	@tail -n 1 build/tokenizer_san.log
+	@cat build/tokenizer.log
 	@echo "== chat templates (goldens from transformers + jinja2, the CLI), plain and under ASan + UBSan"
-	$(call log_run,template_san.log,./build/test_template_san data build/gemma4_san,tail -n 1)
-	$(call log_run,template.log,./build/test_template data build/gemma4,tail -n 1)
+	@tail -n 1 build/template_san.log
+	@tail -n 1 build/template.log
 	@echo "== CUDA path, emulated on the host (tests/cuda_emu.h), plain and under ASan + UBSan"
-	$(call log_run,cuda_emu.log,./build/test_cuda_emu,tail -n 2)
-	$(call log_run,cuda_emu_san.log,./build/test_cuda_emu_san,tail -n 1)
+	@tail -n 2 build/cuda_emu.log
+	@tail -n 1 build/cuda_emu_san.log
 	@echo "== tests under AddressSanitizer + UndefinedBehaviorSanitizer (baseline ISA: the scalar kernels)"
-	$(call log_run,gemma4_san.log,./build/test_gemma4_san,tail -n 1)
-	$(call log_run,bad_inputs_san.log,./build/test_bad_inputs_san data build/gemma4_san,tail -n 1)
-	$(call log_run,threads_san.log,./build/test_threads_san,tail -n 1)
-	$(call log_run,drafter_san.log,./build/test_drafter_san data build/gemma4_san,tail -n 1)
+	@tail -n 1 build/gemma4_san.log
+	@tail -n 1 build/bad_inputs_san.log
+	@tail -n 1 build/threads_san.log
+	@tail -n 1 build/drafter_san.log
 	@echo "== the SIMD kernels under ASan + UBSan: test_gemma4 and test_threads built for AVX2+FMA"
-	$(call log_run,san_avx2.log,sh tests/san_avx2.sh "$(CC)" "$(WARN)" "$(SAN)",cat)
+	@cat build/san_avx2.log
 	@echo "== drafters, rewind and speculative decoding"
-	$(call log_run,drafter.log,./build/test_drafter data build/gemma4,cat)
+	@cat build/drafter.log
 	@echo "== two sessions, two threads"
-	$(call log_run,threads.log,./build/test_threads,cat)
+	@cat build/threads.log
 	@echo "== training reference (gradients vs torch autograd), plain and under ASan + UBSan"
-	$(call log_run,train.log,./build/test_train data build/gemma4,tail -n 1)
-	$(call log_run,train_san.log,./build/test_train_san data build/gemma4_san,tail -n 1)
+	@tail -n 1 build/train.log
+	@tail -n 1 build/train_san.log
 	@echo "== LoRA adapters (peft goldens), plain and under ASan + UBSan"
-	$(call log_run,lora.log,./build/test_lora data build/gemma4,tail -n 1)
-	$(call log_run,lora_san.log,./build/test_lora_san data build/gemma4_san,tail -n 1)
+	@tail -n 1 build/lora.log
+	@tail -n 1 build/lora_san.log
 	@echo "== bad-input catalogue"
-	$(call log_run,bad_inputs.log,./build/test_bad_inputs data build/gemma4,tail -n 1)
+	@tail -n 1 build/bad_inputs.log
 	@echo "== tests"
-	$(call log_run,tests.log,./build/test_gemma4,cat)
+	@cat build/tests.log
 	@echo "== the core suite again on the other kernels this CPU runs (scalar, AVX2)"
-	$(call log_run,kernels.log,sh tests/other_kernels.sh "$(CC)" "$(WARN)",cat)
+	@cat build/kernels.log
 	@echo "== kernel sets"
 	@cat build/tests.log build/kernels.log | awk '/^  kernels: / { k = $$2; sub(",", "", k); if (sub("-emulated", "", k)) emu[k] = 1; else ran[k] = 1 } \
 	  /^  bf16 mode: avx512_bf16-emulated/ { emu["avx512_bf16"] = 1; next } /^  bf16 mode: avx512_bf16/ { ran["avx512_bf16"] = 1 } \
@@ -269,7 +366,10 @@ test:
 	        for (i = 1; i <= n; i++) { if (all[i] in ran) r = r " " all[i]; else m = m " " all[i]; if (all[i] in emu) e = e " " all[i] } \
 	        print "kernel sets executed:" r (e == "" ? "" : "; emulated (tests/x86_emu.h, the kernels not the CPU):" e) \
 	              (m == "" ? "" : "; not executed on this CPU (compiled by make strict):" m) }'
-	@echo "== all suites (their runs took $$(( $$(date +%s) - $$(cat build/test_t0) )) s, the builds before them not counted)"
+	@cd build && for l in $(SUITE_ORDER); do printf ' %s %s' $$l $$(cat $$l.log.time); done | \
+	  awk '{ for (i = 1; i < NF; i += 2) { t += $$(i + 1); s = s sprintf(" %s %d,", $$i, $$(i + 1)) } \
+	         sub(",$$", "", s); printf "== suite run times (s):%s; %d s in all, on $(NPROC) CPUs with the builds\n", s, t }'
+	@echo "== all suites (make test took $$(( $$(date +%s) - $$(cat build/test_t0) )) s, builds included)"
 	@cd build && cat $(SUITE_LOGS) | awk '/^[0-9]+ passed, [0-9]+ failed/ { p += $$1; f += $$3; s += $$5 } END { printf "%d passed, %d failed", p, f; if (s) printf ", %d skipped", s; print "" }'
 
 build/membw: bench/membw.c | build

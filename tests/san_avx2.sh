@@ -6,8 +6,10 @@
 #     saying so, on a CPU without AVX2+FMA or not x86-64);
 #   - test_gemma4 on the emulated AVX-512 intrinsics (tests/x86_emu.h, any
 #     CPU): the AVX-512 and avx512_bf16 kernels' loads, stores and edges.
-# Each suite's log is build/san_<isa>_<suite>.log; its closing
-# "N passed, M failed" line is printed.
+# The binaries are the Makefile's (build/test_<suite>_san_<isa>; make test
+# builds them in parallel with the rest); this script makes any that is
+# missing or stale, then runs them. Each suite's log is
+# build/san_<isa>_<suite>.log; its closing "N passed, M failed" line is printed.
 # Usage: san_avx2.sh CC "WARN" "SAN"   (CPUINFO=file replaces /proc/cpuinfo)
 set -e
 CC=${1:-cc}
@@ -21,15 +23,9 @@ if [ "$(uname -m)" != x86_64 ] || ! grep -q ' avx2 ' "$CPUINFO" || ! grep -q ' f
 else
   builds="$builds avx2:gemma4 avx2:threads avx2:lora" # (lora: the adapter kernels on g4__dot and g4__axpy)
 fi
-pids=""
-for b in $builds; do # the compiles side by side (each ~20-60 s of one core)
-  isa=${b%%:*}; t=${b#*:}
-  if [ $isa = emu ]; then flags='-Wno-psabi -DG4_X86_EMU="tests/x86_emu.h"'; else flags="-mavx2 -mfma -mf16c"; fi
-  rm -f build/test_${t}_san_$isa
-  $CC $WARN $SAN $flags -pthread -o build/test_${t}_san_$isa tests/test_$t.c -lm -lpthread &
-  pids="$pids $!"
-done
-for p in $pids; do wait $p || { echo "san_avx2: a build failed"; exit 1; }; done
+bins=""
+for b in $builds; do bins="$bins build/test_${b#*:}_san_${b%%:*}"; done
+MAKEFLAGS= ${MAKE:-make} --no-print-directory -s CC="$CC" WARN="$WARN" SAN="$SAN" $bins
 for b in $builds; do
   isa=${b%%:*}; t=${b#*:}
   st=0; ./build/test_${t}_san_$isa > build/san_${isa}_$t.log 2>&1 || st=$?
