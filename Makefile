@@ -17,31 +17,36 @@ build/gemma4: examples/gemma4.c examples/compare.h examples/bench.h examples/ben
 build/minimal: examples/minimal.c gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -o $@ examples/minimal.c $(LDLIBS)
 
-build/test_gemma4: tests/test_gemma4.c tests/harness.h tests/fixtures.h tests/invariants.h examples/compare.h gemma4.h | build
+# A suite that runs the CLI has it as an order-only prerequisite, so that
+# `make build/test_X && ./build/test_X` runs a CLI as new as the header, and a
+# newer CLI does not relink the suite: build/gemma4 (test_gemma4 and its _san
+# build run it by name; the others default to it), and for a _san suite that
+# takes the CLI's path also build/gemma4_san, the path make passes it.
+build/test_gemma4: tests/test_gemma4.c tests/harness.h tests/fixtures.h tests/invariants.h examples/compare.h gemma4.h | build build/gemma4
 	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_gemma4.c $(LDLIBS)
 
-build/test_gemma4_san: tests/test_gemma4.c tests/harness.h tests/fixtures.h tests/invariants.h examples/compare.h gemma4.h | build
+build/test_gemma4_san: tests/test_gemma4.c tests/harness.h tests/fixtures.h tests/invariants.h examples/compare.h gemma4.h | build build/gemma4
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_gemma4.c $(LDLIBS)
 
-build/test_drafter: tests/test_drafter.c tests/harness.h tests/fixtures.h gemma4.h | build
+build/test_drafter: tests/test_drafter.c tests/harness.h tests/fixtures.h gemma4.h | build build/gemma4
 	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_drafter.c $(LDLIBS)
 
-build/test_drafter_san: tests/test_drafter.c tests/harness.h tests/fixtures.h gemma4.h | build
+build/test_drafter_san: tests/test_drafter.c tests/harness.h tests/fixtures.h gemma4.h | build build/gemma4_san
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_drafter.c $(LDLIBS)
 
 # The training reference: backward ops, gradients against torch autograd (data/tiny/*/grad_golden.safetensors).
 # Its CLI cases run build/gemma4 (build/gemma4_san under the sanitizers): the path is argv[2].
-build/test_train: tests/test_train.c tests/harness.h tests/fixtures.h gemma4.h | build
+build/test_train: tests/test_train.c tests/harness.h tests/fixtures.h gemma4.h | build build/gemma4
 	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_train.c $(LDLIBS)
 
-build/test_train_san: tests/test_train.c tests/harness.h tests/fixtures.h gemma4.h | build
+build/test_train_san: tests/test_train.c tests/harness.h tests/fixtures.h gemma4.h | build build/gemma4_san
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_train.c $(LDLIBS)
 
 # PEFT LoRA adapters: binding, forward and greedy against transformers + peft (data/lora/).
-build/test_lora: tests/test_lora.c tests/harness.h tests/fixtures.h gemma4.h | build
+build/test_lora: tests/test_lora.c tests/harness.h tests/fixtures.h gemma4.h | build build/gemma4
 	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_lora.c $(LDLIBS)
 
-build/test_lora_san: tests/test_lora.c tests/harness.h tests/fixtures.h gemma4.h | build
+build/test_lora_san: tests/test_lora.c tests/harness.h tests/fixtures.h gemma4.h | build build/gemma4 build/gemma4_san
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_lora.c $(LDLIBS)
 
 build/test_tokenizer: tests/test_tokenizer.c tests/harness.h gemma4.h | build
@@ -55,18 +60,18 @@ build/test_tokenizer_san: tests/test_tokenizer.c tests/harness.h gemma4.h | buil
 build/gemma4_san: examples/gemma4.c examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h gemma4.h | build
 	$(CC) $(WARN) $(SAN) -o $@ examples/gemma4.c $(LDLIBS)
 
-build/test_bad_inputs: tests/test_bad_inputs.c tests/harness.h gemma4.h | build
+build/test_bad_inputs: tests/test_bad_inputs.c tests/harness.h gemma4.h | build build/gemma4
 	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_bad_inputs.c $(LDLIBS)
 
-build/test_bad_inputs_san: tests/test_bad_inputs.c tests/harness.h gemma4.h | build
+build/test_bad_inputs_san: tests/test_bad_inputs.c tests/harness.h gemma4.h | build build/gemma4 build/gemma4_san
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_bad_inputs.c $(LDLIBS)
 
 # Chat templates: the goldens through the API and the CLI (build/gemma4, or
 # build/gemma4_san under the sanitizers).
-build/test_template: tests/test_template.c tests/harness.h gemma4.h | build
+build/test_template: tests/test_template.c tests/harness.h gemma4.h | build build/gemma4
 	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_template.c $(LDLIBS)
 
-build/test_template_san: tests/test_template.c tests/harness.h gemma4.h | build
+build/test_template_san: tests/test_template.c tests/harness.h gemma4.h | build build/gemma4 build/gemma4_san
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_template.c $(LDLIBS)
 
 # Two sessions on one model from two threads (-pthread only here).
@@ -258,11 +263,12 @@ test:
 	@echo "== the core suite again on the other kernels this CPU runs (scalar, AVX2)"
 	$(call log_run,kernels.log,sh tests/other_kernels.sh "$(CC)" "$(WARN)",cat)
 	@echo "== kernel sets"
-	@cat build/tests.log build/kernels.log | awk '/^  kernels: / { k = $$2; sub(",", "", k); ran[k] = 1 } \
-	  /^  bf16 mode: avx512_bf16/ { ran["avx512_bf16"] = 1 } \
-	  END { n = split("scalar avx2 avx512 avx512_bf16 neon", all, " "); r = ""; m = ""; \
-	        for (i = 1; i <= n; i++) if (all[i] in ran) r = r " " all[i]; else m = m " " all[i]; \
-	        print "kernel sets executed:" r (m == "" ? "" : "; not executed on this CPU (compiled by make strict):" m) }'
+	@cat build/tests.log build/kernels.log | awk '/^  kernels: / { k = $$2; sub(",", "", k); if (sub("-emulated", "", k)) emu[k] = 1; else ran[k] = 1 } \
+	  /^  bf16 mode: avx512_bf16-emulated/ { emu["avx512_bf16"] = 1; next } /^  bf16 mode: avx512_bf16/ { ran["avx512_bf16"] = 1 } \
+	  END { n = split("scalar avx2 avx512 avx512_bf16 neon", all, " "); r = ""; m = ""; e = ""; \
+	        for (i = 1; i <= n; i++) { if (all[i] in ran) r = r " " all[i]; else m = m " " all[i]; if (all[i] in emu) e = e " " all[i] } \
+	        print "kernel sets executed:" r (e == "" ? "" : "; emulated (tests/x86_emu.h, the kernels not the CPU):" e) \
+	              (m == "" ? "" : "; not executed on this CPU (compiled by make strict):" m) }'
 	@echo "== all suites (their runs took $$(( $$(date +%s) - $$(cat build/test_t0) )) s, the builds before them not counted)"
 	@cd build && cat $(SUITE_LOGS) | awk '/^[0-9]+ passed, [0-9]+ failed/ { p += $$1; f += $$3; s += $$5 } END { printf "%d passed, %d failed", p, f; if (s) printf ", %d skipped", s; print "" }'
 

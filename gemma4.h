@@ -507,6 +507,7 @@ typedef struct g4_session {
     unsigned target_epoch;     /* the target's epoch when this drafter was attached */
     float *din;                /* [2*Hb] concat(scaled target embedding, hidden) */
     float *centroid;           /* [C] centroid logits (ordered embeddings) */
+    struct g4__vi *centroid_q; /* [C] torch.topk's scratch over them (g4__topk_torch_q) */
     int *top;                  /* [top_k] chosen centroids */
     size_t arena_bytes;        /* the arena's size, as given to g4_session_init */
     void *own_arena;           /* g4_session_create's allocation; NULL: the caller's arena */
@@ -1051,7 +1052,9 @@ G4_CUDA_API g4_result g4_cuda_session_table(g4_cuda_session *s, g4_kv_slot *out,
 #include <string.h>
 #include <time.h>
 
-#if !defined(G4_NO_SIMD) && (defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)))
+#if defined(G4_X86_EMU) && !defined(G4_NO_SIMD) /* tests only: the AVX-512 intrinsics in plain C (tests/x86_emu.h) */
+#include G4_X86_EMU
+#elif !defined(G4_NO_SIMD) && (defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)))
 #include <immintrin.h>
 #elif !defined(G4_NO_SIMD) && defined(__aarch64__) && defined(__ARM_NEON)
 #include <arm_neon.h>
@@ -3794,11 +3797,16 @@ G4__HD static float g4__tanhf(float x) {
    in a prefill chunk. The order differs from the scalar reference (tested
    against it within rounding). */
 #if !defined(G4_NO_SIMD) && defined(__AVX512F__)
+#ifdef G4__SIMD_EMULATED
+#define G4__SIMD_NAME "avx512-emulated"
+#define G4__IN_REGISTER(v) ((void)0)
+#else
 #define G4__SIMD_NAME "avx512"
+#define G4__IN_REGISTER(v) __asm__("" : "+v"(v))
+#endif
 #define G4__VL 16
 #define G4__TR 4
 #define G4__TT 6
-#define G4__IN_REGISTER(v) __asm__("" : "+v"(v))
 typedef __m512 g4__vec;
 #define g4__vzero() _mm512_setzero_ps()
 #define g4__vfma(a, b, c) _mm512_fmadd_ps(a, b, c)
@@ -3965,8 +3973,15 @@ static void g4__rows1(float *y, const float *x, const unsigned char *w, g4_dtype
      a tile's accumulators wait in the buffer's partial sums (mc x nc x VL
      floats) and resume unchanged, so the blocking, the chunk size and the
      thread split change no bit. Then one g4__vhsum and g4__tail, as decode.
-   Rows or tokens past an edge (R < G4__TR: zero panels; T < G4__TT: the last
-   token repeated) are computed and not stored. */
+   - One loop nest (g4__gemm), three tiles: the float32 tile (g4__micro) and
+     the bf16-faithful mode's two, torch's order (g4__tile_torch, the AVX2
+     build) and VDPBF16PS (g4__micro_bf16, >>bf16dot, avx512_bf16). They
+     differ in the k a tile's step takes (VL, 64 and 32 values) and in the
+     partial sums an output keeps between kc blocks (VL, 64 and 16 floats);
+     the blocks, the packing by a block's first tiles, the prefetching, the
+     edges and the stores are the nest's.
+   Rows or tokens past an edge (R < G4__TR: the last row repeated; T <
+   G4__TT: the last token repeated) are computed and not stored. */
 #define G4__HAVE_GEMM 1
 typedef struct { int mc, kc, nc; } g4__blocking; /* multiples of G4__TR, G4__VL, G4__TT */
 #ifndef G4_GEMM_KC
@@ -3985,8 +4000,8 @@ typedef struct { int mc, kc, nc; } g4__blocking; /* multiples of G4__TR, G4__VL,
 /* floats of one thread's buffer: the packed W block, then the partial sums */
 #define G4__PACK_FLOATS(mc, kc, nc) ((size_t)(mc) * (size_t)(kc) + (size_t)(mc) * (size_t)(nc) * G4__VL)
 static const g4__blocking g4__gemm_blocks = {G4__GEMM_MC, (G4_GEMM_KC / G4__VL) * G4__VL, G4__GEMM_NC};
-/* The bf16-faithful mode's GEMM (g4__gemm_torch, 8-lane vectors only: the
-   AVX2 build): torch's order (g4__matmul_torch_ref) keeps 64 lane sums per
+/* The bf16-faithful mode's GEMM tile in torch's order (g4__tile_torch,
+   8-lane vectors only: the AVX2 build): torch's order (g4__matmul_torch_ref) keeps 64 lane sums per
    output, so a tile's partial sums are 8 vectors per output, and kc is a
    multiple of 64 (below) */
 #if G4__VL == 8
@@ -4096,18 +4111,41 @@ static void g4__micro(float *wp, const unsigned char *const *wrow, g4_dtype dt, 
     g4__micro_vs(wp, wrow, dt, k0, G4__VL, xt, steps, part, first, last, sum);
 }
 
-/* y[t * ldy + o] = sum_k x[t * ldx + k] W[o][k] for t < n, o in [o0, o1);
-   ws: G4__PACK_FLOATS(b->mc, b->kc, b->nc) floats */
-static void g4__gemm(float *y, size_t ldy, const float *x, size_t ldx, const g4_tensor *w, int n, int o0, int o1,
-                     float *ws, const g4__blocking *b) {
-    int in = (int)w->shape[1], kv = in - in % G4__VL, t0, i0, k0, t, o, r, u, pi, pk, pmc, pkc;
+/* the tile g4__gemm runs */
+typedef enum {
+    G4__TILE_F32,    /* g4__micro: float32 FMAs in decode's order (g4__rows1) */
+    G4__TILE_TORCH,  /* g4__tile_torch: the bf16-faithful mode in torch's order (G4__TORCH_GEMM builds) */
+    G4__TILE_BF16DOT /* g4__micro_bf16: the bf16-faithful mode on VDPBF16PS (G4__BF16DOT builds) */
+} g4__tile_kind;
+#if G4__TORCH_GEMM /* defined with their kernels below */
+static G4__NOINLINE void g4__tile_torch(float *wp, const unsigned char *const *wrow, int pack, int k0, int kc, int in,
+                                        const float *const *xt, float *part, int first, int last, float sum[G4__TR][G4__TT]);
+#endif
+#if G4__BF16DOT
+static G4__NOINLINE void g4__micro_bf16(uint16_t *wp, const unsigned char *const *wrow, int k0, const uint16_t *const *xt, int steps,
+                                        float *part, int first, int last, float sum[G4__TR][G4__TT]);
+#endif
+
+/* y[t * ldy + o] = sum_k x[t * ldx + k] W[o][k] for t < n, o in [o0, o1),
+   with the tile of `kind` (W bf16 for the bf16 mode's; xb: x as bf16, ldx
+   apart, for G4__TILE_BF16DOT, else NULL); ws: mc * kc + mc * nc * (the
+   tile's partial sums per output) floats of b: G4__PACK_FLOATS(b->mc, b->kc,
+   b->nc) but for G4__TILE_TORCH's 64 (G4__TORCH_FLOATS for
+   g4__torch_blocks). b->kc a multiple of the tile's step. */
+static void g4__gemm(float *y, size_t ldy, const float *x, const uint16_t *xb, size_t ldx, const g4_tensor *w, int n, int o0, int o1,
+                     float *ws, const g4__blocking *b, g4__tile_kind kind) {
+    int step = kind == G4__TILE_TORCH ? 64 : kind == G4__TILE_BF16DOT ? 32 : G4__VL; /* k per step of the tile */
+    size_t lanes = kind == G4__TILE_TORCH ? 64 : kind == G4__TILE_BF16DOT ? 16 : G4__VL; /* partial sums per output */
+    int in = (int)w->shape[1], kv = in - in % step, t0, i0, k0, t, o, r, u, pi, pk, pmc, pkc;
+    int tails = kv < in && kind != G4__TILE_TORCH; /* the nest adds the tail (in % step), but g4__tile_torch's sums have it */
     g4_dtype dt = w->dtype;
     size_t esz = g4__dtype_size(dt);
     const unsigned char *base = (const unsigned char *)w->data;
-    float *wp = ws, *part = ws + (size_t)b->mc * (size_t)b->kc, sum[G4__TR][G4__TT];
+    float *part = ws + (size_t)b->mc * (size_t)b->kc, sum[G4__TR][G4__TT];
     const float *xt[G4__TT];
     const unsigned char *wrow[G4__TR];
     g4__pf pf;
+    (void)xb; /* (builds without G4__TILE_BF16DOT) */
     for (t0 = 0; t0 < n; t0 += b->nc) {
         int nc = n - t0 < b->nc ? n - t0 : b->nc;
         for (i0 = o0; i0 < o1; i0 += b->mc) {
@@ -4126,18 +4164,28 @@ static void g4__gemm(float *y, size_t ldy, const float *x, size_t ldx, const g4_
                     for (o = i0; o < i0 + mc; o += G4__TR) {
                         int R = i0 + mc - o < G4__TR ? i0 + mc - o : G4__TR;
                         float *pt = part + ((size_t)((o - i0) / G4__TR) * (size_t)(b->nc / G4__TT) + (size_t)((t - t0) / G4__TT)) *
-                                               (G4__TR * G4__TT * G4__VL);
+                                               (G4__TR * G4__TT * lanes);
+                        size_t panel = (size_t)(o - i0) * (size_t)kc; /* the tile's panel in ws, in W's packed elements */
                         g4__pf_step(&pf);
                         for (r = 0; r < G4__TR; r++) wrow[r] = base + (size_t)(o + (r < R ? r : R - 1)) * (size_t)in * esz;
-                        g4__micro(wp + (size_t)(o - i0) * (size_t)kc, t == t0 ? wrow : NULL, dt, k0, xt, kc / G4__VL, pt, first, last, sum);
-                        if (last && kv == in)
+                        switch (kind) { /* a block's first tiles (t == t0) pack its weights on the way */
+#if G4__TORCH_GEMM
+                        case G4__TILE_TORCH: g4__tile_torch(ws + panel, wrow, t == t0, k0, kc, in, xt, pt, first, last, sum); break;
+#endif
+#if G4__BF16DOT
+                        case G4__TILE_BF16DOT: { /* x's bf16 copy at the same places */
+                            const uint16_t *xbt[G4__TT];
+                            for (u = 0; u < G4__TT; u++) xbt[u] = xb + (xt[u] - x);
+                            g4__micro_bf16((uint16_t *)(void *)ws + panel, t == t0 ? wrow : NULL, k0, xbt, kc / 32, pt, first, last, sum);
+                            break;
+                        }
+#endif
+                        default: g4__micro(ws + panel, t == t0 ? wrow : NULL, dt, k0, xt, kc / G4__VL, pt, first, last, sum);
+                        }
+                        if (last)
                             for (u = 0; u < T; u++)
-                                for (r = 0; r < R; r++) y[(size_t)(t + u) * ldy + (size_t)(o + r)] = sum[r][u];
-                        else if (last)
-                            for (r = 0; r < R; r++)
-                                for (u = 0; u < T; u++)
-                                    y[(size_t)(t + u) * ldy + (size_t)(o + r)] =
-                                        g4__tail(sum[r][u], x + (size_t)(t + u) * ldx, base + (size_t)(o + r) * (size_t)in * esz, dt, kv, in);
+                                for (r = 0; r < R; r++)
+                                    y[(size_t)(t + u) * ldy + (size_t)(o + r)] = tails ? g4__tail(sum[r][u], xt[u] - k0, wrow[r], dt, kv, in) : sum[r][u];
                     }
                 }
             }
@@ -4254,7 +4302,7 @@ static void g4__gemm_acc(float *y, size_t ldy, const float *x, size_t ldx, const
    for more; ws: one thread's G4__PACK_FLOATS buffer. */
 static void g4__matmul_rows(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1, float *ws) {
     if (n == 1) g4__rows1(y, x, (const unsigned char *)w->data, w->dtype, g4__dtype_size(w->dtype), (int)w->shape[1], o0, o1);
-    else g4__gemm(y, (size_t)w->shape[0], x, (size_t)w->shape[1], w, n, o0, o1, ws, &g4__gemm_blocks);
+    else g4__gemm(y, (size_t)w->shape[0], x, NULL, (size_t)w->shape[1], w, n, o0, o1, ws, &g4__gemm_blocks, G4__TILE_F32);
 }
 
 static float g4__dot(const float *a, const float *b, int n) {
@@ -4377,9 +4425,10 @@ static void g4__gelu_n(float *y, const float *x, size_t n) {
    float32: lane i of a 32-element step adds w[2i+1] x[2i+1], then w[2i] x[2i]
    (with denormals flushed, as the instruction does). Twice the FMA rate of the
    float32 tile and no weight conversion. The order is this kernel's own, the
-   same in its decode rows and its packed prefill GEMM (g4__gemm_bf16); the
-   tail (in % 32) is added after the horizontal sum, as above. Only a CPU with
-   avx512_bf16 runs (and tests) it; make strict compiles it everywhere. */
+   same in its decode rows and its packed prefill GEMM (g4__gemm's tile
+   g4__micro_bf16); the tail (in % 32) is added after the horizontal sum, as
+   above. A CPU with avx512_bf16 runs and tests it natively; elsewhere make
+   test runs its tests on tests/x86_emu.h, a plain-C model of the intrinsics. */
 /* 32 bf16 values at p[k] (weights as stored, or the converted input) */
 static __m512bh g4__ldbf(const void *p, int k) {
     return (__m512bh)_mm512_loadu_si512((const void *)((const unsigned char *)p + 2 * (size_t)k));
@@ -4397,10 +4446,10 @@ static void g4__to_bf16(uint16_t *xb, const float *x, int n, int in) {
         }
 }
 
-/* The prefill GEMM of this mode: g4__gemm's blocks, loops and partial sums
-   with 32 bf16 values (one VDPBF16PS) per step of k. A block of W is copied,
-   still bf16, into the thread's buffer as panels [kc/32][G4__TR][32] (half
-   the float32 panels' bytes) by its first tile; x is read as bf16 (xb) in
+/* The prefill GEMM's tile in this mode (g4__gemm's G4__TILE_BF16DOT): 32
+   bf16 values (one VDPBF16PS) per step of k. A block of W is copied, still
+   bf16, into the thread's buffer as panels [kc/32][G4__TR][32] (half the
+   float32 panels' bytes) by its first tiles; x is read as bf16 (xb) in
    place. Each output keeps the decode rows' 16 lane sums in the same order,
    so decode, any chunk and any thread split give the same bits. */
 static G4__NOINLINE void g4__micro_bf16(uint16_t *wp, const unsigned char *const *wrow, int k0, const uint16_t *const *xt, int steps,
@@ -4433,51 +4482,6 @@ static G4__NOINLINE void g4__micro_bf16(uint16_t *wp, const unsigned char *const
     }
 }
 
-/* y[t * ldy + o] for t < n, o in [o0, o1) as g4__gemm, x (float32, for the
-   tail) and xb (its bf16 copy) both ldx apart; b->kc a multiple of 32; ws:
-   G4__PACK_FLOATS(b->mc, b->kc, b->nc) floats */
-static void g4__gemm_bf16(float *y, size_t ldy, const float *x, const uint16_t *xb, size_t ldx, const g4_tensor *w, int n, int o0,
-                          int o1, float *ws, const g4__blocking *b) {
-    int in = (int)w->shape[1], kv = in - in % 32, t0, i0, k0, t, o, r, u, pi, pk, pmc, pkc;
-    const unsigned char *base = (const unsigned char *)w->data;
-    uint16_t *wp = (uint16_t *)(void *)ws;
-    float *part = ws + (size_t)b->mc * (size_t)b->kc, sum[G4__TR][G4__TT];
-    const uint16_t *xt[G4__TT];
-    const unsigned char *wrow[G4__TR];
-    g4__pf pf;
-    for (t0 = 0; t0 < n; t0 += b->nc) {
-        int nc = n - t0 < b->nc ? n - t0 : b->nc;
-        for (i0 = o0; i0 < o1; i0 += b->mc) {
-            int mc = o1 - i0 < b->mc ? o1 - i0 : b->mc;
-            for (k0 = 0; k0 == 0 || k0 < kv; k0 += b->kc) {
-                int kc = kv - k0 < b->kc ? kv - k0 : b->kc, first = k0 == 0, last = k0 + kc >= kv;
-                if (!last) pk = k0 + kc, pi = i0;
-                else pk = 0, pi = i0 + mc < o1 ? i0 + mc : o0;
-                pmc = o1 - pi < b->mc ? o1 - pi : b->mc;
-                pkc = kv - pk < b->kc ? kv - pk : b->kc;
-                g4__pf_start(&pf, base, 2, in, pi, pmc, pk, pkc, (size_t)((nc + G4__TT - 1) / G4__TT) * (size_t)((mc + G4__TR - 1) / G4__TR));
-                for (t = t0; t < t0 + nc; t += G4__TT) {
-                    int T = t0 + nc - t < G4__TT ? t0 + nc - t : G4__TT;
-                    for (u = 0; u < G4__TT; u++) xt[u] = xb + (size_t)(t + (u < T ? u : T - 1)) * ldx + k0;
-                    for (o = i0; o < i0 + mc; o += G4__TR) {
-                        int R = i0 + mc - o < G4__TR ? i0 + mc - o : G4__TR;
-                        float *pt = part + ((size_t)((o - i0) / G4__TR) * (size_t)(b->nc / G4__TT) + (size_t)((t - t0) / G4__TT)) *
-                                               (G4__TR * G4__TT * 16);
-                        g4__pf_step(&pf);
-                        for (r = 0; r < G4__TR; r++) wrow[r] = base + (size_t)(o + (r < R ? r : R - 1)) * (size_t)in * 2;
-                        g4__micro_bf16(wp + (size_t)(o - i0) * (size_t)kc, t == t0 ? wrow : NULL, k0, xt, kc / 32, pt, first, last, sum);
-                        if (last)
-                            for (r = 0; r < R; r++)
-                                for (u = 0; u < T; u++)
-                                    y[(size_t)(t + u) * ldy + (size_t)(o + r)] =
-                                        g4__tail(sum[r][u], x + (size_t)(t + u) * ldx, base + (size_t)(o + r) * (size_t)in * 2, G4_BF16, kv, in);
-                    }
-                }
-            }
-        }
-    }
-}
-
 /* xb: x as bf16 (g4__to_bf16); ws: one thread's packing buffer */
 static void g4__matmul_bf16dot(float *y, const float *x, const uint16_t *xb, const g4_tensor *w, int n, int o0, int o1, float *ws) {
     int out = (int)w->shape[0], in = (int)w->shape[1], o, k, kv = in - in % 32;
@@ -4501,7 +4505,7 @@ static void g4__matmul_bf16dot(float *y, const float *x, const uint16_t *xb, con
             for (k = 0; k < kv; k += 32) acc = _mm512_dpbf16_ps(acc, g4__ldbf(row, k), g4__ldbf(xb, k));
             y[o] = g4__tail(_mm512_reduce_add_ps(acc), x, row, G4_BF16, kv, in);
         }
-    } else g4__gemm_bf16(y, (size_t)out, x, xb, (size_t)in, w, n, o0, o1, ws, &g4__gemm_blocks);
+    } else g4__gemm(y, (size_t)out, x, xb, (size_t)in, w, n, o0, o1, ws, &g4__gemm_blocks, G4__TILE_BF16DOT);
 }
 #endif
 #else
@@ -4547,100 +4551,71 @@ static float g4__hsum8_v(__m256 v) {
     _mm256_storeu_ps(lanes, v);
     return g4__hsum8(lanes);
 }
+/* The end of one output's sum: its 8 accumulators (lane sums over k < in &
+   ~63) added in torch's tree, then the tail: k < in & ~15 16 at a time into
+   one 8-lane accumulator, the rest one by one. */
+static float g4__torch_finish(__m256 acc[8], const float *x, const uint16_t *row, int in) {
+    int la = in & ~63, lv = in & ~15, i, r;
+    __m256 tail = _mm256_setzero_ps();
+    float sum;
+    for (r = 0; r < 4; r++) acc[r] = _mm256_add_ps(acc[r], acc[r + 4]);
+    for (r = 0; r < 2; r++) acc[r] = _mm256_add_ps(acc[r], acc[r + 2]);
+    sum = g4__hsum8_v(_mm256_add_ps(acc[0], acc[1]));
+    for (i = la; i < lv; i += 16) {
+        tail = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), g4__vbf16_8(row + i), tail);
+        tail = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), g4__vbf16_8(row + i + 8), tail);
+    }
+    sum += g4__hsum8_v(tail);
+    for (i = lv; i < in; i++) sum += x[i] * g4__bf16_to_f32(row[i]);
+    return sum;
+}
+
 static void g4__matmul_torch(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1) {
-    int out = (int)w->shape[0], in = (int)w->shape[1], la = in & ~63, lv = in & ~15, o, t, i, r;
+    int out = (int)w->shape[0], in = (int)w->shape[1], la = in & ~63, o, t, i, r;
     const uint16_t *base = (const uint16_t *)w->data;
     for (o = o0; o < o1; o++) {
         const uint16_t *row = base + (size_t)o * (size_t)in;
         for (t = 0; t < n; t++) {
             const float *xt = x + (size_t)t * (size_t)in;
-            __m256 acc[8], tail = _mm256_setzero_ps();
-            float sum;
+            __m256 acc[8];
             for (r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
             for (i = 0; i < la; i += 64)
                 for (r = 0; r < 8; r++)
                     acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xt + i + 8 * r), g4__vbf16_8(row + i + 8 * r), acc[r]);
-            for (r = 0; r < 4; r++) acc[r] = _mm256_add_ps(acc[r], acc[r + 4]);
-            for (r = 0; r < 2; r++) acc[r] = _mm256_add_ps(acc[r], acc[r + 2]);
-            sum = g4__hsum8_v(_mm256_add_ps(acc[0], acc[1]));
-            for (i = la; i < lv; i += 16) {
-                tail = _mm256_fmadd_ps(_mm256_loadu_ps(xt + i), g4__vbf16_8(row + i), tail);
-                tail = _mm256_fmadd_ps(_mm256_loadu_ps(xt + i + 8), g4__vbf16_8(row + i + 8), tail);
-            }
-            sum += g4__hsum8_v(tail);
-            for (i = lv; i < in; i++) sum += xt[i] * g4__bf16_to_f32(row[i]);
-            y[(size_t)t * (size_t)out + (size_t)o] = sum;
+            y[(size_t)t * (size_t)out + (size_t)o] = g4__torch_finish(acc, xt, row, in);
         }
     }
 }
 
 #if G4__TORCH_GEMM
-/* The bf16-faithful mode's prefill GEMM: g4__matmul_torch's bits on the
-   packed blocks of >>gemm. Torch's 8 accumulators r of 8 lanes are 64 lane
-   sums, lane 8 r + l over the inputs 64 j + 8 r + l in order. So in each
-   block the tile runs 8 times, once per r, over every 64th vector of k (vs
-   64), each from and into its own partial sums (8 per output; the weights
-   of pass r are packed as their own panel). After the block's last k the 8
-   vectors of each output are added in torch's tree, then its tail (in % 64:
-   the 16-wide accumulator, then one by one), as in g4__matmul_torch. The
-   blocking changes no bit; decode keeps g4__matmul_torch. ws: G4__TORCH_FLOATS
-   floats for b = g4__torch_blocks (mc * kc + mc * nc * 64 in general; kc a
-   multiple of 64). */
-static void g4__gemm_torch(float *y, size_t ldy, const float *x, size_t ldx, const g4_tensor *w, int n, int o0, int o1,
-                           float *ws, const g4__blocking *b) {
-    int in = (int)w->shape[1], la = in & ~63, lv = in & ~15, t0, i0, k0, t, o, r, u, q, i;
-    const unsigned char *base = (const unsigned char *)w->data;
-    float *wp = ws, *part = ws + (size_t)b->mc * (size_t)b->kc, sum[G4__TR][G4__TT];
-    const float *xt[G4__TT], *xq[G4__TT];
-    const unsigned char *wrow[G4__TR], *wq[G4__TR];
-    const size_t tile = G4__TR * G4__TT * 8; /* floats of one pass's partial sums */
-    for (t0 = 0; t0 < n; t0 += b->nc) {
-        int nc = n - t0 < b->nc ? n - t0 : b->nc;
-        for (i0 = o0; i0 < o1; i0 += b->mc) {
-            int mc = o1 - i0 < b->mc ? o1 - i0 : b->mc;
-            for (k0 = 0; k0 < la; k0 += b->kc) {
-                int kc = la - k0 < b->kc ? la - k0 : b->kc;
-                for (t = t0; t < t0 + nc; t += G4__TT) {
-                    int T = t0 + nc - t < G4__TT ? t0 + nc - t : G4__TT;
-                    for (u = 0; u < G4__TT; u++) xt[u] = x + (size_t)(t + (u < T ? u : T - 1)) * ldx + k0;
-                    for (o = i0; o < i0 + mc; o += G4__TR) {
-                        int R = i0 + mc - o < G4__TR ? i0 + mc - o : G4__TR;
-                        float *pt = part + ((size_t)((o - i0) / G4__TR) * (size_t)(b->nc / G4__TT) + (size_t)((t - t0) / G4__TT)) * 8 * tile;
-                        for (r = 0; r < G4__TR; r++) wrow[r] = base + (size_t)(o + (r < R ? r : R - 1)) * (size_t)in * 2;
-                        for (q = 0; q < 8; q++) {
-                            for (u = 0; u < G4__TT; u++) xq[u] = xt[u] + 8 * q;
-                            for (r = 0; r < G4__TR; r++) wq[r] = wrow[r] + 16 * q;
-                            g4__micro_vs(wp + (size_t)(o - i0) * (size_t)kc + (size_t)q * (size_t)(kc / 64) * G4__TR * 8, t == t0 ? wq : NULL,
-                                         G4_BF16, k0, 64, xq, kc / 64, pt + (size_t)q * tile, k0 == 0, 0, sum);
-                        }
-                    }
-                }
-            }
-            for (t = t0; t < t0 + nc; t += G4__TT) /* torch's tree, then the tail */
-                for (o = i0; o < i0 + mc; o += G4__TR) {
-                    const float *pt = part + ((size_t)((o - i0) / G4__TR) * (size_t)(b->nc / G4__TT) + (size_t)((t - t0) / G4__TT)) * 8 * tile;
-                    for (r = 0; r < G4__TR && o + r < i0 + mc; r++)
-                        for (u = 0; u < G4__TT && t + u < t0 + nc; u++) {
-                            const float *xr = x + (size_t)(t + u) * ldx;
-                            const uint16_t *row = (const uint16_t *)(const void *)(base + (size_t)(o + r) * (size_t)in * 2);
-                            __m256 acc[8], tl = _mm256_setzero_ps();
-                            float s1;
-                            for (q = 0; q < 8; q++) acc[q] = la ? _mm256_loadu_ps(pt + (size_t)q * tile + (size_t)(r * G4__TT + u) * 8) : _mm256_setzero_ps();
-                            for (q = 0; q < 4; q++) acc[q] = _mm256_add_ps(acc[q], acc[q + 4]);
-                            for (q = 0; q < 2; q++) acc[q] = _mm256_add_ps(acc[q], acc[q + 2]);
-                            s1 = g4__hsum8_v(_mm256_add_ps(acc[0], acc[1]));
-                            for (i = la; i < lv; i += 16) {
-                                tl = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i), g4__vbf16_8(row + i), tl);
-                                tl = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i + 8), g4__vbf16_8(row + i + 8), tl);
-                            }
-                            s1 += g4__hsum8_v(tl);
-                            for (i = lv; i < in; i++) s1 += xr[i] * g4__bf16_to_f32(row[i]);
-                            y[(size_t)(t + u) * ldy + (size_t)(o + r)] = s1;
-                        }
-                }
-        }
+/* The bf16-faithful mode's tile of the prefill GEMM (g4__gemm's
+   G4__TILE_TORCH): g4__matmul_torch's bits on the packed blocks of >>gemm.
+   Torch's 8 accumulators r of 8 lanes are 64 lane sums, lane 8 r + l over
+   the inputs 64 j + 8 r + l in order. So the tile runs 8 times, once per r,
+   over every 64th vector of k (vs 64), each from and into its own partial
+   sums (8 per output, part + q G4__TR G4__TT 8; the weights of pass q are
+   packed as their own panel, with pack). After the block's last k each
+   output's 8 vectors go through g4__torch_finish: the tree, then the tail
+   (so sum holds whole sums). The blocking changes no bit; decode keeps
+   g4__matmul_torch. */
+static G4__NOINLINE void g4__tile_torch(float *wp, const unsigned char *const *wrow, int pack, int k0, int kc, int in,
+                                        const float *const *xt, float *part, int first, int last, float sum[G4__TR][G4__TT]) {
+    const size_t pass = G4__TR * G4__TT * 8; /* floats of one pass's partial sums */
+    const float *xq[G4__TT];
+    const unsigned char *wq[G4__TR];
+    int r, u, q;
+    for (q = 0; q < 8; q++) {
+        for (u = 0; u < G4__TT; u++) xq[u] = xt[u] + 8 * q;
+        for (r = 0; r < G4__TR; r++) wq[r] = wrow[r] + 16 * q;
+        g4__micro_vs(wp + (size_t)q * (size_t)(kc / 64) * G4__TR * 8, pack ? wq : NULL, G4_BF16, k0, 64, xq, kc / 64,
+                     part + (size_t)q * pass, first, 0, sum);
     }
-    (void)sum;
+    for (r = 0; r < G4__TR && last; r++)
+        for (u = 0; u < G4__TT; u++) {
+            __m256 acc[8];
+            for (q = 0; q < 8; q++) acc[q] = _mm256_loadu_ps(part + (size_t)q * pass + (size_t)(r * G4__TT + u) * 8);
+            sum[r][u] = g4__torch_finish(acc, xt[u] - k0, (const uint16_t *)(const void *)wrow[r], in);
+        }
 }
 #endif
 #else
@@ -4925,8 +4900,8 @@ static void g4__matmul_part(void *ctx, int part, int n_parts) {
 #endif
 #if G4__TORCH_GEMM
     if (j->torch && j->n > 1)
-        g4__gemm_torch(j->y, (size_t)out, j->x, (size_t)j->w->shape[1], j->w, j->n, o0, o1, j->pack + (size_t)part * G4__PACK_THREAD,
-                       &g4__torch_blocks);
+        g4__gemm(j->y, (size_t)out, j->x, NULL, (size_t)j->w->shape[1], j->w, j->n, o0, o1, j->pack + (size_t)part * G4__PACK_THREAD,
+                 &g4__torch_blocks, G4__TILE_TORCH);
     else
 #endif
     if (j->torch) g4__matmul_torch(j->y, j->x, j->w, j->n, o0, o1);
@@ -5230,8 +5205,10 @@ G4__HD static void g4__softmax_torch(float *x, int n, int k0, int len) {
    tied values is picked is neither "lower index" nor "higher index" (a test
    shows a golden where the higher index wins). top[] gets the K indices in
    descending value, as torch returns them (ties among equal values in any
-   order: their values are the same). E <= G4_MAX_EXPERTS (the config check). */
-typedef struct { float v; int i; } g4__vi;
+   order: their values are the same). g4__topk_torch_q takes E entries of
+   scratch (the drafter's 2048 centroids: its session arena); g4__topk_torch
+   keeps them on the stack, E <= G4_MAX_EXPERTS (the config check). */
+typedef struct g4__vi { float v; int i; } g4__vi;
 
 G4__HD static int g4__tk_gt(const g4__vi *a, const g4__vi *b) {
     return (a->v != a->v && b->v == b->v) || a->v > b->v;
@@ -5555,6 +5532,7 @@ static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config 
         s->din = g4__take(cv, 2 * (uint64_t)c->backbone_hidden_size, sizeof(float));
         s->centroid = g4__take(cv, (uint64_t)c->num_centroids, sizeof(float));
         s->top = (int *)(void *)g4__take(cv, (uint64_t)c->centroid_intermediate_top_k, sizeof(int));
+        s->centroid_q = (g4__vi *)(void *)g4__take(cv, (uint64_t)c->num_centroids, sizeof(g4__vi));
     } else {
         s->n_slots = n_slots;
         s->slots = (g4_kv_slot *)(void *)g4__take(cv, (uint64_t)n_slots, sizeof(g4_kv_slot));
@@ -7495,7 +7473,8 @@ static g4_result g4__drafter_check_read(const g4_session *d, int l, const g4_kv_
 }
 
 /* Gemma4AssistantMaskedEmbedder: the centroid logits pick the top-k
-   centroids (ties: lower index first); the logits of their tokens
+   centroids (torch.topk, whose choice among tied logits g4__topk_torch_q
+   follows; ties are common in the bf16 mode); the logits of their tokens
    (token_ordering viewed as [C][V/C]) are h . lm_head[token]; every other
    token gets min(those) - 1, the min of the logits as the matmul returns
    them (bf16-rounded in the bf16 mode). */
@@ -7507,15 +7486,10 @@ static void g4__masked_logits(g4_session *d, float *logits) {
     int k, i, j;
     float mn = HUGE_VALF, fill;
     g4__matmul(d, d->centroid, d->xn, &m->w.centroids, 1);
-    for (k = 0; k < K; k++) {
-        int best = -1;
-        for (i = 0; i < C; i++) {
-            for (j = 0; j < k && d->top[j] != i; j++) {}
-            if (j == k && (best < 0 || d->centroid[i] > d->centroid[best])) best = i;
-        }
-        d->top[k] = best;
+    g4__topk_torch_q(d->centroid, C, K, d->top, d->centroid_q);
+    for (k = 0; k < K; k++)
         for (j = 0; j < Vc; j++) {
-            int64_t tok = g4__index_get(&m->w.token_ordering, (size_t)best * Vc + (size_t)j);
+            int64_t tok = g4__index_get(&m->w.token_ordering, (size_t)d->top[k] * Vc + (size_t)j);
             g4_tensor row = *lm;
             row.data = (const unsigned char *)lm->data + (size_t)tok * (size_t)H * g4__dtype_size(lm->dtype);
             row.shape[0] = 1;
@@ -7524,7 +7498,6 @@ static void g4__masked_logits(g4_session *d, float *logits) {
             g4__matmul(d, &logits[tok], d->xn, &row, 1);
             if (logits[tok] < mn) mn = logits[tok];
         }
-    }
     /* selected_logits.min().item() - 1.0, a Python float that torch.full turns into the dtype (the
        rounding below; torch narrows double -> float -> bf16, as this does) */
     fill = (float)((double)mn - 1.0);

@@ -318,6 +318,14 @@ __global__ void g4c_kv_copy(g4_kv_slot *slots, int src, int dst, int n, int pos0
    Device-side table checks (status: 16 * (layer + 1) + code):
      1: the slot does not hold exactly this step's positions (write once, then read)
      2: the window's oldest key is no longer in the slot's ring */
+/* those checks for a block reading keys [lo, n_pos) of slot sl: the code (0:
+   fine), which thread 0 records in status */
+__device__ static int g4c__slot_check(const g4_kv_slot *sl, int n_pos, int D, int KVH, int lo, int layer, int *status) {
+    int code = sl->n_pos != n_pos || sl->head_dim != D || sl->kv_heads != KVH ? 1 : lo < sl->n_pos - sl->capacity ? 2 : 0;
+    if (code && threadIdx.x == 0) *status = 16 * (layer + 1) + code;
+    return code;
+}
+
 __global__ void g4c_attention(float *att, const float *q, const g4_kv_slot *slots, int slot, float *scores, int n,
                               int NH, int KVH, int D, int pos0, int window, int max_ctx, int layer, int *status, int bf,
                               int nq, int len) {
@@ -329,14 +337,7 @@ __global__ void g4c_attention(float *att, const float *q, const g4_kv_slot *slot
         int t = r / NH, h = r % NH, p = pos0 + t, lo = window && p - window + 1 > 0 ? p - window + 1 : 0, cnt;
         const float *qh = q + (size_t)r * D;
         float *sc = scores + (size_t)r * max_ctx, mx;
-        if (sl.n_pos != pos0 + n || sl.head_dim != D || sl.kv_heads != KVH) {
-            if (tid == 0) *status = 16 * (layer + 1) + 1;
-            continue;
-        }
-        if (lo < sl.n_pos - sl.capacity) {
-            if (tid == 0) *status = 16 * (layer + 1) + 2;
-            continue;
-        }
+        if (g4c__slot_check(&sl, pos0 + n, D, KVH, lo, layer, status)) continue;
         cnt = p - lo + 1;
         for (int k = tid; k < cnt; k += (int)blockDim.x) {
             const float *key = sl.k + (size_t)((lo + k) % sl.capacity) * stride + (size_t)(h / group) * D;
@@ -682,6 +683,20 @@ static g4_result g4c__moe(g4_cuda_session *s, int l, int n) {
     return g4c__tap(s, "experts", l, s->d_branch2, 1, n, H);
 }
 
+/* A layer's MoE block, g4__layer's step 3, in both modes (the fast mode's
+   norms and router on its own kernels, through g4c__norm_rows and the
+   launchers): the dense MLP's output (d_branch) through
+   post_feedforward_layernorm_1, the experts' (into d_branch2) through
+   post_feedforward_layernorm_2, then their sum in d_branch */
+static g4_result g4c__moe_block(g4_cuda_session *s, int l, int n) {
+    const g4_layer_weights *lw = &s->model->w.layers[l];
+    int H = s->model->host->config.hidden_size;
+    G4C_TRY(g4c__norm_rows(s, s->d_branch, s->d_branch, &lw->post_feedforward_layernorm_1, n, H, l, "post_feedforward_layernorm_1"));
+    G4C_TRY(g4c__moe(s, l, n));
+    G4C_TRY(g4c__norm_rows(s, s->d_branch2, s->d_branch2, &lw->post_feedforward_layernorm_2, n, H, l, "post_feedforward_layernorm_2"));
+    return g4c__add(s, s->d_branch, s->d_branch2, (size_t)n * H);
+}
+
 /* g4__layer: Gemma4TextDecoderLayer l on d_x in place */
 static g4_result g4c__layer(g4_cuda_session *s, int l, int n) {
     const g4_config *c = &s->model->host->config;
@@ -700,14 +715,8 @@ static g4_result g4c__layer(g4_cuda_session *s, int l, int n) {
     /* 2. feed-forward block */
     G4C_TRY(g4c__norm_rows(s, s->d_xn, s->d_x, &lw->pre_feedforward_layernorm, n, H, l, "pre_feedforward_layernorm"));
     G4C_TRY(g4c__mlp(s, l, n));
-    if (s->model->host->plan.layer[l].moe) { /* 3. MoE beside the dense MLP */
-        G4C_TRY(g4c__norm_rows(s, s->d_branch, s->d_branch, &lw->post_feedforward_layernorm_1, n, H,
-                l, "post_feedforward_layernorm_1"));
-        G4C_TRY(g4c__moe(s, l, n));
-        G4C_TRY(g4c__norm_rows(s, s->d_branch2, s->d_branch2, &lw->post_feedforward_layernorm_2, n, H,
-                l, "post_feedforward_layernorm_2"));
-        G4C_TRY(g4c__add(s, s->d_branch, s->d_branch2, nh));
-    }
+    /* 3. MoE beside the dense MLP */
+    if (s->model->host->plan.layer[l].moe) G4C_TRY(g4c__moe_block(s, l, n));
     /* 4. */
     G4C_TRY(g4c__norm_rows(s, s->d_branch, s->d_branch, &lw->post_feedforward_layernorm, n, H,
             l, "post_feedforward_layernorm"));
@@ -1376,14 +1385,7 @@ __global__ void g4f_attention(float *part, const float *stats, const float *q, c
         int nt = n - t0 < bq ? n - t0 : bq, R = nt * group, pf = pos0 + t0, pl = pf + nt - 1;
         int lo = window && pf - window + 1 > 0 ? pf - window + 1 : 0, cnt = pl - lo + 1, per = (cnt + splits - 1) / splits;
         int k0 = lo + sp * per, k1 = k0 + per < pl + 1 ? k0 + per : pl + 1;
-        if (sl.n_pos != pos0 + n || sl.head_dim != D || sl.kv_heads != KVH) {
-            if (tid == 0) *status = 16 * (layer + 1) + 1;
-            continue;
-        }
-        if (lo < sl.n_pos - sl.capacity) {
-            if (tid == 0) *status = 16 * (layer + 1) + 2;
-            continue;
-        }
+        if (g4c__slot_check(&sl, pos0 + n, D, KVH, lo, layer, status)) continue;
         for (int i = tid; i < R * D; i += (int)blockDim.x) { /* rows in (token, head) order: contiguous in q */
             qs[i] = q[((size_t)t0 * NH + (size_t)g * group) * D + (size_t)(i / (group * D)) * NH * D + i % (group * D)];
             acc[i] = 0.0f;
@@ -1690,14 +1692,8 @@ static g4_result g4f__layer(g4_cuda_session *s, int l, int n) {
     G4C_TRY(g4f__linear(s, s->d_gate, s->d_xn, &lw->gate_proj, &lw->up_proj, n, G4F_GELU_MUL, 0.0f));
     G4C_TRY(g4f__linear(s, s->d_branch, s->d_gate, &lw->down_proj, NULL, n, G4F_PLAIN, 0.0f));
     G4C_TRY(g4c__tap(s, "mlp", l, s->d_branch, 1, n, H));
-    if (s->model->host->plan.layer[l].moe) { /* 3. MoE beside the dense MLP (the exact kernels, fast norms and router) */
-        G4C_TRY(g4c__norm_rows(s, s->d_branch, s->d_branch, &lw->post_feedforward_layernorm_1, n, H,
-                l, "post_feedforward_layernorm_1"));
-        G4C_TRY(g4c__moe(s, l, n));
-        G4C_TRY(g4c__norm_rows(s, s->d_branch2, s->d_branch2, &lw->post_feedforward_layernorm_2, n, H,
-                l, "post_feedforward_layernorm_2"));
-        G4C_TRY(g4c__add(s, s->d_branch, s->d_branch2, nh));
-    }
+    /* 3. MoE beside the dense MLP (the exact kernels, fast norms and router) */
+    if (s->model->host->plan.layer[l].moe) G4C_TRY(g4c__moe_block(s, l, n));
     /* 4. the post-norm and the residual add */
     G4C_RUN(s->error, g4f_norm_add_norm, rows, G4F_THREADS, s->d_x, s->d_branch, (float *)NULL,
             lw->post_feedforward_layernorm.data, (const void *)NULL, (int)lw->post_feedforward_layernorm.dtype, 0, n, H,

@@ -164,10 +164,13 @@ static int g4b_write_config(const char *path, const g4_config *c) {
         fprintf(f, "  \"num_experts\": %d,\n  \"top_k_experts\": %d,\n  \"moe_intermediate_size\": %d,\n", c->num_experts,
                 c->top_k_experts, c->moe_intermediate_size);
     fprintf(f, "  \"rope_parameters\": {\n");
-    for (i = 0; i < 2; i++)
-        fprintf(f, "    \"%s\": {\"rope_type\": \"%s\", \"rope_theta\": %s, \"partial_rotary_factor\": %s, \"factor\": %s}%s\n",
-                i ? "full_attention" : "sliding_attention", c->rope[i].proportional ? "proportional" : "default",
-                g4b_f(b1, c->rope[i].theta), g4b_f(b2, c->rope[i].partial_rotary_factor), g4b_f(b3, c->rope[i].factor), i ? "" : ",");
+    for (i = 0; i < 2; i++) { /* the keys each rope_type reads (transformers warns about others); factor when not 1 */
+        fprintf(f, "    \"%s\": {\"rope_type\": \"%s\", \"rope_theta\": %s", i ? "full_attention" : "sliding_attention",
+                c->rope[i].proportional ? "proportional" : "default", g4b_f(b1, c->rope[i].theta));
+        if (c->rope[i].proportional) fprintf(f, ", \"partial_rotary_factor\": %s", g4b_f(b2, c->rope[i].partial_rotary_factor));
+        if (c->rope[i].proportional && c->rope[i].factor != 1.0f) fprintf(f, ", \"factor\": %s", g4b_f(b3, c->rope[i].factor));
+        fprintf(f, "}%s\n", i ? "" : ",");
+    }
     fprintf(f, "  },\n  \"layer_types\": [");
     for (i = 0; i < c->num_hidden_layers; i++)
         fprintf(f, "%s\"%s\"", i ? ", " : "", c->layer_types[i] == G4_FULL ? "full_attention" : "sliding_attention");

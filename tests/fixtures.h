@@ -126,13 +126,15 @@ H_UNUSED static void copy_file(const char *from, const char *to) {
     free(text);
 }
 
-/* Writes dir/model.safetensors = every tensor of `model` plus `extra`. */
+/* Writes dir/model.safetensors and config.json = those of tiny model `model`,
+   each of `extra` in place of the tensor of its name, or after them. */
 H_UNUSED static int rewrite_checkpoint(const char *model, const char *dir, const st_entry *extra, int n_extra) {
     g4_model m;
     st_entry *e;
-    int i, n = 0, ok;
+    char *used = (char *)calloc((size_t)n_extra + 1, 1);
+    int i, j, n = 0, ok;
     memset(&m, 0, sizeof m);
-    if (g4__add_file(&m, tiny(model), "model.safetensors") != G4_OK) return 0;
+    if (g4__add_file(&m, tiny(model), "model.safetensors") != G4_OK) { free(used); return 0; }
     e = (st_entry *)malloc(sizeof(st_entry) * (size_t)(m.n_tensors + n_extra));
     for (i = 0; i < m.n_tensors; i++) {
         const g4__stinfo *st = &m.tensors[i];
@@ -142,9 +144,16 @@ H_UNUSED static int rewrite_checkpoint(const char *model, const char *dir, const
         memcpy(e[n].shape, st->t.shape, sizeof e[n].shape);
         e[n].data = st->t.data;
         e[n].bytes = (size_t)(st->end - st->begin);
+        for (j = 0; j < n_extra; j++)
+            if (!used[j] && strcmp(extra[j].name, st->name) == 0) {
+                e[n] = extra[j];
+                used[j] = 1;
+            }
         n++;
     }
-    for (i = 0; i < n_extra; i++) e[n++] = extra[i];
+    for (i = 0; i < n_extra; i++)
+        if (!used[i]) e[n++] = extra[i];
+    free(used);
     mkdir(dir, 0755);
     ok = st_write(path2(dir, "model.safetensors"), e, n, NULL);
     copy_file(path2(tiny(model), "config.json"), path2(dir, "config.json"));

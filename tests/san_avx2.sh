@@ -1,34 +1,45 @@
 #!/bin/sh
 # The suites that run the SIMD kernels (the packed GEMM, the decode rows) under
-# ASan + UBSan, built for AVX2+FMA: the *_san builds use the baseline ISA, so
-# without this the AVX2 kernels never run under the sanitizers. Skips, saying
-# so, on a CPU without AVX2+FMA (or not x86-64). Each suite's log is
-# build/san_avx2_<suite>.log; its closing "N passed, M failed" line is printed.
+# ASan + UBSan: the *_san builds use the baseline ISA, so without this the SIMD
+# kernels never run under the sanitizers.
+#   - test_gemma4, test_threads and test_lora built for AVX2+FMA (skipped,
+#     saying so, on a CPU without AVX2+FMA or not x86-64);
+#   - test_gemma4 on the emulated AVX-512 intrinsics (tests/x86_emu.h, any
+#     CPU): the AVX-512 and avx512_bf16 kernels' loads, stores and edges.
+# Each suite's log is build/san_<isa>_<suite>.log; its closing
+# "N passed, M failed" line is printed.
 # Usage: san_avx2.sh CC "WARN" "SAN"   (CPUINFO=file replaces /proc/cpuinfo)
 set -e
 CC=${1:-cc}
 WARN=${2:--std=c99 -Wall -Wextra -Wpedantic -Werror}
 SAN=${3:--O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer}
 CPUINFO=${CPUINFO:-/proc/cpuinfo}
+mkdir -p build
+builds="emu:gemma4" # isa:suite
 if [ "$(uname -m)" != x86_64 ] || ! grep -q ' avx2 ' "$CPUINFO" || ! grep -q ' fma ' "$CPUINFO"; then
   echo "# skip: the AVX2+FMA sanitizer builds (this CPU has no AVX2+FMA; the baseline *_san builds ran)"
-  exit 0
+else
+  builds="$builds avx2:gemma4 avx2:threads avx2:lora" # (lora: the adapter kernels on g4__dot and g4__axpy)
 fi
-mkdir -p build
-suites="gemma4 threads lora" # (lora: the adapter kernels on g4__dot and g4__axpy)
 pids=""
-for t in $suites; do # the compiles side by side (each ~20 s of one core)
-  rm -f build/test_${t}_san_avx2
-  $CC $WARN $SAN -mavx2 -mfma -mf16c -pthread -o build/test_${t}_san_avx2 tests/test_$t.c -lm -lpthread &
+for b in $builds; do # the compiles side by side (each ~20-60 s of one core)
+  isa=${b%%:*}; t=${b#*:}
+  if [ $isa = emu ]; then flags='-Wno-psabi -DG4_X86_EMU="tests/x86_emu.h"'; else flags="-mavx2 -mfma -mf16c"; fi
+  rm -f build/test_${t}_san_$isa
+  $CC $WARN $SAN $flags -pthread -o build/test_${t}_san_$isa tests/test_$t.c -lm -lpthread &
   pids="$pids $!"
 done
 for p in $pids; do wait $p || { echo "san_avx2: a build failed"; exit 1; }; done
-for t in $suites; do
-  st=0; ./build/test_${t}_san_avx2 > build/san_avx2_$t.log 2>&1 || st=$?
-  if [ $st -ne 0 ]; then cat build/san_avx2_$t.log; exit $st; fi
-  echo "# test_$t built -mavx2 -mfma -mf16c, under ASan+UBSan"
-  grep -E '^  kernels:' build/san_avx2_$t.log || true
-  tail -n 1 build/san_avx2_$t.log
+for b in $builds; do
+  isa=${b%%:*}; t=${b#*:}
+  st=0; ./build/test_${t}_san_$isa > build/san_${isa}_$t.log 2>&1 || st=$?
+  if [ $st -ne 0 ]; then cat build/san_${isa}_$t.log; exit $st; fi
+  if [ $isa = emu ]; then echo "# test_$t on the emulated AVX-512 intrinsics (tests/x86_emu.h), under ASan+UBSan"
+  else echo "# test_$t built -mavx2 -mfma -mf16c, under ASan+UBSan"; fi
+  grep -E '^  kernels:' build/san_${isa}_$t.log || true
+  tail -n 1 build/san_${isa}_$t.log
 done
-# the core suite says which kernels it ran: they must be the AVX2 ones
-grep -q '^  kernels: avx2' build/san_avx2_gemma4.log || { echo "san_avx2: test_gemma4 did not run the AVX2 kernels"; exit 1; }
+# the core suite says which kernels it ran: they must be the ones asked for
+grep -q '^  kernels: avx512-emulated' build/san_emu_gemma4.log || { echo "san_avx2: the emulated build did not run the AVX-512 kernels"; exit 1; }
+[ ! -f build/san_avx2_gemma4.log ] || case "$builds" in *avx2:gemma4*)
+  grep -q '^  kernels: avx2' build/san_avx2_gemma4.log || { echo "san_avx2: test_gemma4 did not run the AVX2 kernels"; exit 1; };; esac

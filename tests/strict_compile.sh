@@ -57,6 +57,11 @@ for cxx in g++ clang++; do
   command -v $cxx >/dev/null || continue
   job $cxx -std=c++11 $W -fsanitize=address -DG4_ASAN_ARENA -c "$tmp/t.cpp"
 done
+# The AVX-512 kernels on the plain-C model of their intrinsics (tests/x86_emu.h; other_kernels.sh runs them)
+for cc in gcc clang; do
+  command -v $cc >/dev/null || continue
+  job $cc -std=c99 $W -Wno-psabi "'-DG4_X86_EMU=\"tests/x86_emu.h\"'" -c "$tmp/t.c"
+done
 # The NEON kernels, cross-compiled for AArch64 where a cross compiler is present
 arm=""
 if command -v aarch64-linux-gnu-gcc >/dev/null; then
@@ -66,4 +71,4 @@ fi
 [ $n -gt 0 ] || { echo "strict_compile: no compiler found"; exit 1; }
 # each line of jobs is one command; xargs exits nonzero if any of them did
 tr '\n' '\0' < "$tmp/jobs" | xargs -0 -n 1 -P "$(nproc 2>/dev/null || echo 2)" sh -c
-echo "strict_compile: $n clean builds (C99, C++11, C++17; gcc/clang as present; scalar/AVX2/AVX-512/AVX-512+BF16$arm; ASan arena red zones)"
+echo "strict_compile: $n clean builds (C99, C++11, C++17; gcc/clang as present; scalar/AVX2/AVX-512/AVX-512+BF16$arm/AVX-512 emulated; ASan arena red zones)"

@@ -113,7 +113,9 @@ static int32_t *plain_greedy(const char *target, const int32_t *prompt, int n, i
 
 /* The first drafting round against the golden: float32 (golden.safetensors) within TOL / TOL_CHAINED, or
    (bf16) the bf16-faithful mode against transformers 5.20.2 run in bfloat16 (golden_bf16.safetensors,
-   target and drafter both bf16; the prompts are golden.safetensors'). In bf16 the masked embedder's fill
+   target and drafter both bf16; the prompts are golden.safetensors', except "tie", whose prompt the bf16
+   golden holds: at its step 1 two bf16 centroid logits tie at the top-k boundary and torch.topk keeps
+   the higher index, so a lower-index top-k there masks another centroid's tokens). In bf16 the masked embedder's fill
    is min(bf16(selected logits)) - 1, then rounded to bf16, as transformers orders it; the short prompt's
    first step is one where taking the min before the rounding gives another fill (DRAFTER_VERSIONS.txt).
    bf16 bound: bit-identical, every logit a bf16 value (the target's bf16 mode is bit-identical too,
@@ -134,7 +136,7 @@ static void check_first_round(const char *drafter, const char *target, const cha
     if (bf16 && !golden_open_file(&gb, drafter, "golden_bf16.safetensors")) { CHECK(0, "no bf16 golden"); g4_model_free(&g.m); return; }
     if (!bf16) gb = g;
     snprintf(name, sizeof name, "%s_prompt", tag);
-    prompt = golden_ids(&g, name, &n);
+    prompt = golden_ids(bf16 && !strcmp(tag, "tie") ? &gb : &g, name, &n);
     snprintf(name, sizeof name, "%s_draft_ids", tag);
     draft_ids = golden_ids(&gb, name, &K);
     snprintf(name, sizeof name, "%s_draft_logits", tag);
@@ -188,6 +190,9 @@ static void test_first_round_goldens(void) {
 static void test_first_round_bf16_golden(void) {
     check_first_round("e2b_drafter", "e2b_like", "long", 1);
     check_first_round("e2b_drafter", "e2b_like", "short", 1);
+    if (G4__BF16DOT) /* its sums are not torch's: the tie torch saw is not there to break */
+        printf("  tie: not checked, the avx512_bf16 kernel's own order does not reproduce torch's tied centroid logits\n");
+    else check_first_round("e2b_drafter", "e2b_like", "tie", 1);
 }
 
 /* assisted greedy with the real drafter = transformers' assisted output = plain greedy */
@@ -569,33 +574,12 @@ static void test_spec_sampling_distribution(void) {
     check_spec_sampling(1);
 }
 
-/* a drafter checkpoint whose token_ordering is replaced (data, dtype) */
+/* the e2b drafter's checkpoint with its token_ordering ([512]) replaced by data of dtype */
 static int write_bad_ordering(const char *dir, const void *data, const char *dtype, size_t bytes) {
-    char out[400];
-    g4_model m;
-    st_entry *e;
-    int i, ok;
-    memset(&m, 0, sizeof m);
-    if (g4__add_file(&m, tiny("e2b_drafter"), "model.safetensors") != G4_OK) return 0;
-    e = (st_entry *)malloc(sizeof(st_entry) * (size_t)m.n_tensors);
-    for (i = 0; i < m.n_tensors; i++) {
-        const g4__stinfo *st = &m.tensors[i];
-        e[i].name = st->name;
-        e[i].dtype = dtype_str(st->t.dtype);
-        e[i].ndim = st->t.ndim;
-        memcpy(e[i].shape, st->t.shape, sizeof e[i].shape);
-        e[i].data = st->t.data;
-        e[i].bytes = (size_t)(st->end - st->begin);
-        if (strcmp(st->name, "masked_embedding.token_ordering") == 0) { e[i].data = data; e[i].dtype = dtype; e[i].bytes = bytes; }
-    }
-    mkdir(dir, 0755);
-    snprintf(out, sizeof out, "%s/model.safetensors", dir);
-    ok = st_write(out, e, m.n_tensors, NULL);
-    snprintf(out, sizeof out, "%s/config.json", dir);
-    copy_file(path2(tiny("e2b_drafter"), "config.json"), out);
-    free(e);
-    g4_model_free(&m);
-    return ok;
+    st_entry e;
+    memset(&e, 0, sizeof e);
+    e.name = "masked_embedding.token_ordering"; e.dtype = dtype; e.ndim = 1; e.shape[0] = 512; e.data = data; e.bytes = bytes;
+    return rewrite_checkpoint("e2b_drafter", dir, &e, 1);
 }
 
 static void test_bad_token_ordering(void) {

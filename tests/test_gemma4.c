@@ -597,7 +597,9 @@ static void test_simd_matmul_vs_scalar(void) {
     float *ws = (float *)malloc(sizeof(float) * (G4__PACK_THREAD + 1));
     printf("  kernels: %s, decode rows and prefill %s %d rows x %d tokens\n", g4_simd_name(),
            G4__HAVE_GEMM ? "GEMM, micro-kernel" : "reference loop,", G4__TR, G4__TT);
-#if G4__BF16DOT
+#if G4__BF16DOT && defined(G4__SIMD_EMULATED)
+    printf("  bf16 mode: avx512_bf16-emulated dot-product kernel (tested below, on tests/x86_emu.h)\n");
+#elif G4__BF16DOT
     printf("  bf16 mode: avx512_bf16 dot-product kernel (tested below)\n");
 #else
     printf("  bf16 mode: float32 kernels (this build has no avx512_bf16)\n");
@@ -679,29 +681,42 @@ static void test_simd_matmul_vs_scalar(void) {
 }
 
 #if G4__HAVE_GEMM
-/* The packed GEMM's blocking: with tiny blocks (2 panels, 2 vectors of k, 2
-   tiles of tokens) every edge is crossed on small sizes - rows, k and tokens
-   past a block, a tile and a vector - and the result must be the reference's
-   within rounding and, bit for bit, the default blocking's, each token's
-   decode row and a split of the rows into two threads' parts. Strided x and
-   y (ldx > in, ldy > out) leave the gaps alone; the workspace is not
-   overrun. */
-static void test_gemm_blocking(void) {
-    static const int ins[] = {1, 7, G4__VL, 3 * G4__VL + 5, 100, 600};
+/* The packed GEMM (g4__gemm) with one of its tiles at every blocking edge:
+   with tiny blocks (2 panels, 2 vectors of k (the float32 tile) or one step
+   (the bf16 mode's), 2 tiles of tokens) every edge is crossed on small sizes
+   - rows, k and tokens past a block, a tile and a step - and the result must
+   be, bit for bit, the default blocking's, each token's decode row in that
+   mode, and the rows split into two threads' parts (one in tiny blocks, one
+   in the default); the reference within rounding (torch's order: its
+   reference, bit for bit). Strided x and y (ldx > in, ldy > out) keep their
+   gaps; neither workspace is overrun. The bf16 mode's tiles run on bf16
+   weights and inputs, as that mode's are. */
+static void gemm_blocking(g4__tile_kind kind) {
+    /* in: below, at and past a step (VL; 32: one VDPBF16PS; torch's 64 and 16-wide tail) and a tiny block */
+    static const int ins_f32[] = {1, 7, G4__VL, 3 * G4__VL + 5, 100, 600}, ins_dot[] = {1, 31, 32, 70, 100, 600},
+                     ins_torch[] = {1, 8, 40, 64, 100, 136, 200, 1536, 2100};
     static const int outs[] = {1, G4__TR + 1, 2 * G4__TR + 1, 4 * G4__TR + 2, 29};
     static const int ns[] = {2, G4__TT + 1, 2 * G4__TT + 1, 4 * G4__TT + 3, 70};
-    static const g4_dtype dts[] = {G4_F32, G4_F16, G4_BF16};
+    static const g4_dtype dts[] = {G4_BF16, G4_F16, G4_F32};
+    const int *ins = kind == G4__TILE_TORCH ? ins_torch : kind == G4__TILE_BF16DOT ? ins_dot : ins_f32;
+    int n_ins = kind == G4__TILE_TORCH ? 9 : 6, n_dts = kind == G4__TILE_F32 ? 3 : 1;
+    size_t lanes = kind == G4__TILE_TORCH ? 64 : kind == G4__TILE_BF16DOT ? 16 : G4__VL; /* partial sums per output */
+    const g4__blocking *dflt = &g4__gemm_blocks;
     g4__blocking tiny;
     unsigned seed = 777;
     int a, b, c, d, bad_ref = 0, bad_bits = 0, bad_decode = 0, bad_split = 0, bad_gap = 0, bad_ws = 0, cases = 0;
-    size_t tiny_ws;
+    size_t tiny_ws, dflt_ws;
     float *ws, *ws2;
-    tiny.mc = 2 * G4__TR; tiny.kc = 2 * G4__VL; tiny.nc = 2 * G4__TT;
-    tiny_ws = G4__PACK_FLOATS(tiny.mc, tiny.kc, tiny.nc);
-    ws = (float *)malloc(sizeof(float) * (G4__PACK_THREAD > tiny_ws ? G4__PACK_THREAD : tiny_ws) + 64);
-    ws2 = (float *)malloc(sizeof(float) * (tiny_ws + 16));
-    for (d = 0; d < 3; d++)
-        for (a = 0; a < 6; a++)
+#if G4__TORCH_GEMM
+    if (kind == G4__TILE_TORCH) dflt = &g4__torch_blocks;
+#endif
+    tiny.mc = 2 * G4__TR; tiny.kc = kind == G4__TILE_TORCH ? 64 : kind == G4__TILE_BF16DOT ? 32 : 2 * G4__VL; tiny.nc = 2 * G4__TT;
+    tiny_ws = (size_t)tiny.mc * tiny.kc + (size_t)tiny.mc * tiny.nc * lanes;
+    dflt_ws = (size_t)dflt->mc * dflt->kc + (size_t)dflt->mc * dflt->nc * lanes;
+    ws = (float *)malloc(sizeof(float) * (dflt_ws + 1));
+    ws2 = (float *)malloc(sizeof(float) * (tiny_ws + 1));
+    for (d = 0; d < n_dts; d++)
+        for (a = 0; a < n_ins; a++)
             for (b = 0; b < 5; b++)
                 for (c = 0; c < 5; c++) {
                     int in = ins[a], out = outs[b], n = ns[c], ldx = in + 3, ldy = out + 2, i, t, half;
@@ -710,6 +725,7 @@ static void test_gemm_blocking(void) {
                     float *x = (float *)malloc(sizeof(float) * (size_t)ldx * n), *ref = (float *)malloc(sizeof(float) * (size_t)out * n);
                     float *y1 = (float *)malloc(sizeof(float) * ny), *y2 = (float *)malloc(sizeof(float) * ny);
                     float *x1 = (float *)malloc(sizeof(float) * (size_t)in * n);
+                    uint16_t *xh = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)ldx * n); /* x as bf16, for VDPBF16PS */
                     g4_tensor w;
                     double err = 0;
                     for (i = 0; i < in * out; i++) {
@@ -723,44 +739,58 @@ static void test_gemm_blocking(void) {
                         if (dts[d] == G4_F32) memcpy(wd + 4 * (size_t)i, &v, 4);
                         else memcpy(wd + 2 * (size_t)i, &h, 2);
                     }
-                    for (i = 0; i < ldx * n; i++) { seed = seed * 1103515245u + 12345u; x[i] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f; }
+                    for (i = 0; i < ldx * n; i++) {
+                        seed = seed * 1103515245u + 12345u;
+                        x[i] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+                        if (kind != G4__TILE_F32) x[i] = g4__bf16_round(x[i]);
+                    }
                     for (t = 0; t < n; t++) memcpy(x1 + (size_t)t * in, x + (size_t)t * ldx, sizeof(float) * in);
+#if G4__BF16DOT
+                    for (t = 0; t < n && kind == G4__TILE_BF16DOT; t++) g4__to_bf16(xh + (size_t)t * ldx, x + (size_t)t * ldx, 1, in);
+#endif
                     memset(&w, 0, sizeof w);
                     w.data = wd; w.dtype = dts[d]; w.ndim = 2; w.shape[0] = out; w.shape[1] = in;
-                    g4__matmul_ref(ref, x1, &w, n, 0, out);
+                    if (kind == G4__TILE_TORCH) g4__matmul_torch_ref(ref, x1, &w, n, 0, out);
+                    else g4__matmul_ref(ref, x1, &w, n, 0, out);
                     for (i = 0; i < (int)ny; i++) y1[i] = y2[i] = -7.0f; /* the gaps must keep this */
-                    ws2[tiny_ws] = 1234.5f;
-                    g4__gemm(y1, (size_t)ldy, x, (size_t)ldx, &w, n, 0, out, ws2, &tiny);
-                    bad_ws += ws2[tiny_ws] != 1234.5f;
-                    g4__gemm(y2, (size_t)ldy, x, (size_t)ldx, &w, n, 0, out, ws, &g4__gemm_blocks);
+                    ws[dflt_ws] = ws2[tiny_ws] = 1234.5f;
+                    g4__gemm(y1, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, out, ws2, &tiny, kind);
+                    g4__gemm(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, out, ws, dflt, kind);
+                    bad_ws += ws[dflt_ws] != 1234.5f || ws2[tiny_ws] != 1234.5f;
                     bad_bits += memcmp(y1, y2, sizeof(float) * ny) != 0;
                     for (t = 0; t < n; t++) {
-                        for (i = out; i < ldy; i++) bad_gap += y1[(size_t)t * ldy + i] != -7.0f;
+                        for (i = out; i < ldy; i++) bad_gap += y1[(size_t)t * ldy + i] != -7.0f || y2[(size_t)t * ldy + i] != -7.0f;
                         for (i = 0; i < out; i++) {
                             double e = fabs(y1[(size_t)t * ldy + i] - ref[(size_t)t * out + i]);
                             if (e > err) err = e;
                         }
                     }
-                    /* different summation order from the reference only: a few ulp of the sum of |terms| (<= in) */
-                    if (err > 1e-6 * in * 4) {
+                    /* torch's order: its reference's bits; else the summation order differs from the
+                       reference's only (products of bf16 values are exact): a few ulp of the sum of |terms| (<= in) */
+                    if (err > (kind == G4__TILE_TORCH ? 0.0 : 1e-6 * in * 4)) {
                         bad_ref++;
                         printf("  dtype %d in %d out %d n %d: max diff %g from the reference\n", d, in, out, n, err);
                     }
                     for (t = 0; t < n; t++) { /* decode, one token at a time, into ref */
-                        g4__rows1(ref, x + (size_t)t * ldx, (const unsigned char *)w.data, w.dtype, esz, in, 0, out);
+                        const float *xt = x + (size_t)t * ldx;
+                        if (kind == G4__TILE_TORCH) g4__matmul_torch(ref, xt, &w, 1, 0, out);
+#if G4__BF16DOT
+                        else if (kind == G4__TILE_BF16DOT) g4__matmul_bf16dot(ref, xt, xh + (size_t)t * ldx, &w, 1, 0, out, ws);
+#endif
+                        else g4__rows1(ref, xt, (const unsigned char *)w.data, w.dtype, esz, in, 0, out);
                         bad_decode += memcmp(ref, y1 + (size_t)t * ldy, sizeof(float) * out) != 0;
                     }
-                    /* two threads' parts: rows split at a multiple of the micro-kernel's rows */
+                    /* two threads' parts: rows split at a multiple of the tile's rows */
                     half = (out / 2) / G4__TR * G4__TR;
-                    g4__gemm(y2, (size_t)ldy, x, (size_t)ldx, &w, n, 0, half, ws2, &tiny);
-                    g4__gemm(y2, (size_t)ldy, x, (size_t)ldx, &w, n, half, out, ws, &tiny);
+                    g4__gemm(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, half, ws2, &tiny, kind);
+                    g4__gemm(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, half, out, ws, dflt, kind);
                     bad_split += memcmp(y1, y2, sizeof(float) * ny) != 0;
                     cases++;
-                    free(wd); free(x); free(x1); free(ref); free(y1); free(y2);
+                    free(wd); free(x); free(x1); free(xh); free(ref); free(y1); free(y2);
                 }
-    printf("  %d cases (3 dtypes; in up to %d, out up to %d, up to %d tokens), tiny blocks mc %d kc %d nc %d and the default mc %d kc %d nc %d\n",
-           cases, ins[5], outs[4], ns[4], tiny.mc, tiny.kc, tiny.nc, g4__gemm_blocks.mc, g4__gemm_blocks.kc, g4__gemm_blocks.nc);
-    CHECK(bad_ref == 0, "%d cases differ from the scalar reference", bad_ref);
+    printf("  %d cases (%d dtype%s; in up to %d, out up to %d, up to %d tokens), tiny blocks mc %d kc %d nc %d and the default mc %d kc %d nc %d\n",
+           cases, n_dts, n_dts > 1 ? "s" : "", ins[n_ins - 1], outs[4], ns[4], tiny.mc, tiny.kc, tiny.nc, dflt->mc, dflt->kc, dflt->nc);
+    CHECK(bad_ref == 0, "%d cases differ from the reference", bad_ref);
     CHECK(bad_bits == 0, "%d cases: tiny blocks and the default blocking differ in bits", bad_bits);
     CHECK(bad_decode == 0, "%d token rows differ from decode", bad_decode);
     CHECK(bad_split == 0, "%d cases: rows split in two parts differ", bad_split);
@@ -769,6 +799,8 @@ static void test_gemm_blocking(void) {
     free(ws);
     free(ws2);
 }
+
+static void test_gemm_blocking(void) { gemm_blocking(G4__TILE_F32); }
 #endif
 
 /* Attention's kernels (g4__attend): q.k for 8 keys side by side (g4__dot8,
@@ -947,6 +979,35 @@ static void test_topk_tie_rule(void) {
         CHECK(same, "case %d (E %d, K %d): torch.topk's set differs", c, E, K);
         CHECK(!same_lower, "case %d: the lower-index rule would pass it too (the case does not discriminate)", c);
     }
+    { /* a drafter's centroid top-k at the released size (2048 centroids, top 32: partial_sort, since
+         64 K <= E), on the scratch g4__masked_logits passes: values ((i * 2654435761) mod 2^32 >> 16)
+         mod 200, ten of them tied at the top value 199; torch.topk's set (float32 and bf16 rows agree),
+         which the lower-index rule misses */
+        static const int want[32] = {17,   108,  199,  235,  343,  400,  417,  491,  508,  565,  582,
+                                     656,  673,  874,  965,  1039, 1056, 1130, 1147, 1221, 1312, 1439,
+                                     1456, 1513, 1530, 1604, 1621, 1678, 1695, 1769, 1786, 1987};
+        static float p[2048];
+        static g4__vi q[2048];
+        int top[32], same = 1;
+        for (i = 0; i < 2048; i++) p[i] = (float)(((uint32_t)i * 2654435761u >> 16) % 200);
+        g4__topk_torch_q(p, 2048, 32, top, q);
+        for (i = 1; i < 32; i++)
+            for (j = i; j > 0 && top[j - 1] > top[j]; j--) { int t = top[j]; top[j] = top[j - 1]; top[j - 1] = t; }
+        for (i = 0; i < 32; i++) same &= top[i] == want[i];
+        CHECK(same, "2048 centroids, top 32: torch.topk's set differs");
+        { /* the lower-index rule, for contrast: the first of the largest left, 32 times */
+            static char taken[2048];
+            int same_lower = 1, k;
+            for (k = 0; k < 32; k++) {
+                int best = -1;
+                for (i = 0; i < 2048; i++)
+                    if (!taken[i] && (best < 0 || p[i] > p[best])) best = i;
+                taken[best] = 1;
+            }
+            for (k = 0; k < 32; k++) same_lower &= taken[want[k]];
+            CHECK(!same_lower, "2048 centroids: the lower-index rule would pass it too");
+        }
+    }
 }
 
 /* gelu on a bf16 tensor as ATen runs it: its last total % 32 elements take
@@ -992,147 +1053,10 @@ static void test_bf16_gelu_tail_and_torch_matmul(void) {
 }
 
 #if G4__BF16DOT
-/* The avx512_bf16 packed GEMM (g4__gemm_bf16) at every blocking edge: tiny
-   blocks (2 panels, one VDPBF16PS step of k, 2 tiles of tokens) give the
-   default blocking's bits, each token's decode row (g4__matmul_bf16dot, n 1),
-   the same bits with the rows split in two, the reference within rounding;
-   strided x and y keep their gaps; the workspace is not overrun. Runs only on
-   a CPU with avx512_bf16 (the kernel-sets line says whether it ran). */
-static void test_gemm_bf16dot_blocking(void) {
-    static const int ins[] = {1, 31, 32, 70, 100, 600};
-    static const int outs[] = {1, G4__TR + 1, 2 * G4__TR + 1, 29};
-    static const int ns[] = {2, G4__TT + 1, 2 * G4__TT + 1, 70};
-    g4__blocking tiny;
-    int a, b, c, cases = 0, bad_ref = 0, bad_bits = 0, bad_decode = 0, bad_split = 0, bad_gap = 0, bad_ws = 0;
-    size_t tiny_ws;
-    float *ws, *ws2;
-    tiny.mc = 2 * G4__TR; tiny.kc = 32; tiny.nc = 2 * G4__TT;
-    tiny_ws = G4__PACK_FLOATS(tiny.mc, tiny.kc, tiny.nc);
-    ws = (float *)malloc(sizeof(float) * (G4__PACK_THREAD + 16));
-    ws2 = (float *)malloc(sizeof(float) * (tiny_ws + 16));
-    for (a = 0; a < 6; a++)
-        for (b = 0; b < 4; b++)
-            for (c = 0; c < 4; c++) {
-                int in = ins[a], out = outs[b], n = ns[c], ldx = in + 3, ldy = out + 2, i, t, half;
-                size_t ny = (size_t)ldy * (size_t)n;
-                uint16_t *wb = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)in * out), *xh = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)ldx * n);
-                float *x = (float *)malloc(sizeof(float) * (size_t)ldx * n), *x1 = (float *)malloc(sizeof(float) * (size_t)in * n);
-                float *ref = (float *)malloc(sizeof(float) * (size_t)out * n), *y1 = (float *)malloc(sizeof(float) * ny);
-                float *y2 = (float *)malloc(sizeof(float) * ny);
-                g4_tensor w;
-                double err = 0;
-                uint32_t st = 7u + (uint32_t)(in * 131 + out * 7 + n);
-                for (i = 0; i < in * out; i++) { st = st * 1664525u + 1013904223u; wb[i] = (uint16_t)(0x3c00 + (st >> 24) - 128 + ((st >> 8) & 0x8000)); }
-                for (i = 0; i < ldx * n; i++) { st = st * 1664525u + 1013904223u; x[i] = g4__bf16_round((float)((int)(st >> 9) - (1 << 22)) / (float)(1 << 20)); }
-                for (t = 0; t < n; t++) {
-                    memcpy(x1 + (size_t)t * in, x + (size_t)t * ldx, sizeof(float) * in);
-                    g4__to_bf16(xh + (size_t)t * ldx, x + (size_t)t * ldx, 1, in);
-                }
-                memset(&w, 0, sizeof w);
-                w.dtype = G4_BF16; w.data = wb; w.ndim = 2; w.shape[0] = out; w.shape[1] = in;
-                g4__matmul_ref(ref, x1, &w, n, 0, out);
-                for (i = 0; i < (int)ny; i++) y1[i] = y2[i] = -7.0f;
-                ws2[tiny_ws] = 1234.5f;
-                g4__gemm_bf16(y1, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, out, ws2, &tiny);
-                bad_ws += ws2[tiny_ws] != 1234.5f;
-                g4__gemm_bf16(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, out, ws, &g4__gemm_blocks);
-                bad_bits += memcmp(y1, y2, sizeof(float) * ny) != 0;
-                for (t = 0; t < n; t++) {
-                    for (i = out; i < ldy; i++) bad_gap += y1[(size_t)t * ldy + i] != -7.0f;
-                    for (i = 0; i < out; i++) {
-                        double e = fabs(y1[(size_t)t * ldy + i] - ref[(size_t)t * out + i]);
-                        if (e > err) err = e;
-                    }
-                }
-                if (err > 1e-6 * in * 4) bad_ref++; /* summation order only (products of bf16 values are exact) */
-                for (t = 0; t < n; t++) { /* decode rows, one token at a time */
-                    g4__matmul_bf16dot(ref, x + (size_t)t * ldx, xh + (size_t)t * ldx, &w, 1, 0, out, ws);
-                    bad_decode += memcmp(ref, y1 + (size_t)t * ldy, sizeof(float) * out) != 0;
-                }
-                half = (out / 2) / G4__TR * G4__TR;
-                g4__gemm_bf16(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, half, ws2, &tiny);
-                g4__gemm_bf16(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, half, out, ws, &tiny);
-                bad_split += memcmp(y1, y2, sizeof(float) * ny) != 0;
-                cases++;
-                free(wb); free(xh); free(x); free(x1); free(ref); free(y1); free(y2);
-            }
-    printf("  %d cases (in up to %d, out up to %d, up to %d tokens), tiny blocks mc %d kc %d nc %d and the default\n", cases, ins[5],
-           outs[3], ns[3], tiny.mc, tiny.kc, tiny.nc);
-    CHECK(bad_ref == 0, "%d cases differ from the scalar reference", bad_ref);
-    CHECK(bad_bits == 0, "%d cases: tiny blocks and the default blocking differ in bits", bad_bits);
-    CHECK(bad_decode == 0, "%d token rows differ from decode", bad_decode);
-    CHECK(bad_split == 0, "%d cases: rows split in two parts differ", bad_split);
-    CHECK(bad_gap == 0, "%d values between y's rows overwritten", bad_gap);
-    CHECK(bad_ws == 0, "%d cases wrote past the workspace", bad_ws);
-    free(ws);
-    free(ws2);
-}
+static void test_gemm_bf16dot_blocking(void) { gemm_blocking(G4__TILE_BF16DOT); } /* runs on avx512_bf16 or tests/x86_emu.h */
 #endif
-
 #if G4__TORCH_GEMM
-/* The bf16-faithful mode's packed GEMM (g4__gemm_torch) gives
-   g4__matmul_torch_ref's bits, torch's order, on every shape: in below 64, at
-   64 and past it with 16-wide and single tails, across one and several k
-   blocks; rows and tokens past a tile and a block; tiny blocks (kc 64) and
-   the default; the rows split in two threads' parts; strided x and y (the
-   gaps kept); the workspace not overrun. */
-static void test_gemm_torch(void) {
-    static const int ins[] = {1, 8, 40, 64, 100, 136, 200, 1536, 2100};
-    static const int outs[] = {1, G4__TR + 1, 2 * G4__TR + 1, 29};
-    static const int ns[] = {2, G4__TT + 1, 2 * G4__TT + 1, 37};
-    g4__blocking tiny;
-    int a, b, c, cases = 0, bad_ref = 0, bad_tiny = 0, bad_split = 0, bad_gap = 0, bad_ws = 0;
-    size_t tiny_ws;
-    float *ws, *ws2;
-    tiny.mc = 2 * G4__TR; tiny.kc = 64; tiny.nc = 2 * G4__TT;
-    tiny_ws = (size_t)tiny.mc * tiny.kc + (size_t)tiny.mc * tiny.nc * 64;
-    ws = (float *)malloc(sizeof(float) * (G4__TORCH_FLOATS + 16));
-    ws2 = (float *)malloc(sizeof(float) * (tiny_ws + 16));
-    for (a = 0; a < (int)(sizeof ins / sizeof ins[0]); a++)
-        for (b = 0; b < 4; b++)
-            for (c = 0; c < 4; c++) {
-                int in = ins[a], out = outs[b], n = ns[c], ldx = in + 5, ldy = out + 3, i, t, half;
-                size_t ny = (size_t)ldy * (size_t)n;
-                uint16_t *wb = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)in * out);
-                float *x = (float *)malloc(sizeof(float) * (size_t)ldx * n), *x1 = (float *)malloc(sizeof(float) * (size_t)in * n);
-                float *ref = (float *)malloc(sizeof(float) * (size_t)out * n), *y1 = (float *)malloc(sizeof(float) * ny);
-                float *y2 = (float *)malloc(sizeof(float) * ny);
-                g4_tensor w;
-                uint32_t st = 99u + (uint32_t)(in * 131 + out * 7 + n);
-                for (i = 0; i < in * out; i++) { st = st * 1664525u + 1013904223u; wb[i] = (uint16_t)(0x3c00 + (st >> 24) - 128 + ((st >> 8) & 0x8000)); }
-                for (i = 0; i < ldx * n; i++) { st = st * 1664525u + 1013904223u; x[i] = g4__bf16_round((float)((int)(st >> 9) - (1 << 22)) / (float)(1 << 20)); }
-                for (t = 0; t < n; t++) memcpy(x1 + (size_t)t * in, x + (size_t)t * ldx, sizeof(float) * in);
-                memset(&w, 0, sizeof w);
-                w.dtype = G4_BF16; w.data = wb; w.ndim = 2; w.shape[0] = out; w.shape[1] = in;
-                g4__matmul_torch_ref(ref, x1, &w, n, 0, out);
-                for (i = 0; i < (int)ny; i++) y1[i] = y2[i] = -7.0f;
-                ws[G4__TORCH_FLOATS] = 1234.5f;
-                ws2[tiny_ws] = 1234.5f;
-                g4__gemm_torch(y1, (size_t)ldy, x, (size_t)ldx, &w, n, 0, out, ws, &g4__torch_blocks);
-                g4__gemm_torch(y2, (size_t)ldy, x, (size_t)ldx, &w, n, 0, out, ws2, &tiny);
-                bad_ws += ws[G4__TORCH_FLOATS] != 1234.5f || ws2[tiny_ws] != 1234.5f;
-                for (t = 0; t < n; t++) {
-                    bad_ref += memcmp(y1 + (size_t)t * ldy, ref + (size_t)t * out, sizeof(float) * out) != 0;
-                    for (i = out; i < ldy; i++) bad_gap += y1[(size_t)t * ldy + i] != -7.0f || y2[(size_t)t * ldy + i] != -7.0f;
-                }
-                bad_tiny += memcmp(y1, y2, sizeof(float) * ny) != 0;
-                half = (out / 2) / G4__TR * G4__TR;
-                g4__gemm_torch(y2, (size_t)ldy, x, (size_t)ldx, &w, n, 0, half, ws2, &tiny);
-                g4__gemm_torch(y2, (size_t)ldy, x, (size_t)ldx, &w, n, half, out, ws, &g4__torch_blocks);
-                bad_split += memcmp(y1, y2, sizeof(float) * ny) != 0;
-                cases++;
-                free(wb); free(x); free(x1); free(ref); free(y1); free(y2);
-            }
-    printf("  %d cases (in up to %d, out up to %d, up to %d tokens), tiny blocks mc %d kc %d nc %d and the default mc %d kc %d nc %d\n",
-           cases, ins[8], outs[3], ns[3], tiny.mc, tiny.kc, tiny.nc, g4__torch_blocks.mc, g4__torch_blocks.kc, g4__torch_blocks.nc);
-    CHECK(bad_ref == 0, "%d token rows differ from g4__matmul_torch_ref's bits", bad_ref);
-    CHECK(bad_tiny == 0, "%d cases: tiny blocks and the default blocking differ in bits", bad_tiny);
-    CHECK(bad_split == 0, "%d cases: rows split in two parts differ", bad_split);
-    CHECK(bad_gap == 0, "%d values between y's rows overwritten", bad_gap);
-    CHECK(bad_ws == 0, "%d cases wrote past the workspace", bad_ws);
-    free(ws);
-    free(ws2);
-}
+static void test_gemm_torch(void) { gemm_blocking(G4__TILE_TORCH); }
 #endif
 
 /* Threads split work, never change a sum: every golden model gives the same

@@ -53,7 +53,7 @@ for spec in "$@"; do
     "$PY" tools/hf_dump.py "$dir" --ids $IDS --out "$dir/dump_grad32.safetensors" --grad 2>&1 | grep '^hf_dump' | sed 's/^/  /'
     "$PY" tools/hf_dump.py "$dir" --ids $IDS --out "$dir/dump_grad64.safetensors" --grad --dtype float64 2>&1 | grep '^hf_dump' | sed 's/^/  /'
     ./build/gemma4 compare "$dir" "$dir/dump_grad64.safetensors" > "$dir/compare_grad64.txt" 2>&1 || true
-    echo "  gemma4.h gradients vs transformers float64: $(tail -n 1 "$dir/compare_grad64.txt"); worst $(awk '/^parameter gradients/{p=1; next} p && $1 ~ /^model\./ && $3 > m {m = $3; k = $1} END {print k, m}' "$dir/compare_grad64.txt")"
+    echo "  gemma4.h gradients vs transformers float64: $(tail -n 1 "$dir/compare_grad64.txt"); median $(awk '/^parameter gradients/{p=1; next} p && $1 ~ /^model\./ {print $3}' "$dir/compare_grad64.txt" | sort -g | awk '{v[NR] = $1} END {printf "%.3g", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'); worst $(awk '/^parameter gradients/{p=1; next} p && $1 ~ /^model\./ && $3 > m {m = $3; k = $1} END {print k, m}' "$dir/compare_grad64.txt")"
     echo "  transformers float32 gradients vs float64: $("$PY" tools/dump_diff.py "$dir/dump_grad32.safetensors" "$dir/dump_grad64.safetensors" | tail -n 1)"
   fi
   rm -f "$dir"/dump_*.safetensors

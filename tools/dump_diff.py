@@ -4,8 +4,8 @@ measures gemma4.h against one: per tap, max |a - b| over max |b|.
 
     venv/bin/python tools/dump_diff.py A.safetensors B.safetensors [--tolerance 1e-4]
 
-Prints the logits' figure, the worst tap and how many taps exceed the
-tolerance; the same for the parameter gradients of a --grad dump. Used by tools/check_real_shapes.sh to put transformers' own
+Prints the logits' figure, the median and the worst tap and how many taps
+exceed the tolerance; the same for the parameter gradients of a --grad dump. Used by tools/check_real_shapes.sh to put transformers' own
 float32 run beside gemma4.h's, both against a float64 run."""
 import argparse
 
@@ -31,7 +31,8 @@ def report(keys, what):
         return
     worst = max(keys, key=rel.get)
     over = sum(rel[k] > args.tolerance for k in keys)
-    print(f"{len(keys)} {what} compared, {over} over tolerance {args.tolerance:g}; worst {worst} {rel[worst]:.3g}", end="")
+    median = float(np.median([rel[k] for k in keys]))
+    print(f"{len(keys)} {what} compared, {over} over tolerance {args.tolerance:g}; median {median:.3g}; worst {worst} {rel[worst]:.3g}", end="")
     print(f"; logits {rel['logits']:.3g}" if "logits" in keys else "")
 
 

@@ -72,6 +72,7 @@ torch.set_num_threads(1)
 
 SL, FU = "sliding_attention", "full_attention"
 K = 4            # num_assistant_tokens
+TIE_SEED = 2026  # the bf16 golden's search for a prompt with a centroid top-k tie
 NEW = 10         # new tokens of assisted generation
 FINAL_NORM_RANGE = (3.0, 5.0)
 ROPE = {
@@ -272,7 +273,9 @@ def make_bf16(root, lines):
     golden.safetensors.  Written to data/tiny/e2b_drafter/golden_bf16.safetensors:
         {long,short}_draft_logits  F32 [K, V]  the bf16 logits, widened exactly
         {long,short}_draft_ids     I32 [K]
-    The prompts are golden.safetensors' {long,short}_prompt.  Also records, per step, whether taking the
+    The prompts are golden.safetensors' {long,short}_prompt, plus "tie" (tie_prompt I32 [n], stored here):
+    the first of a seeded series of random prompts whose round has a step where two bf16 centroid logits
+    tie at the top-k boundary and torch.topk keeps the higher index (the lower-index rule would not).  Also records, per step, whether taking the
     mask value from the min of the logits BEFORE the bf16 rounding (a past gemma4.h bug) gives another fill
     than transformers' order (min of the rounded logits, minus 1, rounded): a step where it does is what
     makes the golden catch that bug."""
@@ -296,14 +299,38 @@ def make_bf16(root, lines):
         _, idx = torch.topk(c, k=self.centroid_intermediate_top_k, dim=-1)
         canon = self.token_ordering.long().view(self.num_centroids, self.vocab_size_per_centroid)[idx].reshape(-1)
         sel32 = hidden_states.float()[0, -1] @ lm_head_weight.float()[canon].T  # unrounded (float32 sums)
-        sel_rows.append((sel32, out[0, -1, canon].float(), float((top[..., -2] - top[..., -1]).min())))
+        sel_rows.append((sel32, out[0, -1, canon].float(), float((top[..., -2] - top[..., -1]).min()),
+                         c[0, -1].float(), sorted(idx[0, -1].tolist())))
         return out
 
     type(me).forward = fwd
-    out, notes = {}, []
+    out, notes, done = {}, [], set()
+
+    def tie_steps(steps):
+        """the steps whose centroid top-k is an exact tie that torch.topk breaks unlike the lower-index rule"""
+        res = []
+        for i, st in enumerate(steps):
+            c, chosen = st[3], st[4]
+            lower = sorted(sorted(range(c.numel()), key=lambda j: (-float(c[j]), j))[:len(chosen)])
+            if lower != chosen:
+                res.append(i)
+        return res
+
+    def prompts():
+        yield "long", gold["long_prompt"].long()
+        yield "short", gold["short_prompt"].long()
+        # "tie": the first of a seeded series of random prompts whose first round has a step where the bf16
+        # centroid logits tie at the top-k boundary and torch.topk takes another centroid than the lower index
+        g = torch.Generator().manual_seed(TIE_SEED)
+        vocab = target.config.vocab_size
+        for attempt in range(400):
+            n = int(torch.randint(4, 24, (1,), generator=g))
+            yield "tie", torch.randint(3, vocab, (n,), generator=g)
+
     try:
-        for tag in ("long", "short"):
-            prompt = gold[f"{tag}_prompt"].long()
+        for tag, prompt in prompts():
+            if tag in done:
+                continue
             captured.clear()
             sel_rows.clear()
             with torch.no_grad():
@@ -317,10 +344,16 @@ def make_bf16(root, lines):
             assert torch.equal(draft, ids0[0, n + 1:]), (draft, ids0)
             top2 = torch.topk(lg, 2, dim=-1).values
             gap = float((top2[:, 0] - top2[:, 1]).min())
-            assert gap > 0, f"{tag}: tie in the drafted argmax"
             steps = sel_rows[:K]
-            margin = min(m for _, _, m in steps)
-            assert margin > 0, f"{tag}: exact tie at the centroid top-k boundary ({margin})"
+            margin = min(st[2] for st in steps)
+            ties = tie_steps(steps)
+            if tag == "tie":
+                if gap <= 0 or not ties:
+                    continue
+                out["tie_prompt"] = prompt.to(torch.int32)
+            assert gap > 0, f"{tag}: tie in the drafted argmax"
+            if tag != "tie":
+                assert margin > 0, f"{tag}: exact tie at the centroid top-k boundary ({margin})"
             differs = [int(bf16_fill_rule_differs(steps[i][0])) for i in range(K)]
             for i in range(K):  # the recorded fill is transformers' order: min of the bf16 selected logits - 1
                 fill = float(lg[i].min())
@@ -328,12 +361,16 @@ def make_bf16(root, lines):
                 assert fill == want, (tag, i, fill, want)
             out[f"{tag}_draft_logits"] = lg.contiguous()
             out[f"{tag}_draft_ids"] = draft.to(torch.int32)
+            done.add(tag)
             notes.append(f"{tag} min_argmax_gap {gap:.3g} centroid_topk_margin {margin:.3g} "
-                         f"fill_rule_differs_per_step {','.join(map(str, differs))}")
+                         f"fill_rule_differs_per_step {','.join(map(str, differs))}"
+                         + (f" topk_tie_steps {','.join(map(str, ties))} (torch.topk's choice is not the lower index)"
+                            if tag == "tie" else ""))
             print(f"  {tag}: drafted {draft.tolist()}, argmax gap {gap:.3g}, centroid margin {margin:.3g}, "
                   f"min-before-rounding fill differs at steps {differs}")
     finally:
         type(me).forward = orig_fwd
+    assert "tie" in done, "no prompt with a discriminating centroid top-k tie"
     save_file(dict(sorted(out.items())), os.path.join(path, "golden_bf16.safetensors"))
     size = os.path.getsize(os.path.join(path, "golden_bf16.safetensors"))
     lines.append(f"drafter {name:18s} bf16 golden_bf16.safetensors bytes {size}  (target and drafter loaded in "
