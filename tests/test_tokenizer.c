@@ -264,6 +264,130 @@ static char *mutate(const char *src, const char *a, const char *b) {
     return out;
 }
 
+/* ------------------------------------------------ byte runs (UTF-8) */
+/* data/tokenizer/utf8_goldens.jsonl: byte-token runs, valid UTF-8 or not, decoded
+   by tokenizers (an invalid run is U+FFFD for EVERY byte of the run). Checked:
+   g4_detokenize with and without G4_DECODE_SKIP_SPECIAL equals the golden; the
+   stream's pieces concatenate to it, each piece is valid UTF-8, and after each
+   id that ends a run (a token with a string, not a byte token, not skipped) the
+   text so far equals g4_detokenize of the ids so far (nothing is held longer
+   than an open run). */
+
+/* Streams ids, checking each piece; returns the concatenation (malloc'd) or NULL. */
+static char *stream_checked(const g4_tokenizer *t, const int32_t *ids, size_t n, int flags, size_t *len, const char *name) {
+    size_t cap = (size_t)t->max_piece * (n + 1) + 16, i;
+    char *out = (char *)malloc(cap), *piece = (char *)malloc((size_t)t->max_piece);
+    g4_decode_state st;
+    int k, bad = 0;
+    memset(&st, 0, sizeof st);
+    *len = 0;
+    for (i = 0; i <= n && !bad; i++) {
+        k = i < n ? g4_decode_next(t, &st, ids[i], flags, piece, (size_t)t->max_piece)
+                  : g4_decode_flush(&st, piece, (size_t)t->max_piece);
+        if (k < 0) { CHECK(0, "%s: stream error %d at id %lu", name, k, (unsigned long)i); bad = 1; break; }
+        if (!g4__utf8_valid((const unsigned char *)piece, (size_t)k)) { CHECK(0, "%s: piece %lu is not valid UTF-8", name, (unsigned long)i); bad = 1; }
+        memcpy(out + *len, piece, (size_t)k);
+        *len += (size_t)k;
+        if (i < n && t->byte_value[ids[i]] < 0 && t->text_off[ids[i]] != G4__TOK_NONE &&
+            !((flags & G4_DECODE_SKIP_SPECIAL) && (t->flags[ids[i]] & G4_TOKEN_SPECIAL))) {
+            size_t dl;
+            char *d = decode(t, ids, i + 1, flags, &dl);
+            if (!d || dl != *len || memcmp(d, out, dl) != 0) {
+                CHECK(0, "%s: after id %lu of %lu the stream has %lu bytes, the decode of the ids so far %lu", name,
+                      (unsigned long)i + 1, (unsigned long)n, (unsigned long)*len, (unsigned long)dl);
+                bad = 1;
+            }
+            free(d);
+        }
+    }
+    free(piece);
+    if (bad) { free(out); return NULL; }
+    return out;
+}
+
+/* Checks the lines of utf8_goldens.jsonl for tokenizer `which`; returns the count. */
+static int check_utf8_goldens(const g4_tokenizer *t, const char *which) {
+    const char *path = "data/tokenizer/utf8_goldens.jsonl";
+    char *all, err[G4_ERROR_MAX], *line, *end;
+    size_t len;
+    int count = 0, fails = 0;
+    if (g4__read_file(path, &all, &len, (size_t)1 << 24, err) != G4_OK) { CHECK(0, "%s", err); return 0; }
+    for (line = all; line < all + len && fails < 5; line = end + 1) {
+        g4__json j;
+        int32_t *ids;
+        int n, f, tk, nm;
+        end = strchr(line, '\n');
+        if (!end) end = all + len;
+        if (end == line) continue;
+        if (g4__json_parse(&j, line, (size_t)(end - line), path, err) != G4_OK) { CHECK(0, "%s", err); break; }
+        tk = g4__jget(&j, 0, "tokenizer");
+        nm = g4__jget(&j, 0, "name");
+        if (tk < 0 || nm < 0) { CHECK(0, "%s: a line without \"tokenizer\" or \"name\"", path); g4__json_free(&j); break; }
+        if (strcmp(j.nodes[tk].str, which) != 0) { g4__json_free(&j); continue; }
+        n = json_ids(&j, g4__jget(&j, 0, "decode_ids"), &ids);
+        for (f = 0; f < 2 && n >= 0; f++) {
+            int want = g4__jget(&j, 0, f ? "text_skip" : "text");
+            int flags = f ? G4_DECODE_SKIP_SPECIAL : 0;
+            const char *name = j.nodes[nm].str;
+            size_t dl = 0, sl = 0;
+            char *d = decode(t, ids, (size_t)n, flags, &dl), *s = NULL;
+            if (!d || want < 0 || dl != j.nodes[want].len || memcmp(d, j.nodes[want].str, dl) != 0) {
+                CHECK(0, "%s \"%s\"%s: g4_detokenize differs from tokenizers' (%lu bytes, want %lu)", which, name,
+                      f ? " (skip special)" : "", (unsigned long)dl, want < 0 ? 0ul : (unsigned long)j.nodes[want].len);
+                print_ids("ids", ids, (size_t)n);
+                fails++;
+            } else if (!(s = stream_checked(t, ids, (size_t)n, flags, &sl, name)) || sl != dl || memcmp(s, d, dl) != 0) {
+                CHECK(0, "%s \"%s\"%s: the streamed pieces differ from the whole decode", which, name, f ? " (skip special)" : "");
+                print_ids("ids", ids, (size_t)n);
+                fails++;
+            }
+            free(d); free(s);
+        }
+        if (n < 0) { CHECK(0, "%s: bad decode_ids", path); fails++; }
+        free(ids);
+        count++;
+        g4__json_free(&j);
+        if (end == all + len) break;
+    }
+    free(all);
+    return count;
+}
+
+static void test_utf8_goldens(void) {
+    g4_tokenizer t;
+    char *src, *m, err[G4_ERROR_MAX];
+    size_t len;
+    int n;
+    if (g4_tokenizer_load(&t, TINY_TOK) != G4_OK) { CHECK(0, "%s", t.error); return; }
+    n = check_utf8_goldens(&t, "tiny");
+    g4_tokenizer_free(&t);
+    printf("  %d byte-run sequences on the tiny tokenizer\n", n);
+    CHECK(n >= 60, "only %d tiny lines", n);
+    /* tiny_mut: the tiny file with "<0x0E>" -> "<0x0e>", "<0x0F>" -> "<0x+F>"
+       (UTF8_MUTATION in tools/make_tokenizer_goldens.py) */
+    if (g4__read_file(TINY_TOK, &src, &len, (size_t)1 << 24, err) != G4_OK) { CHECK(0, "%s", err); return; }
+    m = mutate(src, "\"<0x0E>\"", "\"<0x0e>\"");
+    free(src);
+    src = m ? mutate(m, "\"<0x0F>\"", "\"<0x+F>\"") : NULL;
+    free(m);
+    if (!src || g4_tokenizer_parse(&t, src, strlen(src), "tiny_mut") != G4_OK) { CHECK(0, "tiny_mut: %s", src ? t.error : "no <0x0E>/<0x0F>"); free(src); return; }
+    free(src);
+    n = check_utf8_goldens(&t, "tiny_mut");
+    CHECK(n >= 3, "only %d tiny_mut lines", n);
+    g4_tokenizer_free(&t);
+}
+
+static void test_utf8_goldens_full(void) {
+    g4_tokenizer t;
+    int n;
+    if (access(FULL_TOK, R_OK) != 0) { skip(FULL_TOK " is absent (README, *Text in, text out*, says where to get it)"); return; }
+    if (g4_tokenizer_load(&t, FULL_TOK) != G4_OK) { CHECK(0, "%s", t.error); return; }
+    n = check_utf8_goldens(&t, "gemma3");
+    printf("  %d byte-run sequences on the Gemma 3 tokenizer\n", n);
+    CHECK(n >= 60, "only %d gemma3 lines", n);
+    g4_tokenizer_free(&t);
+}
+
 static void test_malformed(void) {
     static const struct { const char *from, *to, *msg; } cases[] = {
         {"\"type\": \"BPE\"", "\"type\": \"WordPiece\"", "model.type"},
@@ -705,6 +829,8 @@ int main(void) {
     run("tiny tokenizer: encode/decode = tokenizers goldens", test_tiny_goldens);
     run("full Gemma tokenizer: encode/decode = tokenizers goldens", test_full_goldens);
     run("streaming decode: characters split over byte tokens", test_stream_bytes);
+    run("byte runs: decode and stream = tokenizers (tiny, tiny_mut)", test_utf8_goldens);
+    run("byte runs: decode and stream = tokenizers (full Gemma tokenizer)", test_utf8_goldens_full);
     run("tokenize/detokenize: buffer sizes and bad ids", test_sizes_and_errors);
     run("malformed tokenizer.json: errors name the field, never a crash", test_malformed);
     run("chat layout: Google's prompt-formatting guide, ids from the file", test_chat_layout);
