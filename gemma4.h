@@ -113,7 +113,8 @@
      template), g4_sampler_* samples
      (greedy, temperature, top-k, top-p, min-p, repetition penalty, seeded),
      g4_decode_next streams text. These allocate at init (the tokenizer's
-     tables, the sampler's scratch); g4_tokenize allocates scratch per call.
+     tables, the sampler's scratch); g4_tokenize allocates scratch per call,
+     a g4_decode_state grows its buffers as byte runs need (g4_decode_free).
 
    MEMORY MODEL
      g4_model_load maps the safetensors files (nothing is converted or copied)
@@ -655,7 +656,6 @@ typedef struct {
     int16_t *byte_value;         /* [n_vocab] the byte of a "<0xXX>" token when the decoder has ByteFallback, else -1 */
     uint32_t *text_off, *text_len; /* [n_vocab] the decoder's text for each id, in `text` (Replace steps applied) */
     char *text;                  /* every id's decoded text, back to back */
-    int max_piece;               /* bytes g4_decode_next may write for one id, NUL included */
     /* the BPE model */
     uint32_t *vocab_off, *vocab_len; /* [n_vocab] the id's string in `vocab_str`; len UINT32_MAX: not in the BPE vocab */
     char *vocab_str;             /* BPE vocab strings, back to back */
@@ -699,29 +699,50 @@ G4_API size_t g4_tokenize_max(const g4_tokenizer *t, size_t len);
    G4_ERR_NOMEM if scratch memory cannot be had. t is not modified. */
 G4_API g4_result g4_tokenize(const g4_tokenizer *t, const char *text, size_t len, int flags, int32_t *ids,
                              size_t cap, size_t *n_ids);
-/* ids -> text, exactly as tokenizers' decode: a run of byte tokens that is
-   not valid UTF-8 becomes U+FFFD per byte; ids without a string are skipped.
-   Writes at most cap bytes including a NUL; *len: the text's length. If it
-   does not fit, G4_ERR_INPUT with *len the length needed. G4_ERR_INPUT also
-   for an id outside [0, n_vocab). */
+/* ids -> text, exactly as tokenizers' decode. Its ByteFallback decoder reads
+   each run of consecutive byte tokens ("<0xXX>") as one byte string, ending at
+   the next token that is not one or at the end: a run that is valid UTF-8 is
+   its text, an invalid one (a stray, overlong, surrogate or truncated
+   sequence, or a byte above F4, anywhere in it) is one U+FFFD for EVERY byte
+   of the run, its valid characters included. Ids without a string, and with
+   G4_DECODE_SKIP_SPECIAL the special tokens, are dropped first, so they do not
+   end a run. Writes at most cap bytes including a NUL; *len: the text's
+   length. If it does not fit, G4_ERR_INPUT with *len the length needed.
+   G4_ERR_INPUT also for an id outside [0, n_vocab). */
 G4_API g4_result g4_detokenize(const g4_tokenizer *t, const int32_t *ids, size_t n, int flags, char *out,
                                size_t cap, size_t *len);
 
-/* Streaming decode: text as ids arrive, holding back only the bytes of an
-   unfinished UTF-8 character. For any ids whose byte runs are valid UTF-8
-   (everything g4_tokenize produces) the pieces concatenate to exactly
-   g4_detokenize's text. (For an invalid run, g4_detokenize replaces every byte
-   of the run, the stream only the bytes that cannot start or continue a
-   character.) */
+/* Streaming decode: the text of ids as they arrive. The pieces concatenate to
+   exactly g4_detokenize's text of all the ids, and each piece is valid UTF-8.
+   Since one bad byte late in a run turns the whole run into U+FFFD, a run is
+   held back while it can still be valid UTF-8 (all its bytes, whole characters
+   included) and comes out when it ends: at the next id that is not a byte token
+   (and not dropped: see g4_detokenize) or at g4_decode_flush. As soon as the
+   open run cannot be valid any more (its bytes so far are no prefix of valid
+   UTF-8), its bytes come out as U+FFFD, one each, and so does every further
+   byte of that run as it arrives. So text is late only while a valid run is
+   open; everything g4_tokenize produces is valid. Start from a zeroed state
+   (memset or = {0}); it grows its buffers (G4_MALLOC) as runs need, keeps
+   them across g4_decode_flush, and frees them in g4_decode_free. */
 typedef struct {
-    unsigned char pending[4];    /* bytes of an unfinished character */
-    int n_pending;
+    char *run;                   /* the bytes of the open run, held back */
+    size_t n_run, run_cap;
+    size_t run_whole;            /* run[0..run_whole) is whole characters */
+    int run_bad;                 /* the open run cannot be valid: its bytes went out as U+FFFD */
+    char *piece;                 /* the last piece, NUL-terminated */
+    size_t piece_cap;
 } g4_decode_state;
-/* Writes the text of one more id (NUL-terminated) to out, which must hold
-   t->max_piece bytes. Returns the bytes written (>= 0) or a g4_result < 0. */
-G4_API int g4_decode_next(const g4_tokenizer *t, g4_decode_state *st, int32_t id, int flags, char *out, size_t cap);
-/* At the end: U+FFFD for each byte of an unfinished character. out: >= 13 bytes. */
-G4_API int g4_decode_flush(g4_decode_state *st, char *out, size_t cap);
+/* One more id: *piece points at its text (NUL-terminated, *len bytes, often
+   0), valid until the next call on st. G4_ERR_INPUT for an id outside
+   [0, n_vocab) or a state not from these functions, G4_ERR_NOMEM if a buffer
+   cannot grow (the state is then unchanged). */
+G4_API g4_result g4_decode_next(const g4_tokenizer *t, g4_decode_state *st, int32_t id, int flags,
+                                const char **piece, size_t *len);
+/* At the end: the open run (its bytes if valid, else U+FFFD per byte). The
+   state is then ready for a new stream. */
+G4_API g4_result g4_decode_flush(g4_decode_state *st, const char **piece, size_t *len);
+/* Frees the state's buffers and zeroes it. */
+G4_API void g4_decode_free(g4_decode_state *st);
 
 /* ------------------------------------------------------------------ chat */
 /* The built-in Gemma 4 chat layout, for checkpoints without a chat template
@@ -7757,9 +7778,11 @@ static uint32_t g4__pow2_at_least(size_t n) {
     return s;
 }
 
-/* Length (1..4) of the valid UTF-8 character at s[0..n), 0 if none starts there
-   (stray continuation, overlong form, surrogate, beyond U+10FFFF, truncated). */
-static size_t g4__utf8_char(const unsigned char *s, size_t n) {
+/* Length (1..4) of the UTF-8 character that s[0..n) (n >= 1) starts when the
+   bytes there are one, or the start of one; 0 when no bytes after them could
+   make a valid character (stray continuation, overlong form, surrogate, beyond
+   U+10FFFF, a lead byte followed by a non-continuation). */
+static size_t g4__utf8_lead(const unsigned char *s, size_t n) {
     unsigned c = s[0];
     size_t need, i;
     if (c < 0x80) return 1;
@@ -7767,12 +7790,18 @@ static size_t g4__utf8_char(const unsigned char *s, size_t n) {
     else if (c >= 0xE0 && c <= 0xEF) need = 3;
     else if (c >= 0xF0 && c <= 0xF4) need = 4;
     else return 0;
-    if (n < need) return 0;
-    for (i = 1; i < need; i++) if ((s[i] & 0xC0) != 0x80) return 0;
-    if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
-        (c == 0xF4 && s[1] > 0x8F))
+    for (i = 1; i < need && i < n; i++) if ((s[i] & 0xC0) != 0x80) return 0;
+    if (n >= 2 && ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
+                   (c == 0xF4 && s[1] > 0x8F)))
         return 0;
     return need;
+}
+
+/* Length (1..4) of the valid UTF-8 character at s[0..n), 0 if none starts
+   there (as g4__utf8_lead, or truncated). */
+static size_t g4__utf8_char(const unsigned char *s, size_t n) {
+    size_t need = g4__utf8_lead(s, n);
+    return need <= n ? need : 0;
 }
 
 static int g4__utf8_valid(const unsigned char *s, size_t n) {
@@ -8029,6 +8058,9 @@ static g4_result g4__tokp_decoder(g4__tokp *p, int n, int *byte_fallback) {
     }
     for (c = 0; c < n_items; c++) {
         ty = g4__tokp_type(p, items[c]);
+        /* Fuse joins the pieces into one: a later step would see that one piece */
+        if (c > 0 && strcmp(g4__tokp_type(p, items[c - 1]), "Fuse") == 0 && strcmp(ty, "Fuse") != 0)
+            return g4__tokp_fail(p, "decoder: a %s after Fuse is not supported", ty);
         if (strcmp(ty, "Replace") == 0) {
             g4_result r;
             if (*byte_fallback) return g4__tokp_fail(p, "decoder: a Replace after ByteFallback is not supported");
@@ -8036,6 +8068,7 @@ static g4_result g4__tokp_decoder(g4__tokp *p, int n, int *byte_fallback) {
             if ((r = g4__tokp_replace(p, items[c], "decoder", &p->t->dec[p->t->n_dec])) != G4_OK) return r;
             p->t->n_dec++;
         } else if (strcmp(ty, "ByteFallback") == 0) {
+            if (*byte_fallback) return g4__tokp_fail(p, "decoder: a second ByteFallback is not supported");
             *byte_fallback = 1;
         } else if (strcmp(ty, "Fuse") != 0) { /* Fuse: the pieces are concatenated anyway */
             return g4__tokp_fail(p, "decoder type \"%s\" is not supported (Replace, ByteFallback, Fuse)", ty);
@@ -8263,6 +8296,16 @@ static int g4__hexval(char ch) {
     return -1;
 }
 
+/* The byte a token string stands for in the ByteFallback decoder, or -1:
+   "<0x" + HH + ">" (6 bytes) where HH is what Rust's u8::from_str_radix(HH, 16)
+   accepts, two hex digits of either case or '+' and one ("<0x+F>" is 0x0F). */
+static int g4__byte_token(const char *s, size_t len) {
+    int hi, lo;
+    if (len != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>' || (lo = g4__hexval(s[4])) < 0) return -1;
+    if (s[3] == '+') return lo;
+    return (hi = g4__hexval(s[3])) < 0 ? -1 : hi * 16 + lo;
+}
+
 /* Every id's decoded text (Replace steps applied) and byte value. */
 static g4_result g4__tokp_decoded(g4__tokp *p, int added, int byte_fallback) {
     g4_tokenizer *t = p->t;
@@ -8299,7 +8342,6 @@ static g4_result g4__tokp_decoded(g4__tokp *p, int added, int byte_fallback) {
     a = (char *)G4_MALLOC(maxlen + 1);
     b = (char *)G4_MALLOC(maxlen + 1);
     if (!t->text || !a || !b) { G4_FREE(a); G4_FREE(b); G4_FREE((void *)strs); G4_FREE(lens); return g4__tok_nomem(p); }
-    t->max_piece = 16;
     for (id = 0; id < t->n_vocab; id++) {
         const char *s;
         t->byte_value[id] = -1;
@@ -8307,13 +8349,10 @@ static g4_result g4__tokp_decoded(g4__tokp *p, int added, int byte_fallback) {
         t->text_len[id] = 0;
         if (!strs[id]) { t->text_off[id] = G4__TOK_NONE; continue; } /* no string: decode skips it */
         s = g4__replace_all(t->dec, t->n_dec, strs[id], lens[id], a, b, &len);
-        if (byte_fallback && len == 6 && memcmp(s, "<0x", 3) == 0 && s[5] == '>' && g4__hexval(s[3]) >= 0 &&
-            g4__hexval(s[4]) >= 0)
-            t->byte_value[id] = (int16_t)(g4__hexval(s[3]) * 16 + g4__hexval(s[4]));
+        if (byte_fallback) t->byte_value[id] = (int16_t)g4__byte_token(s, len);
         memcpy(t->text + pos, s, len);
         t->text_len[id] = (uint32_t)len;
         pos += len;
-        if ((int)len + 16 > t->max_piece) t->max_piece = (int)len + 16;
     }
     G4_FREE(a); G4_FREE(b); G4_FREE((void *)strs); G4_FREE(lens);
     return G4_OK;
@@ -8697,55 +8736,103 @@ G4__DEF g4_result g4_detokenize(const g4_tokenizer *t, const int32_t *ids, size_
     return G4_OK;
 }
 
-/* Emits the complete characters at the front of the pending bytes; a byte that
-   cannot start or continue a character becomes U+FFFD. */
-static void g4__stream_drain(g4_decode_state *st, char *out, size_t cap, size_t *pos) {
-    while (st->n_pending) {
-        unsigned c = st->pending[0];
-        size_t need = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
-        size_t have = (size_t)st->n_pending, k, ok = need != 0;
-        for (k = 1; ok && k < have && k < need; k++) ok = (st->pending[k] & 0xC0) == 0x80;
-        if (ok && have >= 2 && ((c == 0xE0 && st->pending[1] < 0xA0) || (c == 0xED && st->pending[1] > 0x9F) ||
-                                (c == 0xF0 && st->pending[1] < 0x90) || (c == 0xF4 && st->pending[1] > 0x8F)))
-            ok = 0;
-        if (ok && have < need) return; /* wait for the rest of the character */
-        if (ok) g4__put(out, cap, pos, (const char *)st->pending, need);
-        else { g4__put(out, cap, pos, g4__fffd, 3); need = 1; }
-        memmove(st->pending, st->pending + need, have - need);
-        st->n_pending -= (int)need;
+/* Makes room for n bytes in a state buffer holding `have`; G4_ERR_NOMEM leaves it as it was. */
+static g4_result g4__ds_reserve(char **buf, size_t *cap, size_t have, size_t n) {
+    size_t nc = *cap ? *cap : 64;
+    char *nb;
+    if (n <= *cap) return G4_OK;
+    while (nc < n) {
+        if (nc > (size_t)-1 / 2) return G4_ERR_NOMEM;
+        nc *= 2;
     }
+    if (!(nb = (char *)G4_MALLOC(nc))) return G4_ERR_NOMEM;
+    if (have) memcpy(nb, *buf, have);
+    G4_FREE(*buf);
+    *buf = nb;
+    *cap = nc;
+    return G4_OK;
 }
 
-G4__DEF int g4_decode_next(const g4_tokenizer *t, g4_decode_state *st, int32_t id, int flags, char *out, size_t cap) {
-    size_t pos = 0;
-    if (!t || !t->text || !st || !out || cap < (size_t)t->max_piece || id < 0 || id >= t->n_vocab ||
-        st->n_pending < 0 || st->n_pending > 3)
-        return G4_ERR_INPUT;
-    if (t->text_off[id] == G4__TOK_NONE || ((flags & G4_DECODE_SKIP_SPECIAL) && (t->flags[id] & G4_TOKEN_SPECIAL))) {
-        out[0] = 0;
-        return 0;
-    }
-    if (t->byte_value[id] >= 0) {
-        st->pending[st->n_pending++] = (unsigned char)t->byte_value[id];
-        g4__stream_drain(st, out, cap, &pos);
+static int g4__ds_ok(const g4_decode_state *st) {
+    return st && st->n_run <= st->run_cap && st->run_whole <= st->n_run && (!st->run_bad || !st->n_run) &&
+           (st->run || !st->run_cap) && (st->piece || !st->piece_cap) && st->n_run < (size_t)-1 / 8;
+}
+
+/* Ends the open run into the piece at *pos: its bytes when they are whole
+   characters, else U+FFFD per byte (a bad run's bytes went out already). The
+   piece has room (3 * n_run bytes). */
+static void g4__ds_close_run(g4_decode_state *st, size_t *pos) {
+    size_t k;
+    if (st->run_whole == st->n_run) {
+        if (st->n_run) memcpy(st->piece + *pos, st->run, st->n_run);
+        *pos += st->n_run;
     } else {
-        int k;
-        for (k = 0; k < st->n_pending; k++) g4__put(out, cap, &pos, g4__fffd, 3);
-        st->n_pending = 0;
-        g4__put(out, cap, &pos, t->text + t->text_off[id], t->text_len[id]);
+        for (k = 0; k < st->n_run; k++, *pos += 3) memcpy(st->piece + *pos, g4__fffd, 3);
     }
-    out[pos] = 0;
-    return (int)pos;
+    st->n_run = st->run_whole = 0;
+    st->run_bad = 0;
 }
 
-G4__DEF int g4_decode_flush(g4_decode_state *st, char *out, size_t cap) {
+G4__DEF g4_result g4_decode_next(const g4_tokenizer *t, g4_decode_state *st, int32_t id, int flags,
+                                 const char **piece, size_t *len) {
+    size_t pos = 0, need;
+    if (piece) *piece = "";
+    if (len) *len = 0;
+    if (!t || !t->text || !g4__ds_ok(st) || !piece || !len || id < 0 || id >= t->n_vocab) return G4_ERR_INPUT;
+    if (t->text_off[id] == G4__TOK_NONE || ((flags & G4_DECODE_SKIP_SPECIAL) && (t->flags[id] & G4_TOKEN_SPECIAL)))
+        return G4_OK; /* dropped: the run goes on */
+    if (t->byte_value[id] >= 0) {
+        if (st->run_bad) { /* the run is lost already: one more U+FFFD */
+            if (g4__ds_reserve(&st->piece, &st->piece_cap, 0, 4) != G4_OK) return G4_ERR_NOMEM;
+            memcpy(st->piece, g4__fffd, 3);
+            pos = 3;
+        } else {
+            if (g4__ds_reserve(&st->run, &st->run_cap, st->n_run, st->n_run + 1) != G4_OK ||
+                g4__ds_reserve(&st->piece, &st->piece_cap, 0, 3 * (st->n_run + 1) + 1) != G4_OK)
+                return G4_ERR_NOMEM;
+            st->run[st->n_run++] = (char)t->byte_value[id];
+            need = g4__utf8_lead((const unsigned char *)st->run + st->run_whole, st->n_run - st->run_whole);
+            if (!need) { /* no byte to come can make the run valid: all of it is U+FFFD */
+                st->run_whole = 0;
+                g4__ds_close_run(st, &pos);
+                st->run_bad = 1;
+            } else if (st->run_whole + need == st->n_run) {
+                st->run_whole = st->n_run; /* one more whole character, still held */
+            }
+        }
+    } else {
+        if (g4__ds_reserve(&st->piece, &st->piece_cap, 0, 3 * st->n_run + t->text_len[id] + 1) != G4_OK)
+            return G4_ERR_NOMEM;
+        g4__ds_close_run(st, &pos);
+        memcpy(st->piece + pos, t->text + t->text_off[id], t->text_len[id]);
+        pos += t->text_len[id];
+    }
+    if (!pos) return G4_OK;
+    st->piece[pos] = 0;
+    *piece = st->piece;
+    *len = pos;
+    return G4_OK;
+}
+
+G4__DEF g4_result g4_decode_flush(g4_decode_state *st, const char **piece, size_t *len) {
     size_t pos = 0;
-    int k;
-    if (!st || !out || cap < 13 || st->n_pending < 0 || st->n_pending > 3) return G4_ERR_INPUT;
-    for (k = 0; k < st->n_pending; k++) g4__put(out, cap, &pos, g4__fffd, 3);
-    st->n_pending = 0;
-    out[pos] = 0;
-    return (int)pos;
+    if (piece) *piece = "";
+    if (len) *len = 0;
+    if (!g4__ds_ok(st) || !piece || !len) return G4_ERR_INPUT;
+    if (!st->n_run) { st->run_bad = 0; return G4_OK; }
+    if (g4__ds_reserve(&st->piece, &st->piece_cap, 0, 3 * st->n_run + 1) != G4_OK) return G4_ERR_NOMEM;
+    g4__ds_close_run(st, &pos);
+    st->piece[pos] = 0;
+    *piece = st->piece;
+    *len = pos;
+    return G4_OK;
+}
+
+G4__DEF void g4_decode_free(g4_decode_state *st) {
+    if (!st) return;
+    G4_FREE(st->run);
+    G4_FREE(st->piece);
+    memset(st, 0, sizeof *st);
 }
 
 /* ----------------------------------------------------------- chat >>chat */

@@ -410,7 +410,6 @@ typedef struct {
     g4_session s;
     g4_sampler smp;
     float *logits;
-    char *piece;
     int loaded_m, loaded_t;
     drafter_ctx dr;            /* --drafter */
     int has_drafter;
@@ -422,7 +421,6 @@ static void gen_free(gen_ctx *g) {
     if (g->has_drafter) drafter_free(&g->dr);
     g4_session_destroy(&g->s);
     free(g->logits);
-    free(g->piece);
     g4_sampler_free(&g->smp);
     if (g->loaded_t) g4_tokenizer_free(&g->t);
     if (g->loaded_m) g4_model_free(&g->m);
@@ -541,9 +539,30 @@ static int gen_open(gen_ctx *g, const char *dir, const gen_opts *o, int max_cont
     }
     if (g4_sampler_init(&g->smp, &o->sc, g->m.config.vocab_size) != G4_OK) { fprintf(stderr, "gemma4: %s\n", g->smp.error); return 1; }
     g->logits = (float *)malloc(sizeof(float) * (size_t)g->m.config.vocab_size);
-    g->piece = (char *)malloc((size_t)g->t.max_piece);
-    if (!g->logits || !g->piece) { fprintf(stderr, "gemma4: out of memory\n"); return 1; }
+    if (!g->logits) { fprintf(stderr, "gemma4: out of memory\n"); return 1; }
     return 0;
+}
+
+/* Prints the text a generated id adds (g4_decode_next: byte runs wait until
+   they end). Ids past the tokenizer's vocabulary print nothing. 1 on an error. */
+static int print_id(const g4_tokenizer *t, g4_decode_state *ds, int32_t id) {
+    const char *piece;
+    size_t k;
+    if (id >= t->n_vocab) return 0;
+    if (g4_decode_next(t, ds, id, G4_DECODE_SKIP_SPECIAL, &piece, &k) != G4_OK) {
+        fprintf(stderr, "\ngemma4: out of memory while decoding\n");
+        return 1;
+    }
+    if (k) { fwrite(piece, 1, k, stdout); fflush(stdout); }
+    return 0;
+}
+
+/* Prints what the stream still holds and frees it. */
+static void print_end(g4_decode_state *ds) {
+    const char *piece;
+    size_t k;
+    if (g4_decode_flush(ds, &piece, &k) == G4_OK && k) fwrite(piece, 1, k, stdout);
+    g4_decode_free(ds);
 }
 
 /* gen_run with a drafter: the same stream from speculative rounds (the
@@ -572,21 +591,18 @@ static int gen_run_spec(gen_ctx *g, const int32_t *ids, size_t n, int max_tokens
     while (emitted < max_tokens && !stopped) {
         for (j = 0; j < m && emitted < max_tokens; j++) {
             if (g4_chat_is_stop(&g->t, out[j])) { stopped = 1; break; }
-            if (out[j] < g->t.n_vocab && (k = g4_decode_next(&g->t, &ds, out[j], G4_DECODE_SKIP_SPECIAL, g->piece, (size_t)g->t.max_piece)) > 0) {
-                fwrite(g->piece, 1, (size_t)k, stdout);
-                fflush(stdout);
-            }
+            if (print_id(&g->t, &ds, out[j])) { g4_decode_free(&ds); free(out); return 1; }
             emitted++;
             (*n_new)++;
         }
         if (stopped || emitted >= max_tokens) break;
         if (g->s.pos + sp->k + 2 > g->s.cfg.max_context) { fprintf(stderr, "\ngemma4: context full (%d positions)\n", g->s.pos); break; }
-        if (g4_spec_round(sp, &g->smp, out, &m) != G4_OK) { fprintf(stderr, "\ngemma4: %s\n", sp->error); free(out); return 1; }
+        if (g4_spec_round(sp, &g->smp, out, &m) != G4_OK) { fprintf(stderr, "\ngemma4: %s\n", sp->error); g4_decode_free(&ds); free(out); return 1; }
     }
     /* what gen_run feeds: the prompt and every printed token but a last one cut by max_tokens */
     k = start + (int)n + emitted - (!stopped && emitted > 0 && emitted >= max_tokens ? 1 : 0);
-    if (k < g->s.pos && g4_session_rewind(&g->s, k) != G4_OK) { fprintf(stderr, "\ngemma4: %s\n", g->s.error); free(out); return 1; }
-    if ((k = g4_decode_flush(&ds, g->piece, (size_t)g->t.max_piece)) > 0) fwrite(g->piece, 1, (size_t)k, stdout);
+    if (k < g->s.pos && g4_session_rewind(&g->s, k) != G4_OK) { fprintf(stderr, "\ngemma4: %s\n", g->s.error); g4_decode_free(&ds); free(out); return 1; }
+    print_end(&ds);
     *t_decode += now_s() - t1;
     free(out);
     return 0;
@@ -598,7 +614,7 @@ static int gen_run(gen_ctx *g, const int32_t *ids, size_t n, int max_tokens, int
                    double *t_decode) {
     g4_decode_state ds;
     double t0 = now_s(), t1;
-    int i, k;
+    int i;
     memset(&ds, 0, sizeof ds);
     if (g->has_drafter) return gen_run_spec(g, ids, n, max_tokens, n_new, t_prefill, t_decode);
     if (n > (size_t)(g->s.cfg.max_context - g->s.pos)) {
@@ -612,19 +628,16 @@ static int gen_run(gen_ctx *g, const int32_t *ids, size_t n, int max_tokens, int
     *t_prefill += t1 - t0;
     for (i = 0; i < max_tokens; i++) {
         int32_t next = g4_sampler_sample(&g->smp, g->logits);
-        if (next < 0) { fprintf(stderr, "\ngemma4: %s\n", g->smp.error); return 1; }
+        if (next < 0) { fprintf(stderr, "\ngemma4: %s\n", g->smp.error); g4_decode_free(&ds); return 1; }
         if (g4_chat_is_stop(&g->t, next)) break;
-        if (next < g->t.n_vocab && (k = g4_decode_next(&g->t, &ds, next, G4_DECODE_SKIP_SPECIAL, g->piece, (size_t)g->t.max_piece)) > 0) {
-            fwrite(g->piece, 1, (size_t)k, stdout);
-            fflush(stdout);
-        }
+        if (print_id(&g->t, &ds, next)) { g4_decode_free(&ds); return 1; }
         g4_sampler_accept(&g->smp, next);
         (*n_new)++;
         if (i + 1 == max_tokens) break;
         if (g->s.pos >= g->s.cfg.max_context) { fprintf(stderr, "\ngemma4: context full (%d positions)\n", g->s.pos); break; }
-        if (g4_forward(&g->s, &next, 1, g->logits, G4_LOGITS_LAST) != G4_OK) { fprintf(stderr, "\ngemma4: %s\n", g->s.error); return 1; }
+        if (g4_forward(&g->s, &next, 1, g->logits, G4_LOGITS_LAST) != G4_OK) { fprintf(stderr, "\ngemma4: %s\n", g->s.error); g4_decode_free(&ds); return 1; }
     }
-    if ((k = g4_decode_flush(&ds, g->piece, (size_t)g->t.max_piece)) > 0) fwrite(g->piece, 1, (size_t)k, stdout);
+    print_end(&ds);
     *t_decode += now_s() - t1;
     return 0;
 }

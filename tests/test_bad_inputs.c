@@ -647,7 +647,7 @@ static void test_safetensors_cases(void) {
         memcpy(v.e, s.e, sizeof(ent) * (size_t)s.n);
         ents_drop(&v, "model.layers.3.mlp.down_proj.weight");
         ents_write(&v, STP, NULL);
-        st_expect(G4_ERR_WEIGHTS, "checkpoint has no tensor 'model.layers.3.mlp.down_proj.weight' (expected [64, 96])", NULL);
+        st_expect(G4_ERR_WEIGHTS, "checkpoint has no tensor 'model.layers.3.mlp.down_proj.weight' (expected [32, 48])", NULL);
         free(v.e);
     }
     end();
@@ -664,11 +664,11 @@ static void test_safetensors_cases(void) {
         end();                                                           \
     } while (0)
     VARIANT("right size, wrong shape (transposed)",
-            { ent *e = ents_find(&v, "model.layers.0.mlp.gate_proj.weight"); e->shape[0] = 64; e->shape[1] = 96; },
-            G4_ERR_WEIGHTS, "tensor 'model.layers.0.mlp.gate_proj.weight' has shape [64, 96], expected [96, 64]",
+            { ent *e = ents_find(&v, "model.layers.0.mlp.gate_proj.weight"); e->shape[0] = 32; e->shape[1] = 48; },
+            G4_ERR_WEIGHTS, "tensor 'model.layers.0.mlp.gate_proj.weight' has shape [32, 48], expected [48, 32]",
             "model.safetensors");
     VARIANT("right size, wrong rank", { ent *e = ents_find(&v, "model.norm.weight"); e->ndim = 2; e->shape[1] = e->shape[0]; e->shape[0] = 1; },
-            G4_ERR_WEIGHTS, "tensor 'model.norm.weight' has shape [1, 64], expected [64]", NULL);
+            G4_ERR_WEIGHTS, "tensor 'model.norm.weight' has shape [1, 32], expected [32]", NULL);
     VARIANT("unknown dtype on a required tensor", { snprintf(ents_find(&v, "model.norm.weight")->dtype, 16, "F8_E4M3"); },
             G4_ERR_WEIGHTS, "tensor 'model.norm.weight' must be BF16, F16 or F32", "model.safetensors");
     VARIANT("dtype BF16\\u0000 (not BF16)", { snprintf(ents_find(&v, "model.norm.weight")->dtype, 16, "BF16\\u0000"); },
@@ -678,10 +678,10 @@ static void test_safetensors_cases(void) {
     VARIANT("integer dtype on a required tensor", { snprintf(ents_find(&v, "model.layers.0.layer_scalar")->dtype, 16, "I16"); },
             G4_ERR_WEIGHTS, "tensor 'model.layers.0.layer_scalar' must be BF16, F16 or F32", NULL);
     VARIANT("I32 of the right byte count on a required tensor",
-            { ent *e = ents_find(&v, "model.norm.weight"); snprintf(e->dtype, 16, "I32"); e->shape[0] = 32; },
+            { ent *e = ents_find(&v, "model.norm.weight"); snprintf(e->dtype, 16, "I32"); e->shape[0] = 16; },
             G4_ERR_WEIGHTS, "tensor 'model.norm.weight' must be BF16, F16 or F32", NULL);
     VARIANT("dtype and size disagree (F32 label on BF16 bytes)", { snprintf(ents_find(&v, "model.norm.weight")->dtype, 16, "F32"); },
-            G4_ERR_SAFETENSORS, "tensor 'model.norm.weight': 128 bytes of data, but its shape and dtype need 256", NULL);
+            G4_ERR_SAFETENSORS, "tensor 'model.norm.weight': 64 bytes of data, but its shape and dtype need 128", NULL);
     VARIANT("no embedding under either prefix", { snprintf(ents_find(&v, "model.embed_tokens.weight")->name, 160, "embed.weight"); },
             G4_ERR_WEIGHTS, "neither 'model.language_model.embed_tokens.weight' nor 'model.embed_tokens.weight'", NULL);
     VARIANT("tensor name duplicated by a \\u escape",
@@ -694,8 +694,8 @@ static void test_safetensors_cases(void) {
               ents_add(&v, "model.embed_vision.weight", "F16", 2, 2, 2, 8); },
             G4_OK, NULL, NULL);
     VARIANT("(valid) stale reader K/V tensors",
-            { ents_add(&v, "model.layers.7.self_attn.k_proj.weight", "BF16", 2, 16, 64, 2048);
-              ents_add(&v, "model.layers.7.self_attn.v_proj.weight", "BF16", 2, 16, 64, 2048);
+            { ents_add(&v, "model.layers.7.self_attn.k_proj.weight", "BF16", 2, 16, 32, 1024);
+              ents_add(&v, "model.layers.7.self_attn.v_proj.weight", "BF16", 2, 16, 32, 1024);
               ents_add(&v, "model.layers.7.self_attn.k_norm.weight", "BF16", 1, 16, 0, 32); },
             G4_OK, NULL, NULL);
     VARIANT("(valid) unknown dtypes on unused tensors",
@@ -747,7 +747,7 @@ static void test_safetensors_cases(void) {
             free(text);
         }
         ents_write(&s, STP, NULL);
-        st_expect(G4_ERR_WEIGHTS, "checkpoint has no tensor 'lm_head.weight' (expected [512, 64])", NULL);
+        st_expect(G4_ERR_WEIGHTS, "checkpoint has no tensor 'lm_head.weight' (expected [512, 32])", NULL);
         copy_file(P(tiny("e2b_like"), "config.json"), P(g_st_dir, "config.json"));
     }
     end();

@@ -194,7 +194,7 @@ static void test_binding(void) {
         CHECK(!find_lora(&m, 7, "self_attn.v_proj"), "a reader layer has no v_proj to adapt");
         CHECK(m.n_lora == 83, "%d modules, want 10 x 7 + 6 x 2 + per_layer_model_projection", m.n_lora);
         lo = find_lora(&m, -1, "per_layer_model_projection");
-        CHECK(lo && lo->in == 64 && lo->out == 160 && lo->r == 2 && lo->scale == 2.0f, "per_layer_model_projection");
+        CHECK(lo && lo->in == 32 && lo->out == 160 && lo->r == 2 && lo->scale == 2.0f, "per_layer_model_projection");
         CHECK(m.w.per_layer_model_projection.lora == lo, "the weight points at its adapter");
         CHECK(!find_lora(&m, -1, "lm_head"), "lm_head is not targeted");
         g4_model_free(&m);

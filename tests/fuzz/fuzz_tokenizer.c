@@ -7,8 +7,9 @@
    G4_ERR_JSON/G4_ERR_INPUT/G4_ERR_NOMEM with a message naming the file; a
    loaded one encodes to at most g4_tokenize_max ids, every id in
    [0, n_vocab); detokenize sizes its output as documented (a second call
-   with the reported length succeeds); an id outside the vocabulary is
-   G4_ERR_INPUT. Build: make fuzz (clang, -fsanitize=fuzzer). */
+   with the reported length succeeds); the stream's pieces are valid UTF-8
+   and concatenate to detokenize's text (also for the text's bytes fed as
+   byte tokens); an id outside the vocabulary is G4_ERR_INPUT. Build: make fuzz (clang, -fsanitize=fuzzer). */
 #define GEMMA4_IMPLEMENTATION
 #include "../../gemma4.h"
 
@@ -43,22 +44,38 @@ static void detok(const g4_tokenizer *t, const int32_t *ids, size_t n, int flags
     free(out);
 }
 
-/* the streaming decode, id by id, then the flush */
-static void stream(const g4_tokenizer *t, const int32_t *ids, size_t n) {
+/* the streaming decode, id by id, then the flush: the pieces, each
+   NUL-terminated at its length, concatenate to g4_detokenize's text */
+static void stream(const g4_tokenizer *t, const int32_t *ids, size_t n, int flags) {
+    int texts_valid = 1;
+    int32_t id;
     g4_decode_state st;
-    char *piece = (char *)malloc((size_t)t->max_piece > 16 ? (size_t)t->max_piece : 16);
-    size_t i;
-    int w;
-    if (!piece) return;
+    const char *piece;
+    char *whole, *cat;
+    size_t i, k, len = 0, wl = 0;
+    g4_result r;
+    if (g4_detokenize(t, ids, n, flags, NULL, 0, &wl) == G4_ERR_NOMEM) return;
+    whole = (char *)malloc(wl + 1);
+    cat = (char *)malloc(wl + 1);
+    if (!whole || !cat || g4_detokenize(t, ids, n, flags, whole, wl + 1, &wl) != G4_OK) { free(whole); free(cat); return; }
+    for (id = 0; id < t->n_vocab && texts_valid; id++)
+        if (t->text_off[id] != G4__TOK_NONE)
+            texts_valid = g4__utf8_valid((const unsigned char *)t->text + t->text_off[id], t->text_len[id]);
     memset(&st, 0, sizeof st);
-    for (i = 0; i < n; i++) {
-        w = g4_decode_next(t, &st, ids[i], 0, piece, (size_t)t->max_piece);
-        if (w >= 0 && (int)strlen(piece) != w) abort();
-        if (w < 0 && w != G4_ERR_INPUT && w != G4_ERR_NOMEM) abort();
+    for (i = 0; i <= n; i++) {
+        r = i < n ? g4_decode_next(t, &st, ids[i], flags, &piece, &k) : g4_decode_flush(&st, &piece, &k);
+        if (r == G4_ERR_NOMEM) break;
+        if (r != G4_OK || piece[k] != 0 || len + k > wl) abort();
+        /* a piece is valid UTF-8 when the tokenizer's strings are (JSON strings are
+           passed through as bytes, so a fuzzed file's may not be) */
+        if (texts_valid && !g4__utf8_valid((const unsigned char *)piece, k)) abort();
+        memcpy(cat + len, piece, k);
+        len += k;
     }
-    w = g4_decode_flush(&st, piece, 16);
-    if (w < 0) abort();
-    free(piece);
+    if (i > n && (len != wl || memcmp(cat, whole, wl) != 0)) abort();
+    g4_decode_free(&st);
+    free(whole);
+    free(cat);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -91,7 +108,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             check_ids(&t, ids, n);
             detok(&t, ids, n, 0);
             detok(&t, ids, n, G4_DECODE_SKIP_SPECIAL);
-            stream(&t, ids, n);
+            stream(&t, ids, n, 0);
+            stream(&t, ids, n, G4_DECODE_SKIP_SPECIAL);
         } else if (r != G4_ERR_NOMEM) abort(); /* g4_tokenize_max bounds every encoding */
         if (r == G4_OK && n > 0) { /* too small a buffer: an error with the count needed, nothing past cap */
             size_t need = 0;
@@ -101,7 +119,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (r == G4_ERR_INPUT && (need != n || ids[n - 1] != -7)) abort();
         }
     }
+    /* the text's bytes as byte tokens (a byte without one: id 0 there), so the stream
+       sees arbitrary runs, valid UTF-8 or not */
     free(ids);
+    if (tl && t.n_vocab > 0 && (ids = (int32_t *)malloc(sizeof(int32_t) * tl)) != NULL) {
+        for (i = 0; i < tl; i++) ids[i] = t.byte_id[(unsigned char)text[i]] >= 0 ? t.byte_id[(unsigned char)text[i]] : 0;
+        stream(&t, ids, tl, 0);
+        stream(&t, ids, tl, G4_DECODE_SKIP_SPECIAL);
+        free(ids);
+    }
     bad[0] = t.n_vocab; /* out of range: an error, never a read */
     bad[1] = -1;
     {
