@@ -16,7 +16,7 @@
                          session (taps, threads, g4_forward), tokenizer, chat,
                          template, sampler, CUDA twin
        >>implementation  everything below is compiled only with GEMMA4_IMPLEMENTATION
-       >>utilities       errors, float16/bf16 conversion, tensor elements, files
+       >>utilities       errors, float16/bf16 conversion, tensor elements, files, UTF-8
        >>json            the JSON reader (config.json, tokenizer.json, shard index)
        >>config          config.json -> g4_config (Gemma4TextConfig)
        >>plan            which layers own K/V and which read whose (shared KV)
@@ -713,7 +713,9 @@ G4_API g4_result g4_detokenize(const g4_tokenizer *t, const int32_t *ids, size_t
                                size_t cap, size_t *len);
 
 /* Streaming decode: the text of ids as they arrive. The pieces concatenate to
-   exactly g4_detokenize's text of all the ids, and each piece is valid UTF-8.
+   exactly g4_detokenize's text of all the ids, and each piece is valid UTF-8
+   (every token string is: g4_tokenizer_parse refuses a tokenizer.json that is
+   not valid UTF-8 or holds a lone surrogate escape, as tokenizers does).
    Since one bad byte late in a run turns the whole run into U+FFFD, a run is
    held back while it can still be valid UTF-8 (all its bytes, whole characters
    included) and comes out when it ends: at the next id that is not a byte token
@@ -1271,9 +1273,72 @@ static g4_result g4__read_file(const char *path, char **out, size_t *len, size_t
     return G4_OK;
 }
 
+/* UTF-8 (used by >>json, which refuses invalid UTF-8, and by >>decoding). */
+
+/* Length (1..4) of the UTF-8 character that s[0..n) (n >= 1) starts when the
+   bytes there are one, or the start of one; 0 when no bytes after them could
+   make a valid character (stray continuation, overlong form, surrogate, beyond
+   U+10FFFF, a lead byte followed by a non-continuation). */
+static size_t g4__utf8_lead(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    size_t need, i;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) need = 2;
+    else if (c >= 0xE0 && c <= 0xEF) need = 3;
+    else if (c >= 0xF0 && c <= 0xF4) need = 4;
+    else return 0;
+    for (i = 1; i < need && i < n; i++) if ((s[i] & 0xC0) != 0x80) return 0;
+    if (n >= 2 && ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
+                   (c == 0xF4 && s[1] > 0x8F)))
+        return 0;
+    return need;
+}
+
+/* Length (1..4) of the valid UTF-8 character at s[0..n), 0 if none starts
+   there (as g4__utf8_lead, or truncated). */
+static size_t g4__utf8_char(const unsigned char *s, size_t n) {
+    size_t need = g4__utf8_lead(s, n);
+    return need <= n ? need : 0;
+}
+
+static int g4__utf8_valid(const unsigned char *s, size_t n) {
+    size_t i = 0, k;
+    while (i < n) {
+        if (!(k = g4__utf8_char(s + i, n - i))) return 0;
+        i += k;
+    }
+    return 1;
+}
+
 /* ----------------------------------------------------------- JSON >>json */
 /* A small DOM parser (RFC 8259, strict: no NaN/Infinity, no comments, no
-   trailing commas), depth-limited, with every string decoded once. */
+   trailing commas), depth-limited, with every string decoded once.
+
+   Text encoding, as each file's own reader does it (tools/make_json_utf8_goldens.py
+   runs them; data/json/utf8_goldens.jsonl holds what they did, test_bad_inputs.c
+   replays it):
+   - Every file must be valid UTF-8, strictly: a stray continuation byte, a
+     truncated sequence, an overlong form (C0 AF, E0 80 AF), an encoded surrogate
+     (ED A0 80), a code point past U+10FFFF or a byte F5..FF anywhere is an error
+     naming the file and the byte offset. tokenizers (serde_json over a Rust
+     String), safetensors (std::str::from_utf8 of the header) and transformers
+     (open(encoding="utf-8"), then json.loads) all refuse such files. Outside
+     strings, any byte above 0x7F is a syntax error anyway (a BOM included: all
+     three refuse it).
+   - \u escapes: a surrogate pair is one character. A lone surrogate
+     (\ud800 not followed by a \udc00..\udfff escape, or \udc00 alone)
+     differs by reader. serde_json refuses it ("lone leading surrogate in hex
+     escape"): g4__json_parse, for tokenizer.json, safetensors headers and the
+     messages JSON of g4_template_render (whose strings become text to
+     tokenize, and a lone surrogate has no UTF-8 form). Python's json keeps it
+     as a str code point: g4__json_parse_python, for config.json,
+     tokenizer_config.json, model.safetensors.index.json and adapter_config.json,
+     stores it as its 3-byte generalized UTF-8 form (ED A0 80 for \ud800, as
+     Python's "surrogatepass") and flags the node (g4__jnode.lone), so such a
+     string is never valid UTF-8 and never equals a name gemma4.h looks for.
+     Where such a string would be used as text or a file or tensor name
+     (chat_template, special tokens, weight_map) the caller refuses it, naming
+     the field. So every string gemma4.h keeps from tokenizer.json is valid UTF-8. */
 
 enum { G4__JNULL, G4__JFALSE, G4__JTRUE, G4__JNUM, G4__JSTR, G4__JARR, G4__JOBJ };
 #define G4__JSON_MAX_DEPTH 64
@@ -1289,7 +1354,12 @@ typedef struct {
     double num;
     int is_int;              /* a JSON integer that fits in int64 */
     int64_t ival;
+    int lone;                /* G4__JLONE_STR / G4__JLONE_KEY: str / key holds a lone
+                                surrogate (g4__json_parse_python only), so is not UTF-8 */
 } g4__jnode;
+
+#define G4__JLONE_STR 1
+#define G4__JLONE_KEY 2
 
 typedef struct {
     g4__jnode *nodes;
@@ -1299,6 +1369,8 @@ typedef struct {
     const char *src;
     size_t len, pos;
     const char *name;        /* file name, for messages */
+    size_t base;             /* src's offset in that file, for messages */
+    int python;              /* lone surrogate escapes accepted, as Python's json */
     char *err;
 } g4__json;
 
@@ -1307,9 +1379,28 @@ static int g4__json_fail(g4__json *j, const char *what) {
     for (i = 0; i < j->pos && i < j->len; i++) {
         if (j->src[i] == '\n') { line++; col = 1; } else col++;
     }
-    g4__seterr(j->err, "%s: invalid JSON at line %lu, column %lu: %s", j->name, (unsigned long)line,
-               (unsigned long)col, what);
+    g4__seterr(j->err, "%s: invalid JSON at line %lu, column %lu (byte offset %lu): %s", j->name, (unsigned long)line,
+               (unsigned long)col, (unsigned long)(j->base + j->pos), what);
     return -1;
+}
+
+/* Fails at the byte at j->pos, which starts no valid UTF-8 character. */
+static int g4__json_bad_utf8(g4__json *j) {
+    const unsigned char *s = (const unsigned char *)j->src + j->pos;
+    size_t n = j->len - j->pos;
+    unsigned c = s[0], c1 = n > 1 ? s[1] : 0;
+    char what[128];
+    const char *kind;
+    if (c >= 0x80 && c <= 0xBF) kind = "a continuation byte with no lead byte";
+    else if (c == 0xC0 || c == 0xC1 || (c == 0xE0 && n > 1 && c1 < 0xA0 && c1 >= 0x80) ||
+             (c == 0xF0 && n > 1 && c1 < 0x90 && c1 >= 0x80))
+        kind = "an overlong encoding";
+    else if (c == 0xED && n > 1 && c1 >= 0xA0 && c1 <= 0xBF) kind = "an encoded surrogate (U+D800..U+DFFF)";
+    else if (c >= 0xF8) kind = "a byte that never occurs in UTF-8";
+    else if (c >= 0xF5 || (c == 0xF4 && n > 1 && c1 >= 0x90 && c1 <= 0xBF)) kind = "a code point past U+10FFFF";
+    else kind = "a truncated sequence";
+    snprintf(what, sizeof what, "invalid UTF-8: %s (byte 0x%02X)", kind, c);
+    return g4__json_fail(j, what);
 }
 
 static void g4__json_ws(g4__json *j) {
@@ -1336,9 +1427,27 @@ static int g4__json_hex4(g4__json *j, unsigned *out) {
     return 0;
 }
 
-/* Decodes the string at j->pos (just after the opening quote) into strbuf. */
-static int g4__json_string(g4__json *j, const char **out, size_t *outlen) {
+/* Is the text at j->pos "\\u" and four hex digits of a trailing surrogate? */
+static int g4__json_low_next(const g4__json *j) {
+    unsigned v = 0;
+    int i;
+    if (j->len - j->pos < 6 || j->src[j->pos] != '\\' || j->src[j->pos + 1] != 'u') return 0;
+    for (i = 2; i < 6; i++) {
+        char ch = j->src[j->pos + (size_t)i];
+        v <<= 4;
+        if (ch >= '0' && ch <= '9') v |= (unsigned)(ch - '0');
+        else if (ch >= 'a' && ch <= 'f') v |= (unsigned)(ch - 'a' + 10);
+        else if (ch >= 'A' && ch <= 'F') v |= (unsigned)(ch - 'A' + 10);
+        else return 0;
+    }
+    return v >= 0xDC00 && v <= 0xDFFF;
+}
+
+/* Decodes the string at j->pos (just after the opening quote) into strbuf.
+   *lone: set when it holds a lone surrogate (j->python only). */
+static int g4__json_string(g4__json *j, const char **out, size_t *outlen, int *lone) {
     char *d = j->strbuf + j->strpos, *start = d;
+    *lone = 0;
     for (;;) {
         unsigned char ch;
         if (j->pos >= j->len) return g4__json_fail(j, "unterminated string");
@@ -1360,15 +1469,18 @@ static int g4__json_string(g4__json *j, const char **out, size_t *outlen) {
         case 'u': {
             unsigned cp, lo;
             if (g4__json_hex4(j, &cp)) return -1;
-            if (cp >= 0xD800 && cp <= 0xDBFF) {
-                if (j->len - j->pos < 6 || j->src[j->pos] != '\\' || j->src[j->pos + 1] != 'u')
-                    return g4__json_fail(j, "unpaired surrogate in \\u escape");
+            if (cp >= 0xD800 && cp <= 0xDBFF && g4__json_low_next(j)) { /* a pair: one character */
                 j->pos += 2;
                 if (g4__json_hex4(j, &lo)) return -1;
-                if (lo < 0xDC00 || lo > 0xDFFF) return g4__json_fail(j, "bad low surrogate in \\u escape");
                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-                return g4__json_fail(j, "unpaired surrogate in \\u escape");
+            } else if (cp >= 0xD800 && cp <= 0xDFFF) { /* lone: kept by Python's json (as
+                   surrogatepass bytes), refused by serde_json (see the top of >>json) */
+                if (!j->python) {
+                    j->pos -= 6;
+                    return g4__json_fail(j, cp <= 0xDBFF ? "lone leading surrogate in \\u escape (no \\udc00..\\udfff after it)"
+                                                         : "lone trailing surrogate in \\u escape");
+                }
+                *lone = 1;
             }
             if (cp < 0x80) *d++ = (char)cp;
             else if (cp < 0x800) { *d++ = (char)(0xC0 | (cp >> 6)); *d++ = (char)(0x80 | (cp & 0x3F)); }
@@ -1474,12 +1586,12 @@ static int g4__json_container(g4__json *j, int depth, int is_obj) {
     for (;;) {
         const char *key = NULL;
         size_t klen;
-        int child;
+        int child, klone = 0;
         g4__json_ws(j);
         if (is_obj) {
             if (j->pos >= j->len || j->src[j->pos] != '"') return g4__json_fail(j, "expected a member name");
             j->pos++;
-            if (g4__json_string(j, &key, &klen)) return -1;
+            if (g4__json_string(j, &key, &klen, &klone)) return -1;
             g4__json_ws(j);
             if (j->pos >= j->len || j->src[j->pos] != ':') return g4__json_fail(j, "expected ':'");
             j->pos++;
@@ -1488,6 +1600,7 @@ static int g4__json_container(g4__json *j, int depth, int is_obj) {
         if (child < 0) return -1;
         j->nodes[child].key = key;
         j->nodes[child].keylen = key ? klen : 0;
+        if (klone) j->nodes[child].lone |= G4__JLONE_KEY;
         if (last < 0) j->nodes[self].child = child; else j->nodes[last].next = child;
         last = child;
         j->nodes[self].count++;
@@ -1514,11 +1627,14 @@ static int g4__json_value(g4__json *j, int depth) {
     switch (ch) {
     case '{': return g4__json_container(j, depth, 1);
     case '[': return g4__json_container(j, depth, 0);
-    case '"':
+    case '"': {
+        int lone;
         if ((nd = g4__json_new(j, G4__JSTR)) < 0) return -1;
         j->pos++;
-        if (g4__json_string(j, &j->nodes[nd].str, &j->nodes[nd].len)) return -1;
+        if (g4__json_string(j, &j->nodes[nd].str, &j->nodes[nd].len, &lone)) return -1;
+        if (lone) j->nodes[nd].lone |= G4__JLONE_STR;
         return nd;
+    }
     case 't': return g4__json_lit(j, "true", G4__JTRUE);
     case 'f': return g4__json_lit(j, "false", G4__JFALSE);
     case 'n': return g4__json_lit(j, "null", G4__JNULL);
@@ -1528,6 +1644,8 @@ static int g4__json_value(g4__json *j, int depth) {
             if (g4__json_number(j, &j->nodes[nd])) return -1;
             return nd;
         }
+        if ((unsigned char)ch >= 0x80) /* valid UTF-8 (g4__json_parse checked), but not JSON */
+            return g4__json_fail(j, "a non-ASCII character outside a string (a byte order mark is not JSON either)");
         return g4__json_fail(j, "unexpected character (NaN, Infinity and comments are not JSON)");
     }
 }
@@ -1542,14 +1660,31 @@ static void g4__json_free(g4__json *j) {
 /* Parses src[0..len) into j; node 0 is the root. err: G4_ERROR_MAX bytes. */
 /* Strings and member names may hold \u0000, as in Python's json: nodes keep
    their lengths, and names are compared with them (g4__jis, g4__jget), so
-   "a\u0000b" never aliases "a". */
-static g4_result g4__json_parse(g4__json *j, const char *src, size_t len, const char *name, char *err) {
+   "a\u0000b" never aliases "a".
+   python: lone surrogate escapes are kept (Python's json) rather than refused
+   (serde_json); base: src's offset in the file, for the byte offset in messages. */
+static g4_result g4__json_parse_ex(g4__json *j, const char *src, size_t len, const char *name, char *err, int python,
+                                   size_t base) {
+    size_t i = 0, k;
     memset(j, 0, sizeof *j);
     j->src = src;
     j->len = len;
     j->name = name;
     j->err = err;
+    j->python = python;
+    j->base = base;
     if (len > (size_t)1 << 30) { g4__seterr(err, "%s: JSON text larger than 1 GiB", name); return G4_ERR_JSON; }
+    while (i < len) { /* the whole text must be UTF-8 first, as every reference reads it */
+        uint64_t w;
+        if (len - i >= 8 && (memcpy(&w, src + i, 8), !(w & 0x8080808080808080ull))) { i += 8; continue; } /* ASCII */
+        if (!((unsigned char)src[i] & 0x80)) { i++; continue; }
+        if (!(k = g4__utf8_char((const unsigned char *)src + i, len - i))) {
+            j->pos = i;
+            g4__json_bad_utf8(j);
+            return G4_ERR_JSON;
+        }
+        i += k;
+    }
     j->max_nodes = (int)(len / 2 + 2); /* every value takes at least one byte and a separator */
     if (j->max_nodes > G4__JSON_MAX_NODES) j->max_nodes = G4__JSON_MAX_NODES;
     j->cap = j->max_nodes < 1024 ? j->max_nodes : 1024;
@@ -1568,6 +1703,16 @@ static g4_result g4__json_parse(g4__json *j, const char *src, size_t len, const 
         return G4_ERR_JSON;
     }
     return G4_OK;
+}
+
+/* A file read as tokenizers and safetensors read it (serde_json): lone surrogates are errors. */
+static g4_result g4__json_parse(g4__json *j, const char *src, size_t len, const char *name, char *err) {
+    return g4__json_parse_ex(j, src, len, name, err, 0, 0);
+}
+
+/* A file transformers or peft reads with Python's json: lone surrogates are kept (flagged). */
+static g4_result g4__json_parse_python(g4__json *j, const char *src, size_t len, const char *name, char *err) {
+    return g4__json_parse_ex(j, src, len, name, err, 1, 0);
 }
 
 /* Is node n the string lit (with n's length: a NUL inside never matches)? */
@@ -2031,7 +2176,7 @@ G4__DEF g4_result g4_config_parse(g4_config *cfg, const char *json, size_t len, 
     memset(cfg, 0, sizeof *cfg);
     if (!name) name = "config.json";
     if (!json) { g4__seterr(cfg->error, "%s: NULL text", name); return G4_ERR_INPUT; }
-    if ((r = g4__json_parse(&j, json, len, name, cfg->error)) != G4_OK) return r;
+    if ((r = g4__json_parse_python(&j, json, len, name, cfg->error)) != G4_OK) return r;
     r = g4__config_from_json(cfg, &j, name);
     g4__json_free(&j);
     return r;
@@ -2249,7 +2394,7 @@ static g4_result g4__st_parse(g4__file *f, int fi, g4__stinfo **list, int *n, in
                    (unsigned long)f->size);
         return G4_ERR_SAFETENSORS;
     }
-    if ((r = g4__json_parse(j, (const char *)f->bytes + 8, (size_t)hlen, f->path, err)) != G4_OK)
+    if ((r = g4__json_parse_ex(j, (const char *)f->bytes + 8, (size_t)hlen, f->path, err, 0, 8)) != G4_OK)
         return r == G4_ERR_JSON ? G4_ERR_SAFETENSORS : r;
     if (j->nodes[0].type != G4__JOBJ) {
         g4__seterr(err, "%s: the header must be a JSON object", f->path);
@@ -2441,7 +2586,7 @@ static g4_result g4__load_index_text(g4_model *m, const char *dir, const char *i
     g4_result r;
     int wm, e, k, n_names = 0;
     const char **names;
-    r = g4__json_parse(&j, text, len, index_path, m->error);
+    r = g4__json_parse_python(&j, text, len, index_path, m->error);
     if (r != G4_OK) return r;
     wm = g4__jget(&j, 0, "weight_map");
     if (wm < 0 || j.nodes[wm].type != G4__JOBJ) {
@@ -2455,6 +2600,12 @@ static g4_result g4__load_index_text(g4_model *m, const char *dir, const char *i
         const g4__jnode *v = &j.nodes[e];
         if (strlen(v->key) != v->keylen || (v->type == G4__JSTR && strlen(v->str) != v->len)) {
             g4__seterr(m->error, "%s: weight_map[\"%.200s\"] holds a NUL character", index_path, v->key);
+            r = G4_ERR_SAFETENSORS;
+            break;
+        }
+        if (v->lone) { /* Python's json keeps it; no safetensors header can name such a tensor */
+            g4__seterr(m->error, "%s: weight_map[\"%.200s\"] holds a lone surrogate (a \\ud800..\\udfff escape), "
+                       "refused in tensor and shard names", index_path, v->key);
             r = G4_ERR_SAFETENSORS;
             break;
         }
@@ -3382,7 +3533,7 @@ G4__DEF g4_result g4_model_load_adapter(g4_model *m, const char *dir) {
     lin = (g4__linear *)G4_MALLOC(sizeof(g4__linear) * (size_t)(10 * m->plan.n_layers + 2));
     if (!cpath || !spath || !a.re || !lin) { g4__seterr(m->error, "out of memory"); r = G4_ERR_NOMEM; goto done; }
     if ((r = g4__read_file(cpath, &text, &len, 16u << 20, m->error)) != G4_OK) goto done;
-    if ((r = g4__json_parse(&j, text, len, cpath, m->error)) != G4_OK) goto done;
+    if ((r = g4__json_parse_python(&j, text, len, cpath, m->error)) != G4_OK) goto done;
     if (j.nodes[0].type != G4__JOBJ) { g4__seterr(m->error, "%s: must be a JSON object", cpath); r = G4_ERR_CONFIG; goto done; }
     a.j = &j;
     a.c.j = &j; a.c.obj = 0; a.c.name = cpath; a.c.scope = ""; a.c.err = m->error;
@@ -7776,41 +7927,6 @@ static uint32_t g4__pow2_at_least(size_t n) {
     uint32_t s = 16;
     while (s < n && s < 0x80000000u) s <<= 1;
     return s;
-}
-
-/* Length (1..4) of the UTF-8 character that s[0..n) (n >= 1) starts when the
-   bytes there are one, or the start of one; 0 when no bytes after them could
-   make a valid character (stray continuation, overlong form, surrogate, beyond
-   U+10FFFF, a lead byte followed by a non-continuation). */
-static size_t g4__utf8_lead(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    size_t need, i;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) need = 2;
-    else if (c >= 0xE0 && c <= 0xEF) need = 3;
-    else if (c >= 0xF0 && c <= 0xF4) need = 4;
-    else return 0;
-    for (i = 1; i < need && i < n; i++) if ((s[i] & 0xC0) != 0x80) return 0;
-    if (n >= 2 && ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
-                   (c == 0xF4 && s[1] > 0x8F)))
-        return 0;
-    return need;
-}
-
-/* Length (1..4) of the valid UTF-8 character at s[0..n), 0 if none starts
-   there (as g4__utf8_lead, or truncated). */
-static size_t g4__utf8_char(const unsigned char *s, size_t n) {
-    size_t need = g4__utf8_lead(s, n);
-    return need <= n ? need : 0;
-}
-
-static int g4__utf8_valid(const unsigned char *s, size_t n) {
-    size_t i = 0, k;
-    while (i < n) {
-        if (!(k = g4__utf8_char(s + i, n - i))) return 0;
-        i += k;
-    }
-    return 1;
 }
 
 /* Bytes a Replace sequence can turn n bytes into, at most. */
@@ -12810,12 +12926,19 @@ G4__DEF g4_result g4_template_parse(g4_template *t, const char *src, size_t len,
     return strstr(t->error, "out of memory") ? G4_ERR_NOMEM : G4_ERR_INPUT;
 }
 
-/* A special token from tokenizer_config.json: a string or {"content": ...}. */
-static void g4__jt_cfgtoken(const g4__json *j, const char *key, char *dst, size_t cap) {
+/* A special token from tokenizer_config.json: a string or {"content": ...}.
+   Nonzero (and an error in err) when it holds a lone surrogate: Python's json
+   reads it, but as text it has no UTF-8 form (tokenizers cannot take it). */
+static int g4__jt_cfgtoken(const g4__json *j, const char *key, char *dst, size_t cap, const char *file, char *err) {
     int n = g4__jget(j, 0, key);
     if (n >= 0 && j->nodes[n].type == G4__JOBJ) n = g4__jget(j, n, "content");
+    if (n >= 0 && j->nodes[n].type == G4__JSTR && (j->nodes[n].lone & G4__JLONE_STR)) {
+        g4__seterr(err, "%s: %s holds a lone surrogate (a \\ud800..\\udfff escape), which is not text", file, key);
+        return -1;
+    }
     if (n >= 0 && j->nodes[n].type == G4__JSTR && j->nodes[n].len < cap && !memchr(j->nodes[n].str, 0, j->nodes[n].len))
         memcpy(dst, j->nodes[n].str, j->nodes[n].len + 1);
+    return 0;
 }
 
 G4__DEF g4_result g4_template_load(g4_template *t, const char *dir) {
@@ -12832,12 +12955,16 @@ G4__DEF g4_result g4_template_load(g4_template *t, const char *dir) {
     if (!dir) { g4__seterr(t->error, "no model directory"); return G4_ERR_INPUT; }
     snprintf(cfgname, sizeof cfgname, "%s/tokenizer_config.json", dir);
     if (g4__read_file(cfgname, &cfg, &clen, (size_t)256 << 20, t->error) == G4_OK) {
-        if ((r = g4__json_parse(&j, cfg, clen, cfgname, t->error)) != G4_OK) { G4_FREE(cfg); return r; }
+        if ((r = g4__json_parse_python(&j, cfg, clen, cfgname, t->error)) != G4_OK) { G4_FREE(cfg); return r; }
         have_json = 1;
-        g4__jt_cfgtoken(&j, "bos_token", tok[0], 128);
-        g4__jt_cfgtoken(&j, "eos_token", tok[1], 128);
-        g4__jt_cfgtoken(&j, "pad_token", tok[2], 128);
-        g4__jt_cfgtoken(&j, "unk_token", tok[3], 128);
+        if (g4__jt_cfgtoken(&j, "bos_token", tok[0], 128, cfgname, t->error) ||
+            g4__jt_cfgtoken(&j, "eos_token", tok[1], 128, cfgname, t->error) ||
+            g4__jt_cfgtoken(&j, "pad_token", tok[2], 128, cfgname, t->error) ||
+            g4__jt_cfgtoken(&j, "unk_token", tok[3], 128, cfgname, t->error)) {
+            g4__json_free(&j);
+            G4_FREE(cfg);
+            return G4_ERR_CONFIG;
+        }
     }
     t->error[0] = 0;
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
@@ -12864,6 +12991,10 @@ G4__DEF g4_result g4_template_load(g4_template *t, const char *dir) {
         }
         if (j.nodes[n].type != G4__JSTR) {
             g4__seterr(t->error, "%s: chat_template is %s, not a string", cfgname, g4__jtype_name(j.nodes[n].type));
+            r = G4_ERR_CONFIG;
+        } else if (j.nodes[n].lone & G4__JLONE_STR) { /* Python's json keeps it; it is no UTF-8 text */
+            g4__seterr(t->error, "%s: chat_template holds a lone surrogate (a \\ud800..\\udfff escape), which is not text",
+                       cfgname);
             r = G4_ERR_CONFIG;
         } else r = g4_template_parse(t, j.nodes[n].str, j.nodes[n].len, name);
     } else {

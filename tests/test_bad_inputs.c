@@ -68,6 +68,178 @@ static void expect(g4_result got, g4_result want, const char *msg, const char *n
     if (n2) CHECK(strstr(msg, n2) != NULL, "message \"%s\" lacks \"%s\"", msg, n2);
 }
 
+/* ------------------------------------------------ UTF-8 in JSON files */
+
+/* data/json/utf8_goldens.jsonl (tools/make_json_utf8_goldens.py): which
+   documents tokenizers (tokenizer.json), transformers (config.json) and
+   safetensors (a header) accept, with raw UTF-8 valid or not, lone and paired
+   surrogate escapes and \u0000 spliced into a string (or outside one).
+   gemma4.h must accept exactly the same ones, except where it refuses on
+   purpose (g_utf8_refused); a refusal is G4_ERR_JSON (G4_ERR_SAFETENSORS for a
+   header) naming the file and the byte offset. Every tokenizer.json it accepts
+   has only valid UTF-8 token strings. */
+
+typedef struct { const char *tmpl, *label, *needle; } utf8_refusal;
+
+static const utf8_refusal g_utf8_refused[] = {
+    /* safetensors keeps the name; gemma4.h looks tensors up by C string, so "a\0b" would alias "a" */
+    {"safetensors tensor name", "escape \\u0000", "holds a NUL character"},
+};
+
+static int hexval(int c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; }
+
+/* hex -> bytes in out (cap bytes); the count, or -1 */
+static long unhex(const char *h, size_t n, unsigned char *out, size_t cap) {
+    size_t i;
+    if (n % 2 || n / 2 > cap) return -1;
+    for (i = 0; i < n / 2; i++) {
+        int a = hexval(h[2 * i]), b = hexval(h[2 * i + 1]);
+        if (a < 0 || b < 0) return -1;
+        out[i] = (unsigned char)(a * 16 + b);
+    }
+    return (long)(n / 2);
+}
+
+/* Runs gemma4.h's reader for `file` on doc[0..len): G4_OK or the error, message in err. */
+static g4_result utf8_read(const char *file, const unsigned char *doc, size_t len, char *err) {
+    g4_result r;
+    if (!strcmp(file, "tokenizer.json")) {
+        static g4_tokenizer t;
+        int32_t id;
+        r = g4_tokenizer_parse(&t, (const char *)doc, len, "tokenizer.json");
+        memcpy(err, t.error, G4_ERROR_MAX);
+        if (r != G4_OK) return r;
+        for (id = 0; id < t.n_vocab; id++) /* the streamed decoder's promise rests on this */
+            CHECK(g4__utf8_valid((const unsigned char *)t.text + t.text_off[id], t.text_len[id]),
+                  "token %ld's string is not valid UTF-8", (long)id);
+        g4_tokenizer_free(&t);
+        return r;
+    }
+    if (!strcmp(file, "config.json")) {
+        static g4_config c;
+        r = g4_config_parse(&c, (const char *)doc, len, "config.json");
+        memcpy(err, c.error, G4_ERROR_MAX);
+        return r;
+    }
+    { /* a safetensors file: 8-byte length, the header, one float32 */
+        g4__file f;
+        g4__stinfo *list = NULL;
+        int n = 0, cap = 0, i;
+        memset(&f, 0, sizeof f);
+        f.size = 8 + len + 4;
+        f.bytes = (unsigned char *)malloc(f.size);
+        f.path = (char *)"model.safetensors";
+        if (!f.bytes) { snprintf(err, G4_ERROR_MAX, "out of memory"); return G4_ERR_NOMEM; }
+        for (i = 0; i < 8; i++) f.bytes[i] = (unsigned char)((uint64_t)len >> (8 * i));
+        memcpy(f.bytes + 8, doc, len);
+        memset(f.bytes + 8 + len, 0, 4);
+        err[0] = 0;
+        r = g4__st_parse(&f, 0, &list, &n, &cap, err);
+        g4__json_free(&f.header);
+        G4_FREE(list);
+        free(f.bytes);
+        return r;
+    }
+}
+
+static void test_json_utf8_goldens(void) {
+    char *text, err[G4_ERROR_MAX], tname[64][64], tfile[64][32];
+    unsigned char *tdoc[64], *doc = NULL;
+    long tlen[64];
+    size_t len, pos = 0;
+    int nt = 0, k, cur = -1, cases = 0, agree = 0;
+    begin("JSON UTF-8: data/json/utf8_goldens.jsonl");
+    if (g4__read_file(P(g_data, "json/utf8_goldens.jsonl"), &text, &len, (size_t)1 << 24, err) != G4_OK) {
+        CHECK(0, "%s", err);
+        end();
+        return;
+    }
+    end();
+    while (pos < len) {
+        char *e = memchr(text + pos, '\n', len - pos);
+        size_t ll = e ? (size_t)(e - (text + pos)) : len - pos;
+        g4__json j;
+        int tm, hx, lb, pl, ac;
+        if (g4__json_parse(&j, text + pos, ll, "utf8_goldens.jsonl", err) != G4_OK) {
+            begin("JSON UTF-8: goldens line");
+            CHECK(0, "%s", err);
+            end();
+            break;
+        }
+        pos += ll + 1;
+        tm = g4__jget(&j, 0, "template");
+        hx = g4__jget(&j, 0, "hex");
+        if (hx >= 0 && nt < 64) { /* a template: "@@" marks where each payload goes */
+            if (cur >= 0) { CHECK(agree == cases, "%d of %d cases agree", agree, cases); end(); }
+            snprintf(tname[nt], sizeof tname[nt], "%s", j.nodes[tm].str);
+            snprintf(tfile[nt], sizeof tfile[nt], "%s", j.nodes[g4__jget(&j, 0, "file")].str);
+            tdoc[nt] = (unsigned char *)malloc(j.nodes[hx].len / 2 + 1);
+            tlen[nt] = tdoc[nt] ? unhex(j.nodes[hx].str, j.nodes[hx].len, tdoc[nt], j.nodes[hx].len / 2) : -1;
+            cur = nt++;
+            cases = agree = 0;
+            begin("JSON UTF-8: %s (%s's reader)", tname[cur], tfile[cur]);
+            CHECK(tlen[cur] > 0, "bad template hex");
+            g4__json_free(&j);
+            continue;
+        }
+        lb = g4__jget(&j, 0, "label");
+        pl = g4__jget(&j, 0, "payload");
+        ac = g4__jget(&j, 0, "accepted");
+        if (cur < 0 || tlen[cur] <= 0 || lb < 0 || pl < 0 || ac < 0 || !g4__jis(&j.nodes[tm], tname[cur])) {
+            CHECK(0, "malformed goldens line before byte %lu", (unsigned long)pos);
+            g4__json_free(&j);
+            continue;
+        }
+        {
+            const unsigned char *at = NULL;
+            unsigned char pay[64];
+            long np = unhex(j.nodes[pl].str, j.nodes[pl].len, pay, sizeof pay);
+            int want = j.nodes[ac].type == G4__JTRUE, got;
+            const char *needle = NULL;
+            size_t i, dl;
+            g4_result r;
+            for (i = 0; i + 1 < (size_t)tlen[cur]; i++)
+                if (tdoc[cur][i] == '@' && tdoc[cur][i + 1] == '@') { at = tdoc[cur] + i; break; }
+            CHECK(at && np >= 0, "%s: no @@ in the template, or bad payload hex", j.nodes[lb].str);
+            if (!at || np < 0) { g4__json_free(&j); continue; }
+            dl = (size_t)tlen[cur] - 2 + (size_t)np;
+            free(doc);
+            doc = (unsigned char *)malloc(dl);
+            if (!doc) { CHECK(0, "out of memory"); g4__json_free(&j); continue; }
+            memcpy(doc, tdoc[cur], (size_t)(at - tdoc[cur]));
+            memcpy(doc + (at - tdoc[cur]), pay, (size_t)np);
+            memcpy(doc + (at - tdoc[cur]) + np, at + 2, (size_t)tlen[cur] - (size_t)(at - tdoc[cur]) - 2);
+            for (k = 0; k < (int)(sizeof g_utf8_refused / sizeof *g_utf8_refused); k++)
+                if (!strcmp(g_utf8_refused[k].tmpl, tname[cur]) && g4__jis(&j.nodes[lb], g_utf8_refused[k].label))
+                    needle = g_utf8_refused[k].needle;
+            r = utf8_read(tfile[cur], doc, dl, err);
+            got = r == G4_OK;
+            cases++;
+            if (needle) {
+                CHECK(want && !got && strstr(err, needle), "%s: gemma4.h refuses on purpose (\"%s\"); got %d: %s",
+                      j.nodes[lb].str, needle, r, err);
+                agree += want && !got && strstr(err, needle);
+            } else {
+                g4_result want_err = strcmp(tfile[cur], "safetensors") ? G4_ERR_JSON : G4_ERR_SAFETENSORS;
+                int ok = got == want &&
+                         (got || (r == want_err && strstr(err, strcmp(tfile[cur], "safetensors") ? tfile[cur] : "model.safetensors") &&
+                                  strstr(err, "byte offset")));
+                CHECK(ok, "%s: the reference %s it, gemma4.h %s it (%d: %s)", j.nodes[lb].str, want ? "accepts" : "refuses",
+                      got ? "accepts" : "refuses", r, got ? "" : err);
+                agree += ok;
+            }
+        }
+        g4__json_free(&j);
+    }
+    if (cur >= 0) { CHECK(agree == cases, "%d of %d cases agree", agree, cases); end(); }
+    begin("JSON UTF-8: the goldens hold every file type");
+    CHECK(nt >= 9, "%d templates", nt);
+    end();
+    for (k = 0; k < nt; k++) free(tdoc[k]);
+    free(doc);
+    free(text);
+}
+
 /* ------------------------------------------------------------------ CLI */
 
 /* Runs the CLI with `args`; checks the exit status, and on failure that
@@ -121,7 +293,10 @@ static const config_case g_config_cases[] = {
     {"trailing comma", "{" B ",}", G4_ERR_JSON, "expected a member name"},
     {"unknown escape", C("\"x\":\"\\q\""), G4_ERR_JSON, "unknown escape"},
     {"control character in a string", C("\"x\":\"a\tb\""), G4_ERR_JSON, "control character"},
-    {"lone surrogate", C("\"x\":\"\\udc00\""), G4_ERR_JSON, "surrogate"},
+    {"invalid UTF-8 in a string", C("\"x\":\"a\xff\""), G4_ERR_JSON, "byte offset"},
+    {"an encoded surrogate (ED A0 80)", C("\"x\":\"\xed\xa0\x80\""), G4_ERR_JSON, "encoded surrogate"},
+    {"an overlong '/' (C0 AF)", C("\"x\":\"\xc0\xaf\""), G4_ERR_JSON, "overlong"},
+    {"a UTF-8 byte order mark", "\xef\xbb\xbf{" B "}", G4_ERR_JSON, "byte order mark"},
     {"trailing garbage", "{" B "} {}", G4_ERR_JSON, "trailing characters"},
     {"number with a leading zero", C("\"sliding_window\":08"), G4_ERR_JSON, "leading zero"},
     /* missing or wrongly typed required fields */
@@ -249,6 +424,8 @@ static const struct { const char *label, *json; } g_config_ok[] = {
     {"unknown keys and nested metadata", C("\"quantization_config\":{\"a\":[1,{\"b\":null}]},\"my_key\":true,\"auto_map\":{}")},
     {"null optional fields", C("\"num_experts\":null,\"top_k_experts\":null,\"moe_intermediate_size\":null,\"use_bidirectional_attention\":null")},
     {"unicode escapes and UTF-8 in unknown keys", C("\"na\\u00efve \\ud83d\\ude00\":\"caf\xc3\xa9\",\"\\u0000\":1")},
+    /* Python's json keeps lone surrogates (transformers loads this); serde_json would refuse them */
+    {"lone surrogates in an unknown key and value", C("\"x\\ud800\":\"\\udc00\\ud800\\u0041\"")},
     {"a number written 0e400 (zero)", C("\"rms_norm_eps\":0e400")},
     {"wrapper with vision and audio configs", "{\"model_type\":\"gemma4\",\"vision_config\":{\"hidden_size\":\"x\"},"
                                                "\"audio_config\":null,\"text_config\":{" B "}}"},
@@ -801,6 +978,13 @@ static void test_index_cases(void) {
                "weight_map[\"model.norm.weight\"] holds a NUL character", NULL);
     index_case("a tensor name with \\u0000", "{\"weight_map\":{\"model.norm.weight\\u0000\":\"" SH1 "\"}}", G4_ERR_SAFETENSORS,
                "holds a NUL character", NULL);
+    /* Python's json reads lone surrogates; no safetensors header can name such a tensor (serde_json refuses them) */
+    index_case("a shard name with a lone surrogate", "{\"weight_map\":{\"model.norm.weight\":\"" SH1 "\\udc80\"}}",
+               G4_ERR_SAFETENSORS, "weight_map[\"model.norm.weight\"] holds a lone surrogate", NULL);
+    index_case("a tensor name with a lone surrogate", "{\"weight_map\":{\"model.norm.weight\\ud800\":\"" SH1 "\"}}",
+               G4_ERR_SAFETENSORS, "model.safetensors.index.json", "holds a lone surrogate");
+    index_case("invalid UTF-8 in a tensor name", "{\"weight_map\":{\"model.norm.weight\xff\":\"" SH1 "\"}}", G4_ERR_JSON,
+               "model.safetensors.index.json", "invalid UTF-8: a byte that never occurs in UTF-8 (byte 0xFF)");
     index_case("a shard that does not exist", "{\"weight_map\":{\"model.norm.weight\":\"model-00009-of-00005.safetensors\"}}",
                G4_ERR_IO, "model-00009-of-00005.safetensors: cannot open", NULL);
     index_case("shard path ../", "{\"weight_map\":{\"model.norm.weight\":\"../outside.safetensors\"}}", G4_ERR_SAFETENSORS,
@@ -1387,6 +1571,7 @@ int main(int argc, char **argv) {
 
     test_config_cases();
     test_config_special();
+    test_json_utf8_goldens();
     test_safetensors_cases();
     test_index_cases();
     test_runtime_cases();

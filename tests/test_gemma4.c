@@ -251,6 +251,34 @@ static void test_json_parser(void) {
     CHECK(g4__json_parse(&j, "{\"a\":1,}", 8, "j", err) == G4_ERR_JSON, "trailing comma");
     CHECK(g4__json_parse(&j, "{\"a\":01}", 8, "j", err) == G4_ERR_JSON, "leading zero");
     CHECK(g4__json_parse(&j, "\"\\ud800\"", 8, "j", err) == G4_ERR_JSON, "lone surrogate");
+    { /* serde_json's rule (tokenizer.json, safetensors) vs Python's json (config.json and the others) */
+        const char *lone = "[\"\\ud800\",\"\\ud800\\ud83d\\ude00\",\"\\udc00\\ud800\\u0041\",\"\\uD83D\\uDE00\"]";
+        static const char *want[4] = {"\xed\xa0\x80", "\xed\xa0\x80\xf0\x9f\x98\x80", "\xed\xb0\x80\xed\xa0\x80" "A",
+                                      "\xf0\x9f\x98\x80"};
+        int e, k;
+        CHECK(g4__json_parse(&j, lone, strlen(lone), "j", err) == G4_ERR_JSON && strstr(err, "lone leading surrogate") &&
+              strstr(err, "byte offset 2"), "serde_json refuses a lone surrogate: %s", err);
+        CHECK(g4__json_parse(&j, "\"\\ude00\"", 8, "j", err) == G4_ERR_JSON && strstr(err, "lone trailing surrogate"),
+              "serde_json refuses a lone trailing surrogate: %s", err);
+        CHECK(g4__json_parse_python(&j, lone, strlen(lone), "j", err) == G4_OK, "Python's json keeps them: %s", err);
+        for (k = 0, e = j.nodes[0].child; e >= 0 && k < 4; e = j.nodes[e].next, k++)
+            CHECK(j.nodes[e].len == strlen(want[k]) && memcmp(j.nodes[e].str, want[k], j.nodes[e].len) == 0 &&
+                      j.nodes[e].lone == (k < 3 ? G4__JLONE_STR : 0),
+                  "string %d: as surrogatepass bytes, flagged", k);
+        CHECK(k == 4, "4 strings");
+        g4__json_free(&j);
+        CHECK(g4__json_parse_python(&j, "{\"\\udfff\":1}", 12, "j", err) == G4_OK && j.nodes[1].lone == G4__JLONE_KEY,
+              "a member name with a lone surrogate is flagged: %s", err);
+        g4__json_free(&j);
+        CHECK(g4__json_parse_python(&j, "\"\\ud800\\q\"", 10, "j", err) == G4_ERR_JSON && strstr(err, "unknown escape"),
+              "a bad escape after a lone surrogate: %s", err);
+        /* invalid UTF-8 anywhere is refused, by both */
+        CHECK(g4__json_parse_python(&j, "[\"ab\xe2\x82\"]", 7, "j", err) == G4_ERR_JSON &&
+                  strstr(err, "byte offset 4") && strstr(err, "truncated"), "truncated: %s", err);
+        CHECK(g4__json_parse(&j, "[1, \xff]", 5, "j", err) == G4_ERR_JSON && strstr(err, "byte offset 4"), "outside a string: %s", err);
+        CHECK(g4__json_parse(&j, "[1, \xc2\xa0]", 6, "j", err) == G4_ERR_JSON && strstr(err, "non-ASCII character outside"),
+              "valid but not JSON: %s", err);
+    }
     CHECK(g4__json_parse(&j, "{} x", 4, "j", err) == G4_ERR_JSON && strstr(err, "column 4"), "trailing: %s", err);
     { /* \u0000 is kept, with the name's length: "ab\u0000c" is not "ab" */
         const char *nul = "{\"ab\\u0000c\":1,\"ab\":2,\"s\":\"x\\u0000\"}";

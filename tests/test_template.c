@@ -255,6 +255,28 @@ static void test_load(void) {
         write_file(P(dir, "tokenizer_config.json"), "{", 1);
         r = g4_template_load(&t, dir);
         CHECK(r == G4_ERR_JSON && strstr(t.error, "tokenizer_config.json"), "bad json: %d %s", r, t.error);
+        /* Python's json reads lone surrogates; transformers then refuses such a bos_token (UnicodeEncodeError)
+           and renders such a template to a str that cannot be tokenized (TypeError): gemma4.h refuses both */
+        cfg = "{\"chat_template\":\"x\\ud800\"}";
+        write_file(P(dir, "tokenizer_config.json"), cfg, strlen(cfg));
+        r = g4_template_load(&t, dir);
+        CHECK(r == G4_ERR_CONFIG && strstr(t.error, "tokenizer_config.json: chat_template holds a lone surrogate"),
+              "lone surrogate in the template: %d %s", r, t.error);
+        cfg = "{\"bos_token\":{\"content\":\"<bos>\\udc00\"},\"chat_template\":\"x\"}";
+        write_file(P(dir, "tokenizer_config.json"), cfg, strlen(cfg));
+        r = g4_template_load(&t, dir);
+        CHECK(r == G4_ERR_CONFIG && strstr(t.error, "tokenizer_config.json: bos_token holds a lone surrogate"),
+              "lone surrogate in bos_token: %d %s", r, t.error);
+        cfg = "{\"chat_template\":\"x\xed\xa0\x80\"}";
+        write_file(P(dir, "tokenizer_config.json"), cfg, strlen(cfg));
+        r = g4_template_load(&t, dir);
+        CHECK(r == G4_ERR_JSON && strstr(t.error, "tokenizer_config.json") && strstr(t.error, "encoded surrogate") &&
+              strstr(t.error, "byte offset 19"), "encoded surrogate: %d %s", r, t.error);
+        cfg = "{\"chat_template\":\"x\",\"note\":\"\\ud800\"}";
+        write_file(P(dir, "tokenizer_config.json"), cfg, strlen(cfg));
+        r = g4_template_load(&t, dir);
+        CHECK(r == G4_OK, "a lone surrogate in a field gemma4.h does not read loads, as in Python: %d %s", r, t.error);
+        if (r == G4_OK) g4_template_free(&t);
     }
     /* chat_template.jinja wins over tokenizer_config.json */
     write_file(P(dir, "tokenizer_config.json"), "{\"chat_template\":\"config\"}", 26);
@@ -286,6 +308,10 @@ static void test_bad_messages(void) {
         {"{\"messages\": {}}", G4_ERR_JSON, "expected {\"messages\""},
         {"{\"messages\": [1]}", G4_ERR_JSON, "messages[0] is int"},
         {"{\"messages\": [{\"role\": \"user\"}], \"tools\": 5}", G4_OK, NULL},
+        /* the rendered text must be UTF-8 to tokenize: invalid bytes and lone surrogates are refused */
+        {"[{\"role\": \"user\", \"content\": \"a\xc3\"}]", G4_ERR_JSON, "invalid UTF-8"},
+        {"[{\"role\": \"user\", \"content\": \"a\\ud800\"}]", G4_ERR_JSON, "lone leading surrogate"},
+        {"[{\"role\": \"user\", \"content\": \"\\ud83d\\ude00\"}]", G4_OK, NULL},
     };
     size_t k;
     begin("template: bad conversations");

@@ -2,7 +2,7 @@
    expressions in it (g4__re: target_modules, exclude_modules, layers_pattern,
    rank_pattern, alpha_pattern keys), on arbitrary bytes.
 
-   Without a NUL byte the input is adapter_config.json: parsed (g4__json_parse,
+   Without a NUL byte the input is adapter_config.json: parsed (g4__json_parse_python,
    g4__acfg_parse) and, when accepted, bound as g4_model_load_adapter binds it
    to the module keys of a model (both checkpoint prefixes, three layers, the
    global projections, lm_head): targets, exclusions, layer indices, rank and
@@ -58,7 +58,7 @@ static void fuzz_config(const char *text, size_t size) {
     g4_result r;
     int p, k, m;
     err[0] = 0;
-    if ((r = g4__json_parse(&j, text, size, NAME, err)) != G4_OK) { check_err(err, r); return; }
+    if ((r = g4__json_parse_python(&j, text, size, NAME, err)) != G4_OK) { check_err(err, r); return; }
     memset(&a, 0, sizeof a);
     a.j = &j;
     a.c.j = &j; a.c.obj = 0; a.c.name = NAME; a.c.scope = ""; a.c.err = err;

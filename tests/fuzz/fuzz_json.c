@@ -1,7 +1,7 @@
 /* libFuzzer harness: the JSON parser, the config parser, the layer plan and
    session sizing on arbitrary bytes. Property: no crash, no sanitizer report,
-   and every rejection carries a message that names the file (config errors)
-   or the layer (plan errors). Build: make fuzz (clang, -fsanitize=fuzzer). */
+   every rejection carries a message that names the file (config errors)
+   or the layer (plan errors), and only valid UTF-8 is accepted. Build: make fuzz (clang, -fsanitize=fuzzer). */
 #define GEMMA4_IMPLEMENTATION
 #include "../../gemma4.h"
 
@@ -23,6 +23,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (r != G4_OK) {
         if (r != G4_ERR_JSON && r != G4_ERR_CONFIG && r != G4_ERR_NOMEM) abort();
         if (!strstr(c->error, "fuzz.json")) abort(); /* every config message names its file */
+    } else if (!g4__utf8_valid(data, size)) {
+        abort(); /* transformers reads config.json as UTF-8 text: anything else is refused */
     } else if ((r = g4_plan_build(p, c)) != G4_OK) {
         if (r != G4_ERR_PLAN || !strstr(p->error, "layer")) abort();
     } else {

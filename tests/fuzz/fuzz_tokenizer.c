@@ -5,7 +5,7 @@
    text to encode instead of the fixed one below.
    Properties: no crash, no sanitizer report, no leak; a rejected file gives
    G4_ERR_JSON/G4_ERR_INPUT/G4_ERR_NOMEM with a message naming the file; a
-   loaded one encodes to at most g4_tokenize_max ids, every id in
+   loaded one has only valid UTF-8 token strings, encodes to at most g4_tokenize_max ids, every id in
    [0, n_vocab); detokenize sizes its output as documented (a second call
    with the reported length succeeds); the stream's pieces are valid UTF-8
    and concatenate to detokenize's text (also for the text's bytes fed as
@@ -99,6 +99,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         free(src);
         return 0;
     }
+    for (i = 0; i < (size_t)t.n_vocab; i++) /* as tokenizers: a file that loads has only UTF-8 strings */
+        if (!g4__utf8_valid((const unsigned char *)t.text + t.text_off[i], t.text_len[i])) abort();
     cap = g4_tokenize_max(&t, tl);
     ids = (int32_t *)malloc(sizeof(int32_t) * (cap + 1));
     for (flags = 0; ids && flags < 2; flags++) { /* with and without G4_ENCODE_ADD_SPECIAL */
