@@ -264,49 +264,36 @@ SUITE_LOGS = tokenizer_san.log tokenizer.log template_san.log template.log cuda_
              gemma4_san.log bad_inputs_san.log threads_san.log san_avx2.log drafter_san.log drafter.log threads.log \
              train.log train_san.log lora.log lora_san.log bad_inputs.log tests.log kernels.log
 
-# The suites, each a target; make test lists the longest first so that they start first.
-suite-minimal.log: build/minimal
-	$(call log_run,minimal.log,./build/minimal $(DEMO))
-suite-tokenizer_san.log: build/test_tokenizer_san build/gemma4
-	$(call log_run,tokenizer_san.log,./build/test_tokenizer_san)
-suite-tokenizer.log: build/test_tokenizer build/gemma4
-	$(call log_run,tokenizer.log,./build/test_tokenizer)
-suite-template_san.log: build/test_template_san build/gemma4_san
-	$(call log_run,template_san.log,./build/test_template_san data build/gemma4_san)
-suite-template.log: build/test_template build/gemma4
-	$(call log_run,template.log,./build/test_template data build/gemma4)
-suite-cuda_emu.log: build/test_cuda_emu
-	$(call log_run,cuda_emu.log,./build/test_cuda_emu)
-suite-cuda_emu_san.log: build/test_cuda_emu_san
-	$(call log_run,cuda_emu_san.log,./build/test_cuda_emu_san)
-suite-gemma4_san.log: build/test_gemma4_san build/gemma4
-	$(call log_run,gemma4_san.log,./build/test_gemma4_san)
-suite-bad_inputs_san.log: build/test_bad_inputs_san build/gemma4_san
-	$(call log_run,bad_inputs_san.log,./build/test_bad_inputs_san data build/gemma4_san)
-suite-threads_san.log: build/test_threads_san
-	$(call log_run,threads_san.log,./build/test_threads_san)
-suite-drafter_san.log: build/test_drafter_san build/gemma4_san
-	$(call log_run,drafter_san.log,./build/test_drafter_san data build/gemma4_san)
-suite-san_avx2.log: $(SAN_SIMD)
-	$(call log_run,san_avx2.log,sh tests/san_avx2.sh "$(CC)" "$(WARN)" "$(SAN)")
-suite-drafter.log: build/test_drafter build/gemma4
-	$(call log_run,drafter.log,./build/test_drafter data build/gemma4)
-suite-threads.log: build/test_threads
-	$(call log_run,threads.log,./build/test_threads)
-suite-train.log: build/test_train build/gemma4
-	$(call log_run,train.log,./build/test_train data build/gemma4)
-suite-train_san.log: build/test_train_san build/gemma4_san
-	$(call log_run,train_san.log,./build/test_train_san data build/gemma4_san)
-suite-lora.log: build/test_lora build/gemma4
-	$(call log_run,lora.log,./build/test_lora data build/gemma4)
-suite-lora_san.log: build/test_lora_san build/gemma4_san
-	$(call log_run,lora_san.log,./build/test_lora_san data build/gemma4_san)
-suite-bad_inputs.log: build/test_bad_inputs build/gemma4
-	$(call log_run,bad_inputs.log,./build/test_bad_inputs data build/gemma4)
-suite-tests.log: build/test_gemma4 build/gemma4
-	$(call log_run,tests.log,./build/test_gemma4)
-suite-kernels.log: $(OTHER_KERNELS) build/gemma4
-	$(call log_run,kernels.log,sh tests/other_kernels.sh "$(CC)" "$(WARN)")
+# $(eval $(call suite,NAME,PREREQUISITES,COMMAND)) makes the target suite-NAME.log, which runs
+# COMMAND through log_run (its output in build/NAME.log). A variable in COMMAND is written $$(VAR),
+# so that it is expanded when the suite runs, as in any recipe (SAN's value holds commas, which
+# log_run would otherwise take for argument separators). make test lists the longest suites
+# first so that they start first.
+define suite
+suite-$(1).log: $(2)
+	$$(call log_run,$(1).log,$(3))
+endef
+$(eval $(call suite,minimal,build/minimal,./build/minimal $$(DEMO)))
+$(eval $(call suite,tokenizer_san,build/test_tokenizer_san build/gemma4,./build/test_tokenizer_san))
+$(eval $(call suite,tokenizer,build/test_tokenizer build/gemma4,./build/test_tokenizer))
+$(eval $(call suite,template_san,build/test_template_san build/gemma4_san,./build/test_template_san data build/gemma4_san))
+$(eval $(call suite,template,build/test_template build/gemma4,./build/test_template data build/gemma4))
+$(eval $(call suite,cuda_emu,build/test_cuda_emu,./build/test_cuda_emu))
+$(eval $(call suite,cuda_emu_san,build/test_cuda_emu_san,./build/test_cuda_emu_san))
+$(eval $(call suite,gemma4_san,build/test_gemma4_san build/gemma4,./build/test_gemma4_san))
+$(eval $(call suite,bad_inputs_san,build/test_bad_inputs_san build/gemma4_san,./build/test_bad_inputs_san data build/gemma4_san))
+$(eval $(call suite,threads_san,build/test_threads_san,./build/test_threads_san))
+$(eval $(call suite,drafter_san,build/test_drafter_san build/gemma4_san,./build/test_drafter_san data build/gemma4_san))
+$(eval $(call suite,san_avx2,$(SAN_SIMD),sh tests/san_avx2.sh "$$(CC)" "$$(WARN)" "$$(SAN)"))
+$(eval $(call suite,drafter,build/test_drafter build/gemma4,./build/test_drafter data build/gemma4))
+$(eval $(call suite,threads,build/test_threads,./build/test_threads))
+$(eval $(call suite,train,build/test_train build/gemma4,./build/test_train data build/gemma4))
+$(eval $(call suite,train_san,build/test_train_san build/gemma4_san,./build/test_train_san data build/gemma4_san))
+$(eval $(call suite,lora,build/test_lora build/gemma4,./build/test_lora data build/gemma4))
+$(eval $(call suite,lora_san,build/test_lora_san build/gemma4_san,./build/test_lora_san data build/gemma4_san))
+$(eval $(call suite,bad_inputs,build/test_bad_inputs build/gemma4,./build/test_bad_inputs data build/gemma4))
+$(eval $(call suite,tests,build/test_gemma4 build/gemma4,./build/test_gemma4))
+$(eval $(call suite,kernels,$(OTHER_KERNELS) build/gemma4,sh tests/other_kernels.sh "$$(CC)" "$$(WARN)"))
 .PHONY: $(SUITE_LOGS:%=suite-%) suite-minimal.log
 
 # make test's build: strict and every suite's binaries, one job per CPU

@@ -8802,6 +8802,24 @@ G4__DEF g4_result g4_tokenize(const g4_tokenizer *t, const char *text, size_t le
 
 static const char g4__fffd[3] = {(char)0xEF, (char)0xBF, (char)0xBD}; /* U+FFFD */
 
+/* Makes room for n bytes in a growing buffer (*buf: G4_MALLOC'd or NULL, *cap bytes, the
+   first `have` in use), doubling from 64; G4_ERR_NOMEM leaves it as it was. */
+static g4_result g4__reserve(char **buf, size_t *cap, size_t have, size_t n) {
+    size_t nc = *cap ? *cap : 64;
+    char *nb;
+    if (n <= *cap) return G4_OK;
+    while (nc < n) {
+        if (nc > (size_t)-1 / 2) return G4_ERR_NOMEM;
+        nc *= 2;
+    }
+    if (!(nb = (char *)G4_MALLOC(nc))) return G4_ERR_NOMEM;
+    if (have) memcpy(nb, *buf, have);
+    G4_FREE(*buf);
+    *buf = nb;
+    *cap = nc;
+    return G4_OK;
+}
+
 /* Appends to out[0..cap) at *pos, counting what does not fit. */
 static void g4__put(char *out, size_t cap, size_t *pos, const char *s, size_t n) {
     if (*pos < cap) memcpy(out + *pos, s, *pos + n <= cap ? n : cap - *pos);
@@ -8817,9 +8835,8 @@ static void g4__flush_run(char *out, size_t cap, size_t *pos, const unsigned cha
 
 G4__DEF g4_result g4_detokenize(const g4_tokenizer *t, const int32_t *ids, size_t n, int flags, char *out,
                                 size_t cap, size_t *len) {
-    size_t i, pos = 0, run_n = 0;
-    unsigned char small[64], *run = small;
-    size_t run_cap = sizeof small;
+    size_t i, pos = 0, run_n = 0, run_cap = 0;
+    char *run = NULL; /* the bytes of the open run */
     if (len) *len = 0;
     if (!t || !t->text || (!ids && n) || (!out && cap) || !len) return G4_ERR_INPUT;
     for (i = 0; i < n; i++)
@@ -8830,42 +8847,18 @@ G4__DEF g4_result g4_detokenize(const g4_tokenizer *t, const int32_t *ids, size_
             if (t->text_off[id] == G4__TOK_NONE) continue; /* no string: skipped */
             if ((flags & G4_DECODE_SKIP_SPECIAL) && (t->flags[id] & G4_TOKEN_SPECIAL)) continue;
             if (t->byte_value[id] >= 0) {
-                if (run_n == run_cap) {
-                    unsigned char *nr = (unsigned char *)G4_MALLOC(run_cap * 2);
-                    if (!nr) { if (run != small) G4_FREE(run); return G4_ERR_NOMEM; }
-                    memcpy(nr, run, run_n);
-                    if (run != small) G4_FREE(run);
-                    run = nr;
-                    run_cap *= 2;
-                }
-                run[run_n++] = (unsigned char)t->byte_value[id];
+                if (g4__reserve(&run, &run_cap, run_n, run_n + 1) != G4_OK) { G4_FREE(run); return G4_ERR_NOMEM; }
+                run[run_n++] = (char)t->byte_value[id];
                 continue;
             }
         }
-        if (run_n) { g4__flush_run(out, cap, &pos, run, run_n); run_n = 0; }
+        if (run_n) { g4__flush_run(out, cap, &pos, (const unsigned char *)run, run_n); run_n = 0; }
         if (i < n) g4__put(out, cap, &pos, t->text + t->text_off[id], t->text_len[id]);
     }
-    if (run != small) G4_FREE(run);
+    G4_FREE(run);
     *len = pos;
     if (pos + 1 > cap) return G4_ERR_INPUT;
     out[pos] = 0;
-    return G4_OK;
-}
-
-/* Makes room for n bytes in a state buffer holding `have`; G4_ERR_NOMEM leaves it as it was. */
-static g4_result g4__ds_reserve(char **buf, size_t *cap, size_t have, size_t n) {
-    size_t nc = *cap ? *cap : 64;
-    char *nb;
-    if (n <= *cap) return G4_OK;
-    while (nc < n) {
-        if (nc > (size_t)-1 / 2) return G4_ERR_NOMEM;
-        nc *= 2;
-    }
-    if (!(nb = (char *)G4_MALLOC(nc))) return G4_ERR_NOMEM;
-    if (have) memcpy(nb, *buf, have);
-    G4_FREE(*buf);
-    *buf = nb;
-    *cap = nc;
     return G4_OK;
 }
 
@@ -8899,12 +8892,12 @@ G4__DEF g4_result g4_decode_next(const g4_tokenizer *t, g4_decode_state *st, int
         return G4_OK; /* dropped: the run goes on */
     if (t->byte_value[id] >= 0) {
         if (st->run_bad) { /* the run is lost already: one more U+FFFD */
-            if (g4__ds_reserve(&st->piece, &st->piece_cap, 0, 4) != G4_OK) return G4_ERR_NOMEM;
+            if (g4__reserve(&st->piece, &st->piece_cap, 0, 4) != G4_OK) return G4_ERR_NOMEM;
             memcpy(st->piece, g4__fffd, 3);
             pos = 3;
         } else {
-            if (g4__ds_reserve(&st->run, &st->run_cap, st->n_run, st->n_run + 1) != G4_OK ||
-                g4__ds_reserve(&st->piece, &st->piece_cap, 0, 3 * (st->n_run + 1) + 1) != G4_OK)
+            if (g4__reserve(&st->run, &st->run_cap, st->n_run, st->n_run + 1) != G4_OK ||
+                g4__reserve(&st->piece, &st->piece_cap, 0, 3 * (st->n_run + 1) + 1) != G4_OK)
                 return G4_ERR_NOMEM;
             st->run[st->n_run++] = (char)t->byte_value[id];
             need = g4__utf8_lead((const unsigned char *)st->run + st->run_whole, st->n_run - st->run_whole);
@@ -8917,7 +8910,7 @@ G4__DEF g4_result g4_decode_next(const g4_tokenizer *t, g4_decode_state *st, int
             }
         }
     } else {
-        if (g4__ds_reserve(&st->piece, &st->piece_cap, 0, 3 * st->n_run + t->text_len[id] + 1) != G4_OK)
+        if (g4__reserve(&st->piece, &st->piece_cap, 0, 3 * st->n_run + t->text_len[id] + 1) != G4_OK)
             return G4_ERR_NOMEM;
         g4__ds_close_run(st, &pos);
         memcpy(st->piece + pos, t->text + t->text_off[id], t->text_len[id]);
@@ -8936,7 +8929,7 @@ G4__DEF g4_result g4_decode_flush(g4_decode_state *st, const char **piece, size_
     if (len) *len = 0;
     if (!g4__ds_ok(st) || !piece || !len) return G4_ERR_INPUT;
     if (!st->n_run) { st->run_bad = 0; return G4_OK; }
-    if (g4__ds_reserve(&st->piece, &st->piece_cap, 0, 3 * st->n_run + 1) != G4_OK) return G4_ERR_NOMEM;
+    if (g4__reserve(&st->piece, &st->piece_cap, 0, 3 * st->n_run + 1) != G4_OK) return G4_ERR_NOMEM;
     g4__ds_close_run(st, &pos);
     st->piece[pos] = 0;
     *piece = st->piece;
@@ -8955,15 +8948,7 @@ G4__DEF void g4_decode_free(g4_decode_state *st) {
 
 /* Appends s (or a token's string) to a growing buffer; 0 when out of memory. */
 static int g4__sbuf_add(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
-    if (*len + n + 1 > *cap) {
-        size_t nc = (*len + n + 1) * 2;
-        char *nb = (char *)G4_MALLOC(nc);
-        if (!nb) return 0;
-        if (*buf) memcpy(nb, *buf, *len);
-        G4_FREE(*buf);
-        *buf = nb;
-        *cap = nc;
-    }
+    if (g4__reserve(buf, cap, *len, *len + n + 1) != G4_OK) return 0;
     memcpy(*buf + *len, s, n);
     *len += n;
     (*buf)[*len] = 0;

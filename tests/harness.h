@@ -1,12 +1,14 @@
 /* harness.h - the test suites' small harness: CHECK, one named test at a
    time ("ok - name" / "not ok - name" / "skip - name"), and the closing line
-   "N passed, M failed" (", K skipped" when some were). Include once, after
-   gemma4.h, in each tests/test_*.c. */
+   "N passed, M failed" (", K skipped" when some were), and a reader of
+   JSON-lines goldens files. Include once, after gemma4.h (with its
+   implementation), in each tests/test_*.c. */
 #ifndef G4_TEST_HARNESS_H
 #define G4_TEST_HARNESS_H
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -64,6 +66,48 @@ H_UNUSED static int finish(void) {
     if (g_skip) printf("%d passed, %d failed, %d skipped\n", g_pass, g_fail, g_skip);
     else printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;
+}
+
+/* A JSON-lines file (a goldens file), read whole, one JSON value a line; empty
+   lines are passed over (gemma4.h's file reader and JSON parser).
+       h_jsonl f; g4__json j; int r;
+       if (h_jsonl_open(&f, path, err) != G4_OK) ...;
+       while ((r = h_jsonl_next(&f, &j, err)) > 0) { ...; g4__json_free(&j); }
+       if (r < 0) ...;   (err says which line did not parse)
+       h_jsonl_close(&f); */
+typedef struct {
+    char *text, path[512], name[600]; /* name: "path, line N", which the parsed line keeps */
+    size_t len, pos;
+    long line; /* the line last read, from 1 */
+} h_jsonl;
+
+H_UNUSED static g4_result h_jsonl_open(h_jsonl *f, const char *path, char *err) {
+    snprintf(f->path, sizeof f->path, "%s", path);
+    f->text = NULL;
+    f->pos = 0;
+    f->line = 0;
+    return g4__read_file(path, &f->text, &f->len, (size_t)64 << 20, err);
+}
+
+/* The next non-empty line parsed into *j: 1 (the caller frees j), 0 at the end of the
+   file, -1 when the line does not parse (the message in err names the file and line;
+   the next call goes on with the line after it). */
+H_UNUSED static int h_jsonl_next(h_jsonl *f, g4__json *j, char *err) {
+    while (f->pos < f->len) {
+        size_t start = f->pos, end = start;
+        while (end < f->len && f->text[end] != '\n') end++;
+        f->pos = end + 1;
+        f->line++;
+        if (end == start) continue;
+        snprintf(f->name, sizeof f->name, "%s, line %ld", f->path, f->line);
+        return g4__json_parse(j, f->text + start, end - start, f->name, err) == G4_OK ? 1 : -1;
+    }
+    return 0;
+}
+
+H_UNUSED static void h_jsonl_close(h_jsonl *f) {
+    free(f->text);
+    f->text = NULL;
 }
 
 #if defined(_POSIX_C_SOURCE) && _POSIX_C_SOURCE >= 200809L

@@ -175,32 +175,27 @@ static void golden_case(const g4__json *j, int row, int *n_render, int *n_raise,
 }
 
 static void test_goldens(void) {
-    char *text, err[G4_ERROR_MAX];
-    size_t len, pos = 0;
-    int n_render = 0, n_raise = 0, n_bad = 0, n_cli = 0;
-    if (g4__read_file(P(g_data, "templates/goldens.jsonl"), &text, &len, (size_t)1 << 26, err) != G4_OK) {
+    char err[G4_ERROR_MAX];
+    h_jsonl f;
+    g4__json j;
+    int n_render = 0, n_raise = 0, n_bad = 0, n_cli = 0, r;
+    if (h_jsonl_open(&f, P(g_data, "templates/goldens.jsonl"), err) != G4_OK) {
         begin("template goldens");
         skip(err);
         end();
         return;
     }
-    while (pos < len) {
-        size_t e = pos;
-        g4__json j;
-        while (e < len && text[e] != '\n') e++;
-        if (e > pos) {
-            if (g4__json_parse(&j, text + pos, e - pos, "goldens.jsonl", err) != G4_OK) {
-                begin("goldens.jsonl line");
-                CHECK(0, "%s", err);
-                end();
-            } else {
-                golden_case(&j, 0, &n_render, &n_raise, &n_bad, &n_cli);
-                g4__json_free(&j);
-            }
+    while ((r = h_jsonl_next(&f, &j, err)) != 0) {
+        if (r < 0) { /* a line that does not parse fails on its own; the others still run */
+            begin("goldens.jsonl line");
+            CHECK(0, "%s", err);
+            end();
+            continue;
         }
-        pos = e + 1;
+        golden_case(&j, 0, &n_render, &n_raise, &n_bad, &n_cli);
+        g4__json_free(&j);
     }
-    free(text);
+    h_jsonl_close(&f);
     begin("template goldens: counts");
     printf("  %d rendered (text and ids), %d raising as in jinja2, %d bad templates, %d through the CLI\n", n_render,
            n_raise, n_bad, n_cli);

@@ -100,20 +100,16 @@ static char *stream(const g4_tokenizer *t, const int32_t *ids, size_t n, int fla
     return out;
 }
 
-/* Checks every line of a goldens file against t. Returns lines checked. */
+/* Checks every line of a goldens file against t; *n_text and *n_dec count the lines of each kind. */
 static void check_goldens(const g4_tokenizer *t, const char *path, int *n_text, int *n_dec) {
-    char *all, err[G4_ERROR_MAX], *line, *end;
-    size_t len;
-    int fails = 0;
+    char err[G4_ERROR_MAX];
+    h_jsonl f;
+    g4__json j;
+    int fails = 0, r;
     *n_text = *n_dec = 0;
-    if (g4__read_file(path, &all, &len, (size_t)64 << 20, err) != G4_OK) { CHECK(0, "%s", err); return; }
-    for (line = all; line < all + len; line = end + 1) {
-        g4__json j;
+    if (h_jsonl_open(&f, path, err) != G4_OK) { CHECK(0, "%s", err); return; }
+    while ((r = h_jsonl_next(&f, &j, err)) > 0) {
         int text, dec;
-        end = strchr(line, '\n');
-        if (!end) end = all + len;
-        if (end == line) continue;
-        if (g4__json_parse(&j, line, (size_t)(end - line), path, err) != G4_OK) { CHECK(0, "%s", err); break; }
         text = g4__jget(&j, 0, "text");
         dec = g4__jget(&j, 0, "decode_ids");
         if (dec >= 0) { /* decode of arbitrary ids */
@@ -153,10 +149,10 @@ static void check_goldens(const g4_tokenizer *t, const char *path, int *n_text, 
             free(want); free(want_sp); free(got); free(got_sp); free(d); free(st);
         }
         g4__json_free(&j);
-        if (end == all + len) break;
     }
+    if (r < 0) CHECK(0, "%s", err);
     CHECK(fails == 0, "%d golden lines of %s differ", fails, path);
-    free(all);
+    h_jsonl_close(&f);
 }
 
 /* ----------------------------------------------------- tokenizer goldens */
@@ -350,18 +346,14 @@ static char *stream_checked(const g4_tokenizer *t, const int32_t *ids, size_t n,
 /* Checks the lines of utf8_goldens.jsonl for tokenizer `which`; returns the count. */
 static int check_utf8_goldens(const g4_tokenizer *t, const char *which) {
     const char *path = "data/tokenizer/utf8_goldens.jsonl";
-    char *all, err[G4_ERROR_MAX], *line, *end;
-    size_t len;
-    int count = 0, fails = 0;
-    if (g4__read_file(path, &all, &len, (size_t)1 << 24, err) != G4_OK) { CHECK(0, "%s", err); return 0; }
-    for (line = all; line < all + len && fails < 5; line = end + 1) {
-        g4__json j;
+    char err[G4_ERROR_MAX];
+    h_jsonl file;
+    g4__json j;
+    int count = 0, fails = 0, r = 0;
+    if (h_jsonl_open(&file, path, err) != G4_OK) { CHECK(0, "%s", err); return 0; }
+    while (fails < 5 && (r = h_jsonl_next(&file, &j, err)) > 0) {
         int32_t *ids;
         int n, f, tk, nm;
-        end = strchr(line, '\n');
-        if (!end) end = all + len;
-        if (end == line) continue;
-        if (g4__json_parse(&j, line, (size_t)(end - line), path, err) != G4_OK) { CHECK(0, "%s", err); break; }
         tk = g4__jget(&j, 0, "tokenizer");
         nm = g4__jget(&j, 0, "name");
         if (tk < 0 || nm < 0) { CHECK(0, "%s: a line without \"tokenizer\" or \"name\"", path); g4__json_free(&j); break; }
@@ -389,9 +381,9 @@ static int check_utf8_goldens(const g4_tokenizer *t, const char *which) {
         free(ids);
         count++;
         g4__json_free(&j);
-        if (end == all + len) break;
     }
-    free(all);
+    if (r < 0) CHECK(0, "%s", err);
+    h_jsonl_close(&file);
     return count;
 }
 
