@@ -143,30 +143,27 @@ static g4_result utf8_read(const char *file, const unsigned char *doc, size_t le
 }
 
 static void test_json_utf8_goldens(void) {
-    char *text, err[G4_ERROR_MAX], tname[64][64], tfile[64][32];
+    char err[G4_ERROR_MAX], tname[64][64], tfile[64][32];
     unsigned char *tdoc[64], *doc = NULL;
     long tlen[64];
-    size_t len, pos = 0;
-    int nt = 0, k, cur = -1, cases = 0, agree = 0;
+    int nt = 0, k, cur = -1, cases = 0, agree = 0, rl;
+    h_jsonl f;
+    g4__json j;
     begin("JSON UTF-8: data/json/utf8_goldens.jsonl");
-    if (g4__read_file(P(g_data, "json/utf8_goldens.jsonl"), &text, &len, (size_t)1 << 24, err) != G4_OK) {
+    if (h_jsonl_open(&f, P(g_data, "json/utf8_goldens.jsonl"), err) != G4_OK) {
         CHECK(0, "%s", err);
         end();
         return;
     }
     end();
-    while (pos < len) {
-        char *e = memchr(text + pos, '\n', len - pos);
-        size_t ll = e ? (size_t)(e - (text + pos)) : len - pos;
-        g4__json j;
+    while ((rl = h_jsonl_next(&f, &j, err)) != 0) {
         int tm, hx, lb, pl, ac;
-        if (g4__json_parse(&j, text + pos, ll, "utf8_goldens.jsonl", err) != G4_OK) {
+        if (rl < 0) {
             begin("JSON UTF-8: goldens line");
             CHECK(0, "%s", err);
             end();
             break;
         }
-        pos += ll + 1;
         tm = g4__jget(&j, 0, "template");
         hx = g4__jget(&j, 0, "hex");
         if (hx >= 0 && nt < 64) { /* a template: "@@" marks where each payload goes */
@@ -186,7 +183,7 @@ static void test_json_utf8_goldens(void) {
         pl = g4__jget(&j, 0, "payload");
         ac = g4__jget(&j, 0, "accepted");
         if (cur < 0 || tlen[cur] <= 0 || lb < 0 || pl < 0 || ac < 0 || !g4__jis(&j.nodes[tm], tname[cur])) {
-            CHECK(0, "malformed goldens line before byte %lu", (unsigned long)pos);
+            CHECK(0, "%s: malformed", f.name);
             g4__json_free(&j);
             continue;
         }
@@ -237,7 +234,7 @@ static void test_json_utf8_goldens(void) {
     end();
     for (k = 0; k < nt; k++) free(tdoc[k]);
     free(doc);
-    free(text);
+    h_jsonl_close(&f);
 }
 
 /* ------------------------------------------------------------------ CLI */
