@@ -639,9 +639,14 @@ G4_API const g4_grad_entry *g4_train_grad(const g4_train *t, const char *name);
    tokenizer is read-only and may be shared by threads. Encoding allocates
    temporary memory proportional to the text and frees it before returning. */
 
-enum { G4_TOKEN_ADDED = 1, G4_TOKEN_SPECIAL = 2 };  /* g4_tokenizer.flags bits */
+/* g4_tokenizer.flags bits. ADDED: the id is an added token's (the id tokenizers
+   gives it, which need not be the file's "id"). SPECIAL: skip_special_tokens
+   drops the id: tokenizers decides that by the string the id decodes from,
+   dropped when it is the content of an added token marked "special" (for
+   Gemma's files: exactly the special added tokens). */
+enum { G4_TOKEN_ADDED = 1, G4_TOKEN_SPECIAL = 2 };
 enum { G4_ENCODE_ADD_SPECIAL = 1 };   /* apply the post-processor template (e.g. <bos> first) */
-enum { G4_DECODE_SKIP_SPECIAL = 1 };  /* leave out added tokens marked "special" */
+enum { G4_DECODE_SKIP_SPECIAL = 1 };  /* leave out the ids flagged G4_TOKEN_SPECIAL (skip_special_tokens) */
 #define G4_TOKENIZER_MAX_STEPS 8      /* most Replace steps in the normalizer or decoder */
 #define G4_TOKENIZER_MAX_TEMPLATE 8   /* most ids the post-processor adds before or after */
 
@@ -651,7 +656,7 @@ typedef struct { char from[32], to[32]; } g4_replace;
 typedef struct {
     int n_vocab;                 /* ids are [0, n_vocab): the BPE vocab and the added tokens */
     int n_merges;                /* BPE merges; rank = index in the file's list */
-    int n_added;                 /* added tokens */
+    int n_added;                 /* ids that are an added token's */
     unsigned char *flags;        /* [n_vocab] G4_TOKEN_ADDED | G4_TOKEN_SPECIAL */
     int16_t *byte_value;         /* [n_vocab] the byte of a "<0xXX>" token when the decoder has ByteFallback, else -1 */
     uint32_t *text_off, *text_len; /* [n_vocab] the decoder's text for each id, in `text` (Replace steps applied) */
@@ -8036,11 +8041,21 @@ G4__DEF void g4_tokenizer_free(g4_tokenizer *t) {
     t->n_vocab = t->n_merges = t->n_added = t->n_trie = 0;
 }
 
-/* Parsing context: the DOM, the file name for messages, the tokenizer. */
+/* Parsing context: the DOM, the file name for messages, the tokenizer, and
+   what g4__tokp_added works out for g4__tokp_decoded (freed by the parser). */
 typedef struct {
     const g4__json *j;
     const char *name;
     g4_tokenizer *t;
+    int32_t vocab_ids;       /* model.vocab's largest id + 1 */
+    int32_t vocab_count;     /* model.vocab's entries (tokenizers' get_vocab_size) */
+    const char **dstr;       /* [n_vocab] an added token's string for decoding, NULL for the rest */
+    size_t *dlen;
+    char *nbuf;              /* the normalized contents dstr points into */
+    int32_t *set_node;       /* content set: open addressing, the node of a content (-1: empty), */
+    int32_t *set_id;         /* the id tokenizers gives that content, */
+    unsigned char *set_special; /* and whether a token with that content was marked special */
+    uint32_t set_mask;
 } g4__tokp;
 
 static g4_result g4__tokp_fail(g4__tokp *p, const char *fmt, ...) G4__PRINTF(2, 3);
@@ -8249,13 +8264,12 @@ static g4_result g4__tokp_vocab(g4__tokp *p, int vocab, int added) {
         if (id > max_id) max_id = id;
         bytes += j->nodes[c].keylen;
     }
-    for (c = j->nodes[added].child; c >= 0; c = j->nodes[c].next) {
-        int32_t id;
-        if ((r = g4__tokp_id(p, g4__jget(j, c, "id"), "added_tokens[].id", &id)) != G4_OK) return r;
-        if (id > max_id) max_id = id;
-    }
-    if (max_id < 0) return g4__tokp_fail(p, "model.vocab is empty");
-    t->n_vocab = max_id + 1;
+    p->vocab_ids = max_id + 1;
+    p->vocab_count = count;
+    /* room for every added token past the vocab (g4__tokp_added gives the ids; n_vocab shrinks to fit) */
+    t->n_vocab = max_id + 1 > count + j->nodes[added].count ? max_id + 1 : count + j->nodes[added].count;
+    if (t->n_vocab == 0) return g4__tokp_fail(p, "model.vocab is empty");
+    if (t->n_vocab > G4__TOK_MAX_IDS) return g4__tokp_fail(p, "more than %d ids", G4__TOK_MAX_IDS);
     t->flags = (unsigned char *)G4_MALLOC((size_t)t->n_vocab);
     t->byte_value = (int16_t *)G4_MALLOC(sizeof(int16_t) * (size_t)t->n_vocab);
     t->text_off = (uint32_t *)G4_MALLOC(sizeof(uint32_t) * (size_t)t->n_vocab);
@@ -8362,33 +8376,49 @@ static g4_result g4__tokp_merges(g4__tokp *p, int merges) {
     return G4_OK;
 }
 
-/* added_tokens -> flags and the two tries. */
+/* The content set's slot for s[0..n): where it is, or the empty slot it would take. */
+static uint32_t g4__tokp_set_slot(const g4__tokp *p, const char *s, size_t n) {
+    uint32_t h = g4__hash_bytes(s, n) & p->set_mask;
+    for (;;) {
+        int32_t c = p->set_node[h];
+        const g4__jnode *cn;
+        if (c < 0) return h;
+        cn = &p->j->nodes[g4__jget(p->j, c, "content")];
+        if (cn->len == n && memcmp(cn->str, s, n) == 0) return h;
+        h = (h + 1) & p->set_mask;
+    }
+}
+
+/* added_tokens -> ids, flags and the two tries, as tokenizers' AddedVocabulary
+   (added_vocabulary.rs, add_tokens) builds them when it loads the file. The
+   file's "id" is NOT the id: tokenizers only warns when they differ. In file
+   order, each token with a non-empty content gets the id its content already
+   has (an earlier added token's, else model.vocab's), else the next new id,
+   counting from the number of model.vocab entries; an id's token is the last
+   one given it. A normalized token is matched (trie 1) and decoded in its
+   normalized form. Whether skip_special_tokens drops an id is decided by the
+   string it decodes from: dropped when that string is the content of a token
+   marked special (is_special_token), which g4__tokp_decoded turns into
+   G4_TOKEN_SPECIAL per id. For a file whose ids agree with tokenizers' (every
+   Gemma file) this is the file's ids and "special" flags, except that a
+   special token that is normalized and changed by the normalizer is not
+   dropped: its string for decoding is the normalized one, which is no
+   special content. data/tokenizer/added_goldens.jsonl holds such files. */
 static g4_result g4__tokp_added(g4__tokp *p, int added) {
     const g4__json *j = p->j;
     g4_tokenizer *t = p->t;
-    size_t total = 0;
+    size_t total = 0, npos = 0, nbytes = 0;
     int c, k = 0;
+    int32_t *owner, next_id = p->vocab_count, n_ids = p->vocab_ids, id;
     g4_result r = G4_OK;
-    for (c = j->nodes[added].child; c >= 0; c = j->nodes[c].next) {
-        int cn = g4__jget(j, c, "content");
-        if (!g4__tokp_str(p, cn, "added_tokens[].content", &r)) return r;
-        total += j->nodes[cn].len;
-    }
-    t->trie_child = (int32_t *)G4_MALLOC(sizeof(int32_t) * (total + 2));
-    t->trie_next = (int32_t *)G4_MALLOC(sizeof(int32_t) * (total + 2));
-    t->trie_id = (int32_t *)G4_MALLOC(sizeof(int32_t) * (total + 2));
-    t->trie_byte = (unsigned char *)G4_MALLOC(total + 2);
-    if (!t->trie_child || !t->trie_next || !t->trie_id || !t->trie_byte) return g4__tok_nomem(p);
-    t->n_trie = 2;
-    t->trie_child[0] = t->trie_child[1] = t->trie_next[0] = t->trie_next[1] = t->trie_id[0] = t->trie_id[1] = -1;
-    t->trie_byte[0] = t->trie_byte[1] = 0;
+    char *a = NULL, *b = NULL;
     for (c = j->nodes[added].child; c >= 0; c = j->nodes[c].next, k++) {
         int cn = g4__jget(j, c, "content"), special, normalized, lstrip, rstrip, single_word;
-        int32_t id;
         char where[48];
         snprintf(where, sizeof where, "added_tokens[%d]", k);
         if (j->nodes[c].type != G4__JOBJ) return g4__tokp_fail(p, "%s must be an object", where);
         if ((r = g4__tokp_id(p, g4__jget(j, c, "id"), "added_tokens[].id", &id)) != G4_OK) return r;
+        if (!g4__tokp_str(p, cn, "added_tokens[].content", &r)) return r;
         if ((r = g4__tokp_bool(p, c, "special", where, 0, &special)) != G4_OK ||
             (r = g4__tokp_bool(p, c, "normalized", where, !special, &normalized)) != G4_OK ||
             (r = g4__tokp_bool(p, c, "lstrip", where, 0, &lstrip)) != G4_OK ||
@@ -8398,10 +8428,79 @@ static g4_result g4__tokp_added(g4__tokp *p, int added) {
         if (lstrip || rstrip || single_word)
             return g4__tokp_fail(p, "%s (\"%s\"): lstrip, rstrip and single_word are not supported", where,
                                  j->nodes[cn].str);
-        t->flags[id] |= (unsigned char)(G4_TOKEN_ADDED | (special ? G4_TOKEN_SPECIAL : 0));
-        if (j->nodes[cn].len) g4__trie_insert(t, normalized ? 1 : 0, j->nodes[cn].str, j->nodes[cn].len, id);
+        total += normalized ? g4__replace_bound(t->norm, t->n_norm, j->nodes[cn].len) : j->nodes[cn].len;
+        if (normalized && g4__replace_bound(t->norm, t->n_norm, j->nodes[cn].len) > nbytes)
+            nbytes = g4__replace_bound(t->norm, t->n_norm, j->nodes[cn].len);
+    }
+    t->trie_child = (int32_t *)G4_MALLOC(sizeof(int32_t) * (total + 2));
+    t->trie_next = (int32_t *)G4_MALLOC(sizeof(int32_t) * (total + 2));
+    t->trie_id = (int32_t *)G4_MALLOC(sizeof(int32_t) * (total + 2));
+    t->trie_byte = (unsigned char *)G4_MALLOC(total + 2);
+    p->set_mask = g4__pow2_at_least((size_t)j->nodes[added].count * 2) - 1;
+    p->set_node = (int32_t *)G4_MALLOC(sizeof(int32_t) * ((size_t)p->set_mask + 1));
+    p->set_id = (int32_t *)G4_MALLOC(sizeof(int32_t) * ((size_t)p->set_mask + 1));
+    p->set_special = (unsigned char *)G4_MALLOC((size_t)p->set_mask + 1);
+    p->dstr = (const char **)G4_MALLOC(sizeof(char *) * (size_t)t->n_vocab);
+    p->dlen = (size_t *)G4_MALLOC(sizeof(size_t) * (size_t)t->n_vocab);
+    p->nbuf = (char *)G4_MALLOC(total + 1);
+    owner = (int32_t *)G4_MALLOC(sizeof(int32_t) * (size_t)t->n_vocab);
+    a = (char *)G4_MALLOC(nbytes + 1);
+    b = (char *)G4_MALLOC(nbytes + 1);
+    if (!t->trie_child || !t->trie_next || !t->trie_id || !t->trie_byte || !p->set_node || !p->set_id || !p->set_special || !p->dstr ||
+        !p->dlen || !p->nbuf || !owner || !a || !b) {
+        G4_FREE(owner); G4_FREE(a); G4_FREE(b);
+        return g4__tok_nomem(p);
+    }
+    memset(p->set_node, 0xff, sizeof(int32_t) * ((size_t)p->set_mask + 1));
+    memset(p->set_special, 0, (size_t)p->set_mask + 1);
+    for (id = 0; id < t->n_vocab; id++) { owner[id] = -1; p->dstr[id] = NULL; p->dlen[id] = 0; }
+    t->n_trie = 2;
+    t->trie_child[0] = t->trie_child[1] = t->trie_next[0] = t->trie_next[1] = t->trie_id[0] = t->trie_id[1] = -1;
+    t->trie_byte[0] = t->trie_byte[1] = 0;
+    for (c = j->nodes[added].child; c >= 0; c = j->nodes[c].next) { /* ids, as add_tokens gives them */
+        const g4__jnode *cn = &j->nodes[g4__jget(j, c, "content")];
+        uint32_t h;
+        int special;
+        if (!cn->len) continue; /* tokenizers ignores an empty content */
+        h = g4__tokp_set_slot(p, cn->str, cn->len);
+        if (p->set_node[h] < 0) {
+            id = g4__vocab_find(t, cn->str, cn->len);
+            p->set_node[h] = c;
+            p->set_id[h] = id >= 0 ? id : next_id++;
+        }
+        id = p->set_id[h];
+        g4__tokp_bool(p, c, "special", "", 0, &special); /* checked above */
+        if (special) p->set_special[h] = 1;
+        owner[id] = c; /* the last token given an id is its token */
+        if (id + 1 > n_ids) n_ids = id + 1;
+    }
+    t->n_vocab = n_ids;
+    for (id = 0; id < t->n_vocab; id++) { /* each id's token: its flag, its trie entry, its string for decoding */
+        const g4__jnode *cn;
+        const char *str;
+        size_t len;
+        int normalized, special;
+        if ((c = owner[id]) < 0) continue;
+        cn = &j->nodes[g4__jget(j, c, "content")];
+        g4__tokp_bool(p, c, "special", "", 0, &special);
+        g4__tokp_bool(p, c, "normalized", "", !special, &normalized);
+        str = cn->str;
+        len = cn->len;
+        if (normalized) { /* tokenizers' normalized_cache */
+            str = g4__replace_all(t->norm, t->n_norm, cn->str, cn->len, a, b, &len);
+            memcpy(p->nbuf + npos, str, len);
+            str = p->nbuf + npos;
+            npos += len;
+        }
+        t->flags[id] |= G4_TOKEN_ADDED;
+        g4__trie_insert(t, normalized ? 1 : 0, str, len, id);
+        p->dstr[id] = str;
+        p->dlen[id] = len;
         t->n_added++;
     }
+    G4_FREE(owner);
+    G4_FREE(a);
+    G4_FREE(b);
     return G4_OK;
 }
 
@@ -8431,22 +8530,18 @@ static g4_result g4__tokp_decoded(g4__tokp *p, int added, int byte_fallback) {
     const char **strs = (const char **)G4_MALLOC(sizeof(char *) * (size_t)t->n_vocab);
     size_t *lens = (size_t *)G4_MALLOC(sizeof(size_t) * (size_t)t->n_vocab);
     if (!strs || !lens) { G4_FREE((void *)strs); G4_FREE(lens); return g4__tok_nomem(p); }
-    /* added tokens' strings: one pass over the list instead of one per id */
-    for (id = 0; id < t->n_vocab; id++) {
-        strs[id] = NULL;
-        if (!(t->flags[id] & G4_TOKEN_ADDED) && t->vocab_len[id] != G4__TOK_NONE) {
+    (void)added;
+    for (id = 0; id < t->n_vocab; id++) { /* the string each id decodes from: its added token's, else the vocab's */
+        uint32_t h;
+        strs[id] = p->dstr[id];
+        lens[id] = p->dlen[id];
+        if (!strs[id] && t->vocab_len[id] != G4__TOK_NONE) {
             strs[id] = t->vocab_str + t->vocab_off[id];
             lens[id] = t->vocab_len[id];
         }
-    }
-    {
-        int c;
-        for (c = p->j->nodes[added].child; c >= 0; c = p->j->nodes[c].next) {
-            int cn = g4__jget(p->j, c, "content");
-            id = (int32_t)p->j->nodes[g4__jget(p->j, c, "id")].ival;
-            strs[id] = p->j->nodes[cn].str;
-            lens[id] = p->j->nodes[cn].len;
-        }
+        if (!strs[id]) continue;
+        h = g4__tokp_set_slot(p, strs[id], lens[id]); /* skip_special_tokens: by that string */
+        if (p->set_node[h] >= 0 && p->set_special[h]) t->flags[id] |= G4_TOKEN_SPECIAL;
     }
     for (id = 0; id < t->n_vocab; id++) {
         if (!strs[id]) continue;
@@ -8529,6 +8624,7 @@ G4__DEF g4_result g4_tokenizer_parse(g4_tokenizer *t, const char *json, size_t l
     t->bos = t->eos = t->pad = t->turn_open = t->turn_close = t->think = t->unk_id = -1;
     if (!json || !name) { g4__seterr(t->error, "g4_tokenizer_parse: NULL argument"); return G4_ERR_INPUT; }
     if ((r = g4__json_parse(&j, json, len, name, t->error)) != G4_OK) return r;
+    memset(&p, 0, sizeof p);
     p.j = &j; p.name = name; p.t = t;
     root = 0;
     model = g4__jget(&j, root, "model");
@@ -8545,8 +8641,8 @@ G4__DEF g4_result g4_tokenizer_parse(g4_tokenizer *t, const char *json, size_t l
     if (r == G4_OK) r = g4__tokp_vocab(&p, vocab, added);
     if (r == G4_OK) r = g4__tokp_merges(&p, g4__jget(&j, model, "merges"));
     if (r == G4_OK) r = g4__tokp_model(&p, model);
+    if (r == G4_OK) r = g4__tokp_normalizer(&p, g4__jget(&j, root, "normalizer")); /* before: normalized added tokens */
     if (r == G4_OK) r = g4__tokp_added(&p, added);
-    if (r == G4_OK) r = g4__tokp_normalizer(&p, g4__jget(&j, root, "normalizer"));
     if (r == G4_OK) r = g4__tokp_pretok(&p, g4__jget(&j, root, "pre_tokenizer"));
     if (r == G4_OK) r = g4__tokp_decoder(&p, g4__jget(&j, root, "decoder"), &byte_fallback_dec);
     if (r == G4_OK) r = g4__tokp_post(&p, g4__jget(&j, root, "post_processor"));
@@ -8556,6 +8652,8 @@ G4__DEF g4_result g4_tokenizer_parse(g4_tokenizer *t, const char *json, size_t l
         for (k = 0; k < t->n_prefix; k++) if (t->prefix[k] >= t->n_vocab) r = g4__tokp_fail(&p, "post_processor id %ld is not in the vocabulary", (long)t->prefix[k]);
         for (k = 0; k < t->n_suffix; k++) if (t->suffix[k] >= t->n_vocab) r = g4__tokp_fail(&p, "post_processor id %ld is not in the vocabulary", (long)t->suffix[k]);
     }
+    G4_FREE((void *)p.dstr); G4_FREE(p.dlen); G4_FREE(p.nbuf);
+    G4_FREE(p.set_node); G4_FREE(p.set_id); G4_FREE(p.set_special);
     g4__json_free(&j);
     if (r != G4_OK) {
         char keep[G4_ERROR_MAX];

