@@ -51,6 +51,8 @@ Usage (from the repository root, with the venv of README's *What is verified*):
                                                                  no torch)
     venv/bin/python tools/make_tokenizer_goldens.py --added-only only added_goldens.jsonl (no training,
                                                                  no torch)
+    venv/bin/python tools/make_tokenizer_goldens.py --generate-only  only generate_golden.json, from the
+                                                                 committed tokenizer.json
 """
 
 import datetime
@@ -448,7 +450,9 @@ def make_generate_golden(tok):
         dict(name="chat", system="You are terse.", user="Write a poem about Machine Learning.", thinking=True,
              chat=True),
         dict(name="chat_nosys", system=None, user="Hello! How are you today?", thinking=False, chat=True),
-        dict(name="plain", prompt="The quick brown fox", chat=False),
+        # "The quick brown fox" (until 2026-11-23) stopped at <eos> after 2 tokens; this one runs 37,
+        # its last <eos>, with a smallest top-2 logit gap of 0.0175 (float32 noise is ~1e-5 relative)
+        dict(name="plain", prompt="Once upon a time, in a land far away,", chat=False),
     ]
     out = []
     for c in cases:
@@ -476,6 +480,14 @@ def main():
         return
     if sys.argv[1:] == ["--added-only"]:
         set_versions_line("added", write_added_goldens())
+        return
+    if sys.argv[1:] == ["--generate-only"]:
+        with open(os.path.join(OUT, "tokenizer.json"), encoding="utf-8") as f:
+            gen, (tv, trv) = make_generate_golden(Tokenizer.from_str(f.read()))
+        with open(os.path.join(OUT, "generate_golden.json"), "w") as f:
+            f.write(gen)
+        set_versions_line("generate", f"generate data/tiny/e2b_like, float32, eager, greedy, max_new_tokens 40, "
+                          f"stop on <eos> and <turn|> (torch {tv}, transformers {trv}; --generate-only)\n")
         return
     tiny_text = build_tiny()
     with open(os.path.join(OUT, "tokenizer.json"), "w", encoding="utf-8") as f:
