@@ -814,7 +814,9 @@ typedef struct {
 G4_API g4_template_options g4_template_options_init(void);
 /* Parses template text (UTF-8; "\r\n" and "\r" read as "\n", one trailing
    newline dropped, as jinja2). `name` labels messages. G4_ERR_INPUT with the
-   line and construct in t->error on a syntax error or an unsupported tag. */
+   line and construct in t->error on a syntax error or an unsupported tag, and
+   with the byte offset on text that is not valid UTF-8 (transformers refuses a
+   chat_template.jinja that is not: UnicodeDecodeError). */
 G4_API g4_result g4_template_parse(g4_template *t, const char *src, size_t len, const char *name);
 /* DIR/chat_template.jinja, else DIR/tokenizer_config.json's "chat_template"
    (a string, or a list of {"name", "template"}: the one named "default").
@@ -12970,6 +12972,16 @@ G4__DEF g4_result g4_template_parse(g4_template *t, const char *src, size_t len,
     snprintf(t->name, sizeof t->name, "%s", name ? name : "template");
     if (!src) { g4__seterr(t->error, "%s: no template text", t->name); return G4_ERR_INPUT; }
     if (len > G4__JT_MAX_SOURCE) { g4__seterr(t->error, "%s: template larger than 16 MiB", t->name); return G4_ERR_INPUT; }
+    for (i = 0; i < len; i += k) { /* transformers reads chat_template.jinja with open(encoding="utf-8") */
+        if (!(k = g4__utf8_char((const unsigned char *)src + i, len - i))) {
+            size_t j, line = 1;
+            for (j = 0; j < i; j++) line += src[j] == '\n' || (src[j] == '\r' && (j + 1 == i || src[j + 1] != '\n'));
+            g4__seterr(t->error, "%s: line %lu: invalid UTF-8 at byte offset %lu (byte 0x%02X)", t->name, (unsigned long)line,
+                       (unsigned long)i, (unsigned)(unsigned char)src[i]);
+            return G4_ERR_INPUT;
+        }
+    }
+    k = 0;
     if (!(m = (g4__jtmpl *)G4_MALLOC(sizeof *m))) { g4__seterr(t->error, "%s: out of memory", t->name); return G4_ERR_NOMEM; }
     memset(m, 0, sizeof *m);
     m->a.limit = (size_t)64 * len + ((size_t)1 << 20); /* tokens and nodes: a few per source byte */

@@ -273,6 +273,12 @@ static void test_load(void) {
         CHECK(r == G4_OK, "a lone surrogate in a field gemma4.h does not read loads, as in Python: %d %s", r, t.error);
         if (r == G4_OK) g4_template_free(&t);
     }
+    /* transformers refuses a chat_template.jinja that is not UTF-8 (UnicodeDecodeError) */
+    write_file(P(dir, "chat_template.jinja"), "a\xff{{ 1 }}", 10);
+    r = g4_template_load(&t, dir);
+    CHECK(r == G4_ERR_INPUT && strstr(t.error, "chat_template.jinja: line 1: invalid UTF-8 at byte offset 1 (byte 0xFF)"),
+          "invalid UTF-8 in the template file: %d %s", r, t.error);
+    if (r == G4_OK) g4_template_free(&t);
     /* chat_template.jinja wins over tokenizer_config.json */
     write_file(P(dir, "tokenizer_config.json"), "{\"chat_template\":\"config\"}", 26);
     write_file(P(dir, "chat_template.jinja"), "file\n", 5);
