@@ -1308,14 +1308,20 @@ static size_t g4__utf8_char(const unsigned char *s, size_t n) {
     return need <= n ? need : 0;
 }
 
-static int g4__utf8_valid(const unsigned char *s, size_t n) {
+/* Offset of the first byte of s[0..n) that starts no valid UTF-8 character,
+   n when all of it is UTF-8 (ASCII eight bytes at a time). */
+static size_t g4__utf8_bad(const unsigned char *s, size_t n) {
     size_t i = 0, k;
     while (i < n) {
-        if (!(k = g4__utf8_char(s + i, n - i))) return 0;
+        uint64_t w;
+        if (n - i >= 8 && (memcpy(&w, s + i, 8), !(w & 0x8080808080808080ull))) { i += 8; continue; }
+        if (!(k = g4__utf8_char(s + i, n - i))) return i;
         i += k;
     }
-    return 1;
+    return n;
 }
+
+static int g4__utf8_valid(const unsigned char *s, size_t n) { return g4__utf8_bad(s, n) == n; }
 
 /* ----------------------------------------------------------- JSON >>json */
 /* A small DOM parser (RFC 8259, strict: no NaN/Infinity, no comments, no
@@ -1672,7 +1678,7 @@ static void g4__json_free(g4__json *j) {
    (serde_json); base: src's offset in the file, for the byte offset in messages. */
 static g4_result g4__json_parse_ex(g4__json *j, const char *src, size_t len, const char *name, char *err, int python,
                                    size_t base) {
-    size_t i = 0, k;
+    size_t i;
     memset(j, 0, sizeof *j);
     j->src = src;
     j->len = len;
@@ -1681,16 +1687,10 @@ static g4_result g4__json_parse_ex(g4__json *j, const char *src, size_t len, con
     j->python = python;
     j->base = base;
     if (len > (size_t)1 << 30) { g4__seterr(err, "%s: JSON text larger than 1 GiB", name); return G4_ERR_JSON; }
-    while (i < len) { /* the whole text must be UTF-8 first, as every reference reads it */
-        uint64_t w;
-        if (len - i >= 8 && (memcpy(&w, src + i, 8), !(w & 0x8080808080808080ull))) { i += 8; continue; } /* ASCII */
-        if (!((unsigned char)src[i] & 0x80)) { i++; continue; }
-        if (!(k = g4__utf8_char((const unsigned char *)src + i, len - i))) {
-            j->pos = i;
-            g4__json_bad_utf8(j);
-            return G4_ERR_JSON;
-        }
-        i += k;
+    if ((i = g4__utf8_bad((const unsigned char *)src, len)) < len) { /* the whole text must be UTF-8 first, as every reference reads it */
+        j->pos = i;
+        g4__json_bad_utf8(j);
+        return G4_ERR_JSON;
     }
     j->max_nodes = (int)(len / 2 + 2); /* every value takes at least one byte and a separator */
     if (j->max_nodes > G4__JSON_MAX_NODES) j->max_nodes = G4__JSON_MAX_NODES;
@@ -12972,16 +12972,13 @@ G4__DEF g4_result g4_template_parse(g4_template *t, const char *src, size_t len,
     snprintf(t->name, sizeof t->name, "%s", name ? name : "template");
     if (!src) { g4__seterr(t->error, "%s: no template text", t->name); return G4_ERR_INPUT; }
     if (len > G4__JT_MAX_SOURCE) { g4__seterr(t->error, "%s: template larger than 16 MiB", t->name); return G4_ERR_INPUT; }
-    for (i = 0; i < len; i += k) { /* transformers reads chat_template.jinja with open(encoding="utf-8") */
-        if (!(k = g4__utf8_char((const unsigned char *)src + i, len - i))) {
-            size_t j, line = 1;
-            for (j = 0; j < i; j++) line += src[j] == '\n' || (src[j] == '\r' && (j + 1 == i || src[j + 1] != '\n'));
-            g4__seterr(t->error, "%s: line %lu: invalid UTF-8 at byte offset %lu (byte 0x%02X)", t->name, (unsigned long)line,
-                       (unsigned long)i, (unsigned)(unsigned char)src[i]);
-            return G4_ERR_INPUT;
-        }
+    if ((i = g4__utf8_bad((const unsigned char *)src, len)) < len) { /* transformers reads chat_template.jinja with open(encoding="utf-8") */
+        size_t j, line = 1;
+        for (j = 0; j < i; j++) line += src[j] == '\n' || (src[j] == '\r' && (j + 1 == i || src[j + 1] != '\n'));
+        g4__seterr(t->error, "%s: line %lu: invalid UTF-8 at byte offset %lu (byte 0x%02X)", t->name, (unsigned long)line,
+                   (unsigned long)i, (unsigned)(unsigned char)src[i]);
+        return G4_ERR_INPUT;
     }
-    k = 0;
     if (!(m = (g4__jtmpl *)G4_MALLOC(sizeof *m))) { g4__seterr(t->error, "%s: out of memory", t->name); return G4_ERR_NOMEM; }
     memset(m, 0, sizeof *m);
     m->a.limit = (size_t)64 * len + ((size_t)1 << 20); /* tokens and nodes: a few per source byte */
