@@ -8524,7 +8524,7 @@ static int g4__byte_token(const char *s, size_t len) {
 }
 
 /* Every id's decoded text (Replace steps applied) and byte value. */
-static g4_result g4__tokp_decoded(g4__tokp *p, int added, int byte_fallback) {
+static g4_result g4__tokp_decoded(g4__tokp *p, int byte_fallback) {
     g4_tokenizer *t = p->t;
     size_t total = 0, pos = 0, maxlen = 0, len = 0, n;
     int32_t id;
@@ -8532,7 +8532,6 @@ static g4_result g4__tokp_decoded(g4__tokp *p, int added, int byte_fallback) {
     const char **strs = (const char **)G4_MALLOC(sizeof(char *) * (size_t)t->n_vocab);
     size_t *lens = (size_t *)G4_MALLOC(sizeof(size_t) * (size_t)t->n_vocab);
     if (!strs || !lens) { G4_FREE((void *)strs); G4_FREE(lens); return g4__tok_nomem(p); }
-    (void)added;
     for (id = 0; id < t->n_vocab; id++) { /* the string each id decodes from: its added token's, else the vocab's */
         uint32_t h;
         strs[id] = p->dstr[id];
@@ -8648,7 +8647,7 @@ G4__DEF g4_result g4_tokenizer_parse(g4_tokenizer *t, const char *json, size_t l
     if (r == G4_OK) r = g4__tokp_pretok(&p, g4__jget(&j, root, "pre_tokenizer"));
     if (r == G4_OK) r = g4__tokp_decoder(&p, g4__jget(&j, root, "decoder"), &byte_fallback_dec);
     if (r == G4_OK) r = g4__tokp_post(&p, g4__jget(&j, root, "post_processor"));
-    if (r == G4_OK) r = g4__tokp_decoded(&p, added, byte_fallback_dec);
+    if (r == G4_OK) r = g4__tokp_decoded(&p, byte_fallback_dec);
     if (r == G4_OK) {
         int k;
         for (k = 0; k < t->n_prefix; k++) if (t->prefix[k] >= t->n_vocab) r = g4__tokp_fail(&p, "post_processor id %ld is not in the vocabulary", (long)t->prefix[k]);
