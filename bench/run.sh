@@ -88,6 +88,10 @@ printf "%-28s %14s %14s\n" "PyTorch eager bf16" "$t_pre" "$t_dec"
 printf "%-28s %14s %14s\n" "llama.cpp bf16" "${l_pre:--}" "${l_dec:--}"
 printf "%-28s %14s %14s\n" "llama.cpp, $PROMPT2-token prompt" "${l_long:--}" "-"
 echo
+# the ranking against the peers depends on the CPU and its ISA: name them beside the figures
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)
+isa=$(for f in avx2 fma f16c avx512f avx512_bf16 asimd; do grep -qw "$f" /proc/cpuinfo 2>/dev/null && printf '%s ' "$f"; done)
+echo "cpu: ${cpu:-unknown} ($(nproc) CPUs); ISA: ${isa:-none of avx2 fma f16c avx512f avx512_bf16 asimd}"
 awk -v bw="$bw" -v gbs="$g_gbs" -v fma="$fma" -v fl="$g_flops" -v tp="$t_pre" -v td="$t_dec" -v gp="$g_pre" -v gd="$g_dec" \
     -v fcpu="$fma_cpu" -v gfc="$g_fcpu" -v hfl="$h_flops" -v hfc="$h_fcpu" -v p1="$PROMPT" -v p2="$PROMPT2" -v th="$THREADS" \
     -v lp="${l_pre:--}" -v ld="${l_dec:--}" -v ll="${l_long:--}" -v hp="$h_pre" -v bp="${b_pre:--}" -v bd="${b_dec:--}" 'BEGIN {
