@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Sums an `ncu --csv --metrics gpu__time_duration.sum` log per kernel:
     python3 bench/ncu_summary.py LOG.csv
-(bench/cuda.sh's profile of one decode step; see the README's CUDA section)."""
+(bench/cuda.sh's profile of one decode step; see docs/cuda.md)."""
 import csv
 import sys
 from collections import defaultdict

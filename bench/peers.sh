@@ -7,7 +7,7 @@
 #     llama-bench and what it links (static, -DGGML_NATIVE=ON, Release);
 #   - the benchmark checkpoint converted to GGUF bf16 with that llama.cpp's own
 #     convert_hf_to_gguf.py. The converter needs a tokenizer: the full Gemma 3
-#     tokenizer (data/external/gemma3-tokenizer/, see README) is used, trimmed
+#     tokenizer (data/external/gemma3-tokenizer/, see docs/text.md) is used, trimmed
 #     to the model's vocab_size; TOKENIZER_DIR names another folder;
 #   - a check that the GGUF is the same model: bench/llama_logits.cpp runs a
 #     prompt through llama.cpp and bench/peers_check.py compares its logits
@@ -29,7 +29,7 @@ LLAMA_COMMIT=0c1e57098
 L=$P/llama_cpp_python-$V/vendor/llama.cpp
 mkdir -p $P
 [ -f "$TOK/tokenizer.json" ] && [ -f "$TOK/tokenizer_config.json" ] || {
-  echo "peers.sh: no tokenizer.json + tokenizer_config.json in $TOK (see README, Tokenizer; or set TOKENIZER_DIR)"; exit 1; }
+  echo "peers.sh: no tokenizer.json + tokenizer_config.json in $TOK (see docs/text.md; or set TOKENIZER_DIR)"; exit 1; }
 [ -x $P/venv/bin/python ] || python3 -m venv $P/venv
 $P/venv/bin/pip install -q torch==2.15.0 transformers==5.23.0 safetensors numpy sentencepiece scikit-build-core
 

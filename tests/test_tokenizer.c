@@ -6,7 +6,7 @@
                                           data/tokenizer/tokenizer.json (512 ids)
      data/tokenizer/gemma3_goldens.jsonl  the same strings on the full Gemma 3
                                           tokenizer, looked for in the ignored folder
-                                          data/external/gemma3-tokenizer/ (see README;
+                                          data/external/gemma3-tokenizer/ (see docs/text.md;
                                           those tests skip, saying so, when it is absent)
      data/tokenizer/generate_golden.json  transformers' greedy generate() on
                                           data/tiny/e2b_like from chat-format prompts
@@ -173,7 +173,7 @@ static void test_full_goldens(void) {
     g4_tokenizer t;
     int nt, nd;
     double t0;
-    if (access(FULL_TOK, R_OK) != 0) { skip(FULL_TOK " is absent (README, *Text in, text out*, says where to get it)"); return; }
+    if (access(FULL_TOK, R_OK) != 0) { skip(FULL_TOK " is absent (docs/text.md, says where to get it)"); return; }
     t0 = now_s();
     if (g4_tokenizer_load(&t, FULL_TOK) != G4_OK) { CHECK(0, "%s", t.error); return; }
     printf("  loaded %d ids, %d merges, %d added tokens in %.3f s\n", t.n_vocab, t.n_merges, t.n_added, now_s() - t0);
@@ -414,7 +414,7 @@ static void test_utf8_goldens(void) {
 static void test_utf8_goldens_full(void) {
     g4_tokenizer t;
     int n;
-    if (access(FULL_TOK, R_OK) != 0) { skip(FULL_TOK " is absent (README, *Text in, text out*, says where to get it)"); return; }
+    if (access(FULL_TOK, R_OK) != 0) { skip(FULL_TOK " is absent (docs/text.md, says where to get it)"); return; }
     if (g4_tokenizer_load(&t, FULL_TOK) != G4_OK) { CHECK(0, "%s", t.error); return; }
     n = check_utf8_goldens(&t, "gemma3");
     printf("  %d byte-run sequences on the Gemma 3 tokenizer\n", n);

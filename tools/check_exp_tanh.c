@@ -12,7 +12,7 @@
    within about 2^-63 of a midpoint). Printed per function: the inputs, how
    many g4__ and the C library round incorrectly (and by how many ulps at
    most), and how many differ from each other. Not a test (it takes minutes);
-   the README records its output; tests/test_cuda.c samples 2M inputs. */
+   docs/cuda.md records its output; tests/test_cuda.c samples 2M inputs. */
 #define _POSIX_C_SOURCE 200809L
 #define GEMMA4_IMPLEMENTATION
 #define GEMMA4_STATIC

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Independent NumPy re-implementation of the Gemma 4 text decoder, checked against the
-goldens. It was written from a prose description of the architecture (the math README.md
+goldens. It was written from a prose description of the architecture (the math docs/ and README.md
 and gemma4.h's comments describe), not from transformers' code, and it imports neither
 transformers nor torch: a second oracle whose mistakes would not be transformers' own.
 
@@ -14,7 +14,7 @@ the way a C loader would:
   * single-file or sharded (model.safetensors.index.json) weights; unknown tensors
     (vision/audio towers, stale k/v of KV-shared layers) are ignored.
 
-All math in float32.  Usage (from the repository root, with the venv of README's *What is verified*):
+All math in float32.  Usage (from the repository root, with the venv of docs/verification.md):
     venv/bin/python tools/check_goldens_numpy.py [data/tiny]
 """
 

