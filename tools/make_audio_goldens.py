@@ -1,0 +1,426 @@
+#!/usr/bin/env python3
+"""Golden data for gemma4.h's audio tower and audio feature extractor.
+
+Builds a tiny random-weight E2B-style Gemma4ForConditionalGeneration (PLE, shared KV, an audio
+tower with clipped linears; no vision tower) WITH transformers, saves it as a real checkpoint,
+reloads it in float32 and records, for two clips:
+
+    data/tiny/e2b_audio/config.json, model.safetensors   the checkpoint (stored bfloat16)
+    data/tiny/e2b_audio/clip_a.wav                        16130 samples, PCM16 mono 16 kHz
+    data/tiny/e2b_audio/clip_b.wav                        7000 samples, float32 mono 16 kHz
+    data/tiny/e2b_audio/golden.safetensors:
+      {a,b}.input_features    F32 [T, 128]     Gemma4AudioFeatureExtractor, one clip at a time
+      {a,b}.input_features_mask I32 [T]
+      {a,b}.soft_tokens       F32 [n, Ht]      embed_audio's output, padding stripped
+      {a,b}.valid             I32 [T2]         the tower's output mask
+      a.tap.<module>          F32 [rows, cols] every audio tower module's output, by its
+                                               transformers name under model. (audio_tower.*,
+                                               embed_audio), batch 1; the layout is the row
+                                               layout gemma4.h's taps use (see below);
+                                               past layer 0 only layers.<i> and its direct
+                                               submodules (the data budget)
+      a.tap_rows.<module>     I32 [k]          only for taps stored in part: which rows
+      ids                     I32 [S]          a prompt with both clips' placeholder runs
+      logits                  F32 [S, V]       Gemma4ForConditionalGeneration(ids, both clips
+                                               batched by the feature extractor), float32
+
+Tap layouts: the subsampling layers' [1, C, T, F] outputs are stored as [T][F*C] (channels
+last, what input_proj_linear flattens); depthwise_conv1d's [1, H, T] as [T][H]; every other
+module's [1, T, X] as [T][X]; rel_pos_enc and self_attn.relative_k_proj as [P][H] with
+P = context_size // 2 + 1 positions (distance P-1 first). subsample_conv_projection.layer0 is
+64*128 floats a row: only its first and last rows are stored (the data budget).
+
+transformers 5.23 quirks met here (see ../shared/spec/gemma4-multimodal.md): the feature
+extractor fails on a single 1-D waveform, so every call passes a list of waveforms;
+subsample_conv_projection's input_proj_linear assumes subsampling_conv_channels[0] == 128
+(the mel bins), so the config keeps 128 there.
+
+The random scalars are calibrated on the model itself (a first forward with unclipped
+bounds): the clipped linears' bounds, gradient_clipping and attention_logit_cap are set where
+they clip a few percent of the values, and the script checks that the soft tokens move by
+much more than the tolerance when any of them is turned off (so a port that skips one fails).
+
+Usage (from the repository root): venv/bin/python tools/make_audio_goldens.py [--out DIR]
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import struct
+import sys
+import wave
+
+import numpy as np
+import safetensors
+import torch
+import transformers
+from safetensors.torch import save_file
+
+assert torch.__version__.startswith("2.15"), torch.__version__
+assert transformers.__version__ == "5.23.0", transformers.__version__
+
+from transformers import (  # noqa: E402
+    Gemma4AudioConfig,
+    Gemma4AudioFeatureExtractor,
+    Gemma4Config,
+    Gemma4ForConditionalGeneration,
+    Gemma4TextConfig,
+)
+
+torch.use_deterministic_algorithms(True)
+torch.set_num_threads(1)
+
+SEED = 4242
+# The WAVs are the extractor's input: PCM16 samples are k / 32768 (as soundfile reads them).
+SL, FU = "sliding_attention", "full_attention"
+# Special ids inside the tiny vocabulary (the config's; never hard-coded in gemma4.h).
+IDS = dict(image_token_id=240, video_token_id=241, boi_token_id=242, eoi_token_id=243,
+           boa_token_id=244, eoa_token_index=245, audio_token_id=246)
+
+TEXT = dict(
+    vocab_size=256, hidden_size=32, intermediate_size=48, num_attention_heads=4, head_dim=16,
+    global_head_dim=32, rms_norm_eps=1e-6, final_logit_softcapping=30.0, sliding_window=8,
+    max_position_embeddings=128, num_hidden_layers=4, layer_types=[SL, FU, SL, FU],
+    num_key_value_heads=1, num_kv_shared_layers=2, use_double_wide_mlp=True,
+    hidden_size_per_layer_input=8, vocab_size_per_layer_input=256, attention_k_eq_v=False,
+    num_global_key_value_heads=None,
+    rope_parameters={
+        SL: {"rope_type": "default", "rope_theta": 10_000.0},
+        FU: {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0},
+    },
+)
+AUDIO = dict(
+    hidden_size=24, num_hidden_layers=2, num_attention_heads=3,  # head_dim 8
+    subsampling_conv_channels=[128, 4],  # [0] must be 128 (transformers' input_proj_linear)
+    conv_kernel_size=5, output_proj_dims=20,  # output_proj_dims != hidden_size
+    residual_weight=0.37,
+    # the released geometry: a frame attends to itself and the 11 frames before it
+    attention_chunk_size=12, attention_context_left=13, attention_context_right=0,
+    # not the FFN/layer norms' eps (they keep Gemma4RMSNorm's 1e-6): the subsampling
+    # LayerNorms, the light conv's norms and embed_audio's norm use it
+    rms_norm_eps=1e-3,
+    use_clipped_linears=True,
+    # calibrated below (placeholders)
+    attention_logit_cap=50.0, gradient_clipping=1e10,
+)
+CLIP_A = 16130  # not a multiple of 128; its last soft token is padding
+CLIP_B = 7000
+
+
+def waveforms():
+    rng = np.random.RandomState(SEED)
+    t = np.arange(CLIP_A) / 16000.0
+    f = 180 + 900 * t  # a rising tone, a harmonic, an envelope and noise
+    a = (0.35 * np.sin(2 * np.pi * np.cumsum(f) / 16000.0) + 0.1 * np.sin(2 * np.pi * 3 * np.cumsum(f) / 16000.0))
+    a = a * (0.6 + 0.4 * np.sin(2 * np.pi * 3 * t)) + 0.02 * rng.randn(CLIP_A)
+    a16 = np.clip(np.round(a * 32768), -32768, 32767).astype(np.int16)
+    tb = np.arange(CLIP_B) / 16000.0
+    b = 0.5 * np.sign(np.sin(2 * np.pi * 440 * tb)) * np.exp(-3 * tb) + 0.05 * rng.randn(CLIP_B)
+    b = b.astype(np.float32)
+    return a16, b
+
+
+def write_wav_pcm16(path, x16):
+    with wave.open(path, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(x16.astype("<i2").tobytes())
+
+
+def write_wav_float32(path, x):
+    data = x.astype("<f4").tobytes()
+    fmt = struct.pack("<HHIIHH", 3, 1, 16000, 16000 * 4, 4, 32)  # WAVE_FORMAT_IEEE_FLOAT
+    fact = struct.pack("<I", len(x))
+    body = (b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"fact" + struct.pack("<I", 4) + fact
+            + b"data" + struct.pack("<I", len(data)) + data)
+    with open(path, "wb") as f:
+        f.write(b"RIFF" + struct.pack("<I", len(body)) + body)
+
+
+def build(audio_over):
+    audio = dict(AUDIO)
+    audio.update(audio_over)
+    cfg = Gemma4Config(text_config=Gemma4TextConfig(**TEXT), vision_config=None,
+                       audio_config=Gemma4AudioConfig(**audio), **IDS)
+    return cfg
+
+
+def randomize(model):
+    g = torch.Generator().manual_seed(SEED)
+
+    def normal(shape, std):
+        return torch.randn(shape, generator=g, dtype=torch.float32) * std
+
+    def uniform(shape, lo, hi):
+        return lo + (hi - lo) * torch.rand(shape, generator=g, dtype=torch.float32)
+
+    items = list(model.named_parameters()) + [(n, b) for n, b in model.named_buffers() if n.endswith("layer_scalar")]
+    seen = set()
+    for name, t in sorted(items, key=lambda x: x[0]):
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        shape = tuple(t.shape)
+        leaf = name.rsplit(".", 1)[-1]
+        if "audio_tower" in name or "embed_audio" in name:
+            if name.endswith("per_dim_scale"):
+                v = normal(shape, 0.7)
+            elif "norm" in name and leaf == "weight":
+                v = uniform(shape, 0.5, 1.5)
+            elif leaf == "bias":
+                v = normal(shape, 0.1)
+            else:  # linears and convolutions: ~1/sqrt(fan_in)
+                fan_in = int(np.prod(shape[1:]))
+                v = normal(shape, 1.0 / np.sqrt(fan_in))
+        elif name.endswith("layer_scalar"):
+            v = uniform(shape, 0.5, 1.5)
+        elif name.endswith("language_model.norm.weight"):
+            v = uniform(shape, 3.0, 5.0)
+        elif "norm" in name and leaf == "weight" and len(shape) == 1:
+            v = uniform(shape, 0.5, 1.5)
+        elif name.endswith("embed_tokens.weight"):
+            v = normal(shape, 0.1)
+        elif name.endswith("embed_tokens_per_layer.weight"):
+            v = normal(shape, 0.5)
+        elif len(shape) == 0:
+            continue
+        else:
+            v = normal(shape, 0.1)
+        with torch.no_grad():
+            t.copy_(v.to(t.dtype))
+
+
+def clippables(tower):
+    return [(n, m) for n, m in tower.named_modules() if type(m).__name__ == "Gemma4ClippableLinear"]
+
+
+def tower_soft_tokens(model, feats, mask):
+    with torch.no_grad():
+        out = model.model.get_audio_features(torch.from_numpy(feats)[None], torch.from_numpy(mask)[None],
+                                             return_dict=True)
+    return out.pooler_output[0], out.attention_mask[0]
+
+
+def calibrate(model, feats, mask):
+    """Bounds, gradient_clipping and the logit cap where they clip a few percent."""
+    g = torch.Generator().manual_seed(SEED + 1)
+    tower = model.model.audio_tower
+    seen_in, seen_out, clampv = {}, {}, []
+    hooks = []
+    for n, m in clippables(tower):
+        def h(mod, inp, out, n=n):
+            seen_in[n] = inp[0].detach().flatten()
+            seen_out[n] = out.detach().flatten()
+        hooks.append(m.register_forward_hook(h))
+    for layer in tower.layers:  # the residual stream where the clamps act
+        hooks.append(layer.feed_forward1.register_forward_hook(lambda m, i, o: clampv.append(o.detach().abs().flatten())))
+        hooks.append(layer.lconv1d.depthwise_conv1d.register_forward_hook(lambda m, i, o: clampv.append(o.detach().abs().flatten())))
+    # the attention logits: torch.tanh is patched for one forward to see its argument
+    real_tanh = torch.tanh
+    capv = []
+
+    def spy_tanh(x, *a, **k):
+        capv.append(x.detach().abs().flatten())
+        return real_tanh(x, *a, **k)
+    torch.tanh = spy_tanh
+    try:
+        tower_soft_tokens(model, feats, mask)
+    finally:
+        torch.tanh = real_tanh
+        for h in hooks:
+            h.remove()
+    cap_in = torch.cat(capv) * tower.config.attention_logit_cap  # tanh saw logits / cap
+    with torch.no_grad():
+        for n, m in clippables(tower):
+            xi, xo = seen_in[n], seen_out[n]
+            qi = [float(torch.quantile(xi, q)) for q in (0.03, 0.97)]
+            qo = [float(torch.quantile(xo, q)) for q in (0.03, 0.97)]
+            r = lambda: float(0.9 + 0.2 * torch.rand((), generator=g))
+            m.input_min.fill_(qi[0] * r())
+            m.input_max.fill_(qi[1] * r())
+            m.output_min.fill_(qo[0] * r())
+            m.output_max.fill_(qo[1] * r())
+    gc = float(torch.quantile(torch.cat(clampv), 0.97))
+    cap = float(torch.quantile(cap_in[cap_in > 0], 0.9))
+    return round(gc, 3), round(cap, 3)
+
+
+def load(path):
+    m = Gemma4ForConditionalGeneration.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
+    return m.eval()
+
+
+def tap_name(full):
+    return full[len("model."):] if full.startswith("model.") else full
+
+
+def record_taps(model, feats, mask):
+    """Every audio tower module's output (batch 1), in gemma4.h's row layouts."""
+    out = {}
+    hooks = []
+    skip_leaf = (".linear", ".act", ".act_fn", ".conv", ".norm")
+    for name, mod in list(model.model.audio_tower.named_modules()) + [("", None)]:
+        if mod is None or name == "":
+            continue
+        if any(name.endswith(s) for s in skip_leaf):  # inner modules (the subsampling's conv, norm)
+            continue
+        full = "audio_tower." + name
+
+        def h(m, i, o, full=full, name=name):
+            x = o[0] if isinstance(o, (tuple, list)) else o
+            x = x.detach().float()
+            if name.startswith("subsample_conv_projection.layer"):
+                x = x[0].permute(1, 2, 0).reshape(x.shape[2], -1)  # [C,T,F] -> [T][F*C]
+            elif name.endswith("depthwise_conv1d"):
+                x = x[0].transpose(0, 1)  # [H,T] -> [T][H]
+            elif name.endswith("relative_k_proj") or name == "rel_pos_enc":
+                x = x.reshape(-1, x.shape[-1])
+            else:
+                x = x[0]
+            out[full] = x.contiguous().clone()
+        hooks.append(mod.register_forward_hook(h))
+    hooks.append(model.model.embed_audio.register_forward_hook(
+        lambda m, i, o: out.__setitem__("embed_audio", o.detach().float()[0].clone())))
+    try:
+        soft, valid = tower_soft_tokens(model, feats, mask)
+    finally:
+        for h in hooks:
+            h.remove()
+    return out, soft, valid
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="data/tiny/e2b_audio")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+
+    a16, b = waveforms()
+    write_wav_pcm16(os.path.join(args.out, "clip_a.wav"), a16)
+    write_wav_float32(os.path.join(args.out, "clip_b.wav"), b)
+    a = (a16.astype(np.float32) / np.float32(32768.0)).astype(np.float32)
+
+    fe = Gemma4AudioFeatureExtractor()
+    try:
+        fe(a, return_tensors="np")
+        print("note: a single 1-D waveform worked (the 5.23 bug is gone?)")
+    except ValueError as e:
+        print(f"transformers 5.23: a single 1-D waveform fails ({e}); passing a list")
+    feats = {}
+    for key, x in (("a", a), ("b", b)):
+        r = fe([x], return_tensors="np")
+        feats[key] = (r["input_features"][0].astype(np.float32), r["input_features_mask"][0].astype(bool))
+    both = fe([a, b], return_tensors="np")
+
+    # model: randomize, calibrate the bounds, the clamp and the cap on clip a, save, reload
+    torch.manual_seed(SEED)
+    cfg = build({})
+    model = Gemma4ForConditionalGeneration(cfg).eval()
+    randomize(model)
+    gc, cap = calibrate(model, *feats["a"])
+    print(f"calibrated: gradient_clipping {gc}  attention_logit_cap {cap}")
+    model.config.audio_config.gradient_clipping = gc
+    model.config.audio_config.attention_logit_cap = cap
+    for layer in model.model.audio_tower.layers:
+        layer.gradient_clipping = gc
+        layer.feed_forward1.gradient_clipping = gc
+        layer.feed_forward2.gradient_clipping = gc
+        layer.lconv1d.gradient_clipping = gc
+        layer.self_attn.attention_logits_soft_cap = cap
+        layer.self_attn.softcap.fill_(cap)
+    tmp = args.out + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.to(torch.bfloat16).save_pretrained(tmp)
+    for f in ("config.json", "model.safetensors"):
+        shutil.move(os.path.join(tmp, f), os.path.join(args.out, f))
+    shutil.rmtree(tmp)
+    model = load(args.out)
+    assert model.config.audio_config.gradient_clipping == gc and model.config.audio_config.attention_logit_cap == cap
+
+    golden = {}
+    soft_of = {}
+    for key in ("a", "b"):
+        f, m = feats[key]
+        golden[f"{key}.input_features"] = torch.from_numpy(f)
+        golden[f"{key}.input_features_mask"] = torch.from_numpy(m.astype(np.int32))
+        taps, soft, valid = record_taps(model, f, m)
+        n = int(valid.sum())
+        soft_of[key] = soft[valid]
+        golden[f"{key}.soft_tokens"] = soft[valid].contiguous()
+        golden[f"{key}.valid"] = valid.to(torch.int32)
+        print(f"clip {key}: {len(a if key == 'a' else b)} samples, {f.shape[0]} mel frames ({int(m.sum())} valid), "
+              f"{valid.shape[0]} soft tokens ({n} valid)")
+        if key == "a":
+            for name, x in taps.items():
+                if name == "audio_tower.subsample_conv_projection.layer0":
+                    rows = [0, x.shape[0] - 1]
+                    golden[f"a.tap_rows.{name}"] = torch.tensor(rows, dtype=torch.int32)
+                    x = x[rows]
+                layer = name.split(".")[2] if name.startswith("audio_tower.layers.") else None
+                if layer not in (None, "0") and name.count(".") > 3:
+                    continue  # past layer 0 only the layer and its direct submodules (the data budget)
+                golden[f"a.tap.{name}"] = x.contiguous()
+            # the transformers masking measured: row 0 of block 1 sees context columns 1..12
+            print("taps:", len(taps))
+
+    # sensitivity: each calibrated feature must move the soft tokens far beyond the tolerance
+    base = soft_of["a"]
+    for what, fn in (
+        ("clip bounds off", lambda mm: [setattr(c, "use_clipped_linears", False) for _, c in clippables(mm.model.audio_tower)]),
+        ("gradient_clipping off", lambda mm: [setattr(l, "gradient_clipping", 1e10) or setattr(l.feed_forward1, "gradient_clipping", 1e10)
+                                              or setattr(l.feed_forward2, "gradient_clipping", 1e10) or setattr(l.lconv1d, "gradient_clipping", 1e10)
+                                              for l in mm.model.audio_tower.layers]),
+        ("logit cap 50", lambda mm: [l.self_attn.softcap.fill_(50.0) for l in mm.model.audio_tower.layers]),
+        ("per_dim_scale 0", lambda mm: [l.self_attn.per_dim_scale.data.zero_() for l in mm.model.audio_tower.layers]),
+    ):
+        mm = load(args.out)
+        with torch.no_grad():
+            fn(mm)
+        s, v = tower_soft_tokens(mm, *feats["a"])
+        d = float((s[v] - base).abs().max())
+        print(f"sensitivity: {what}: soft tokens move by {d:.3g}")
+        assert d > 1e-2, what
+
+    # the whole model with both clips batched (the processor's layout: b padded to a's length)
+    ta, tb = soft_of["a"].shape[0], soft_of["b"].shape[0]
+    ids = ([2, 17, 200, IDS["boa_token_id"]] + [IDS["audio_token_id"]] * ta + [IDS["eoa_token_index"], 41, 9,
+           IDS["boa_token_id"]] + [IDS["audio_token_id"]] * tb + [IDS["eoa_token_index"], 77, 123])
+    ids_t = torch.tensor(ids, dtype=torch.long)[None]
+    caught = {}
+    hk = model.model.embed_audio.register_forward_hook(lambda m, i, o: caught.__setitem__("e", o.detach()))
+    with torch.no_grad():
+        res = model(input_ids=ids_t, input_features=torch.from_numpy(both["input_features"]),
+                    input_features_mask=torch.from_numpy(both["input_features_mask"]), use_cache=False)
+    hk.remove()
+    with torch.no_grad():
+        _, vb = tower_soft_tokens(model, both["input_features"][1], both["input_features_mask"][1])
+    batched_b = caught["e"][1][vb]
+    d_batch = float((batched_b - soft_of["b"]).abs().max())
+    print(f"clip b alone vs batched (padded to clip a): soft tokens differ by {d_batch:.3g}")
+    assert d_batch < 1e-5
+    golden["ids"] = torch.tensor(ids, dtype=torch.int32)
+    golden["logits"] = res.logits[0].float().contiguous()
+    logit_scale = float(res.logits.abs().max())
+    print(f"prompt {len(ids)} ids, max|logit| {logit_scale:.3f}")
+
+    save_file({k: v.contiguous() for k, v in sorted(golden.items())}, os.path.join(args.out, "golden.safetensors"))
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    with open(os.path.join(args.out, "VERSIONS.txt"), "w") as f:
+        f.write(f"torch {torch.__version__}\ntransformers {transformers.__version__}\n"
+                f"safetensors {safetensors.__version__}\nnumpy {np.__version__}\npython {platform.python_version()}\n"
+                f"platform {platform.platform()}\ndate {now}\n"
+                "command venv/bin/python tools/make_audio_goldens.py\n"
+                "goldens float32 CPU, attn_implementation=eager, torch.set_num_threads(1); stored bfloat16\n"
+                f"calibrated gradient_clipping {gc} attention_logit_cap {cap}\n"
+                f"clip a {CLIP_A} samples PCM16, clip b {CLIP_B} samples float32; soft tokens {ta} + {tb}\n"
+                f"clip b alone vs batched: max diff {d_batch:.3g}\n")
+    for f in sorted(os.listdir(args.out)):
+        print(f"{f:24s} {os.path.getsize(os.path.join(args.out, f)):8d} bytes")
+
+
+if __name__ == "__main__":
+    main()
