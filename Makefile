@@ -74,6 +74,13 @@ build/test_template: tests/test_template.c tests/harness.h gemma4.h | build buil
 build/test_template_san: tests/test_template.c tests/harness.h gemma4.h | build build/gemma4 build/gemma4_san
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_template.c $(LDLIBS)
 
+# The audio tower and feature extractor against transformers (data/tiny/e2b_audio).
+build/test_audio: tests/test_audio.c tests/harness.h tests/fixtures.h gemma4.h | build
+	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_audio.c $(LDLIBS)
+
+build/test_audio_san: tests/test_audio.c tests/harness.h tests/fixtures.h gemma4.h | build
+	$(CC) $(WARN) $(SAN) -o $@ tests/test_audio.c $(LDLIBS)
+
 # Two sessions on one model from two threads (-pthread only here).
 build/test_threads: tests/test_threads.c tests/harness.h gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -g -pthread -o $@ tests/test_threads.c $(LDLIBS)
@@ -214,7 +221,7 @@ strict: | build
 	sh tests/strict_compile.sh
 
 unit: build/gemma4 build/test_gemma4 build/test_tokenizer build/test_bad_inputs build/test_threads build/test_train build/test_drafter build/test_lora \
-      build/test_template
+      build/test_template build/test_audio
 	./build/test_gemma4
 	./build/test_train data build/gemma4
 	./build/test_drafter data build/gemma4
@@ -223,9 +230,10 @@ unit: build/gemma4 build/test_gemma4 build/test_tokenizer build/test_bad_inputs 
 	./build/test_template data build/gemma4
 	./build/test_bad_inputs data build/gemma4
 	./build/test_threads
+	./build/test_audio
 
 sanitize: build/gemma4 build/gemma4_san build/test_gemma4_san build/test_bad_inputs_san build/test_threads_san build/test_tokenizer_san build/test_train_san build/test_drafter_san build/test_lora_san \
-          build/test_template_san
+          build/test_template_san build/test_audio_san
 	./build/test_gemma4_san
 	./build/test_train_san data build/gemma4_san
 	./build/test_drafter_san data build/gemma4_san
@@ -234,6 +242,7 @@ sanitize: build/gemma4 build/gemma4_san build/test_gemma4_san build/test_bad_inp
 	./build/test_bad_inputs_san data build/gemma4_san
 	./build/test_threads_san
 	./build/test_tokenizer_san
+	./build/test_audio_san
 	sh tests/san_avx2.sh "$(CC)" "$(WARN)" "$(SAN)"
 
 fuzz: $(FUZZERS:%=build/fuzz_%)
@@ -262,7 +271,7 @@ endef
 
 SUITE_LOGS = tokenizer_san.log tokenizer.log template_san.log template.log cuda_emu.log cuda_emu_san.log \
              gemma4_san.log bad_inputs_san.log threads_san.log san_avx2.log drafter_san.log drafter.log threads.log \
-             train.log train_san.log lora.log lora_san.log bad_inputs.log tests.log kernels.log
+             train.log train_san.log lora.log lora_san.log bad_inputs.log tests.log kernels.log audio.log audio_san.log
 
 # $(eval $(call suite,NAME,PREREQUISITES,COMMAND)) makes the target suite-NAME.log, which runs
 # COMMAND through log_run (its output in build/NAME.log). A variable in COMMAND is written $$(VAR),
@@ -293,6 +302,8 @@ $(eval $(call suite,lora,build/test_lora build/gemma4,./build/test_lora data bui
 $(eval $(call suite,lora_san,build/test_lora_san build/gemma4_san,./build/test_lora_san data build/gemma4_san))
 $(eval $(call suite,bad_inputs,build/test_bad_inputs build/gemma4,./build/test_bad_inputs data build/gemma4))
 $(eval $(call suite,tests,build/test_gemma4 build/gemma4,./build/test_gemma4))
+$(eval $(call suite,audio,build/test_audio,./build/test_audio))
+$(eval $(call suite,audio_san,build/test_audio_san,./build/test_audio_san))
 $(eval $(call suite,kernels,$(OTHER_KERNELS) build/gemma4,sh tests/other_kernels.sh "$$(CC)" "$$(WARN)"))
 .PHONY: $(SUITE_LOGS:%=suite-%) suite-minimal.log
 
@@ -302,14 +313,14 @@ test-builds: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemm
       build/test_bad_inputs build/test_bad_inputs_san build/test_threads build/test_threads_san \
       build/test_tokenizer build/test_tokenizer_san build/test_cuda_emu build/test_cuda_emu_san \
       build/test_train build/test_train_san build/test_drafter build/test_drafter_san build/test_template build/test_template_san \
-      build/test_lora build/test_lora_san $(OTHER_KERNELS) $(SAN_SIMD)
+      build/test_lora build/test_lora_san build/test_audio build/test_audio_san $(OTHER_KERNELS) $(SAN_SIMD)
 
 # Builds and suites run together, one job per CPU; then each suite's log is shown in this
 # order, and the total. make starts a suite whose binaries are built only on its next pass
 # over the goals, that is after the builds, so the longest suite's binary (cuda_emu_san,
 # about 3 min of one CPU) is built first on its own, and that suite starts at once.
 SUITE_ORDER = cuda_emu_san cuda_emu drafter_san kernels san_avx2 train_san lora_san bad_inputs_san gemma4_san \
-              template_san drafter lora tests train bad_inputs threads_san tokenizer_san tokenizer template threads
+              template_san drafter lora tests train bad_inputs audio_san threads_san tokenizer_san tokenizer template threads audio
 test:
 	@mkdir -p build && rm -f $(SUITE_LOGS:%=build/%) $(SUITE_LOGS:%=build/%.time) build/minimal.log
 	@date +%s > build/test_t0
@@ -343,6 +354,9 @@ test:
 	@echo "== LoRA adapters (peft goldens), plain and under ASan + UBSan"
 	@tail -n 1 build/lora.log
 	@tail -n 1 build/lora_san.log
+	@echo "== audio tower and features (transformers goldens), plain and under ASan + UBSan"
+	@tail -n 1 build/audio.log
+	@tail -n 1 build/audio_san.log
 	@echo "== bad-input catalogue"
 	@tail -n 1 build/bad_inputs.log
 	@echo "== tests"

@@ -40,6 +40,8 @@
                          the shared-KV gradient slots, activation checkpointing
        >>drafter         a Gemma 4 drafter (gemma4_assistant) reading the target
                          session's table; >>speculative: exact speculative decoding
+       >>audio           the E2B/E4B audio tower (Gemma4AudioModel) and embed_audio
+       >>audio_features  Gemma4AudioFeatureExtractor's log-mel features; WAV reading
        >>tokenizer       tokenizer.json; >>encoding, >>decoding
        >>chat            the Gemma 4 chat layout (the fallback without a template)
        >>template        chat templates: a Jinja subset interpreter (lexer, parser,
@@ -222,6 +224,30 @@ typedef struct {
     float factor;                /* proportional: inv_freq is divided by it (1.0) */
 } g4_rope_config;
 
+/* ---------------------------------------------------------- audio config */
+/* Gemma4AudioConfig: config.json's "audio_config" (E2B, E4B), the audio
+   tower's shape (>>audio). present = 0 when the config has none. Absent
+   fields take Gemma4AudioConfig's defaults; g4_config_parse refuses a field
+   of the wrong type or out of range, naming it. */
+typedef struct {
+    int present;
+    int hidden_size;                   /* Ha (1024); head_dim = Ha / NHa */
+    int num_hidden_layers;             /* La (12) conformer layers */
+    int num_attention_heads;           /* NHa (8) */
+    int subsampling_conv_channels[2];  /* C0, C1 (128, 32); C0 is also the mel bins the tower takes (>>audio) */
+    int conv_kernel_size;              /* K (5): the light conv's causal depthwise kernel */
+    float residual_weight;             /* the half step of the FFNs (0.5) */
+    int attention_chunk_size;          /* 12 */
+    int attention_context_left;        /* 13: a frame sees itself and the context_left - 2 before it */
+    int attention_context_right;       /* 0 */
+    float attention_logit_cap;         /* 50 */
+    float attention_invalid_logits_value; /* -1e9: a masked logit */
+    int use_clipped_linears;           /* Gemma4ClippableLinear's bounds from the checkpoint */
+    float rms_norm_eps;                /* the subsampling LayerNorms, the light conv's and embed_audio's norms */
+    float gradient_clipping;           /* the clamps of the residual stream (1e10) */
+    int output_proj_dims;              /* Pa (1536): output_proj's width, embed_audio's input */
+} g4_audio_config;
+
 /* The fields of Gemma4TextConfig that drive the text decoder. 0 means "off"
    for the optional ones. Per-layer values are resolved into g4_plan. */
 typedef struct {
@@ -249,6 +275,7 @@ typedef struct {
     int backbone_hidden_size;           /* the target's hidden size */
     int use_ordered_embeddings;         /* logits only for the top-k centroids' tokens */
     int num_centroids, centroid_intermediate_top_k;
+    g4_audio_config audio;              /* audio_config (E2B/E4B; >>audio); audio.present 0 when absent */
     char error[G4_ERROR_MAX];
 } g4_config;
 
@@ -343,6 +370,48 @@ typedef struct {
     g4_tensor token_ordering;             /* [V] I64/I32, a permutation of the vocabulary */
 } g4_weights;
 
+/* The audio tower's weights (Gemma4AudioModel + embed_audio), bound by
+   g4_model_load when the config has an audio_config; names are those under
+   model.audio_tower. and model.embed_audio. W is [out, in]. */
+typedef struct {                       /* Gemma4ClippableLinear */
+    g4_tensor linear;                  /* [out, in], no bias */
+    float input_min, input_max, output_min, output_max; /* use_clipped_linears: the checkpoint's
+                                          buffers (absent: -inf/inf, as transformers initialises them);
+                                          else -inf/inf */
+} g4_clippable_linear;
+
+typedef struct {                       /* Gemma4AudioFeedForward */
+    g4_tensor pre_layer_norm, post_layer_norm;   /* [Ha] */
+    g4_clippable_linear ffw_layer_1;   /* [4 Ha, Ha] */
+    g4_clippable_linear ffw_layer_2;   /* [Ha, 4 Ha] */
+} g4_audio_ffn;
+
+typedef struct {                       /* Gemma4AudioLayer */
+    g4_audio_ffn feed_forward1, feed_forward2;
+    g4_tensor norm_pre_attn, norm_post_attn, norm_out;  /* [Ha] */
+    /* self_attn (Gemma4AudioAttention) */
+    g4_clippable_linear q_proj, k_proj, v_proj, post;   /* [Ha, Ha] */
+    g4_tensor relative_k_proj;         /* [Ha, Ha] */
+    g4_tensor per_dim_scale;           /* [head_dim] */
+    /* lconv1d (Gemma4AudioLightConv1d) */
+    g4_tensor lconv_pre_layer_norm, conv_norm;          /* [Ha] */
+    g4_clippable_linear linear_start;  /* [2 Ha, Ha] */
+    g4_tensor depthwise_conv1d;        /* [Ha, 1, K] */
+    g4_clippable_linear linear_end;    /* [Ha, Ha] */
+} g4_audio_layer_weights;
+
+typedef struct {
+    int loaded;                        /* every tensor below is bound */
+    /* subsample_conv_projection */
+    g4_tensor layer0_conv, layer0_norm;  /* [C0, 1, 3, 3], [C0] */
+    g4_tensor layer1_conv, layer1_norm;  /* [C1, C0, 3, 3], [C1] */
+    g4_tensor input_proj_linear;       /* [Ha, (C0/4) C1] */
+    g4_audio_layer_weights *layers;    /* [La] */
+    g4_tensor output_proj, output_proj_bias;  /* [Pa, Ha], [Pa] */
+    g4_tensor embedding_projection;    /* embed_audio: [H, Pa] (H: the text model's hidden size) */
+    char error[G4_ERROR_MAX];          /* why not loaded: no audio_config, or the tensor that is missing */
+} g4_audio_weights;
+
 typedef struct g4__file g4__file;
 typedef struct g4__stinfo g4__stinfo;
 
@@ -362,6 +431,7 @@ typedef struct {
     g4_config config;
     g4_plan plan;
     g4_weights w;
+    g4_audio_weights audio;  /* the audio tower, when the config has an audio_config (>>audio) */
     char prefix[32];         /* "model.language_model." or "model." */
     /* the LoRA adapter (g4_model_load_adapter), if any */
     g4_lora *lora; int n_lora;
@@ -627,6 +697,88 @@ G4_API g4_result g4_loss_and_grad(g4_train *t, const int32_t *ids, const int32_t
                                   float *grads);
 /* The entry of a tensor by its checkpoint name, or NULL. */
 G4_API const g4_grad_entry *g4_train_grad(const g4_train *t, const char *name);
+
+/* ----------------------------------------------------------- audio tower */
+/* The E2B/E4B audio tower (Gemma4AudioModel) and embed_audio: log-mel
+   features in, the soft tokens that replace an audio placeholder run out
+   (Gemma4Model.get_audio_features, padding stripped). One clip per call.
+     features  [n_frames][C0] float32, as Gemma4AudioFeatureExtractor makes
+               them (g4_audio_features; C0 = subsampling_conv_channels[0], 128)
+     mask      [n_frames] 1 = a valid frame (input_features_mask): required;
+               transformers silently skips the audio without one
+     soft      room for g4_audio_tokens_max(n_frames) rows of the text
+               model's hidden size H; *n_soft gets the rows written: the
+               tower's frames whose mask is set, in order
+   The arena (g4_audio_size bytes for up to max_frames frames, 16-byte
+   aligned) holds every activation; nothing is allocated. The model is only
+   read, so clips may be encoded on several threads, each with its own arena.
+   run (may be NULL) has the taps and receives the error message; its taps
+   are named by the transformers modules under model.: audio_tower.
+   subsample_conv_projection.layer0 [T1, F1*C0] and .layer1 [T2, F2*C1]
+   (channels last: [T][F][C]), audio_tower.subsample_conv_projection [T2, Ha],
+   audio_tower.rel_pos_enc [P, Ha], audio_tower.layers.<i>.feed_forward1
+   (.pre_layer_norm, .ffw_layer_1, .ffw_layer_2, .post_layer_norm),
+   .norm_pre_attn, .self_attn (.q_proj, .k_proj, .v_proj, .relative_k_proj
+   [P, Ha], .post), .norm_post_attn, .lconv1d (.pre_layer_norm,
+   .linear_start, .depthwise_conv1d, .conv_norm, .linear_end),
+   .feed_forward2 (...), .norm_out, audio_tower.layers.<i> [T2, Ha],
+   audio_tower.output_proj [T2, Pa], embed_audio [T2, H] (before stripping);
+   `layer` is the conformer layer or -1. */
+typedef struct {
+    g4_tap_fn tap; void *tap_user;     /* optional */
+    char error[G4_ERROR_MAX];          /* set when g4_audio_encode fails */
+} g4_audio_run;
+
+/* The tower's frames for n_frames feature frames: two stride-2 convolutions,
+   ceil(ceil(n / 2) / 2) (0 when n < 1). */
+G4_API int g4_audio_tokens_max(int n_frames);
+G4_API g4_result g4_audio_size(const g4_model *m, int max_frames, size_t *bytes);
+G4_API g4_result g4_audio_encode(const g4_model *m, const float *features, const unsigned char *mask, int n_frames,
+                                 void *arena, size_t arena_bytes, g4_audio_run *run, float *soft, int *n_soft);
+
+/* ---------------------------------------------------- audio features */
+/* Gemma4AudioFeatureExtractor with its defaults (the E2B/E4B processor's):
+   16 kHz mono float PCM -> log-mel features and the valid-frame mask.
+   The clip is padded with zeros to a multiple of 128 samples, 160 zeros
+   are put before it (semicausal), and 320-sample frames every 160 samples
+   get a periodic Hann window, a 512-point FFT, the magnitude, 128 HTK mel
+   filters (0-8000 Hz, built in float64) and log(mel + 1e-3); a frame whose
+   window reaches past the clip's real samples is invalid and set to 0.
+   Refused (G4_ERR_INPUT, message in err): a rate other than 16000 (as
+   transformers refuses it), more than 480000 samples (30 s; transformers
+   truncates silently: pass the first 480000 to get its result), fewer than
+   one frame's worth (129 samples), non-finite samples.
+   g4_audio_fe_init allocates the window and the filters (g4_audio_fe_free);
+   g4_audio_features allocates nothing. */
+typedef struct {
+    int sampling_rate, feature_size;   /* 16000, 128 */
+    int frame_length, hop_length, fft_length; /* 320, 160, 512 */
+    int max_length, pad_to_multiple_of;  /* 480000 samples, 128 */
+    double min_frequency, max_frequency, mel_floor; /* 0, 8000, 1e-3 */
+    float *window;                     /* [frame_length] periodic Hann, float32 as numpy casts it */
+    double *mel_filters;               /* [fft_length/2 + 1][feature_size] */
+    double *twiddle;                   /* [fft_length] cos, sin of 2 pi k / fft_length */
+    char error[G4_ERROR_MAX];
+} g4_audio_fe;
+
+G4_API g4_result g4_audio_fe_init(g4_audio_fe *fe);
+G4_API void g4_audio_fe_free(g4_audio_fe *fe);
+/* The feature frames n_samples give (0 if none), and the scratch floats g4_audio_features needs. */
+G4_API int g4_audio_fe_frames(const g4_audio_fe *fe, int n_samples);
+G4_API size_t g4_audio_fe_scratch(const g4_audio_fe *fe);
+/* pcm[n_samples] at sample_rate -> features [n_frames][feature_size], mask [n_frames];
+   scratch: g4_audio_fe_scratch floats. */
+G4_API g4_result g4_audio_features(g4_audio_fe *fe, const float *pcm, int n_samples, int sample_rate,
+                                   float *features, unsigned char *mask, int *n_frames, float *scratch);
+
+/* A WAV file's bytes -> float PCM: RIFF/WAVE, format 1 (PCM, 16-bit) or 3
+   (IEEE float, 32-bit), or WAVE_FORMAT_EXTENSIBLE of those; one channel.
+   PCM16 sample k becomes k / 32768 (as soundfile reads it). *pcm points into
+   out (n floats, allocated by the caller: g4_wav_parse with out NULL reports
+   *n and *rate first). Anything else is G4_ERR_INPUT with a message naming
+   the field. The rate is returned, not checked: g4_audio_features checks it. */
+G4_API g4_result g4_wav_parse(const unsigned char *data, size_t len, float *out, size_t cap, size_t *n, int *rate,
+                              char *err);
 
 /* ------------------------------------------------------------- tokenizer */
 /* Hugging Face tokenizer.json, the format Gemma checkpoints ship: a BPE model
@@ -1077,6 +1229,7 @@ G4_CUDA_API g4_result g4_cuda_session_table(g4_cuda_session *s, g4_kv_slot *out,
 #endif
 
 #include <math.h>
+#define M_PI_G4 3.14159265358979323846
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1966,6 +2119,8 @@ static g4_result g4__cfg_assistant(const g4__cfg *top, g4_config *cfg) {
     return g4__cfg_int(top, "centroid_intermediate_top_k", &cfg->centroid_intermediate_top_k, 32, 0, 1, 1 << 24);
 }
 
+static g4_result g4__audio_config_parse(const g4__json *j, int root, const char *name, g4_audio_config *a, char *err); /* >>audio */
+
 static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const char *name) {
     g4__cfg c;
     int root = 0, mt, n, i, used[2] = {0, 0}, global_head_dim, global_kv;
@@ -2173,7 +2328,7 @@ static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const c
             return G4_ERR_CONFIG;
         }
     }
-    return G4_OK;
+    return g4__audio_config_parse(j, root, name, &cfg->audio, cfg->error);
 }
 
 G4__DEF g4_result g4_config_parse(g4_config *cfg, const char *json, size_t len, const char *name) {
@@ -2843,6 +2998,9 @@ G4__DEF void g4_model_free(g4_model *m) {
     G4_FREE(m->files);
     G4_FREE(m->tensors);
     G4_FREE(m->w.layers);
+    G4_FREE(m->audio.layers);
+    m->audio.layers = NULL;
+    m->audio.loaded = 0;
     G4_FREE(m->lora); /* the adapter's table and its A/B, one block */
     m->files = NULL;
     m->tensors = NULL;
@@ -2850,6 +3008,8 @@ G4__DEF void g4_model_free(g4_model *m) {
     m->lora = NULL;
     m->n_files = m->n_tensors = m->n_lora = m->lora_rmax = m->lora_ignored = 0;
 }
+
+static g4_result g4__audio_bind(g4_model *m); /* >>audio */
 
 G4__DEF g4_result g4_model_load(g4_model *m, const char *dir) {
     char *path;
@@ -2871,6 +3031,7 @@ G4__DEF g4_result g4_model_load(g4_model *m, const char *dir) {
     G4_FREE(path);
     if (r == G4_OK) r = g4__st_finish(m);
     if (r == G4_OK) r = g4__bind_weights(m);
+    if (r == G4_OK) r = g4__audio_bind(m);
     if (r != G4_OK) {
         char msg[G4_ERROR_MAX];
         memcpy(msg, m->error, G4_ERROR_MAX);
@@ -7792,6 +7953,847 @@ G4__DEF g4_result g4_spec_prefill(g4_spec *sp, const int32_t *prompt, int n, g4_
         *first = g4_argmax(sp->logits, V);
     }
     sp->last = *first;
+    return G4_OK;
+}
+
+/* --------------------------------------------------------- audio >>audio */
+/* The E2B/E4B audio tower, read next to modeling_gemma4.py (transformers
+   5.23.0): Gemma4AudioModel.forward, then Gemma4MultimodalEmbedder
+   (embed_audio), then the padding rows dropped as Gemma4Model.forward drops
+   them. In order:
+     subsample_conv_projection  two 3x3 stride-2 Conv2d (padding 1, no bias),
+                                each on its input with invalid time rows set
+                                to 0, then LayerNorm over the channels (no
+                                bias, eps rms_norm_eps) and ReLU; the mask
+                                keeps every second row after each; then
+                                input_proj_linear on the [F2][C1] rows
+     rel_pos_enc                sin/cos of the distances P-1 .. 0 (P =
+                                context_size / 2 + 1)
+     layers.<i>                 feed_forward1 (a half step), chunked local
+                                attention, lconv1d, feed_forward2, norm_out
+     output_proj                linear with bias
+     embed_audio                weightless RMSNorm (eps rms_norm_eps), linear
+   The RMSNorms of the FFNs and norm_pre_attn / norm_post_attn / norm_out use
+   Gemma4RMSNorm's default eps 1e-6, not the config's: transformers builds
+   them without it. Every clamp of gradient_clipping and every clipped
+   linear's bounds are applied where the source applies them.
+   transformers sizes input_proj_linear as (C0 / 4) * C1, the width of C0
+   mel bins after the two convolutions: the tower takes C0 (= 128) mel bins.
+   Numerics: float32 activations, weights as stored; the reductions (matmul,
+   convolution, LayerNorm) sum in their own order, so the soft tokens match
+   transformers' float32 ones to about 1e-6 relative, not bit for bit.
+   Scalar kernels only (g4__matmul_ref); no threads yet. */
+
+/* audio_config -> g4_audio_config (called by g4__config_from_json) */
+static g4_result g4__audio_config_parse(const g4__json *j, int root, const char *name, g4_audio_config *a, char *err) {
+    g4__cfg c;
+    g4_result r;
+    int n = g4__jget(j, root, "audio_config"), k, ch;
+    memset(a, 0, sizeof *a);
+    if (n < 0 || j->nodes[n].type == G4__JNULL) return G4_OK;
+    if (j->nodes[n].type != G4__JOBJ) {
+        g4__seterr(err, "%s: field 'audio_config' must be an object, got %s", name, g4__jtype_name(j->nodes[n].type));
+        return G4_ERR_CONFIG;
+    }
+    c.j = j;
+    c.obj = n;
+    c.name = name;
+    c.scope = "audio_config.";
+    c.err = err;
+    a->present = 1;
+#define G4__ATRY(x) do { if ((r = (x)) != G4_OK) return r; } while (0)
+    G4__ATRY(g4__cfg_expect_str(&c, "model_type", "gemma4_audio", NULL));
+    G4__ATRY(g4__cfg_expect_str(&c, "hidden_act", "silu", NULL));
+    G4__ATRY(g4__cfg_int(&c, "hidden_size", &a->hidden_size, 1024, 0, 2, 1 << 16));
+    G4__ATRY(g4__cfg_int(&c, "num_hidden_layers", &a->num_hidden_layers, 12, 0, 1, G4_MAX_LAYERS));
+    G4__ATRY(g4__cfg_int(&c, "num_attention_heads", &a->num_attention_heads, 8, 0, 1, 4096));
+    G4__ATRY(g4__cfg_int(&c, "conv_kernel_size", &a->conv_kernel_size, 5, 0, 1, 4096));
+    G4__ATRY(g4__cfg_float(&c, "residual_weight", &a->residual_weight, 0.5f, -1e30, 1e30));
+    G4__ATRY(g4__cfg_int(&c, "attention_chunk_size", &a->attention_chunk_size, 12, 0, 1, 4096));
+    G4__ATRY(g4__cfg_int(&c, "attention_context_left", &a->attention_context_left, 13, 0, 1, 4096));
+    G4__ATRY(g4__cfg_int(&c, "attention_context_right", &a->attention_context_right, 0, 0, 0, 4096));
+    G4__ATRY(g4__cfg_float(&c, "attention_logit_cap", &a->attention_logit_cap, 50.0f, 1e-30, 1e30));
+    G4__ATRY(g4__cfg_float(&c, "attention_invalid_logits_value", &a->attention_invalid_logits_value, -1e9f, -1e30, 1e30));
+    G4__ATRY(g4__cfg_bool(&c, "use_clipped_linears", &a->use_clipped_linears, 1));
+    G4__ATRY(g4__cfg_float(&c, "rms_norm_eps", &a->rms_norm_eps, 1e-6f, 0.0, 1.0));
+    G4__ATRY(g4__cfg_float(&c, "gradient_clipping", &a->gradient_clipping, 1e10f, 1e-30, 1e300));
+    G4__ATRY(g4__cfg_int(&c, "output_proj_dims", &a->output_proj_dims, 1536, 0, 1, 1 << 20));
+#undef G4__ATRY
+    a->subsampling_conv_channels[0] = 128;
+    a->subsampling_conv_channels[1] = 32;
+    if ((ch = g4__jget(j, n, "subsampling_conv_channels")) >= 0 && j->nodes[ch].type != G4__JNULL) {
+        const g4__jnode *nd = &j->nodes[ch];
+        if (nd->type != G4__JARR || nd->count != 2) {
+            g4__seterr(err, "%s: field 'audio_config.subsampling_conv_channels' must be a list of 2 integers", name);
+            return G4_ERR_CONFIG;
+        }
+        for (k = 0, ch = nd->child; ch >= 0; ch = j->nodes[ch].next, k++) {
+            const g4__jnode *e = &j->nodes[ch];
+            if (e->type != G4__JNUM || !e->is_int || e->ival < 1 || e->ival > 65536) {
+                g4__seterr(err, "%s: field 'audio_config.subsampling_conv_channels[%d]' must be an integer in [1, 65536]",
+                           name, k);
+                return G4_ERR_CONFIG;
+            }
+            a->subsampling_conv_channels[k] = (int)e->ival;
+        }
+    }
+    if (a->hidden_size % 2 || a->hidden_size % a->num_attention_heads) {
+        g4__seterr(err, "%s: audio_config.hidden_size %d must be even and a multiple of num_attention_heads %d "
+                   "(rel_pos_enc concatenates Ha/2 sines and Ha/2 cosines)", name, a->hidden_size, a->num_attention_heads);
+        return G4_ERR_CONFIG;
+    }
+    if (a->subsampling_conv_channels[0] % 4) {
+        g4__seterr(err, "%s: audio_config.subsampling_conv_channels[0] is %d; transformers sizes input_proj_linear as "
+                   "(C0 / 4) * C1, which is the width of C0 mel bins after two stride-2 convolutions only for C0 a "
+                   "multiple of 4", name, a->subsampling_conv_channels[0]);
+        return G4_ERR_CONFIG;
+    }
+    return G4_OK;
+}
+
+/* The audio geometry every function below derives from the config. */
+typedef struct {
+    int T, T1, T2;         /* feature frames, after layer0, after layer1 (the tower's frames) */
+    int F, F1, F2;         /* mel bins (C0), after layer0, after layer1 */
+    int C0, C1, Ha, NH, D, K, Pa, Ht, La;
+    int chunk, past, future, ctx, P, nb; /* chunk, context_left - 1, context_right, context_size, positions, blocks */
+} g4__ageo;
+
+static void g4__audio_geo(g4__ageo *g, const g4_model *m, int T) {
+    const g4_audio_config *a = &m->config.audio;
+    g->T = T;
+    g->T1 = (T + 1) / 2;
+    g->T2 = (g->T1 + 1) / 2;
+    g->C0 = a->subsampling_conv_channels[0];
+    g->C1 = a->subsampling_conv_channels[1];
+    g->F = g->C0;
+    g->F1 = (g->F + 1) / 2;
+    g->F2 = (g->F1 + 1) / 2;
+    g->Ha = a->hidden_size;
+    g->NH = a->num_attention_heads;
+    g->D = g->Ha / g->NH;
+    g->K = a->conv_kernel_size;
+    g->Pa = a->output_proj_dims;
+    g->Ht = m->config.hidden_size;
+    g->La = a->num_hidden_layers;
+    g->chunk = a->attention_chunk_size;
+    g->past = a->attention_context_left - 1;
+    g->future = a->attention_context_right;
+    g->ctx = g->chunk + g->past + g->future;
+    g->P = g->ctx / 2 + 1;
+    g->nb = (g->T2 + g->chunk - 1) / g->chunk;
+}
+
+/* Bind one tensor of the tower; failures go to m->audio.error. */
+static int g4__audio_w(g4_model *m, g4_tensor *t, const char *name, int ndim, int64_t a, int64_t b, int64_t c, int64_t d) {
+    int64_t dims[4];
+    char save[G4_ERROR_MAX];
+    g4_result r;
+    dims[0] = a; dims[1] = b; dims[2] = c; dims[3] = d;
+    memcpy(save, m->error, G4_ERROR_MAX);
+    r = g4__bind(m, NULL, t, name, ndim, dims);
+    if (r != G4_OK) memcpy(m->audio.error, m->error, G4_ERROR_MAX);
+    memcpy(m->error, save, G4_ERROR_MAX);
+    return r == G4_OK;
+}
+
+/* A Gemma4ClippableLinear: the weight and, with use_clipped_linears, its four
+   scalar buffers (absent ones stay infinite, as transformers initialises a
+   missing buffer). */
+static int g4__audio_cl(g4_model *m, g4_clippable_linear *l, const char *mod, int64_t out, int64_t in) {
+    static const char *bn[4] = {"input_min", "input_max", "output_min", "output_max"};
+    float *dst[4];
+    char name[224];
+    int k;
+    l->input_min = l->output_min = -INFINITY;
+    l->input_max = l->output_max = INFINITY;
+    snprintf(name, sizeof name, "%s.linear.weight", mod);
+    if (!g4__audio_w(m, &l->linear, name, 2, out, in, 0, 0)) return 0;
+    if (!m->config.audio.use_clipped_linears) return 1;
+    dst[0] = &l->input_min; dst[1] = &l->input_max; dst[2] = &l->output_min; dst[3] = &l->output_max;
+    for (k = 0; k < 4; k++) {
+        g4_tensor t;
+        snprintf(name, sizeof name, "%s.%s", mod, bn[k]);
+        if (!g4__st_find(m, name)) continue;
+        if (!g4__audio_w(m, &t, name, 0, 0, 0, 0, 0)) return 0;
+        *dst[k] = g4__get(&t, 0);
+    }
+    return 1;
+}
+
+/* g4_model_load's part: every tensor of the tower when the config has an
+   audio_config. A missing or misshapen tensor leaves the model loaded for
+   text, with m->audio.error naming it (g4_audio_encode refuses then). */
+static g4_result g4__audio_bind(g4_model *m) {
+    const g4_audio_config *a = &m->config.audio;
+    g4__ageo g;
+    char p[160], q[96];
+    int i, ok = 1;
+    memset(&m->audio, 0, sizeof m->audio);
+    if (!a->present) { g4__seterr(m->audio.error, "the config has no audio_config"); return G4_OK; }
+    g4__audio_geo(&g, m, 1);
+    m->audio.layers = (g4_audio_layer_weights *)G4_MALLOC(sizeof(g4_audio_layer_weights) * (size_t)g.La);
+    if (!m->audio.layers) { g4__seterr(m->error, "out of memory"); return G4_ERR_NOMEM; }
+    memset(m->audio.layers, 0, sizeof(g4_audio_layer_weights) * (size_t)g.La);
+#define G4__AW(t, nm, nd, a0, a1, a2, a3) (ok = ok && g4__audio_w(m, t, nm, nd, a0, a1, a2, a3))
+#define G4__AP(fmt, x) (snprintf(p, sizeof p, fmt, x), p)
+    G4__AW(&m->audio.layer0_conv, "model.audio_tower.subsample_conv_projection.layer0.conv.weight", 4, g.C0, 1, 3, 3);
+    G4__AW(&m->audio.layer0_norm, "model.audio_tower.subsample_conv_projection.layer0.norm.weight", 1, g.C0, 0, 0, 0);
+    G4__AW(&m->audio.layer1_conv, "model.audio_tower.subsample_conv_projection.layer1.conv.weight", 4, g.C1, g.C0, 3, 3);
+    G4__AW(&m->audio.layer1_norm, "model.audio_tower.subsample_conv_projection.layer1.norm.weight", 1, g.C1, 0, 0, 0);
+    G4__AW(&m->audio.input_proj_linear, "model.audio_tower.subsample_conv_projection.input_proj_linear.weight", 2, g.Ha,
+           (int64_t)(g.C0 / 4) * g.C1, 0, 0);
+    for (i = 0; ok && i < g.La; i++) {
+        g4_audio_layer_weights *lw = &m->audio.layers[i];
+        int f;
+        for (f = 0; f < 2; f++) {
+            g4_audio_ffn *ff = f ? &lw->feed_forward2 : &lw->feed_forward1;
+            snprintf(q, sizeof q, "model.audio_tower.layers.%d.feed_forward%d", i, f + 1);
+            G4__AW(&ff->pre_layer_norm, G4__AP("%s.pre_layer_norm.weight", q), 1, g.Ha, 0, 0, 0);
+            G4__AW(&ff->post_layer_norm, G4__AP("%s.post_layer_norm.weight", q), 1, g.Ha, 0, 0, 0);
+            ok = ok && g4__audio_cl(m, &ff->ffw_layer_1, G4__AP("%s.ffw_layer_1", q), 4 * (int64_t)g.Ha, g.Ha);
+            ok = ok && g4__audio_cl(m, &ff->ffw_layer_2, G4__AP("%s.ffw_layer_2", q), g.Ha, 4 * (int64_t)g.Ha);
+        }
+        snprintf(q, sizeof q, "model.audio_tower.layers.%d", i);
+        G4__AW(&lw->norm_pre_attn, G4__AP("%s.norm_pre_attn.weight", q), 1, g.Ha, 0, 0, 0);
+        G4__AW(&lw->norm_post_attn, G4__AP("%s.norm_post_attn.weight", q), 1, g.Ha, 0, 0, 0);
+        G4__AW(&lw->norm_out, G4__AP("%s.norm_out.weight", q), 1, g.Ha, 0, 0, 0);
+        snprintf(q, sizeof q, "model.audio_tower.layers.%d.self_attn", i);
+        ok = ok && g4__audio_cl(m, &lw->q_proj, G4__AP("%s.q_proj", q), g.Ha, g.Ha);
+        ok = ok && g4__audio_cl(m, &lw->k_proj, G4__AP("%s.k_proj", q), g.Ha, g.Ha);
+        ok = ok && g4__audio_cl(m, &lw->v_proj, G4__AP("%s.v_proj", q), g.Ha, g.Ha);
+        ok = ok && g4__audio_cl(m, &lw->post, G4__AP("%s.post", q), g.Ha, g.Ha);
+        G4__AW(&lw->relative_k_proj, G4__AP("%s.relative_k_proj.weight", q), 2, g.Ha, g.Ha, 0, 0);
+        G4__AW(&lw->per_dim_scale, G4__AP("%s.per_dim_scale", q), 1, g.D, 0, 0, 0);
+        snprintf(q, sizeof q, "model.audio_tower.layers.%d.lconv1d", i);
+        G4__AW(&lw->lconv_pre_layer_norm, G4__AP("%s.pre_layer_norm.weight", q), 1, g.Ha, 0, 0, 0);
+        G4__AW(&lw->conv_norm, G4__AP("%s.conv_norm.weight", q), 1, g.Ha, 0, 0, 0);
+        ok = ok && g4__audio_cl(m, &lw->linear_start, G4__AP("%s.linear_start", q), 2 * (int64_t)g.Ha, g.Ha);
+        G4__AW(&lw->depthwise_conv1d, G4__AP("%s.depthwise_conv1d.weight", q), 3, g.Ha, 1, g.K, 0);
+        ok = ok && g4__audio_cl(m, &lw->linear_end, G4__AP("%s.linear_end", q), g.Ha, g.Ha);
+    }
+    G4__AW(&m->audio.output_proj, "model.audio_tower.output_proj.weight", 2, g.Pa, g.Ha, 0, 0);
+    G4__AW(&m->audio.output_proj_bias, "model.audio_tower.output_proj.bias", 1, g.Pa, 0, 0, 0);
+    G4__AW(&m->audio.embedding_projection, "model.embed_audio.embedding_projection.weight", 2, g.Ht, g.Pa, 0, 0);
+#undef G4__AW
+#undef G4__AP
+    m->audio.loaded = ok;
+    return G4_OK;
+}
+
+G4__DEF int g4_audio_tokens_max(int n_frames) {
+    return n_frames < 1 ? 0 : ((n_frames + 1) / 2 + 1) / 2;
+}
+
+/* The arena, in floats (each part rounded up to 16 bytes). */
+typedef struct {
+    float *a0;      /* [T1][F1][C0] layer0's output */
+    float *a1;      /* [T2][F2][C1] layer1's output */
+    unsigned char *m1, *m2; /* [T1], [T2] the masks after each convolution */
+    float *x;       /* [T2][Ha] the residual stream */
+    float *h, *r;   /* [T2][Ha] a branch, a saved residual */
+    float *wide;    /* [T2][4 Ha] the FFN's inner rows, linear_start's output */
+    float *cin;     /* [T2][4 Ha] a clipped linear's clamped input */
+    float *q;       /* [nb * chunk][Ha] the blocked queries (rows past T2 stay 0) */
+    float *k, *v;   /* [T2][Ha] */
+    float *pe;      /* [P][Ha] rel_pos_enc */
+    float *rk;      /* [P][Ha] relative_k_proj(pe) */
+    float *logit;   /* [ctx] one query head's logits */
+    float *out;     /* [T2][max(Pa, H)] output_proj's rows, then embed_audio's */
+    float *outn;    /* [T2][Pa] the embedder's norm */
+} g4__aarena;
+
+static size_t g4__audio_carve(g4__aarena *A, const g4__ageo *g, unsigned char *base) {
+    size_t off = 0;
+    int wide_out = g->Pa > g->Ht ? g->Pa : g->Ht;
+#define G4__AC(field, type, count) do { \
+        if (A) A->field = (type *)(void *)(base + off); \
+        off += ((size_t)(count) * sizeof(type) + 15) & ~(size_t)15; \
+    } while (0)
+    G4__AC(a0, float, (size_t)g->T1 * g->F1 * g->C0);
+    G4__AC(a1, float, (size_t)g->T2 * g->F2 * g->C1);
+    G4__AC(m1, unsigned char, g->T1);
+    G4__AC(m2, unsigned char, g->T2);
+    G4__AC(x, float, (size_t)g->T2 * g->Ha);
+    G4__AC(h, float, (size_t)g->T2 * g->Ha);
+    G4__AC(r, float, (size_t)g->T2 * g->Ha);
+    G4__AC(wide, float, (size_t)g->T2 * 4 * g->Ha);
+    G4__AC(cin, float, (size_t)g->T2 * 4 * g->Ha);
+    G4__AC(q, float, (size_t)g->nb * g->chunk * g->Ha);
+    G4__AC(k, float, (size_t)g->T2 * g->Ha);
+    G4__AC(v, float, (size_t)g->T2 * g->Ha);
+    G4__AC(pe, float, (size_t)g->P * g->Ha);
+    G4__AC(rk, float, (size_t)g->P * g->Ha);
+    G4__AC(logit, float, g->ctx);
+    G4__AC(out, float, (size_t)g->T2 * wide_out);
+    G4__AC(outn, float, (size_t)g->T2 * g->Pa);
+#undef G4__AC
+    return off;
+}
+
+G4__DEF g4_result g4_audio_size(const g4_model *m, int max_frames, size_t *bytes) {
+    g4__ageo g;
+    if (!m || !bytes || !m->config.audio.present || max_frames < 1 || max_frames > (1 << 22)) return G4_ERR_INPUT;
+    g4__audio_geo(&g, m, max_frames);
+    *bytes = g4__audio_carve(NULL, &g, NULL);
+    return G4_OK;
+}
+
+/* ---- the tower's ops (scalar) ---- */
+
+static void g4__atap(g4_audio_run *run, const char *name, int layer, const float *x, int rows, int cols) {
+    char full[96];
+    if (!run || !run->tap) return;
+    if (layer >= 0) snprintf(full, sizeof full, "audio_tower.layers.%d.%s", layer, name);
+    else snprintf(full, sizeof full, "%s", name);
+    run->tap(run->tap_user, full, layer, x, rows, cols, 0);
+}
+
+static float g4__clampf(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
+
+/* torch.clamp(x, -gc, gc) on n values, in place */
+static void g4__aclamp(float *x, size_t n, float gc) {
+    size_t i;
+    for (i = 0; i < n; i++) x[i] = g4__clampf(x[i], -gc, gc);
+}
+
+/* Gemma4ClippableLinear on n rows: clamp the input to [input_min,
+   input_max] (into cin), x W^T, clamp the output to [output_min, output_max]. */
+static void g4__aclip_linear(float *y, const float *x, const g4_clippable_linear *l, int n, float *cin) {
+    size_t i, in = (size_t)l->linear.shape[1], out = (size_t)l->linear.shape[0];
+    for (i = 0; i < (size_t)n * in; i++) cin[i] = g4__clampf(x[i], l->input_min, l->input_max);
+    g4__matmul_ref(y, cin, &l->linear, n, 0, (int)out);
+    for (i = 0; i < (size_t)n * out; i++) y[i] = g4__clampf(y[i], l->output_min, l->output_max);
+}
+
+static void g4__armsnorm(float *y, const float *x, const g4_tensor *w, int n, int cols, float eps) {
+    int t;
+    for (t = 0; t < n; t++) g4__rmsnorm(y + (size_t)t * cols, x + (size_t)t * cols, w, cols, eps);
+}
+
+static float g4__silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* Gemma4AudioSubSampleConvProjectionLayer: y [To][Fo][Co] from x [Ti][Fi][Ci]
+   (time rows whose mask is 0 read as zeros): Conv2d 3x3, stride 2, padding 1,
+   no bias; LayerNorm over Co (no bias); ReLU. */
+static void g4__asub_layer(float *y, const float *x, const unsigned char *mask, int Ti, int Fi, int Ci,
+                           const g4_tensor *conv, const g4_tensor *norm, int Co, float eps) {
+    int To = (Ti + 1) / 2, Fo = (Fi + 1) / 2, t, f, c, ci, dt, df;
+    for (t = 0; t < To; t++)
+        for (f = 0; f < Fo; f++) {
+            float *yc = y + ((size_t)t * Fo + f) * Co;
+            double mean = 0.0, var = 0.0;
+            float mu, inv;
+            for (c = 0; c < Co; c++) {
+                float acc = 0.0f;
+                for (ci = 0; ci < Ci; ci++)
+                    for (dt = 0; dt < 3; dt++) {
+                        int ti = 2 * t - 1 + dt;
+                        if (ti < 0 || ti >= Ti || !mask[ti]) continue;
+                        for (df = 0; df < 3; df++) {
+                            int fi = 2 * f - 1 + df;
+                            if (fi < 0 || fi >= Fi) continue;
+                            acc += x[((size_t)ti * Fi + fi) * Ci + ci] *
+                                   g4__get(conv, (((size_t)c * Ci + ci) * 3 + dt) * 3 + df);
+                        }
+                    }
+                yc[c] = acc;
+                mean += acc;
+            }
+            mean /= Co;
+            for (c = 0; c < Co; c++) var += ((double)yc[c] - mean) * ((double)yc[c] - mean);
+            var /= Co;
+            mu = (float)mean;
+            inv = (float)(1.0 / sqrt(var + (double)eps));
+            for (c = 0; c < Co; c++) {
+                float v = (yc[c] - mu) * inv * g4__get(norm, (size_t)c);
+                yc[c] = v > 0.0f ? v : 0.0f;
+            }
+        }
+}
+
+/* Gemma4AudioFeedForward on x (in place): x + residual_weight *
+   post_layer_norm(clamp(ffw_layer_2(silu(ffw_layer_1(pre_layer_norm(clamp(x))))))). */
+static void g4__affn(const g4_audio_ffn *ff, float *x, int n, const g4__ageo *g, const g4_audio_config *a,
+                     g4__aarena *A, g4_audio_run *run, int layer, const char *name) {
+    size_t i, nh = (size_t)n * g->Ha;
+    char tn[64];
+    for (i = 0; i < nh; i++) A->h[i] = g4__clampf(x[i], -a->gradient_clipping, a->gradient_clipping);
+    g4__armsnorm(A->h, A->h, &ff->pre_layer_norm, n, g->Ha, 1e-6f);
+    snprintf(tn, sizeof tn, "%s.pre_layer_norm", name); g4__atap(run, tn, layer, A->h, n, g->Ha);
+    g4__aclip_linear(A->wide, A->h, &ff->ffw_layer_1, n, A->cin);
+    snprintf(tn, sizeof tn, "%s.ffw_layer_1", name); g4__atap(run, tn, layer, A->wide, n, 4 * g->Ha);
+    for (i = 0; i < 4 * nh; i++) A->wide[i] = g4__silu(A->wide[i]);
+    g4__aclip_linear(A->h, A->wide, &ff->ffw_layer_2, n, A->cin);
+    snprintf(tn, sizeof tn, "%s.ffw_layer_2", name); g4__atap(run, tn, layer, A->h, n, g->Ha);
+    g4__aclamp(A->h, nh, a->gradient_clipping);
+    g4__armsnorm(A->h, A->h, &ff->post_layer_norm, n, g->Ha, 1e-6f);
+    snprintf(tn, sizeof tn, "%s.post_layer_norm", name); g4__atap(run, tn, layer, A->h, n, g->Ha);
+    for (i = 0; i < nh; i++) x[i] = A->h[i] * a->residual_weight + x[i];
+    g4__atap(run, name, layer, x, n, g->Ha);
+}
+
+/* Gemma4AudioAttention: h [T2][Ha] (norm_pre_attn's output) -> A->h, the post
+   projection's output. Queries are cut into blocks of `chunk` rows; block b's
+   keys and values are the ctx rows from b*chunk - past (zero outside
+   [0, T2)). A logit is q.k plus the Transformer-XL term q'.rk[c], where
+   _rel_shift picks row r and column c of the [chunk][P] products by the flat
+   index i*ctx + j = r*(ctx+1) + c (0 when c >= P), then soft-capped;
+   masked as transformers' 5-D mask: the key must be a valid frame in
+   [0, T2) at a distance q - k in [0, past) or (-future, 0). */
+static void g4__aattention(const g4_audio_layer_weights *lw, const float *h, int n, const unsigned char *valid,
+                           const g4__ageo *g, const g4_audio_config *a, g4__aarena *A, g4_audio_run *run, int layer) {
+    const int Ha = g->Ha, D = g->D, ctx = g->ctx;
+    const float q_scale = (float)(pow((double)D, -0.5) / log(2.0));
+    const float k_scale = (float)(log(1.0 + exp(1.0)) / log(2.0));
+    const float cap = a->attention_logit_cap;
+    float *att = A->wide; /* [T2][Ha] the attention's output before post */
+    int t, d, hd, b, i, j;
+    g4__aclip_linear(A->q, h, &lw->q_proj, n, A->cin);
+    g4__atap(run, "self_attn.q_proj", layer, A->q, n, Ha);
+    g4__aclip_linear(A->k, h, &lw->k_proj, n, A->cin);
+    g4__atap(run, "self_attn.k_proj", layer, A->k, n, Ha);
+    g4__aclip_linear(A->v, h, &lw->v_proj, n, A->cin);
+    g4__atap(run, "self_attn.v_proj", layer, A->v, n, Ha);
+    memset(A->q + (size_t)n * Ha, 0, sizeof(float) * (size_t)(g->nb * g->chunk - n) * Ha);
+    for (t = 0; t < n; t++)
+        for (hd = 0; hd < g->NH; hd++)
+            for (d = 0; d < D; d++) {
+                float sp = log1pf(expf(g4__get(&lw->per_dim_scale, (size_t)d)));
+                float pds = g4__get(&lw->per_dim_scale, (size_t)d);
+                size_t o = (size_t)t * Ha + (size_t)hd * D + d;
+                if (pds > 20.0f) sp = pds; /* F.softplus's threshold */
+                A->q[o] = A->q[o] * q_scale * sp;
+                A->k[o] = A->k[o] * k_scale;
+            }
+    g4__matmul_ref(A->rk, A->pe, &lw->relative_k_proj, g->P, 0, Ha);
+    g4__atap(run, "self_attn.relative_k_proj", layer, A->rk, g->P, Ha);
+    for (b = 0; b < g->nb; b++)
+        for (i = 0; i < g->chunk; i++) {
+            int qpos = b * g->chunk + i;
+            if (qpos >= n) break; /* rows past T2 are cut off after the attention */
+            for (hd = 0; hd < g->NH; hd++) {
+                const float *qv = A->q + (size_t)qpos * Ha + (size_t)hd * D;
+                float mx = -INFINITY, sum = 0.0f, *o = att + (size_t)qpos * Ha + (size_t)hd * D;
+                for (j = 0; j < ctx; j++) {
+                    int kpos = b * g->chunk + j - g->past, dist = qpos - kpos;
+                    int f = i * ctx + j, r = f / (ctx + 1), c = f % (ctx + 1);
+                    float ac = 0.0f, bd = 0.0f, lg;
+                    if (kpos >= 0 && kpos < n) {
+                        const float *kv = A->k + (size_t)kpos * Ha + (size_t)hd * D;
+                        for (d = 0; d < D; d++) ac += qv[d] * kv[d];
+                    }
+                    if (c < g->P) {
+                        const float *qr = A->q + ((size_t)b * g->chunk + r) * Ha + (size_t)hd * D;
+                        const float *rk = A->rk + (size_t)c * Ha + (size_t)hd * D;
+                        for (d = 0; d < D; d++) bd += qr[d] * rk[d];
+                    }
+                    lg = tanhf((ac + bd) / cap) * cap;
+                    if (!(kpos >= 0 && kpos < n && valid[kpos] &&
+                          ((dist >= 0 && dist < g->past) || (dist < 0 && -dist < g->future))))
+                        lg = a->attention_invalid_logits_value;
+                    A->logit[j] = lg;
+                    if (lg > mx) mx = lg;
+                }
+                for (j = 0; j < ctx; j++) {
+                    A->logit[j] = expf(A->logit[j] - mx);
+                    sum += A->logit[j];
+                }
+                for (d = 0; d < D; d++) o[d] = 0.0f;
+                for (j = 0; j < ctx; j++) {
+                    int kpos = b * g->chunk + j - g->past;
+                    float p = A->logit[j] / sum;
+                    if (kpos < 0 || kpos >= n) continue; /* a zero value row */
+                    for (d = 0; d < D; d++) o[d] += p * A->v[(size_t)kpos * Ha + (size_t)hd * D + d];
+                }
+            }
+        }
+    g4__aclip_linear(A->h, att, &lw->post, n, A->cin);
+    g4__atap(run, "self_attn.post", layer, A->h, n, Ha);
+    g4__atap(run, "self_attn", layer, A->h, n, Ha);
+}
+
+/* Gemma4AudioLightConv1d on x (in place): x + linear_end(silu(conv_norm(clamp(
+   causal depthwise conv(glu(linear_start(pre_layer_norm(x)))))))). */
+static void g4__alconv(const g4_audio_layer_weights *lw, float *x, int n, const g4__ageo *g, const g4_audio_config *a,
+                       g4__aarena *A, g4_audio_run *run, int layer) {
+    const int Ha = g->Ha, K = g->K;
+    int t, c, k;
+    size_t i, nh = (size_t)n * Ha;
+    g4__armsnorm(A->h, x, &lw->lconv_pre_layer_norm, n, Ha, a->rms_norm_eps);
+    g4__atap(run, "lconv1d.pre_layer_norm", layer, A->h, n, Ha);
+    g4__aclip_linear(A->wide, A->h, &lw->linear_start, n, A->cin);
+    g4__atap(run, "lconv1d.linear_start", layer, A->wide, n, 2 * Ha);
+    for (t = 0; t < n; t++) /* glu: first half * sigmoid(second half) */
+        for (c = 0; c < Ha; c++) {
+            float u = A->wide[(size_t)t * 2 * Ha + c], gt = A->wide[(size_t)t * 2 * Ha + Ha + c];
+            A->r[(size_t)t * Ha + c] = u * (1.0f / (1.0f + expf(-gt)));
+        }
+    for (t = 0; t < n; t++) /* left-padded by K - 1: output t reads inputs t - K + 1 .. t */
+        for (c = 0; c < Ha; c++) {
+            float acc = 0.0f;
+            for (k = 0; k < K; k++) {
+                int ti = t - (K - 1) + k;
+                if (ti < 0) continue;
+                acc += g4__get(&lw->depthwise_conv1d, (size_t)c * K + k) * A->r[(size_t)ti * Ha + c];
+            }
+            A->h[(size_t)t * Ha + c] = acc;
+        }
+    g4__atap(run, "lconv1d.depthwise_conv1d", layer, A->h, n, Ha);
+    g4__aclamp(A->h, nh, a->gradient_clipping);
+    g4__armsnorm(A->h, A->h, &lw->conv_norm, n, Ha, a->rms_norm_eps);
+    g4__atap(run, "lconv1d.conv_norm", layer, A->h, n, Ha);
+    for (i = 0; i < nh; i++) A->h[i] = g4__silu(A->h[i]);
+    g4__aclip_linear(A->r, A->h, &lw->linear_end, n, A->cin);
+    g4__atap(run, "lconv1d.linear_end", layer, A->r, n, Ha);
+    for (i = 0; i < nh; i++) x[i] = A->r[i] + x[i];
+    g4__atap(run, "lconv1d", layer, x, n, Ha);
+}
+
+G4__DEF g4_result g4_audio_encode(const g4_model *m, const float *features, const unsigned char *mask, int n_frames,
+                                  void *arena, size_t arena_bytes, g4_audio_run *run, float *soft, int *n_soft) {
+    char dummy[G4_ERROR_MAX], *err = run ? run->error : dummy;
+    const g4_audio_config *a;
+    g4__ageo g;
+    g4__aarena A;
+    size_t need, i;
+    int t, f, l, n, k;
+    if (n_soft) *n_soft = 0;
+    if (!m || !n_soft || !soft) { g4__seterr(err, "g4_audio_encode: NULL model, soft or n_soft"); return G4_ERR_INPUT; }
+    a = &m->config.audio;
+    if (!a->present || !m->audio.loaded) { g4__seterr(err, "no audio tower: %s", m->audio.error); return G4_ERR_INPUT; }
+    if (!features) { g4__seterr(err, "g4_audio_encode: NULL features"); return G4_ERR_INPUT; }
+    if (!mask) {
+        g4__seterr(err, "g4_audio_encode: features without a mask (input_features_mask); transformers would skip "
+                   "the audio silently");
+        return G4_ERR_INPUT;
+    }
+    if (n_frames < 1 || n_frames > (1 << 22)) { g4__seterr(err, "g4_audio_encode: %d feature frames", n_frames); return G4_ERR_INPUT; }
+    if (!arena || ((uintptr_t)arena & 15)) { g4__seterr(err, "g4_audio_encode: the arena must be 16-byte aligned"); return G4_ERR_ARENA; }
+    g4__audio_geo(&g, m, n_frames);
+    if ((need = g4__audio_carve(NULL, &g, NULL)) > arena_bytes) {
+        g4__seterr(err, "g4_audio_encode: %d frames need an arena of %zu bytes, got %zu", n_frames, need, arena_bytes);
+        return G4_ERR_ARENA;
+    }
+    for (i = 0; i < (size_t)n_frames * g.F; i++)
+        if (!isfinite(features[i])) {
+            g4__seterr(err, "g4_audio_encode: feature [%zu][%zu] is not finite", i / (size_t)g.F, i % (size_t)g.F);
+            return G4_ERR_INPUT;
+        }
+    g4__audio_carve(&A, &g, (unsigned char *)arena);
+    n = g.T2;
+
+    /* subsample_conv_projection: the features are one channel ([T][F][1]) */
+    g4__asub_layer(A.a0, features, mask, g.T, g.F, 1, &m->audio.layer0_conv, &m->audio.layer0_norm, g.C0, a->rms_norm_eps);
+    for (t = 0; t < g.T1; t++) A.m1[t] = mask[2 * t] != 0;
+    g4__atap(run, "audio_tower.subsample_conv_projection.layer0", -1, A.a0, g.T1, g.F1 * g.C0);
+    g4__asub_layer(A.a1, A.a0, A.m1, g.T1, g.F1, g.C0, &m->audio.layer1_conv, &m->audio.layer1_norm, g.C1, a->rms_norm_eps);
+    for (t = 0; t < g.T2; t++) A.m2[t] = A.m1[2 * t];
+    g4__atap(run, "audio_tower.subsample_conv_projection.layer1", -1, A.a1, g.T2, g.F2 * g.C1);
+    g4__matmul_ref(A.x, A.a1, &m->audio.input_proj_linear, n, 0, g.Ha);
+    g4__atap(run, "audio_tower.subsample_conv_projection.input_proj_linear", -1, A.x, n, g.Ha);
+    g4__atap(run, "audio_tower.subsample_conv_projection", -1, A.x, n, g.Ha);
+
+    /* rel_pos_enc: row p is distance P-1-p: [sin(d * inv_timescales), cos(...)] */
+    {
+        int half = g.Ha / 2;
+        double inc = log(10000.0) / (double)(half - 1 > 1 ? half - 1 : 1);
+        for (k = 0; k < g.P; k++)
+            for (f = 0; f < half; f++) {
+                float inv = expf((float)f * (float)-inc), s = (float)(g.ctx / 2 - k) * inv;
+                A.pe[(size_t)k * g.Ha + f] = sinf(s);
+                A.pe[(size_t)k * g.Ha + half + f] = cosf(s);
+            }
+        g4__atap(run, "audio_tower.rel_pos_enc", -1, A.pe, g.P, g.Ha);
+    }
+
+    for (l = 0; l < g.La; l++) {
+        const g4_audio_layer_weights *lw = &m->audio.layers[l];
+        size_t nh = (size_t)n * g.Ha;
+        g4__affn(&lw->feed_forward1, A.x, n, &g, a, &A, run, l, "feed_forward1");
+        memcpy(A.r, A.x, sizeof(float) * nh); /* residual */
+        for (i = 0; i < nh; i++) A.h[i] = g4__clampf(A.x[i], -a->gradient_clipping, a->gradient_clipping);
+        g4__armsnorm(A.h, A.h, &lw->norm_pre_attn, n, g.Ha, 1e-6f);
+        g4__atap(run, "norm_pre_attn", l, A.h, n, g.Ha);
+        memcpy(A.x, A.h, sizeof(float) * nh); /* the attention's input (A.h is its output) */
+        g4__aattention(lw, A.x, n, A.m2, &g, a, &A, run, l);
+        g4__aclamp(A.h, nh, a->gradient_clipping);
+        g4__armsnorm(A.h, A.h, &lw->norm_post_attn, n, g.Ha, 1e-6f);
+        g4__atap(run, "norm_post_attn", l, A.h, n, g.Ha);
+        for (i = 0; i < nh; i++) A.x[i] = A.h[i] + A.r[i];
+        g4__alconv(lw, A.x, n, &g, a, &A, run, l);
+        g4__affn(&lw->feed_forward2, A.x, n, &g, a, &A, run, l, "feed_forward2");
+        g4__aclamp(A.x, nh, a->gradient_clipping);
+        g4__armsnorm(A.x, A.x, &lw->norm_out, n, g.Ha, 1e-6f);
+        g4__atap(run, "norm_out", l, A.x, n, g.Ha);
+        if (run && run->tap) {
+            char nm[48];
+            snprintf(nm, sizeof nm, "audio_tower.layers.%d", l);
+            run->tap(run->tap_user, nm, l, A.x, n, g.Ha, 0);
+        }
+    }
+
+    /* output_proj (with bias), then embed_audio: weightless RMSNorm, projection */
+    g4__matmul_ref(A.out, A.x, &m->audio.output_proj, n, 0, g.Pa);
+    for (t = 0; t < n; t++)
+        for (f = 0; f < g.Pa; f++) A.out[(size_t)t * g.Pa + f] += g4__get(&m->audio.output_proj_bias, (size_t)f);
+    g4__atap(run, "audio_tower.output_proj", -1, A.out, n, g.Pa);
+    g4__armsnorm(A.outn, A.out, NULL, n, g.Pa, a->rms_norm_eps);
+    g4__matmul_ref(A.out, A.outn, &m->audio.embedding_projection, n, 0, g.Ht);
+    g4__atap(run, "embed_audio", -1, A.out, n, g.Ht);
+    for (t = 0, k = 0; t < n; t++) /* padding stripped: the rows whose mask survived both convolutions */
+        if (A.m2[t]) memcpy(soft + (size_t)k++ * g.Ht, A.out + (size_t)t * g.Ht, sizeof(float) * (size_t)g.Ht);
+    *n_soft = k;
+    return G4_OK;
+}
+
+/* ---------------------------------------- audio features >>audio_features */
+/* Gemma4AudioFeatureExtractor (feature_extraction_gemma4.py) with its
+   defaults, and a WAV reader. Bits: numpy computes the FFT in complex64 and
+   everything after it in float64; here the FFT is float64, its magnitude is
+   rounded to float32 where numpy's is float32, and the rest is float64 as in
+   numpy. So the features differ from transformers' by numpy's own float32 FFT
+   rounding: a few 1e-7 on log values of order 1-10 (tests/test_audio.c
+   states the bound it checks). The window (np.hanning), the mel filters
+   (audio_utils.mel_filter_bank, htk, norm None) and the frame mask are
+   computed with the same formulas in the same precision. */
+
+G4__DEF void g4_audio_fe_free(g4_audio_fe *fe) {
+    if (!fe) return;
+    G4_FREE(fe->window);
+    G4_FREE(fe->mel_filters);
+    G4_FREE(fe->twiddle);
+    fe->window = NULL;
+    fe->mel_filters = NULL;
+    fe->twiddle = NULL;
+}
+
+G4__DEF g4_result g4_audio_fe_init(g4_audio_fe *fe) {
+    int k, m, nb, nm, M;
+    double mel_min, mel_max, step, *ff, *fft;
+    if (!fe) return G4_ERR_INPUT;
+    memset(fe, 0, sizeof *fe);
+    fe->sampling_rate = 16000;
+    fe->feature_size = 128;
+    fe->frame_length = 320;  /* int(round(16000 * 20 / 1000)) */
+    fe->hop_length = 160;    /* int(round(16000 * 10 / 1000)) */
+    fe->fft_length = 512;    /* 2 ** ceil(log2(320)) */
+    fe->max_length = 480000;
+    fe->pad_to_multiple_of = 128;
+    fe->min_frequency = 0.0;
+    fe->max_frequency = 8000.0;
+    fe->mel_floor = 1e-3;
+    nb = fe->fft_length / 2 + 1;
+    nm = fe->feature_size;
+    fe->window = (float *)G4_MALLOC(sizeof(float) * (size_t)fe->frame_length);
+    fe->mel_filters = (double *)G4_MALLOC(sizeof(double) * (size_t)nb * (size_t)nm);
+    fe->twiddle = (double *)G4_MALLOC(sizeof(double) * (size_t)fe->fft_length);
+    ff = (double *)G4_MALLOC(sizeof(double) * (size_t)(nm + 2) + sizeof(double) * (size_t)nb);
+    if (!fe->window || !fe->mel_filters || !fe->twiddle || !ff) {
+        G4_FREE(ff);
+        g4_audio_fe_free(fe);
+        g4__seterr(fe->error, "out of memory");
+        return G4_ERR_NOMEM;
+    }
+    fft = ff + nm + 2;
+    /* window_function(320): np.hanning(321)[:-1] as float32: 0.5 + 0.5 cos(pi n / (M - 1)), n = 1-M, 3-M, ... */
+    M = fe->frame_length + 1;
+    for (k = 0; k < fe->frame_length; k++) {
+        double n = (double)(1 - M + 2 * k);
+        fe->window[k] = (float)(0.5 + 0.5 * cos(M_PI_G4 * n / (double)(M - 1)));
+    }
+    /* mel_filter_bank: centres np.linspace(mel(fmin), mel(fmax), nm + 2) back in Hz, bins np.linspace(0, sr // 2, nb) */
+    mel_min = 2595.0 * log10(1.0 + fe->min_frequency / 700.0);
+    mel_max = 2595.0 * log10(1.0 + fe->max_frequency / 700.0);
+    step = (mel_max - mel_min) / (double)(nm + 1);
+    for (m = 0; m < nm + 2; m++) {
+        double mel = m == nm + 1 ? mel_max : (double)m * step + mel_min;
+        ff[m] = 700.0 * (pow(10.0, mel / 2595.0) - 1.0);
+    }
+    step = (double)(fe->sampling_rate / 2) / (double)(nb - 1);
+    for (k = 0; k < nb; k++) fft[k] = k == nb - 1 ? (double)(fe->sampling_rate / 2) : (double)k * step;
+    for (k = 0; k < nb; k++)
+        for (m = 0; m < nm; m++) {
+            double down = -(ff[m] - fft[k]) / (ff[m + 1] - ff[m]);
+            double up = (ff[m + 2] - fft[k]) / (ff[m + 2] - ff[m + 1]);
+            double v = down < up ? down : up;
+            fe->mel_filters[(size_t)k * nm + m] = v > 0.0 ? v : 0.0;
+        }
+    for (k = 0; k < fe->fft_length / 2; k++) {
+        fe->twiddle[2 * k] = cos(2.0 * M_PI_G4 * k / fe->fft_length);
+        fe->twiddle[2 * k + 1] = -sin(2.0 * M_PI_G4 * k / fe->fft_length);
+    }
+    G4_FREE(ff);
+    return G4_OK;
+}
+
+G4__DEF int g4_audio_fe_frames(const g4_audio_fe *fe, int n_samples) {
+    long long padded, span;
+    if (!fe || n_samples < 1) return 0;
+    padded = ((long long)n_samples + fe->pad_to_multiple_of - 1) / fe->pad_to_multiple_of * fe->pad_to_multiple_of;
+    span = padded + fe->frame_length / 2 - (fe->frame_length + 1); /* after the semicausal padding */
+    return span < 0 ? 0 : (int)(span / fe->hop_length + 1);
+}
+
+G4__DEF size_t g4_audio_fe_scratch(const g4_audio_fe *fe) {
+    return fe ? (size_t)fe->fft_length * 4 + 16 : 0; /* re, im (doubles) */
+}
+
+/* In-place radix-2 FFT of re/im (n a power of two), forward (e^-i). */
+static void g4__fft(double *re, double *im, int n, const double *tw) {
+    int i, j, len, k;
+    for (i = 1, j = 0; i < n; i++) { /* bit reversal */
+        int bit = n >> 1;
+        for (; j & bit; bit >>= 1) j ^= bit;
+        j ^= bit;
+        if (i < j) {
+            double t = re[i]; re[i] = re[j]; re[j] = t;
+            t = im[i]; im[i] = im[j]; im[j] = t;
+        }
+    }
+    for (len = 2; len <= n; len <<= 1) {
+        int stride = n / len;
+        for (i = 0; i < n; i += len)
+            for (k = 0; k < len / 2; k++) {
+                double wr = tw[2 * (k * stride)], wi = tw[2 * (k * stride) + 1];
+                double *ar = re + i + k, *ai = im + i + k, *br = re + i + k + len / 2, *bi = im + i + k + len / 2;
+                double xr = *br * wr - *bi * wi, xi = *br * wi + *bi * wr;
+                *br = *ar - xr; *bi = *ai - xi;
+                *ar += xr; *ai += xi;
+            }
+    }
+}
+
+G4__DEF g4_result g4_audio_features(g4_audio_fe *fe, const float *pcm, int n_samples, int sample_rate,
+                                    float *features, unsigned char *mask, int *n_frames, float *scratch) {
+    int nf, i, s, k, m, nb, nm, N, pad_left;
+    double *re, *im;
+    if (n_frames) *n_frames = 0;
+    if (!fe || !fe->window) return G4_ERR_INPUT;
+    if (!pcm || !features || !mask || !n_frames || !scratch) { g4__seterr(fe->error, "g4_audio_features: NULL argument"); return G4_ERR_INPUT; }
+    if (sample_rate != fe->sampling_rate) {
+        g4__seterr(fe->error, "audio at %d Hz: the feature extractor takes %d Hz only (resample it first)", sample_rate,
+                   fe->sampling_rate);
+        return G4_ERR_INPUT;
+    }
+    if (n_samples > fe->max_length) {
+        g4__seterr(fe->error, "audio of %d samples (%.2f s) is past the %d-sample (%.0f s) limit; transformers would "
+                   "cut it there silently", n_samples, n_samples / (double)sample_rate, fe->max_length,
+                   fe->max_length / (double)sample_rate);
+        return G4_ERR_INPUT;
+    }
+    nf = g4_audio_fe_frames(fe, n_samples);
+    if (nf < 1) {
+        g4__seterr(fe->error, "audio of %d samples gives no feature frame", n_samples);
+        return G4_ERR_INPUT;
+    }
+    for (s = 0; s < n_samples; s++)
+        if (!isfinite(pcm[s])) { g4__seterr(fe->error, "audio sample %d is not finite", s); return G4_ERR_INPUT; }
+    nb = fe->fft_length / 2 + 1;
+    nm = fe->feature_size;
+    N = fe->fft_length;
+    pad_left = fe->frame_length / 2;
+    re = (double *)(void *)(((uintptr_t)scratch + 15) & ~(uintptr_t)15);
+    im = re + N;
+    for (i = 0; i < nf; i++) {
+        float *out = features + (size_t)i * nm;
+        mask[i] = (long long)i * fe->hop_length + fe->frame_length - pad_left < n_samples;
+        for (s = 0; s < N; s++) {
+            long long j = (long long)i * fe->hop_length + s - pad_left; /* the sample under window slot s */
+            float x = s < fe->frame_length && j >= 0 && j < n_samples ? pcm[j] : 0.0f;
+            re[s] = s < fe->frame_length ? (double)(x * fe->window[s]) : 0.0;
+            im[s] = 0.0;
+        }
+        g4__fft(re, im, N, fe->twiddle);
+        for (k = 0; k < nb; k++) re[k] = (double)(float)sqrt(re[k] * re[k] + im[k] * im[k]); /* numpy's |complex64| */
+        for (m = 0; m < nm; m++) {
+            double mel = 0.0;
+            for (k = 0; k < nb; k++) mel += re[k] * fe->mel_filters[(size_t)k * nm + m];
+            out[m] = mask[i] ? (float)log(mel + fe->mel_floor) : 0.0f;
+        }
+    }
+    *n_frames = nf;
+    return G4_OK;
+}
+
+static uint32_t g4__le32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static unsigned g4__le16(const unsigned char *p) { return (unsigned)p[0] | (unsigned)p[1] << 8; }
+
+G4__DEF g4_result g4_wav_parse(const unsigned char *d, size_t len, float *out, size_t cap, size_t *n, int *rate,
+                               char *err) {
+    size_t off = 12, i, count;
+    const unsigned char *fmt = NULL, *data = NULL;
+    size_t fmt_len = 0, data_len = 0;
+    unsigned format, channels, bits, align;
+    char dummy[G4_ERROR_MAX];
+    if (!err) err = dummy;
+    if (n) *n = 0;
+    if (rate) *rate = 0;
+    if (!d || !n || !rate) { g4__seterr(err, "WAV: NULL argument"); return G4_ERR_INPUT; }
+    if (len < 12 || memcmp(d, "RIFF", 4) != 0 || memcmp(d + 8, "WAVE", 4) != 0) {
+        g4__seterr(err, "WAV: not a RIFF/WAVE file");
+        return G4_ERR_INPUT;
+    }
+    while (off + 8 <= len) {
+        uint32_t sz = g4__le32(d + off + 4);
+        const unsigned char *body = d + off + 8;
+        size_t avail = len - off - 8;
+        if (memcmp(d + off, "fmt ", 4) == 0) {
+            if (sz > avail) { g4__seterr(err, "WAV: the fmt chunk (%lu bytes) runs past the end of the file", (unsigned long)sz); return G4_ERR_INPUT; }
+            fmt = body;
+            fmt_len = sz;
+        } else if (memcmp(d + off, "data", 4) == 0) {
+            if (sz > avail) {
+                g4__seterr(err, "WAV: the data chunk claims %lu bytes but the file has %zu after its header (truncated?)",
+                           (unsigned long)sz, avail);
+                return G4_ERR_INPUT;
+            }
+            data = body;
+            data_len = sz;
+            break;
+        }
+        if (sz > avail) break;
+        off += 8 + (size_t)sz + (sz & 1);
+    }
+    if (!fmt) { g4__seterr(err, "WAV: no fmt chunk before the data"); return G4_ERR_INPUT; }
+    if (fmt_len < 16) { g4__seterr(err, "WAV: the fmt chunk has %zu bytes, fewer than 16", fmt_len); return G4_ERR_INPUT; }
+    if (!data) { g4__seterr(err, "WAV: no data chunk"); return G4_ERR_INPUT; }
+    format = g4__le16(fmt);
+    channels = g4__le16(fmt + 2);
+    bits = g4__le16(fmt + 14);
+    align = g4__le16(fmt + 12);
+    if (format == 0xFFFEu) { /* WAVE_FORMAT_EXTENSIBLE: the sub-format GUID starts with the format code */
+        if (fmt_len < 40) { g4__seterr(err, "WAV: an extensible fmt chunk has %zu bytes, fewer than 40", fmt_len); return G4_ERR_INPUT; }
+        format = g4__le16(fmt + 24);
+    }
+    if (channels != 1) { g4__seterr(err, "WAV: %u channels; only mono is taken (mix it down first)", channels); return G4_ERR_INPUT; }
+    if (!((format == 1 && bits == 16) || (format == 3 && bits == 32))) {
+        g4__seterr(err, "WAV: format %u with %u bits a sample; only PCM 16-bit (format 1) and float 32-bit (format 3) "
+                   "are taken", format, bits);
+        return G4_ERR_INPUT;
+    }
+    if (align != bits / 8) { g4__seterr(err, "WAV: block align %u, expected %u for one %u-bit channel", align, bits / 8, bits); return G4_ERR_INPUT; }
+    if (data_len % align) { g4__seterr(err, "WAV: the data chunk (%zu bytes) is not a whole number of %u-byte samples", data_len, align); return G4_ERR_INPUT; }
+    if (g4__le32(fmt + 4) > 0x7fffffffu) { g4__seterr(err, "WAV: sample rate %lu", (unsigned long)g4__le32(fmt + 4)); return G4_ERR_INPUT; }
+    count = data_len / align;
+    *rate = (int)g4__le32(fmt + 4);
+    *n = count;
+    if (!out) return G4_OK;
+    if (count > cap) { g4__seterr(err, "WAV: %zu samples do not fit in %zu", count, cap); return G4_ERR_INPUT; }
+    for (i = 0; i < count; i++) {
+        if (format == 1) {
+            int v = (int)g4__le16(data + 2 * i);
+            if (v >= 32768) v -= 65536;
+            out[i] = (float)v / 32768.0f;
+        } else {
+            uint32_t u = g4__le32(data + 4 * i);
+            float f;
+            memcpy(&f, &u, 4);
+            out[i] = f;
+        }
+    }
     return G4_OK;
 }
 

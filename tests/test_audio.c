@@ -1,0 +1,571 @@
+/* Tests of the audio side of gemma4.h: Gemma4AudioFeatureExtractor's
+   features, the WAV reader, the audio tower (Gemma4AudioModel + embed_audio)
+   tap by tap, the soft tokens, and the bad inputs of each.
+
+   Goldens (tools/make_audio_goldens.py, versions in data/tiny/e2b_audio/VERSIONS.txt):
+     data/tiny/e2b_audio/{config.json, model.safetensors}  a tiny E2B-style checkpoint
+     data/tiny/e2b_audio/clip_{a,b}.wav                    the clips (PCM16, float32)
+     data/tiny/e2b_audio/golden.safetensors                features, masks, taps, soft tokens
+
+   Tolerances, and why:
+     features  2e-6 absolute (log-mel values of magnitude up to ~7): numpy runs
+               the 512-point FFT in complex64 (float32), gemma4.h in float64;
+               the rest of the pipeline is float64 in both. The FFT's float32
+               rounding is ~1e-7 relative to a frame's energy; after the mel sum
+               and the log it is below the float32 rounding of the result on
+               these clips: measured 4.8e-7, one float32 ulp at 6.9. The bound
+               leaves room for quieter bins (the log magnifies a bin's error by
+               its level below the frame's). Masks: equal.
+     taps      1e-4 x max|golden| per tap, and soft tokens 1e-4 absolute: float32
+               throughout, but torch sums the convolutions (oneDNN), the
+               matmuls (its BLAS) and the norms in other orders than the scalar
+               kernels; those ~1e-7 relative differences grow through the
+               clamps, soft-caps and two conformer layers: measured 1.9e-6
+               x max|golden| at the worst tap, 1.5e-6 on the soft tokens.
+   Run from the repository root (make test does). */
+#define _POSIX_C_SOURCE 200809L
+#define GEMMA4_IMPLEMENTATION
+#include "../gemma4.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "fixtures.h"
+
+#define MODEL "e2b_audio"
+#define FEAT_TOL 2e-6
+#define TAP_TOL 1e-4
+#define SOFT_TOL 1e-4
+
+/* ------------------------------------------------------------- helpers */
+
+/* A WAV file -> float PCM (malloc'd), via g4_wav_parse. */
+static float *read_wav(const char *path, size_t *n, int *rate, char *err) {
+    char *bytes;
+    size_t len;
+    float *pcm;
+    if (g4__read_file(path, &bytes, &len, (size_t)64 << 20, err) != G4_OK) return NULL;
+    if (g4_wav_parse((const unsigned char *)bytes, len, NULL, 0, n, rate, err) != G4_OK) { free(bytes); return NULL; }
+    pcm = (float *)malloc(sizeof(float) * (*n ? *n : 1));
+    if (pcm && g4_wav_parse((const unsigned char *)bytes, len, pcm, *n, n, rate, err) != G4_OK) { free(pcm); pcm = NULL; }
+    free(bytes);
+    return pcm;
+}
+
+/* The clip's features (malloc'd) with g4_audio_features. */
+static float *features_of(const float *pcm, int n, int rate, unsigned char **mask, int *n_frames, char *err) {
+    g4_audio_fe fe;
+    float *feat = NULL, *scratch = NULL;
+    int nf;
+    *mask = NULL;
+    if (g4_audio_fe_init(&fe) != G4_OK) { snprintf(err, G4_ERROR_MAX, "%s", fe.error); return NULL; }
+    nf = g4_audio_fe_frames(&fe, n);
+    feat = (float *)malloc(sizeof(float) * (size_t)(nf > 0 ? nf : 1) * (size_t)fe.feature_size);
+    *mask = (unsigned char *)malloc((size_t)(nf > 0 ? nf : 1));
+    scratch = (float *)malloc(sizeof(float) * g4_audio_fe_scratch(&fe));
+    if (g4_audio_features(&fe, pcm, n, rate, feat, *mask, n_frames, scratch) != G4_OK) {
+        snprintf(err, G4_ERROR_MAX, "%s", fe.error);
+        free(feat);
+        free(*mask);
+        feat = NULL;
+        *mask = NULL;
+    }
+    free(scratch);
+    g4_audio_fe_free(&fe);
+    return feat;
+}
+
+static void *arena_for(const g4_model *m, int frames, size_t *bytes) {
+    void *p = NULL;
+    if (g4_audio_size(m, frames, bytes) != G4_OK) return NULL;
+    if (posix_memalign(&p, 64, *bytes ? *bytes : 1)) return NULL;
+    return p;
+}
+
+/* The golden's features of clip `c` ("a" or "b") as floats and a byte mask (mask malloc'd). */
+static const float *golden_features(golden *g, const char *c, unsigned char **mask, int *n_frames) {
+    char name[64];
+    const int32_t *mk;
+    int64_t numel;
+    const float *f;
+    int n, i;
+    snprintf(name, sizeof name, "%s.input_features_mask", c);
+    mk = golden_ids(g, name, &n);
+    snprintf(name, sizeof name, "%s.input_features", c);
+    f = golden_f32(g, name, &numel);
+    if (!mk || !f || numel != (int64_t)n * 128) return NULL;
+    *mask = (unsigned char *)malloc((size_t)n);
+    for (i = 0; i < n; i++) (*mask)[i] = (unsigned char)(mk[i] != 0);
+    *n_frames = n;
+    return f;
+}
+
+/* ------------------------------------------------------------- features */
+
+static void test_features(void) {
+    golden g;
+    const char *clips[2] = {"a", "b"};
+    int c;
+    if (!golden_open(&g, MODEL)) { CHECK(0, "golden"); return; }
+    for (c = 0; c < 2; c++) {
+        char err[G4_ERROR_MAX], wav[32];
+        size_t n;
+        int rate, nf = 0, ngf = 0, i, mask_eq = 1;
+        unsigned char *mask = NULL, *gmask = NULL;
+        float *pcm, *feat;
+        const float *gf;
+        snprintf(wav, sizeof wav, "clip_%s.wav", clips[c]);
+        pcm = read_wav(path2(tiny(MODEL), wav), &n, &rate, err);
+        CHECK(pcm != NULL, "%s: %s", wav, err);
+        if (!pcm) continue;
+        CHECK(rate == 16000 && n == (c == 0 ? 16130u : 7000u), "%s: %zu samples at %d Hz", wav, n, rate);
+        feat = features_of(pcm, (int)n, rate, &mask, &nf, err);
+        CHECK(feat != NULL, "%s: %s", wav, err);
+        gf = golden_features(&g, clips[c], &gmask, &ngf);
+        CHECK(gf != NULL, "golden features of clip %s", clips[c]);
+        if (feat && gf) {
+            double d;
+            int valid = 0;
+            for (i = 0; i < nf; i++) valid += mask[i];
+            CHECK(nf == ngf, "clip %s: %d frames, transformers %d", clips[c], nf, ngf);
+            for (i = 0; i < nf && i < ngf; i++) mask_eq &= mask[i] == gmask[i];
+            CHECK(mask_eq, "clip %s: the valid-frame masks differ", clips[c]);
+            d = max_diff(feat, gf, (size_t)(nf < ngf ? nf : ngf) * 128);
+            printf("  clip %s: %d frames (%d valid): features within %.3g of transformers (max |value| %.3g)\n",
+                   clips[c], nf, valid, d, max_abs(gf, (size_t)ngf * 128));
+            CHECK(d <= FEAT_TOL, "clip %s: features differ by %g (tolerance %g)", clips[c], d, FEAT_TOL);
+        }
+        free(pcm);
+        free(feat);
+        free(mask);
+        free(gmask);
+    }
+    g4_model_free(&g.m);
+}
+
+/* ----------------------------------------------------------- the tower */
+
+typedef struct {
+    golden *g;
+    int seen, compared, bad;
+    double worst;
+    char worst_name[128];
+} tapcheck;
+
+static void tap_cb(void *user, const char *name, int layer, const float *data, int rows, int cols, int pos0) {
+    tapcheck *tc = (tapcheck *)user;
+    char key[160];
+    const g4_tensor *t, *rt;
+    int64_t numel;
+    const float *ref;
+    int r, nr = rows;
+    double worst = 0, scale;
+    (void)layer;
+    (void)pos0;
+    tc->seen++;
+    snprintf(key, sizeof key, "a.tap.%s", name);
+    if (!(t = g4_model_tensor(&tc->g->m, key))) return;
+    ref = golden_f32(tc->g, key, &numel);
+    snprintf(key, sizeof key, "a.tap_rows.%s", name);
+    rt = g4_model_tensor(&tc->g->m, key);
+    if (rt) nr = (int)rt->shape[0];
+    if (!ref || t->ndim != 2 || t->shape[1] != cols || (!rt && t->shape[0] != rows)) {
+        printf("  tap %s: [%d, %d], golden [%lld, %lld]\n", name, rows, cols, (long long)t->shape[0],
+               t->ndim > 1 ? (long long)t->shape[1] : -1LL);
+        tc->bad++;
+        return;
+    }
+    scale = max_abs(ref, (size_t)numel);
+    for (r = 0; r < nr; r++) {
+        int row = rt ? ((const int32_t *)rt->data)[r] : r;
+        double d;
+        if (row < 0 || row >= rows) { tc->bad++; return; }
+        d = max_diff(data + (size_t)row * cols, ref + (size_t)r * cols, (size_t)cols);
+        if (d > worst) worst = d;
+    }
+    tc->compared++;
+    if (worst > TAP_TOL * (scale > 1 ? scale : 1)) {
+        printf("  tap %s: differs by %g (max |golden| %g)\n", name, worst, scale);
+        tc->bad++;
+    }
+    if (worst / (scale > 1 ? scale : 1) > tc->worst) {
+        tc->worst = worst / (scale > 1 ? scale : 1);
+        snprintf(tc->worst_name, sizeof tc->worst_name, "%s", name);
+    }
+}
+
+static void test_taps(void) {
+    golden g;
+    g4_model m;
+    tapcheck tc;
+    g4_audio_run run;
+    unsigned char *mask = NULL;
+    const float *feat;
+    float *soft = NULL;
+    void *arena = NULL;
+    size_t bytes = 0;
+    int nf, n_soft = 0, golden_taps = 0, i;
+    if (!golden_open(&g, MODEL)) { CHECK(0, "golden"); return; }
+    if (g4_model_load(&m, tiny(MODEL)) != G4_OK) { CHECK(0, "load: %s", m.error); g4_model_free(&g.m); return; }
+    CHECK(m.audio.loaded, "audio tower not loaded: %s", m.audio.error);
+    feat = golden_features(&g, "a", &mask, &nf);
+    CHECK(feat != NULL, "golden features");
+    arena = arena_for(&m, nf, &bytes);
+    soft = (float *)malloc(sizeof(float) * (size_t)g4_audio_tokens_max(nf) * (size_t)m.config.hidden_size);
+    if (feat && arena && soft) {
+        memset(&tc, 0, sizeof tc);
+        tc.g = &g;
+        memset(&run, 0, sizeof run);
+        run.tap = tap_cb;
+        run.tap_user = &tc;
+        CHECK(g4_audio_encode(&m, feat, mask, nf, arena, bytes, &run, soft, &n_soft) == G4_OK, "%s", run.error);
+        for (i = 0; i < g.m.n_tensors; i++)
+            if (strncmp(g.m.tensors[i].name, "a.tap.", 6) == 0) golden_taps++;
+        printf("  %d taps seen, %d compared of the golden's %d; worst %s at %.3g x max(1, max|golden|); arena %zu bytes\n",
+               tc.seen, tc.compared, golden_taps, tc.worst_name, tc.worst, bytes);
+        CHECK(tc.bad == 0, "%d taps differ", tc.bad);
+        CHECK(tc.compared == golden_taps, "only %d of the golden's %d taps were compared", tc.compared, golden_taps);
+    }
+    free(mask);
+    free(soft);
+    free(arena);
+    g4_model_free(&m);
+    g4_model_free(&g.m);
+}
+
+/* Encode clip c from the golden's features or from its WAV; compare the soft tokens. */
+static void soft_tokens_case(const char *c, int from_wav) {
+    golden g;
+    g4_model m;
+    g4_audio_run run;
+    unsigned char *mask = NULL;
+    const float *feat = NULL;
+    float *own = NULL, *soft = NULL;
+    const float *ref;
+    void *arena = NULL;
+    size_t bytes = 0;
+    int64_t numel;
+    int nf = 0, n_soft = -1, nref;
+    char name[64], err[G4_ERROR_MAX] = "";
+    if (!golden_open(&g, MODEL)) { CHECK(0, "golden"); return; }
+    if (g4_model_load(&m, tiny(MODEL)) != G4_OK) { CHECK(0, "load: %s", m.error); g4_model_free(&g.m); return; }
+    if (from_wav) {
+        char wav[32];
+        size_t n;
+        int rate;
+        float *pcm;
+        snprintf(wav, sizeof wav, "clip_%s.wav", c);
+        pcm = read_wav(path2(tiny(MODEL), wav), &n, &rate, err);
+        if (pcm) feat = own = features_of(pcm, (int)n, rate, &mask, &nf, err);
+        free(pcm);
+    } else {
+        feat = golden_features(&g, c, &mask, &nf);
+    }
+    snprintf(name, sizeof name, "%s.soft_tokens", c);
+    ref = golden_f32(&g, name, &numel);
+    CHECK(feat && ref, "inputs: %s", err);
+    nref = ref ? (int)(numel / m.config.hidden_size) : 0;
+    arena = arena_for(&m, nf, &bytes);
+    soft = (float *)malloc(sizeof(float) * (size_t)g4_audio_tokens_max(nf > 0 ? nf : 1) * (size_t)m.config.hidden_size);
+    memset(&run, 0, sizeof run);
+    if (feat && ref && arena && soft) {
+        double d;
+        CHECK(g4_audio_encode(&m, feat, mask, nf, arena, bytes, &run, soft, &n_soft) == G4_OK, "%s", run.error);
+        CHECK(n_soft == nref, "%d soft tokens, transformers %d", n_soft, nref);
+        d = n_soft == nref ? max_diff(soft, ref, (size_t)nref * m.config.hidden_size) : INFINITY;
+        printf("  clip %s%s: %d soft tokens within %.3g of transformers (max |value| %.3g)\n", c,
+               from_wav ? " from its WAV" : "", n_soft, d, max_abs(ref, (size_t)numel));
+        CHECK(d <= SOFT_TOL, "soft tokens differ by %g (tolerance %g)", d, SOFT_TOL);
+    }
+    free(own);
+    if (!from_wav || own) free(mask);
+    free(soft);
+    free(arena);
+    g4_model_free(&m);
+    g4_model_free(&g.m);
+}
+
+static void test_soft_a(void) { soft_tokens_case("a", 0); }
+static void test_soft_b(void) { soft_tokens_case("b", 0); }
+static void test_soft_wav_a(void) { soft_tokens_case("a", 1); }
+static void test_soft_wav_b(void) { soft_tokens_case("b", 1); }
+
+/* transformers batches clips by padding the shorter one with invalid frames
+   (the script checks its soft tokens do not change, 1.8e-7); so must these. */
+static void test_padding_invariance(void) {
+    golden g;
+    g4_model m;
+    unsigned char *mask = NULL, *mask2;
+    const float *feat;
+    float *feat2, *s1, *s2;
+    void *arena;
+    size_t bytes = 0;
+    int nf, n1 = 0, n2 = 0, extra = 45, i;
+    if (!golden_open(&g, MODEL)) { CHECK(0, "golden"); return; }
+    if (g4_model_load(&m, tiny(MODEL)) != G4_OK) { CHECK(0, "load: %s", m.error); g4_model_free(&g.m); return; }
+    feat = golden_features(&g, "b", &mask, &nf);
+    CHECK(feat != NULL, "golden");
+    if (!feat) { g4_model_free(&m); g4_model_free(&g.m); return; }
+    feat2 = (float *)malloc(sizeof(float) * 128 * (size_t)(nf + extra));
+    mask2 = (unsigned char *)calloc((size_t)(nf + extra), 1);
+    memcpy(feat2, feat, sizeof(float) * 128 * (size_t)nf);
+    for (i = nf * 128; i < (nf + extra) * 128; i++) feat2[i] = 0.0f; /* the extractor zeroes invalid frames */
+    memcpy(mask2, mask, (size_t)nf);
+    arena = arena_for(&m, nf + extra, &bytes);
+    s1 = (float *)malloc(sizeof(float) * (size_t)g4_audio_tokens_max(nf + extra) * (size_t)m.config.hidden_size);
+    s2 = (float *)malloc(sizeof(float) * (size_t)g4_audio_tokens_max(nf + extra) * (size_t)m.config.hidden_size);
+    CHECK(g4_audio_encode(&m, feat, mask, nf, arena, bytes, NULL, s1, &n1) == G4_OK, "unpadded");
+    CHECK(g4_audio_encode(&m, feat2, mask2, nf + extra, arena, bytes, NULL, s2, &n2) == G4_OK, "padded");
+    CHECK(n1 == n2 && n1 > 0, "%d and %d soft tokens", n1, n2);
+    if (n1 == n2) {
+        double d = max_diff(s1, s2, (size_t)n1 * m.config.hidden_size);
+        CHECK(d <= 1e-6, "padding moved the soft tokens by %g", d);
+    }
+    free(feat2); free(mask2); free(mask); free(s1); free(s2); free(arena);
+    g4_model_free(&m);
+    g4_model_free(&g.m);
+}
+
+/* ---------------------------------------------------------- bad inputs */
+
+static void test_bad_encode(void) {
+    g4_model m, text;
+    g4_audio_run run;
+    float feat[8 * 128], soft[64 * 32];
+    unsigned char mask[8];
+    void *arena;
+    size_t bytes = 0, small = 0;
+    int n = -1, i;
+    g4_result r;
+    if (g4_model_load(&m, tiny(MODEL)) != G4_OK) { CHECK(0, "load: %s", m.error); return; }
+    for (i = 0; i < 8 * 128; i++) feat[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+    memset(mask, 1, sizeof mask);
+    arena = arena_for(&m, 8, &bytes);
+    memset(&run, 0, sizeof run);
+    r = g4_audio_encode(&m, feat, NULL, 8, arena, bytes, &run, soft, &n);
+    CHECK(r == G4_ERR_INPUT && strstr(run.error, "without a mask"), "no mask: %d %s", r, run.error);
+    r = g4_audio_encode(&m, feat, mask, 0, arena, bytes, &run, soft, &n);
+    CHECK(r == G4_ERR_INPUT && strstr(run.error, "0 feature frames"), "0 frames: %d %s", r, run.error);
+    CHECK(g4_audio_size(&m, 4, &small) == G4_OK && small < bytes, "sizes grow with frames");
+    r = g4_audio_encode(&m, feat, mask, 8, arena, small, &run, soft, &n);
+    CHECK(r == G4_ERR_ARENA && strstr(run.error, "arena"), "small arena: %d %s", r, run.error);
+    r = g4_audio_encode(&m, feat, mask, 8, (char *)arena + 4, bytes - 4, &run, soft, &n);
+    CHECK(r == G4_ERR_ARENA && strstr(run.error, "aligned"), "misaligned arena: %d %s", r, run.error);
+    feat[300] = NAN;
+    r = g4_audio_encode(&m, feat, mask, 8, arena, bytes, &run, soft, &n);
+    CHECK(r == G4_ERR_INPUT && strstr(run.error, "[2][44] is not finite"), "NaN: %d %s", r, run.error);
+    feat[300] = 0.5f;
+    r = g4_audio_encode(&m, feat, mask, 8, arena, bytes, NULL, soft, &n);
+    CHECK(r == G4_OK && n == 2, "8 frames: %d, %d soft tokens", r, n);
+    memset(mask, 0, sizeof mask);
+    r = g4_audio_encode(&m, feat, mask, 8, arena, bytes, &run, soft, &n);
+    CHECK(r == G4_OK && n == 0, "all frames invalid: %d, %d soft tokens", r, n);
+    /* a text-only model */
+    if (g4_model_load(&text, tiny("e2b_like")) == G4_OK) {
+        size_t b2;
+        CHECK(g4_audio_size(&text, 8, &b2) == G4_ERR_INPUT, "size without a tower");
+        r = g4_audio_encode(&text, feat, mask, 8, arena, bytes, &run, soft, &n);
+        CHECK(r == G4_ERR_INPUT && strstr(run.error, "no audio_config"), "text model: %d %s", r, run.error);
+        g4_model_free(&text);
+    }
+    free(arena);
+    g4_model_free(&m);
+}
+
+/* A copy of the checkpoint without one tower tensor: the text model still
+   loads; the tower refuses, naming the tensor. */
+static void test_missing_tensor(void) {
+    g4_model src, m;
+    st_entry *e;
+    char dir[300], cfg[320];
+    int i, k = 0;
+    const char *drop = "model.audio_tower.layers.1.self_attn.per_dim_scale";
+    if (g4_model_load(&src, tiny(MODEL)) != G4_OK) { CHECK(0, "load: %s", src.error); return; }
+    e = (st_entry *)calloc((size_t)src.n_tensors, sizeof *e);
+    for (i = 0; i < src.n_tensors; i++) {
+        const g4__stinfo *st = &src.tensors[i];
+        int d;
+        if (strcmp(st->name, drop) == 0) continue;
+        e[k].name = st->name;
+        e[k].dtype = dtype_str(st->t.dtype);
+        e[k].ndim = st->t.ndim;
+        for (d = 0; d < st->t.ndim && d < 4; d++) e[k].shape[d] = st->t.shape[d];
+        e[k].data = st->t.data;
+        e[k].bytes = (size_t)(st->end - st->begin);
+        k++;
+    }
+    snprintf(dir, sizeof dir, "%s/missing", g_tmp);
+    mkdir(dir, 0755);
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    copy_file(path2(tiny(MODEL), "config.json"), cfg);
+    CHECK(k == src.n_tensors - 1, "the tensor to drop exists");
+    st_write(path2(dir, "model.safetensors"), e, k, NULL);
+    CHECK(g4_model_load(&m, dir) == G4_OK, "text still loads: %s", m.error);
+    CHECK(!m.audio.loaded && strstr(m.audio.error, drop), "audio error: %s", m.audio.error);
+    g4_model_free(&m);
+    free(e);
+    g4_model_free(&src);
+}
+
+/* audio_config fields: wrong types and values are G4_ERR_CONFIG naming the field. */
+static void test_bad_config(void) {
+    static const struct { const char *audio, *want; } cases[] = {
+        {"\"audio_config\": 3", "'audio_config' must be an object"},
+        {"\"audio_config\": {\"hidden_act\": \"gelu\"}", "audio_config.hidden_act"},
+        {"\"audio_config\": {\"hidden_size\": 1023}", "audio_config.hidden_size 1023 must be even"},
+        {"\"audio_config\": {\"hidden_size\": 30, \"num_attention_heads\": 4}", "multiple of num_attention_heads"},
+        {"\"audio_config\": {\"num_hidden_layers\": 0}", "audio_config.num_hidden_layers"},
+        {"\"audio_config\": {\"subsampling_conv_channels\": [130, 32]}", "multiple of 4"},
+        {"\"audio_config\": {\"subsampling_conv_channels\": [128]}", "list of 2 integers"},
+        {"\"audio_config\": {\"subsampling_conv_channels\": [128, \"x\"]}", "subsampling_conv_channels[1]"},
+        {"\"audio_config\": {\"attention_context_left\": 0}", "audio_config.attention_context_left"},
+        {"\"audio_config\": {\"attention_logit_cap\": -1}", "audio_config.attention_logit_cap"},
+        {"\"audio_config\": {\"use_clipped_linears\": 1}", "audio_config.use_clipped_linears"},
+        {"\"audio_config\": {\"model_type\": \"gemma3n_audio\"}", "audio_config.model_type"},
+        {"\"audio_config\": {\"rms_norm_eps\": \"1e-6\"}", "audio_config.rms_norm_eps"},
+    };
+    const char *text = "\"text_config\": {\"vocab_size\": 16, \"hidden_size\": 8, \"intermediate_size\": 8, "
+                       "\"num_hidden_layers\": 1, \"num_attention_heads\": 1, \"num_key_value_heads\": 1, \"head_dim\": 8}";
+    char json[1024];
+    g4_config c;
+    size_t i;
+    g4_result r;
+    snprintf(json, sizeof json, "{\"model_type\": \"gemma4\", %s, \"audio_config\": {}}", text);
+    r = g4_config_parse(&c, json, strlen(json), "t.json");
+    CHECK(r == G4_OK && c.audio.present && c.audio.hidden_size == 1024 && c.audio.subsampling_conv_channels[1] == 32 &&
+          c.audio.attention_context_left == 13 && c.audio.gradient_clipping == 1e10f && c.audio.use_clipped_linears,
+          "defaults: %d %s", r, c.error);
+    snprintf(json, sizeof json, "{\"model_type\": \"gemma4\", %s, \"audio_config\": null}", text);
+    CHECK(g4_config_parse(&c, json, strlen(json), "t.json") == G4_OK && !c.audio.present, "null: %s", c.error);
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(json, sizeof json, "{\"model_type\": \"gemma4\", %s, %s}", text, cases[i].audio);
+        r = g4_config_parse(&c, json, strlen(json), "t.json");
+        CHECK(r == G4_ERR_CONFIG && strstr(c.error, cases[i].want) && strstr(c.error, "t.json"), "%s -> %d %s",
+              cases[i].audio, r, c.error);
+    }
+    /* the released E2B config parses with its values */
+    CHECK(g4_config_load(&c, "data/configs/gemma-4-E2B.json") == G4_OK && c.audio.present && c.audio.hidden_size == 1024 &&
+          c.audio.num_hidden_layers == 12 && c.audio.output_proj_dims == 1536 && c.audio.attention_invalid_logits_value == -1e9f,
+          "E2B: %s", c.error);
+}
+
+static void test_bad_features(void) {
+    g4_audio_fe fe;
+    float *pcm, *feat, *scratch;
+    unsigned char *mask;
+    int nf = -1, i;
+    g4_result r;
+    CHECK(g4_audio_fe_init(&fe) == G4_OK, "init");
+    pcm = (float *)calloc(480001, sizeof(float));
+    feat = (float *)malloc(sizeof(float) * 3001 * 128);
+    mask = (unsigned char *)malloc(3001);
+    scratch = (float *)malloc(sizeof(float) * g4_audio_fe_scratch(&fe));
+    for (i = 0; i < 480001; i++) pcm[i] = 0.1f * (float)((int)(((unsigned)i * 7919u) % 200u) - 100) / 100.0f;
+    r = g4_audio_features(&fe, pcm, 16000, 8000, feat, mask, &nf, scratch);
+    CHECK(r == G4_ERR_INPUT && strstr(fe.error, "8000 Hz") && nf == 0, "rate: %d %s", r, fe.error);
+    r = g4_audio_features(&fe, pcm, 480001, 16000, feat, mask, &nf, scratch);
+    CHECK(r == G4_ERR_INPUT && strstr(fe.error, "480001 samples"), "30 s: %d %s", r, fe.error);
+    /* 480000 samples (transformers: input_features [1, 2999, 128], every frame valid) */
+    CHECK(g4_audio_fe_frames(&fe, 480000) == 2999, "30 s: %d frames", g4_audio_fe_frames(&fe, 480000));
+    r = g4_audio_features(&fe, pcm, 480000, 16000, feat, mask, &nf, scratch);
+    CHECK(r == G4_OK && nf == 2999 && mask[0] && mask[2998], "exactly 30 s: %d %d %s", r, nf, fe.error);
+    /* the smallest clips: 128 samples make no frame, 129 one (invalid), 161 one valid */
+    CHECK(g4_audio_fe_frames(&fe, 128) == 0 && g4_audio_fe_frames(&fe, 129) == 1, "frame counts");
+    r = g4_audio_features(&fe, pcm, 128, 16000, feat, mask, &nf, scratch);
+    CHECK(r == G4_ERR_INPUT && strstr(fe.error, "no feature frame"), "128 samples: %d %s", r, fe.error);
+    r = g4_audio_features(&fe, pcm, 160, 16000, feat, mask, &nf, scratch);
+    CHECK(r == G4_OK && nf == 1 && !mask[0] && feat[0] == 0.0f, "160 samples: %d %d", r, nf);
+    r = g4_audio_features(&fe, pcm, 161, 16000, feat, mask, &nf, scratch);
+    CHECK(r == G4_OK && nf == 1 && mask[0], "161 samples: %d %d", r, nf);
+    pcm[77] = INFINITY;
+    r = g4_audio_features(&fe, pcm, 1000, 16000, feat, mask, &nf, scratch);
+    CHECK(r == G4_ERR_INPUT && strstr(fe.error, "sample 77"), "inf: %d %s", r, fe.error);
+    g4_audio_fe_free(&fe);
+    free(pcm); free(feat); free(mask); free(scratch);
+}
+
+/* A WAV header (44 bytes) for `data_bytes` of data. */
+static size_t wav_header(unsigned char *h, unsigned format, unsigned channels, unsigned rate, unsigned bits,
+                         unsigned data_bytes) {
+    unsigned align = channels * bits / 8;
+    memcpy(h, "RIFF", 4);
+    h[4] = (unsigned char)((36 + data_bytes) & 255); h[5] = (unsigned char)((36 + data_bytes) >> 8 & 255);
+    h[6] = (unsigned char)((36 + data_bytes) >> 16 & 255); h[7] = (unsigned char)((36 + data_bytes) >> 24);
+    memcpy(h + 8, "WAVEfmt ", 8);
+    h[16] = 16; h[17] = h[18] = h[19] = 0;
+    h[20] = (unsigned char)format; h[21] = (unsigned char)(format >> 8);
+    h[22] = (unsigned char)channels; h[23] = 0;
+    h[24] = (unsigned char)(rate & 255); h[25] = (unsigned char)(rate >> 8 & 255); h[26] = (unsigned char)(rate >> 16); h[27] = 0;
+    h[28] = h[29] = h[30] = h[31] = 0; /* byte rate: not checked */
+    h[32] = (unsigned char)align; h[33] = 0;
+    h[34] = (unsigned char)bits; h[35] = 0;
+    memcpy(h + 36, "data", 4);
+    h[40] = (unsigned char)(data_bytes & 255); h[41] = (unsigned char)(data_bytes >> 8 & 255);
+    h[42] = (unsigned char)(data_bytes >> 16 & 255); h[43] = (unsigned char)(data_bytes >> 24);
+    return 44;
+}
+
+static void test_wav(void) {
+    unsigned char w[44 + 64];
+    float out[32];
+    size_t n;
+    int rate;
+    char err[G4_ERROR_MAX];
+    g4_result r;
+    memset(w, 0, sizeof w);
+    wav_header(w, 1, 1, 16000, 16, 8);
+    w[44] = 0x00; w[45] = 0x80; /* -32768 */
+    w[46] = 0xff; w[47] = 0x7f; /* 32767 */
+    w[48] = 0x01; w[49] = 0x00; /* 1 */
+    w[50] = 0xff; w[51] = 0xff; /* -1 */
+    r = g4_wav_parse(w, 52, out, 32, &n, &rate, err);
+    CHECK(r == G4_OK && n == 4 && rate == 16000 && out[0] == -1.0f && out[1] == 32767.0f / 32768.0f &&
+          out[2] == 1.0f / 32768.0f && out[3] == -1.0f / 32768.0f, "pcm16: %d %s", r, err);
+    r = g4_wav_parse(w, 52, out, 3, &n, &rate, err);
+    CHECK(r == G4_ERR_INPUT && strstr(err, "do not fit"), "cap: %s", err);
+    wav_header(w, 1, 2, 16000, 16, 8);
+    CHECK(g4_wav_parse(w, 52, out, 32, &n, &rate, err) == G4_ERR_INPUT && strstr(err, "2 channels"), "stereo: %s", err);
+    wav_header(w, 1, 1, 16000, 8, 8);
+    CHECK(g4_wav_parse(w, 52, out, 32, &n, &rate, err) == G4_ERR_INPUT && strstr(err, "8 bits"), "8-bit: %s", err);
+    wav_header(w, 3, 1, 16000, 64, 8);
+    CHECK(g4_wav_parse(w, 52, out, 32, &n, &rate, err) == G4_ERR_INPUT && strstr(err, "format 3 with 64 bits"), "f64: %s", err);
+    wav_header(w, 1, 1, 16000, 16, 64);
+    CHECK(g4_wav_parse(w, 52, out, 32, &n, &rate, err) == G4_ERR_INPUT && strstr(err, "truncated"), "short: %s", err);
+    wav_header(w, 1, 1, 16000, 16, 7);
+    CHECK(g4_wav_parse(w, 51, out, 32, &n, &rate, err) == G4_ERR_INPUT && strstr(err, "whole number"), "odd: %s", err);
+    wav_header(w, 1, 1, 44100, 16, 8);
+    CHECK(g4_wav_parse(w, 52, out, 32, &n, &rate, err) == G4_OK && rate == 44100, "the rate is reported: %d", rate);
+    memcpy(w + 8, "AVI ", 4);
+    CHECK(g4_wav_parse(w, 52, out, 32, &n, &rate, err) == G4_ERR_INPUT && strstr(err, "RIFF/WAVE"), "not wave: %s", err);
+    wav_header(w, 1, 1, 16000, 16, 8);
+    memcpy(w + 12, "junk", 4); /* the fmt chunk renamed: skipped as an unknown chunk */
+    CHECK(g4_wav_parse(w, 52, out, 32, &n, &rate, err) == G4_ERR_INPUT && strstr(err, "no fmt chunk"), "no fmt: %s", err);
+    CHECK(g4_wav_parse(w, 10, out, 32, &n, &rate, err) == G4_ERR_INPUT, "10 bytes");
+}
+
+int main(int argc, char **argv) {
+    char tmpl[] = "/tmp/gemma4-audio-XXXXXX";
+    if (argc > 1) g_only = argv[1];
+    if (!mkdtemp(tmpl)) { printf("cannot create a temporary directory\n"); return 1; }
+    snprintf(g_tmp, sizeof g_tmp, "%s", tmpl);
+    run("features: both clips' WAVs = Gemma4AudioFeatureExtractor", test_features);
+    run("tower: every tap of clip a = transformers", test_taps);
+    run("soft tokens: clip a (one padding frame) = transformers", test_soft_a);
+    run("soft tokens: clip b (no padding) = transformers", test_soft_b);
+    run("soft tokens: clip a from its PCM16 WAV = transformers", test_soft_wav_a);
+    run("soft tokens: clip b from its float32 WAV = transformers", test_soft_wav_b);
+    run("soft tokens: invalid padding frames change nothing", test_padding_invariance);
+    run("encode: bad inputs are errors", test_bad_encode);
+    run("load: a missing tower tensor leaves the text model usable", test_missing_tensor);
+    run("config: bad audio_config fields name the field", test_bad_config);
+    run("features: bad rate, past 30 s, too short, non-finite", test_bad_features);
+    run("wav: PCM16 and float32 mono; everything else refused", test_wav);
+    {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
+        if (system(cmd) != 0) printf("could not remove %s\n", g_tmp);
+    }
+    return finish();
+}
