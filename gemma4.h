@@ -161,9 +161,10 @@
      g4_tap_fn), for op-by-op comparison (build/gemma4 compare).
 
    LIMITS
-     Text decoder only (vision/audio tensors are ignored). Batch size 1 per
-     session. use_bidirectional_attention only matters for image tokens and is
-     ignored. Drafters (gemma4_assistant) run on the CPU only.
+     The text decoder, and the E2B/E4B audio tower (g4_audio_encode, >>audio:
+     scalar kernels, no merge into the decoder yet); vision tensors are
+     ignored. Batch size 1 per session. use_bidirectional_attention only
+     matters for image tokens and is ignored. Drafters (gemma4_assistant) run on the CPU only.
 
    ERRORS
      Functions return a g4_result (G4_OK = 0, errors negative); the object that
