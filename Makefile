@@ -7,7 +7,7 @@ SAN      = -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-om
 LDLIBS   = -lm -lpthread
 DEMO     = data/tiny/e2b_like
 
-.PHONY: all run test test-builds unit sanitize strict bench test-arm64 clean fuzz valgrind tsan cuda test-cuda test-cuda-emu sanitize-cuda-emu test-cuda-device bench-cuda print-nvflags
+.PHONY: all run test test-python test-python-torch test-builds unit sanitize strict bench test-arm64 clean fuzz valgrind tsan cuda test-cuda test-cuda-emu sanitize-cuda-emu test-cuda-device bench-cuda print-nvflags
 
 all: build/gemma4
 
@@ -271,7 +271,7 @@ endef
 
 SUITE_LOGS = tokenizer_san.log tokenizer.log template_san.log template.log cuda_emu.log cuda_emu_san.log \
              gemma4_san.log bad_inputs_san.log threads_san.log san_avx2.log drafter_san.log drafter.log threads.log \
-             train.log train_san.log lora.log lora_san.log bad_inputs.log tests.log kernels.log audio.log audio_san.log
+             train.log train_san.log lora.log lora_san.log bad_inputs.log tests.log kernels.log audio.log audio_san.log python.log
 
 # $(eval $(call suite,NAME,PREREQUISITES,COMMAND)) makes the target suite-NAME.log, which runs
 # COMMAND through log_run (its output in build/NAME.log). A variable in COMMAND is written $$(VAR),
@@ -305,6 +305,7 @@ $(eval $(call suite,tests,build/test_gemma4 build/gemma4,./build/test_gemma4))
 $(eval $(call suite,audio,build/test_audio,./build/test_audio))
 $(eval $(call suite,audio_san,build/test_audio_san,./build/test_audio_san))
 $(eval $(call suite,kernels,$(OTHER_KERNELS) build/gemma4,sh tests/other_kernels.sh "$$(CC)" "$$(WARN)"))
+$(eval $(call suite,python,,sh python/tests/run.sh build/pyvenv))
 .PHONY: $(SUITE_LOGS:%=suite-%) suite-minimal.log
 
 # make test's build: strict and every suite's binaries, one job per CPU
@@ -319,7 +320,7 @@ test-builds: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemm
 # order, and the total. make starts a suite whose binaries are built only on its next pass
 # over the goals, that is after the builds, so the longest suite's binary (cuda_emu_san,
 # about 3 min of one CPU) is built first on its own, and that suite starts at once.
-SUITE_ORDER = cuda_emu_san cuda_emu drafter_san kernels san_avx2 train_san lora_san bad_inputs_san gemma4_san \
+SUITE_ORDER = cuda_emu_san cuda_emu drafter_san kernels python san_avx2 train_san lora_san bad_inputs_san gemma4_san \
               template_san drafter lora tests train bad_inputs audio_san threads_san tokenizer_san tokenizer template threads audio
 test:
 	@mkdir -p build && rm -f $(SUITE_LOGS:%=build/%) $(SUITE_LOGS:%=build/%.time) build/minimal.log
@@ -359,6 +360,8 @@ test:
 	@tail -n 1 build/audio_san.log
 	@echo "== bad-input catalogue"
 	@tail -n 1 build/bad_inputs.log
+	@echo "== the Python package (python/: pip install in a fresh venv, pytest against the same goldens)"
+	@tail -n 1 build/python.log
 	@echo "== tests"
 	@cat build/tests.log
 	@echo "== the core suite again on the other kernels this CPU runs (scalar, AVX2)"
@@ -375,6 +378,21 @@ test:
 	         sub(",$$", "", s); printf "== suite run times (s):%s; %d s in all, on $(NPROC) CPUs with the builds\n", s, t }'
 	@echo "== all suites (make test took $$(( $$(date +%s) - $$(cat build/test_t0) )) s, builds included)"
 	@cd build && cat $(SUITE_LOGS) | awk '/^[0-9]+ passed, [0-9]+ failed/ { p += $$1; f += $$3; s += $$5 } END { printf "%d passed, %d failed", p, f; if (s) printf ", %d skipped", s; print "" }'
+
+# The Python package (python/, docs/python.md): a fresh venv in build/pyvenv, pip install
+# ./python pytest numpy (the library built from gemma4.h by cc), then its pytest suite.
+test-python:
+	sh python/tests/run.sh build/pyvenv
+
+# The torch bridge (gemma4.torch) against real transformers models: needs torch,
+# transformers and peft (the repository's venv, tools/requirements.txt). Runs the package
+# from python/ with the library built in place.
+TORCH_PYTHON ?= venv/bin/python
+python/gemma4/_gemma4.so: python/gemma4/_lib.c python/gemma4/_build.py gemma4.h $(wildcard gemma4_processing.h)
+	python3 python/gemma4/_build.py $@
+
+test-python-torch: python/gemma4/_gemma4.so
+	PYTHONPATH=python $(TORCH_PYTHON) -m pytest -q -p no:cacheprovider python/tests/torch
 
 build/membw: bench/membw.c | build
 	$(CC) -O2 -march=native -o $@ bench/membw.c -lpthread
