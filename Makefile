@@ -15,7 +15,7 @@ build/gemma4: examples/gemma4.c examples/compare.h examples/bench.h examples/ben
 	$(CC) $(WARN) $(CFLAGS) -o $@ examples/gemma4.c $(LDLIBS)
 
 build/minimal: examples/minimal.c gemma4.h | build
-	$(CC) $(WARN) $(CFLAGS) -o $@ examples/minimal.c $(LDLIBS)
+	$(CC) $(WARN) $(CFLAGS) -I. -o $@ examples/minimal.c $(LDLIBS)
 
 # A suite that runs the CLI has it as an order-only prerequisite, so that
 # `make build/test_X && ./build/test_X` runs a CLI as new as the header, and a
@@ -282,7 +282,7 @@ define suite
 suite-$(1).log: $(2)
 	$$(call log_run,$(1).log,$(3))
 endef
-$(eval $(call suite,minimal,build/minimal,./build/minimal $$(DEMO)))
+$(eval $(call suite,minimal,build/minimal tools/check_readme_program.sh README.md examples/minimal.c,sh tools/check_readme_program.sh ./build/minimal $$(DEMO)))
 $(eval $(call suite,tokenizer_san,build/test_tokenizer_san build/gemma4,./build/test_tokenizer_san))
 $(eval $(call suite,tokenizer,build/test_tokenizer build/gemma4,./build/test_tokenizer))
 $(eval $(call suite,template_san,build/test_template_san build/gemma4_san,./build/test_template_san data build/gemma4_san))

@@ -1,0 +1,23 @@
+#!/bin/sh
+# The README's program is examples/minimal.c, byte for byte: the first ```c block under
+# "## The API in a short program" in README.md must equal the file. Then runs the command
+# it is given (make test: ./build/minimal data/tiny/e2b_like), so the program shown is the
+# program built and run.   Usage: sh tools/check_readme_program.sh [COMMAND ARGS...]
+set -e
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+awk '/^## The API in a short program/ { f = 1; next }
+     f && /^## / { exit }
+     f && !p && /^```c$/ { p = 1; next }
+     p && /^```$/ { exit }
+     p' README.md > "$out"
+if [ ! -s "$out" ]; then
+  echo "README.md: no \`\`\`c block under '## The API in a short program'"; exit 1
+fi
+if ! cmp -s "$out" examples/minimal.c; then
+  echo "README.md's program differs from examples/minimal.c (diff README file):"
+  diff "$out" examples/minimal.c || true
+  exit 1
+fi
+echo "README.md's program is examples/minimal.c ($(wc -l < examples/minimal.c) lines)"
+if [ $# -gt 0 ]; then exec "$@"; fi
