@@ -8711,6 +8711,11 @@ G4__DEF g4_result g4_audio_features(g4_audio_fe *fe, const float *pcm, int n_sam
             double mel = 0.0;
             for (k = 0; k < nb; k++) mel += re[k] * fe->mel_filters[(size_t)k * nm + m];
             out[m] = mask[i] ? (float)log(mel + fe->mel_floor) : 0.0f;
+            if (!isfinite(out[m])) { /* numpy's float32 magnitude overflows the same way (inf, or inf * 0 = nan) */
+                g4__seterr(fe->error, "audio frame %d: the log-mel feature %d is not finite (samples far outside "
+                           "[-1, 1] overflow the float32 spectrum)", i, m);
+                return G4_ERR_INPUT;
+            }
         }
     }
     *n_frames = nf;

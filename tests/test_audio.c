@@ -479,6 +479,10 @@ static void test_bad_features(void) {
     CHECK(r == G4_OK && nf == 1 && !mask[0] && feat[0] == 0.0f, "160 samples: %d %d", r, nf);
     r = g4_audio_features(&fe, pcm, 161, 16000, feat, mask, &nf, scratch);
     CHECK(r == G4_OK && nf == 1 && mask[0], "161 samples: %d %d", r, nf);
+    pcm[500] = pcm[501] = pcm[502] = 3e38f; /* finite, but their spectrum overflows float32 */
+    r = g4_audio_features(&fe, pcm, 1000, 16000, feat, mask, &nf, scratch);
+    CHECK(r == G4_ERR_INPUT && strstr(fe.error, "not finite") && nf == 0, "overflow: %d %s", r, fe.error);
+    pcm[500] = pcm[501] = pcm[502] = 0.0f;
     pcm[77] = INFINITY;
     r = g4_audio_features(&fe, pcm, 1000, 16000, feat, mask, &nf, scratch);
     CHECK(r == G4_ERR_INPUT && strstr(fe.error, "sample 77"), "inf: %d %s", r, fe.error);
