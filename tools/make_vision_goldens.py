@@ -1,0 +1,354 @@
+#!/usr/bin/env python3
+"""Golden data for gemma4.h's vision tower, its merge into the decoder and the image processor.
+
+Builds two tiny random-weight Gemma4ForConditionalGeneration models WITH transformers, saves them as
+real checkpoints, reloads them with from_pretrained(dtype=float32) and records, from the reloaded
+models and the real Gemma4Processor (torchvision backend, transformers' default when installed):
+
+    data/vision/processor/        processor_config.json, tokenizer.json, tokenizer_config.json
+                                  (save_pretrained of the Gemma4Processor used below)
+    data/vision/processor.safetensors
+        image.<k>          I32 [h, w, c]   the input images' pixels (c = 3, or 4 for RGBA)
+        pixel_values.<c>   F32 [n_img, max_patches, 3 p^2]   the processor's output for case c
+        positions.<c>      I32 [n_img, max_patches, 2]       image_position_ids (x, y; -1 padding)
+        ids.<c>            I32 [S]                           input_ids
+        mm_types.<c>       I32 [S]                           mm_token_type_ids
+                           (cases 0-2; case 3's are cases 0 and 1's, as the script checks)
+    data/vision/<model>/config.json, model.safetensors
+    data/vision/<model>/golden.safetensors
+        soft.<c>           F32 [n_soft, H_text]  get_image_features(...).pooler_output, the images' soft
+                                                 tokens concatenated in prompt order
+        logits.<c>         F32 [R, V]  logits of rows logit_rows.<c> (a stride through the prompt + the last)
+        logit_rows.<c>     I32 [R]
+        norm.0             F32 [S, H_text]  case 0: the text model's final norm output (every row)
+        tap.<module>       F32 [TAP_ROWS, W]  case 0, image 0: the first TAP_ROWS rows of the output of the
+                                             vision module at model.vision_tower.<module> (forward hooks),
+                                             and of model.embed_vision (tap.embed_vision)
+        tap.embed_vision   F32 [n_soft_0, H_text]  (every row)
+        tap.vision_tower   F32 [n_soft_0, H_vis]   Gemma4VisionModel's last_hidden_state (pooled, padding
+                                                   stripped, standardized where configured)
+
+Cases: 0 = image A (50x37, needs resizing), 1 = image B (64x64, already at its target size), 2 = image C
+(RGBA 60x40 with varying alpha), 3 = images A and B in one prompt.
+
+Models:
+    e2b_mm  E2B-style: PLE, shared KV (2 of 6 layers), double-wide MLP; the tower uses clipped linears
+            with random finite bounds; no bidirectional attention.
+    31b_mm  31B-style: attention_k_eq_v, use_bidirectional_attention "vision"; the tower standardizes
+            (random std_bias / std_scale).
+Every norm weight, scalar, bound, position table and standardization buffer is random (not its init value).
+
+float32 CPU, attn_implementation="eager", torch.set_num_threads(1), deterministic seeds.
+
+Usage (repository root): venv/bin/python tools/make_vision_goldens.py [--out data/vision]
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+
+import numpy as np
+import PIL
+import safetensors
+import tokenizers
+import torch
+import torchvision
+import transformers
+from PIL import Image
+from safetensors.torch import save_file
+from tokenizers import AddedToken, Tokenizer
+
+assert torch.__version__.startswith("2.15"), torch.__version__
+assert transformers.__version__ == "5.23.0", transformers.__version__
+
+from transformers import (  # noqa: E402
+    Gemma4AudioFeatureExtractor,
+    Gemma4Config,
+    Gemma4ForConditionalGeneration,
+    Gemma4ImageProcessor,
+    Gemma4ImageProcessorPil,
+    Gemma4Processor,
+    Gemma4TextConfig,
+    Gemma4VideoProcessor,
+    Gemma4VisionConfig,
+    PreTrainedTokenizerFast,
+)
+
+torch.use_deterministic_algorithms(True)
+torch.set_num_threads(1)
+
+SL, FU = "sliding_attention", "full_attention"
+TAP_ROWS = 32
+LOGIT_STRIDE = 11
+MM_TOKENS = ["<|image>", "<|image|>", "<image|>", "<|audio>", "<|audio|>", "<audio|>", "<|video|>"]
+PATCH, POOL, MAX_SOFT = 4, 2, 70
+
+TEXT_BASE = dict(
+    vocab_size=520, hidden_size=32, intermediate_size=48, num_attention_heads=4, head_dim=16, global_head_dim=32,
+    rms_norm_eps=1e-6, final_logit_softcapping=30.0, sliding_window=8, max_position_embeddings=512,
+    rope_parameters={
+        SL: {"rope_type": "default", "rope_theta": 10_000.0},
+        FU: {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0},
+    },
+)
+VISION_BASE = dict(
+    hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+    head_dim=8, patch_size=PATCH, pooling_kernel_size=POOL, position_embedding_size=48, rms_norm_eps=1e-6,
+)
+
+MODELS = [
+    dict(name="e2b_mm", seed=2901,
+         text=dict(num_hidden_layers=6, layer_types=[SL, SL, FU, SL, SL, FU], num_key_value_heads=1,
+                   num_kv_shared_layers=2, use_double_wide_mlp=True, hidden_size_per_layer_input=8,
+                   vocab_size_per_layer_input=520, attention_k_eq_v=False, num_global_key_value_heads=None),
+         vision=dict(use_clipped_linears=True, standardize=False, rope_parameters={"rope_type": "default", "rope_theta": 100.0})),
+    dict(name="31b_mm", seed=2902,
+         text=dict(num_hidden_layers=4, layer_types=[SL, SL, SL, FU], num_key_value_heads=2, attention_k_eq_v=True,
+                   num_global_key_value_heads=1, hidden_size_per_layer_input=0, num_kv_shared_layers=0,
+                   use_bidirectional_attention="vision", sliding_window=12),
+         vision=dict(use_clipped_linears=False, standardize=True, rope_parameters={"rope_type": "axial", "rope_theta": 50.0})),
+]
+
+
+def make_tokenizer(src):
+    tk = Tokenizer.from_file(src)
+    tk.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in MM_TOKENS])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>",
+        extra_special_tokens=dict(image_token="<|image|>", boi_token="<|image>", eoi_token="<image|>",
+                                  audio_token="<|audio|>", boa_token="<|audio>", eoa_token="<audio|>"))
+
+
+def make_processor(tok):
+    kw = dict(patch_size=PATCH, max_soft_tokens=MAX_SOFT, pooling_kernel_size=POOL)
+    return Gemma4Processor(feature_extractor=Gemma4AudioFeatureExtractor(), image_processor=Gemma4ImageProcessor(**kw),
+                           tokenizer=tok, video_processor=Gemma4VideoProcessor(**kw), image_seq_length=MAX_SOFT)
+
+
+def make_images():
+    rng = np.random.default_rng(29)
+
+    def smooth(h, w, c):  # a smooth picture plus noise: resizing has structure to get right
+        y, x = np.mgrid[0:h, 0:w]
+        base = [128 + 100 * np.sin(x / (3 + k) + y / (5 + 2 * k) + k) for k in range(c)]
+        img = np.stack(base, -1) + rng.normal(0, 30, (h, w, c))
+        return np.clip(np.rint(img), 0, 255).astype(np.uint8)
+
+    a = smooth(37, 50, 3)
+    b = smooth(64, 64, 3)
+    c = smooth(40, 60, 4)
+    c[..., 3] = np.clip(np.linspace(0, 255, 60)[None, :] + rng.normal(0, 40, (40, 60)), 0, 255).astype(np.uint8)
+    c[:5, :, 3] = 0    # fully transparent rows
+    c[-5:, :, 3] = 255  # fully opaque rows
+    return [a, b, c]
+
+
+CASES = [  # (text, images by index)
+    ("Look at <|image|> and say", [0]),
+    ("<|image|> is square", [1]),
+    ("Alpha <|image|>: what", [2]),
+    ("First <|image|> then <|image|> end", [0, 1]),
+]
+
+
+def randomize(model, seed):
+    g = torch.Generator().manual_seed(seed)
+
+    def normal(shape, std):
+        return torch.randn(shape, generator=g, dtype=torch.float32) * std
+
+    def uniform(shape, lo, hi):
+        return lo + (hi - lo) * torch.rand(shape, generator=g, dtype=torch.float32)
+
+    items = list(model.named_parameters()) + list(model.named_buffers())
+    seen = set()
+    for name, t in sorted(items, key=lambda x: x[0]):
+        if id(t) in seen or "inv_freq" in name or name.endswith("embed_scale"):
+            continue
+        seen.add(id(t))
+        shape = tuple(t.shape)
+        leaf = name.rsplit(".", 1)[-1]
+        if name.endswith("layer_scalar"):
+            v = uniform(shape, 0.5, 1.5)
+        elif leaf in ("input_min", "output_min"):
+            v = -uniform(shape, 0.4, 1.2)  # finite bounds that clip the tails
+        elif leaf in ("input_max", "output_max"):
+            v = uniform(shape, 0.4, 1.2)
+        elif leaf == "std_bias":
+            v = normal(shape, 0.5)
+        elif leaf == "std_scale":
+            v = uniform(shape, 0.5, 2.0)
+        elif name.endswith("language_model.norm.weight"):
+            v = uniform(shape, 3.0, 5.0)
+        elif "norm" in name and leaf == "weight" and len(shape) == 1:
+            v = uniform(shape, 0.5, 1.5)
+        elif name.endswith("embed_tokens.weight"):
+            v = normal(shape, 0.1)
+        elif name.endswith("embed_tokens_per_layer.weight"):
+            v = normal(shape, 0.5)
+        elif name.endswith("position_embedding_table"):
+            v = normal(shape, 0.5)
+        elif len(shape) == 0 or not t.dtype.is_floating_point:
+            continue
+        else:
+            v = normal(shape, 0.2 if "vision_tower" in name or "embed_vision" in name else 0.1)
+        with torch.no_grad():
+            t.copy_(v.to(t.dtype))
+
+
+TAP_MODULES_LAYER = ["input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn",
+                     "post_attention_layernorm", "pre_feedforward_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp",
+                     "post_feedforward_layernorm", ""]
+
+
+def record_taps(model, inputs, n_real):
+    vt = model.model.vision_tower
+    names = ["patch_embedder"]
+    for i in range(len(vt.encoder.layers)):
+        names += [f"encoder.layers.{i}" + (f".{m}" if m else "") for m in TAP_MODULES_LAYER]
+    mods = dict(vt.named_modules())
+    out, hooks = {}, []
+
+    def grab(key, first_only):
+        def hook(_m, _i, o):
+            h = o[0] if isinstance(o, (tuple, list)) else o
+            if key in out:  # a second call (several images): keep the first image's
+                return
+            out[key] = h[0].detach().float().clone() if first_only else h.detach().float().clone()
+        return hook
+
+    for n in names:
+        hooks.append(mods[n].register_forward_hook(grab("tap." + n, True)))
+    hooks.append(mods["pooler"].register_forward_hook(grab("tap_pooler_raw", True)))
+    hooks.append(model.model.embed_vision.register_forward_hook(grab("tap.embed_vision", False)))
+    try:
+        with torch.no_grad():
+            model.model.get_image_features(inputs["pixel_values"], inputs["image_position_ids"])
+    finally:
+        for h in hooks:
+            h.remove()
+    res = {}
+    for k, v in out.items():
+        if k == "tap_pooler_raw":
+            continue
+        if k == "tap.embed_vision":  # after pooling: every soft token
+            res[k] = v.contiguous()
+            continue
+        assert v.shape[0] >= TAP_ROWS and n_real >= TAP_ROWS, (k, v.shape)
+        res[k] = v[:TAP_ROWS].contiguous()
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="data/vision")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+
+    tok = make_tokenizer("data/tokenizer/tokenizer.json")
+    ids_of = {t: tok.convert_tokens_to_ids(t) for t in MM_TOKENS}
+    proc = make_processor(tok)
+    pdir = os.path.join(args.out, "processor")
+    if os.path.isdir(pdir):
+        shutil.rmtree(pdir)
+    proc.save_pretrained(pdir)
+    for f in os.listdir(pdir):  # only what the processor needs
+        if f not in ("processor_config.json", "tokenizer.json", "tokenizer_config.json"):
+            os.remove(os.path.join(pdir, f))
+    pil_proc = Gemma4ImageProcessorPil(patch_size=PATCH, max_soft_tokens=MAX_SOFT, pooling_kernel_size=POOL)
+
+    images = make_images()
+    pimg = [Image.fromarray(a, "RGBA" if a.shape[2] == 4 else "RGB") for a in images]
+    pg = {f"image.{k}": torch.from_numpy(a.astype(np.int32)) for k, a in enumerate(images)}
+    case_inputs, backends = [], []
+    for c, (text, idx) in enumerate(CASES):
+        inp = proc(text=[text], images=[[pimg[i] for i in idx]], return_tensors="pt")
+        case_inputs.append(inp)
+        if c < 3:  # case 3's images are cases 0 and 1's (checked), not stored twice
+            pg[f"pixel_values.{c}"] = inp["pixel_values"].float().contiguous()
+        else:
+            assert torch.equal(inp["pixel_values"], torch.cat([case_inputs[0]["pixel_values"], case_inputs[1]["pixel_values"]]))
+        pg[f"positions.{c}"] = inp["image_position_ids"].to(torch.int32).contiguous()
+        pg[f"ids.{c}"] = inp["input_ids"][0].to(torch.int32).contiguous()
+        pg[f"mm_types.{c}"] = inp["mm_token_type_ids"][0].to(torch.int32).contiguous()
+        pil = pil_proc([pimg[i] for i in idx], return_tensors="pt")
+        assert torch.equal(pil["image_position_ids"], inp["image_position_ids"])
+        d = (pil["pixel_values"] - inp["pixel_values"]).abs()
+        backends.append(f"case {c}: S {inp['input_ids'].shape[1]}  PIL backend against torchvision: max |d| "
+                        f"{d.max().item() * 255:.3f}/255; {(d > 0.5 / 255).float().mean().item() * 100:.2f}% of values differ "
+                        f"by >= 1/255, {((d > 0) & (d < 1e-6)).float().mean().item() * 100:.2f}% in the last bits only")
+        print(backends[-1])
+    save_file(pg, os.path.join(args.out, "processor.safetensors"))
+
+    summary = []
+    for spec in MODELS:
+        tcfg = dict(TEXT_BASE)
+        tcfg.update(spec["text"])
+        vcfg = dict(VISION_BASE)
+        vcfg.update(spec["vision"])
+        cfg = Gemma4Config(text_config=Gemma4TextConfig(**tcfg), vision_config=Gemma4VisionConfig(**vcfg), audio_config=None,
+                           boi_token_id=ids_of["<|image>"], eoi_token_id=ids_of["<image|>"],
+                           image_token_id=ids_of["<|image|>"], video_token_id=ids_of["<|video|>"],
+                           boa_token_id=ids_of["<|audio>"], eoa_token_index=ids_of["<audio|>"],
+                           audio_token_id=ids_of["<|audio|>"])
+        torch.manual_seed(spec["seed"])
+        model = Gemma4ForConditionalGeneration(cfg).eval()
+        randomize(model, spec["seed"])
+        mdir = os.path.join(args.out, spec["name"])
+        if os.path.isdir(mdir):
+            shutil.rmtree(mdir)
+        model.to(torch.bfloat16).save_pretrained(mdir)
+        for f in os.listdir(mdir):
+            if f not in ("config.json", "model.safetensors"):
+                os.remove(os.path.join(mdir, f))
+        model = Gemma4ForConditionalGeneration.from_pretrained(mdir, dtype=torch.float32, attn_implementation="eager").eval()
+
+        gold = {}
+        for c, inp in enumerate(case_inputs):
+            with torch.no_grad():
+                feats = model.model.get_image_features(inp["pixel_values"], inp["image_position_ids"]).pooler_output
+                out = model(**inp, use_cache=False, output_hidden_states=True)
+            soft = torch.cat(list(feats), 0)
+            S = inp["input_ids"].shape[1]
+            assert soft.shape[0] == int((inp["input_ids"] == cfg.image_token_id).sum())
+            rows = sorted(set(range(0, S, LOGIT_STRIDE)) | {S - 1})
+            gold[f"soft.{c}"] = soft.float().contiguous()
+            gold[f"logits.{c}"] = out.logits[0, rows].float().contiguous()
+            gold[f"logit_rows.{c}"] = torch.tensor(rows, dtype=torch.int32)
+            if c == 0:
+                gold["norm.0"] = out.hidden_states[-1][0].float().contiguous()
+            # the bidirectional mask must matter where the config asks for it (and nowhere else)
+            nomm = {k: v for k, v in inp.items() if k != "mm_token_type_ids"}
+            with torch.no_grad():
+                causal = model(**nomm, use_cache=False).logits
+            diff = (causal - out.logits).abs().max().item()
+            bidir = tcfg.get("use_bidirectional_attention") == "vision"
+            assert (diff > 1e-3) == bidir, (spec["name"], c, diff)
+            summary.append(f"model {spec['name']} case {c}: S {S} soft {soft.shape[0]} max|logit| "
+                           f"{out.logits.abs().max().item():.3f}  causal-vs-bidirectional max|d| {diff:.3g}")
+            print(summary[-1])
+        n_real0 = int((case_inputs[0]["image_position_ids"][0, :, 0] >= 0).sum())
+        gold.update(record_taps(model, case_inputs[0], n_real0))
+        with torch.no_grad():
+            vt = model.model.vision_tower(pixel_values=case_inputs[0]["pixel_values"],
+                                          pixel_position_ids=case_inputs[0]["image_position_ids"])
+        gold["tap.vision_tower"] = vt.last_hidden_state.float().contiguous()
+        save_file(gold, os.path.join(mdir, "golden.safetensors"))
+
+    with open(os.path.join(args.out, "VERSIONS.txt"), "w") as f:
+        f.write(f"torch {torch.__version__}\ntransformers {transformers.__version__}\ntorchvision {torchvision.__version__}\n"
+                f"pillow {PIL.__version__}\nsafetensors {safetensors.__version__}\ntokenizers {tokenizers.__version__}\n"
+                f"numpy {np.__version__}\npython {platform.python_version()}\nplatform {platform.platform()}\n"
+                f"date {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M:%S')} UTC\n"
+                f"command venv/bin/python tools/make_vision_goldens.py\n"
+                f"goldens float32 CPU, attn_implementation=eager, torch.set_num_threads(1); models stored bfloat16, "
+                f"reloaded float32; processor torchvision backend (pixel_values_pil: Gemma4ImageProcessorPil)\n")
+        for s in backends + summary:
+            f.write(s + "\n")
+
+
+if __name__ == "__main__":
+    main()
