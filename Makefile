@@ -82,6 +82,12 @@ build/test_audio_san: tests/test_audio.c tests/harness.h tests/fixtures.h gemma4
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_audio.c $(LDLIBS)
 
 # Two sessions on one model from two threads (-pthread only here).
+build/test_vision: tests/test_vision.c tests/harness.h tests/fixtures.h gemma4.h | build
+	$(CC) $(WARN) $(CFLAGS) -g -pthread -o $@ tests/test_vision.c $(LDLIBS)
+
+build/test_vision_san: tests/test_vision.c tests/harness.h tests/fixtures.h gemma4.h | build
+	$(CC) $(WARN) $(SAN) -pthread -o $@ tests/test_vision.c $(LDLIBS)
+
 build/test_threads: tests/test_threads.c tests/harness.h gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -g -pthread -o $@ tests/test_threads.c $(LDLIBS)
 
@@ -271,7 +277,8 @@ endef
 
 SUITE_LOGS = tokenizer_san.log tokenizer.log template_san.log template.log cuda_emu.log cuda_emu_san.log \
              gemma4_san.log bad_inputs_san.log threads_san.log san_avx2.log drafter_san.log drafter.log threads.log \
-             train.log train_san.log lora.log lora_san.log bad_inputs.log tests.log kernels.log audio.log audio_san.log python.log
+             train.log train_san.log lora.log lora_san.log bad_inputs.log tests.log kernels.log audio.log audio_san.log python.log \
+             vision.log vision_san.log
 
 # $(eval $(call suite,NAME,PREREQUISITES,COMMAND)) makes the target suite-NAME.log, which runs
 # COMMAND through log_run (its output in build/NAME.log). A variable in COMMAND is written $$(VAR),
@@ -296,6 +303,8 @@ $(eval $(call suite,drafter_san,build/test_drafter_san build/gemma4_san,./build/
 $(eval $(call suite,san_avx2,$(SAN_SIMD),sh tests/san_avx2.sh "$$(CC)" "$$(WARN)" "$$(SAN)"))
 $(eval $(call suite,drafter,build/test_drafter build/gemma4,./build/test_drafter data build/gemma4))
 $(eval $(call suite,threads,build/test_threads,./build/test_threads))
+$(eval $(call suite,vision,build/test_vision,./build/test_vision data))
+$(eval $(call suite,vision_san,build/test_vision_san,./build/test_vision_san data))
 $(eval $(call suite,train,build/test_train build/gemma4,./build/test_train data build/gemma4))
 $(eval $(call suite,train_san,build/test_train_san build/gemma4_san,./build/test_train_san data build/gemma4_san))
 $(eval $(call suite,lora,build/test_lora build/gemma4,./build/test_lora data build/gemma4))
@@ -314,14 +323,16 @@ test-builds: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemm
       build/test_bad_inputs build/test_bad_inputs_san build/test_threads build/test_threads_san \
       build/test_tokenizer build/test_tokenizer_san build/test_cuda_emu build/test_cuda_emu_san \
       build/test_train build/test_train_san build/test_drafter build/test_drafter_san build/test_template build/test_template_san \
-      build/test_lora build/test_lora_san build/test_audio build/test_audio_san $(OTHER_KERNELS) $(SAN_SIMD)
+      build/test_lora build/test_lora_san build/test_audio build/test_audio_san build/test_vision build/test_vision_san \
+      $(OTHER_KERNELS) $(SAN_SIMD)
 
 # Builds and suites run together, one job per CPU; then each suite's log is shown in this
 # order, and the total. make starts a suite whose binaries are built only on its next pass
 # over the goals, that is after the builds, so the longest suite's binary (cuda_emu_san,
 # about 3 min of one CPU) is built first on its own, and that suite starts at once.
 SUITE_ORDER = cuda_emu_san cuda_emu drafter_san kernels python san_avx2 train_san lora_san bad_inputs_san gemma4_san \
-              template_san drafter lora tests train bad_inputs audio_san threads_san tokenizer_san tokenizer template threads audio
+              template_san drafter lora tests train bad_inputs audio_san threads_san tokenizer_san tokenizer template threads audio \
+              vision_san vision
 test:
 	@mkdir -p build && rm -f $(SUITE_LOGS:%=build/%) $(SUITE_LOGS:%=build/%.time) build/minimal.log
 	@date +%s > build/test_t0
@@ -358,6 +369,9 @@ test:
 	@echo "== audio tower and features (transformers goldens), plain and under ASan + UBSan"
 	@tail -n 1 build/audio.log
 	@tail -n 1 build/audio_san.log
+	@echo "== vision tower and the merge into the decoder (transformers goldens), plain and under ASan + UBSan"
+	@tail -n 1 build/vision.log
+	@tail -n 1 build/vision_san.log
 	@echo "== bad-input catalogue"
 	@tail -n 1 build/bad_inputs.log
 	@echo "== the Python package (python/: pip install in a fresh venv, pytest against the same goldens)"

@@ -36,6 +36,9 @@
        >>forward         the model: first its plumbing (taps, the threaded norm and
                          elementwise ops, the shared-KV table), then attention,
                          MLP, MoE, decoder layer, per-layer inputs, the step
+       >>vision          multimodal: Gemma4Config's ids and vision_config, the
+                         vision tower (Gemma4VisionModel + embed_vision) and the
+                         merge of soft tokens into the decoder (g4_forward_mm)
        >>backward        the training reference: loss, the backward of every op,
                          the shared-KV gradient slots, activation checkpointing
        >>drafter         a Gemma 4 drafter (gemma4_assistant) reading the target
@@ -160,11 +163,21 @@
      (embed_tokens, layers.<i>.self_attn.q, layers.<i>.mlp, ..., logits; see
      g4_tap_fn), for op-by-op comparison (build/gemma4 compare).
 
+   IMAGES
+     g4_vision_encode runs the vision tower on one image's patches (the image
+     processor's pixel_values and image_position_ids) into soft tokens, in a
+     caller arena (g4_vision_session_size / _init); g4_forward_mm runs the
+     decoder on ids whose placeholder rows take those soft tokens, with the
+     bidirectional image attention of use_bidirectional_attention "vision".
+     Both match transformers' Gemma4ForConditionalGeneration in float32
+     (tests/test_vision.c). Image decoding and preprocessing are the caller's.
+
    LIMITS
-     The text decoder, and the E2B/E4B audio tower (g4_audio_encode, >>audio:
-     scalar kernels, no merge into the decoder yet); vision tensors are
-     ignored. Batch size 1 per session. use_bidirectional_attention only
-     matters for image tokens and is ignored. Drafters (gemma4_assistant) run on the CPU only.
+     The text decoder, the vision tower (g4_vision_encode, >>vision) with the
+     merge of soft tokens into the decoder (g4_forward_mm), and the E2B/E4B audio
+     tower (g4_audio_encode, >>audio: no merge yet). Batch size 1 per session.
+     The bf16 mode and the CUDA twin do not cover the towers; g4_forward_mm runs
+     on the CPU. Drafters (gemma4_assistant) run on the CPU only.
 
    ERRORS
      Functions return a g4_result (G4_OK = 0, errors negative); the object that
@@ -248,6 +261,22 @@ typedef struct {
     float gradient_clipping;           /* the clamps of the residual stream (1e10) */
     int output_proj_dims;              /* Pa (1536): output_proj's width, embed_audio's input */
 } g4_audio_config;
+/* Gemma4VisionConfig (the vision_config of a "gemma4" config.json). */
+typedef struct {
+    int present;                  /* 0: no vision tower (vision_config absent or null) */
+    int hidden_size, intermediate_size, num_hidden_layers;        /* Hv, Iv, Lv */
+    int num_attention_heads, num_key_value_heads, head_dim;       /* NHv, KVHv, Dv (Dv % 4 == 0) */
+    int patch_size;               /* p: a patch is p x p x 3 pixel values */
+    int pooling_kernel_size;      /* k: k x k patches pool into one soft token */
+    int position_embedding_size;  /* rows of each axis of the position table */
+    float rms_norm_eps;
+    float rope_theta;             /* rope_parameters.rope_theta (axial 2-D RoPE) */
+    int use_clipped_linears;      /* Gemma4ClippableLinear bounds are in the checkpoint */
+    int standardize;              /* (x - std_bias) * std_scale after pooling */
+} g4_vision_config;
+
+/* use_bidirectional_attention */
+enum { G4_BIDIR_NONE = 0, G4_BIDIR_VISION = 1, G4_BIDIR_ALL = 2 };
 
 /* The fields of Gemma4TextConfig that drive the text decoder. 0 means "off"
    for the optional ones. Per-layer values are resolved into g4_plan. */
@@ -277,6 +306,12 @@ typedef struct {
     int use_ordered_embeddings;         /* logits only for the top-k centroids' tokens */
     int num_centroids, centroid_intermediate_top_k;
     g4_audio_config audio;              /* audio_config (E2B/E4B; >>audio); audio.present 0 when absent */
+    /* the multimodal wrapper (Gemma4Config, model_type "gemma4"): its token ids
+       (-1 when absent: a text-only config) and towers (>>vision) */
+    int image_token_id, video_token_id, audio_token_id; /* placeholder rows (the processor's runs) */
+    int boi_token_id, eoi_token_id, boa_token_id, eoa_token_id; /* eoa: "eoa_token_index" */
+    int bidirectional;                  /* text_config.use_bidirectional_attention (G4_BIDIR_*) */
+    g4_vision_config vision;            /* vision_config (vision.present 0: none) */
     char error[G4_ERROR_MAX];
 } g4_config;
 
@@ -412,6 +447,29 @@ typedef struct {
     g4_tensor embedding_projection;    /* embed_audio: [H, Pa] (H: the text model's hidden size) */
     char error[G4_ERROR_MAX];          /* why not loaded: no audio_config, or the tensor that is missing */
 } g4_audio_weights;
+/* The vision tower (Gemma4VisionModel + embed_vision), bound by g4_model_load
+   when the config has a vision_config and the checkpoint its tensors. Its
+   linears are Gemma4ClippableLinear (g4_clippable_linear above). */
+typedef struct {
+    g4_tensor input_layernorm, post_attention_layernorm;          /* [Hv] */
+    g4_tensor pre_feedforward_layernorm, post_feedforward_layernorm; /* [Hv] */
+    g4_clippable_linear q_proj;      /* [NHv*Dv, Hv] */
+    g4_clippable_linear k_proj, v_proj; /* [KVHv*Dv, Hv] */
+    g4_clippable_linear o_proj;      /* [Hv, NHv*Dv] */
+    g4_tensor q_norm, k_norm;   /* [Dv] */
+    g4_clippable_linear gate_proj, up_proj; /* [Iv, Hv] */
+    g4_clippable_linear down_proj;   /* [Hv, Iv] */
+} g4_vision_layer;
+
+typedef struct {
+    int loaded;                          /* 1: every tensor below is bound */
+    g4_tensor input_proj;                /* [Hv, 3 p^2] patch_embedder.input_proj */
+    g4_tensor position_embedding_table;  /* [2, position_embedding_size, Hv] */
+    g4_vision_layer *layers;             /* [Lv] encoder.layers */
+    g4_tensor std_bias, std_scale;       /* [Hv] standardize only */
+    g4_tensor embedding_projection;      /* [H, Hv] embed_vision */
+    char error[G4_ERROR_MAX];            /* why loaded is 0 */
+} g4_vision_weights;
 
 typedef struct g4__file g4__file;
 typedef struct g4__stinfo g4__stinfo;
@@ -438,6 +496,7 @@ typedef struct {
     g4_lora *lora; int n_lora;
     int lora_rmax;           /* the largest rank (sizes the sessions' adapter scratch) */
     int lora_ignored;        /* adapter tensors of the vision/audio towers (not run) */
+    g4_vision_weights vision; /* the vision tower, if the checkpoint has one (vision.loaded) */
     /* private */
     g4__file *files; int n_files;
     g4__stinfo *tensors; int n_tensors, tensors_cap;
@@ -583,6 +642,12 @@ typedef struct g4_session {
     int *top;                  /* [top_k] chosen centroids */
     size_t arena_bytes;        /* the arena's size, as given to g4_session_init */
     void *own_arena;           /* g4_session_create's allocation; NULL: the caller's arena */
+    /* the multimodal merge (g4_forward_mm; >>vision) */
+    int32_t *mm_ids;           /* [rows] the step's ids with placeholders as pad_token_id */
+    int *mm_hi;                /* [rows] the last position a sliding layer's query may see */
+    const float *mm_soft;      /* the running call's soft tokens, the next one to use */
+    int mm_active;             /* a g4_forward_mm call is running */
+    int mm_open;               /* the last row consumed was in a bidirectional block */
     char error[G4_ERROR_MAX];
 } g4_session;
 
@@ -616,6 +681,67 @@ G4_API g4_result g4_forward(g4_session *s, const int32_t *ids, int n, float *log
 G4_API g4_result g4_forward_hidden(g4_session *s, const int32_t *ids, int n, float *logits, int logits_mode,
                                    float *hidden);
 G4_API int32_t g4_argmax(const float *x, int n);
+
+/* ------------------------------------------------------------ multimodal */
+/* mm_token_type_ids: what a row of a prompt is (the processor's types) */
+enum { G4_MM_TEXT = 0, G4_MM_IMAGE = 1, G4_MM_VIDEO = 2, G4_MM_AUDIO = 3 };
+/* The type of an id under the config's placeholder ids. */
+G4_API int g4_mm_type(const g4_config *c, int32_t id);
+
+/* g4_forward_hidden with Gemma4Model.forward's multimodal merge. soft: [n_soft][H]
+   float32, the soft tokens as they leave embed_vision / embed_audio (padding
+   stripped), in the order their placeholder rows (ids equal to image_token_id,
+   video_token_id or audio_token_id) appear in ids; their count must be n_soft.
+   Placeholder ids are embedded as pad_token_id, then their rows replaced by the
+   soft tokens unscaled; per-layer inputs take the pad id's token part and the
+   merged rows' projection. With use_bidirectional_attention "vision", a run of
+   image (or video) rows is one block: on sliding layers its queries also see the
+   later rows of their block (full layers stay causal). A block never straddles
+   two internal steps (a chunk ends before it) nor two calls; one longer than
+   max_chunk is an error. The taps add inputs_embeds [S, H] (the merged rows);
+   embed_tokens shows the rows before the merge, as transformers' hook does. */
+G4_API g4_result g4_forward_mm(g4_session *s, const int32_t *ids, int n, const float *soft, int n_soft,
+                               float *logits, int logits_mode, float *hidden);
+
+/* The vision tower: pixel patches -> soft tokens, as get_image_features runs it
+   (Gemma4VisionModel, then embed_vision), for one image at a time. The caller
+   owns the arena (g4_vision_session_size); nothing allocates in the forward. */
+typedef struct {
+    int max_patches;     /* most patches per image, padding included (required): the
+                            processor's max_soft_tokens * k^2 */
+    g4_pool *pool;       /* threads for the matmuls, or NULL */
+    g4_tap_fn tap; void *tap_user; /* module outputs: vision_tower.patch_embedder,
+                            vision_tower.encoder.layers.<i>[.input_layernorm|.self_attn.q_proj|
+                            .self_attn.k_proj|.self_attn.v_proj|.self_attn|.post_attention_layernorm|
+                            .pre_feedforward_layernorm|.mlp.gate_proj|.mlp.up_proj|.mlp|
+                            .post_feedforward_layernorm] [n, .], vision_tower (pooled, padding
+                            stripped, standardized) [n_soft, Hv], embed_vision [n_soft, H] */
+} g4_vision_session_config;
+
+typedef struct {
+    const g4_model *model;
+    g4_vision_session_config cfg;
+    float *x, *xn, *cin;       /* [max_patches][Hv], [..][Hv], [..][max(Hv, NHv*Dv, Iv, H, 3 p^2)] */
+    float *q, *k, *v, *att;    /* [max_patches][NHv*Dv] (k, v: KVHv*Dv) */
+    float *gate, *up;          /* [max_patches][Iv] */
+    float *scores;             /* [threads][max_patches] */
+    float *pooled;             /* [max_patches / k^2][Hv] */
+    float *inv_freq;           /* [Dv/4] */
+    int *kernel;               /* [max_patches] each patch's pooled row */
+    g4_session mm;             /* private: the decoder's matmul on the pool */
+    char error[G4_ERROR_MAX];
+} g4_vision_session;
+
+G4_API g4_result g4_vision_session_size(const g4_model *m, const g4_vision_session_config *cfg, size_t *bytes);
+G4_API g4_result g4_vision_session_init(g4_vision_session *vs, const g4_model *m, const g4_vision_session_config *cfg,
+                                        void *arena, size_t arena_bytes);
+/* One image: pixel_values [n_patches][3 p^2] (row, column, channel order, in
+   [0, 1]), positions [n_patches][2] (x, y; (-1, -1) a padding patch), as the
+   image processor gives them. n_patches must be a multiple of k^2. soft:
+   [n_patches / k^2][H] room; *n_soft: the soft tokens written (pooled rows
+   holding a real patch). */
+G4_API g4_result g4_vision_encode(g4_vision_session *vs, const float *pixel_values, const int32_t *positions,
+                                  int n_patches, float *soft, int *n_soft);
 
 /* -------------------------------------------------------------- training */
 /* The training reference: the loss transformers' model(input_ids,
@@ -2121,6 +2247,7 @@ static g4_result g4__cfg_assistant(const g4__cfg *top, g4_config *cfg) {
 }
 
 static g4_result g4__audio_config_parse(const g4__json *j, int root, const char *name, g4_audio_config *a, char *err); /* >>audio */
+static g4_result g4__cfg_multimodal(const g4__cfg *text, g4_config *cfg); /* >>vision */
 
 static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const char *name) {
     g4__cfg c;
@@ -2214,6 +2341,7 @@ static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const c
         G4__TRY(g4__cfg_bool(&top, "tie_word_embeddings", &cfg->tie_word_embeddings, cfg->tie_word_embeddings));
         if (cfg->assistant) G4__TRY(g4__cfg_assistant(&top, cfg));
     }
+    G4__TRY(g4__cfg_multimodal(&c, cfg));
     if (cfg->hidden_size_per_layer_input > 0 && (int64_t)cfg->num_hidden_layers * cfg->hidden_size_per_layer_input > (1 << 24)) {
         g4__seterr(cfg->error, "%s: num_hidden_layers * hidden_size_per_layer_input is too large", name);
         return G4_ERR_CONFIG;
@@ -3002,6 +3130,9 @@ G4__DEF void g4_model_free(g4_model *m) {
     G4_FREE(m->audio.layers);
     m->audio.layers = NULL;
     m->audio.loaded = 0;
+    G4_FREE(m->vision.layers);
+    m->vision.layers = NULL;
+    m->vision.loaded = 0;
     G4_FREE(m->lora); /* the adapter's table and its A/B, one block */
     m->files = NULL;
     m->tensors = NULL;
@@ -3011,6 +3142,7 @@ G4__DEF void g4_model_free(g4_model *m) {
 }
 
 static g4_result g4__audio_bind(g4_model *m); /* >>audio */
+static g4_result g4__bind_vision(g4_model *m); /* >>vision */
 
 G4__DEF g4_result g4_model_load(g4_model *m, const char *dir) {
     char *path;
@@ -3033,6 +3165,7 @@ G4__DEF g4_result g4_model_load(g4_model *m, const char *dir) {
     if (r == G4_OK) r = g4__st_finish(m);
     if (r == G4_OK) r = g4__bind_weights(m);
     if (r == G4_OK) r = g4__audio_bind(m);
+    if (r == G4_OK) r = g4__bind_vision(m); /* (absent: m->vision.loaded 0) */
     if (r != G4_OK) {
         char msg[G4_ERROR_MAX];
         memcpy(msg, m->error, G4_ERROR_MAX);
@@ -5913,6 +6046,12 @@ static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config 
     s->lora_rmax = m->lora_rmax;
     s->pack_parts = g4_pool_threads(cfg->pool);
     s->pack = g4__take(cv, (uint64_t)s->pack_parts * G4__PACK_THREAD, sizeof(float));
+    { /* g4_forward_mm's rows (a config with placeholder ids only) */
+        uint64_t mm = c->image_token_id >= 0 || c->video_token_id >= 0 || c->audio_token_id >= 0 ? rows : 0;
+        s->mm_ids = (int32_t *)(void *)g4__take(cv, mm, sizeof(int32_t));
+        s->mm_hi = (int *)(void *)g4__take(cv, mm, sizeof(int));
+        if (!mm) { s->mm_ids = NULL; s->mm_hi = NULL; }
+    }
 }
 
 static g4_result g4__check_session_config(const g4_model *m, const g4_session_config *cfg, char *err) {
@@ -5993,6 +6132,7 @@ G4__DEF void g4_session_reset(g4_session *s) {
     s->pos = 0;
     for (i = 0; i < s->n_slots; i++) s->slots[i].n_pos = s->slots[i].oldest = 0;
     s->epoch++;
+    s->mm_open = 0;
 }
 
 G4__DEF g4_result g4_session_rewind(g4_session *s, int pos) {
@@ -6016,6 +6156,7 @@ G4__DEF g4_result g4_session_rewind(g4_session *s, int pos) {
     }
     for (i = 0; i < s->n_slots; i++)
         if (s->slots[i].n_pos > pos) s->slots[i].n_pos = pos;
+    s->mm_open = 0;
     s->pos = pos;
     return G4_OK;
 }
@@ -6218,6 +6359,10 @@ static g4_result g4__kv_store(g4_session *s, int l, int n) {
 }
 
 static g4_result g4__drafter_check_read(const g4_session *d, int l, const g4_kv_slot *sl); /* >>drafter */
+static const int32_t *g4__mm_ids(g4_session *s, const int32_t *ids, int n); /* >>vision */
+static void g4__mm_merge(g4_session *s, const int32_t *ids, int n);
+static int g4__mm_hi(const g4_session *s, int type, int t, int p);
+
 
 /* *out: the slot layer l attends over (its own, or shared_kv_states[layer_type]
    for a reader), which must hold exactly this step's positions (write once,
@@ -6261,8 +6406,9 @@ static void g4__attn_part(void *ctx, int part, int n_parts) {
         if (j->target) { /* a drafter's query at p reads the target's positions before p */
             hi = p - 1;
             if (j->window && hi - j->window > 0) lo = hi - j->window;
-        } else if (j->window && p - j->window + 1 > 0) {
-            lo = p - j->window + 1;
+        } else {
+            if (j->window && p - j->window + 1 > 0) lo = p - j->window + 1;
+            hi = g4__mm_hi(s, j->window ? G4_SLIDING : G4_FULL, t, p); /* an image block's later rows (sliding layers) */
         }
         if (s->cfg.bf16)
             for (g = 0; g < G; g++)
@@ -6479,9 +6625,11 @@ static g4_result g4__step(g4_session *s, const int32_t *ids, int n, float *out, 
     int H = c->hidden_size, V = c->vocab_size, l;
     g4_result r;
 
-    g4__embed(s, s->x, &m->w.embed_tokens, ids, n, g4__scale(s, H), 0); /* embed_tokens: E[id] * sqrt(H) */
+    const int32_t *tok = g4__mm_ids(s, ids, n); /* a multimodal step: placeholders as pad_token_id (>>vision) */
+    g4__embed(s, s->x, &m->w.embed_tokens, tok, n, g4__scale(s, H), 0); /* embed_tokens: E[id] * sqrt(H) */
     g4__tap(s, -1, "embed_tokens", s->x, n, H);
-    if (c->hidden_size_per_layer_input) g4__per_layer_inputs(s, ids, n);
+    g4__mm_merge(s, ids, n); /* the placeholder rows take the soft tokens */
+    if (c->hidden_size_per_layer_input) g4__per_layer_inputs(s, tok, n);
 
     for (l = 0; l < c->num_hidden_layers; l++)
         if ((r = g4__layer(s, l, n)) != G4_OK) return r;
@@ -6587,6 +6735,7 @@ G4__DEF g4_result g4_forward_hidden(g4_session *s, const int32_t *ids, int n, fl
     if (r == G4_OK) {
         s->fwd_end = s->pos + n;
         s->fwd_n = n;
+        s->mm_open = 0; /* (text rows: no image block runs on) */
     }
     H = r == G4_OK ? (size_t)s->model->config.hidden_size : 0;
     while (r == G4_OK && g4__chunks_next(&ch)) {
@@ -6607,6 +6756,679 @@ G4__DEF int32_t g4_argmax(const float *x, int n) {
     if (!x || n < 1) return -1;
     for (i = 1; i < n; i++) if (x[i] > x[best]) best = i;
     return best;
+}
+
+/* -------------------------------------------------- multimodal >>vision */
+/* Read next to modeling_gemma4.py: Gemma4VisionModel (patch embedder,
+   encoder, pooler), Gemma4MultimodalEmbedder (embed_vision), and
+   Gemma4Model.forward's merge of soft tokens into the decoder's rows. First
+   the config (Gemma4Config's ids, Gemma4VisionConfig), then the binding of the
+   tower's tensors, then the merge (g4_forward_mm), then the tower. */
+
+/* Gemma4Config's token ids and vision_config; use_bidirectional_attention of
+   the text config. `text` reads the text config object. */
+static g4_result g4__cfg_vision(const g4__cfg *vc, g4_vision_config *v);
+
+static g4_result g4__cfg_multimodal(const g4__cfg *text, g4_config *cfg) {
+    static const char *keys[7] = {"image_token_id", "video_token_id", "audio_token_id", "boi_token_id",
+                                  "eoi_token_id", "boa_token_id", "eoa_token_index"};
+    static const int defs[7] = {258880, 258884, 258881, 255999, 258882, 256000, 258883}; /* Gemma4Config's */
+    int *dst[7];
+    g4__cfg top = *text;
+    int n, i;
+    g4_result r;
+    dst[0] = &cfg->image_token_id; dst[1] = &cfg->video_token_id; dst[2] = &cfg->audio_token_id;
+    dst[3] = &cfg->boi_token_id; dst[4] = &cfg->eoi_token_id; dst[5] = &cfg->boa_token_id; dst[6] = &cfg->eoa_token_id;
+    n = g4__jget(text->j, text->obj, "use_bidirectional_attention");
+    cfg->bidirectional = n >= 0 && text->j->nodes[n].type == G4__JSTR && g4__jis(&text->j->nodes[n], "vision")
+                             ? G4_BIDIR_VISION : G4_BIDIR_NONE; /* (other values were refused before) */
+    for (i = 0; i < 7; i++) *dst[i] = -1;
+    memset(&cfg->vision, 0, sizeof cfg->vision);
+    if (text->obj == 0 || cfg->assistant) return G4_OK; /* a text-only config: no wrapper */
+    top.obj = 0;
+    top.scope = "";
+    for (i = 0; i < 7; i++) {
+        n = g4__jget(top.j, 0, keys[i]);
+        if (n >= 0 && top.j->nodes[n].type == G4__JNULL) continue; /* None: no such token */
+        /* (an id outside the vocabulary is allowed, as transformers allows it: no row can hold it) */
+        if ((r = g4__cfg_int(&top, keys[i], dst[i], defs[i], 0, 0, INT32_MAX)) != G4_OK) return r;
+    }
+    n = g4__jget(top.j, 0, "vision_config");
+    if (n < 0 || top.j->nodes[n].type == G4__JNULL) return G4_OK;
+    if (top.j->nodes[n].type != G4__JOBJ) {
+        g4__seterr(text->err, "%s: field 'vision_config' must be an object", text->name);
+        return G4_ERR_CONFIG;
+    }
+    top.obj = n;
+    top.scope = "vision_config.";
+    return g4__cfg_vision(&top, &cfg->vision);
+}
+
+static g4_result g4__cfg_vision(const g4__cfg *c, g4_vision_config *v) {
+    int n;
+    g4_result r;
+#define G4__TRY(x) do { if ((r = (x)) != G4_OK) return r; } while (0)
+    v->present = 1;
+    G4__TRY(g4__cfg_int(c, "hidden_size", &v->hidden_size, 768, 0, 1, 1 << 16));
+    G4__TRY(g4__cfg_int(c, "intermediate_size", &v->intermediate_size, 3072, 0, 1, 1 << 20));
+    G4__TRY(g4__cfg_int(c, "num_hidden_layers", &v->num_hidden_layers, 16, 0, 1, 1024));
+    G4__TRY(g4__cfg_int(c, "num_attention_heads", &v->num_attention_heads, 12, 0, 1, 1024));
+    G4__TRY(g4__cfg_int(c, "num_key_value_heads", &v->num_key_value_heads, 12, 0, 1, 1024));
+    G4__TRY(g4__cfg_int(c, "head_dim", &v->head_dim, 64, 0, 4, 1 << 14));
+    G4__TRY(g4__cfg_int(c, "patch_size", &v->patch_size, 16, 0, 1, 1024));
+    G4__TRY(g4__cfg_int(c, "pooling_kernel_size", &v->pooling_kernel_size, 3, 0, 1, 64));
+    G4__TRY(g4__cfg_int(c, "position_embedding_size", &v->position_embedding_size, 10240, 0, 1, 1 << 20));
+    G4__TRY(g4__cfg_float(c, "rms_norm_eps", &v->rms_norm_eps, 1e-6f, 0.0, 1.0));
+    G4__TRY(g4__cfg_bool(c, "use_clipped_linears", &v->use_clipped_linears, 0));
+    G4__TRY(g4__cfg_bool(c, "standardize", &v->standardize, 0));
+    G4__TRY(g4__cfg_expect_str(c, "hidden_activation", "gelu_pytorch_tanh", NULL));
+    {
+        int bias;
+        G4__TRY(g4__cfg_bool(c, "attention_bias", &bias, 0));
+        if (bias) {
+            g4__seterr(c->err, "%s: field 'vision_config.attention_bias' is true; the Gemma 4 vision tower has no biases", c->name);
+            return G4_ERR_CONFIG;
+        }
+    }
+    /* rope_parameters: {"rope_type": "axial" or "default" (which loading turns into axial), "rope_theta"} */
+    v->rope_theta = 100.0f;
+    n = g4__jget(c->j, c->obj, "rope_parameters");
+    if (n >= 0 && c->j->nodes[n].type != G4__JNULL) {
+        g4__cfg rc = *c;
+        if (c->j->nodes[n].type != G4__JOBJ) {
+            g4__seterr(c->err, "%s: field 'vision_config.rope_parameters' must be an object", c->name);
+            return G4_ERR_CONFIG;
+        }
+        rc.obj = n;
+        rc.scope = "vision_config.rope_parameters.";
+        n = g4__jget(c->j, rc.obj, "rope_type");
+        if (n >= 0 && c->j->nodes[n].type == G4__JSTR && !g4__jis(&c->j->nodes[n], "axial") &&
+            !g4__jis(&c->j->nodes[n], "default")) {
+            g4__seterr(c->err, "%s: vision_config.rope_parameters.rope_type \"%.64s\" is not supported (axial; default "
+                       "loads as axial)", c->name, c->j->nodes[n].str);
+            return G4_ERR_CONFIG;
+        }
+        G4__TRY(g4__cfg_expect_str(&rc, "rope_type", "axial", "default"));
+        G4__TRY(g4__cfg_float(&rc, "rope_theta", &v->rope_theta, 100.0f, 1e-3, 1e30));
+    }
+#undef G4__TRY
+    if (v->head_dim % 4) { /* apply_multidimensional_rope: two axes, each rotating pairs */
+        g4__seterr(c->err, "%s: vision_config.head_dim is %d; the 2-D RoPE needs a multiple of 4", c->name, v->head_dim);
+        return G4_ERR_CONFIG;
+    }
+    if (v->num_attention_heads % v->num_key_value_heads) {
+        g4__seterr(c->err, "%s: vision_config.num_attention_heads (%d) is not a multiple of num_key_value_heads (%d)",
+                   c->name, v->num_attention_heads, v->num_key_value_heads);
+        return G4_ERR_CONFIG;
+    }
+    if (v->pooling_kernel_size < 2) { /* transformers 5.23 keeps the padding rows and drops the real ones at k = 1 */
+        g4__seterr(c->err, "%s: vision_config.pooling_kernel_size is %d; Gemma4VisionModel strips the wrong rows without "
+                   "pooling (k = 1), so gemma4.h needs k >= 2", c->name, v->pooling_kernel_size);
+        return G4_ERR_CONFIG;
+    }
+    if ((int64_t)v->num_attention_heads * v->head_dim > (1 << 20) || (int64_t)v->patch_size * v->patch_size * 3 > (1 << 20)) {
+        g4__seterr(c->err, "%s: vision_config: num_attention_heads * head_dim or 3 * patch_size^2 is too large", c->name);
+        return G4_ERR_CONFIG;
+    }
+    return G4_OK;
+}
+
+/* The tower's tensors (model.vision_tower.*, model.embed_vision.*): all or
+   nothing. A checkpoint without them still loads (vision.loaded 0, the reason
+   in vision.error); a tensor of the wrong shape or dtype is a load error. */
+static g4_result g4__bind_clip(g4_model *m, g4_clippable_linear *cl, const char *name, int64_t out, int64_t in, int clipped) {
+    char nm[256];
+    int64_t dims[2];
+    g4_tensor b;
+    g4_result r;
+    static const char *bounds[4] = {"input_min", "input_max", "output_min", "output_max"};
+    float *dst[4];
+    int i;
+    dims[0] = out; dims[1] = in;
+    snprintf(nm, sizeof nm, "%s.linear.weight", name);
+    if ((r = g4__bind(m, NULL, &cl->linear, nm, 2, dims)) != G4_OK) return r;
+    dst[0] = &cl->input_min; dst[1] = &cl->input_max; dst[2] = &cl->output_min; dst[3] = &cl->output_max;
+    for (i = 0; i < 4; i++) {
+        *dst[i] = i % 2 ? INFINITY : -INFINITY;
+        if (!clipped) continue;
+        snprintf(nm, sizeof nm, "%s.%s", name, bounds[i]);
+        if (!g4__st_find(m, nm)) continue; /* absent: infinite, as transformers initialises a missing buffer */
+        if ((r = g4__bind(m, NULL, &b, nm, 0, dims)) != G4_OK) return r;
+        *dst[i] = g4__get(&b, 0);
+        if (*dst[i] != *dst[i]) {
+            g4__seterr(m->error, "tensor '%s' is NaN", nm);
+            return G4_ERR_WEIGHTS;
+        }
+    }
+    return G4_OK;
+}
+
+static g4_result g4__bind_vision(g4_model *m) {
+    const g4_vision_config *v = &m->config.vision;
+    g4_vision_weights *w = &m->vision;
+    int64_t Hv = v->hidden_size, Dv = v->head_dim, I = v->intermediate_size, dims[3];
+    int64_t NHD = (int64_t)v->num_attention_heads * Dv, KVD = (int64_t)v->num_key_value_heads * Dv;
+    const char *pre = "model.vision_tower.";
+    char nm[256], saved[G4_ERROR_MAX];
+    int l, cl = v->use_clipped_linears;
+    g4_result r = G4_OK;
+    if (!v->present) { g4__seterr(w->error, "config.json has no vision_config"); return G4_OK; }
+    snprintf(nm, sizeof nm, "%spatch_embedder.input_proj.weight", pre);
+    if (!g4__st_find(m, nm)) { g4__seterr(w->error, "checkpoint has no vision tower (no tensor '%s')", nm); return G4_OK; }
+    memcpy(saved, m->error, G4_ERROR_MAX);
+    if (!(w->layers = (g4_vision_layer *)G4_MALLOC(sizeof(g4_vision_layer) * (size_t)v->num_hidden_layers))) {
+        g4__seterr(m->error, "out of memory");
+        return G4_ERR_NOMEM;
+    }
+    memset(w->layers, 0, sizeof(g4_vision_layer) * (size_t)v->num_hidden_layers);
+#define G4__V(dst, suffix, nd, a, b, c)                                            \
+    do {                                                                          \
+        dims[0] = a; dims[1] = b; dims[2] = c;                                    \
+        snprintf(nm, sizeof nm, "%s%s", pre, suffix);                             \
+        if ((r = g4__bind(m, NULL, dst, nm, nd, dims)) != G4_OK) goto fail;       \
+    } while (0)
+    G4__V(&w->input_proj, "patch_embedder.input_proj.weight", 2, Hv, 3 * (int64_t)v->patch_size * v->patch_size, 0);
+    G4__V(&w->position_embedding_table, "patch_embedder.position_embedding_table", 3, 2, v->position_embedding_size, Hv);
+    for (l = 0; l < v->num_hidden_layers; l++) {
+        g4_vision_layer *L = &w->layers[l];
+        char lp[160], sfx[224];
+        snprintf(lp, sizeof lp, "encoder.layers.%d.", l);
+#define G4__VLN(dst, what, n0) do { snprintf(sfx, sizeof sfx, "%s%s", lp, what); G4__V(dst, sfx, 1, n0, 0, 0); } while (0)
+#define G4__VC(dst, what, o, i)                                                                         \
+        do {                                                                                            \
+            snprintf(nm, sizeof nm, "%s%s%s", pre, lp, what);                                           \
+            if ((r = g4__bind_clip(m, dst, nm, o, i, cl)) != G4_OK) goto fail;                          \
+        } while (0)
+        G4__VLN(&L->input_layernorm, "input_layernorm.weight", Hv);
+        G4__VC(&L->q_proj, "self_attn.q_proj", NHD, Hv);
+        G4__VC(&L->k_proj, "self_attn.k_proj", KVD, Hv);
+        G4__VC(&L->v_proj, "self_attn.v_proj", KVD, Hv);
+        G4__VC(&L->o_proj, "self_attn.o_proj", Hv, NHD);
+        G4__VLN(&L->q_norm, "self_attn.q_norm.weight", Dv);
+        G4__VLN(&L->k_norm, "self_attn.k_norm.weight", Dv);
+        G4__VLN(&L->post_attention_layernorm, "post_attention_layernorm.weight", Hv);
+        G4__VLN(&L->pre_feedforward_layernorm, "pre_feedforward_layernorm.weight", Hv);
+        G4__VC(&L->gate_proj, "mlp.gate_proj", I, Hv);
+        G4__VC(&L->up_proj, "mlp.up_proj", I, Hv);
+        G4__VC(&L->down_proj, "mlp.down_proj", Hv, I);
+        G4__VLN(&L->post_feedforward_layernorm, "post_feedforward_layernorm.weight", Hv);
+#undef G4__VLN
+#undef G4__VC
+    }
+    if (v->standardize) {
+        G4__V(&w->std_bias, "std_bias", 1, Hv, 0, 0);
+        G4__V(&w->std_scale, "std_scale", 1, Hv, 0, 0);
+    }
+    pre = "model.";
+    G4__V(&w->embedding_projection, "embed_vision.embedding_projection.weight", 2, m->config.hidden_size, Hv, 0);
+#undef G4__V
+    w->loaded = 1;
+    memcpy(m->error, saved, G4_ERROR_MAX);
+    return G4_OK;
+fail:
+    G4_FREE(w->layers);
+    w->layers = NULL;
+    memcpy(w->error, m->error, G4_ERROR_MAX);
+    return r;
+}
+
+/* ---- the merge into the decoder (Gemma4Model.forward) */
+
+G4__DEF int g4_mm_type(const g4_config *c, int32_t id) {
+    if (!c || id < 0) return G4_MM_TEXT;
+    if (id == c->image_token_id) return G4_MM_IMAGE;
+    if (id == c->video_token_id) return G4_MM_VIDEO;
+    if (id == c->audio_token_id) return G4_MM_AUDIO;
+    return G4_MM_TEXT;
+}
+
+/* get_block_sequence_ids_for_mask: image and video rows form blocks */
+static int g4__mm_block(const g4_config *c, int32_t id) {
+    int t = g4_mm_type(c, id);
+    return c->bidirectional == G4_BIDIR_VISION && (t == G4_MM_IMAGE || t == G4_MM_VIDEO);
+}
+
+/* Before the step's embedding: s->mm_ids = ids with every placeholder as
+   pad_token_id (llm_input_ids), and each row's attention bound s->mm_hi (its own
+   position, or its block's last on sliding layers). Returns the ids to embed. */
+static const int32_t *g4__mm_ids(g4_session *s, const int32_t *ids, int n) {
+    const g4_config *c = &s->model->config;
+    int t, e;
+    if (!s->mm_active) return ids;
+    for (t = 0; t < n; t++) s->mm_ids[t] = g4_mm_type(c, ids[t]) != G4_MM_TEXT ? c->pad_token_id : ids[t];
+    for (t = 0; t < n; t = e) { /* blocks end inside the step (g4__mm_chunk) */
+        e = t + 1;
+        if (!g4__mm_block(c, ids[t])) { s->mm_hi[t] = s->pos + t; continue; }
+        while (e < n && g4__mm_block(c, ids[e])) e++;
+        for (; t < e; t++) s->mm_hi[t] = s->pos + e - 1;
+    }
+    return s->mm_ids;
+}
+
+/* inputs_embeds.masked_scatter(mask, soft): the placeholder rows of s->x take
+   the next soft tokens, unscaled (cast to the activation dtype) */
+static void g4__mm_merge(g4_session *s, const int32_t *ids, int n) {
+    const g4_config *c = &s->model->config;
+    size_t H = (size_t)c->hidden_size, j;
+    int t;
+    if (!s->mm_active) return;
+    for (t = 0; t < n; t++) {
+        if (g4_mm_type(c, ids[t]) == G4_MM_TEXT) continue;
+        for (j = 0; j < H; j++) s->x[(size_t)t * H + j] = g4__act(s->mm_soft[j], s->cfg.bf16);
+        s->mm_soft += H;
+    }
+    g4__tap(s, -1, "inputs_embeds", s->x, n, (int)H);
+}
+
+/* The attention's last key for query row t of a layer of type `type` */
+static int g4__mm_hi(const g4_session *s, int type, int t, int p) {
+    return s->mm_active && type == G4_SLIDING && s->mm_hi[t] > p ? s->mm_hi[t] : p;
+}
+
+/* A chunk of n rows from ids[0..]: shortened so that no block straddles its
+   end. 0: a block starting at ids[0] is longer than the chunk can be. */
+static int g4__mm_chunk(const g4_config *c, const int32_t *ids, int n, int left) {
+    int b;
+    if (n >= left || !g4__mm_block(c, ids[n - 1]) || !g4__mm_block(c, ids[n])) return n;
+    for (b = n - 1; b > 0 && g4__mm_block(c, ids[b - 1]); b--) {}
+    return b;
+}
+
+G4__DEF g4_result g4_forward_mm(g4_session *s, const int32_t *ids, int n, const float *soft, int n_soft, float *logits,
+                                int mode, float *hidden) {
+    const g4_config *c;
+    g4__chunks ch;
+    int t, placeholders = 0;
+    g4_result r;
+    size_t H;
+    if (!s) return G4_ERR_INPUT;
+    if (!s->model || !s->slots || s->target) return g4_forward_hidden(s, ids, n, logits, mode, hidden); /* its errors */
+    c = &s->model->config;
+    if (!s->mm_ids) {
+        g4__seterr(s->error, "the model's config has no multimodal token ids (a text-only config): use g4_forward");
+        return G4_ERR_INPUT;
+    }
+    if (n_soft < 0 || (n_soft > 0 && !soft)) {
+        g4__seterr(s->error, "soft tokens: %d rows at %s", n_soft, soft ? "a buffer" : "NULL");
+        return G4_ERR_INPUT;
+    }
+    if ((r = g4__chunks_begin(&ch, c, s->pos, &s->cfg, ids, n, logits, mode, s->error)) != G4_OK) return r;
+    if (hidden && mode == G4_LOGITS_NONE) {
+        g4__seterr(s->error, "hidden rows follow the logits rows: mode NONE has none");
+        return G4_ERR_INPUT;
+    }
+    for (t = 0; t < n; t++) placeholders += g4_mm_type(c, ids[t]) != G4_MM_TEXT;
+    if (placeholders != n_soft) {
+        g4__seterr(s->error, "the ids hold %d placeholder rows (image %d, video %d, audio %d ids) but %d soft tokens were given",
+                   placeholders, c->image_token_id, c->video_token_id, c->audio_token_id, n_soft);
+        return G4_ERR_INPUT;
+    }
+    if (s->mm_open && g4__mm_block(c, ids[0])) {
+        g4__seterr(s->error, "this call starts inside the image block the previous call ended in: bidirectional attention "
+                   "needs a whole image in one call");
+        return G4_ERR_INPUT;
+    }
+    s->fwd_end = s->pos + n;
+    s->fwd_n = n;
+    s->mm_active = 1;
+    s->mm_soft = soft;
+    H = (size_t)c->hidden_size;
+    while (r == G4_OK && g4__chunks_next(&ch)) {
+        int m = g4__mm_chunk(c, ch.ids, ch.n, ch.total - ch.done);
+        if (m == 0) {
+            int e = 0;
+            while (ch.done + e < n && g4__mm_block(c, ch.ids[e])) e++;
+            g4__seterr(s->error, "an image block of %d rows at row %d is longer than max_chunk (%d): bidirectional attention "
+                       "needs it in one step", e, ch.done, s->cfg.max_chunk);
+            r = G4_ERR_INPUT;
+            break;
+        }
+        if (m < ch.n) { /* end the chunk before the block; the next one starts there */
+            ch.n = m;
+            ch.first = 0;
+            if (mode == G4_LOGITS_LAST) ch.out = NULL;
+        }
+        r = g4__step(s, ch.ids, ch.n, ch.out, ch.first);
+        if (r == G4_OK && hidden && ch.out)
+            memcpy(hidden + (mode == G4_LOGITS_ALL ? (size_t)ch.done * H : 0), s->xn + (size_t)ch.first * H,
+                   sizeof(float) * (size_t)(ch.n - ch.first) * H);
+        if (r == G4_OK) s->mm_open = g4__mm_block(c, ch.ids[ch.n - 1]);
+    }
+    s->mm_active = 0;
+    s->mm_soft = NULL;
+    return r;
+}
+
+/* ---- the tower (Gemma4VisionModel, embed_vision) */
+
+static void g4__vcarve(g4_vision_session *vs, const g4_model *m, const g4_vision_session_config *cfg, g4__carver *cv) {
+    const g4_vision_config *v = &m->config.vision;
+    uint64_t n = (uint64_t)cfg->max_patches, Hv = (uint64_t)v->hidden_size, I = (uint64_t)v->intermediate_size;
+    uint64_t NHD = (uint64_t)v->num_attention_heads * (uint64_t)v->head_dim;
+    uint64_t KVD = (uint64_t)v->num_key_value_heads * (uint64_t)v->head_dim, widest = Hv;
+    int threads = g4_pool_threads(cfg->pool);
+    if (NHD > widest) widest = NHD;
+    if (I > widest) widest = I;
+    if ((uint64_t)m->config.hidden_size > widest) widest = (uint64_t)m->config.hidden_size;
+    if (3 * (uint64_t)v->patch_size * (uint64_t)v->patch_size > widest) widest = 3 * (uint64_t)v->patch_size * (uint64_t)v->patch_size;
+    vs->x = g4__take(cv, n * Hv, sizeof(float));
+    vs->xn = g4__take(cv, n * Hv, sizeof(float));
+    vs->cin = g4__take(cv, n * widest, sizeof(float));
+    vs->q = g4__take(cv, n * NHD, sizeof(float));
+    vs->att = g4__take(cv, n * NHD, sizeof(float));
+    vs->k = g4__take(cv, n * KVD, sizeof(float));
+    vs->v = g4__take(cv, n * KVD, sizeof(float));
+    vs->gate = g4__take(cv, n * I, sizeof(float));
+    vs->up = g4__take(cv, n * I, sizeof(float));
+    vs->scores = g4__take(cv, (uint64_t)threads * n, sizeof(float));
+    vs->pooled = g4__take(cv, n * Hv, sizeof(float));
+    vs->inv_freq = g4__take(cv, (uint64_t)v->head_dim / 4, sizeof(float));
+    vs->kernel = (int *)(void *)g4__take(cv, n, sizeof(int));
+    vs->mm.pack_parts = threads;
+    vs->mm.pack = g4__take(cv, (uint64_t)threads * G4__PACK_THREAD, sizeof(float));
+}
+
+static g4_result g4__vcheck(const g4_model *m, const g4_vision_session_config *cfg, char *err) {
+    const g4_vision_config *v;
+    if (!m || !cfg) { g4__seterr(err, "NULL model or config"); return G4_ERR_INPUT; }
+    v = &m->config.vision;
+    if (!m->vision.loaded) { g4__seterr(err, "no vision tower: %s", m->vision.error); return G4_ERR_INPUT; }
+    if (cfg->max_patches < 1 || cfg->max_patches > (1 << 20) || cfg->max_patches % (v->pooling_kernel_size * v->pooling_kernel_size)) {
+        g4__seterr(err, "vision max_patches %d must be in [1, 2^20] and a multiple of pooling_kernel_size^2 (%d)",
+                   cfg->max_patches, v->pooling_kernel_size * v->pooling_kernel_size);
+        return G4_ERR_INPUT;
+    }
+    return G4_OK;
+}
+
+G4__DEF g4_result g4_vision_session_size(const g4_model *m, const g4_vision_session_config *cfg, size_t *bytes) {
+    g4_vision_session tmp;
+    g4__carver cv;
+    g4_result r;
+    if (!bytes) return G4_ERR_INPUT;
+    *bytes = 0;
+    if ((r = g4__vcheck(m, cfg, tmp.error)) != G4_OK) return r;
+    memset(&tmp, 0, sizeof tmp);
+    memset(&cv, 0, sizeof cv);
+    g4__vcarve(&tmp, m, cfg, &cv);
+    if (cv.overflow || cv.off + 64 > (uint64_t)(size_t)-1) return G4_ERR_ARENA;
+    *bytes = (size_t)cv.off + 64;
+    return G4_OK;
+}
+
+G4__DEF g4_result g4_vision_session_init(g4_vision_session *vs, const g4_model *m, const g4_vision_session_config *cfg,
+                                         void *arena, size_t arena_bytes) {
+    size_t need;
+    g4__carver cv;
+    g4_result r;
+    const g4_vision_config *v;
+    int j;
+    if (!vs) return G4_ERR_INPUT;
+    memset(vs, 0, sizeof *vs);
+    if ((r = g4__vcheck(m, cfg, vs->error)) != G4_OK) return r;
+    if ((r = g4_vision_session_size(m, cfg, &need)) != G4_OK) { g4__seterr(vs->error, "vision arena size overflows"); return r; }
+    if (!arena || arena_bytes < need || ((uintptr_t)arena & 15)) {
+        g4__seterr(vs->error, "vision arena: %zu bytes at %p, need %zu bytes, 16-byte aligned", arena_bytes, arena, need);
+        return G4_ERR_ARENA;
+    }
+    memset(&cv, 0, sizeof cv);
+    cv.base = (unsigned char *)(((uintptr_t)arena + 63) & ~(uintptr_t)63);
+    cv.poison = 1;
+    vs->model = m;
+    vs->cfg = *cfg;
+    g4__vcarve(vs, m, cfg, &cv);
+    /* the decoder's matmul reads only these of its session */
+    vs->mm.model = m;
+    vs->mm.cfg = g4_session_config_init();
+    vs->mm.cfg.pool = cfg->pool;
+    v = &m->config.vision;
+    /* Gemma4VisionRotaryEmbedding.compute_axial_rope_parameters: 1 / theta^(2j / (Dv/2)) */
+    for (j = 0; j < v->head_dim / 4; j++)
+        vs->inv_freq[j] = 1.0f / powf(v->rope_theta, (float)(2 * j) / (float)(v->head_dim / 2));
+    return G4_OK;
+}
+
+static void g4__vtap(const g4_vision_session *vs, int layer, const char *what, const float *data, int rows, int cols) {
+    char name[128];
+    if (!vs->cfg.tap) return;
+    if (layer < 0) snprintf(name, sizeof name, "%s", what);
+    else if (!*what) snprintf(name, sizeof name, "vision_tower.encoder.layers.%d", layer);
+    else snprintf(name, sizeof name, "vision_tower.encoder.layers.%d.%s", layer, what);
+    vs->cfg.tap(vs->cfg.tap_user, name, layer, data, rows, cols, 0);
+}
+
+/* Gemma4ClippableLinear: clamp(linear(clamp(x, input_min, input_max)), output_min, output_max) */
+static void g4__clip_linear(g4_vision_session *vs, float *y, const float *x, const g4_clippable_linear *cl, int n) {
+    size_t in = (size_t)cl->linear.shape[1], out = (size_t)cl->linear.shape[0], i;
+    const float *src = x;
+    if (vs->model->config.vision.use_clipped_linears) {
+        for (i = 0; i < (size_t)n * in; i++)
+            vs->cin[i] = x[i] < cl->input_min ? cl->input_min : x[i] > cl->input_max ? cl->input_max : x[i];
+        src = vs->cin;
+    }
+    g4__matmul(&vs->mm, y, src, &cl->linear, n);
+    if (vs->model->config.vision.use_clipped_linears)
+        for (i = 0; i < (size_t)n * out; i++)
+            y[i] = y[i] < cl->output_min ? cl->output_min : y[i] > cl->output_max ? cl->output_max : y[i];
+}
+
+/* Gemma4RMSNorm over rows of `width` (w NULL: with_scale False) */
+static void g4__vnorm(const g4_vision_session *vs, float *y, const float *x, const g4_tensor *w, int rows, int width) {
+    int r;
+    for (r = 0; r < rows; r++)
+        g4__rmsnorm(y + (size_t)r * (size_t)width, x + (size_t)r * (size_t)width, w, width, vs->model->config.vision.rms_norm_eps);
+}
+
+/* apply_multidimensional_rope on one head x [Dv] at patch position (px, py):
+   the first Dv/2 channels turn by px, the rest by py, each half as
+   apply_rotary_pos_emb (rotate_half) with cos/sin of pos * inv_freq */
+static void g4__vrope(float *x, const float *inv_freq, int D, int px, int py) {
+    int part, j, h = D / 4;
+    for (part = 0; part < 2; part++) {
+        float *xp = x + part * (D / 2);
+        float pos = (float)(part ? py : px);
+        for (j = 0; j < h; j++) {
+            float f = pos * inv_freq[j], c = cosf(f), s = sinf(f), a = xp[j], b = xp[j + h];
+            xp[j] = a * c + (-b) * s;
+            xp[j + h] = b * c + a * s;
+        }
+    }
+}
+
+/* Gemma4VisionAttention's eager attention (scaling 1.0): every query over the
+   real patches' keys (padding keys masked); split across threads by query */
+typedef struct { g4_vision_session *vs; const int32_t *pos; int n; } g4__vattn_job;
+
+static void g4__vattn_part(void *ctx, int part, int n_parts) {
+    const g4__vattn_job *j = (const g4__vattn_job *)ctx;
+    g4_vision_session *vs = j->vs;
+    const g4_vision_config *v = &vs->model->config.vision;
+    int D = v->head_dim, NH = v->num_attention_heads, KVH = v->num_key_value_heads, n = j->n, t, h, k, d;
+    int t0 = (int)((int64_t)n * part / n_parts), t1 = (int)((int64_t)n * (part + 1) / n_parts);
+    float *sc = vs->scores + (size_t)part * (size_t)vs->cfg.max_patches;
+    for (t = t0; t < t1; t++)
+        for (h = 0; h < NH; h++) {
+            const float *q = vs->q + ((size_t)t * NH + h) * D;
+            float *out = vs->att + ((size_t)t * NH + h) * D, mx = -INFINITY, sum = 0.0f;
+            int kvh = h / (NH / KVH);
+            for (k = 0; k < n; k++) {
+                const float *key = vs->k + ((size_t)k * KVH + kvh) * D;
+                float acc = 0.0f;
+                if (j->pos[2 * k] == -1 && j->pos[2 * k + 1] == -1) { sc[k] = -INFINITY; continue; }
+                for (d = 0; d < D; d++) acc += q[d] * key[d];
+                sc[k] = acc;
+                if (acc > mx) mx = acc;
+            }
+            for (k = 0; k < n; k++) { sc[k] = sc[k] == -INFINITY ? 0.0f : expf(sc[k] - mx); sum += sc[k]; }
+            for (d = 0; d < D; d++) out[d] = 0.0f;
+            for (k = 0; k < n; k++) {
+                const float *val = vs->v + ((size_t)k * KVH + kvh) * D;
+                float p = sc[k] / sum;
+                if (sc[k] == 0.0f) continue;
+                for (d = 0; d < D; d++) out[d] += p * val[d];
+            }
+        }
+}
+
+/* Gemma4VisionEncoderLayer l on vs->x (n patches) */
+static void g4__vlayer(g4_vision_session *vs, int l, const int32_t *pos, int n) {
+    const g4_vision_config *v = &vs->model->config.vision;
+    const g4_vision_layer *L = &vs->model->vision.layers[l];
+    int Hv = v->hidden_size, D = v->head_dim, NH = v->num_attention_heads, KVH = v->num_key_value_heads, I = v->intermediate_size;
+    size_t nh = (size_t)n * (size_t)Hv, i;
+    int t, h;
+    g4__vattn_job aj;
+
+    /* 1. h = x + post_attention_layernorm(self_attn(input_layernorm(x))) */
+    g4__vnorm(vs, vs->xn, vs->x, &L->input_layernorm, n, Hv);
+    g4__vtap(vs, l, "input_layernorm", vs->xn, n, Hv);
+    g4__clip_linear(vs, vs->q, vs->xn, &L->q_proj, n);
+    g4__vtap(vs, l, "self_attn.q_proj", vs->q, n, NH * D);
+    g4__clip_linear(vs, vs->k, vs->xn, &L->k_proj, n);
+    g4__vtap(vs, l, "self_attn.k_proj", vs->k, n, KVH * D);
+    g4__clip_linear(vs, vs->v, vs->xn, &L->v_proj, n);
+    g4__vtap(vs, l, "self_attn.v_proj", vs->v, n, KVH * D);
+    for (t = 0; t < n; t++) { /* q_norm, k_norm, RoPE by (x, y); v_norm (weightless) */
+        for (h = 0; h < NH; h++) {
+            float *q = vs->q + ((size_t)t * NH + h) * D;
+            g4__rmsnorm(q, q, &L->q_norm, D, v->rms_norm_eps);
+            g4__vrope(q, vs->inv_freq, D, pos[2 * t], pos[2 * t + 1]);
+        }
+        for (h = 0; h < KVH; h++) {
+            float *k = vs->k + ((size_t)t * KVH + h) * D, *vv = vs->v + ((size_t)t * KVH + h) * D;
+            g4__rmsnorm(k, k, &L->k_norm, D, v->rms_norm_eps);
+            g4__vrope(k, vs->inv_freq, D, pos[2 * t], pos[2 * t + 1]);
+            g4__rmsnorm(vv, vv, NULL, D, v->rms_norm_eps);
+        }
+    }
+    aj.vs = vs; aj.pos = pos; aj.n = n;
+    g4__parallel(vs->cfg.pool, g4__vattn_part, &aj);
+    g4__clip_linear(vs, vs->xn, vs->att, &L->o_proj, n);
+    g4__vtap(vs, l, "self_attn", vs->xn, n, Hv);
+    g4__vnorm(vs, vs->xn, vs->xn, &L->post_attention_layernorm, n, Hv);
+    g4__vtap(vs, l, "post_attention_layernorm", vs->xn, n, Hv);
+    for (i = 0; i < nh; i++) vs->x[i] += vs->xn[i];
+
+    /* 2. h = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h))),
+          mlp = down_proj(gelu_tanh(gate_proj(x)) * up_proj(x)) */
+    g4__vnorm(vs, vs->xn, vs->x, &L->pre_feedforward_layernorm, n, Hv);
+    g4__vtap(vs, l, "pre_feedforward_layernorm", vs->xn, n, Hv);
+    g4__clip_linear(vs, vs->gate, vs->xn, &L->gate_proj, n);
+    g4__vtap(vs, l, "mlp.gate_proj", vs->gate, n, I);
+    g4__clip_linear(vs, vs->up, vs->xn, &L->up_proj, n);
+    g4__vtap(vs, l, "mlp.up_proj", vs->up, n, I);
+    g4__gelu_n(vs->gate, vs->gate, (size_t)n * (size_t)I);
+    for (i = 0; i < (size_t)n * (size_t)I; i++) vs->gate[i] *= vs->up[i];
+    g4__clip_linear(vs, vs->xn, vs->gate, &L->down_proj, n);
+    g4__vtap(vs, l, "mlp", vs->xn, n, Hv);
+    g4__vnorm(vs, vs->xn, vs->xn, &L->post_feedforward_layernorm, n, Hv);
+    g4__vtap(vs, l, "post_feedforward_layernorm", vs->xn, n, Hv);
+    for (i = 0; i < nh; i++) vs->x[i] += vs->xn[i];
+    g4__vtap(vs, l, "", vs->x, n, Hv);
+}
+
+G4__DEF g4_result g4_vision_encode(g4_vision_session *vs, const float *pixel_values, const int32_t *positions,
+                                   int n_patches, float *soft, int *n_soft) {
+    const g4_model *m;
+    const g4_vision_config *v;
+    const g4_vision_weights *w;
+    int n = n_patches, Hv, H, K, kk, length, t, j, l, max_x = 0, real = 0, out;
+    size_t P, i;
+    float inv_k2, root;
+    if (!vs) return G4_ERR_INPUT;
+    if (n_soft) *n_soft = 0;
+    if (!vs->model) { g4__seterr(vs->error, "vision session is not initialised"); return G4_ERR_INPUT; }
+    m = vs->model; v = &m->config.vision; w = &m->vision;
+    Hv = v->hidden_size; H = m->config.hidden_size; K = v->pooling_kernel_size; kk = K * K;
+    P = (size_t)3 * (size_t)v->patch_size * (size_t)v->patch_size;
+    if (!pixel_values || !positions || !soft || !n_soft) {
+        g4__seterr(vs->error, "g4_vision_encode: NULL pixel_values, positions, soft or n_soft");
+        return G4_ERR_INPUT;
+    }
+    if (n < 1 || n > vs->cfg.max_patches || n % kk) {
+        g4__seterr(vs->error, "%d patches: need 1 .. max_patches (%d) and a multiple of pooling_kernel_size^2 (%d)", n,
+                   vs->cfg.max_patches, kk);
+        return G4_ERR_INPUT;
+    }
+    for (t = 0; t < n; t++) { /* (x, y) in the position table, or (-1, -1) for padding */
+        int32_t px = positions[2 * t], py = positions[2 * t + 1];
+        if (px == -1 && py == -1) continue;
+        if (px < 0 || py < 0 || px >= v->position_embedding_size || py >= v->position_embedding_size) {
+            g4__seterr(vs->error, "patch %d has position (%ld, %ld): outside [0, %d) (or (-1, -1) for padding)", t, (long)px,
+                       (long)py, v->position_embedding_size);
+            return G4_ERR_INPUT;
+        }
+        if (px > max_x) max_x = px;
+        real++;
+    }
+    if (!real) { g4__seterr(vs->error, "every one of the %d patches is padding", n); return G4_ERR_INPUT; }
+    for (i = 0; i < (size_t)n * P; i++)
+        if (!(pixel_values[i] == pixel_values[i]) || pixel_values[i] > 1e30f || pixel_values[i] < -1e30f) {
+            g4__seterr(vs->error, "pixel value %zu is not finite", i);
+            return G4_ERR_INPUT;
+        }
+
+    /* Gemma4VisionPatchEmbedder: input_proj(2 (x - 0.5)) + table[0][px] + table[1][py] (0 for padding) */
+    for (i = 0; i < (size_t)n * P; i++) vs->cin[i] = 2.0f * (pixel_values[i] - 0.5f);
+    g4__matmul(&vs->mm, vs->x, vs->cin, &w->input_proj, n);
+    for (t = 0; t < n; t++) {
+        int32_t px = positions[2 * t], py = positions[2 * t + 1];
+        if (px == -1 && py == -1) continue;
+        for (j = 0; j < Hv; j++)
+            vs->x[(size_t)t * Hv + j] += g4__get(&w->position_embedding_table, (size_t)px * Hv + j) +
+                                         g4__get(&w->position_embedding_table, ((size_t)v->position_embedding_size + py) * Hv + j);
+    }
+    g4__vtap(vs, -1, "vision_tower.patch_embedder", vs->x, n, Hv);
+
+    /* Gemma4VisionEncoder */
+    for (l = 0; l < v->num_hidden_layers; l++) g4__vlayer(vs, l, positions, n);
+
+    /* Gemma4VisionPooler: padding zeroed; the mean of each k x k block of
+       positions (block bx + (max_x + 1) / k * by), in float32, * sqrt(Hv) */
+    length = n / kk;
+    inv_k2 = 1.0f / (float)kk;
+    root = (float)sqrt((double)Hv);
+    for (t = 0; t < n; t++) {
+        int32_t px = positions[2 * t] < 0 ? 0 : positions[2 * t], py = positions[2 * t + 1] < 0 ? 0 : positions[2 * t + 1];
+        int idx = px / K + (max_x + 1) / K * (py / K);
+        if (idx >= length) {
+            g4__seterr(vs->error, "patch %d at (%ld, %ld) pools into soft token %d of %d: the patches do not form the "
+                       "processor's grid", t, (long)px, (long)py, idx, length);
+            return G4_ERR_INPUT;
+        }
+        vs->kernel[t] = idx;
+    }
+    memset(vs->pooled, 0, sizeof(float) * (size_t)length * (size_t)Hv);
+    for (t = 0; t < n; t++) {
+        int pad = positions[2 * t] == -1 && positions[2 * t + 1] == -1;
+        float *dst = vs->pooled + (size_t)vs->kernel[t] * Hv;
+        for (j = 0; j < Hv; j++) dst[j] += (pad ? 0.0f : vs->x[(size_t)t * Hv + j]) * inv_k2;
+    }
+    /* strip the rows no patch pooled into (padding positions pool into row 0, which a real patch holds too) */
+    for (j = 0; j < length; j++) vs->kernel[j] = 0;
+    for (t = 0; t < n; t++) {
+        int32_t px = positions[2 * t] < 0 ? 0 : positions[2 * t], py = positions[2 * t + 1] < 0 ? 0 : positions[2 * t + 1];
+        vs->kernel[px / K + (max_x + 1) / K * (py / K)] = 1; /* (kernel[] now marks rows: indices were < length) */
+    }
+    for (j = 0, out = 0; j < length; j++) {
+        float *src = vs->pooled + (size_t)j * Hv, *dst = vs->x + (size_t)out * Hv;
+        int c;
+        if (!vs->kernel[j]) continue;
+        for (c = 0; c < Hv; c++) {
+            float h = src[c] * root;
+            if (v->standardize) h = (h - g4__get(&w->std_bias, (size_t)c)) * g4__get(&w->std_scale, (size_t)c);
+            dst[c] = h;
+        }
+        out++;
+    }
+    g4__vtap(vs, -1, "vision_tower", vs->x, out, Hv);
+
+    /* embed_vision: embedding_projection(RMSNorm without scale) */
+    g4__vnorm(vs, vs->xn, vs->x, NULL, out, Hv);
+    g4__matmul(&vs->mm, soft, vs->xn, &w->embedding_projection, out);
+    g4__vtap(vs, -1, "embed_vision", soft, out, H);
+    *n_soft = out;
+    return G4_OK;
 }
 
 /* ----------------------------------------------- backward pass >>backward */

@@ -400,6 +400,12 @@ static const config_case g_config_cases[] = {
      "'text_config.num_key_value_heads' is missing"},
     {"text_config field mistyped", "{\"model_type\":\"gemma4\",\"text_config\":{" B ",\"hidden_size\":-8}}", G4_ERR_CONFIG,
      "'text_config.hidden_size' is -8"},
+    {"vision_config field mistyped", "{\"model_type\":\"gemma4\",\"vision_config\":{\"hidden_size\":\"x\"},\"text_config\":{" B "}}",
+     G4_ERR_CONFIG, "field 'vision_config.hidden_size' must be an integer, got a string"},
+    {"vision_config head_dim not a multiple of 4", "{\"model_type\":\"gemma4\",\"vision_config\":{\"head_dim\":6},\"text_config\":{" B "}}",
+     G4_ERR_CONFIG, "vision_config.head_dim is 6; the 2-D RoPE needs a multiple of 4"},
+    {"image_token_id mistyped", "{\"model_type\":\"gemma4\",\"image_token_id\":\"x\",\"text_config\":{" B "}}",
+     G4_ERR_CONFIG, "field 'image_token_id' must be an integer"},
     {"wrapper tie_word_embeddings mistyped", "{\"model_type\":\"gemma4\",\"tie_word_embeddings\":1,\"text_config\":{" B "}}",
      G4_ERR_CONFIG, "'tie_word_embeddings' must be true or false"},
     /* features */
@@ -424,7 +430,8 @@ static const struct { const char *label, *json; } g_config_ok[] = {
     /* Python's json keeps lone surrogates (transformers loads this); serde_json would refuse them */
     {"lone surrogates in an unknown key and value", C("\"x\\ud800\":\"\\udc00\\ud800\\u0041\"")},
     {"a number written 0e400 (zero)", C("\"rms_norm_eps\":0e400")},
-    {"wrapper with vision and audio configs", "{\"model_type\":\"gemma4\",\"vision_config\":{\"hidden_size\":\"x\"},"
+    {"wrapper with vision and audio configs", "{\"model_type\":\"gemma4\",\"vision_config\":{\"hidden_size\":16,"
+                                               "\"num_attention_heads\":2,\"num_key_value_heads\":2,\"head_dim\":8},"
                                                "\"audio_config\":null,\"text_config\":{" B "}}"},
     {"per_layer_config with zero-padded keys", C("\"per_layer_config\":{\"01\":{\"head_dim\":8,\"num_key_value_heads\":1}}")},
 };

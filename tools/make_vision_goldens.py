@@ -345,7 +345,7 @@ def main():
                 f"date {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M:%S')} UTC\n"
                 f"command venv/bin/python tools/make_vision_goldens.py\n"
                 f"goldens float32 CPU, attn_implementation=eager, torch.set_num_threads(1); models stored bfloat16, "
-                f"reloaded float32; processor torchvision backend (pixel_values_pil: Gemma4ImageProcessorPil)\n")
+                f"reloaded float32; processor: torchvision backend (the PIL backend, Gemma4ImageProcessorPil, compared below)\n")
         for s in backends + summary:
             f.write(s + "\n")
 
