@@ -289,7 +289,7 @@ define suite
 suite-$(1).log: $(2)
 	$$(call log_run,$(1).log,$(3))
 endef
-$(eval $(call suite,minimal,build/minimal tools/check_readme_program.sh README.md examples/minimal.c,sh tools/check_readme_program.sh ./build/minimal $$(DEMO)))
+$(eval $(call suite,minimal,build/minimal tools/check_readme_program.sh tools/check_doc_links.py README.md examples/minimal.c,sh tools/check_readme_program.sh ./build/minimal $$(DEMO)))
 $(eval $(call suite,tokenizer_san,build/test_tokenizer_san build/gemma4,./build/test_tokenizer_san))
 $(eval $(call suite,tokenizer,build/test_tokenizer build/gemma4,./build/test_tokenizer))
 $(eval $(call suite,template_san,build/test_template_san build/gemma4_san,./build/test_template_san data build/gemma4_san))

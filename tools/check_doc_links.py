@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks the Markdown links of README.md, docs/ and bench/HISTORY.md: every relative link must
 name a file of the repository, and a #fragment a heading of that file (GitHub's anchor rule).
-Also refuses absolute paths outside the repository (/work/..., /root/..., /home/...).
+Also refuses absolute paths outside the repository (/work/..., /root/..., /home/..., /tmp/...)
+and checks that the README's map of docs/ links every docs/*.md.
 Usage, from the repository root: python3 tools/check_doc_links.py   (exit 1 on a broken link)"""
 import os, re, sys
 
@@ -33,5 +34,9 @@ for f in files:
             print(f"{f}: no heading for #{frag} in {dest}"); bad += 1
     for m in re.finditer(r"(?<![\w.])/(work|root|home|tmp)\b[^\s`)]*", text):
         print(f"{f}: a path outside the repository: {m.group(0)}"); bad += 1
+readme = open("README.md", encoding="utf-8").read()
+for f in files:
+    if f.startswith("docs/") and f"]({f})" not in readme:
+        print(f"README.md: the map of docs/ does not link {f}"); bad += 1
 print(f"{len(files)} files checked, {bad} problems")
 sys.exit(1 if bad else 0)
