@@ -11,7 +11,7 @@ DEMO     = data/tiny/e2b_like
 
 all: build/gemma4
 
-build/gemma4: examples/gemma4.c examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h gemma4.h | build
+build/gemma4: examples/gemma4.c examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h gemma4.h gemma4_processing.h | build
 	$(CC) $(WARN) $(CFLAGS) -o $@ examples/gemma4.c $(LDLIBS)
 
 build/minimal: examples/minimal.c gemma4.h | build
@@ -49,29 +49,29 @@ build/test_lora: tests/test_lora.c tests/harness.h tests/fixtures.h examples/com
 build/test_lora_san: tests/test_lora.c tests/harness.h tests/fixtures.h examples/compare.h gemma4.h | build build/gemma4 build/gemma4_san
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_lora.c $(LDLIBS)
 
-build/test_tokenizer: tests/test_tokenizer.c tests/harness.h gemma4.h | build
+build/test_tokenizer: tests/test_tokenizer.c tests/harness.h gemma4.h gemma4_processing.h | build
 	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_tokenizer.c $(LDLIBS)
 
-build/test_tokenizer_san: tests/test_tokenizer.c tests/harness.h gemma4.h | build
+build/test_tokenizer_san: tests/test_tokenizer.c tests/harness.h gemma4.h gemma4_processing.h | build
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_tokenizer.c $(LDLIBS)
 
 # The bad-input catalogue (tests/test_bad_inputs.c) drives the CLI too:
 # build/gemma4 in the plain run, build/gemma4_san under the sanitizers.
-build/gemma4_san: examples/gemma4.c examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h gemma4.h | build
+build/gemma4_san: examples/gemma4.c examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h gemma4.h gemma4_processing.h | build
 	$(CC) $(WARN) $(SAN) -o $@ examples/gemma4.c $(LDLIBS)
 
-build/test_bad_inputs: tests/test_bad_inputs.c tests/harness.h gemma4.h | build build/gemma4
+build/test_bad_inputs: tests/test_bad_inputs.c tests/harness.h gemma4.h gemma4_processing.h | build build/gemma4
 	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_bad_inputs.c $(LDLIBS)
 
-build/test_bad_inputs_san: tests/test_bad_inputs.c tests/harness.h gemma4.h | build build/gemma4 build/gemma4_san
+build/test_bad_inputs_san: tests/test_bad_inputs.c tests/harness.h gemma4.h gemma4_processing.h | build build/gemma4 build/gemma4_san
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_bad_inputs.c $(LDLIBS)
 
 # Chat templates: the goldens through the API and the CLI (build/gemma4, or
 # build/gemma4_san under the sanitizers).
-build/test_template: tests/test_template.c tests/harness.h gemma4.h | build build/gemma4
+build/test_template: tests/test_template.c tests/harness.h gemma4.h gemma4_processing.h | build build/gemma4
 	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_template.c $(LDLIBS)
 
-build/test_template_san: tests/test_template.c tests/harness.h gemma4.h | build build/gemma4 build/gemma4_san
+build/test_template_san: tests/test_template.c tests/harness.h gemma4.h gemma4_processing.h | build build/gemma4 build/gemma4_san
 	$(CC) $(WARN) $(SAN) -o $@ tests/test_template.c $(LDLIBS)
 
 # The audio tower and feature extractor against transformers (data/tiny/e2b_audio).
@@ -116,7 +116,7 @@ build/test_gemma4_avx2: tests/test_gemma4.c $(G4_SUITE_DEPS) | build build/gemma
 build/test_gemma4_emu: tests/test_gemma4.c $(G4_SUITE_DEPS) tests/x86_emu.h | build build/gemma4
 	$(CC) $(WARN) -O2 $(X86_EMU) -g -o $@ tests/test_gemma4.c $(LDLIBS)
 
-build/gemma4_emu: examples/gemma4.c examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h gemma4.h tests/x86_emu.h | build
+build/gemma4_emu: examples/gemma4.c examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h gemma4.h gemma4_processing.h tests/x86_emu.h | build
 	$(CC) $(WARN) -O2 $(X86_EMU) -o $@ examples/gemma4.c $(LDLIBS)
 
 build/test_train_emu: tests/test_train.c tests/harness.h tests/fixtures.h gemma4.h tests/x86_emu.h | build build/gemma4_emu
@@ -147,7 +147,7 @@ FUZZ_SECONDS ?= 60
 FUZZERS       = json safetensors index template adapter tokenizer wav
 FUZZ_FLAGS    = -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
-build/fuzz_%: tests/fuzz/fuzz_%.c gemma4.h | build
+build/fuzz_%: tests/fuzz/fuzz_%.c gemma4.h gemma4_processing.h | build
 	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(LDLIBS)
 
 build:

@@ -22,6 +22,7 @@
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, isatty, opendir */
 #define GEMMA4_IMPLEMENTATION
 #include "../gemma4.h"
+#include "../gemma4_processing.h"
 static int load_model(g4_model *m, const char *dir); /* (below: the model and --adapter) */
 #include "bench.h"
 #include "compare.h"

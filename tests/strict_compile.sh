@@ -1,15 +1,18 @@
 #!/bin/sh
-# Compiles gemma4.h with its implementation as C99 and as C++ (11 and 17), with
+# Compiles gemma4.h and gemma4_processing.h with their implementation as C99
+# and as C++ (11 and 17), with
 # -Wall -Wextra -Wpedantic -Werror, under every compiler found; also with
 # GEMMA4_STATIC, G4_NO_MMAP and G4_NO_THREADS, with the CUDA declarations
-# (GEMMA4_CUDA), and with each SIMD path (scalar, AVX2+FMA, AVX-512) on x86-64.
-# Fails on any warning. The compiles run in parallel, one per CPU.
+# (GEMMA4_CUDA, gemma4.h alone), and with each SIMD path (scalar, AVX2+FMA,
+# AVX-512) on x86-64. Fails on any warning. Checks too that gemma4_processing.h
+# refuses to compile without gemma4.h (its #error). The compiles run in parallel, one per CPU.
 set -e
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cat > "$tmp/t.c" <<'SRC'
 #define GEMMA4_IMPLEMENTATION
 #include "gemma4.h"
+#include "gemma4_processing.h"
 int main(void) { g4_session_config c = g4_session_config_init(); return c.max_chunk == 64 ? 0 : 1; }
 SRC
 cat > "$tmp/s.c" <<'SRC'
@@ -18,6 +21,7 @@ cat > "$tmp/s.c" <<'SRC'
 #define G4_NO_THREADS
 #define GEMMA4_IMPLEMENTATION
 #include "gemma4.h"
+#include "gemma4_processing.h"
 int main(void) { g4_config c; return g4_config_parse(&c, "{}", 2, "x") == G4_OK; }
 SRC
 cat > "$tmp/c.c" <<'SRC'
@@ -68,7 +72,25 @@ if command -v aarch64-linux-gnu-gcc >/dev/null; then
   for f in t s c; do job aarch64-linux-gnu-gcc -std=c99 $W -c "$tmp/$f.c"; done
   arm="/NEON (aarch64-linux-gnu-gcc)"
 fi
+# gemma4.h alone and static (nothing of it may go unused without gemma4_processing.h)
+printf '#define GEMMA4_STATIC\n#define GEMMA4_IMPLEMENTATION\n#include "gemma4.h"\nint main(void) { return 0; }\n' > "$tmp/a.c"
+for cc in gcc clang; do
+  command -v $cc >/dev/null || continue
+  job $cc -std=c99 $W -c "$tmp/a.c"
+done
 [ $n -gt 0 ] || { echo "strict_compile: no compiler found"; exit 1; }
+# gemma4_processing.h without gemma4.h, or with gemma4.h's declarations but
+# not its implementation, must stop at its #error
+printf '#include "gemma4_processing.h"\n' > "$tmp/p1.c"
+printf '#define GEMMA4_IMPLEMENTATION\n#include "gemma4_processing.h"\n' > "$tmp/p2.c"
+printf '#include "gemma4.h"\n#define GEMMA4_IMPLEMENTATION\n#include "gemma4_processing.h"\n' > "$tmp/p3.c"
+for p in p1 p2 p3; do
+  cc=$(command -v gcc || command -v clang)
+  if $cc -std=c99 -I. -c "$tmp/$p.c" -o "$tmp/$p.o" > "$tmp/$p.err" 2>&1; then
+    echo "strict_compile: gemma4_processing.h compiled without gemma4.h (its implementation) first:"; cat "$tmp/$p.c"; exit 1
+  fi
+  grep -q 'error.*gemma4_processing.h: .*gemma4.h' "$tmp/$p.err" || { echo "strict_compile: not the #error expected:"; cat "$tmp/$p.err"; exit 1; }
+done
 # each line of jobs is one command; xargs exits nonzero if any of them did
 tr '\n' '\0' < "$tmp/jobs" | xargs -0 -n 1 -P "$(nproc 2>/dev/null || echo 2)" sh -c
-echo "strict_compile: $n clean builds (C99, C++11, C++17; gcc/clang as present; scalar/AVX2/AVX-512/AVX-512+BF16$arm/AVX-512 emulated; ASan arena red zones)"
+echo "strict_compile: $n clean builds (C99, C++11, C++17; gcc/clang as present; scalar/AVX2/AVX-512/AVX-512+BF16$arm/AVX-512 emulated; ASan arena red zones; gemma4.h alone; gemma4_processing.h alone refused)"

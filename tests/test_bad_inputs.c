@@ -13,6 +13,7 @@
 #define _POSIX_C_SOURCE 200809L
 #define GEMMA4_IMPLEMENTATION
 #include "../gemma4.h"
+#include "../gemma4_processing.h"
 
 #include <stdarg.h>
 #include <stdlib.h>

@@ -6,6 +6,7 @@
    and a line (or the messages JSON). Build: make fuzz (clang). */
 #define GEMMA4_IMPLEMENTATION
 #include "../../gemma4.h"
+#include "../../gemma4_processing.h"
 
 #include <stdlib.h>
 #include <string.h>

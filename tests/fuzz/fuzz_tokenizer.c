@@ -12,6 +12,7 @@
    byte tokens); an id outside the vocabulary is G4_ERR_INPUT. Build: make fuzz (clang, -fsanitize=fuzzer). */
 #define GEMMA4_IMPLEMENTATION
 #include "../../gemma4.h"
+#include "../../gemma4_processing.h"
 
 #include <stdlib.h>
 #include <string.h>
