@@ -6,8 +6,10 @@
                                           data/tokenizer/tokenizer.json (512 ids)
      data/tokenizer/gemma3_goldens.jsonl  the same strings on the full Gemma 3
                                           tokenizer, looked for in the ignored folder
-                                          data/external/gemma3-tokenizer/ (see docs/text.md;
-                                          those tests skip, saying so, when it is absent)
+                                          data/external/gemma3-tokenizer/ (see docs/text.md),
+                                          else in ../shared/data/gemma3-tokenizer/ (CI's
+                                          shared data beside the checkout); those tests
+                                          skip, saying so, when both are absent)
      data/tokenizer/generate_golden.json  transformers' greedy generate() on
                                           data/tiny/e2b_like from chat-format prompts
    Run from the repository root (make test does). */
@@ -26,6 +28,7 @@
 
 #define TINY_TOK "data/tokenizer/tokenizer.json"
 #define FULL_TOK "data/external/gemma3-tokenizer/tokenizer.json"
+#define SHARED_TOK "../shared/data/gemma3-tokenizer/tokenizer.json"
 static char g_tmp[256];
 
 static double now_s(void) {
@@ -35,6 +38,16 @@ static double now_s(void) {
 }
 
 /* ------------------------------------------------------------- helpers */
+
+/* The full Gemma 3 tokenizer: data/external/ (a developer's copy), else the
+   shared data beside the checkout (CI); NULL, after saying so, when neither
+   is there. */
+static const char *full_tokenizer(void) {
+    if (access(FULL_TOK, R_OK) == 0) return FULL_TOK;
+    if (access(SHARED_TOK, R_OK) == 0) return SHARED_TOK;
+    skip("neither " FULL_TOK " nor " SHARED_TOK " is there (docs/text.md says where to get it)");
+    return NULL;
+}
 
 /* A JSON array of integers -> ids (malloc'd); returns the count or -1. */
 static int json_ids(const g4__json *j, int arr, int32_t **out) {
@@ -171,12 +184,13 @@ static void test_tiny_goldens(void) {
 }
 
 static void test_full_goldens(void) {
+    const char *path;
     g4_tokenizer t;
     int nt, nd;
     double t0;
-    if (access(FULL_TOK, R_OK) != 0) { skip(FULL_TOK " is absent (docs/text.md, says where to get it)"); return; }
+    if (!(path = full_tokenizer())) return;
     t0 = now_s();
-    if (g4_tokenizer_load(&t, FULL_TOK) != G4_OK) { CHECK(0, "%s", t.error); return; }
+    if (g4_tokenizer_load(&t, path) != G4_OK) { CHECK(0, "%s", t.error); return; }
     printf("  loaded %d ids, %d merges, %d added tokens in %.3f s\n", t.n_vocab, t.n_merges, t.n_added, now_s() - t0);
     CHECK(t.n_vocab == 262145 && t.n_merges == 514906 && t.n_added == 6415, "counts");
     check_goldens(&t, "data/tokenizer/gemma3_goldens.jsonl", &nt, &nd);
@@ -413,10 +427,11 @@ static void test_utf8_goldens(void) {
 }
 
 static void test_utf8_goldens_full(void) {
+    const char *path;
     g4_tokenizer t;
     int n;
-    if (access(FULL_TOK, R_OK) != 0) { skip(FULL_TOK " is absent (docs/text.md, says where to get it)"); return; }
-    if (g4_tokenizer_load(&t, FULL_TOK) != G4_OK) { CHECK(0, "%s", t.error); return; }
+    if (!(path = full_tokenizer())) return;
+    if (g4_tokenizer_load(&t, path) != G4_OK) { CHECK(0, "%s", t.error); return; }
     n = check_utf8_goldens(&t, "gemma3");
     printf("  %d byte-run sequences on the Gemma 3 tokenizer\n", n);
     CHECK(n >= 60, "only %d gemma3 lines", n);
