@@ -17,82 +17,48 @@ build/gemma4: examples/gemma4.c examples/compare.h examples/bench.h examples/ben
 build/minimal: examples/minimal.c gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -I. -o $@ examples/minimal.c $(LDLIBS)
 
+# The suites: tests/test_X.c builds as build/test_X (-O2 -g) and as build/test_X_san
+# (ASan + UBSan) by the two pattern rules; each suite's extra headers, and the CLI it
+# runs, are prerequisite lines of their own below. XFLAGS: extra flags of a suite
+# ($(strip): no double space where it is empty).
+G4_HEADERS = gemma4.h gemma4_processing.h
+build/test_%: tests/test_%.c tests/harness.h $(G4_HEADERS) | build
+	$(strip $(CC) $(WARN) $(CFLAGS) -g $(XFLAGS) -o $@ $< $(LDLIBS))
+
+build/test_%_san: tests/test_%.c tests/harness.h $(G4_HEADERS) | build
+	$(strip $(CC) $(WARN) $(SAN) $(XFLAGS) -o $@ $< $(LDLIBS))
+
 # A suite that runs the CLI has it as an order-only prerequisite, so that
 # `make build/test_X && ./build/test_X` runs a CLI as new as the header, and a
 # newer CLI does not relink the suite: build/gemma4 (test_gemma4 and its _san
 # build run it by name; the others default to it), and for a _san suite that
 # takes the CLI's path also build/gemma4_san, the path make passes it.
-build/test_gemma4: tests/test_gemma4.c tests/harness.h tests/fixtures.h tests/invariants.h examples/compare.h gemma4.h | build build/gemma4
-	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_gemma4.c $(LDLIBS)
-
-build/test_gemma4_san: tests/test_gemma4.c tests/harness.h tests/fixtures.h tests/invariants.h examples/compare.h gemma4.h | build build/gemma4
-	$(CC) $(WARN) $(SAN) -o $@ tests/test_gemma4.c $(LDLIBS)
-
-build/test_drafter: tests/test_drafter.c tests/harness.h tests/fixtures.h examples/compare.h gemma4.h | build build/gemma4
-	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_drafter.c $(LDLIBS)
-
-build/test_drafter_san: tests/test_drafter.c tests/harness.h tests/fixtures.h examples/compare.h gemma4.h | build build/gemma4_san
-	$(CC) $(WARN) $(SAN) -o $@ tests/test_drafter.c $(LDLIBS)
-
+build/test_gemma4 build/test_gemma4_san: tests/fixtures.h tests/invariants.h examples/compare.h | build/gemma4
+build/test_drafter: tests/fixtures.h examples/compare.h | build/gemma4
+build/test_drafter_san: tests/fixtures.h examples/compare.h | build/gemma4_san
 # The training reference: backward ops, gradients against torch autograd (data/tiny/*/grad_golden.safetensors).
 # Its CLI cases run build/gemma4 (build/gemma4_san under the sanitizers): the path is argv[2].
-build/test_train: tests/test_train.c tests/harness.h tests/fixtures.h gemma4.h | build build/gemma4
-	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_train.c $(LDLIBS)
-
-build/test_train_san: tests/test_train.c tests/harness.h tests/fixtures.h gemma4.h | build build/gemma4_san
-	$(CC) $(WARN) $(SAN) -o $@ tests/test_train.c $(LDLIBS)
-
+build/test_train: tests/fixtures.h | build/gemma4
+build/test_train_san: tests/fixtures.h | build/gemma4_san
 # PEFT LoRA adapters: binding, forward and greedy against transformers + peft (data/lora/).
-build/test_lora: tests/test_lora.c tests/harness.h tests/fixtures.h examples/compare.h gemma4.h | build build/gemma4
-	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_lora.c $(LDLIBS)
-
-build/test_lora_san: tests/test_lora.c tests/harness.h tests/fixtures.h examples/compare.h gemma4.h | build build/gemma4 build/gemma4_san
-	$(CC) $(WARN) $(SAN) -o $@ tests/test_lora.c $(LDLIBS)
-
-build/test_tokenizer: tests/test_tokenizer.c tests/harness.h gemma4.h gemma4_processing.h | build
-	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_tokenizer.c $(LDLIBS)
-
-build/test_tokenizer_san: tests/test_tokenizer.c tests/harness.h gemma4.h gemma4_processing.h | build
-	$(CC) $(WARN) $(SAN) -o $@ tests/test_tokenizer.c $(LDLIBS)
-
+build/test_lora: tests/fixtures.h examples/compare.h | build/gemma4
+build/test_lora_san: tests/fixtures.h examples/compare.h | build/gemma4 build/gemma4_san
 # The bad-input catalogue (tests/test_bad_inputs.c) drives the CLI too:
 # build/gemma4 in the plain run, build/gemma4_san under the sanitizers.
-build/gemma4_san: examples/gemma4.c examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h gemma4.h gemma4_processing.h | build
-	$(CC) $(WARN) $(SAN) -o $@ examples/gemma4.c $(LDLIBS)
-
-build/test_bad_inputs: tests/test_bad_inputs.c tests/harness.h gemma4.h gemma4_processing.h | build build/gemma4
-	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_bad_inputs.c $(LDLIBS)
-
-build/test_bad_inputs_san: tests/test_bad_inputs.c tests/harness.h gemma4.h gemma4_processing.h | build build/gemma4 build/gemma4_san
-	$(CC) $(WARN) $(SAN) -o $@ tests/test_bad_inputs.c $(LDLIBS)
-
+build/test_bad_inputs: | build/gemma4
+build/test_bad_inputs_san: | build/gemma4 build/gemma4_san
 # Chat templates: the goldens through the API and the CLI (build/gemma4, or
 # build/gemma4_san under the sanitizers).
-build/test_template: tests/test_template.c tests/harness.h gemma4.h gemma4_processing.h | build build/gemma4
-	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_template.c $(LDLIBS)
+build/test_template: | build/gemma4
+build/test_template_san: | build/gemma4 build/gemma4_san
+# The audio tower and feature extractor against transformers (data/tiny/e2b_audio);
+# the vision tower and the merge (data/vision).
+build/test_audio build/test_audio_san build/test_vision build/test_vision_san: tests/fixtures.h
+# Two sessions on one model from two threads (-pthread only here and in test_vision).
+build/test_threads build/test_threads_san build/test_vision build/test_vision_san: XFLAGS = -pthread
 
-build/test_template_san: tests/test_template.c tests/harness.h gemma4.h gemma4_processing.h | build build/gemma4 build/gemma4_san
-	$(CC) $(WARN) $(SAN) -o $@ tests/test_template.c $(LDLIBS)
-
-# The audio tower and feature extractor against transformers (data/tiny/e2b_audio).
-build/test_audio: tests/test_audio.c tests/harness.h tests/fixtures.h gemma4.h | build
-	$(CC) $(WARN) $(CFLAGS) -g -o $@ tests/test_audio.c $(LDLIBS)
-
-build/test_audio_san: tests/test_audio.c tests/harness.h tests/fixtures.h gemma4.h | build
-	$(CC) $(WARN) $(SAN) -o $@ tests/test_audio.c $(LDLIBS)
-
-# Two sessions on one model from two threads (-pthread only here).
-build/test_vision: tests/test_vision.c tests/harness.h tests/fixtures.h gemma4.h | build
-	$(CC) $(WARN) $(CFLAGS) -g -pthread -o $@ tests/test_vision.c $(LDLIBS)
-
-build/test_vision_san: tests/test_vision.c tests/harness.h tests/fixtures.h gemma4.h | build
-	$(CC) $(WARN) $(SAN) -pthread -o $@ tests/test_vision.c $(LDLIBS)
-
-build/test_threads: tests/test_threads.c tests/harness.h gemma4.h | build
-	$(CC) $(WARN) $(CFLAGS) -g -pthread -o $@ tests/test_threads.c $(LDLIBS)
-
-build/test_threads_san: tests/test_threads.c tests/harness.h gemma4.h | build
-	$(CC) $(WARN) $(SAN) -pthread -o $@ tests/test_threads.c $(LDLIBS)
+build/gemma4_san: examples/gemma4.c examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h gemma4.h gemma4_processing.h | build
+	$(CC) $(WARN) $(SAN) -o $@ examples/gemma4.c $(LDLIBS)
 
 build/test_threads_tsan: tests/test_threads.c tests/harness.h gemma4.h | build
 	$(CC) $(WARN) -O1 -g -fsanitize=thread -pthread -o $@ tests/test_threads.c $(LDLIBS)
