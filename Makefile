@@ -366,13 +366,15 @@ test-python:
 
 # The torch bridge (gemma4.torch) against real transformers models: needs torch,
 # transformers and peft (the repository's venv, tools/requirements.txt). Runs the package
-# from python/ with the library built in place.
+# from python/ with the library built in place; pytest, if that Python lacks it, is
+# installed beside it (pip --target build/pytest-lib), not into it.
 TORCH_PYTHON ?= venv/bin/python
 python/gemma4/_gemma4.so: python/gemma4/_lib.c python/gemma4/_build.py gemma4.h $(wildcard gemma4_processing.h)
 	python3 python/gemma4/_build.py $@
 
 test-python-torch: python/gemma4/_gemma4.so
-	PYTHONPATH=python $(TORCH_PYTHON) -m pytest -q -p no:cacheprovider python/tests/torch
+	$(TORCH_PYTHON) -c 'import pytest' 2>/dev/null || $(TORCH_PYTHON) -m pip install -q --target build/pytest-lib pytest
+	PYTHONPATH=python:build/pytest-lib $(TORCH_PYTHON) -m pytest -q -p no:cacheprovider python/tests/torch
 
 build/membw: bench/membw.c | build
 	$(CC) -O2 -march=native -o $@ bench/membw.c -lpthread
