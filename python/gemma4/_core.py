@@ -88,6 +88,14 @@ def lib():
             "g4py_session_free": (None, [_P]),
             "g4py_session_set_tap": (None, [_P, TAP_FN, _P]),
             "g4py_session_forward": (C.c_int, [_P, _P, C.c_int, _P, C.c_int, _P, _ERR]),
+            "g4py_session_forward_mm": (C.c_int, [_P, _P, C.c_int, _P, C.c_int, _P, C.c_int, _P, _ERR]),
+            "g4py_vision_encode": (C.c_int, [_P, _P, _P, C.c_int, C.c_int, _P, C.POINTER(C.c_int), _ERR]),
+            "g4py_audio_tokens_max": (C.c_int, [C.c_int]),
+            "g4py_audio_encode": (C.c_int, [_P, _P, _P, C.c_int, _P, C.POINTER(C.c_int), _ERR]),
+            "g4py_audio_frames": (C.c_int, [C.c_int, C.POINTER(C.c_int), _ERR]),
+            "g4py_audio_features": (C.c_int, [_P, C.c_int, C.c_int, _P, _P, C.c_int, C.POINTER(C.c_int), _ERR]),
+            "g4py_wav_parse": (C.c_int, [C.c_char_p, C.c_size_t, _P, C.c_size_t, C.POINTER(C.c_size_t),
+                                         C.POINTER(C.c_int), _ERR]),
             "g4py_session_pos": (C.c_int, [_P]),
             "g4py_session_max_context": (C.c_int, [_P]),
             "g4py_session_arena_bytes": (C.c_size_t, [_P]),
@@ -207,6 +215,7 @@ class Model:
         self._h = h
         self._children = weakref.WeakSet()
         self._trainer = None
+        self._train_lock = threading.Lock()  # one g4_train, used by one thread at a time
         n = L.g4py_model_json(h, None, 0)
         buf = C.create_string_buffer(n + 1)
         L.g4py_model_json(h, buf, n + 1)
@@ -273,12 +282,60 @@ class Model:
         return Session(self, max_context=max_context, chunk=chunk, bf16=bf16, lora_bf16=lora_bf16,
                        threads=threads)
 
-    def logits(self, ids, chunk=None):
+    def logits(self, ids, chunk=None, soft=None):
         """float32 [S, V]: the logits of every position of ids, one sequence from position 0
-        (chunk: tokens per internal step; the bits do not depend on it)."""
+        (chunk: tokens per internal step; the bits do not depend on it). soft: the soft
+        tokens [n, H] of the ids' image/audio placeholder rows, in order (encode_image,
+        encode_audio), merged as Gemma4Model.forward merges them."""
         ids = _ids(ids)
         with Session(self, max_context=len(ids), chunk=chunk) as s:
-            return s.forward(ids, logits="all")
+            return s.forward(ids, logits="all", soft=soft)
+
+    # -- images and audio
+    def encode_image(self, pixel_values, positions):
+        """One image's soft tokens, float32 [n, H]: pixel_values [n_patches, 3 p^2] and
+        positions [n_patches, 2] as Gemma 4's image processor gives them (a leading batch
+        axis of 1 is accepted), through the vision tower and embed_vision."""
+        pv = np.ascontiguousarray(np.asarray(pixel_values, np.float32))
+        pos = np.asarray(positions)
+        if pv.ndim == 3 and pv.shape[0] == 1:
+            pv = pv[0]
+        if pos.ndim == 3 and pos.shape[0] == 1:
+            pos = pos[0]
+        if pv.ndim != 2 or pos.ndim != 2 or pos.shape != (pv.shape[0], 2):
+            raise InputError(f"encode_image: pixel_values [n, 3 p^2] and positions [n, 2], not {pv.shape} and {pos.shape}")
+        pos = np.ascontiguousarray(_ids(pos.reshape(-1), "positions", lo=-1))
+        H = self.config["hidden_size"]
+        soft = np.empty((max(pv.shape[0], 1), H), np.float32)
+        n, err = C.c_int(), _errbuf()
+        r = lib().g4py_vision_encode(self._handle(), _ptr(pv), _ptr(pos), pv.shape[0], self.threads, _ptr(soft),
+                                     C.byref(n), err)
+        if r != 0:
+            _raise(r, err)
+        return soft[:n.value].copy()
+
+    def encode_audio(self, features, mask=None):
+        """One clip's soft tokens, float32 [n, H]: log-mel features [frames, 128] and their
+        valid-frame mask (gemma4.audio_features gives both) through the audio tower and
+        embed_audio."""
+        f = np.ascontiguousarray(np.asarray(features, np.float32))
+        if f.ndim == 3 and f.shape[0] == 1:
+            f = f[0]
+        if f.ndim != 2:
+            raise InputError(f"encode_audio: features [frames, bins], not {f.shape}")
+        if mask is None:
+            raise InputError("encode_audio: the valid-frame mask is required (transformers skips audio without one)")
+        mk = np.asarray(mask).reshape(-1)
+        if mk.shape != (f.shape[0],):
+            raise InputError(f"encode_audio: mask of {mk.size} entries for {f.shape[0]} frames")
+        mk = np.ascontiguousarray(mk != 0, dtype=np.uint8)
+        H = self.config["hidden_size"]
+        soft = np.empty((max(lib().g4py_audio_tokens_max(f.shape[0]), 1), H), np.float32)
+        n, err = C.c_int(), _errbuf()
+        r = lib().g4py_audio_encode(self._handle(), _ptr(f), _ptr(mk), f.shape[0], _ptr(soft), C.byref(n), err)
+        if r != 0:
+            _raise(r, err)
+        return soft[:n.value].copy()
 
     def taps(self, ids, names=None, chunk=None):
         """{name: float32 [S, cols]} of every module output transformers has, under the
@@ -358,12 +415,13 @@ class Model:
             lab = _ids(labels, "labels", lo=-100)
             if len(lab) != n:
                 raise InputError(f"{len(lab)} labels for {n} ids")
-        t = self._trainer
-        if t is None or t.max_seq < n or t.recompute != bool(recompute):
-            if t is not None:
-                t.close()
-            self._trainer = t = _Trainer(self, n, bool(recompute))
-        return t.run(ids, lab)
+        with self._train_lock:
+            t = self._trainer
+            if t is None or t.max_seq < n or t.recompute != bool(recompute):
+                if t is not None:
+                    t.close()
+                self._trainer = t = _Trainer(self, n, bool(recompute))
+            return t.run(ids, lab)
 
 
 class _Trainer:
@@ -455,10 +513,11 @@ class Session:
     def arena_bytes(self):
         return lib().g4py_session_arena_bytes(self._handle())
 
-    def forward(self, ids, logits="last", out=None, hidden=False):
+    def forward(self, ids, logits="last", out=None, hidden=False, soft=None):
         """Runs ids at positions pos .. pos+n-1. logits: "last" -> float32 [V], "all" -> [n, V],
         "none" -> None. out: an optional float32 C-contiguous array to write them into.
-        hidden=True also returns the final norm's output of the same rows: (logits, hidden)."""
+        hidden=True also returns the final norm's output of the same rows: (logits, hidden).
+        soft: float32 [n_soft, H], the soft tokens of the ids' image/audio placeholder rows."""
         h = self._handle()
         ids = _ids(ids)
         if logits not in _LOGITS:
@@ -478,8 +537,17 @@ class Session:
             H = self.model.config["hidden_size"]
             hid = np.empty((H,) if mode == 1 else (n, H), np.float32)
         err = _errbuf()
-        r = lib().g4py_session_forward(h, _ptr(ids), n, None if shape is None else _ptr(out), mode,
-                                       None if hid is None else _ptr(hid), err)
+        if soft is not None:
+            sf = np.ascontiguousarray(np.asarray(soft, np.float32))
+            H = self.model.config["hidden_size"]
+            if sf.ndim != 2 or sf.shape[1] != H:
+                raise InputError(f"soft must be [n, {H}] (the hidden size), not {sf.shape}")
+            r = lib().g4py_session_forward_mm(h, _ptr(ids), n, _ptr(sf), sf.shape[0],
+                                              None if shape is None else _ptr(out), mode,
+                                              None if hid is None else _ptr(hid), err)
+        else:
+            r = lib().g4py_session_forward(h, _ptr(ids), n, None if shape is None else _ptr(out), mode,
+                                           None if hid is None else _ptr(hid), err)
         if r != 0:
             _raise(r, err)
         return (out, hid) if hidden else out
@@ -560,6 +628,41 @@ class Sampler:
             self.close()
         except Exception:
             pass
+
+
+def read_wav(source):
+    """(float32 PCM, sample rate) of a WAV file (a path or its bytes): PCM16 or float32, mono."""
+    data = source if isinstance(source, (bytes, bytearray)) else open(_path(source, "path").decode(), "rb").read()
+    data = bytes(data)
+    n, rate, err = C.c_size_t(), C.c_int(), _errbuf()
+    r = lib().g4py_wav_parse(data, len(data), None, 0, C.byref(n), C.byref(rate), err)
+    if r != 0:
+        _raise(r, err)
+    out = np.empty(max(n.value, 1), np.float32)
+    r = lib().g4py_wav_parse(data, len(data), _ptr(out), n.value, C.byref(n), C.byref(rate), err)
+    if r != 0:
+        _raise(r, err)
+    return out[:n.value].copy(), rate.value
+
+
+def audio_features(pcm, sample_rate=16000):
+    """(features float32 [frames, 128], mask bool [frames]): Gemma4AudioFeatureExtractor's
+    log-mel features of 16 kHz mono PCM, as transformers computes them."""
+    a = np.ascontiguousarray(np.asarray(pcm, np.float32).reshape(-1))
+    if a.size > INT32_MAX:
+        raise InputError("audio_features: too many samples")
+    bins, err = C.c_int(), _errbuf()
+    frames = lib().g4py_audio_frames(a.size, C.byref(bins), err)
+    if frames < 0:
+        _raise(-9, err)
+    feats = np.empty((max(frames, 1), bins.value), np.float32)
+    mask = np.empty(max(frames, 1), np.uint8)
+    n = C.c_int()
+    r = lib().g4py_audio_features(_ptr(a), a.size, int(sample_rate), _ptr(feats), _ptr(mask), max(frames, 1),
+                                  C.byref(n), err)
+    if r != 0:
+        _raise(r, err)
+    return feats[:n.value].copy(), mask[:n.value].astype(bool)
 
 
 def simd_name():

@@ -130,7 +130,9 @@ G4PY_API size_t g4py_model_json(const g4_model *m, char *buf, size_t cap) {
     g4py_put(&o, "\"layer_types\": [");
     for (i = 0; i < c->num_hidden_layers; i++)
         g4py_put(&o, "%s\"%s\"", i ? ", " : "", c->layer_types[i] == G4_FULL ? "full_attention" : "sliding_attention");
-    g4py_put(&o, "], \"assistant\": %d}, ", c->assistant);
+    g4py_put(&o, "], \"image_token_id\": %d, \"video_token_id\": %d, \"audio_token_id\": %d, ", c->image_token_id,
+             c->video_token_id, c->audio_token_id);
+    g4py_put(&o, "\"assistant\": %d}, ", c->assistant);
     g4py_put(&o, "\"plan\": {\"first_shared\": %d, \"n_slots\": %d, \"layers\": [", p->first_shared, p->n_slots);
     for (i = 0; i < p->n_layers; i++) {
         const g4_layer_plan *l = &p->layer[i];
@@ -191,12 +193,104 @@ G4PY_API int g4py_session_forward(g4py_session *s, const int32_t *ids, int n, fl
     return g4py_ret(err, r, s->s.error);
 }
 
+/* g4_forward_mm: soft [n_soft][H], the soft tokens of the placeholder rows in order */
+G4PY_API int g4py_session_forward_mm(g4py_session *s, const int32_t *ids, int n, const float *soft, int n_soft,
+                                     float *logits, int mode, float *hidden, char *err) {
+    return g4py_ret(err, g4_forward_mm(&s->s, ids, n, soft, n_soft, logits, mode, hidden), s->s.error);
+}
+
 G4PY_API int g4py_session_pos(const g4py_session *s) { return s->s.pos; }
 G4PY_API int g4py_session_max_context(const g4py_session *s) { return s->s.cfg.max_context; }
 G4PY_API size_t g4py_session_arena_bytes(const g4py_session *s) { return s->s.arena_bytes; }
 G4PY_API void g4py_session_reset(g4py_session *s) { g4_session_reset(&s->s); }
 G4PY_API int g4py_session_rewind(g4py_session *s, int pos, char *err) {
     return g4py_ret(err, g4_session_rewind(&s->s, pos), s->s.error);
+}
+
+/* ------------------------------------------------------------ multimodal */
+
+/* One image through the vision tower (an arena sized for its n_patches, freed
+   before returning): soft [n_patches / k^2][H] room, *n_soft written. */
+G4PY_API int g4py_vision_encode(const g4_model *m, const float *pixel_values, const int32_t *positions, int n_patches,
+                                int threads, float *soft, int *n_soft, char *err) {
+    g4_vision_session_config vc;
+    g4_vision_session *vs = (g4_vision_session *)calloc(1, sizeof *vs);
+    size_t bytes = 0;
+    void *arena = NULL;
+    g4_result r;
+    memset(&vc, 0, sizeof vc);
+    *n_soft = 0;
+    if (!vs) return g4py_fail(err, G4_ERR_NOMEM, "out of memory");
+    vc.max_patches = n_patches;
+    if ((r = g4py_pool(&vc.pool, threads, err)) != G4_OK) { free(vs); return r; }
+    if ((r = g4_vision_session_size(m, &vc, &bytes)) != G4_OK) g4py_ret(err, r, m->error[0] ? m->error : "vision: cannot size the session");
+    else if (!(arena = malloc(bytes ? bytes : 1))) r = (g4_result)g4py_fail(err, G4_ERR_NOMEM, "out of memory: a vision arena of %zu bytes", bytes);
+    else if ((r = g4_vision_session_init(vs, m, &vc, arena, bytes)) != G4_OK) g4py_ret(err, r, vs->error);
+    else if ((r = g4_vision_encode(vs, pixel_values, positions, n_patches, soft, n_soft)) != G4_OK) g4py_ret(err, r, vs->error);
+    free(arena);
+    g4_pool_free(vc.pool);
+    free(vs);
+    return r;
+}
+
+G4PY_API int g4py_audio_tokens_max(int n_frames) { return g4_audio_tokens_max(n_frames); }
+
+/* One clip's features [n_frames][C0] and mask through the audio tower: soft
+   [g4_audio_tokens_max(n_frames)][H] room, *n_soft written. */
+G4PY_API int g4py_audio_encode(const g4_model *m, const float *features, const unsigned char *mask, int n_frames,
+                               float *soft, int *n_soft, char *err) {
+    g4_audio_run run;
+    size_t bytes = 0;
+    void *arena = NULL;
+    g4_result r;
+    memset(&run, 0, sizeof run);
+    *n_soft = 0;
+    if ((r = g4_audio_size(m, n_frames, &bytes)) != G4_OK) return g4py_ret(err, r, m->error[0] ? m->error : "audio: cannot size the arena");
+    if (!(arena = malloc(bytes ? bytes : 1))) return g4py_fail(err, G4_ERR_NOMEM, "out of memory: an audio arena of %zu bytes", bytes);
+    r = g4_audio_encode(m, features, mask, n_frames, arena, bytes, &run, soft, n_soft);
+    free(arena);
+    return g4py_ret(err, r, run.error);
+}
+
+/* The feature extractor's frames for n_samples (0 if none), feature_size in *bins. */
+G4PY_API int g4py_audio_frames(int n_samples, int *bins, char *err) {
+    g4_audio_fe fe;
+    int n;
+    g4_result r = g4_audio_fe_init(&fe);
+    if (r != G4_OK) { g4py_ret(err, r, fe.error); g4_audio_fe_free(&fe); return -1; }
+    n = g4_audio_fe_frames(&fe, n_samples);
+    *bins = fe.feature_size;
+    g4_audio_fe_free(&fe);
+    return n;
+}
+
+/* pcm[n_samples] -> features [cap_frames][feature_size], mask [cap_frames]. */
+G4PY_API int g4py_audio_features(const float *pcm, int n_samples, int rate, float *features, unsigned char *mask,
+                                 int cap_frames, int *n_frames, char *err) {
+    g4_audio_fe fe;
+    float *scratch;
+    g4_result r = g4_audio_fe_init(&fe);
+    *n_frames = 0;
+    if (r != G4_OK) { g4py_ret(err, r, fe.error); g4_audio_fe_free(&fe); return r; }
+    if (g4_audio_fe_frames(&fe, n_samples) > cap_frames) {
+        int need = g4_audio_fe_frames(&fe, n_samples);
+        g4_audio_fe_free(&fe);
+        return g4py_fail(err, G4_ERR_INPUT, "audio: %d frames do not fit in %d", need, cap_frames);
+    }
+    if (!(scratch = (float *)malloc(sizeof(float) * (g4_audio_fe_scratch(&fe) + 1)))) {
+        g4_audio_fe_free(&fe);
+        return g4py_fail(err, G4_ERR_NOMEM, "out of memory");
+    }
+    r = g4_audio_features(&fe, pcm, n_samples, rate, features, mask, n_frames, scratch);
+    g4py_ret(err, r, fe.error);
+    free(scratch);
+    g4_audio_fe_free(&fe);
+    return r;
+}
+
+/* A WAV file's bytes -> float PCM (out NULL: *n and *rate only). */
+G4PY_API int g4py_wav_parse(const unsigned char *data, size_t len, float *out, size_t cap, size_t *n, int *rate, char *err) {
+    return g4_wav_parse(data, len, out, cap, n, rate, err);
 }
 
 /* -------------------------------------------------------------- training */
