@@ -39,20 +39,19 @@ def test_bad_paths(tmp_path):
     (lambda c: c.update(hidden_size="32"), "hidden_size"),
     (lambda c: c.update(num_hidden_layers=-1), "num_hidden_layers"),
     (lambda c: c.update(vocab_size=10 ** 12), "vocab_size"),
-    (lambda c: c.pop("layer_types"), None),
+    (lambda c: c.update(head_dim=0), "field 'head_dim' is 0"),
+    (lambda c: c.update(layer_types=["full_attention"] * 3), "field 'layer_types' must be an array of num_hidden_layers"),
+    (lambda c: c.update(num_kv_shared_layers=10), "num_kv_shared_layers (10)"),
 ])
 def test_bad_config(tmp_path, edit, needle):
     d = copy_model(tmp_path)
     c = json.load(open(d / "config.json"))
-    tc = c.get("text_config", c)
-    edit(tc)
+    edit(c.get("text_config", c))
     json.dump(c, open(d / "config.json", "w"))
-    try:
+    with pytest.raises(gemma4.LoadError) as e:
         gemma4.Model(str(d))
-    except gemma4.Error as e:
-        assert "config.json" in str(e) and (needle is None or needle in str(e)), str(e)
-    else:
-        assert needle is None  # dropping layer_types is valid (the default pattern): it must then load
+    assert "config.json" in str(e.value) and needle in str(e.value), str(e.value)
+    assert e.value.name == "G4_ERR_CONFIG"
 
 
 def test_config_not_json(tmp_path):
