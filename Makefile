@@ -369,7 +369,7 @@ test-python:
 # from python/ with the library built in place; pytest, if that Python lacks it, is
 # installed beside it (pip --target build/pytest-lib), not into it.
 TORCH_PYTHON ?= venv/bin/python
-python/gemma4/_gemma4.so: python/gemma4/_lib.c python/gemma4/_build.py gemma4.h $(wildcard gemma4_processing.h)
+python/gemma4/_gemma4.so: python/gemma4/_lib.c python/gemma4/_build.py gemma4.h gemma4_processing.h
 	python3 python/gemma4/_build.py $@
 
 test-python-torch: python/gemma4/_gemma4.so

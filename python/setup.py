@@ -1,6 +1,6 @@
-"""pip install ./python: builds gemma4/_gemma4.so from gemma4.h with the system C
+"""pip install ./python: builds gemma4/_gemma4.so from gemma4.h and gemma4_processing.h with the system C
 compiler (gemma4/_build.py: $CC, default cc; $GEMMA4_CFLAGS, default
--O2 -march=native) and installs it inside the package. gemma4.h is found in
+-O2 -march=native) and installs it inside the package. The headers are found in
 $GEMMA4_SOURCE or in this directory's parent (the repository root). Metadata is
 in pyproject.toml."""
 

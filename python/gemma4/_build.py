@@ -1,4 +1,4 @@
-"""Builds gemma4/_gemma4.so from _lib.c and gemma4.h with the system C compiler.
+"""Builds gemma4/_gemma4.so from _lib.c, gemma4.h and gemma4_processing.h with the system C compiler.
 
 Used by python/setup.py at `pip install` time, and by gemma4/_core.py at import
 when the package runs from the source tree without an installed library
@@ -45,14 +45,13 @@ def build(out_path, header_dir=None, verbose=False):
     if not shutil.which(cc[0]):
         raise RuntimeError(f"gemma4: no C compiler '{cc[0]}' (set CC)")
     opt = shlex.split(os.environ.get("GEMMA4_CFLAGS", "-O2 -march=native"))
-    defs = []
-    if os.path.isfile(os.path.join(header_dir, "gemma4_processing.h")):
-        defs.append("-DG4PY_PROCESSING")
+    if not os.path.isfile(os.path.join(header_dir, "gemma4_processing.h")):
+        raise RuntimeError(f"gemma4: {header_dir} has gemma4.h but no gemma4_processing.h")
     src = os.path.join(HERE, "_lib.c")
     os.makedirs(os.path.dirname(os.path.abspath(out_path)) or ".", exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(os.path.abspath(out_path)))
     os.close(fd)
-    cmd = cc + ["-std=c99", *opt, "-ffp-contract=off", "-fPIC", "-shared", "-fvisibility=hidden", *defs,
+    cmd = cc + ["-std=c99", *opt, "-ffp-contract=off", "-fPIC", "-shared", "-fvisibility=hidden",
                 "-I", header_dir, "-o", tmp, src, "-lm", "-lpthread"]
     if verbose:
         print("gemma4: " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr)

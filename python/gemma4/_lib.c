@@ -1,6 +1,7 @@
 /* _lib.c - the flat C API the Python package binds with ctypes (gemma4/_core.py).
 
-   A thin shim over gemma4.h's public API, nothing more: opaque handles
+   A thin shim over the public API of gemma4.h and gemma4_processing.h (the
+   tokenizer, chat layout and templates), nothing more: opaque handles
    (malloc'd structs holding the library's objects), plain C types in and out,
    every failing call returns the library's g4_result (negative) and copies the
    failed object's message into the caller's `err` buffer (G4PY_ERROR_MAX
@@ -8,7 +9,7 @@
    every call. Built by python/setup.py (or gemma4/_build.py) with the system C
    compiler into gemma4/_gemma4.so:
 
-       cc -O2 -march=native -ffp-contract=off -fPIC -shared -I<repo> _lib.c -lm -lpthread
+       cc -std=c99 -O2 -march=native -ffp-contract=off -fPIC -shared -fvisibility=hidden -I<repo> _lib.c -lm -lpthread
 
    GEMMA4_STATIC keeps the library's own symbols private to the .so; only the
    g4py_* functions below are exported. */
@@ -16,9 +17,7 @@
 #define GEMMA4_STATIC
 #define GEMMA4_IMPLEMENTATION
 #include "gemma4.h"
-#ifdef G4PY_PROCESSING
 #include "gemma4_processing.h"
-#endif
 
 #include <stdarg.h>
 #include <stdlib.h>

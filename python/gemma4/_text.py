@@ -1,5 +1,5 @@
-"""The tokenizer, the built-in chat layout and chat templates (gemma4.h's
-g4_tokenizer_*, g4_chat_* and g4_template_*; gemma4_processing.h after the split)."""
+"""The tokenizer, the built-in chat layout and chat templates (gemma4_processing.h's
+g4_tokenizer_*, g4_chat_* and g4_template_*)."""
 
 import ctypes as C
 import json
