@@ -3748,6 +3748,8 @@ static void g4__parallel_range(const g4_session *s, size_t n, size_t cost, void 
                                void *ctx);
 static void g4__matmul(const g4_session *s, float *y, const float *x, const g4_tensor *w, int n);
 static size_t g4__pack_thread_floats(void); /* G4__PACK_THREAD: one thread's GEMM packing buffer */
+static void g4__attend_blocked(float *out, const float *q, int G, const g4_kv_slot *sl, int kvh, int lo, int hi,
+                               float *scores); /* = g4__attend (>>ops), the same bits */
 
 /* ------------------------------------------------------- model ops >>ops */
 /* The Gemma ops the forward pass is made of, one module each: the cast to the
@@ -4108,42 +4110,29 @@ static int g4__att_heads(int group) {
     return g;
 }
 
-/* G query heads of one KV head over keys [lo, hi] of a slot, for each: scores
-   = q.k (scale 1.0), softmax in float32, out = sum p * v. Head h's q, out
-   at q + h D, out + h D, its scores at scores + h (hi - lo + 1). Keys live in
-   row pos % capacity. Each head's arithmetic is the same whatever G (the
-   bits of one head alone); G > 1 reads each key and value row once for the
-   G heads instead of once per head (G4__ATT_KEYS rows at a time, so they
-   stay in cache across the heads). bf16: g4__attend_torch instead. */
-#define G4__ATT_KEYS 64
-static void g4__attend(float *out, const float *q, int G, const g4_kv_slot *sl, int kvh, int lo, int hi, float *scores) {
-    int D = sl->head_dim, stride = sl->kv_heads * D, L = hi - lo + 1, k, j, h, h0 = 0, c;
-    const float *rows[8], *vbase = sl->v + (size_t)kvh * (size_t)D;
-    for (; h0 + 8 <= G; h0 += 8) { /* 8 heads against each key (g4__dot8) */
-        for (j = 0; j < 8; j++) rows[j] = q + (size_t)(h0 + j) * (size_t)D;
-        for (k = lo; k <= hi; k++)
-            g4__dot8(scores + (size_t)h0 * (size_t)L + (size_t)(k - lo), (size_t)L, sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D,
-                     rows, D);
-    }
-    for (h = h0; h < G; h++) { /* the other heads: 8 keys at a time against one q (g4__dot8) */
+/* G query heads of one KV head over keys [lo, hi] of a slot (rows pos %
+   capacity), for each head h, its q at q + h D, its out at out + h D, its
+   scores at scores + h (hi - lo + 1):
+     scores[k] = q . key[k]              (scale 1.0: Gemma 4's q_norm and k_norm
+                                          replace the 1/sqrt(D))
+     p = softmax(scores)                 (float32)
+     out = sum over k of p[k] value[k]   (from zero, key by key in order)
+   This is the reference; the forward runs g4__attend_blocked (>>threads),
+   which gives the same bits reading each key and value row once for the G
+   heads (tested). bf16: g4__attend_torch instead. */
+G4__MAYBE_UNUSED static void g4__attend(float *out, const float *q, int G, const g4_kv_slot *sl, int kvh, int lo, int hi,
+                                        float *scores) {
+    int D = sl->head_dim, stride = sl->kv_heads * D, L = hi - lo + 1, h, k;
+    for (h = 0; h < G; h++) {
         const float *qh = q + (size_t)h * (size_t)D;
-        float *sh = scores + (size_t)h * (size_t)L;
-        for (k = lo; k <= hi; k++) {
-            rows[(k - lo) % 8] = sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D;
-            if ((k - lo) % 8 == 7) g4__dot8(sh + (k - 7 - lo), 1, qh, rows, D);
-        }
-        for (j = 0; j < L % 8; j++) sh[L - L % 8 + j] = g4__dot(qh, rows[j], D);
+        float *p = scores + (size_t)h * (size_t)L, *oh = out + (size_t)h * (size_t)D;
+        for (k = lo; k <= hi; k++)
+            p[k - lo] = g4__dot(qh, sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D, D);
+        g4__softmax(p, L);
+        memset(oh, 0, sizeof(float) * (size_t)D);
+        for (k = lo; k <= hi; k++)
+            g4__axpy(oh, p[k - lo], sl->v + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D, D);
     }
-    for (h = 0; h < G; h++) g4__softmax(scores + (size_t)h * (size_t)L, L);
-    /* out = 0, then out += p[k] v[k], k in order (g4__wsum_ring: as g4__axpy per key), runs of keys across the heads */
-    for (c = lo; c <= hi; c += G4__ATT_KEYS) {
-        int m = hi - c + 1 < G4__ATT_KEYS ? hi - c + 1 : G4__ATT_KEYS;
-        for (h = 0; h < G; h++)
-            g4__wsum_ring(out + (size_t)h * (size_t)D, scores + (size_t)h * (size_t)L + (size_t)(c - lo), vbase, (size_t)stride, sl->capacity,
-                          c, m, D, c > lo);
-    }
-    if (L <= 0)
-        for (h = 0; h < G; h++) memset(out + (size_t)h * (size_t)D, 0, sizeof(float) * (size_t)D);
 }
 
 /* g4__dot_torch with b's values rounded to bf16 first (a LoRA adapter cast to
@@ -4724,7 +4713,7 @@ static void g4__attn_part(void *ctx, int part, int n_parts) {
             for (g = 0; g < G; g++)
                 g4__attend_torch(s->att + at + (size_t)g * D, s->q + at + (size_t)g * D, j->sl, (h + g) / j->group, lo, hi, scores,
                                  s->fwd_n, s->fwd_end);
-        else g4__attend(s->att + at, s->q + at, G, j->sl, h / j->group, lo, hi, scores);
+        else g4__attend_blocked(s->att + at, s->q + at, G, j->sl, h / j->group, lo, hi, scores);
     }
 }
 
@@ -9457,6 +9446,45 @@ static void g4__bwd_mm(const g4_session *s, float *C, size_t ldc, const float *A
 }
 
 static size_t g4__pack_thread_floats(void) { return G4__PACK_THREAD; }
+
+/* g4__attend (>>ops), blocked: G query heads of one KV head over keys [lo, hi]
+   of a slot, for each: scores = q.k (scale 1.0), softmax in float32, out =
+   sum p * v. Head h's q, out
+   at q + h D, out + h D, its scores at scores + h (hi - lo + 1). Keys live in
+   row pos % capacity. Each head's arithmetic is the same whatever G (the
+   bits of one head alone); G > 1 reads each key and value row once for the
+   G heads instead of once per head (G4__ATT_KEYS rows at a time, so they
+   stay in cache across the heads). bf16: g4__attend_torch instead. */
+#define G4__ATT_KEYS 64
+static void g4__attend_blocked(float *out, const float *q, int G, const g4_kv_slot *sl, int kvh, int lo, int hi, float *scores) {
+    int D = sl->head_dim, stride = sl->kv_heads * D, L = hi - lo + 1, k, j, h, h0 = 0, c;
+    const float *rows[8], *vbase = sl->v + (size_t)kvh * (size_t)D;
+    for (; h0 + 8 <= G; h0 += 8) { /* 8 heads against each key (g4__dot8) */
+        for (j = 0; j < 8; j++) rows[j] = q + (size_t)(h0 + j) * (size_t)D;
+        for (k = lo; k <= hi; k++)
+            g4__dot8(scores + (size_t)h0 * (size_t)L + (size_t)(k - lo), (size_t)L, sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D,
+                     rows, D);
+    }
+    for (h = h0; h < G; h++) { /* the other heads: 8 keys at a time against one q (g4__dot8) */
+        const float *qh = q + (size_t)h * (size_t)D;
+        float *sh = scores + (size_t)h * (size_t)L;
+        for (k = lo; k <= hi; k++) {
+            rows[(k - lo) % 8] = sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D;
+            if ((k - lo) % 8 == 7) g4__dot8(sh + (k - 7 - lo), 1, qh, rows, D);
+        }
+        for (j = 0; j < L % 8; j++) sh[L - L % 8 + j] = g4__dot(qh, rows[j], D);
+    }
+    for (h = 0; h < G; h++) g4__softmax(scores + (size_t)h * (size_t)L, L);
+    /* out = 0, then out += p[k] v[k], k in order (g4__wsum_ring: as g4__axpy per key), runs of keys across the heads */
+    for (c = lo; c <= hi; c += G4__ATT_KEYS) {
+        int m = hi - c + 1 < G4__ATT_KEYS ? hi - c + 1 : G4__ATT_KEYS;
+        for (h = 0; h < G; h++)
+            g4__wsum_ring(out + (size_t)h * (size_t)D, scores + (size_t)h * (size_t)L + (size_t)(c - lo), vbase, (size_t)stride, sl->capacity,
+                          c, m, D, c > lo);
+    }
+    if (L <= 0)
+        for (h = 0; h < G; h++) memset(out + (size_t)h * (size_t)D, 0, sizeof(float) * (size_t)D);
+}
 
 /* ======================================================== end of backend */
 
