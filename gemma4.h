@@ -159,7 +159,7 @@
      trained parameter, in one caller arena plus one gradient block; the
      shared-KV gradient flows from readers into their owner's slot, counted.
      recompute = 1 keeps only layer inputs (bit-identical gradients). See
-     >>backward and the README's training section.
+     >>backward and docs/training.md.
 
    TAPS
      g4_session_config.tap, if set, sees every module output transformers has
@@ -3678,8 +3678,8 @@ G4__MAYBE_UNUSED static float g4__gelu(float x) { return g4__gelu_x(x, 1); }
    expm1(2|x|) (the polynomial below |2x| = 0.5, exp - 1 above), 1 past
    |x| = 9.1 (where tanh rounds to 1). Measured over every float32 input by
    tools/check_exp_tanh.c, against a correctly rounded reference (long double
-   expl/tanhl) and against glibc 2.36's expf/tanhf: see the README's CUDA
-   section. */
+   expl/tanhl) and against glibc 2.36's expf/tanhf: see docs/cuda.md
+   (exp and tanh, measured). */
 /* a * b + c as this build compiles it: 0 for a = b = 1 + 2^-12, c = -(1 +
    2^-11) when the product is rounded first (contraction off), 2^-24 when the
    compiler fused it into an FMA. The tests and g4_cuda_session_init (on the
@@ -3928,7 +3928,7 @@ G4__HD static void g4__softmax(float *x, int n) {
    L2U + L2L), u = a degree-5 polynomial in FMAs, u = 1 + (s^2 u + s),
    times 2^q as two exact scalings (2^(q >> 1) 2^(q - (q >> 1))); 0 below
    -104, inf above 100. Tested bit-equal to Sleef_expf8_u10avx2 on 10M
-   inputs in [-104, 100] (see the README's bf16 section). */
+   inputs in [-104, 100] (see docs/bf16.md). */
 G4__HD static float g4__expf_sleef(float d) {
     float s, u;
     int q;

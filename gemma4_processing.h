@@ -217,7 +217,7 @@ G4_API int g4_chat_is_stop(const g4_tokenizer *t, int32_t id);
    settings in transformers (trim_blocks, lstrip_blocks, the loopcontrols
    extension, a tojson that keeps non-ASCII, raise_exception, strftime_now,
    namespace) and Python's value semantics (str(), repr(), float formatting,
-   ==, sorting). What it supports is listed in the README ("Chat templates").
+   ==, sorting). What it supports is listed in docs/templates.md.
    A template that uses anything else, or fails at render time, is an error
    whose message names the construct and the template line; nothing crashes.
    Parsing allocates the syntax tree (freed by g4_template_free); rendering
