@@ -6489,99 +6489,130 @@ static void g4__mlp_act_backward(void *ctx, size_t i0, size_t i1) {
     }
 }
 
-/* Gemma4TextDecoderLayer backward (g4__layer in reverse): t->dx holds dL/d
-   (layer output) and leaves holding dL/d(layer input). */
-static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
-    const g4_model *m = t->model;
-    const g4_config *c = &m->config;
-    const g4_layer_plan *lp = &m->plan.layer[l];
-    const g4_layer_weights *lw = &m->w.layers[l];
-    const float eps = c->rms_norm_eps;
-    int H = c->hidden_size, P = c->hidden_size_per_layer_input, I = lp->mlp_width, tk, j;
-    size_t nh = (size_t)n * H, ni = (size_t)n * I, i;
-    const float *r = g4__saved(t, l, G4__A_R), *m_in;
-    float ls = g4__get(&lw->layer_scalar, 0);
-    g4_result res;
+/* The steps of Gemma4TextDecoderLayer's backward, numbered as g4__layer's
+   forward steps; g4__layer_backward runs them in reverse. Throughout, t->dx
+   holds dL/d(the residual stream at that point) and t->dr the gradient of the
+   residual r (the attention block's output) that the feed-forward steps add to. */
 
-    /* 6. h *= layer_scalar (a buffer: no gradient of its own) */
+/* 6. h *= layer_scalar (a buffer: no gradient of its own) */
+static void g4__layer_scalar_backward(g4_train *t, int l, int n) {
+    const g4_layer_weights *lw = &t->model->w.layers[l];
+    int H = t->model->config.hidden_size;
+    size_t nh = (size_t)n * H, i;
+    float ls = g4__get(&lw->layer_scalar, 0);
     g4__gtap(t, l, "", t->dx, n, H);
     for (i = 0; i < nh; i++) t->dx[i] *= ls;
+}
 
-    /* 5. per-layer input: h = x5 + post_per_layer_input_norm(per_layer_projection(per_layer_gate)),
-          per_layer_gate = act_fn(per_layer_input_gate(x5)) * per_layer_input */
-    if (P) {
-        size_t LP = (size_t)c->num_hidden_layers * P, np = (size_t)n * P;
-        const float *pg = g4__saved(t, l, G4__A_PG); /* per_layer_input_gate's output */
-        float *x5 = t->tmp;
-        g4__gtap(t, l, "post_per_layer_input_norm", t->dx, n, H);
-        for (i = 0; i < nh; i++) x5[i] = r[i] + g4__saved(t, l, G4__A_PFN)[i];
-        g4__norm_rows_backward(t, t->dbr, g4__grad(t, G, &lw->post_per_layer_input_norm), t->dx,
-                               g4__saved(t, l, G4__A_PP), &lw->post_per_layer_input_norm, n, H, eps);
-        g4__gtap(t, l, "per_layer_projection", t->dbr, n, H);
-        g4__gelu_n(t->per_layer_act, pg, np);            /* act_fn(per_layer_input_gate(x5)) */
-        for (tk = 0; tk < n; tk++)
-            for (j = 0; j < P; j++)
-                t->per_layer_gate[(size_t)tk * P + j] =
-                    t->per_layer_act[(size_t)tk * P + j] * t->per_layer_inputs[tk * LP + (size_t)l * P + j];
-        memset(t->dper_layer_gate, 0, sizeof(float) * np);
-        g4__matmul_bwd(&t->s, t->dper_layer_gate, g4__grad(t, G, &lw->per_layer_projection), t->dbr, t->per_layer_gate,
-                       &lw->per_layer_projection, n, t->dyt, t->xt);
-        for (tk = 0; tk < n; tk++) /* dper_layer_gate becomes dL/d(per_layer_input_gate's output), in place */
-            for (j = 0; j < P; j++) {
-                size_t o = (size_t)tk * P + j, ol = tk * LP + (size_t)l * P + j;
-                float da = t->dper_layer_gate[o];
-                t->dper_layer_inputs[ol] += da * t->per_layer_act[o];
-                t->dper_layer_gate[o] = da * t->per_layer_inputs[ol] * g4__gelu_grad(pg[o]);
-            }
-        g4__gtap(t, l, "per_layer_input_gate", t->dper_layer_gate, n, P);
-        g4__matmul_bwd(&t->s, t->dx, g4__grad(t, G, &lw->per_layer_input_gate), t->dper_layer_gate, x5,
-                       &lw->per_layer_input_gate, n, t->dyt, t->xt);
-    }
+/* 5. per-layer input: h = x5 + post_per_layer_input_norm(per_layer_projection(per_layer_gate)),
+      per_layer_gate = act_fn(per_layer_input_gate(x5)) * per_layer_input */
+static void g4__per_layer_input_backward(g4_train *t, float *G, int l, int n) {
+    const g4_model *m = t->model;
+    const g4_config *c = &m->config;
+    const g4_layer_weights *lw = &m->w.layers[l];
+    const float eps = c->rms_norm_eps, *r = g4__saved(t, l, G4__A_R);
+    int H = c->hidden_size, P = c->hidden_size_per_layer_input, tk, j;
+    size_t nh = (size_t)n * H, i, LP = (size_t)c->num_hidden_layers * P, np = (size_t)n * P;
+    const float *pg = g4__saved(t, l, G4__A_PG); /* per_layer_input_gate's output */
+    float *x5 = t->tmp;
+    g4__gtap(t, l, "post_per_layer_input_norm", t->dx, n, H);
+    for (i = 0; i < nh; i++) x5[i] = r[i] + g4__saved(t, l, G4__A_PFN)[i];
+    g4__norm_rows_backward(t, t->dbr, g4__grad(t, G, &lw->post_per_layer_input_norm), t->dx,
+                           g4__saved(t, l, G4__A_PP), &lw->post_per_layer_input_norm, n, H, eps);
+    g4__gtap(t, l, "per_layer_projection", t->dbr, n, H);
+    g4__gelu_n(t->per_layer_act, pg, np);            /* act_fn(per_layer_input_gate(x5)) */
+    for (tk = 0; tk < n; tk++)
+        for (j = 0; j < P; j++)
+            t->per_layer_gate[(size_t)tk * P + j] =
+                t->per_layer_act[(size_t)tk * P + j] * t->per_layer_inputs[tk * LP + (size_t)l * P + j];
+    memset(t->dper_layer_gate, 0, sizeof(float) * np);
+    g4__matmul_bwd(&t->s, t->dper_layer_gate, g4__grad(t, G, &lw->per_layer_projection), t->dbr, t->per_layer_gate,
+                   &lw->per_layer_projection, n, t->dyt, t->xt);
+    for (tk = 0; tk < n; tk++) /* dper_layer_gate becomes dL/d(per_layer_input_gate's output), in place */
+        for (j = 0; j < P; j++) {
+            size_t o = (size_t)tk * P + j, ol = tk * LP + (size_t)l * P + j;
+            float da = t->dper_layer_gate[o];
+            t->dper_layer_inputs[ol] += da * t->per_layer_act[o];
+            t->dper_layer_gate[o] = da * t->per_layer_inputs[ol] * g4__gelu_grad(pg[o]);
+        }
+    g4__gtap(t, l, "per_layer_input_gate", t->dper_layer_gate, n, P);
+    g4__matmul_bwd(&t->s, t->dx, g4__grad(t, G, &lw->per_layer_input_gate), t->dper_layer_gate, x5,
+                   &lw->per_layer_input_gate, n, t->dyt, t->xt);
+}
 
-    /* 4. x5 = r + post_feedforward_layernorm(m): dr = dx5 + (the paths through m) */
+/* 4. h = r + post_feedforward_layernorm(m): dr = dh, and t->dbr = dL/dm */
+static void g4__post_feedforward_backward(g4_train *t, float *G, int l, int n) {
+    const g4_model *m = t->model;
+    const g4_layer_weights *lw = &m->w.layers[l];
+    int H = m->config.hidden_size;
+    size_t nh = (size_t)n * H, i;
+    const float *m_in = g4__saved(t, l, G4__A_MLP);
     g4__gtap(t, l, "post_feedforward_layernorm", t->dx, n, H);
     memcpy(t->dr, t->dx, sizeof(float) * nh);
-    m_in = g4__saved(t, l, G4__A_MLP);
-    if (lp->moe) { /* m = post_feedforward_layernorm_1(mlp) + post_feedforward_layernorm_2(experts(r)) */
+    if (m->plan.layer[l].moe) { /* m = post_feedforward_layernorm_1(mlp) + post_feedforward_layernorm_2(experts(r)) */
         for (i = 0; i < nh; i++) t->tmp[i] = g4__saved(t, l, G4__A_PF1)[i] + g4__saved(t, l, G4__A_PF2)[i];
         m_in = t->tmp;
     }
     g4__norm_rows_backward(t, t->dbr, g4__grad(t, G, &lw->post_feedforward_layernorm), t->dx, m_in,
-                           &lw->post_feedforward_layernorm, n, H, eps);
-    if (lp->moe) {
-        g4__norm_rows_backward(t, t->tmp2, g4__grad(t, G, &lw->post_feedforward_layernorm_2), t->dbr,
-                               g4__saved(t, l, G4__A_EXP), &lw->post_feedforward_layernorm_2, n, H, eps);
-        g4__gtap(t, l, "experts", t->tmp2, n, H);
-        g4__norm_rows_backward(t, t->dbr, g4__grad(t, G, &lw->post_feedforward_layernorm_1), t->dbr,
-                               g4__saved(t, l, G4__A_MLP), &lw->post_feedforward_layernorm_1, n, H, eps);
-        for (tk = 0; tk < n; tk++) {
-            size_t o = (size_t)tk * H;
-            g4__moe_backward(t, G, l, t->tmp2 + o, r + o, g4__saved(t, l, G4__A_XN3) + o, t->dxn + o, t->dr + o);
-        }
-        g4__norm_rows_backward(t, t->tmp, g4__grad(t, G, &lw->pre_feedforward_layernorm_2), t->dxn, r,
-                               &lw->pre_feedforward_layernorm_2, n, H, eps);
-        g4__add_into(t->dr, t->tmp, nh);
-    }
-    { /* Gemma4TextMLP: down(gelu(gate(xn2)) * up(xn2)), gate and up as the forward kept them */
-        const float *xn2 = g4__saved(t, l, G4__A_XN2), *gate = g4__saved(t, l, G4__A_GATE), *up = g4__saved(t, l, G4__A_UP);
-        g4__gtap(t, l, "mlp", t->dbr, n, H);
-        g4__mlp_job mj;
-        mj.gate = gate; mj.up = up; mj.act = t->dup; mj.dgate = t->dgate;
-        g4__parallel_range(&t->s, ni, 1, g4__mlp_act, &mj);  /* dup := gelu(gate), dgate := gelu(gate) * up */
-        g4__matmul_bwd(&t->s, NULL, g4__grad(t, G, &lw->down_proj), t->dbr, t->dgate, &lw->down_proj, n, t->dyt, t->xt);
-        memset(t->dgate, 0, sizeof(float) * ni);
-        g4__matmul_bwd(&t->s, t->dgate, NULL, t->dbr, NULL, &lw->down_proj, n, t->dyt, t->xt);
-        g4__parallel_range(&t->s, ni, 8, g4__mlp_act_backward, &mj); /* dgate, dup := dL/d gate, dL/d up */
-        memset(t->dxn, 0, sizeof(float) * nh);
-        g4__matmul_bwd(&t->s, t->dxn, g4__grad(t, G, &lw->gate_proj), t->dgate, xn2, &lw->gate_proj, n, t->dyt, t->xt);
-        g4__matmul_bwd(&t->s, t->dxn, g4__grad(t, G, &lw->up_proj), t->dup, xn2, &lw->up_proj, n, t->dyt, t->xt);
-        g4__gtap(t, l, "pre_feedforward_layernorm", t->dxn, n, H);
-        g4__norm_rows_backward(t, t->tmp, g4__grad(t, G, &lw->pre_feedforward_layernorm), t->dxn, r,
-                               &lw->pre_feedforward_layernorm, n, H, eps);
-        g4__add_into(t->dr, t->tmp, nh);
-    }
+                           &lw->post_feedforward_layernorm, n, H, m->config.rms_norm_eps);
+}
 
-    /* 3. r = x + post_attention_layernorm(attn(input_layernorm(x))) */
+/* 3. MoE layers: m = post_feedforward_layernorm_1(mlp) + post_feedforward_layernorm_2(experts(r)),
+      experts(r) on pre_feedforward_layernorm_2(r): dr gains the experts' path, t->dbr becomes dL/d(mlp) */
+static void g4__moe_block_backward(g4_train *t, float *G, int l, int n) {
+    const g4_model *m = t->model;
+    const g4_layer_weights *lw = &m->w.layers[l];
+    const float eps = m->config.rms_norm_eps, *r = g4__saved(t, l, G4__A_R);
+    int H = m->config.hidden_size, tk;
+    size_t nh = (size_t)n * H;
+    g4__norm_rows_backward(t, t->tmp2, g4__grad(t, G, &lw->post_feedforward_layernorm_2), t->dbr,
+                           g4__saved(t, l, G4__A_EXP), &lw->post_feedforward_layernorm_2, n, H, eps);
+    g4__gtap(t, l, "experts", t->tmp2, n, H);
+    g4__norm_rows_backward(t, t->dbr, g4__grad(t, G, &lw->post_feedforward_layernorm_1), t->dbr,
+                           g4__saved(t, l, G4__A_MLP), &lw->post_feedforward_layernorm_1, n, H, eps);
+    for (tk = 0; tk < n; tk++) {
+        size_t o = (size_t)tk * H;
+        g4__moe_backward(t, G, l, t->tmp2 + o, r + o, g4__saved(t, l, G4__A_XN3) + o, t->dxn + o, t->dr + o);
+    }
+    g4__norm_rows_backward(t, t->tmp, g4__grad(t, G, &lw->pre_feedforward_layernorm_2), t->dxn, r,
+                           &lw->pre_feedforward_layernorm_2, n, H, eps);
+    g4__add_into(t->dr, t->tmp, nh);
+}
+
+/* 2. the feed-forward block on r: mlp = down(gelu(gate(xn2)) * up(xn2)), xn2 =
+      pre_feedforward_layernorm(r), gate and up as the forward kept them; dr gains its path */
+static void g4__mlp_block_backward(g4_train *t, float *G, int l, int n) {
+    const g4_model *m = t->model;
+    const g4_layer_weights *lw = &m->w.layers[l];
+    const float *r = g4__saved(t, l, G4__A_R);
+    const float *xn2 = g4__saved(t, l, G4__A_XN2), *gate = g4__saved(t, l, G4__A_GATE), *up = g4__saved(t, l, G4__A_UP);
+    int H = m->config.hidden_size, I = m->plan.layer[l].mlp_width;
+    size_t nh = (size_t)n * H, ni = (size_t)n * I;
+    g4__mlp_job mj;
+    g4__gtap(t, l, "mlp", t->dbr, n, H);
+    mj.gate = gate; mj.up = up; mj.act = t->dup; mj.dgate = t->dgate;
+    g4__parallel_range(&t->s, ni, 1, g4__mlp_act, &mj);  /* dup := gelu(gate), dgate := gelu(gate) * up */
+    g4__matmul_bwd(&t->s, NULL, g4__grad(t, G, &lw->down_proj), t->dbr, t->dgate, &lw->down_proj, n, t->dyt, t->xt);
+    memset(t->dgate, 0, sizeof(float) * ni);
+    g4__matmul_bwd(&t->s, t->dgate, NULL, t->dbr, NULL, &lw->down_proj, n, t->dyt, t->xt);
+    g4__parallel_range(&t->s, ni, 8, g4__mlp_act_backward, &mj); /* dgate, dup := dL/d gate, dL/d up */
+    memset(t->dxn, 0, sizeof(float) * nh);
+    g4__matmul_bwd(&t->s, t->dxn, g4__grad(t, G, &lw->gate_proj), t->dgate, xn2, &lw->gate_proj, n, t->dyt, t->xt);
+    g4__matmul_bwd(&t->s, t->dxn, g4__grad(t, G, &lw->up_proj), t->dup, xn2, &lw->up_proj, n, t->dyt, t->xt);
+    g4__gtap(t, l, "pre_feedforward_layernorm", t->dxn, n, H);
+    g4__norm_rows_backward(t, t->tmp, g4__grad(t, G, &lw->pre_feedforward_layernorm), t->dxn, r,
+                           &lw->pre_feedforward_layernorm, n, H, m->config.rms_norm_eps);
+    g4__add_into(t->dr, t->tmp, nh);
+}
+
+/* 1. the attention block: r = x + post_attention_layernorm(self_attn(input_layernorm(x))); t->dx becomes dL/dx */
+static g4_result g4__attention_block_backward(g4_train *t, float *G, int l, int n) {
+    const g4_model *m = t->model;
+    const g4_layer_weights *lw = &m->w.layers[l];
+    const float eps = m->config.rms_norm_eps;
+    int H = m->config.hidden_size;
+    size_t nh = (size_t)n * H;
+    g4_result res;
     g4__gtap(t, l, "pre_feedforward_layernorm:input", t->dr, n, H);
     g4__gtap(t, l, "post_attention_layernorm", t->dr, n, H);
     memcpy(t->dx, t->dr, sizeof(float) * nh);
@@ -6594,6 +6625,19 @@ static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
                            &lw->input_layernorm, n, H, eps);
     g4__add_into(t->dx, t->tmp, nh);
     return G4_OK;
+}
+
+/* Gemma4TextDecoderLayer backward: g4__layer's steps in reverse, one op
+   backward a line (as llm.c's gpt2_backward). t->dx holds dL/d(layer output)
+   and leaves holding dL/d(layer input). */
+static g4_result g4__layer_backward(g4_train *t, float *G, int l, int n) {
+    const g4_layer_plan *lp = &t->model->plan.layer[l];
+    g4__layer_scalar_backward(t, l, n);                                          /* 6. h *= layer_scalar */
+    if (t->model->config.hidden_size_per_layer_input) g4__per_layer_input_backward(t, G, l, n); /* 5. PLE */
+    g4__post_feedforward_backward(t, G, l, n);                                   /* 4. h = r + norm(m) */
+    if (lp->moe) g4__moe_block_backward(t, G, l, n);                             /* 3. m += experts(r) */
+    g4__mlp_block_backward(t, G, l, n);                                          /* 2. mlp(norm(r)) */
+    return g4__attention_block_backward(t, G, l, n);                             /* 1. r = x + attn */
 }
 
 /* Activation checkpointing: layer l's activations again, from its input
