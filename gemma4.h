@@ -90,6 +90,9 @@
          G4_PARALLEL_MIN    smallest job split across the pool, in elements (4096)
          G4_MALLOC/G4_FREE  the allocator of the load functions and g4_session_create
          G4_MAX_LAYERS      most decoder layers a config may have (256)
+         G4_TESTING         the test suites' hooks (g4_train_config's
+                            debug_drop_reader_kv_grads): define it in every file
+                            that includes gemma4.h, or in none
          GEMMA4_CUDA        declare the CUDA twin (gemma4_cuda.cu)
 
    EXAMPLE (error handling shortened; see examples/gemma4.c)
@@ -636,13 +639,16 @@ typedef struct g4_session {
     int replay;                /* g4_train's recompute re-running a layer: an owner layer projects its
                                   K/V (for the taps) but does not write its slot again */
     /* a drafter session (g4_drafter_init) only: slots and layer_slot point at
-       the TARGET session's table; nothing of the target's K/V is copied */
-    struct g4_session *target;
-    unsigned target_epoch;     /* the target's epoch when this drafter was attached */
-    float *din;                /* [2*Hb] concat(scaled target embedding, hidden) */
-    float *centroid;           /* [C] centroid logits (ordered embeddings) */
-    struct g4__vi *centroid_q; /* [C] torch.topk's scratch over them (g4__topk_torch_q) */
-    int *top;                  /* [top_k] chosen centroids */
+       the TARGET session's table; nothing of the target's K/V is copied.
+       A model session has drafter.target NULL. */
+    struct {
+        struct g4_session *target;
+        unsigned target_epoch;     /* the target's epoch when this drafter was attached */
+        float *din;                /* [2*Hb] concat(scaled target embedding, hidden) */
+        float *centroid;           /* [C] centroid logits (ordered embeddings) */
+        struct g4__vi *centroid_q; /* [C] torch.topk's scratch over them (g4__topk_torch_q) */
+        int *top;                  /* [top_k] chosen centroids */
+    } drafter;
     size_t arena_bytes;        /* the arena's size, as given to g4_session_init */
     void *own_arena;           /* g4_session_create's allocation; NULL: the caller's arena */
     /* the multimodal merge (g4_forward_mm; >>vision) */
@@ -769,8 +775,10 @@ typedef struct {
     g4_tap_fn grad_tap; void *grad_tap_user; /* optional: dL/d(output) at the forward's tap points, in
                                                 backward order, under the same names (not self_attn.k/.v,
                                                 logits) */
-    int debug_drop_reader_kv_grads; /* TEST ONLY: readers do not add their dK/dV to the owner's slot
+#ifdef G4_TESTING
+    int debug_drop_reader_kv_grads; /* tests only (G4_TESTING): readers do not add their dK/dV to the owner's slot
                                        (what a rebuilt shared-KV dict does) */
+#endif
 } g4_train_config;
 
 typedef struct {
@@ -4302,10 +4310,10 @@ static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config 
     if (c->enable_moe_block && (uint64_t)c->moe_intermediate_size * 2 > imax) imax = (uint64_t)c->moe_intermediate_size * 2;
     if (c->assistant) { /* a drafter: no K/V of its own, the target's table (g4_drafter_init) */
         s->layer_slot = (int *)(void *)g4__take(cv, (uint64_t)p->n_layers, sizeof(int));
-        s->din = g4__take(cv, 2 * (uint64_t)c->backbone_hidden_size, sizeof(float));
-        s->centroid = g4__take(cv, (uint64_t)c->num_centroids, sizeof(float));
-        s->top = (int *)(void *)g4__take(cv, (uint64_t)c->centroid_intermediate_top_k, sizeof(int));
-        s->centroid_q = (g4__vi *)(void *)g4__take(cv, (uint64_t)c->num_centroids, sizeof(g4__vi));
+        s->drafter.din = g4__take(cv, 2 * (uint64_t)c->backbone_hidden_size, sizeof(float));
+        s->drafter.centroid = g4__take(cv, (uint64_t)c->num_centroids, sizeof(float));
+        s->drafter.top = (int *)(void *)g4__take(cv, (uint64_t)c->centroid_intermediate_top_k, sizeof(int));
+        s->drafter.centroid_q = (g4__vi *)(void *)g4__take(cv, (uint64_t)c->num_centroids, sizeof(g4__vi));
     } else {
         s->n_slots = n_slots;
         s->slots = (g4_kv_slot *)(void *)g4__take(cv, (uint64_t)n_slots, sizeof(g4_kv_slot));
@@ -4427,7 +4435,7 @@ G4__DEF g4_result g4_session_init(g4_session *s, const g4_model *m, const g4_ses
 
 G4__DEF void g4_session_reset(g4_session *s) {
     int i;
-    if (!s || !s->slots || s->target) return; /* a drafter's slots are the target's */
+    if (!s || !s->slots || s->drafter.target) return; /* a drafter's slots are the target's */
     s->pos = 0;
     for (i = 0; i < s->n_slots; i++) s->slots[i].n_pos = s->slots[i].oldest = 0;
     s->epoch++;
@@ -4437,7 +4445,7 @@ G4__DEF void g4_session_reset(g4_session *s) {
 G4__DEF g4_result g4_session_rewind(g4_session *s, int pos) {
     int i;
     if (!s) return G4_ERR_INPUT;
-    if (!s->model || !s->slots || s->target) { g4__seterr(s->error, "rewind: not an initialised model session"); return G4_ERR_INPUT; }
+    if (!s->model || !s->slots || s->drafter.target) { g4__seterr(s->error, "rewind: not an initialised model session"); return G4_ERR_INPUT; }
     if (pos < 0 || pos > s->pos) {
         g4__seterr(s->error, "rewind to position %d: the session holds positions [0, %d)", pos, s->pos);
         return G4_ERR_INPUT;
@@ -4757,7 +4765,7 @@ static g4_result g4__attention(g4_session *s, int l, int n) {
         }
     }
     if ((r = g4__kv_read(s, l, n, &sl)) != G4_OK) return r;
-    if (s->cfg.tap && !s->target) { /* this step's K, V as this layer reads them (a drafter reads the target's) */
+    if (s->cfg.tap && !s->drafter.target) { /* this step's K, V as this layer reads them (a drafter reads the target's) */
         g4__kv_rows(sl, s->k_new, s->v_new, s->pos, n, 0);
         g4__tap(s, l, "self_attn.k", s->k_new, n, KVH * D);
         g4__tap(s, l, "self_attn.v", s->v_new, n, KVH * D);
@@ -5017,7 +5025,7 @@ G4__DEF g4_result g4_forward_hidden(g4_session *s, const int32_t *ids, int n, fl
     g4_result r;
     size_t H;
     if (!s) return G4_ERR_INPUT;
-    if (s->model && s->slots && s->target) {
+    if (s->model && s->slots && s->drafter.target) {
         g4__seterr(s->error, "a drafter session runs with g4_draft_step, not g4_forward");
         return G4_ERR_INPUT;
     }
@@ -5341,7 +5349,7 @@ G4__DEF g4_result g4_forward_mm(g4_session *s, const int32_t *ids, int n, const 
     g4_result r;
     size_t H;
     if (!s) return G4_ERR_INPUT;
-    if (!s->model || !s->slots || s->target) return g4_forward_hidden(s, ids, n, logits, mode, hidden); /* its errors */
+    if (!s->model || !s->slots || s->drafter.target) return g4_forward_hidden(s, ids, n, logits, mode, hidden); /* its errors */
     c = &s->model->config;
     if (!s->mm_ids) {
         g4__seterr(s->error, "the model's config has no multimodal token ids (a text-only config): use g4_forward");
@@ -6422,11 +6430,13 @@ static g4_result g4__attention_backward(g4_train *t, float *G, int l, int n, con
     memset(t->datt, 0, sizeof(float) * (size_t)n * qw);
     g4__matmul_bwd(&t->s, t->datt, NULL, dout, NULL, &lw->o_proj, n, t->dyt, t->xt);
     /* softmax(q k) v: dq, and dK/dV into the slot's gradient */
+#ifdef G4_TESTING
     if (lp->reads >= 0 && t->cfg.debug_drop_reader_kv_grads) { /* the planted bug: a throwaway slot */
         dk = t->dk; dv = t->dv;
         memset(dk, 0, sizeof(float) * (size_t)n * kvw);
         memset(dv, 0, sizeof(float) * (size_t)n * kvw);
     }
+#endif
     {
         g4__attn_bwd_job j;
         j.sl = sl; j.q = q; j.dout = t->datt; j.att = t->att; j.dq = t->dq; j.dk = dk; j.dv = dv; j.stats = t->astats;
@@ -6864,7 +6874,7 @@ static g4_result g4__drafter_check(const g4_model *dm, const g4_session *target,
     const g4_model *tm;
     int l;
     if (!dm || !target || !dm->w.layers) { g4__seterr(err, "NULL or unloaded drafter / target"); return G4_ERR_INPUT; }
-    if (!target->model || !target->slots || target->target) { g4__seterr(err, "the target is not an initialised model session"); return G4_ERR_INPUT; }
+    if (!target->model || !target->slots || target->drafter.target) { g4__seterr(err, "the target is not an initialised model session"); return G4_ERR_INPUT; }
     dc = &dm->config;
     tm = target->model;
     tc = &tm->config;
@@ -6927,8 +6937,8 @@ G4__DEF g4_result g4_drafter_init(g4_session *d, const g4_model *drafter, g4_ses
         d->layer_slot[l] = target->model->plan.layer[g4__target_owner(&target->model->plan, drafter->plan.layer[l].type)].kv_slot;
     d->slots = target->slots;
     d->n_slots = target->n_slots;
-    d->target = target;
-    d->target_epoch = target->epoch;
+    d->drafter.target = target;
+    d->drafter.target_epoch = target->epoch;
     return G4_OK;
 }
 
@@ -6939,7 +6949,7 @@ static g4_result g4__drafter_check_read(const g4_session *d, int l, const g4_kv_
     const g4_layer_plan *lp = &d->model->plan.layer[l];
     int pos = d->pos, window = d->model->config.sliding_window;
     int lo = lp->type == G4_SLIDING && pos - 1 - window > 0 ? pos - 1 - window : 0;
-    if (d->target->epoch != d->target_epoch) {
+    if (d->drafter.target->epoch != d->drafter.target_epoch) {
         g4__seterr((char *)d->error, "the target session was reset after this drafter was attached: re-run g4_drafter_init");
         return G4_ERR_INPUT;
     }
@@ -6965,11 +6975,11 @@ static void g4__masked_logits(g4_session *d, float *logits) {
     int C = c->num_centroids, K = c->centroid_intermediate_top_k, Vc = c->vocab_size / C, H = c->hidden_size;
     int k, i, j;
     float mn = HUGE_VALF, fill;
-    g4__matmul(d, d->centroid, d->xn, &m->w.centroids, 1);
-    g4__topk_torch_q(d->centroid, C, K, d->top, d->centroid_q);
+    g4__matmul(d, d->drafter.centroid, d->xn, &m->w.centroids, 1);
+    g4__topk_torch_q(d->drafter.centroid, C, K, d->drafter.top, d->drafter.centroid_q);
     for (k = 0; k < K; k++)
         for (j = 0; j < Vc; j++) {
-            int64_t tok = g4__index_get(&m->w.token_ordering, (size_t)d->top[k] * Vc + (size_t)j);
+            int64_t tok = g4__index_get(&m->w.token_ordering, (size_t)d->drafter.top[k] * Vc + (size_t)j);
             g4_tensor row = *lm;
             row.data = (const unsigned char *)lm->data + (size_t)tok * (size_t)H * g4__dtype_size(lm->dtype);
             row.shape[0] = 1;
@@ -6982,7 +6992,7 @@ static void g4__masked_logits(g4_session *d, float *logits) {
        rounding below; torch narrows double -> float -> bf16, as this does) */
     fill = (float)((double)mn - 1.0);
     for (i = 0; i < C; i++) {
-        for (k = 0; k < K && d->top[k] != i; k++) {}
+        for (k = 0; k < K && d->drafter.top[k] != i; k++) {}
         if (k < K) continue;
         for (j = 0; j < Vc; j++) logits[g4__index_get(&m->w.token_ordering, (size_t)i * Vc + (size_t)j)] = fill;
     }
@@ -6996,9 +7006,9 @@ G4__DEF g4_result g4_draft_step(g4_session *d, int32_t token, const float *hidde
     float scale;
     g4_result r;
     if (!d) return G4_ERR_INPUT;
-    if (!d->target || !d->model) { g4__seterr(d->error, "not a drafter session (g4_drafter_init)"); return G4_ERR_INPUT; }
+    if (!d->drafter.target || !d->model) { g4__seterr(d->error, "not a drafter session (g4_drafter_init)"); return G4_ERR_INPUT; }
     m = d->model;
-    tm = d->target->model;
+    tm = d->drafter.target->model;
     c = &m->config;
     Hb = c->backbone_hidden_size;
     H = c->hidden_size;
@@ -7007,14 +7017,14 @@ G4__DEF g4_result g4_draft_step(g4_session *d, int32_t token, const float *hidde
         g4__seterr(d->error, "draft step: token id %ld is outside the vocabulary [0, %d)", (long)token, c->vocab_size);
         return G4_ERR_INPUT;
     }
-    d->pos = d->target->pos; /* the token's position: the target holds [0, pos) */
+    d->pos = d->drafter.target->pos; /* the token's position: the target holds [0, pos) */
     d->fwd_n = 1;            /* the bf16 mode's orders: one token (checked against transformers in bf16: test_drafter) */
     d->fwd_end = d->pos + 1;
     /* inputs_embeds = concat(target.embed_tokens(token), hidden); pre_projection */
-    scale = g4__scale(d->target, Hb);
-    g4__embed(d, d->din, &tm->w.embed_tokens, &token, 1, scale, 0);
-    memcpy(d->din + Hb, hidden, sizeof(float) * (size_t)Hb);
-    g4__matmul(d, d->x, d->din, &m->w.pre_projection, 1);
+    scale = g4__scale(d->drafter.target, Hb);
+    g4__embed(d, d->drafter.din, &tm->w.embed_tokens, &token, 1, scale, 0);
+    memcpy(d->drafter.din + Hb, hidden, sizeof(float) * (size_t)Hb);
+    g4__matmul(d, d->x, d->drafter.din, &m->w.pre_projection, 1);
     g4__tap(d, -1, "pre_projection", d->x, 1, H);
     for (l = 0; l < c->num_hidden_layers; l++)
         if ((r = g4__layer(d, l, 1)) != G4_OK) return r;
@@ -7046,8 +7056,8 @@ G4__DEF g4_result g4_spec_init(g4_spec *sp, g4_session *target, g4_session *draf
     float *f;
     if (!sp) return G4_ERR_INPUT;
     memset(sp, 0, sizeof *sp);
-    if (!target || !target->model || !target->slots || target->target) { g4__seterr(sp->error, "speculative: the target is not an initialised model session"); return G4_ERR_INPUT; }
-    if (drafter && drafter->target != target) { g4__seterr(sp->error, "speculative: the drafter is not attached to this target"); return G4_ERR_INPUT; }
+    if (!target || !target->model || !target->slots || target->drafter.target) { g4__seterr(sp->error, "speculative: the target is not an initialised model session"); return G4_ERR_INPUT; }
+    if (drafter && drafter->drafter.target != target) { g4__seterr(sp->error, "speculative: the drafter is not attached to this target"); return G4_ERR_INPUT; }
     if (g4_spec_size(target->model, k, &need) != G4_OK) { g4__seterr(sp->error, "speculative: draft tokens %d must be in [1, 1024]", k); return G4_ERR_INPUT; }
     if (!work || bytes < need || (uintptr_t)work % 4) {
         g4__seterr(sp->error, "speculative: workspace of %lu bytes is too small or misaligned (g4_spec_size: %lu)",

@@ -77,6 +77,7 @@ printf '#define GEMMA4_STATIC\n#define GEMMA4_IMPLEMENTATION\n#include "gemma4.h
 for cc in gcc clang; do
   command -v $cc >/dev/null || continue
   job $cc -std=c99 $W -c "$tmp/a.c"
+  job $cc -std=c99 $W -DG4_TESTING -c "$tmp/t.c" # the test suites' hooks
 done
 [ $n -gt 0 ] || { echo "strict_compile: no compiler found"; exit 1; }
 # gemma4_processing.h without gemma4.h, or with gemma4.h's declarations but
@@ -93,4 +94,4 @@ for p in p1 p2 p3; do
 done
 # each line of jobs is one command; xargs exits nonzero if any of them did
 tr '\n' '\0' < "$tmp/jobs" | xargs -0 -n 1 -P "$(nproc 2>/dev/null || echo 2)" sh -c
-echo "strict_compile: $n clean builds (C99, C++11, C++17; gcc/clang as present; scalar/AVX2/AVX-512/AVX-512+BF16$arm/AVX-512 emulated; ASan arena red zones; gemma4.h alone; gemma4_processing.h alone refused)"
+echo "strict_compile: $n clean builds (C99, C++11, C++17; gcc/clang as present; scalar/AVX2/AVX-512/AVX-512+BF16$arm/AVX-512 emulated; ASan arena red zones; gemma4.h alone; G4_TESTING; gemma4_processing.h alone refused)"

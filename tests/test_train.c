@@ -25,6 +25,7 @@
    transpose, the pad row) shows as 1e-2 or more. */
 #define _POSIX_C_SOURCE 200809L
 #define GEMMA4_IMPLEMENTATION
+#define G4_TESTING /* g4_train_config.debug_drop_reader_kv_grads: the planted shared-KV bug */
 #define G4_PARALLEL_MIN 1 /* split every job, however small, when a pool is set */
 #include "../gemma4.h"
 
