@@ -7,7 +7,7 @@ SAN      = -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-om
 LDLIBS   = -lm -lpthread
 DEMO     = data/tiny/e2b_like
 
-.PHONY: all run test test-python test-python-torch test-builds unit sanitize strict bench test-arm64 clean fuzz valgrind tsan cuda test-cuda test-cuda-emu sanitize-cuda-emu test-cuda-device bench-cuda print-nvflags
+.PHONY: all run test test-python test-python-san test-python-torch test-builds unit sanitize strict bench test-arm64 clean fuzz valgrind tsan cuda test-cuda test-cuda-emu sanitize-cuda-emu test-cuda-device bench-cuda print-nvflags
 
 all: build/gemma4
 
@@ -363,6 +363,15 @@ test:
 # ./python pytest numpy (the library built from gemma4.h by cc), then its pytest suite.
 test-python:
 	sh python/tests/run.sh build/pyvenv
+
+# The same suite with the library built under ASan + UBSan (preloaded into the venv's
+# Python; the package from python/, pytest and numpy from build/pyvenv): the shim and the
+# package's argument checks, since ctypes passes bare pointers.
+test-python-san:
+	[ -x build/pyvenv/bin/pytest ] || sh python/tests/run.sh build/pyvenv
+	GEMMA4_CFLAGS="$(SAN)" python3 python/gemma4/_build.py build/g4py_san.so
+	ASAN_OPTIONS=detect_leaks=0 LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
+	  PYTHONPATH=python GEMMA4_LIB=build/g4py_san.so build/pyvenv/bin/python -m pytest -q -p no:cacheprovider --ignore=python/tests/torch python/tests
 
 # The torch bridge (gemma4.torch) against real transformers models: needs torch,
 # transformers and peft (the repository's venv, tools/requirements.txt). Runs the package

@@ -304,6 +304,13 @@ class Model:
             pos = pos[0]
         if pv.ndim != 2 or pos.ndim != 2 or pos.shape != (pv.shape[0], 2):
             raise InputError(f"encode_image: pixel_values [n, 3 p^2] and positions [n, 2], not {pv.shape} and {pos.shape}")
+        v = self.config["vision"]
+        if not v["present"]:
+            raise InputError(f"encode_image: {self.path} has no vision tower")
+        P = 3 * v["patch_size"] ** 2  # the library reads n_patches * P values: the shape is checked here
+        if pv.shape[1] != P:
+            raise InputError(f"encode_image: pixel_values has {pv.shape[1]} values per patch; patch_size "
+                             f"{v['patch_size']} needs 3 * {v['patch_size']}^2 = {P}")
         pos = np.ascontiguousarray(_ids(pos.reshape(-1), "positions", lo=-1))
         H = self.config["hidden_size"]
         soft = np.empty((max(pv.shape[0], 1), H), np.float32)
@@ -323,6 +330,11 @@ class Model:
             f = f[0]
         if f.ndim != 2:
             raise InputError(f"encode_audio: features [frames, bins], not {f.shape}")
+        a = self.config["audio"]
+        if not a["present"]:
+            raise InputError(f"encode_audio: {self.path} has no audio tower")
+        if f.shape[1] != a["mel_bins"]:  # the library reads frames * mel_bins values: the shape is checked here
+            raise InputError(f"encode_audio: features have {f.shape[1]} bins per frame; the tower takes {a['mel_bins']}")
         if mask is None:
             raise InputError("encode_audio: the valid-frame mask is required (transformers skips audio without one)")
         mk = np.asarray(mask).reshape(-1)

@@ -131,6 +131,11 @@ G4PY_API size_t g4py_model_json(const g4_model *m, char *buf, size_t cap) {
         g4py_put(&o, "%s\"%s\"", i ? ", " : "", c->layer_types[i] == G4_FULL ? "full_attention" : "sliding_attention");
     g4py_put(&o, "], \"image_token_id\": %d, \"video_token_id\": %d, \"audio_token_id\": %d, ", c->image_token_id,
              c->video_token_id, c->audio_token_id);
+    g4py_put(&o, "\"vision\": {\"present\": %d, \"hidden_size\": %d, \"patch_size\": %d, \"pooling_kernel_size\": %d, "
+             "\"position_embedding_size\": %d}, ", c->vision.present, c->vision.hidden_size, c->vision.patch_size,
+             c->vision.pooling_kernel_size, c->vision.position_embedding_size);
+    g4py_put(&o, "\"audio\": {\"present\": %d, \"hidden_size\": %d, \"mel_bins\": %d}, ", c->audio.present,
+             c->audio.hidden_size, c->audio.subsampling_conv_channels[0]);
     g4py_put(&o, "\"assistant\": %d}, ", c->assistant);
     g4py_put(&o, "\"plan\": {\"first_shared\": %d, \"n_slots\": %d, \"layers\": [", p->first_shared, p->n_slots);
     for (i = 0; i < p->n_layers; i++) {

@@ -58,8 +58,11 @@ def test_vision_soft_tokens_and_logits(processor, model):
     with pytest.raises(gemma4.InputError) as e:
         m.logits(processor["ids.0"], soft=soft[:-1])
     assert "soft tokens" in str(e.value)
-    with pytest.raises(gemma4.InputError):
+    with pytest.raises(gemma4.InputError) as e:  # too few values per patch: refused before the library reads past them
         m.encode_image(processor["pixel_values.0"][0][:, :5], processor["positions.0"][0])
+    assert "values per patch" in str(e.value)
+    with pytest.raises(gemma4.InputError):
+        gemma4.Model(tiny("e2b_like"), threads=1).encode_image(processor["pixel_values.0"][0], processor["positions.0"][0])
 
 
 def test_audio_features_tower_and_logits():
@@ -89,3 +92,6 @@ def test_audio_features_tower_and_logits():
         gemma4.read_wav(b"RIFF\x00\x00\x00\x00WAVE")
     with pytest.raises(gemma4.InputError):
         m.encode_audio(feats)
+    with pytest.raises(gemma4.InputError) as e:
+        m.encode_audio(feats[:, :100], mask)
+    assert "bins per frame" in str(e.value)
