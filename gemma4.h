@@ -7601,7 +7601,8 @@ static void g4__affn(const g4_audio_ffn *ff, float *x, int n, const g4__ageo *g,
    keys and values are the ctx rows from b*chunk - past (zero outside
    [0, T2)). A logit is q.k plus the Transformer-XL term q'.rk[c], where
    _rel_shift picks row r and column c of the [chunk][P] products by the flat
-   index i*ctx + j = r*(ctx+1) + c (0 when c >= P), then soft-capped;
+   index i*ctx + j = r*(ctx+1) + c (0 when c >= P; r < i only at a distance
+   past the window, so at a masked logit), then soft-capped;
    masked as transformers' 5-D mask: the key must be a valid frame in
    [0, T2) at a distance q - k in [0, past) or (-future, 0). */
 static void g4__aattention(const g4_audio_layer_weights *lw, const float *h, int n, const unsigned char *valid,

@@ -40,6 +40,11 @@ bounds): the clipped linears' bounds, gradient_clipping and attention_logit_cap 
 they clip a few percent of the values, and the script checks that the soft tokens move by
 much more than the tolerance when any of them is turned off (so a port that skips one fails).
 
+A second checkpoint, data/tiny/e2b_audio_geom (config.json, model.safetensors, golden.safetensors with
+a.tap.* (all but layer0), a.soft_tokens, a.valid), has another attention geometry (chunk 8, context_left
+3, context_right 2: one future frame) and no clipped linears; its input is clip a's features above.
+VERSIONS.txt covers both.
+
 Usage (from the repository root): venv/bin/python tools/make_audio_goldens.py [--out DIR]
 """
 
@@ -293,6 +298,55 @@ def record_taps(model, feats, mask):
     return out, soft, valid
 
 
+# A second, smaller tower with another attention geometry: chunk 8, 2 frames of past and 1 of
+# future (context_left 3, context_right 2: a frame sees the 2 before it and the 1 after it), where
+# _rel_shift's flat index wraps into the previous query row (chunk - 1 > ceil(ctx / 2): only ever
+# at masked logits, so it cannot show); no clipped linears; the default gradient_clipping and cap.
+# Its input is e2b_audio's clip a.
+GEOM_TEXT = dict(
+    vocab_size=256, hidden_size=8, intermediate_size=8, num_attention_heads=1, head_dim=8, global_head_dim=8,
+    num_hidden_layers=1, layer_types=[FU], num_key_value_heads=1, num_kv_shared_layers=0,
+    hidden_size_per_layer_input=0, attention_k_eq_v=False, num_global_key_value_heads=None,
+    max_position_embeddings=64, sliding_window=8,
+)
+GEOM_AUDIO = dict(
+    hidden_size=16, num_hidden_layers=1, num_attention_heads=2, subsampling_conv_channels=[128, 2],
+    conv_kernel_size=3, output_proj_dims=12, attention_chunk_size=8, attention_context_left=3,
+    attention_context_right=2, rms_norm_eps=1e-5, use_clipped_linears=False,
+)
+
+
+def make_geom(out, feats_a):
+    os.makedirs(out, exist_ok=True)
+    cfg = Gemma4Config(text_config=Gemma4TextConfig(**GEOM_TEXT), vision_config=None,
+                       audio_config=Gemma4AudioConfig(**GEOM_AUDIO), **IDS)
+    torch.manual_seed(SEED + 7)
+    model = Gemma4ForConditionalGeneration(cfg).eval()
+    randomize(model)
+    tmp = out + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.to(torch.bfloat16).save_pretrained(tmp)
+    for f in ("config.json", "model.safetensors"):
+        shutil.move(os.path.join(tmp, f), os.path.join(out, f))
+    shutil.rmtree(tmp)
+    model = load(out)
+    taps, soft, valid = record_taps(model, *feats_a)
+    golden = {f"a.tap.{k}": v.contiguous() for k, v in taps.items()
+              if k != "audio_tower.subsample_conv_projection.layer0"}
+    golden["a.soft_tokens"] = soft[valid].contiguous()
+    golden["a.valid"] = valid.to(torch.int32)
+    # the future frame matters: the same weights with context_right 1 (no future frame seen)
+    model.config.audio_config.attention_context_right = 1
+    m1 = Gemma4ForConditionalGeneration.from_pretrained(out, config=model.config, dtype=torch.float32,
+                                                        attn_implementation="eager").eval()
+    s1, v1 = tower_soft_tokens(m1, *feats_a)
+    d = float((s1[v1][:-1] - soft[valid][:-1]).abs().max()) if s1[v1].shape == soft[valid].shape else float("inf")
+    print(f"geom: {int(valid.sum())} soft tokens; without the future frame they move by {d:.3g}")
+    assert d > 1e-2
+    save_file({k: v for k, v in sorted(golden.items())}, os.path.join(out, "golden.safetensors"))
+    return int(valid.sum())
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="data/tiny/e2b_audio")
@@ -408,6 +462,7 @@ def main():
     print(f"prompt {len(ids)} ids, max|logit| {logit_scale:.3f}")
 
     save_file({k: v.contiguous() for k, v in sorted(golden.items())}, os.path.join(args.out, "golden.safetensors"))
+    n_geom = make_geom(args.out + "_geom", feats["a"])
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     with open(os.path.join(args.out, "VERSIONS.txt"), "w") as f:
         f.write(f"torch {torch.__version__}\ntransformers {transformers.__version__}\n"
@@ -417,7 +472,9 @@ def main():
                 "goldens float32 CPU, attn_implementation=eager, torch.set_num_threads(1); stored bfloat16\n"
                 f"calibrated gradient_clipping {gc} attention_logit_cap {cap}\n"
                 f"clip a {CLIP_A} samples PCM16, clip b {CLIP_B} samples float32; soft tokens {ta} + {tb}\n"
-                f"clip b alone vs batched: max diff {d_batch:.3g}\n")
+                f"clip b alone vs batched: max diff {d_batch:.3g}\n"
+                f"{os.path.basename(args.out)}_geom: chunk 8, context_left 3, context_right 2, no clipped "
+                f"linears; clip a's features in, {n_geom} soft tokens\n")
     for f in sorted(os.listdir(args.out)):
         print(f"{f:24s} {os.path.getsize(os.path.join(args.out, f)):8d} bytes")
 
