@@ -60,6 +60,10 @@ build/test_threads build/test_threads_san build/test_vision build/test_vision_sa
 build/gemma4_san: examples/gemma4.c examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h gemma4.h gemma4_processing.h | build
 	$(CC) $(WARN) $(SAN) -o $@ examples/gemma4.c $(LDLIBS)
 
+# the audio suite again on the scalar reference kernels (the tower's matmuls are g4__matmul_ref there)
+build/test_audio_scalar: tests/test_audio.c tests/harness.h tests/fixtures.h $(G4_HEADERS) | build
+	$(CC) $(WARN) -O2 -DG4_NO_SIMD -g -o $@ tests/test_audio.c $(LDLIBS)
+
 build/test_threads_tsan: tests/test_threads.c tests/harness.h gemma4.h | build
 	$(CC) $(WARN) -O1 -g -fsanitize=thread -pthread -o $@ tests/test_threads.c $(LDLIBS)
 
@@ -277,7 +281,7 @@ $(eval $(call suite,lora,build/test_lora build/gemma4,./build/test_lora data bui
 $(eval $(call suite,lora_san,build/test_lora_san build/gemma4_san,./build/test_lora_san data build/gemma4_san))
 $(eval $(call suite,bad_inputs,build/test_bad_inputs build/gemma4,./build/test_bad_inputs data build/gemma4))
 $(eval $(call suite,tests,build/test_gemma4 build/gemma4,./build/test_gemma4))
-$(eval $(call suite,audio,build/test_audio,./build/test_audio))
+$(eval $(call suite,audio,build/test_audio build/test_audio_scalar,sh -c "./build/test_audio && ./build/test_audio_scalar"))
 $(eval $(call suite,audio_san,build/test_audio_san,./build/test_audio_san))
 $(eval $(call suite,kernels,$(OTHER_KERNELS) build/gemma4,sh tests/other_kernels.sh "$$(CC)" "$$(WARN)"))
 $(eval $(call suite,python,,sh python/tests/run.sh build/pyvenv))
@@ -289,7 +293,7 @@ test-builds: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemm
       build/test_bad_inputs build/test_bad_inputs_san build/test_threads build/test_threads_san \
       build/test_tokenizer build/test_tokenizer_san build/test_cuda_emu build/test_cuda_emu_san \
       build/test_train build/test_train_san build/test_drafter build/test_drafter_san build/test_template build/test_template_san \
-      build/test_lora build/test_lora_san build/test_audio build/test_audio_san build/test_vision build/test_vision_san \
+      build/test_lora build/test_lora_san build/test_audio build/test_audio_san build/test_audio_scalar build/test_vision build/test_vision_san \
       $(OTHER_KERNELS) $(SAN_SIMD)
 
 # Builds and suites run together, one job per CPU; then each suite's log is shown in this
@@ -332,8 +336,8 @@ test:
 	@echo "== LoRA adapters (peft goldens), plain and under ASan + UBSan"
 	@tail -n 1 build/lora.log
 	@tail -n 1 build/lora_san.log
-	@echo "== audio tower and features (transformers goldens), plain and under ASan + UBSan"
-	@tail -n 1 build/audio.log
+	@echo "== audio tower and features (transformers goldens): SIMD and scalar kernels, and under ASan + UBSan"
+	@grep -E '^[0-9]+ passed' build/audio.log
 	@tail -n 1 build/audio_san.log
 	@echo "== vision tower and the merge into the decoder (transformers goldens), plain and under ASan + UBSan"
 	@tail -n 1 build/vision.log

@@ -7245,7 +7245,10 @@ G4__DEF g4_result g4_spec_round(g4_spec *sp, g4_sampler *sampler, int32_t *out, 
    Numerics: float32 activations, weights as stored; the reductions (matmul,
    convolution, LayerNorm) sum in their own order, so the soft tokens match
    transformers' float32 ones to about 1e-6 relative, not bit for bit.
-   Scalar kernels only (g4__matmul_ref); no threads yet. */
+   The matmuls use the decoder's kernel (g4__matmul_rows: the packed SIMD
+   GEMM, or g4__matmul_ref, the scalar reference, in a G4_NO_SIMD build; both
+   builds are tested against transformers), on one thread; the convolutions,
+   norms and attention are plain loops. */
 
 /* audio_config -> g4_audio_config (called by g4__config_from_json) */
 static g4_result g4__audio_config_parse(const g4__json *j, int root, const char *name, g4_audio_config *a, char *err) {
@@ -7464,41 +7467,54 @@ typedef struct {
     float *logit;   /* [ctx] one query head's logits */
     float *out;     /* [T2][max(Pa, H)] output_proj's rows, then embed_audio's */
     float *outn;    /* [T2][Pa] the embedder's norm */
+    float *pack;    /* [G4__PACK_THREAD] the GEMM's packed weights (one thread) */
 } g4__aarena;
 
-static size_t g4__audio_carve(g4__aarena *A, const g4__ageo *g, unsigned char *base) {
-    size_t off = 0;
+/* The arena's parts, carved as the session's (64-byte aligned, red zones
+   under G4_ASAN_ARENA); base NULL only sizes it. */
+static uint64_t g4__audio_carve(g4__aarena *A, const g4__ageo *g, unsigned char *base) {
+    g4__carver cv;
     int wide_out = g->Pa > g->Ht ? g->Pa : g->Ht;
-#define G4__AC(field, type, count) do { \
-        if (A) A->field = (type *)(void *)(base + off); \
-        off += ((size_t)(count) * sizeof(type) + 15) & ~(size_t)15; \
-    } while (0)
-    G4__AC(a0, float, (size_t)g->T1 * g->F1 * g->C0);
-    G4__AC(a1, float, (size_t)g->T2 * g->F2 * g->C1);
-    G4__AC(m1, unsigned char, g->T1);
-    G4__AC(m2, unsigned char, g->T2);
-    G4__AC(x, float, (size_t)g->T2 * g->Ha);
-    G4__AC(h, float, (size_t)g->T2 * g->Ha);
-    G4__AC(r, float, (size_t)g->T2 * g->Ha);
-    G4__AC(wide, float, (size_t)g->T2 * 4 * g->Ha);
-    G4__AC(cin, float, (size_t)g->T2 * 4 * g->Ha);
-    G4__AC(q, float, (size_t)g->nb * g->chunk * g->Ha);
-    G4__AC(k, float, (size_t)g->T2 * g->Ha);
-    G4__AC(v, float, (size_t)g->T2 * g->Ha);
-    G4__AC(pe, float, (size_t)g->P * g->Ha);
-    G4__AC(rk, float, (size_t)g->P * g->Ha);
-    G4__AC(logit, float, g->ctx);
-    G4__AC(out, float, (size_t)g->T2 * wide_out);
-    G4__AC(outn, float, (size_t)g->T2 * g->Pa);
-#undef G4__AC
-    return off;
+    cv.base = base;
+    cv.off = 0;
+    cv.overflow = 0;
+    cv.poison = 1;
+    A->a0 = g4__take(&cv, (uint64_t)g->T1 * g->F1 * g->C0, sizeof(float));
+    A->a1 = g4__take(&cv, (uint64_t)g->T2 * g->F2 * g->C1, sizeof(float));
+    A->m1 = (unsigned char *)g4__take(&cv, (uint64_t)g->T1, 1);
+    A->m2 = (unsigned char *)g4__take(&cv, (uint64_t)g->T2, 1);
+    A->x = g4__take(&cv, (uint64_t)g->T2 * g->Ha, sizeof(float));
+    A->h = g4__take(&cv, (uint64_t)g->T2 * g->Ha, sizeof(float));
+    A->r = g4__take(&cv, (uint64_t)g->T2 * g->Ha, sizeof(float));
+    A->wide = g4__take(&cv, (uint64_t)g->T2 * 4 * g->Ha, sizeof(float));
+    A->cin = g4__take(&cv, (uint64_t)g->T2 * 4 * g->Ha, sizeof(float));
+    A->q = g4__take(&cv, (uint64_t)g->nb * g->chunk * g->Ha, sizeof(float));
+    A->k = g4__take(&cv, (uint64_t)g->T2 * g->Ha, sizeof(float));
+    A->v = g4__take(&cv, (uint64_t)g->T2 * g->Ha, sizeof(float));
+    A->pe = g4__take(&cv, (uint64_t)g->P * g->Ha, sizeof(float));
+    A->rk = g4__take(&cv, (uint64_t)g->P * g->Ha, sizeof(float));
+    A->logit = g4__take(&cv, (uint64_t)g->ctx, sizeof(float));
+    A->out = g4__take(&cv, (uint64_t)g->T2 * wide_out, sizeof(float));
+    A->outn = g4__take(&cv, (uint64_t)g->T2 * g->Pa, sizeof(float));
+    A->pack = g4__take(&cv, (uint64_t)G4__PACK_THREAD, sizeof(float));
+    return cv.overflow ? UINT64_MAX : cv.off;
+}
+
+/* y = x W^T on n rows: the decoder's matmul kernel (the GEMM with SIMD, else
+   g4__matmul_ref), one thread. */
+static void g4__amm(float *y, const float *x, const g4_tensor *w, int n, g4__aarena *A) {
+    g4__matmul_rows(y, x, w, n, 0, (int)w->shape[0], A->pack);
 }
 
 G4__DEF g4_result g4_audio_size(const g4_model *m, int max_frames, size_t *bytes) {
     g4__ageo g;
+    g4__aarena A;
+    uint64_t need;
     if (!m || !bytes || !m->config.audio.present || max_frames < 1 || max_frames > (1 << 22)) return G4_ERR_INPUT;
     g4__audio_geo(&g, m, max_frames);
-    *bytes = g4__audio_carve(NULL, &g, NULL);
+    need = g4__audio_carve(&A, &g, NULL);
+    if (need > (uint64_t)SIZE_MAX) return G4_ERR_INPUT;
+    *bytes = (size_t)need;
     return G4_OK;
 }
 
@@ -7522,10 +7538,10 @@ static void g4__aclamp(float *x, size_t n, float gc) {
 
 /* Gemma4ClippableLinear on n rows: clamp the input to [input_min,
    input_max] (into cin), x W^T, clamp the output to [output_min, output_max]. */
-static void g4__aclip_linear(float *y, const float *x, const g4_clippable_linear *l, int n, float *cin) {
+static void g4__aclip_linear(float *y, const float *x, const g4_clippable_linear *l, int n, g4__aarena *A) {
     size_t i, in = (size_t)l->linear.shape[1], out = (size_t)l->linear.shape[0];
-    for (i = 0; i < (size_t)n * in; i++) cin[i] = g4__clampf(x[i], l->input_min, l->input_max);
-    g4__matmul_ref(y, cin, &l->linear, n, 0, (int)out);
+    for (i = 0; i < (size_t)n * in; i++) A->cin[i] = g4__clampf(x[i], l->input_min, l->input_max);
+    g4__amm(y, A->cin, &l->linear, n, A);
     for (i = 0; i < (size_t)n * out; i++) y[i] = g4__clampf(y[i], l->output_min, l->output_max);
 }
 
@@ -7584,10 +7600,10 @@ static void g4__affn(const g4_audio_ffn *ff, float *x, int n, const g4__ageo *g,
     for (i = 0; i < nh; i++) A->h[i] = g4__clampf(x[i], -a->gradient_clipping, a->gradient_clipping);
     g4__armsnorm(A->h, A->h, &ff->pre_layer_norm, n, g->Ha, 1e-6f);
     snprintf(tn, sizeof tn, "%s.pre_layer_norm", name); g4__atap(run, tn, layer, A->h, n, g->Ha);
-    g4__aclip_linear(A->wide, A->h, &ff->ffw_layer_1, n, A->cin);
+    g4__aclip_linear(A->wide, A->h, &ff->ffw_layer_1, n, A);
     snprintf(tn, sizeof tn, "%s.ffw_layer_1", name); g4__atap(run, tn, layer, A->wide, n, 4 * g->Ha);
     for (i = 0; i < 4 * nh; i++) A->wide[i] = g4__silu(A->wide[i]);
-    g4__aclip_linear(A->h, A->wide, &ff->ffw_layer_2, n, A->cin);
+    g4__aclip_linear(A->h, A->wide, &ff->ffw_layer_2, n, A);
     snprintf(tn, sizeof tn, "%s.ffw_layer_2", name); g4__atap(run, tn, layer, A->h, n, g->Ha);
     g4__aclamp(A->h, nh, a->gradient_clipping);
     g4__armsnorm(A->h, A->h, &ff->post_layer_norm, n, g->Ha, 1e-6f);
@@ -7613,11 +7629,11 @@ static void g4__aattention(const g4_audio_layer_weights *lw, const float *h, int
     const float cap = a->attention_logit_cap;
     float *att = A->wide; /* [T2][Ha] the attention's output before post */
     int t, d, hd, b, i, j;
-    g4__aclip_linear(A->q, h, &lw->q_proj, n, A->cin);
+    g4__aclip_linear(A->q, h, &lw->q_proj, n, A);
     g4__atap(run, "self_attn.q_proj", layer, A->q, n, Ha);
-    g4__aclip_linear(A->k, h, &lw->k_proj, n, A->cin);
+    g4__aclip_linear(A->k, h, &lw->k_proj, n, A);
     g4__atap(run, "self_attn.k_proj", layer, A->k, n, Ha);
-    g4__aclip_linear(A->v, h, &lw->v_proj, n, A->cin);
+    g4__aclip_linear(A->v, h, &lw->v_proj, n, A);
     g4__atap(run, "self_attn.v_proj", layer, A->v, n, Ha);
     memset(A->q + (size_t)n * Ha, 0, sizeof(float) * (size_t)(g->nb * g->chunk - n) * Ha);
     for (t = 0; t < n; t++)
@@ -7630,7 +7646,7 @@ static void g4__aattention(const g4_audio_layer_weights *lw, const float *h, int
                 A->q[o] = A->q[o] * q_scale * sp;
                 A->k[o] = A->k[o] * k_scale;
             }
-    g4__matmul_ref(A->rk, A->pe, &lw->relative_k_proj, g->P, 0, Ha);
+    g4__amm(A->rk, A->pe, &lw->relative_k_proj, g->P, A);
     g4__atap(run, "self_attn.relative_k_proj", layer, A->rk, g->P, Ha);
     for (b = 0; b < g->nb; b++)
         for (i = 0; i < g->chunk; i++) {
@@ -7672,7 +7688,7 @@ static void g4__aattention(const g4_audio_layer_weights *lw, const float *h, int
                 }
             }
         }
-    g4__aclip_linear(A->h, att, &lw->post, n, A->cin);
+    g4__aclip_linear(A->h, att, &lw->post, n, A);
     g4__atap(run, "self_attn.post", layer, A->h, n, Ha);
     g4__atap(run, "self_attn", layer, A->h, n, Ha);
 }
@@ -7686,7 +7702,7 @@ static void g4__alconv(const g4_audio_layer_weights *lw, float *x, int n, const 
     size_t i, nh = (size_t)n * Ha;
     g4__armsnorm(A->h, x, &lw->lconv_pre_layer_norm, n, Ha, a->rms_norm_eps);
     g4__atap(run, "lconv1d.pre_layer_norm", layer, A->h, n, Ha);
-    g4__aclip_linear(A->wide, A->h, &lw->linear_start, n, A->cin);
+    g4__aclip_linear(A->wide, A->h, &lw->linear_start, n, A);
     g4__atap(run, "lconv1d.linear_start", layer, A->wide, n, 2 * Ha);
     for (t = 0; t < n; t++) /* glu: first half * sigmoid(second half) */
         for (c = 0; c < Ha; c++) {
@@ -7708,7 +7724,7 @@ static void g4__alconv(const g4_audio_layer_weights *lw, float *x, int n, const 
     g4__armsnorm(A->h, A->h, &lw->conv_norm, n, Ha, a->rms_norm_eps);
     g4__atap(run, "lconv1d.conv_norm", layer, A->h, n, Ha);
     for (i = 0; i < nh; i++) A->h[i] = g4__silu(A->h[i]);
-    g4__aclip_linear(A->r, A->h, &lw->linear_end, n, A->cin);
+    g4__aclip_linear(A->r, A->h, &lw->linear_end, n, A);
     g4__atap(run, "lconv1d.linear_end", layer, A->r, n, Ha);
     for (i = 0; i < nh; i++) x[i] = A->r[i] + x[i];
     g4__atap(run, "lconv1d", layer, x, n, Ha);
@@ -7720,7 +7736,8 @@ G4__DEF g4_result g4_audio_encode(const g4_model *m, const float *features, cons
     const g4_audio_config *a;
     g4__ageo g;
     g4__aarena A;
-    size_t need, i;
+    uint64_t need;
+    size_t i;
     int t, f, l, n, k;
     if (n_soft) *n_soft = 0;
     if (!m || !n_soft || !soft) { g4__seterr(err, "g4_audio_encode: NULL model, soft or n_soft"); return G4_ERR_INPUT; }
@@ -7735,8 +7752,9 @@ G4__DEF g4_result g4_audio_encode(const g4_model *m, const float *features, cons
     if (n_frames < 1 || n_frames > (1 << 22)) { g4__seterr(err, "g4_audio_encode: %d feature frames", n_frames); return G4_ERR_INPUT; }
     if (!arena || ((uintptr_t)arena & 15)) { g4__seterr(err, "g4_audio_encode: the arena must be 16-byte aligned"); return G4_ERR_ARENA; }
     g4__audio_geo(&g, m, n_frames);
-    if ((need = g4__audio_carve(NULL, &g, NULL)) > arena_bytes) {
-        g4__seterr(err, "g4_audio_encode: %d frames need an arena of %zu bytes, got %zu", n_frames, need, arena_bytes);
+    if ((need = g4__audio_carve(&A, &g, NULL)) > (uint64_t)arena_bytes) {
+        g4__seterr(err, "g4_audio_encode: %d frames need an arena of %llu bytes, got %zu", n_frames,
+                   (unsigned long long)need, arena_bytes);
         return G4_ERR_ARENA;
     }
     for (i = 0; i < (size_t)n_frames * g.F; i++)
@@ -7744,6 +7762,7 @@ G4__DEF g4_result g4_audio_encode(const g4_model *m, const float *features, cons
             g4__seterr(err, "g4_audio_encode: feature [%zu][%zu] is not finite", i / (size_t)g.F, i % (size_t)g.F);
             return G4_ERR_INPUT;
         }
+    G4__ASAN_UNPOISON(arena, arena_bytes); /* red zones of an earlier carve of this memory */
     g4__audio_carve(&A, &g, (unsigned char *)arena);
     n = g.T2;
 
@@ -7754,7 +7773,7 @@ G4__DEF g4_result g4_audio_encode(const g4_model *m, const float *features, cons
     g4__asub_layer(A.a1, A.a0, A.m1, g.T1, g.F1, g.C0, &m->audio.layer1_conv, &m->audio.layer1_norm, g.C1, a->rms_norm_eps);
     for (t = 0; t < g.T2; t++) A.m2[t] = A.m1[2 * t];
     g4__atap(run, "audio_tower.subsample_conv_projection.layer1", -1, A.a1, g.T2, g.F2 * g.C1);
-    g4__matmul_ref(A.x, A.a1, &m->audio.input_proj_linear, n, 0, g.Ha);
+    g4__amm(A.x, A.a1, &m->audio.input_proj_linear, n, &A);
     g4__atap(run, "audio_tower.subsample_conv_projection.input_proj_linear", -1, A.x, n, g.Ha);
     g4__atap(run, "audio_tower.subsample_conv_projection", -1, A.x, n, g.Ha);
 
@@ -7798,12 +7817,12 @@ G4__DEF g4_result g4_audio_encode(const g4_model *m, const float *features, cons
     }
 
     /* output_proj (with bias), then embed_audio: weightless RMSNorm, projection */
-    g4__matmul_ref(A.out, A.x, &m->audio.output_proj, n, 0, g.Pa);
+    g4__amm(A.out, A.x, &m->audio.output_proj, n, &A);
     for (t = 0; t < n; t++)
         for (f = 0; f < g.Pa; f++) A.out[(size_t)t * g.Pa + f] += g4__get(&m->audio.output_proj_bias, (size_t)f);
     g4__atap(run, "audio_tower.output_proj", -1, A.out, n, g.Pa);
     g4__armsnorm(A.outn, A.out, NULL, n, g.Pa, a->rms_norm_eps);
-    g4__matmul_ref(A.out, A.outn, &m->audio.embedding_projection, n, 0, g.Ht);
+    g4__amm(A.out, A.outn, &m->audio.embedding_projection, n, &A);
     g4__atap(run, "embed_audio", -1, A.out, n, g.Ht);
     for (t = 0, k = 0; t < n; t++) /* padding stripped: the rows whose mask survived both convolutions */
         if (A.m2[t]) memcpy(soft + (size_t)k++ * g.Ht, A.out + (size_t)t * g.Ht, sizeof(float) * (size_t)g.Ht);

@@ -5,7 +5,8 @@
    Goldens (tools/make_audio_goldens.py, versions in data/tiny/e2b_audio/VERSIONS.txt):
      data/tiny/e2b_audio/{config.json, model.safetensors}  a tiny E2B-style checkpoint
      data/tiny/e2b_audio/clip_{a,b}.wav                    the clips (PCM16, float32)
-     data/tiny/e2b_audio/golden.safetensors                features, masks, taps, soft tokens
+     data/tiny/e2b_audio/golden.safetensors                features, masks, taps, soft tokens,
+                                                           ids and logits with both clips
      data/tiny/e2b_audio_geom/                             another attention geometry (chunk 8,
                                                            context 3 / 2), clip a's taps and tokens
 
@@ -352,6 +353,71 @@ static void test_padding_invariance(void) {
     g4_model_free(&g.m);
 }
 
+/* The whole model with both clips: each WAV through the extractor and the
+   tower, the soft tokens merged in order (g4_forward_mm), against
+   Gemma4ForConditionalGeneration's logits (which batched the two clips),
+   in one step and in steps of 7 rows (runs cut anywhere). Tolerance 1e-4 x
+   max|logit| (the issue's bound); the decoder alone is within ~1e-5. */
+static void test_logits(void) {
+    golden g;
+    g4_model m;
+    g4_session s;
+    g4_session_config sc;
+    float *soft = NULL, *logits = NULL;
+    const float *ref;
+    const int32_t *ids;
+    int64_t numel;
+    int n_ids, total = 0, c, chunks[2] = {0, 7}, k;
+    const int H_room = 64;
+    if (!golden_open(&g, MODEL)) { CHECK(0, "golden"); return; }
+    if (g4_model_load(&m, tiny(MODEL)) != G4_OK) { CHECK(0, "load: %s", m.error); g4_model_free(&g.m); return; }
+    ids = golden_ids(&g, "ids", &n_ids);
+    ref = golden_f32(&g, "logits", &numel);
+    CHECK(ids && ref && numel == (int64_t)n_ids * m.config.vocab_size, "golden ids and logits");
+    soft = (float *)malloc(sizeof(float) * (size_t)H_room * (size_t)m.config.hidden_size);
+    logits = (float *)malloc(sizeof(float) * (size_t)(ids ? n_ids : 1) * (size_t)m.config.vocab_size);
+    for (c = 0; c < 2 && ids && ref; c++) { /* clip a, then clip b, from their WAVs */
+        char wav[32], err[G4_ERROR_MAX] = "";
+        size_t n;
+        int rate, nf = 0, got = 0;
+        unsigned char *mask = NULL;
+        float *pcm, *feat = NULL;
+        void *arena = NULL;
+        size_t bytes = 0;
+        g4_audio_run run;
+        snprintf(wav, sizeof wav, "clip_%c.wav", "ab"[c]);
+        pcm = read_wav(path2(tiny(MODEL), wav), &n, &rate, err);
+        if (pcm) feat = features_of(pcm, (int)n, rate, &mask, &nf, err);
+        CHECK(feat != NULL, "%s: %s", wav, err);
+        if (feat) arena = arena_for(&m, nf, &bytes);
+        memset(&run, 0, sizeof run);
+        if (feat && arena && total + g4_audio_tokens_max(nf) <= H_room)
+            CHECK(g4_audio_encode(&m, feat, mask, nf, arena, bytes, &run, soft + (size_t)total * m.config.hidden_size,
+                                  &got) == G4_OK, "%s", run.error);
+        total += got;
+        free(pcm); free(feat); free(mask); free(arena);
+    }
+    for (k = 0; k < 2 && ids && ref; k++) {
+        sc = g4_session_config_init();
+        sc.max_context = n_ids;
+        sc.max_chunk = chunks[k] ? chunks[k] : n_ids;
+        if (g4_session_create(&s, &m, &sc) != G4_OK) { CHECK(0, "session: %s", s.error); break; }
+        {
+            g4_result r = g4_forward_mm(&s, ids, n_ids, soft, total, logits, G4_LOGITS_ALL, NULL);
+            double d = r == G4_OK ? max_diff(logits, ref, (size_t)numel) : INFINITY, scale = max_abs(ref, (size_t)numel);
+            CHECK(r == G4_OK, "g4_forward_mm: %s", s.error);
+            printf("  %d ids with %d soft tokens, steps of %d: logits within %.3g of transformers (%.3g x max|logit| %.3g)\n",
+                   n_ids, total, sc.max_chunk, d, d / scale, scale);
+            CHECK(d <= 1e-4 * scale, "logits differ by %g (max |logit| %g)", d, scale);
+        }
+        g4_session_destroy(&s);
+    }
+    free(soft);
+    free(logits);
+    g4_model_free(&m);
+    g4_model_free(&g.m);
+}
+
 /* ---------------------------------------------------------- bad inputs */
 
 static void test_bad_encode(void) {
@@ -586,6 +652,7 @@ int main(int argc, char **argv) {
     run("soft tokens: clip a from its PCM16 WAV = transformers", test_soft_wav_a);
     run("soft tokens: clip b from its float32 WAV = transformers", test_soft_wav_b);
     run("soft tokens: invalid padding frames change nothing", test_padding_invariance);
+    run("logits: both clips' WAVs merged into the decoder = transformers", test_logits);
     run("encode: bad inputs are errors", test_bad_encode);
     run("load: a missing tower tensor leaves the text model usable", test_missing_tensor);
     run("config: bad audio_config fields name the field", test_bad_config);
