@@ -3758,6 +3758,7 @@ static void g4__matmul(const g4_session *s, float *y, const float *x, const g4_t
 static size_t g4__pack_thread_floats(void); /* G4__PACK_THREAD: one thread's GEMM packing buffer */
 static void g4__attend_blocked(float *out, const float *q, int G, const g4_kv_slot *sl, int kvh, int lo, int hi,
                                float *scores); /* = g4__attend (>>ops), the same bits */
+static void g4__matmul_rows(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1, float *ws);
 
 /* ------------------------------------------------------- model ops >>ops */
 /* The Gemma ops the forward pass is made of, one module each: the cast to the
@@ -7467,7 +7468,7 @@ typedef struct {
     float *logit;   /* [ctx] one query head's logits */
     float *out;     /* [T2][max(Pa, H)] output_proj's rows, then embed_audio's */
     float *outn;    /* [T2][Pa] the embedder's norm */
-    float *pack;    /* [G4__PACK_THREAD] the GEMM's packed weights (one thread) */
+    float *pack;    /* [g4__pack_thread_floats()] the GEMM's packed weights (one thread) */
 } g4__aarena;
 
 /* The arena's parts, carved as the session's (64-byte aligned, red zones
@@ -7496,7 +7497,7 @@ static uint64_t g4__audio_carve(g4__aarena *A, const g4__ageo *g, unsigned char 
     A->logit = g4__take(&cv, (uint64_t)g->ctx, sizeof(float));
     A->out = g4__take(&cv, (uint64_t)g->T2 * wide_out, sizeof(float));
     A->outn = g4__take(&cv, (uint64_t)g->T2 * g->Pa, sizeof(float));
-    A->pack = g4__take(&cv, (uint64_t)G4__PACK_THREAD, sizeof(float));
+    A->pack = g4__take(&cv, (uint64_t)g4__pack_thread_floats(), sizeof(float));
     return cv.overflow ? UINT64_MAX : cv.off;
 }
 
