@@ -416,6 +416,173 @@ static void test_no_tower(void) {
     g4_model_free(&m);
 }
 
+
+/* ------------------------------------------------------ image processor */
+
+static const int g_sizes[][7] = { /* patch, k, max_soft_tokens, h, w -> get_aspect_ratio_preserving_size (transformers 5.23) */
+    {4,2,70,37,50,56,72}, {4,2,70,64,64,64,64}, {4,2,70,40,60,48,80}, {4,2,70,1,1,64,64}, {4,2,70,1,1000,8,560},
+    {4,2,70,1000,1,560,8}, {4,2,70,3,7000,8,560}, {4,2,70,768,1024,56,72}, {4,2,70,4000,3000,72,56},
+    {4,2,70,224,224,64,64}, {4,2,70,17,5000,8,560}, {4,2,70,5000,17,560,8}, {4,2,70,2,2,64,64},
+    {16,3,280,37,50,672,912}, {16,3,280,64,64,768,768}, {16,3,280,40,60,624,960}, {16,3,280,1,1,768,768},
+    {16,3,280,1,1000,48,13440}, {16,3,280,1000,1,13440,48}, {16,3,280,3,7000,48,13440}, {16,3,280,768,1024,672,912},
+    {16,3,280,4000,3000,912,672}, {16,3,280,224,224,768,768}, {16,3,280,17,5000,48,13440},
+    {16,3,280,5000,17,13440,48}, {16,3,280,2,2,768,768}, {16,3,1120,37,50,1344,1824}, {16,3,1120,64,64,1584,1584},
+    {16,3,1120,40,60,1296,1920}, {16,3,1120,1,1,1584,1584}, {16,3,1120,1,1000,48,50784}, {16,3,1120,1000,1,50784,48},
+    {16,3,1120,3,7000,48,53760}, {16,3,1120,768,1024,1344,1824}, {16,3,1120,4000,3000,1824,1344},
+    {16,3,1120,224,224,1584,1584}, {16,3,1120,17,5000,48,27504}, {16,3,1120,5000,17,27504,48},
+    {16,3,1120,2,2,1584,1584},
+};
+
+static void test_target_sizes(void) {
+    size_t i;
+    for (i = 0; i < sizeof g_sizes / sizeof g_sizes[0]; i++) {
+        g4_image_config ic = g4_image_config_init();
+        int th = 0, tw = 0;
+        ic.patch_size = g_sizes[i][0]; ic.pooling_kernel_size = g_sizes[i][1]; ic.max_soft_tokens = g_sizes[i][2];
+        CHECK(g4_image_target_size(&ic, g_sizes[i][3], g_sizes[i][4], &th, &tw) == G4_OK && th == g_sizes[i][5] &&
+                  tw == g_sizes[i][6], "%d %d %d: %d x %d -> %d x %d, transformers %d x %d (%s)", g_sizes[i][0], g_sizes[i][1],
+              g_sizes[i][2], g_sizes[i][3], g_sizes[i][4], th, tw, g_sizes[i][5], g_sizes[i][6], ic.error);
+    }
+}
+
+/* the case texts of tools/make_vision_goldens.py and their images */
+static const char *g_texts[4] = {"Look at <|image|> and say", "<|image|> is square", "Alpha <|image|>: what",
+                                 "First <|image|> then <|image|> end"};
+static const int g_case_imgs[4][2] = {{0, -1}, {1, -1}, {2, -1}, {0, 1}};
+
+/* image.<k> of the processor golden (I16 [h][w][c]) through g4_image_preprocess */
+static int preprocess_golden_image(golden *pg, g4_image_config *ic, int k, float *pv, int32_t *pos, int *n_soft) {
+    char key[32];
+    const g4_tensor *t;
+    uint8_t *px;
+    void *scratch;
+    size_t bytes, i, n;
+    int ok;
+    snprintf(key, sizeof key, "image.%d", k);
+    t = g4_model_tensor(&pg->m, key);
+    if (!t || t->dtype != G4_I16 || t->ndim != 3) return 0;
+    n = (size_t)(t->shape[0] * t->shape[1] * t->shape[2]);
+    px = (uint8_t *)malloc(n);
+    for (i = 0; i < n; i++) px[i] = (uint8_t)((const int16_t *)t->data)[i];
+    bytes = g4_image_scratch_size(ic, (int)t->shape[0], (int)t->shape[1]);
+    scratch = malloc(bytes ? bytes : 1);
+    ok = bytes > 0 && g4_image_preprocess(ic, px, (int)t->shape[0], (int)t->shape[1], (int)t->shape[2], scratch, bytes, pv, pos,
+                                          n_soft) == G4_OK;
+    free(scratch);
+    free(px);
+    return ok;
+}
+
+/* pixel_values and positions bit for bit, ids as Gemma4Processor's */
+static void test_image_processor(void) {
+    golden pg;
+    g4_image_config ic;
+    g4_config cfg;
+    g4_tokenizer tok;
+    int c;
+    if (!vgolden(&pg, NULL, "processor.safetensors")) { CHECK(0, "processor golden"); return; }
+    CHECK(g4_image_config_load(&ic, vdir("processor")) == G4_OK, "%s", ic.error);
+    CHECK(ic.patch_size == 4 && ic.pooling_kernel_size == 2 && ic.max_soft_tokens == 70 && ic.image_seq_length == 70,
+          "parsed %d %d %d %d", ic.patch_size, ic.pooling_kernel_size, ic.max_soft_tokens, ic.image_seq_length);
+    CHECK(g4_config_load(&cfg, path2(vdir("e2b_mm"), "config.json")) == G4_OK, "%s", cfg.error);
+    CHECK(g4_image_config_check(&ic, &cfg) == G4_OK, "%s", ic.error);
+    if (g4_tokenizer_load(&tok, vdir("processor")) != G4_OK) { CHECK(0, "tokenizer: %s", tok.error); g4_model_free(&pg.m); return; }
+    for (c = 0; c < 4; c++) {
+        float pv[2][280 * 48];
+        int32_t pos[2][280 * 2], ids[64], out[400];
+        int n_soft[2], k, n_img = g_case_imgs[c][1] < 0 ? 1 : 2;
+        size_t n_ids, n_out;
+        int64_t ng, npos, nimg;
+        char key[32];
+        const float *gpv;
+        const int32_t *gpos, *gids;
+        for (k = 0; k < n_img; k++) {
+            CHECK(preprocess_golden_image(&pg, &ic, g_case_imgs[c][k], pv[k], pos[k], &n_soft[k]), "case %d image %d: %s", c, k,
+                  ic.error);
+        }
+        (void)nimg;
+        snprintf(key, sizeof key, "pixel_values.%d", c < 3 ? c : 0);
+        if (c < 3 && (gpv = golden_f32(&pg, key, &ng)) != NULL) {
+            snprintf(key, sizeof key, "positions.%d", c);
+            gpos = gi32(&pg, key, &npos);
+            CHECK(ng == 280 * 48 && memcmp(pv[0], gpv, sizeof pv[0]) == 0, "case %d: pixel_values differ (max %.3g)", c,
+                  max_diff(pv[0], gpv, (size_t)ng));
+            CHECK(gpos && npos == 280 * 2 && memcmp(pos[0], gpos, sizeof pos[0]) == 0, "case %d: positions differ", c);
+        }
+        /* the text, tokenized, with each image's placeholder expanded */
+        CHECK(g4_tokenize(&tok, g_texts[c], strlen(g_texts[c]), G4_ENCODE_ADD_SPECIAL, ids, 64, &n_ids) == G4_OK, "tokenize");
+        snprintf(key, sizeof key, "ids.%d", c);
+        gids = gi32(&pg, key, &ng);
+        CHECK(g4_mm_expand_images(&cfg, ids, (int)n_ids, n_soft, n_img, out, 400, &n_out, cfg.error) == G4_OK, "%s", cfg.error);
+        CHECK(gids && (int64_t)n_out == ng && memcmp(out, gids, sizeof(int32_t) * n_out) == 0, "case %d: ids differ (%zu, golden %lld)",
+              c, n_out, (long long)ng);
+        CHECK(g4_mm_expand_images(&cfg, ids, (int)n_ids, n_soft, n_img + 1, out, 400, &n_out, cfg.error) == G4_ERR_INPUT,
+              "image count mismatch");
+        CHECK(g4_mm_expand_images(&cfg, ids, (int)n_ids, n_soft, n_img, out, 10, &n_out, cfg.error) == G4_ERR_INPUT &&
+                  n_out == (size_t)ng, "too small");
+    }
+    for (c = 3; c < 5; c++) { /* the shrinking image and the 6 x 200 RGBA one: their real rows */
+        float pv[280 * 48];
+        int32_t pos[280 * 2];
+        int n_soft;
+        char key[32];
+        int64_t ng, np;
+        const float *gpv;
+        const int32_t *gpos;
+        CHECK(preprocess_golden_image(&pg, &ic, c, pv, pos, &n_soft), "image %d: %s", c, ic.error);
+        snprintf(key, sizeof key, "pixel_values_x.%d", c);
+        gpv = golden_f32(&pg, key, &ng);
+        snprintf(key, sizeof key, "positions_x.%d", c);
+        gpos = gi32(&pg, key, &np);
+        CHECK(gpv && gpos && ng == (int64_t)n_soft * 4 * 48 && np == (int64_t)n_soft * 4 * 2, "image %d: %d soft tokens", c, n_soft);
+        if (gpv && gpos && ng <= 280 * 48 && np <= 280 * 2) {
+            CHECK(memcmp(pv, gpv, sizeof(float) * (size_t)ng) == 0, "image %d: pixel_values differ (max %.3g)", c,
+                  max_diff(pv, gpv, (size_t)ng));
+            CHECK(memcmp(pos, gpos, sizeof(int32_t) * (size_t)np) == 0 && pos[np] == -1, "image %d: positions differ", c);
+        }
+    }
+    g4_tokenizer_free(&tok);
+    g4_model_free(&pg.m);
+}
+
+/* processor_config.json: what is refused, and a processor that contradicts the model */
+static void test_image_config(void) {
+    static const char *bad[][2] = {
+        {"{\"image_processor\": {\"max_soft_tokens\": 100}}", "max_soft_tokens"},
+        {"{\"image_processor\": {\"do_normalize\": true}}", "do_normalize"},
+        {"{\"image_processor\": {\"resample\": 2}}", "resample"},
+        {"{\"image_processor\": {\"patch_size\": 0}}", "patch_size"},
+        {"{\"image_processor\": {\"patch_size\": \"16\"}}", "patch_size"},
+        {"{\"image_processor\": []}", "image_processor"},
+        {"{\"pooling_kernel_size\": 65}", "pooling_kernel_size"},
+        {"[]", "top level"},
+        {"{\"image_processor\": {", "processor_config"},
+    };
+    g4_image_config ic;
+    g4_config cfg;
+    size_t i;
+    uint8_t px[12] = {0};
+    float pv[4];
+    int32_t pos[2];
+    int n, th, tw;
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK(g4_image_config_parse(&ic, bad[i][0], strlen(bad[i][0]), "processor_config.json") != G4_OK &&
+                  strstr(ic.error, bad[i][1]), "%s: %s", bad[i][0], ic.error);
+    CHECK(g4_image_config_parse(&ic, "{\"patch_size\": 14, \"max_soft_tokens\": 560}", 42, "preprocessor_config.json") == G4_OK &&
+              ic.patch_size == 14 && ic.max_soft_tokens == 560 && ic.pooling_kernel_size == 3, "flat form: %s", ic.error);
+    CHECK(g4_config_load(&cfg, path2(vdir("31b_mm"), "config.json")) == G4_OK, "%s", cfg.error);
+    CHECK(g4_image_config_check(&ic, &cfg) == G4_ERR_CONFIG && strstr(ic.error, "contradict"), "%s", ic.error);
+    ic.patch_size = 4; ic.pooling_kernel_size = 2;
+    CHECK(g4_image_config_check(&ic, &cfg) == G4_OK, "%s", ic.error);
+    ic = g4_image_config_init();
+    CHECK(g4_image_target_size(&ic, 0, 5, &th, &tw) == G4_ERR_INPUT, "zero height");
+    CHECK(g4_image_target_size(&ic, 40000, 5, &th, &tw) == G4_ERR_INPUT, "huge height");
+    CHECK(g4_image_target_size(&ic, 20000, 20000, &th, &tw) == G4_ERR_INPUT, "huge area");
+    CHECK(g4_image_scratch_size(&ic, 0, 0) == 0, "scratch of nothing");
+    CHECK(g4_image_preprocess(&ic, px, 2, 2, 2, NULL, 0, pv, pos, &n) == G4_ERR_INPUT && strstr(ic.error, "channels"), "%s", ic.error);
+    CHECK(g4_image_preprocess(&ic, px, 2, 2, 3, px, 1, pv, pos, &n) == G4_ERR_ARENA, "scratch too small");
+}
+
 int main(int argc, char **argv) {
     (void)g_tmp;
     int i;
@@ -431,5 +598,9 @@ int main(int argc, char **argv) {
     run("merge: final norm rows of case 0", test_norm_rows);
     run("merge: chunked steps and two calls give the same logits", test_chunks);
     run("merge: bad input is an error", test_errors);
+    run("image processor: target sizes as get_aspect_ratio_preserving_size", test_target_sizes);
+    run("image processor: pixel_values bit for bit (torchvision backend; up, none, RGBA, down, 6x200), positions, ids as "
+        "Gemma4Processor", test_image_processor);
+    run("image processor: processor_config.json refusals, a processor contradicting the model", test_image_config);
     return finish();
 }

@@ -8,12 +8,14 @@ models and the real Gemma4Processor (torchvision backend, transformers' default 
     data/vision/processor/        processor_config.json, tokenizer.json, tokenizer_config.json
                                   (save_pretrained of the Gemma4Processor used below)
     data/vision/processor.safetensors
-        image.<k>          I32 [h, w, c]   the input images' pixels (c = 3, or 4 for RGBA)
+        image.<k>          I16 [h, w, c]   the input images' pixels (c = 3, or 4 for RGBA)
         pixel_values.<c>   F32 [n_img, max_patches, 3 p^2]   the processor's output for case c
         positions.<c>      I32 [n_img, max_patches, 2]       image_position_ids (x, y; -1 padding)
         ids.<c>            I32 [S]                           input_ids
         mm_types.<c>       I32 [S]                           mm_token_type_ids
                            (cases 0-2; case 3's are cases 0 and 1's, as the script checks)
+        pixel_values_x.<k>, positions_x.<k>  images 3 (77x101 RGB, shrinks) and 4 (6x200 RGBA): the
+                           processor's output for the real patches (no model runs them)
     data/vision/<model>/config.json, model.safetensors
     data/vision/<model>/golden.safetensors
         soft.<c>           F32 [n_soft, H_text]  get_image_features(...).pooler_output, the images' soft
@@ -143,7 +145,9 @@ def make_images():
     c[..., 3] = np.clip(np.linspace(0, 255, 60)[None, :] + rng.normal(0, 40, (40, 60)), 0, 255).astype(np.uint8)
     c[:5, :, 3] = 0    # fully transparent rows
     c[-5:, :, 3] = 255  # fully opaque rows
-    return [a, b, c]
+    d = smooth(77, 101, 3)  # processor only: shrinks (56 x 72)
+    e = smooth(6, 200, 4)   # processor only: an extreme aspect ratio, RGBA (8 x 280)
+    return [a, b, c, d, e]
 
 
 CASES = [  # (text, images by index)
@@ -262,7 +266,7 @@ def main():
 
     images = make_images()
     pimg = [Image.fromarray(a, "RGBA" if a.shape[2] == 4 else "RGB") for a in images]
-    pg = {f"image.{k}": torch.from_numpy(a.astype(np.int32)) for k, a in enumerate(images)}
+    pg = {f"image.{k}": torch.from_numpy(a.astype(np.int16)) for k, a in enumerate(images)}
     case_inputs, backends = [], []
     for c, (text, idx) in enumerate(CASES):
         inp = proc(text=[text], images=[[pimg[i] for i in idx]], return_tensors="pt")
@@ -281,6 +285,12 @@ def main():
                         f"{d.max().item() * 255:.3f}/255; {(d > 0.5 / 255).float().mean().item() * 100:.2f}% of values differ "
                         f"by >= 1/255, {((d > 0) & (d < 1e-6)).float().mean().item() * 100:.2f}% in the last bits only")
         print(backends[-1])
+    for k in (3, 4):  # images for the processor alone: the real patches' rows only
+        x = proc.image_processor([pimg[k]], return_tensors="pt")
+        real = int((x["image_position_ids"][0, :, 0] >= 0).sum())
+        pg[f"pixel_values_x.{k}"] = x["pixel_values"][0, :real].float().contiguous()
+        pg[f"positions_x.{k}"] = x["image_position_ids"][0, :real].to(torch.int32).contiguous()
+        print(f"image {k}: {images[k].shape} -> {real} patches")
     save_file(pg, os.path.join(args.out, "processor.safetensors"))
 
     summary = []
