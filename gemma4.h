@@ -5616,19 +5616,17 @@ static void g4__vattn_part(void *ctx, int part, int n_parts) {
             int kvh = h / (NH / KVH);
             for (k = 0; k < n; k++) {
                 const float *key = vs->k + ((size_t)k * KVH + kvh) * D;
-                float acc = 0.0f;
+                float acc;
                 if (j->pos[2 * k] == -1 && j->pos[2 * k + 1] == -1) { sc[k] = -INFINITY; continue; }
-                for (d = 0; d < D; d++) acc += q[d] * key[d];
-                sc[k] = acc;
+                sc[k] = acc = g4__dot(q, key, D); /* (the decoder's SIMD dot) */
                 if (acc > mx) mx = acc;
             }
             for (k = 0; k < n; k++) { sc[k] = sc[k] == -INFINITY ? 0.0f : expf(sc[k] - mx); sum += sc[k]; }
             for (d = 0; d < D; d++) out[d] = 0.0f;
             for (k = 0; k < n; k++) {
                 const float *val = vs->v + ((size_t)k * KVH + kvh) * D;
-                float p = sc[k] / sum;
                 if (sc[k] == 0.0f) continue;
-                for (d = 0; d < D; d++) out[d] += p * val[d];
+                g4__axpy(out, sc[k] / sum, val, D);
             }
         }
 }

@@ -266,6 +266,33 @@ static void test_chunks(void) {
     fixture_close(&f);
 }
 
+/* threads split the tower's work, never change a bit */
+static void test_threads(void) {
+    fixture f;
+    g4_pool *pool = NULL;
+    g4_vision_session vs3;
+    g4_vision_session_config vc;
+    void *arena;
+    size_t bytes;
+    float a[160 * 64], b[160 * 64];
+    int na = 0, nb = 0;
+    if (!fixture_open(&f, "e2b_mm", NULL, NULL)) { fixture_close(&f); return; }
+    if (g4_pool_create(&pool, 3) != G4_OK) { skip("no threads in this build"); fixture_close(&f); return; }
+    memset(&vc, 0, sizeof vc);
+    vc.max_patches = 280;
+    vc.pool = pool;
+    CHECK(g4_vision_session_size(&f.m, &vc, &bytes) == G4_OK, "size");
+    arena = malloc(bytes);
+    CHECK(g4_vision_session_init(&vs3, &f.m, &vc, arena, bytes) == G4_OK, "%s", vs3.error);
+    encode_case(&f.vs, &f.pg, 3, a, &na);
+    encode_case(&vs3, &f.pg, 3, b, &nb);
+    CHECK(na == nb && na > 0 && memcmp(a, b, sizeof(float) * (size_t)na * f.m.config.hidden_size) == 0,
+          "3 threads: %d soft tokens, one thread %d, max difference %.3g", nb, na, max_diff(a, b, (size_t)na * 32));
+    free(arena);
+    g4_pool_free(pool);
+    fixture_close(&f);
+}
+
 /* the final norm of case 0 (every row) */
 static void test_norm_rows(void) {
     int k;
@@ -594,6 +621,7 @@ int main(int argc, char **argv) {
     run("vision: a checkpoint without a tower loads; the tower refuses", test_no_tower);
     run("vision tower: every tap against transformers (e2b_mm, 31b_mm)", test_taps);
     run("vision tower: soft tokens of 4 cases (resize, none, RGBA, two images)", test_soft_tokens);
+    run("vision tower: a 3-thread pool gives the same bits", test_threads);
     run("merge: logits with images, one call (e2b_mm, 31b_mm)", test_logits);
     run("merge: final norm rows of case 0", test_norm_rows);
     run("merge: chunked steps and two calls give the same logits", test_chunks);
