@@ -55,6 +55,7 @@ static int load_model(g4_model *m, const char *dir) {
     return 0;
 }
 #include "train.h"
+#include "image.h"
 
 /* "2,818,1010" -> ids; returns the count, or -1 with a message. */
 static int parse_ids(const char *s, int32_t **out) {
@@ -1027,6 +1028,7 @@ static const struct {
                                "[--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--max-tokens N] [--ctx N]\n"
                                "[--tokenizer PATH] [--bf16] [--drafter DRAFTER_DIR [--draft-tokens K]]"},
     {"chat", cmd_chat, "DIR [--system S] [--think] [--bf16] [sampling and --drafter flags as generate]"},
+    {"image", g4img_cmd_image, "DIR IMAGE.png|jpg --out FILE [--processor DIR]"},
 };
 #define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
 

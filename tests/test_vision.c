@@ -14,10 +14,14 @@
        amplifies the tower's 3e-6 to 1.2e-4 on some rows, while the logits stay
        within 4.3e-5 x max|logit|).
    Usage: test_vision [DATA_DIR] [-k NAME] */
+#define _POSIX_C_SOURCE 200809L /* getpid */
 #define GEMMA4_IMPLEMENTATION
 #include "../gemma4.h"
 #include "harness.h"
 #include "fixtures.h"
+#define G4_IMAGE_NO_CLI /* (the decoders and the pipeline, not the command) */
+#include "../examples/image.h"
+#include <unistd.h>
 
 static const char *vdir(const char *name) { return path2(g_data, path2("vision", name)); }
 
@@ -610,6 +614,63 @@ static void test_image_config(void) {
     CHECK(g4_image_preprocess(&ic, px, 2, 2, 3, px, 1, pv, pos, &n) == G4_ERR_ARENA, "scratch too small");
 }
 
+/* the CLI's decoders (libpng, libjpeg) give the pixels PIL gives; a file through
+   decoding, the processor and the tower gives transformers' soft tokens */
+static void test_image_files(void) {
+    golden pg;
+    fixture f;
+    uint8_t *px = NULL;
+    int h, w, ch, k;
+    int64_t n;
+    const g4_tensor *t;
+    if (!vgolden(&pg, NULL, "processor.safetensors")) { CHECK(0, "golden"); return; }
+    for (k = 0; k < 3; k++) {
+        static const char *files[3] = {"images/a.png", "images/c.png", "images/a.jpg"};
+        static const char *keys[3] = {"image.0", "image.2", "jpeg_pixels.a"};
+        size_t i, bad = 0;
+        t = g4_model_tensor(&pg.m, keys[k]);
+        if (g4img_read(vdir(files[k]), &px, &h, &w, &ch) != 0 || !t) { CHECK(0, "%s", files[k]); continue; }
+        n = (int64_t)h * w * ch;
+        CHECK(t->ndim == 3 && t->shape[0] == h && t->shape[1] == w && t->shape[2] == ch, "%s: %d x %d x %d", files[k], h, w, ch);
+        if (t->ndim == 3 && t->shape[0] * t->shape[1] * t->shape[2] == n)
+            for (i = 0; i < (size_t)n; i++) bad += px[i] != (uint8_t)((const int16_t *)t->data)[i];
+        CHECK(bad == 0, "%s: %zu of %lld values differ from PIL's", files[k], bad, (long long)n);
+        free(px);
+        px = NULL;
+    }
+    CHECK(g4img_read(vdir("processor/processor_config.json"), &px, &h, &w, &ch) == 1 && !px, "not an image");
+    CHECK(g4img_read(vdir("nonexistent.png"), &px, &h, &w, &ch) == 1, "missing file");
+    { /* truncated files are errors, as PIL's */
+        static const char *files[2] = {"images/a.png", "images/a.jpg"};
+        for (k = 0; k < 2; k++) {
+            FILE *in = fopen(vdir(files[k]), "rb"), *out;
+            char buf[4096], tmp[64];
+            size_t got = in ? fread(buf, 1, sizeof buf, in) : 0;
+            snprintf(tmp, sizeof tmp, "/tmp/g4_trunc_%d_%d%s", (int)getpid(), k, k ? ".jpg" : ".png");
+            if (in) fclose(in);
+            if ((out = fopen(tmp, "wb")) != NULL) { fwrite(buf, 1, got / 2, out); fclose(out); }
+            CHECK(got > 100 && g4img_read(tmp, &px, &h, &w, &ch) == 1 && !px, "%s cut in half", files[k]);
+            remove(tmp);
+        }
+    }
+    g4_model_free(&pg.m);
+    if (fixture_open(&f, "e2b_mm", NULL, NULL)) {
+        g4img_ctx c;
+        float soft[80 * 32];
+        int n_soft = 0;
+        int64_t ng;
+        const float *gold = golden_f32(&f.gold, "soft.0", &ng);
+        CHECK(g4img_open(&c, &f.m, vdir("e2b_mm"), NULL) == 1, "e2b_mm has no processor_config.json of its own: defaults, "
+              "which contradict its patch_size");
+        if (g4img_open(&c, &f.m, vdir("processor"), NULL) == 0) {
+            CHECK(g4img_encode_file(&c, vdir("images/a.png"), soft, &n_soft, 32) == 0 && gold && (int64_t)n_soft * 32 == ng &&
+                      rel_diff(soft, gold, (size_t)ng) <= 1e-4, "a.png: %d soft tokens", n_soft);
+            g4img_close(&c);
+        } else CHECK(0, "g4img_open");
+    }
+    fixture_close(&f);
+}
+
 int main(int argc, char **argv) {
     (void)g_tmp;
     int i;
@@ -630,5 +691,6 @@ int main(int argc, char **argv) {
     run("image processor: pixel_values bit for bit (torchvision backend; up, none, RGBA, down, 6x200), positions, ids as "
         "Gemma4Processor", test_image_processor);
     run("image processor: processor_config.json refusals, a processor contradicting the model", test_image_config);
+    run("image files: PNG (RGB, RGBA) and JPEG decode as PIL decodes them; a file to soft tokens", test_image_files);
     return finish();
 }

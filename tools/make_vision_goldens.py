@@ -7,6 +7,7 @@ models and the real Gemma4Processor (torchvision backend, transformers' default 
 
     data/vision/processor/        processor_config.json, tokenizer.json, tokenizer_config.json
                                   (save_pretrained of the Gemma4Processor used below)
+    data/vision/images/           a.png (image 0), c.png (image 2, RGBA), a.jpg (image 0, quality 90)
     data/vision/processor.safetensors
         image.<k>          I16 [h, w, c]   the input images' pixels (c = 3, or 4 for RGBA)
         pixel_values.<c>   F32 [n_img, max_patches, 3 p^2]   the processor's output for case c
@@ -14,6 +15,7 @@ models and the real Gemma4Processor (torchvision backend, transformers' default 
         ids.<c>            I32 [S]                           input_ids
         mm_types.<c>       I32 [S]                           mm_token_type_ids
                            (cases 0-2; case 3's are cases 0 and 1's, as the script checks)
+        jpeg_pixels.a      I16 [37, 50, 3]  PIL's decoding of images/a.jpg (libjpeg-turbo)
         pixel_values_x.<k>, positions_x.<k>  images 3 (77x101 RGB, shrinks) and 4 (6x200 RGBA): the
                            processor's output for the real patches (no model runs them)
     data/vision/<model>/config.json, model.safetensors
@@ -54,6 +56,7 @@ import shutil
 
 import numpy as np
 import PIL
+import PIL.features
 import safetensors
 import tokenizers
 import torch
@@ -266,6 +269,15 @@ def main():
 
     images = make_images()
     pimg = [Image.fromarray(a, "RGBA" if a.shape[2] == 4 else "RGB") for a in images]
+    # image files for the CLI's decoders: images 0 (RGB) and 2 (RGBA) as PNG, image 0 as JPEG
+    idir = os.path.join(args.out, "images")
+    os.makedirs(idir, exist_ok=True)
+    pimg[0].save(os.path.join(idir, "a.png"), optimize=False)
+    pimg[2].save(os.path.join(idir, "c.png"), optimize=False)
+    pimg[0].save(os.path.join(idir, "a.jpg"), quality=90)
+    jpeg_pixels = np.array(Image.open(os.path.join(idir, "a.jpg")).convert("RGB"))
+    assert np.array_equal(np.array(Image.open(os.path.join(idir, "a.png"))), images[0])
+    assert np.array_equal(np.array(Image.open(os.path.join(idir, "c.png"))), images[2])
     pg = {f"image.{k}": torch.from_numpy(a.astype(np.int16)) for k, a in enumerate(images)}
     case_inputs, backends = [], []
     for c, (text, idx) in enumerate(CASES):
@@ -285,6 +297,7 @@ def main():
                         f"{d.max().item() * 255:.3f}/255; {(d > 0.5 / 255).float().mean().item() * 100:.2f}% of values differ "
                         f"by >= 1/255, {((d > 0) & (d < 1e-6)).float().mean().item() * 100:.2f}% in the last bits only")
         print(backends[-1])
+    pg["jpeg_pixels.a"] = torch.from_numpy(jpeg_pixels.astype(np.int16))  # what PIL decodes images/a.jpg to
     for k in (3, 4):  # images for the processor alone: the real patches' rows only
         x = proc.image_processor([pimg[k]], return_tensors="pt")
         real = int((x["image_position_ids"][0, :, 0] >= 0).sum())
@@ -350,7 +363,7 @@ def main():
 
     with open(os.path.join(args.out, "VERSIONS.txt"), "w") as f:
         f.write(f"torch {torch.__version__}\ntransformers {transformers.__version__}\ntorchvision {torchvision.__version__}\n"
-                f"pillow {PIL.__version__}\nsafetensors {safetensors.__version__}\ntokenizers {tokenizers.__version__}\n"
+                f"pillow {PIL.__version__} (libjpeg-turbo {PIL.features.version('libjpeg_turbo')}, zlib {PIL.features.version('zlib')})\nsafetensors {safetensors.__version__}\ntokenizers {tokenizers.__version__}\n"
                 f"numpy {np.__version__}\npython {platform.python_version()}\nplatform {platform.platform()}\n"
                 f"date {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M:%S')} UTC\n"
                 f"command venv/bin/python tools/make_vision_goldens.py\n"
