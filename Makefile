@@ -118,7 +118,7 @@ SAN_SIMD      = build/test_gemma4_san_emu $(if $(HAS_AVX2),build/test_gemma4_san
 # libFuzzer harnesses (clang): make fuzz FUZZ_SECONDS=60 runs each in turn.
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
-FUZZERS       = json safetensors index template adapter tokenizer wav
+FUZZERS       = json safetensors index template adapter tokenizer wav image
 FUZZ_FLAGS    = -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 build/fuzz_%: tests/fuzz/fuzz_%.c gemma4.h gemma4_processing.h | build

@@ -10,17 +10,22 @@
      g4_decode_next streams text, g4_template_* render the checkpoint's own
      chat template (a Jinja subset interpreter, exactly as transformers'
      apply_chat_template), g4_chat_encode writes the built-in Gemma 4 chat
-     layout (for checkpoints without a template). The model never calls any of
-     it; the sampler and speculative decoding stay in gemma4.h.
+     layout (for checkpoints without a template), g4_image_preprocess turns
+     decoded pixels into the vision tower's patches as Gemma4ImageProcessor
+     does and g4_mm_expand_images expands the image placeholders as
+     Gemma4Processor does. The model never calls any of it; the sampler and speculative decoding stay in gemma4.h.
 
    MAP
      Every section starts with a banner that ends in ">>name". In order:
-       >>api             the declarations: tokenizer, chat, template
+       >>api             the declarations: tokenizer, chat, template, image processor
        >>implementation  compiled only with GEMMA4_IMPLEMENTATION
        >>tokenizer       tokenizer.json; >>encoding, >>decoding
        >>chat            the Gemma 4 chat layout (the fallback without a template)
        >>template        chat templates: a Jinja subset interpreter (lexer, parser,
                          Python values, renderer) behind g4_template_*
+       >>image_processing Gemma4ImageProcessor (torchvision backend), bit for bit:
+                         processor_config.json, target size, resize, patches;
+                         the processor's placeholder expansion
 
    INTEGRATION
      Include gemma4.h first (this header refuses to compile without it); one
@@ -294,6 +299,55 @@ G4_API g4_result g4_template_continue(const g4_template *t, const g4_tokenizer *
                                       size_t len, const g4_template_options *o, int32_t **ids, size_t *n_ids,
                                       char *err);
 G4_API void g4_template_free_output(void *p);
+
+/* ------------------------------------------------------- image processor */
+/* Gemma4ImageProcessor (transformers' torchvision backend, its default), bit
+   for bit: RGBA composited onto white as PIL's alpha_composite does it, the
+   aspect-preserving target size, torch's uint8 antialiased bicubic resize
+   (the integer kernel torchvision uses for uint8 images on the CPU), rescale
+   (k * float32(rescale_factor)), patchify, positions, padding. The settings
+   come from processor_config.json ("image_processor") or
+   preprocessor_config.json; absent ones take Gemma4ImageProcessor's defaults. */
+typedef struct {
+    int patch_size;              /* 16 */
+    int max_soft_tokens;         /* 280: one of 70, 140, 280, 560, 1120 */
+    int pooling_kernel_size;     /* 3 */
+    int do_resize, do_rescale, do_convert_rgb; /* true, true, true */
+    float rescale_factor;        /* 1/255 */
+    int image_seq_length;        /* the processor's (280); informational */
+    char error[G4_ERROR_MAX];
+} g4_image_config;
+
+G4_API g4_image_config g4_image_config_init(void);  /* Gemma4ImageProcessor's defaults */
+/* processor_config.json or preprocessor_config.json text; `name` labels messages.
+   Refused, naming the field: do_normalize true, a resample other than 3
+   (bicubic), max_soft_tokens outside the five, sizes out of range. */
+G4_API g4_result g4_image_config_parse(g4_image_config *ic, const char *json, size_t len, const char *name);
+/* PATH: a file, or a directory holding processor_config.json (else
+   preprocessor_config.json; with neither, the defaults). */
+G4_API g4_result g4_image_config_load(g4_image_config *ic, const char *path);
+/* G4_ERR_CONFIG when the processor contradicts the model's vision_config
+   (patch_size, pooling_kernel_size). (An image whose grid is wider than the
+   position table is refused by g4_vision_encode, where transformers fails.) */
+G4_API g4_result g4_image_config_check(g4_image_config *ic, const g4_config *c);
+/* get_aspect_ratio_preserving_size: the size an image of height x width becomes. */
+G4_API g4_result g4_image_target_size(g4_image_config *ic, int height, int width, int *target_height, int *target_width);
+/* Scratch bytes g4_image_preprocess needs for such an image (0 on bad sizes). */
+G4_API size_t g4_image_scratch_size(const g4_image_config *ic, int height, int width);
+/* One image: pixels [height][width][channels] (3: RGB, 4: RGBA; 8 bits) ->
+   pixel_values [max_patches][3 p^2] and positions [max_patches][2] (x, y; -1
+   padding), max_patches = max_soft_tokens * k^2; *n_soft: its soft tokens
+   (the placeholder run's length). Dimensions up to 32768 a side and 2^28
+   pixels; scratch at least g4_image_scratch_size bytes, 8-byte aligned. */
+G4_API g4_result g4_image_preprocess(g4_image_config *ic, const uint8_t *pixels, int height, int width, int channels,
+                                     void *scratch, size_t scratch_bytes, float *pixel_values, int32_t *positions,
+                                     int *n_soft);
+/* Gemma4Processor's expansion: every image_token_id in ids becomes boi_token_id,
+   n_soft[k] x image_token_id, eoi_token_id (k counts the images). *n_out: the
+   ids written; G4_ERR_INPUT (message in err) when the count of images differs
+   from n_images or cap is too small (*n_out: the length needed). */
+G4_API g4_result g4_mm_expand_images(const g4_config *c, const int32_t *ids, int n, const int *n_soft, int n_images,
+                                     int32_t *out, size_t cap, size_t *n_out, char *err);
 
 #ifdef __cplusplus
 }
@@ -5687,6 +5741,390 @@ G4__DEF g4_result g4_template_continue(const g4_template *t, const g4_tokenizer 
                                        size_t len, const g4_template_options *o, int32_t **ids, size_t *n_ids,
                                        char *err) {
     return g4__template_encode(t, tok, chat_json, len, o, ids, n_ids, err, 1, "g4_template_continue");
+}
+
+/* ------------------------------------------ image processor >>image_processing */
+/* Gemma4ImageProcessor (image_processing_gemma4.py) with transformers'
+   torchvision backend: convert_to_rgb (PIL's alpha_composite onto white),
+   aspect_ratio_preserving_resize (torchvision's resize of a uint8 image:
+   ATen's antialiased bicubic uint8 kernel, integer arithmetic), rescale,
+   convert_image_to_patches, the position grid, pad_along_first_dim. The PIL
+   backend (Gemma4ImageProcessorPil) resamples with 22-bit weights where ATen
+   uses 16-bit ones: 0.04-0.67% of resized values differ by 1/255 (docs/vision.md). */
+
+G4__DEF g4_image_config g4_image_config_init(void) {
+    g4_image_config ic;
+    memset(&ic, 0, sizeof ic);
+    ic.patch_size = 16;
+    ic.max_soft_tokens = 280;
+    ic.pooling_kernel_size = 3;
+    ic.do_resize = ic.do_rescale = ic.do_convert_rgb = 1;
+    ic.rescale_factor = (float)(1.0 / 255.0);
+    ic.image_seq_length = 280;
+    return ic;
+}
+
+G4__DEF g4_result g4_image_config_parse(g4_image_config *ic, const char *json, size_t len, const char *name) {
+    g4__json j;
+    g4__cfg c;
+    g4_result r;
+    int n, resample, norm;
+    if (!ic) return G4_ERR_INPUT;
+    *ic = g4_image_config_init();
+    if (!name) name = "processor_config.json";
+    if (!json) { g4__seterr(ic->error, "%s: NULL text", name); return G4_ERR_INPUT; }
+    if ((r = g4__json_parse_python(&j, json, len, name, ic->error)) != G4_OK) return r;
+    c.j = &j; c.obj = 0; c.name = name; c.scope = ""; c.err = ic->error;
+#define G4__TRY(x) do { if ((r = (x)) != G4_OK) goto done; } while (0)
+    if (j.nodes[0].type != G4__JOBJ) {
+        g4__seterr(ic->error, "%s: the top level must be a JSON object", name);
+        r = G4_ERR_CONFIG;
+        goto done;
+    }
+    G4__TRY(g4__cfg_int(&c, "image_seq_length", &ic->image_seq_length, 280, 0, 1, 1 << 20));
+    n = g4__jget(&j, 0, "image_processor");
+    if (n >= 0 && j.nodes[n].type != G4__JNULL) { /* processor_config.json: the image processor's own object */
+        if (j.nodes[n].type != G4__JOBJ) {
+            g4__seterr(ic->error, "%s: field 'image_processor' must be an object", name);
+            r = G4_ERR_CONFIG;
+            goto done;
+        }
+        c.obj = n;
+        c.scope = "image_processor.";
+    }
+    G4__TRY(g4__cfg_int(&c, "patch_size", &ic->patch_size, 16, 0, 1, 1024));
+    G4__TRY(g4__cfg_int(&c, "max_soft_tokens", &ic->max_soft_tokens, 280, 0, 1, 1120));
+    G4__TRY(g4__cfg_int(&c, "pooling_kernel_size", &ic->pooling_kernel_size, 3, 0, 1, 64));
+    G4__TRY(g4__cfg_bool(&c, "do_resize", &ic->do_resize, 1));
+    G4__TRY(g4__cfg_bool(&c, "do_rescale", &ic->do_rescale, 1));
+    G4__TRY(g4__cfg_bool(&c, "do_convert_rgb", &ic->do_convert_rgb, 1));
+    G4__TRY(g4__cfg_bool(&c, "do_normalize", &norm, 0));
+    G4__TRY(g4__cfg_float(&c, "rescale_factor", &ic->rescale_factor, (float)(1.0 / 255.0), 1e-30, 1e30));
+    G4__TRY(g4__cfg_int(&c, "resample", &resample, 3, 0, 0, 5));
+#undef G4__TRY
+    if (ic->max_soft_tokens != 70 && ic->max_soft_tokens != 140 && ic->max_soft_tokens != 280 &&
+        ic->max_soft_tokens != 560 && ic->max_soft_tokens != 1120) { /* _SUPPORTED_SOFT_TOKENS */
+        g4__seterr(ic->error, "%s: field '%smax_soft_tokens' is %d; Gemma4ImageProcessor accepts 70, 140, 280, 560 or 1120",
+                   name, c.scope, ic->max_soft_tokens);
+        r = G4_ERR_CONFIG;
+    } else if (norm) {
+        g4__seterr(ic->error, "%s: field '%sdo_normalize' is true; Gemma 4 images are not normalised (gemma4.h supports "
+                   "only false)", name, c.scope);
+        r = G4_ERR_CONFIG;
+    } else if (resample != 3) {
+        g4__seterr(ic->error, "%s: field '%sresample' is %d; gemma4.h supports only 3 (bicubic)", name, c.scope, resample);
+        r = G4_ERR_CONFIG;
+    }
+done:
+    g4__json_free(&j);
+    return r;
+}
+
+G4__DEF g4_result g4_image_config_load(g4_image_config *ic, const char *path) {
+    char *text = NULL, *p = NULL;
+    size_t len;
+    g4_result r;
+    if (!ic) return G4_ERR_INPUT;
+    *ic = g4_image_config_init();
+    if (!path) { g4__seterr(ic->error, "NULL path"); return G4_ERR_INPUT; }
+    if (strlen(path) > 5 && strcmp(path + strlen(path) - 5, ".json") == 0) {
+        if ((r = g4__read_file(path, &text, &len, 16u << 20, ic->error)) != G4_OK) return r;
+        r = g4_image_config_parse(ic, text, len, path);
+        G4_FREE(text);
+        return r;
+    }
+    if (!(p = g4__join(path, "processor_config.json"))) { g4__seterr(ic->error, "out of memory"); return G4_ERR_NOMEM; }
+    if (!g4__exists(p)) {
+        G4_FREE(p);
+        if (!(p = g4__join(path, "preprocessor_config.json"))) { g4__seterr(ic->error, "out of memory"); return G4_ERR_NOMEM; }
+        if (!g4__exists(p)) { G4_FREE(p); return G4_OK; } /* neither: the defaults */
+    }
+    r = g4__read_file(p, &text, &len, 16u << 20, ic->error);
+    if (r == G4_OK) r = g4_image_config_parse(ic, text, len, p);
+    G4_FREE(text);
+    G4_FREE(p);
+    return r;
+}
+
+G4__DEF g4_result g4_image_config_check(g4_image_config *ic, const g4_config *c) {
+    const g4_vision_config *v;
+    if (!ic) return G4_ERR_INPUT;
+    if (!c || !c->vision.present) { g4__seterr(ic->error, "the model has no vision_config"); return G4_ERR_CONFIG; }
+    v = &c->vision;
+    if (ic->patch_size != v->patch_size || ic->pooling_kernel_size != v->pooling_kernel_size) {
+        g4__seterr(ic->error, "the image processor's patch_size %d and pooling_kernel_size %d contradict the model's "
+                   "vision_config (%d, %d)", ic->patch_size, ic->pooling_kernel_size, v->patch_size, v->pooling_kernel_size);
+        return G4_ERR_CONFIG;
+    }
+    return G4_OK;
+}
+
+#define G4__IMG_MAX_SIDE 32768
+#define G4__IMG_MAX_PIXELS ((int64_t)1 << 28)
+
+static g4_result g4__img_check(g4_image_config *ic, int h, int w) {
+    if (h < 1 || w < 1 || h > G4__IMG_MAX_SIDE || w > G4__IMG_MAX_SIDE || (int64_t)h * w > G4__IMG_MAX_PIXELS) {
+        g4__seterr(ic->error, "image of %d x %d pixels: each side must be 1 .. %d and the area at most 2^28", w, h,
+                   G4__IMG_MAX_SIDE);
+        return G4_ERR_INPUT;
+    }
+    if (ic->patch_size < 1 || ic->pooling_kernel_size < 1 || ic->max_soft_tokens < 1 || ic->patch_size > 1024 ||
+        ic->pooling_kernel_size > 64 || ic->max_soft_tokens > 1120) {
+        g4__seterr(ic->error, "image processor settings out of range (patch_size %d, pooling_kernel_size %d, max_soft_tokens %d)",
+                   ic->patch_size, ic->pooling_kernel_size, ic->max_soft_tokens);
+        return G4_ERR_CONFIG;
+    }
+    return G4_OK;
+}
+
+G4__DEF g4_result g4_image_target_size(g4_image_config *ic, int height, int width, int *th, int *tw) {
+    int64_t max_patches, side, tph, tpw, max_side;
+    double factor, target_px;
+    g4_result r;
+    if (!ic || !th || !tw) return G4_ERR_INPUT;
+    if ((r = g4__img_check(ic, height, width)) != G4_OK) return r;
+    max_patches = (int64_t)ic->max_soft_tokens * ic->pooling_kernel_size * ic->pooling_kernel_size;
+    side = (int64_t)ic->pooling_kernel_size * ic->patch_size;
+    if (!ic->do_resize) {
+        if (height % side || width % side || (int64_t)(height / ic->patch_size) * (width / ic->patch_size) > max_patches) {
+            /* (transformers would go on, and its soft tokens would not match the placeholders) */
+            g4__seterr(ic->error, "do_resize is false, and an image of %d x %d is not whole %lld-pixel pooling blocks "
+                       "within max_soft_tokens", width, height, (long long)side);
+            return G4_ERR_INPUT;
+        }
+        *th = height; *tw = width;
+        return G4_OK;
+    }
+    /* get_aspect_ratio_preserving_size, in Python's doubles */
+    target_px = (double)max_patches * (double)ic->patch_size * (double)ic->patch_size;
+    factor = sqrt(target_px / ((double)height * (double)width));
+    tph = (int64_t)floor(factor * height / (double)side) * side;
+    tpw = (int64_t)floor(factor * width / (double)side) * side;
+    if (tph == 0 && tpw == 0) {
+        g4__seterr(ic->error, "an image of %d x %d resizes to 0 x 0 (sides must be multiples of %lld)", width, height,
+                   (long long)side);
+        return G4_ERR_INPUT;
+    }
+    max_side = max_patches / ((int64_t)ic->pooling_kernel_size * ic->pooling_kernel_size) * side;
+    if (tph == 0) {
+        tph = side;
+        tpw = (int64_t)floor((double)width / (double)height) * side;
+        if (tpw > max_side) tpw = max_side;
+    } else if (tpw == 0) {
+        tpw = side;
+        tph = (int64_t)floor((double)height / (double)width) * side;
+        if (tph > max_side) tph = max_side;
+    }
+    if ((double)tph * (double)tpw > target_px) {
+        g4__seterr(ic->error, "resizing %d x %d to %lld x %lld exceeds %lld patches", width, height, (long long)tpw,
+                   (long long)tph, (long long)max_patches);
+        return G4_ERR_INPUT;
+    }
+    *th = (int)tph; *tw = (int)tpw;
+    return G4_OK;
+}
+
+/* ATen's antialiased bicubic weights for one axis (in -> out), as its uint8
+   kernel makes them: per output the first input (bounds[2o]) and count
+   (bounds[2o+1]); doubles normalised to sum 1, then int16 at the largest
+   precision < 22 bits that keeps the largest weight below 2^15 (*prec). */
+static double g4__bicubic_aa(double x) { /* a = -0.5, as PIL */
+    const double a = -0.5;
+    if (x < 0.0) x = -x;
+    if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
+    if (x < 2.0) return (((x - 5.0) * x + 8.0) * x - 4.0) * a;
+    return 0.0;
+}
+
+static int g4__img_ksize(int in, int out) {
+    double scale = (double)in / out, support = scale >= 1.0 ? 2.0 * scale : 2.0;
+    return (int)ceil(support) * 2 + 1;
+}
+
+static void g4__img_weights(int in, int out, int ksize, int32_t *bounds, double *wd, int16_t *wi, int *prec) {
+    double scale = (double)in / out, support = scale >= 1.0 ? 2.0 * scale : 2.0, invscale = scale >= 1.0 ? 1.0 / scale : 1.0;
+    double wmax = 0.0;
+    int o, j, p;
+    for (o = 0; o < out; o++) {
+        double center = scale * (o + 0.5), total = 0.0, *w = wd + (size_t)o * ksize;
+        int64_t xmin = (int64_t)(center - support + 0.5), xmax = (int64_t)(center + support + 0.5);
+        if (xmin < 0) xmin = 0;
+        if (xmax > in) xmax = in;
+        bounds[2 * o] = (int32_t)xmin;
+        bounds[2 * o + 1] = (int32_t)(xmax - xmin);
+        for (j = 0; j < ksize; j++) w[j] = 0.0;
+        for (j = 0; j < xmax - xmin; j++) total += w[j] = g4__bicubic_aa((j + xmin - center + 0.5) * invscale);
+        if (total != 0.0)
+            for (j = 0; j < xmax - xmin; j++) { w[j] /= total; if (w[j] > wmax) wmax = w[j]; }
+    }
+    for (p = 0; p < 22; p++)
+        if ((int)(0.5 + wmax * (double)(1 << (p + 1))) >= (1 << 15)) break;
+    for (j = 0; j < out * ksize; j++) {
+        double v = wd[j] * (double)(1 << p);
+        wi[j] = (int16_t)(v < 0 ? (int)(-0.5 + v) : (int)(0.5 + v));
+    }
+    *prec = p;
+}
+
+/* One pass along an axis of [rows][in][3] (stride_in between neighbours of the
+   axis, step between rows) into [rows][out][3] */
+static void g4__img_pass(const uint8_t *src, uint8_t *dst, int rows, int in, int out, int along_rows, int other,
+                         const int32_t *bounds, const int16_t *wi, int ksize, int prec) {
+    int r, o, j, ch;
+    for (r = 0; r < rows; r++)
+        for (o = 0; o < out; o++)
+            for (ch = 0; ch < 3; ch++) {
+                int32_t acc = (int32_t)1 << (prec - 1);
+                const int16_t *w = wi + (size_t)o * ksize;
+                for (j = 0; j < bounds[2 * o + 1]; j++) {
+                    size_t at = along_rows ? ((size_t)(bounds[2 * o] + j) * other + r) * 3 : ((size_t)r * in + bounds[2 * o] + j) * 3;
+                    acc += (int32_t)src[at + ch] * w[j];
+                }
+                acc >>= prec;
+                dst[(along_rows ? ((size_t)o * other + r) : ((size_t)r * out + o)) * 3 + ch] =
+                    (uint8_t)(acc < 0 ? 0 : acc > 255 ? 255 : acc);
+            }
+    (void)in;
+}
+
+/* the scratch layout: rgb [h][w][3], horizontal [h][tw][3], resized [th][tw][3], weights */
+typedef struct { size_t rgb, hpass, out, bounds, wd, wi, total; } g4__img_layout;
+
+static int g4__img_layout_of(g4_image_config *ic, int h, int w, g4__img_layout *L, int *th, int *tw) {
+    int kh, kw, kmax, omax;
+    if (g4_image_target_size(ic, h, w, th, tw) != G4_OK) return 0;
+    kh = g4__img_ksize(h, *th); kw = g4__img_ksize(w, *tw);
+    kmax = kh > kw ? kh : kw;
+    omax = *th > *tw ? *th : *tw;
+    L->rgb = 0;
+    L->hpass = L->rgb + (((size_t)h * w * 3 + 7) & ~(size_t)7);
+    L->out = L->hpass + (((size_t)h * *tw * 3 + 7) & ~(size_t)7);
+    L->bounds = L->out + (((size_t)*th * *tw * 3 + 7) & ~(size_t)7);
+    L->wd = L->bounds + (((size_t)omax * 2 * sizeof(int32_t) + 7) & ~(size_t)7);
+    L->wi = L->wd + (size_t)omax * kmax * sizeof(double);
+    L->total = L->wi + (((size_t)omax * kmax * sizeof(int16_t) + 7) & ~(size_t)7);
+    return 1;
+}
+
+G4__DEF size_t g4_image_scratch_size(const g4_image_config *ic, int height, int width) {
+    g4_image_config tmp;
+    g4__img_layout L;
+    int th, tw;
+    if (!ic) return 0;
+    tmp = *ic;
+    return g4__img_layout_of(&tmp, height, width, &L, &th, &tw) ? L.total : 0;
+}
+
+G4__DEF g4_result g4_image_preprocess(g4_image_config *ic, const uint8_t *pixels, int height, int width, int channels,
+                                      void *scratch, size_t scratch_bytes, float *pixel_values, int32_t *positions,
+                                      int *n_soft) {
+    g4__img_layout L;
+    unsigned char *base = (unsigned char *)scratch;
+    uint8_t *rgb, *img;
+    int th, tw, p, k, ph, pw, max_patches, n, y, x, dy, dx, ch, prec;
+    size_t i, P;
+    g4_result r;
+    if (!ic) return G4_ERR_INPUT;
+    if (n_soft) *n_soft = 0;
+    if (!pixels || !pixel_values || !positions || !n_soft) {
+        g4__seterr(ic->error, "g4_image_preprocess: NULL pixels, pixel_values, positions or n_soft");
+        return G4_ERR_INPUT;
+    }
+    if (channels != 3 && channels != 4) {
+        g4__seterr(ic->error, "an image of %d channels: gemma4.h takes RGB (3) or RGBA (4)", channels);
+        return G4_ERR_INPUT;
+    }
+    if ((r = g4__img_check(ic, height, width)) != G4_OK) return r;
+    if (!g4__img_layout_of(ic, height, width, &L, &th, &tw)) return G4_ERR_INPUT;
+    if (!scratch || scratch_bytes < L.total || ((uintptr_t)scratch & 7)) {
+        g4__seterr(ic->error, "image scratch: %zu bytes at %p, need %zu, 8-byte aligned", scratch_bytes, scratch, L.total);
+        return G4_ERR_ARENA;
+    }
+    p = ic->patch_size; k = ic->pooling_kernel_size;
+    max_patches = ic->max_soft_tokens * k * k;
+    P = (size_t)3 * p * p;
+
+    /* convert_to_rgb: RGBA onto white, as PIL.Image.alpha_composite (7-bit coefficients) */
+    rgb = base + L.rgb;
+    for (i = 0; i < (size_t)height * width; i++) {
+        if (channels == 3) { memcpy(rgb + 3 * i, pixels + 3 * i, 3); continue; }
+        for (ch = 0; ch < 3; ch++) {
+            uint32_t sa = pixels[4 * i + 3], tmp = pixels[4 * i + ch] * (sa * 128) + 255u * ((255 - sa) * 128) + (0x80u << 7);
+            rgb[3 * i + ch] = (uint8_t)(((((tmp >> 8) + tmp) >> 8)) >> 7);
+        }
+    }
+    if (channels == 4 && !ic->do_convert_rgb) {
+        g4__seterr(ic->error, "do_convert_rgb is false: an RGBA image would keep 4 channels, which the tower cannot take");
+        return G4_ERR_INPUT;
+    }
+
+    /* aspect_ratio_preserving_resize: width first, then height, each only if it changes */
+    img = rgb;
+    if (tw != width) {
+        int32_t *bounds = (int32_t *)(void *)(base + L.bounds);
+        int ks = g4__img_ksize(width, tw);
+        g4__img_weights(width, tw, ks, bounds, (double *)(void *)(base + L.wd), (int16_t *)(void *)(base + L.wi), &prec);
+        g4__img_pass(img, base + L.hpass, height, width, tw, 0, 0, bounds, (int16_t *)(void *)(base + L.wi), ks, prec);
+        img = base + L.hpass;
+    }
+    if (th != height) {
+        int32_t *bounds = (int32_t *)(void *)(base + L.bounds);
+        int ks = g4__img_ksize(height, th);
+        g4__img_weights(height, th, ks, bounds, (double *)(void *)(base + L.wd), (int16_t *)(void *)(base + L.wi), &prec);
+        g4__img_pass(img, base + L.out, tw, height, th, 1, tw, bounds, (int16_t *)(void *)(base + L.wi), ks, prec);
+        img = base + L.out;
+    }
+
+    /* rescale, convert_image_to_patches ([ph][pw][dy][dx][c]), positions (x, y), padding */
+    ph = th / p; pw = tw / p; n = ph * pw;
+    for (y = 0; y < ph; y++)
+        for (x = 0; x < pw; x++) {
+            float *row = pixel_values + (size_t)(y * pw + x) * P;
+            for (dy = 0; dy < p; dy++)
+                for (dx = 0; dx < p; dx++)
+                    for (ch = 0; ch < 3; ch++) {
+                        uint8_t v = img[((size_t)(y * p + dy) * tw + (x * p + dx)) * 3 + ch];
+                        row[((size_t)dy * p + dx) * 3 + ch] = ic->do_rescale ? (float)v * ic->rescale_factor : (float)v;
+                    }
+            positions[2 * (y * pw + x)] = x;
+            positions[2 * (y * pw + x) + 1] = y;
+        }
+    memset(pixel_values + (size_t)n * P, 0, sizeof(float) * (size_t)(max_patches - n) * P);
+    for (i = (size_t)n; i < (size_t)max_patches; i++) positions[2 * i] = positions[2 * i + 1] = -1;
+    *n_soft = n / (k * k);
+    return G4_OK;
+}
+
+G4__DEF g4_result g4_mm_expand_images(const g4_config *c, const int32_t *ids, int n, const int *n_soft, int n_images,
+                                      int32_t *out, size_t cap, size_t *n_out, char *err) {
+    size_t need = 0;
+    int t, img = 0, j;
+    if (n_out) *n_out = 0;
+    if (!c || !ids || n < 0 || !n_out || (n_images > 0 && !n_soft)) { if (err) g4__seterr(err, "NULL argument"); return G4_ERR_INPUT; }
+    if (c->image_token_id < 0 || c->boi_token_id < 0 || c->eoi_token_id < 0) {
+        if (err) g4__seterr(err, "the config has no image_token_id, boi_token_id or eoi_token_id");
+        return G4_ERR_INPUT;
+    }
+    for (t = 0; t < n; t++) {
+        if (ids[t] != c->image_token_id) { need++; continue; }
+        if (img >= n_images || n_soft[img] < 1) break;
+        need += 2 + (size_t)n_soft[img++];
+    }
+    if (t < n || img != n_images) {
+        if (err) g4__seterr(err, "the ids hold %s%d image placeholders, but %d images were given%s", t < n ? "more than " : "",
+                           t < n ? img : img, n_images, t < n && img < n_images ? " (an image of no soft tokens)" : "");
+        return G4_ERR_INPUT;
+    }
+    *n_out = need;
+    if (need > cap || !out) { if (err) g4__seterr(err, "%zu ids do not fit in %zu", need, cap); return G4_ERR_INPUT; }
+    for (t = 0, img = 0, need = 0; t < n; t++) {
+        if (ids[t] != c->image_token_id) { out[need++] = ids[t]; continue; }
+        out[need++] = c->boi_token_id;
+        for (j = 0; j < n_soft[img]; j++) out[need++] = c->image_token_id;
+        out[need++] = c->eoi_token_id;
+        img++;
+    }
+    return G4_OK;
 }
 
 #endif /* GEMMA4_PROCESSING_IMPLEMENTATION_DONE */

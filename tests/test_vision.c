@@ -17,6 +17,7 @@
 #define _POSIX_C_SOURCE 200809L /* getpid */
 #define GEMMA4_IMPLEMENTATION
 #include "../gemma4.h"
+#include "../gemma4_processing.h"
 #include "harness.h"
 #include "fixtures.h"
 #define G4_IMAGE_NO_CLI /* (the decoders and the pipeline, not the command) */

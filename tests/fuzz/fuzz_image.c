@@ -9,6 +9,7 @@
    grid of n_soft k^2 patches followed by padding. */
 #define GEMMA4_IMPLEMENTATION
 #include "../../gemma4.h"
+#include "../../gemma4_processing.h"
 
 #include <stdlib.h>
 #include <string.h>
