@@ -124,6 +124,11 @@ def lib():
             "g4py_chat_encode": (C.c_int, [_P, C.POINTER(C.c_char_p), C.POINTER(C.c_char_p), C.c_int, C.c_int, _P,
                                            C.c_size_t, C.POINTER(C.c_size_t), _ERR]),
             "g4py_chat_is_stop": (C.c_int, [_P, C.c_int32]),
+            "g4py_decode_new": (_P, []),
+            "g4py_decode_free": (None, [_P]),
+            "g4py_decode_next": (C.c_int, [_P, _P, C.c_int32, C.c_int, C.POINTER(C.c_void_p), C.POINTER(C.c_size_t),
+                                           _ERR]),
+            "g4py_decode_flush": (C.c_int, [_P, C.POINTER(C.c_void_p), C.POINTER(C.c_size_t), _ERR]),
             "g4py_template_new": (C.c_int, [C.c_char_p, C.c_char_p, C.c_size_t, _P, C.POINTER(_P), _ERR]),
             "g4py_template_free": (None, [_P]),
             "g4py_template_apply": (C.c_int, [_P, _P, C.c_char_p, C.c_size_t, C.c_int, C.c_int,
@@ -204,8 +209,9 @@ class Model:
         self.bf16 = bool(bf16)
         if threads is None:
             threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        if not isinstance(threads, int) or threads < 1:
-            raise InputError(f"threads must be a positive integer, not {threads!r}")
+        if not isinstance(threads, (int, np.integer)) or not 1 <= threads <= 1024:
+            raise InputError(f"threads must be an integer in [1, 1024] (the pool's limit), not {threads!r}")
+        threads = int(threads)
         self.threads = threads
         h, err = C.c_void_p(), _errbuf()
         r = L.g4py_model_load(_path(path, "path"), None if adapter is None else _path(adapter, "adapter"),
@@ -501,6 +507,8 @@ class Session:
         self.model = model
         self.bf16 = model.bf16 if bf16 is None else bool(bf16)
         threads = model.threads if threads is None else threads
+        if not isinstance(threads, (int, np.integer)) or not 1 <= threads <= 1024:
+            raise InputError(f"threads must be an integer in [1, 1024] (the pool's limit), not {threads!r}")
         self._tap = _tap if _tap is not None else TAP_FN()
         h, err = C.c_void_p(), _errbuf()
         r = L.g4py_session_new(model._handle(), int(max_context), int(chunk or 0), int(self.bf16), int(bool(lora_bf16)),

@@ -450,6 +450,27 @@ G4PY_API int g4py_detokenize(const g4_tokenizer *t, const int32_t *ids, size_t n
     return g4py_ret(err, g4_detokenize(t, ids, n, flags, out, cap, len), "detokenize: the text does not fit");
 }
 
+/* Streaming decode (g4_decode_next / g4_decode_flush): the state is allocated here. */
+G4PY_API g4_decode_state *g4py_decode_new(void) { return (g4_decode_state *)calloc(1, sizeof(g4_decode_state)); }
+
+G4PY_API void g4py_decode_free(g4_decode_state *st) {
+    if (!st) return;
+    g4_decode_free(st);
+    free(st);
+}
+
+/* *piece: the text that id completes (often empty), valid until the next call on st */
+G4PY_API int g4py_decode_next(const g4_tokenizer *t, g4_decode_state *st, int32_t id, int flags, const char **piece,
+                              size_t *len, char *err) {
+    g4_result r = g4_decode_next(t, st, id, flags, piece, len);
+    if (r == G4_ERR_INPUT) return g4py_fail(err, r, "decode: id %ld is outside the vocabulary [0, %d)", (long)id, t->n_vocab);
+    return g4py_ret(err, r, "decode: out of memory");
+}
+
+G4PY_API int g4py_decode_flush(g4_decode_state *st, const char **piece, size_t *len, char *err) {
+    return g4py_ret(err, g4_decode_flush(st, piece, len), "decode: out of memory");
+}
+
 G4PY_API int g4py_chat_encode(const g4_tokenizer *t, const char *const *roles, const char *const *contents, int n_msgs,
                               int flags, int32_t *ids, size_t cap, size_t *n_ids, char *err) {
     g4_chat_message *msgs = (g4_chat_message *)calloc(n_msgs > 0 ? (size_t)n_msgs : 1, sizeof *msgs);

@@ -67,6 +67,11 @@ class Tokenizer:
             _raise(r, err)
         raise InputError("decode: the text kept growing")
 
+    def stream(self, skip_special_tokens=False):
+        """A DecodeStream: feed ids one by one, get the text they complete (valid UTF-8
+        pieces that concatenate to decode() of all the ids)."""
+        return DecodeStream(self, skip_special_tokens)
+
     def token_id(self, token):
         """The id of a token by its exact string, or None."""
         i = lib().g4py_token_id(self._handle(), token.encode() if isinstance(token, str) else token)
@@ -101,6 +106,46 @@ class Tokenizer:
     def close(self):
         if getattr(self, "_h", None) is not None:
             lib().g4py_tokenizer_free(self._h)
+            self._h = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class DecodeStream:
+    """Text as ids arrive (g4_decode_next): add(id) -> the piece it completes (often ""),
+    flush() -> the rest. Byte-token runs are held back until they are whole."""
+
+    def __init__(self, tokenizer, skip_special_tokens=False):
+        self.tokenizer = tokenizer
+        self.flags = SKIP_SPECIAL if skip_special_tokens else 0
+        self._h = lib().g4py_decode_new()
+        if not self._h:
+            raise MemoryError("gemma4: cannot allocate a decode state")
+
+    def _piece(self, r, p, n, err):
+        if r != 0:
+            _raise(r, err)
+        return C.string_at(p, n.value).decode("utf-8") if n.value else ""
+
+    def add(self, id):
+        if not isinstance(id, (int, np.integer)) or not -(2 ** 31) <= id < 2 ** 31:
+            raise InputError(f"decode: id {id!r} is not an int32")
+        p, n, err = C.c_void_p(), C.c_size_t(), _errbuf()
+        r = lib().g4py_decode_next(self.tokenizer._handle(), self._h, int(id), self.flags, C.byref(p), C.byref(n), err)
+        return self._piece(r, p, n, err)
+
+    def flush(self):
+        p, n, err = C.c_void_p(), C.c_size_t(), _errbuf()
+        r = lib().g4py_decode_flush(self._h, C.byref(p), C.byref(n), err)
+        return self._piece(r, p, n, err)
+
+    def close(self):
+        if getattr(self, "_h", None):
+            lib().g4py_decode_free(self._h)
             self._h = None
 
     def __del__(self):

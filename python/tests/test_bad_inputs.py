@@ -33,6 +33,9 @@ def test_bad_paths(tmp_path):
         gemma4.Model("a\0b")
     with pytest.raises(TypeError):
         gemma4.Model(42)
+    for bad in (0, -1, 1025, 2 ** 40, 1.5, "2"):
+        with pytest.raises(gemma4.InputError):
+            gemma4.Model(tiny("plain"), threads=bad)
 
 
 @pytest.mark.parametrize("edit,needle", [
@@ -161,6 +164,8 @@ def test_session_limits_and_recovery(m):
             m.session(max_context=bad)
     with pytest.raises(gemma4.InputError):
         m.session(max_context=8, chunk=-1)
+    with pytest.raises(gemma4.InputError):
+        m.session(max_context=8, threads=2 ** 40)
 
 
 def test_bad_labels(m):

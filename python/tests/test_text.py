@@ -36,8 +36,20 @@ def test_tokenizer_goldens(tok):
             assert tok.encode(row["text"], add_special_tokens=False).tolist() == row["ids"], row["text"]
             assert tok.encode(row["text"]).tolist() == row["ids_special"], row["text"]
             assert tok.decode(row["ids"]) == row["decoded"]
+            st = tok.stream()
+            assert "".join(st.add(i) for i in row["ids"]) + st.flush() == row["decoded"], "streamed decode"
             n_text += 1
     assert n_text >= 300 and n_dec >= 60
+
+
+def test_stream_holds_byte_runs(tok):
+    """A multi-byte character split over byte tokens comes out whole, once."""
+    ids = tok.encode("\u00e9\u2603 a", add_special_tokens=False).tolist()
+    st = tok.stream()
+    pieces = [st.add(i) for i in ids] + [st.flush()]
+    assert "".join(pieces) == tok.decode(ids) and all(p == "" or p.isprintable() or p == " " for p in pieces)
+    with pytest.raises(gemma4.InputError):
+        st.add(tok.vocab_size)
 
 
 def test_tokenizer_specials(tok):
