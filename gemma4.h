@@ -640,6 +640,8 @@ typedef struct g4_session {
                                   and partial sums, one buffer per thread */
     int pack_parts;
     unsigned epoch;            /* counts g4_session_reset calls (a drafter checks it) */
+    struct g4_train *train;    /* the training reference running this session: it takes the taps
+                                  by id (g4__tap); NULL otherwise */
     int replay;                /* g4_train's recompute re-running a layer: an owner layer projects its
                                   K/V (for the taps) but does not write its slot again */
     /* a drafter session (g4_drafter_init) only: slots and layer_slot point at
@@ -795,7 +797,7 @@ typedef struct {
     const g4_tensor *w;  /* the weight (in the model) */
 } g4_grad_entry;
 
-typedef struct {
+typedef struct g4_train {
     const g4_model *model;
     g4_train_config cfg;
     g4_session s;              /* the forward's session (max_context = max_chunk = max_seq) */
@@ -4511,26 +4513,61 @@ G4__DEF void g4_session_destroy(g4_session *s) {
    First the plumbing (taps, the session's threaded ops, the shared-KV table),
    then the modules, innermost first. */
 
-/* A tap's name (shared with the CUDA twin): "layers.<layer>.<what>", just
-   "layers.<layer>" when what is "", or "<what>" when layer < 0. */
-static const char *g4__tap_name(char *buf, size_t cap, int layer, const char *what) {
-    if (layer < 0) return what;
-    if (!*what) snprintf(buf, cap, "layers.%d", layer);
-    else snprintf(buf, cap, "layers.%d.%s", layer, what);
+/* The decoder's tap points by id, their names in one table (shared by the
+   CUDA twin and the training reference, which keeps some of them for its
+   backward by id: renaming a tap cannot drop one). A layer's tap is named
+   "layers.<i>.<name>" ("layers.<i>" for G4__TAP_LAYER), a model tap (layer
+   -1) "<name>". */
+enum {
+    /* a decoder layer's (g4__layer) */
+    G4__TAP_LAYER, G4__TAP_INPUT_LAYERNORM, G4__TAP_Q, G4__TAP_K, G4__TAP_V, G4__TAP_ATTN,
+    G4__TAP_POST_ATTENTION_LAYERNORM, G4__TAP_RESIDUAL, G4__TAP_PRE_FEEDFORWARD_LAYERNORM, G4__TAP_MLP,
+    G4__TAP_POST_FEEDFORWARD_LAYERNORM_1, G4__TAP_PRE_FEEDFORWARD_LAYERNORM_2, G4__TAP_EXPERTS,
+    G4__TAP_POST_FEEDFORWARD_LAYERNORM_2, G4__TAP_POST_FEEDFORWARD_LAYERNORM, G4__TAP_PER_LAYER_INPUT_GATE,
+    G4__TAP_PER_LAYER_PROJECTION, G4__TAP_POST_PER_LAYER_INPUT_NORM,
+    /* the raw projections (cfg.tap_projections) */
+    G4__TAP_Q_PROJ, G4__TAP_K_PROJ, G4__TAP_V_PROJ, G4__TAP_GATE_PROJ, G4__TAP_UP_PROJ, G4__TAP_PER_LAYER_MODEL_PROJECTION,
+    /* the model's (layer -1) */
+    G4__TAP_EMBED_TOKENS, G4__TAP_PER_LAYER_INPUTS, G4__TAP_INPUTS_EMBEDS, G4__TAP_NORM, G4__TAP_LOGITS,
+    G4__TAP_PRE_PROJECTION, /* a drafter's */
+    G4__TAPS
+};
+static const char *const g4__tap_names[G4__TAPS] = {
+    "", "input_layernorm", "self_attn.q", "self_attn.k", "self_attn.v", "self_attn",
+    "post_attention_layernorm", "pre_feedforward_layernorm:input", "pre_feedforward_layernorm", "mlp",
+    "post_feedforward_layernorm_1", "pre_feedforward_layernorm_2", "experts",
+    "post_feedforward_layernorm_2", "post_feedforward_layernorm", "per_layer_input_gate",
+    "per_layer_projection", "post_per_layer_input_norm",
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj", "per_layer_model_projection",
+    "embed_tokens", "per_layer_inputs", "inputs_embeds", "norm", "logits",
+    "pre_projection"};
+/* the table has a name for every id (a compile error otherwise) */
+typedef char g4__tap_names_complete[sizeof g4__tap_names / sizeof g4__tap_names[0] == G4__TAPS ? 1 : -1];
+
+/* Tap `id`'s name at `layer`: "layers.<layer>.<name>", "layers.<layer>"
+   (G4__TAP_LAYER), or "<name>" when layer < 0 */
+G4__MAYBE_UNUSED static const char *g4__tap_name(char *buf, size_t cap, int layer, int id) {
+    if (layer < 0) return g4__tap_names[id];
+    if (id == G4__TAP_LAYER) snprintf(buf, cap, "layers.%d", layer);
+    else snprintf(buf, cap, "layers.%d.%s", layer, g4__tap_names[id]);
     return buf;
 }
 
-/* Calls the tap, if any, with that name. Free when no tap is set. */
-static void g4__tap(const g4_session *s, int layer, const char *what, const float *data, int rows, int cols) {
+struct g4_train;
+static void g4__train_tap(struct g4_train *t, int id, int layer, const float *data, int rows, int cols, int pos0);
+
+/* Calls the tap, if any: the training reference's by id (s->train), else the
+   caller's by name. Free when no tap is set. */
+static void g4__tap(const g4_session *s, int layer, int id, const float *data, int rows, int cols) {
     char name[96];
-    if (!s->cfg.tap) return;
-    s->cfg.tap(s->cfg.tap_user, g4__tap_name(name, sizeof name, layer, what), layer, data, rows, cols, s->pos);
+    if (s->train) g4__train_tap(s->train, id, layer, data, rows, cols, s->pos);
+    else if (s->cfg.tap) s->cfg.tap(s->cfg.tap_user, g4__tap_name(name, sizeof name, layer, id), layer, data, rows, cols, s->pos);
 }
 
 /* A projection's raw output, tapped only with cfg.tap_projections (the
    training reference keeps them for its backward) */
-static void g4__tap_projection(const g4_session *s, int layer, const char *what, const float *data, int rows, int cols) {
-    if (s->cfg.tap_projections) g4__tap(s, layer, what, data, rows, cols);
+static void g4__tap_projection(const g4_session *s, int layer, int id, const float *data, int rows, int cols) {
+    if (s->cfg.tap_projections) g4__tap(s, layer, id, data, rows, cols);
 }
 
 /* Gemma4RMSNorm on `rows` rows of `width` values, src -> dst (in place is
@@ -4560,9 +4597,9 @@ static void g4__norm(const g4_session *s, float *dst, const float *src, const g4
 
 /* A norm module on n rows of the hidden states, then its tap */
 static void g4__norm_rows(const g4_session *s, float *dst, const float *src, const g4_tensor *w, int n, int width,
-                          int layer, const char *tap) {
+                          int layer, int tap) {
     g4__norm(s, dst, src, w, n, width, NULL, 0);
-    if (tap) g4__tap(s, layer, tap, dst, n, width);
+    g4__tap(s, layer, tap, dst, n, width);
 }
 
 /* q_norm / k_norm, then apply_rotary_pos_emb, on every head of x [n][heads][D]
@@ -4753,16 +4790,16 @@ static g4_result g4__attention(g4_session *s, int l, int n) {
 
     /* query_states = apply_rotary_pos_emb(q_norm(q_proj(x))) */
     g4__matmul(s, s->q, s->xn, &lw->q_proj, n);
-    g4__tap_projection(s, l, "self_attn.q_proj", s->q, n, NH * D);
+    g4__tap_projection(s, l, G4__TAP_Q_PROJ, s->q, n, NH * D);
     g4__norm_rope(s, s->q, &lw->q_norm, inv_freq, n, NH, D);
-    g4__tap(s, l, "self_attn.q", s->q, n, NH * D);
+    g4__tap(s, l, G4__TAP_Q, s->q, n, NH * D);
 
     if (lp->reads == -1) { /* not is_kv_shared_layer: its own keys and values */
         g4__matmul(s, s->k_new, s->xn, &lw->k_proj, n);
-        g4__tap_projection(s, l, "self_attn.k_proj", s->k_new, n, KVH * D);
+        g4__tap_projection(s, l, G4__TAP_K_PROJ, s->k_new, n, KVH * D);
         if (lp->has_v_proj) {
             g4__matmul(s, s->v_new, s->xn, &lw->v_proj, n);
-            g4__tap_projection(s, l, "self_attn.v_proj", s->v_new, n, KVH * D);
+            g4__tap_projection(s, l, G4__TAP_V_PROJ, s->v_new, n, KVH * D);
         } else memcpy(s->v_new, s->k_new, sizeof(float) * (size_t)n * KVH * D); /* attention_k_eq_v: V = raw K */
         if (!s->replay) { /* (a training recompute: the slot holds them already) */
             g4__norm_rope(s, s->k_new, &lw->k_norm, inv_freq, n, KVH, D);
@@ -4771,16 +4808,16 @@ static g4_result g4__attention(g4_session *s, int l, int n) {
         }
     }
     if ((r = g4__kv_read(s, l, n, &sl)) != G4_OK) return r;
-    if (s->cfg.tap && !s->drafter.target) { /* this step's K, V as this layer reads them (a drafter reads the target's) */
+    if ((s->cfg.tap || s->train) && !s->drafter.target) { /* this step's K, V as this layer reads them (a drafter reads the target's) */
         g4__kv_rows(sl, s->k_new, s->v_new, s->pos, n, 0);
-        g4__tap(s, l, "self_attn.k", s->k_new, n, KVH * D);
-        g4__tap(s, l, "self_attn.v", s->v_new, n, KVH * D);
+        g4__tap(s, l, G4__TAP_K, s->k_new, n, KVH * D);
+        g4__tap(s, l, G4__TAP_V, s->v_new, n, KVH * D);
     }
 
     g4__eager_attention(s, sl, n, NH, KVH, lp->type == G4_SLIDING ? m->config.sliding_window : 0,
                         lp->reads == G4_READS_TARGET);
     g4__matmul(s, s->branch, s->att, &lw->o_proj, n);
-    g4__tap(s, l, "self_attn", s->branch, n, m->config.hidden_size);
+    g4__tap(s, l, G4__TAP_ATTN, s->branch, n, m->config.hidden_size);
     return G4_OK;
 }
 
@@ -4789,12 +4826,12 @@ static void g4__mlp(g4_session *s, int l, int n) {
     const g4_layer_weights *lw = &s->model->w.layers[l];
     size_t W = (size_t)s->model->plan.layer[l].mlp_width;
     g4__matmul(s, s->gate, s->xn, &lw->gate_proj, n);
-    g4__tap_projection(s, l, "mlp.gate_proj", s->gate, n, (int)W);
+    g4__tap_projection(s, l, G4__TAP_GATE_PROJ, s->gate, n, (int)W);
     g4__matmul(s, s->up, s->xn, &lw->up_proj, n);
-    g4__tap_projection(s, l, "mlp.up_proj", s->up, n, (int)W);
+    g4__tap_projection(s, l, G4__TAP_UP_PROJ, s->up, n, (int)W);
     g4__gelu_mul(s, s->gate, s->up, (size_t)n * W, g4__call_row(s) * W, (size_t)s->fwd_n * W);
     g4__matmul(s, s->branch, s->gate, &lw->down_proj, n);
-    g4__tap(s, l, "mlp", s->branch, n, s->model->config.hidden_size);
+    g4__tap(s, l, G4__TAP_MLP, s->branch, n, s->model->config.hidden_size);
 }
 
 /* The chosen experts in ascending id, the order transformers' experts loop adds them in */
@@ -4862,25 +4899,25 @@ static g4_result g4__layer(g4_session *s, int l, int n) {
     g4_result r;
 
     /* 1. attention block: h = x + post_attention_layernorm(self_attn(input_layernorm(x))) */
-    g4__norm_rows(s, s->xn, s->x, &lw->input_layernorm, n, H, l, "input_layernorm");
+    g4__norm_rows(s, s->xn, s->x, &lw->input_layernorm, n, H, l, G4__TAP_INPUT_LAYERNORM);
     if ((r = g4__attention(s, l, n)) != G4_OK) return r;
-    g4__norm_rows(s, s->branch, s->branch, &lw->post_attention_layernorm, n, H, l, "post_attention_layernorm");
+    g4__norm_rows(s, s->branch, s->branch, &lw->post_attention_layernorm, n, H, l, G4__TAP_POST_ATTENTION_LAYERNORM);
     g4__add(s, s->x, s->branch, nh);
-    g4__tap(s, l, "pre_feedforward_layernorm:input", s->x, n, H); /* the residual r */
+    g4__tap(s, l, G4__TAP_RESIDUAL, s->x, n, H); /* the residual r */
 
     /* 2. feed-forward block on the residual r = x */
-    g4__norm_rows(s, s->xn, s->x, &lw->pre_feedforward_layernorm, n, H, l, "pre_feedforward_layernorm");
+    g4__norm_rows(s, s->xn, s->x, &lw->pre_feedforward_layernorm, n, H, l, G4__TAP_PRE_FEEDFORWARD_LAYERNORM);
     g4__mlp(s, l, n);
     if (m->plan.layer[l].moe) { /* 3. m = post_feedforward_layernorm_1(mlp) + post_feedforward_layernorm_2(experts(r)) */
-        g4__norm_rows(s, s->branch, s->branch, &lw->post_feedforward_layernorm_1, n, H, l, "post_feedforward_layernorm_1");
-        g4__norm_rows(s, s->xn, s->x, &lw->pre_feedforward_layernorm_2, n, H, l, "pre_feedforward_layernorm_2");
+        g4__norm_rows(s, s->branch, s->branch, &lw->post_feedforward_layernorm_1, n, H, l, G4__TAP_POST_FEEDFORWARD_LAYERNORM_1);
+        g4__norm_rows(s, s->xn, s->x, &lw->pre_feedforward_layernorm_2, n, H, l, G4__TAP_PRE_FEEDFORWARD_LAYERNORM_2);
         for (t = 0; t < n; t++) g4__moe(s, l, s->x + (size_t)t * H, s->xn + (size_t)t * H, s->branch2 + (size_t)t * H);
-        g4__tap(s, l, "experts", s->branch2, n, H);
-        g4__norm_rows(s, s->branch2, s->branch2, &lw->post_feedforward_layernorm_2, n, H, l, "post_feedforward_layernorm_2");
+        g4__tap(s, l, G4__TAP_EXPERTS, s->branch2, n, H);
+        g4__norm_rows(s, s->branch2, s->branch2, &lw->post_feedforward_layernorm_2, n, H, l, G4__TAP_POST_FEEDFORWARD_LAYERNORM_2);
         g4__add(s, s->branch, s->branch2, nh);
     }
     /* 4. h = r + post_feedforward_layernorm(m) */
-    g4__norm_rows(s, s->branch, s->branch, &lw->post_feedforward_layernorm, n, H, l, "post_feedforward_layernorm");
+    g4__norm_rows(s, s->branch, s->branch, &lw->post_feedforward_layernorm, n, H, l, G4__TAP_POST_FEEDFORWARD_LAYERNORM);
     g4__add(s, s->x, s->branch, nh);
 
     /* 5. per-layer input: h += post_per_layer_input_norm(per_layer_projection(act_fn(per_layer_input_gate(h))
@@ -4888,19 +4925,19 @@ static g4_result g4__layer(g4_session *s, int l, int n) {
     if (P) {
         size_t LP = (size_t)c->num_hidden_layers * P;
         g4__matmul(s, s->per_layer_gate, s->x, &lw->per_layer_input_gate, n);
-        g4__tap(s, l, "per_layer_input_gate", s->per_layer_gate, n, P);
+        g4__tap(s, l, G4__TAP_PER_LAYER_INPUT_GATE, s->per_layer_gate, n, P);
         for (t = 0; t < n; t++)
             g4__gelu_mul(s, s->per_layer_gate + (size_t)t * P, s->per_layer_inputs + t * LP + (size_t)l * P, (size_t)P,
                          (g4__call_row(s) + (size_t)t) * P, (size_t)s->fwd_n * P);
         g4__matmul(s, s->branch, s->per_layer_gate, &lw->per_layer_projection, n);
-        g4__tap(s, l, "per_layer_projection", s->branch, n, H);
-        g4__norm_rows(s, s->branch, s->branch, &lw->post_per_layer_input_norm, n, H, l, "post_per_layer_input_norm");
+        g4__tap(s, l, G4__TAP_PER_LAYER_PROJECTION, s->branch, n, H);
+        g4__norm_rows(s, s->branch, s->branch, &lw->post_per_layer_input_norm, n, H, l, G4__TAP_POST_PER_LAYER_INPUT_NORM);
         g4__add(s, s->x, s->branch, nh);
     }
 
     /* 6. hidden_states *= layer_scalar */
     g4__mul(s, s->x, NULL, g4__get(&lw->layer_scalar, 0), nh);
-    g4__tap(s, l, "", s->x, n, H);
+    g4__tap(s, l, G4__TAP_LAYER, s->x, n, H);
     return G4_OK;
 }
 
@@ -4923,12 +4960,12 @@ static void g4__per_layer_inputs(g4_session *s, const int32_t *ids, int n) {
     size_t LP = (size_t)L * P;
     float *per_layer_inputs = s->per_layer_inputs;
     g4__matmul(s, per_layer_inputs, s->x, &m->w.per_layer_model_projection, n);
-    g4__tap_projection(s, -1, "per_layer_model_projection", per_layer_inputs, n, (int)LP);
+    g4__tap_projection(s, -1, G4__TAP_PER_LAYER_MODEL_PROJECTION, per_layer_inputs, n, (int)LP);
     g4__mul(s, per_layer_inputs, NULL, (float)(1.0 / sqrt((double)c->hidden_size)), (size_t)n * LP);
     g4__norm(s, per_layer_inputs, per_layer_inputs, &m->w.per_layer_projection_norm, n * L, P, NULL, 0);
     g4__embed(s, per_layer_inputs, &m->w.embed_tokens_per_layer, ids, n, g4__scale(s, P), 1); /* + get_per_layer_inputs */
     g4__mul(s, per_layer_inputs, NULL, (float)(1.0 / sqrt(2.0)), (size_t)n * LP);
-    g4__tap(s, -1, "per_layer_inputs", per_layer_inputs, n, (int)LP);
+    g4__tap(s, -1, G4__TAP_PER_LAYER_INPUTS, per_layer_inputs, n, (int)LP);
 }
 
 /* One step of n <= max_chunk tokens. Logits rows [first, n) go to out. */
@@ -4940,7 +4977,7 @@ static g4_result g4__step(g4_session *s, const int32_t *ids, int n, float *out, 
 
     const int32_t *tok = g4__mm_ids(s, ids, n); /* a multimodal step: placeholders as pad_token_id (>>vision) */
     g4__embed(s, s->x, &m->w.embed_tokens, tok, n, g4__scale(s, H), 0); /* embed_tokens: E[id] * sqrt(H) */
-    g4__tap(s, -1, "embed_tokens", s->x, n, H);
+    g4__tap(s, -1, G4__TAP_EMBED_TOKENS, s->x, n, H);
     g4__mm_merge(s, ids, n); /* the placeholder rows take the soft tokens */
     if (c->hidden_size_per_layer_input) g4__per_layer_inputs(s, tok, n);
 
@@ -4948,11 +4985,11 @@ static g4_result g4__step(g4_session *s, const int32_t *ids, int n, float *out, 
         if ((r = g4__layer(s, l, n)) != G4_OK) return r;
 
     /* final norm, tied lm_head, soft-cap */
-    g4__norm_rows(s, s->xn, s->x, &m->w.norm, n, H, -1, "norm");
+    g4__norm_rows(s, s->xn, s->x, &m->w.norm, n, H, -1, G4__TAP_NORM);
     if (out && first < n) {
         g4__matmul(s, out, s->xn + (size_t)first * H, &m->w.lm_head, n - first);
         if (c->final_logit_softcapping > 0.0f) g4__softcap(s, out, c->final_logit_softcapping, (size_t)(n - first) * V);
-        g4__tap(s, -1, "logits", out, n - first, V);
+        g4__tap(s, -1, G4__TAP_LOGITS, out, n - first, V);
     }
     s->pos += n;
     return G4_OK;
@@ -5330,7 +5367,7 @@ static void g4__mm_merge(g4_session *s, const int32_t *ids, int n) {
         for (j = 0; j < H; j++) s->x[(size_t)t * H + j] = g4__act(s->mm_soft[j], s->cfg.bf16);
         s->mm_soft += H;
     }
-    g4__tap(s, -1, "inputs_embeds", s->x, n, (int)H);
+    g4__tap(s, -1, G4__TAP_INPUTS_EMBEDS, s->x, n, (int)H);
 }
 
 /* The attention's last key for query row t of a layer of type `type` */
@@ -5980,11 +6017,14 @@ enum {
     G4__A_UP,   /* mlp.up_proj */
     G4__ACTS
 };
-static const char *const g4__act_tap[G4__ACTS] = {
-    "", "input_layernorm", "self_attn.q", "self_attn", "pre_feedforward_layernorm:input", "pre_feedforward_layernorm",
-    "mlp", "post_feedforward_layernorm_1", "pre_feedforward_layernorm_2", "experts", "post_feedforward_layernorm_2",
-    "post_feedforward_layernorm", "per_layer_input_gate", "per_layer_projection", "self_attn.q_proj",
-    "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj"};
+/* the tap each saved activation comes from */
+static const int g4__act_tap[G4__ACTS] = {
+    G4__TAP_LAYER, G4__TAP_INPUT_LAYERNORM, G4__TAP_Q, G4__TAP_ATTN, G4__TAP_RESIDUAL, G4__TAP_PRE_FEEDFORWARD_LAYERNORM,
+    G4__TAP_MLP, G4__TAP_POST_FEEDFORWARD_LAYERNORM_1, G4__TAP_PRE_FEEDFORWARD_LAYERNORM_2, G4__TAP_EXPERTS,
+    G4__TAP_POST_FEEDFORWARD_LAYERNORM_2, G4__TAP_POST_FEEDFORWARD_LAYERNORM, G4__TAP_PER_LAYER_INPUT_GATE,
+    G4__TAP_PER_LAYER_PROJECTION, G4__TAP_Q_PROJ, G4__TAP_K_PROJ, G4__TAP_V_PROJ, G4__TAP_GATE_PROJ, G4__TAP_UP_PROJ};
+/* every saved kind has its tap (a compile error otherwise) */
+typedef char g4__act_tap_complete[sizeof g4__act_tap / sizeof g4__act_tap[0] == G4__ACTS ? 1 : -1];
 
 /* the width of an activation of layer l (0: the layer does not have it) */
 static int g4__act_width(const g4_model *m, int l, int kind) {
@@ -6003,39 +6043,36 @@ static int g4__act_width(const g4_model *m, int l, int kind) {
 /* the saved activation `kind` of layer l; layer -1's G4__A_OUT is the scaled embedding */
 static float *g4__saved(const g4_train *t, int l, int kind) { return t->act[(size_t)(l + 1) * G4__ACTS + (size_t)kind]; }
 
-/* The session's tap: keeps what the backward needs; passes the module outputs
-   (not the raw projections, which only training asks for) to the caller's tap */
-static void g4__train_tap(void *user, const char *name, int layer, const float *data, int rows, int cols, int pos0) {
-    g4_train *t = (g4_train *)user;
+/* The session's taps (by id, s->train): keeps what the backward needs; passes
+   the module outputs (not the raw projections, which only training asks for)
+   to the caller's tap, by name */
+static void g4__train_tap(g4_train *t, int id, int layer, const float *data, int rows, int cols, int pos0) {
     float *dst = NULL;
-    int k = -1, projection = 0;
+    int k, projection = id >= G4__TAP_Q_PROJ && id <= G4__TAP_PER_LAYER_MODEL_PROJECTION;
     if (layer < 0) {
-        if (!strcmp(name, "embed_tokens")) dst = g4__saved(t, -1, G4__A_OUT);
-        else if (!strcmp(name, "per_layer_inputs")) dst = t->per_layer_inputs;
-        else if (!strcmp(name, "per_layer_model_projection")) dst = t->pproj, projection = 1;
-        else if (!strcmp(name, "norm")) dst = t->xn_final;
+        if (id == G4__TAP_EMBED_TOKENS) dst = g4__saved(t, -1, G4__A_OUT);
+        else if (id == G4__TAP_PER_LAYER_INPUTS) dst = t->per_layer_inputs;
+        else if (id == G4__TAP_PER_LAYER_MODEL_PROJECTION) dst = t->pproj;
+        else if (id == G4__TAP_NORM) dst = t->xn_final;
     } else {
-        const char *suffix = strchr(name + 7, '.'); /* after "layers.<i>" */
-        suffix = suffix ? suffix + 1 : "";
         for (k = 0; k < G4__ACTS; k++)
-            if (!strcmp(suffix, g4__act_tap[k])) {
+            if (g4__act_tap[k] == id) {
                 if (k == G4__A_OUT || !t->cfg.recompute || t->recomputing == layer) dst = g4__saved(t, layer, k);
-                projection = k >= G4__A_QP;
                 break;
             }
     }
-    if (t->cfg.tap && t->recomputing < 0 && !projection) t->cfg.tap(t->cfg.tap_user, name, layer, data, rows, cols, pos0);
+    if (t->cfg.tap && t->recomputing < 0 && !projection) {
+        char name[96];
+        t->cfg.tap(t->cfg.tap_user, g4__tap_name(name, sizeof name, layer, id), layer, data, rows, cols, pos0);
+    }
     if (dst) memcpy(dst, data, sizeof(float) * (size_t)rows * (size_t)cols);
 }
 
-/* the backward's tap: dL/d(the output named as the forward's tap) */
-static void g4__gtap(const g4_train *t, int layer, const char *what, const float *data, int rows, int cols) {
+/* the backward's tap: dL/d(the output of the forward's tap id), under its name */
+static void g4__gtap(const g4_train *t, int layer, int id, const float *data, int rows, int cols) {
     char name[96];
     if (!t->cfg.grad_tap) return;
-    if (layer < 0) snprintf(name, sizeof name, "%s", what);
-    else if (!*what) snprintf(name, sizeof name, "layers.%d", layer);
-    else snprintf(name, sizeof name, "layers.%d.%s", layer, what);
-    t->cfg.grad_tap(t->cfg.grad_tap_user, name, layer, data, rows, cols, 0);
+    t->cfg.grad_tap(t->cfg.grad_tap_user, g4__tap_name(name, sizeof name, layer, id), layer, data, rows, cols, 0);
 }
 
 /* ---- the arena ---- */
@@ -6260,11 +6297,11 @@ G4__DEF g4_result g4_train_init(g4_train *t, const g4_model *m, const g4_train_c
     gw.t = t;
     g4__grad_walk_model(m, &gw);
     sc = g4__train_session_config(cfg);
-    sc.tap = g4__train_tap;
     if ((r = g4_session_init(&t->s, m, &sc, base, sess)) != G4_OK) {
         g4__seterr(t->error, "training session: %s", t->s.error);
         return r;
     }
+    t->s.train = t; /* its taps come to g4__train_tap */
     return G4_OK;
 }
 
@@ -6450,7 +6487,7 @@ static g4_result g4__attention_backward(g4_train *t, float *G, int l, int n, con
     }
     g4__matmul_bwd(&t->s, NULL, g4__grad(t, G, &lw->o_proj), dout, t->att, &lw->o_proj, n, t->dyt, t->xt);
     /* queries: q = RoPE(q_norm(q_proj(xn))) */
-    g4__gtap(t, l, "self_attn.q", t->dq, n, (int)qw);
+    g4__gtap(t, l, G4__TAP_Q, t->dq, n, (int)qw);
     for (i = 0; i < n * NH; i++) {
         float *g = t->dq + (size_t)i * D;
         g4__rope_backward(g, inv_freq, D, i / NH);
@@ -6514,7 +6551,7 @@ static void g4__layer_scalar_backward(g4_train *t, int l, int n) {
     int H = t->model->config.hidden_size;
     size_t nh = (size_t)n * H, i;
     float ls = g4__get(&lw->layer_scalar, 0);
-    g4__gtap(t, l, "", t->dx, n, H);
+    g4__gtap(t, l, G4__TAP_LAYER, t->dx, n, H);
     for (i = 0; i < nh; i++) t->dx[i] *= ls;
 }
 
@@ -6529,11 +6566,11 @@ static void g4__per_layer_input_backward(g4_train *t, float *G, int l, int n) {
     size_t nh = (size_t)n * H, i, LP = (size_t)c->num_hidden_layers * P, np = (size_t)n * P;
     const float *pg = g4__saved(t, l, G4__A_PG); /* per_layer_input_gate's output */
     float *x5 = t->tmp;
-    g4__gtap(t, l, "post_per_layer_input_norm", t->dx, n, H);
+    g4__gtap(t, l, G4__TAP_POST_PER_LAYER_INPUT_NORM, t->dx, n, H);
     for (i = 0; i < nh; i++) x5[i] = r[i] + g4__saved(t, l, G4__A_PFN)[i];
     g4__norm_rows_backward(t, t->dbr, g4__grad(t, G, &lw->post_per_layer_input_norm), t->dx,
                            g4__saved(t, l, G4__A_PP), &lw->post_per_layer_input_norm, n, H, eps);
-    g4__gtap(t, l, "per_layer_projection", t->dbr, n, H);
+    g4__gtap(t, l, G4__TAP_PER_LAYER_PROJECTION, t->dbr, n, H);
     g4__gelu_n(t->per_layer_act, pg, np);            /* act_fn(per_layer_input_gate(x5)) */
     for (tk = 0; tk < n; tk++)
         for (j = 0; j < P; j++)
@@ -6549,7 +6586,7 @@ static void g4__per_layer_input_backward(g4_train *t, float *G, int l, int n) {
             t->dper_layer_inputs[ol] += da * t->per_layer_act[o];
             t->dper_layer_gate[o] = da * t->per_layer_inputs[ol] * g4__gelu_grad(pg[o]);
         }
-    g4__gtap(t, l, "per_layer_input_gate", t->dper_layer_gate, n, P);
+    g4__gtap(t, l, G4__TAP_PER_LAYER_INPUT_GATE, t->dper_layer_gate, n, P);
     g4__matmul_bwd(&t->s, t->dx, g4__grad(t, G, &lw->per_layer_input_gate), t->dper_layer_gate, x5,
                    &lw->per_layer_input_gate, n, t->dyt, t->xt);
 }
@@ -6561,7 +6598,7 @@ static void g4__post_feedforward_backward(g4_train *t, float *G, int l, int n) {
     int H = m->config.hidden_size;
     size_t nh = (size_t)n * H, i;
     const float *m_in = g4__saved(t, l, G4__A_MLP);
-    g4__gtap(t, l, "post_feedforward_layernorm", t->dx, n, H);
+    g4__gtap(t, l, G4__TAP_POST_FEEDFORWARD_LAYERNORM, t->dx, n, H);
     memcpy(t->dr, t->dx, sizeof(float) * nh);
     if (m->plan.layer[l].moe) { /* m = post_feedforward_layernorm_1(mlp) + post_feedforward_layernorm_2(experts(r)) */
         for (i = 0; i < nh; i++) t->tmp[i] = g4__saved(t, l, G4__A_PF1)[i] + g4__saved(t, l, G4__A_PF2)[i];
@@ -6581,7 +6618,7 @@ static void g4__moe_block_backward(g4_train *t, float *G, int l, int n) {
     size_t nh = (size_t)n * H;
     g4__norm_rows_backward(t, t->tmp2, g4__grad(t, G, &lw->post_feedforward_layernorm_2), t->dbr,
                            g4__saved(t, l, G4__A_EXP), &lw->post_feedforward_layernorm_2, n, H, eps);
-    g4__gtap(t, l, "experts", t->tmp2, n, H);
+    g4__gtap(t, l, G4__TAP_EXPERTS, t->tmp2, n, H);
     g4__norm_rows_backward(t, t->dbr, g4__grad(t, G, &lw->post_feedforward_layernorm_1), t->dbr,
                            g4__saved(t, l, G4__A_MLP), &lw->post_feedforward_layernorm_1, n, H, eps);
     for (tk = 0; tk < n; tk++) {
@@ -6603,7 +6640,7 @@ static void g4__mlp_block_backward(g4_train *t, float *G, int l, int n) {
     int H = m->config.hidden_size, I = m->plan.layer[l].mlp_width;
     size_t nh = (size_t)n * H, ni = (size_t)n * I;
     g4__mlp_job mj;
-    g4__gtap(t, l, "mlp", t->dbr, n, H);
+    g4__gtap(t, l, G4__TAP_MLP, t->dbr, n, H);
     mj.gate = gate; mj.up = up; mj.act = t->dup; mj.dgate = t->dgate;
     g4__parallel_range(&t->s, ni, 1, g4__mlp_act, &mj);  /* dup := gelu(gate), dgate := gelu(gate) * up */
     g4__matmul_bwd(&t->s, NULL, g4__grad(t, G, &lw->down_proj), t->dbr, t->dgate, &lw->down_proj, n, t->dyt, t->xt);
@@ -6613,7 +6650,7 @@ static void g4__mlp_block_backward(g4_train *t, float *G, int l, int n) {
     memset(t->dxn, 0, sizeof(float) * nh);
     g4__matmul_bwd(&t->s, t->dxn, g4__grad(t, G, &lw->gate_proj), t->dgate, xn2, &lw->gate_proj, n, t->dyt, t->xt);
     g4__matmul_bwd(&t->s, t->dxn, g4__grad(t, G, &lw->up_proj), t->dup, xn2, &lw->up_proj, n, t->dyt, t->xt);
-    g4__gtap(t, l, "pre_feedforward_layernorm", t->dxn, n, H);
+    g4__gtap(t, l, G4__TAP_PRE_FEEDFORWARD_LAYERNORM, t->dxn, n, H);
     g4__norm_rows_backward(t, t->tmp, g4__grad(t, G, &lw->pre_feedforward_layernorm), t->dxn, r,
                            &lw->pre_feedforward_layernorm, n, H, m->config.rms_norm_eps);
     g4__add_into(t->dr, t->tmp, nh);
@@ -6627,14 +6664,14 @@ static g4_result g4__attention_block_backward(g4_train *t, float *G, int l, int 
     int H = m->config.hidden_size;
     size_t nh = (size_t)n * H;
     g4_result res;
-    g4__gtap(t, l, "pre_feedforward_layernorm:input", t->dr, n, H);
-    g4__gtap(t, l, "post_attention_layernorm", t->dr, n, H);
+    g4__gtap(t, l, G4__TAP_RESIDUAL, t->dr, n, H);
+    g4__gtap(t, l, G4__TAP_POST_ATTENTION_LAYERNORM, t->dr, n, H);
     memcpy(t->dx, t->dr, sizeof(float) * nh);
     g4__norm_rows_backward(t, t->dbr, g4__grad(t, G, &lw->post_attention_layernorm), t->dr, g4__saved(t, l, G4__A_ATTN),
                            &lw->post_attention_layernorm, n, H, eps);
-    g4__gtap(t, l, "self_attn", t->dbr, n, H);
+    g4__gtap(t, l, G4__TAP_ATTN, t->dbr, n, H);
     if ((res = g4__attention_backward(t, G, l, n, t->dbr, t->dxn)) != G4_OK) return res;
-    g4__gtap(t, l, "input_layernorm", t->dxn, n, H);
+    g4__gtap(t, l, G4__TAP_INPUT_LAYERNORM, t->dxn, n, H);
     g4__norm_rows_backward(t, t->tmp, g4__grad(t, G, &lw->input_layernorm), t->dxn, g4__saved(t, l - 1, G4__A_OUT),
                            &lw->input_layernorm, n, H, eps);
     g4__add_into(t->dx, t->tmp, nh);
@@ -6811,8 +6848,7 @@ G4__DEF g4_result g4_loss_and_grad(g4_train *t, const int32_t *ids, const int32_
     /* the forward: g4_forward, its taps filling the saved activations */
     t->n = n;
     t->recomputing = -1;
-    t->s.cfg.tap = g4__train_tap;
-    t->s.cfg.tap_user = t;
+    t->s.train = t;
     g4_session_reset(&t->s);
     if ((r = g4_forward(&t->s, ids, n, NULL, G4_LOGITS_NONE)) != G4_OK) {
         g4__seterr(t->error, "forward: %s", t->s.error);
@@ -6822,7 +6858,7 @@ G4__DEF g4_result g4_loss_and_grad(g4_train *t, const int32_t *ids, const int32_
     /* the loss, then the final norm */
     total = g4__loss_backward(t, G, ids, labels, n, used);
     *loss = (float)total;
-    g4__gtap(t, -1, "norm", t->dxn, n, H);
+    g4__gtap(t, -1, G4__TAP_NORM, t->dxn, n, H);
     g4__norm_rows_backward(t, t->dx, g4__grad(t, G, &m->w.norm), t->dxn, g4__saved(t, c->num_hidden_layers - 1, G4__A_OUT),
                            &m->w.norm, n, H, c->rms_norm_eps);
 
@@ -6845,10 +6881,10 @@ G4__DEF g4_result g4_loss_and_grad(g4_train *t, const int32_t *ids, const int32_
 
     /* the embeddings: per-layer inputs, then E[id] * sqrt(H) (the pad row gets no lookup gradient) */
     if (c->hidden_size_per_layer_input) {
-        g4__gtap(t, -1, "per_layer_inputs", t->dper_layer_inputs, n, c->num_hidden_layers * c->hidden_size_per_layer_input);
+        g4__gtap(t, -1, G4__TAP_PER_LAYER_INPUTS, t->dper_layer_inputs, n, c->num_hidden_layers * c->hidden_size_per_layer_input);
         g4__per_layer_inputs_backward(t, G, ids, n);
     }
-    g4__gtap(t, -1, "embed_tokens", t->dx, n, H);
+    g4__gtap(t, -1, G4__TAP_EMBED_TOKENS, t->dx, n, H);
     {
         float *dE = g4__grad(t, G, &m->w.embed_tokens), scale = (float)sqrt((double)H);
         for (tk = 0; tk < n && dE; tk++)
@@ -7029,10 +7065,10 @@ G4__DEF g4_result g4_draft_step(g4_session *d, int32_t token, const float *hidde
     g4__embed(d, d->drafter.din, &tm->w.embed_tokens, &token, 1, scale, 0);
     memcpy(d->drafter.din + Hb, hidden, sizeof(float) * (size_t)Hb);
     g4__matmul(d, d->x, d->drafter.din, &m->w.pre_projection, 1);
-    g4__tap(d, -1, "pre_projection", d->x, 1, H);
+    g4__tap(d, -1, G4__TAP_PRE_PROJECTION, d->x, 1, H);
     for (l = 0; l < c->num_hidden_layers; l++)
         if ((r = g4__layer(d, l, 1)) != G4_OK) return r;
-    g4__norm_rows(d, d->xn, d->x, &m->w.norm, 1, H, -1, "norm");
+    g4__norm_rows(d, d->xn, d->x, &m->w.norm, 1, H, -1, G4__TAP_NORM);
     /* last_hidden_state = post_projection(h); logits from h (no soft-cap) */
     g4__matmul(d, next_hidden, d->xn, &m->w.post_projection, 1);
     if (c->use_ordered_embeddings) g4__masked_logits(d, logits);

@@ -553,7 +553,7 @@ static g4_result g4c__add(g4_cuda_session *s, float *x, const float *b, size_t n
 
 /* The taps, in one place: device rows are staged to the host only when a
    callback is set; host rows (the logits) are passed as they are. */
-static g4_result g4c__tap(g4_cuda_session *s, const char *name, int layer, const float *data, int on_device, int rows,
+static g4_result g4c__tap(g4_cuda_session *s, int id, int layer, const float *data, int on_device, int rows,
                           int cols) {
     char buf[96];
     if (!s->cfg.tap) return G4_OK;
@@ -561,13 +561,13 @@ static g4_result g4c__tap(g4_cuda_session *s, const char *name, int layer, const
         G4C_CHECK(s->error, cudaMemcpy(s->stage, data, sizeof(float) * (size_t)rows * cols, cudaMemcpyDeviceToHost));
         data = s->stage;
     }
-    s->cfg.tap(s->cfg.tap_user, g4__tap_name(buf, sizeof buf, layer, name), layer, data, rows, cols, s->pos);
+    s->cfg.tap(s->cfg.tap_user, g4__tap_name(buf, sizeof buf, layer, id), layer, data, rows, cols, s->pos);
     return G4_OK;
 }
 
 /* g4__norm_rows: RMSNorm of n rows of width H (cast), then its tap */
 static g4_result g4c__norm_rows(g4_cuda_session *s, float *y, const float *x, const g4_tensor *w, int n, int H, int layer,
-                                const char *tap) {
+                                int tap) {
     G4C_TRY(g4c__rmsnorm(s, y, x, w, n, H));
     return g4c__tap(s, tap, layer, y, 1, n, H);
 }
@@ -587,7 +587,7 @@ static g4_result g4c__attention(g4_cuda_session *s, int l, int n) {
     G4C_TRY(g4c__rmsnorm(s, s->d_q, s->d_q, &lw->q_norm, n * NH, D));
     G4C_RUN(s->error, g4c_rope, g4c__grid((size_t)n * NH * (D / 2), G4C_THREADS), G4C_THREADS, s->d_q, cs, sn, stride,
             n * NH, NH, D, bf);
-    G4C_TRY(g4c__tap(s, "self_attn.q", l, s->d_q, 1, n, NH * D));
+    G4C_TRY(g4c__tap(s, G4__TAP_Q, l, s->d_q, 1, n, NH * D));
 
     if (lp->reads < 0) {
         /* an owner: k_proj (v_proj, or V = raw K), k_norm + RoPE, v_norm, append */
@@ -631,14 +631,14 @@ static g4_result g4c__attention(g4_cuda_session *s, int l, int n) {
                 G4C_CHECK(s->error, cudaMemcpy(s->stage + (size_t)t * kvw,
                                                (which ? sv->v : sv->k) + (size_t)((pos0 + t) % sv->capacity) * kvw,
                                                sizeof(float) * kvw, cudaMemcpyDeviceToHost));
-            G4C_TRY(g4c__tap(s, which ? "self_attn.v" : "self_attn.k", l, s->stage, 0, n, (int)kvw));
+            G4C_TRY(g4c__tap(s, which ? G4__TAP_V : G4__TAP_K, l, s->stage, 0, n, (int)kvw));
         }
     }
     G4C_RUN(s->error, g4c_attention, g4c__grid((size_t)n * NH, 1), G4C_THREADS, s->d_att, s->d_q, s->d_slots, slot,
             s->d_scores, n, NH, KVH, D, pos0, lp->type == G4_SLIDING ? m->config.sliding_window : 0,
             s->cfg.max_context, l, s->d_status, bf, s->fwd_n, s->fwd_end);
     G4C_TRY(g4c__matmul(s, s->d_branch, s->d_att, &lw->o_proj, n));
-    return g4c__tap(s, "self_attn", l, s->d_branch, 1, n, m->config.hidden_size);
+    return g4c__tap(s, G4__TAP_ATTN, l, s->d_branch, 1, n, m->config.hidden_size);
 }
 
 /* g4__mlp: down(gelu(gate(x)) * up(x)), d_xn -> d_branch */
@@ -651,7 +651,7 @@ static g4_result g4c__mlp(g4_cuda_session *s, int l, int n) {
     G4C_RUN(s->error, g4c_gelu_mul, g4c__grid(len, G4C_THREADS), G4C_THREADS, s->d_gate, s->d_up, len, s->cfg.bf16,
             (size_t)(s->pos - s->fwd_end + s->fwd_n) * width, (size_t)s->fwd_n * width);
     G4C_TRY(g4c__matmul(s, s->d_branch, s->d_gate, &lw->down_proj, n));
-    return g4c__tap(s, "mlp", l, s->d_branch, 1, n, s->model->host->config.hidden_size);
+    return g4c__tap(s, G4__TAP_MLP, l, s->d_branch, 1, n, s->model->host->config.hidden_size);
 }
 
 /* g4__moe for all n tokens: residual d_x -> d_branch2 */
@@ -669,7 +669,7 @@ static g4_result g4c__moe(g4_cuda_session *s, int l, int n) {
             (g4__vi *)s->d_topq, lw->router_per_expert_scale.data, (int)lw->router_per_expert_scale.dtype, n, E, K, s->cfg.bf16);
     /* experts on pre_feedforward_layernorm_2(r) */
     G4C_TRY(g4c__norm_rows(s, s->d_xn, s->d_x, &lw->pre_feedforward_layernorm_2, n, H,
-            l, "pre_feedforward_layernorm_2"));
+            l, G4__TAP_PRE_FEEDFORWARD_LAYERNORM_2));
     G4C_RUN(s->error, g4c_moe_matmul, g4c__grid((size_t)n * K * 2 * Ie, G4C_THREADS), G4C_THREADS, s->d_moe_h,
             s->d_xn, H, 0, lw->experts_gate_up.data, (int)lw->experts_gate_up.dtype, s->d_top, n * K, K, H, 2 * Ie, s->cfg.bf16);
     G4C_TRY(g4c__act(s, s->d_moe_h, (size_t)n * K * 2 * Ie));
@@ -680,7 +680,7 @@ static g4_result g4c__moe(g4_cuda_session *s, int l, int n) {
     G4C_TRY(g4c__act(s, s->d_moe_y, (size_t)n * K * H));
     G4C_RUN(s->error, g4c_moe_combine, g4c__grid((size_t)n * H, G4C_THREADS), G4C_THREADS, s->d_branch2, s->d_moe_y,
             s->d_topw, n, K, H, s->cfg.bf16);
-    return g4c__tap(s, "experts", l, s->d_branch2, 1, n, H);
+    return g4c__tap(s, G4__TAP_EXPERTS, l, s->d_branch2, 1, n, H);
 }
 
 /* A layer's MoE block, g4__layer's step 3, in both modes (the fast mode's
@@ -691,9 +691,9 @@ static g4_result g4c__moe(g4_cuda_session *s, int l, int n) {
 static g4_result g4c__moe_block(g4_cuda_session *s, int l, int n) {
     const g4_layer_weights *lw = &s->model->w.layers[l];
     int H = s->model->host->config.hidden_size;
-    G4C_TRY(g4c__norm_rows(s, s->d_branch, s->d_branch, &lw->post_feedforward_layernorm_1, n, H, l, "post_feedforward_layernorm_1"));
+    G4C_TRY(g4c__norm_rows(s, s->d_branch, s->d_branch, &lw->post_feedforward_layernorm_1, n, H, l, G4__TAP_POST_FEEDFORWARD_LAYERNORM_1));
     G4C_TRY(g4c__moe(s, l, n));
-    G4C_TRY(g4c__norm_rows(s, s->d_branch2, s->d_branch2, &lw->post_feedforward_layernorm_2, n, H, l, "post_feedforward_layernorm_2"));
+    G4C_TRY(g4c__norm_rows(s, s->d_branch2, s->d_branch2, &lw->post_feedforward_layernorm_2, n, H, l, G4__TAP_POST_FEEDFORWARD_LAYERNORM_2));
     return g4c__add(s, s->d_branch, s->d_branch2, (size_t)n * H);
 }
 
@@ -705,34 +705,34 @@ static g4_result g4c__layer(g4_cuda_session *s, int l, int n) {
     size_t nh = (size_t)n * H;
 
     /* 1. attention block */
-    G4C_TRY(g4c__norm_rows(s, s->d_xn, s->d_x, &lw->input_layernorm, n, H, l, "input_layernorm"));
+    G4C_TRY(g4c__norm_rows(s, s->d_xn, s->d_x, &lw->input_layernorm, n, H, l, G4__TAP_INPUT_LAYERNORM));
     G4C_TRY(g4c__attention(s, l, n));
     G4C_TRY(g4c__norm_rows(s, s->d_branch, s->d_branch, &lw->post_attention_layernorm, n, H,
-            l, "post_attention_layernorm"));
+            l, G4__TAP_POST_ATTENTION_LAYERNORM));
     G4C_TRY(g4c__add(s, s->d_x, s->d_branch, nh));
-    G4C_TRY(g4c__tap(s, "pre_feedforward_layernorm:input", l, s->d_x, 1, n, H));
+    G4C_TRY(g4c__tap(s, G4__TAP_RESIDUAL, l, s->d_x, 1, n, H));
 
     /* 2. feed-forward block */
-    G4C_TRY(g4c__norm_rows(s, s->d_xn, s->d_x, &lw->pre_feedforward_layernorm, n, H, l, "pre_feedforward_layernorm"));
+    G4C_TRY(g4c__norm_rows(s, s->d_xn, s->d_x, &lw->pre_feedforward_layernorm, n, H, l, G4__TAP_PRE_FEEDFORWARD_LAYERNORM));
     G4C_TRY(g4c__mlp(s, l, n));
     /* 3. MoE beside the dense MLP */
     if (s->model->host->plan.layer[l].moe) G4C_TRY(g4c__moe_block(s, l, n));
     /* 4. */
     G4C_TRY(g4c__norm_rows(s, s->d_branch, s->d_branch, &lw->post_feedforward_layernorm, n, H,
-            l, "post_feedforward_layernorm"));
+            l, G4__TAP_POST_FEEDFORWARD_LAYERNORM));
     G4C_TRY(g4c__add(s, s->d_x, s->d_branch, nh));
 
     /* 5. per-layer input */
     if (P) {
         int LP = c->num_hidden_layers * P;
         G4C_TRY(g4c__matmul(s, s->d_per_layer_gate, s->d_x, &lw->per_layer_input_gate, n));
-        G4C_TRY(g4c__tap(s, "per_layer_input_gate", l, s->d_per_layer_gate, 1, n, P));
+        G4C_TRY(g4c__tap(s, G4__TAP_PER_LAYER_INPUT_GATE, l, s->d_per_layer_gate, 1, n, P));
         G4C_RUN(s->error, g4c_ple_gate, g4c__grid((size_t)n * P, G4C_THREADS), G4C_THREADS, s->d_per_layer_gate,
                 s->d_per_layer_inputs, n, P, LP, l, s->cfg.bf16, (size_t)(s->pos - s->fwd_end + s->fwd_n) * P, (size_t)s->fwd_n * P);
         G4C_TRY(g4c__matmul(s, s->d_branch, s->d_per_layer_gate, &lw->per_layer_projection, n));
-        G4C_TRY(g4c__tap(s, "per_layer_projection", l, s->d_branch, 1, n, H));
+        G4C_TRY(g4c__tap(s, G4__TAP_PER_LAYER_PROJECTION, l, s->d_branch, 1, n, H));
         G4C_TRY(g4c__norm_rows(s, s->d_branch, s->d_branch, &lw->post_per_layer_input_norm, n, H,
-                l, "post_per_layer_input_norm"));
+                l, G4__TAP_POST_PER_LAYER_INPUT_NORM));
         G4C_TRY(g4c__add(s, s->d_x, s->d_branch, nh));
     }
 
@@ -740,7 +740,7 @@ static g4_result g4c__layer(g4_cuda_session *s, int l, int n) {
     G4C_RUN(s->error, g4c_layer_scalar, g4c__grid(nh, G4C_THREADS), G4C_THREADS, s->d_x, nh, lw->layer_scalar.data,
             (int)lw->layer_scalar.dtype);
     G4C_TRY(g4c__act(s, s->d_x, nh));
-    return g4c__tap(s, "", l, s->d_x, 1, n, H);
+    return g4c__tap(s, G4__TAP_LAYER, l, s->d_x, 1, n, H);
 }
 
 /* g4__per_layer_inputs */
@@ -759,7 +759,7 @@ static g4_result g4c__per_layer_inputs(g4_cuda_session *s, int n) {
     G4C_RUN(s->error, g4c_ple_combine, g4c__grid((size_t)n * LP, G4C_THREADS), G4C_THREADS, s->d_per_layer_inputs,
             w->embed_tokens_per_layer.data, (int)w->embed_tokens_per_layer.dtype, s->d_ids, n, LP, tok_scale, combine,
             s->cfg.bf16);
-    return g4c__tap(s, "per_layer_inputs", -1, s->d_per_layer_inputs, 1, n, LP);
+    return g4c__tap(s, G4__TAP_PER_LAYER_INPUTS, -1, s->d_per_layer_inputs, 1, n, LP);
 }
 
 /* RoPE's cos and sin for this step's positions pos .. pos + n - 1, made on
@@ -795,12 +795,12 @@ static g4_result g4c__step_run(g4_cuda_session *s, const int32_t *ids, int n, fl
     G4C_RUN(s->error, g4c_embed, g4c__grid((size_t)n * H, G4C_THREADS), G4C_THREADS, s->d_x, w->embed_tokens.data,
             (int)w->embed_tokens.dtype, s->d_ids, n, H, embed_scale);
     G4C_TRY(g4c__act(s, s->d_x, (size_t)n * H));
-    G4C_TRY(g4c__tap(s, "embed_tokens", -1, s->d_x, 1, n, H));
+    G4C_TRY(g4c__tap(s, G4__TAP_EMBED_TOKENS, -1, s->d_x, 1, n, H));
     if (c->hidden_size_per_layer_input) G4C_TRY(g4c__per_layer_inputs(s, n));
 
     for (l = 0; l < c->num_hidden_layers; l++) G4C_TRY(s->fast ? g4f__layer(s, l, n) : g4c__layer(s, l, n));
 
-    G4C_TRY(g4c__norm_rows(s, s->d_xn, s->d_x, &w->norm, n, H, -1, "norm"));
+    G4C_TRY(g4c__norm_rows(s, s->d_xn, s->d_x, &w->norm, n, H, -1, G4__TAP_NORM));
     if (out && first < n) {
         size_t cnt = (size_t)(n - first) * V;
         if (s->fast) /* the soft-cap as the head's epilogue */
@@ -825,7 +825,7 @@ static g4_result g4c__step_run(g4_cuda_session *s, const int32_t *ids, int n, fl
     }
     if (out && first < n) {
         G4C_CHECK(s->error, cudaMemcpy(out, s->d_logits, sizeof(float) * (size_t)(n - first) * V, cudaMemcpyDeviceToHost));
-        G4C_TRY(g4c__tap(s, "logits", -1, out, 0, n - first, V));
+        G4C_TRY(g4c__tap(s, G4__TAP_LOGITS, -1, out, 0, n - first, V));
     }
     /* the device's own table checks (g4c_attention) */
     G4C_CHECK(s->error, cudaMemcpy(&status, s->d_status, sizeof status, cudaMemcpyDeviceToHost));
@@ -1593,7 +1593,7 @@ static g4_result g4f__tap_kv(g4_cuda_session *s, int l, int slot, int n, int pos
                 u = (uint32_t)h << 16;
                 memcpy((unsigned char *)s->stage + 4 * i, &u, 4);
             }
-        G4C_TRY(g4c__tap(s, which ? "self_attn.v" : "self_attn.k", l, s->stage, 0, n, kvw));
+        G4C_TRY(g4c__tap(s, which ? G4__TAP_V : G4__TAP_K, l, s->stage, 0, n, kvw));
     }
     return G4_OK;
 }
@@ -1620,7 +1620,7 @@ static g4_result g4f__attention(g4_cuda_session *s, int l, int n) {
     wgrid = g4c__grid((size_t)n * NH, G4F_THREADS / 32);
     G4C_RUN(s->error, g4f_norm_rope, wgrid, G4F_THREADS, s->d_q, lw->q_norm.data, (int)lw->q_norm.dtype, inv_freq,
             n * NH, NH, D, pos0, eps, bf, s->d_slots, -1, 0, 0);
-    G4C_TRY(g4c__tap(s, "self_attn.q", l, s->d_q, 1, n, NH * D));
+    G4C_TRY(g4c__tap(s, G4__TAP_Q, l, s->d_q, 1, n, NH * D));
 
     if (lp->reads < 0) {
         /* an owner: k_proj (v_proj, or V = raw K); k_norm + RoPE and v_norm
@@ -1665,7 +1665,7 @@ static g4_result g4f__attention(g4_cuda_session *s, int l, int n) {
     G4C_RUN(s->error, g4f_attn_combine, g4c__grid((size_t)n * NH * D, G4F_THREADS), G4F_THREADS, s->d_att, s->d_part,
             n * NH, D, splits, bf, bf);
     G4C_TRY(g4f__linear(s, s->d_branch, s->d_att, &lw->o_proj, NULL, n, G4F_PLAIN, 0.0f));
-    return g4c__tap(s, "self_attn", l, s->d_branch, 1, n, m->config.hidden_size);
+    return g4c__tap(s, G4__TAP_ATTN, l, s->d_branch, 1, n, m->config.hidden_size);
 }
 
 
@@ -1679,47 +1679,47 @@ static g4_result g4f__layer(g4_cuda_session *s, int l, int n) {
     size_t nh = (size_t)n * H;
 
     /* 1. attention block; its post-norm, the residual add and the MLP's pre-norm in one pass */
-    G4C_TRY(g4c__norm_rows(s, s->d_xn, s->d_x, &lw->input_layernorm, n, H, l, "input_layernorm"));
+    G4C_TRY(g4c__norm_rows(s, s->d_xn, s->d_x, &lw->input_layernorm, n, H, l, G4__TAP_INPUT_LAYERNORM));
     G4C_TRY(g4f__attention(s, l, n));
     G4C_RUN(s->error, g4f_norm_add_norm, rows, G4F_THREADS, s->d_x, s->d_branch, s->d_xn,
             lw->post_attention_layernorm.data, lw->pre_feedforward_layernorm.data, (int)lw->post_attention_layernorm.dtype,
             (int)lw->pre_feedforward_layernorm.dtype, n, H, c->rms_norm_eps, bf);
-    G4C_TRY(g4c__tap(s, "post_attention_layernorm", l, s->d_branch, 1, n, H));
-    G4C_TRY(g4c__tap(s, "pre_feedforward_layernorm:input", l, s->d_x, 1, n, H));
-    G4C_TRY(g4c__tap(s, "pre_feedforward_layernorm", l, s->d_xn, 1, n, H));
+    G4C_TRY(g4c__tap(s, G4__TAP_POST_ATTENTION_LAYERNORM, l, s->d_branch, 1, n, H));
+    G4C_TRY(g4c__tap(s, G4__TAP_RESIDUAL, l, s->d_x, 1, n, H));
+    G4C_TRY(g4c__tap(s, G4__TAP_PRE_FEEDFORWARD_LAYERNORM, l, s->d_xn, 1, n, H));
 
     /* 2. feed-forward block: gate and up in one pass with the GELU product, then down */
     G4C_TRY(g4f__linear(s, s->d_gate, s->d_xn, &lw->gate_proj, &lw->up_proj, n, G4F_GELU_MUL, 0.0f));
     G4C_TRY(g4f__linear(s, s->d_branch, s->d_gate, &lw->down_proj, NULL, n, G4F_PLAIN, 0.0f));
-    G4C_TRY(g4c__tap(s, "mlp", l, s->d_branch, 1, n, H));
+    G4C_TRY(g4c__tap(s, G4__TAP_MLP, l, s->d_branch, 1, n, H));
     /* 3. MoE beside the dense MLP (the exact kernels, fast norms and router) */
     if (s->model->host->plan.layer[l].moe) G4C_TRY(g4c__moe_block(s, l, n));
     /* 4. the post-norm and the residual add */
     G4C_RUN(s->error, g4f_norm_add_norm, rows, G4F_THREADS, s->d_x, s->d_branch, (float *)NULL,
             lw->post_feedforward_layernorm.data, (const void *)NULL, (int)lw->post_feedforward_layernorm.dtype, 0, n, H,
             c->rms_norm_eps, bf);
-    G4C_TRY(g4c__tap(s, "post_feedforward_layernorm", l, s->d_branch, 1, n, H));
+    G4C_TRY(g4c__tap(s, G4__TAP_POST_FEEDFORWARD_LAYERNORM, l, s->d_branch, 1, n, H));
 
     /* 5. per-layer input */
     if (P) {
         int LP = c->num_hidden_layers * P;
         G4C_TRY(g4f__linear(s, s->d_per_layer_gate, s->d_x, &lw->per_layer_input_gate, NULL, n, G4F_PLAIN, 0.0f));
-        G4C_TRY(g4c__tap(s, "per_layer_input_gate", l, s->d_per_layer_gate, 1, n, P));
+        G4C_TRY(g4c__tap(s, G4__TAP_PER_LAYER_INPUT_GATE, l, s->d_per_layer_gate, 1, n, P));
         G4C_RUN(s->error, g4c_ple_gate, g4c__grid((size_t)n * P, G4C_THREADS), G4C_THREADS, s->d_per_layer_gate,
                 s->d_per_layer_inputs, n, P, LP, l, bf, (size_t)0, (size_t)n * P);
         G4C_TRY(g4f__linear(s, s->d_branch, s->d_per_layer_gate, &lw->per_layer_projection, NULL, n, G4F_PLAIN, 0.0f));
-        G4C_TRY(g4c__tap(s, "per_layer_projection", l, s->d_branch, 1, n, H));
+        G4C_TRY(g4c__tap(s, G4__TAP_PER_LAYER_PROJECTION, l, s->d_branch, 1, n, H));
         G4C_RUN(s->error, g4f_norm_add_norm, rows, G4F_THREADS, s->d_x, s->d_branch, (float *)NULL,
                 lw->post_per_layer_input_norm.data, (const void *)NULL, (int)lw->post_per_layer_input_norm.dtype, 0, n, H,
                 c->rms_norm_eps, bf);
-        G4C_TRY(g4c__tap(s, "post_per_layer_input_norm", l, s->d_branch, 1, n, H));
+        G4C_TRY(g4c__tap(s, G4__TAP_POST_PER_LAYER_INPUT_NORM, l, s->d_branch, 1, n, H));
     }
 
     /* 6. layer_scalar */
     G4C_RUN(s->error, g4c_layer_scalar, g4c__grid(nh, G4C_THREADS), G4C_THREADS, s->d_x, nh, lw->layer_scalar.data,
             (int)lw->layer_scalar.dtype);
     G4C_TRY(g4c__act(s, s->d_x, nh));
-    return g4c__tap(s, "", l, s->d_x, 1, n, H);
+    return g4c__tap(s, G4__TAP_LAYER, l, s->d_x, 1, n, H);
 }
 
 /* The fast mode's limits (attention: one block holds a KV head's query
