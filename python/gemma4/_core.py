@@ -91,6 +91,11 @@ def lib():
             "g4py_session_forward_mm": (C.c_int, [_P, _P, C.c_int, _P, C.c_int, _P, C.c_int, _P, _ERR]),
             "g4py_vision_encode": (C.c_int, [_P, _P, _P, C.c_int, C.c_int, _P, C.POINTER(C.c_int), _ERR]),
             "g4py_audio_tokens_max": (C.c_int, [C.c_int]),
+            "g4py_image_config": (C.c_int, [C.c_char_p, _P, C.POINTER(C.c_int), C.POINTER(C.c_int), _ERR]),
+            "g4py_image_preprocess": (C.c_int, [C.c_char_p, _P, _P, C.c_int, C.c_int, C.c_int, _P, _P,
+                                                C.POINTER(C.c_int), _ERR]),
+            "g4py_mm_expand_images": (C.c_int, [_P, _P, C.c_int, _P, C.c_int, _P, C.c_size_t, C.POINTER(C.c_size_t),
+                                                _ERR]),
             "g4py_audio_encode": (C.c_int, [_P, _P, _P, C.c_int, _P, C.POINTER(C.c_int), _ERR]),
             "g4py_audio_frames": (C.c_int, [C.c_int, C.POINTER(C.c_int), _ERR]),
             "g4py_audio_features": (C.c_int, [_P, C.c_int, C.c_int, _P, _P, C.c_int, C.POINTER(C.c_int), _ERR]),
@@ -326,6 +331,46 @@ class Model:
         if r != 0:
             _raise(r, err)
         return soft[:n.value].copy()
+
+    def preprocess_image(self, image, processor=None):
+        """Gemma4ImageProcessor on one image, bit for bit: image uint8 [h, w, 3 or 4] (RGB or
+        RGBA) -> (pixel_values float32 [max_patches, 3 p^2], positions int32 [max_patches, 2],
+        n_soft: its soft tokens). processor: a directory or file with processor_config.json
+        / preprocessor_config.json (default: the model's directory, else the defaults)."""
+        img = np.asarray(image)
+        if img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] not in (3, 4):
+            raise InputError(f"preprocess_image: a uint8 [h, w, 3 or 4] image, not {img.dtype} {img.shape}")
+        img = np.ascontiguousarray(img)
+        if processor is None and isinstance(self.path, str) and any(
+                os.path.isfile(os.path.join(self.path, f)) for f in ("processor_config.json", "preprocessor_config.json")):
+            processor = self.path
+        p = None if processor is None else _path(processor, "processor")
+        ps, mp, err = C.c_int(), C.c_int(), _errbuf()
+        r = lib().g4py_image_config(p, self._handle(), C.byref(ps), C.byref(mp), err)
+        if r != 0:
+            _raise(r, err)
+        pv = np.empty((mp.value, 3 * ps.value ** 2), np.float32)
+        pos = np.empty((mp.value, 2), np.int32)
+        n = C.c_int()
+        r = lib().g4py_image_preprocess(p, self._handle(), _ptr(img), img.shape[0], img.shape[1], img.shape[2], _ptr(pv),
+                                        _ptr(pos), C.byref(n), err)
+        if r != 0:
+            _raise(r, err)
+        return pv, pos, n.value
+
+    def expand_images(self, ids, n_soft):
+        """Gemma4Processor's ids: every image placeholder id becomes boi, n_soft[k] image
+        tokens, eoi (k counts the images)."""
+        ids = _ids(ids)
+        ns = np.ascontiguousarray(np.asarray(n_soft, np.int32).reshape(-1))
+        cap = len(ids) + int(ns.sum()) + 2 * len(ns) + 1
+        out = np.empty(cap, np.int32)
+        n, err = C.c_size_t(), _errbuf()
+        r = lib().g4py_mm_expand_images(self._handle(), _ptr(ids), len(ids), _ptr(ns), len(ns), _ptr(out), cap,
+                                        C.byref(n), err)
+        if r != 0:
+            _raise(r, err)
+        return out[:n.value].copy()
 
     def encode_audio(self, features, mask=None):
         """One clip's soft tokens, float32 [n, H]: log-mel features [frames, 128] and their

@@ -297,6 +297,49 @@ G4PY_API int g4py_wav_parse(const unsigned char *data, size_t len, float *out, s
     return g4_wav_parse(data, len, out, cap, n, rate, err);
 }
 
+/* The image processor's settings (dir or file: processor_config.json /
+   preprocessor_config.json; NULL: Gemma4ImageProcessor's defaults), checked
+   against the model's vision config when m is set: patch_size, max_patches. */
+static int g4py_image_cfg(g4_image_config *ic, const char *path, const g4_model *m, char *err) {
+    g4_result r;
+    *ic = g4_image_config_init();
+    if (path && (r = g4_image_config_load(ic, path)) != G4_OK) return g4py_ret(err, r, ic->error);
+    if (m && (r = g4_image_config_check(ic, &m->config)) != G4_OK) return g4py_ret(err, r, ic->error);
+    return G4_OK;
+}
+
+G4PY_API int g4py_image_config(const char *path, const g4_model *m, int *patch_size, int *max_patches, char *err) {
+    g4_image_config ic;
+    int r = g4py_image_cfg(&ic, path, m, err);
+    if (r != G4_OK) return r;
+    *patch_size = ic.patch_size;
+    *max_patches = ic.max_soft_tokens * ic.pooling_kernel_size * ic.pooling_kernel_size;
+    return G4_OK;
+}
+
+/* pixels [h][w][c] (uint8, c 3 or 4) -> pixel_values [max_patches][3 p^2], positions [max_patches][2] */
+G4PY_API int g4py_image_preprocess(const char *path, const g4_model *m, const uint8_t *pixels, int h, int w, int c,
+                                   float *pixel_values, int32_t *positions, int *n_soft, char *err) {
+    g4_image_config ic;
+    size_t bytes;
+    void *scratch;
+    int r = g4py_image_cfg(&ic, path, m, err);
+    *n_soft = 0;
+    if (r != G4_OK) return r;
+    if (!(bytes = g4_image_scratch_size(&ic, h, w)))
+        return g4py_fail(err, G4_ERR_INPUT, "image: %d x %d pixels is not a size the processor takes", h, w);
+    if (!(scratch = malloc(bytes))) return g4py_fail(err, G4_ERR_NOMEM, "out of memory: %zu bytes of image scratch", bytes);
+    r = g4_image_preprocess(&ic, pixels, h, w, c, scratch, bytes, pixel_values, positions, n_soft);
+    free(scratch);
+    return g4py_ret(err, r, ic.error);
+}
+
+/* Gemma4Processor's expansion of each image placeholder into boi, n_soft[k] image tokens, eoi */
+G4PY_API int g4py_mm_expand_images(const g4_model *m, const int32_t *ids, int n, const int *n_soft, int n_images,
+                                   int32_t *out, size_t cap, size_t *n_out, char *err) {
+    return g4_mm_expand_images(&m->config, ids, n, n_soft, n_images, out, cap, n_out, err);
+}
+
 /* -------------------------------------------------------------- training */
 
 typedef struct { g4_train t; void *arena; g4_pool *pool; } g4py_train;

@@ -65,6 +65,36 @@ def test_vision_soft_tokens_and_logits(processor, model):
         gemma4.Model(tiny("e2b_like"), threads=1).encode_image(processor["pixel_values.0"][0], processor["positions.0"][0])
 
 
+TEXTS = ["Look at <|image|> and say", "<|image|> is square", "Alpha <|image|>: what", "First <|image|> then <|image|> end"]
+CASE_IMAGES = [[0], [1], [2], [0, 1]]  # tools/make_vision_goldens.py's cases (tests/test_vision.c)
+
+
+def test_image_processor_and_expansion(processor):
+    """Raw images -> pixel_values, positions bit for bit, the prompt's ids as Gemma4Processor's,
+    then the whole pipeline's logits (1e-4 of max |logit|)."""
+    m = gemma4.Model(os.path.join(VISION, "e2b_mm"), threads=2)
+    g = st.load(os.path.join(VISION, "e2b_mm", "golden.safetensors"))[0]
+    tok = gemma4.Tokenizer(os.path.join(VISION, "processor"))
+    for c, text in enumerate(TEXTS):
+        pre = [m.preprocess_image(processor[f"image.{k}"].astype(np.uint8), os.path.join(VISION, "processor"))
+               for k in CASE_IMAGES[c]]
+        if c < 3:
+            assert np.array_equal(pre[0][0], processor[f"pixel_values.{c}"][0]), f"case {c} pixel_values"
+            assert np.array_equal(pre[0][1], processor[f"positions.{c}"][0]), f"case {c} positions"
+        ids = m.expand_images(tok.encode(text), [p[2] for p in pre])
+        assert np.array_equal(ids, processor[f"ids.{c}"]), f"case {c} ids"
+        soft = np.concatenate([m.encode_image(pv, pos) for pv, pos, _ in pre])
+        logits = m.logits(ids, soft=soft)
+        ref = g[f"logits.{c}"]
+        assert np.abs(logits[g[f"logit_rows.{c}"]] - ref).max() <= 1e-4 * np.abs(ref).max(), f"case {c} logits"
+    with pytest.raises(gemma4.InputError):
+        m.expand_images(tok.encode(TEXTS[0]), [63, 63])
+    with pytest.raises(gemma4.InputError):
+        m.preprocess_image(np.zeros((4, 4), np.uint8))
+    with pytest.raises(gemma4.Error):
+        m.preprocess_image(np.zeros((0, 5, 3), np.uint8))
+
+
 def test_audio_features_tower_and_logits():
     d = tiny("e2b_audio")
     g = st.load(os.path.join(d, "golden.safetensors"))[0]
