@@ -8,11 +8,11 @@ LDLIBS   = -lm -lpthread
 IMG_LIBS = -lpng -ljpeg   # libpng-dev, libjpeg62-turbo-dev: the CLI's and test_vision's image decoders
 DEMO     = data/tiny/e2b_like
 
-.PHONY: all run test test-python test-python-san test-python-torch test-builds unit sanitize strict bench test-arm64 clean fuzz valgrind tsan cuda test-cuda test-cuda-emu sanitize-cuda-emu test-cuda-device bench-cuda print-nvflags
+.PHONY: all run test test-python test-python-san test-python-torch test-builds unit sanitize strict bench bench-smoke test-arm64 clean fuzz valgrind tsan cuda test-cuda test-cuda-emu sanitize-cuda-emu test-cuda-device bench-cuda print-nvflags
 
 all: build/gemma4
 
-build/gemma4: examples/gemma4.c examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h examples/image.h gemma4.h gemma4_processing.h | build
+build/gemma4: examples/gemma4.c examples/args.h examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h examples/image.h gemma4.h gemma4_processing.h | build
 	$(CC) $(WARN) $(CFLAGS) -o $@ examples/gemma4.c $(LDLIBS) $(IMG_LIBS)
 
 build/minimal: examples/minimal.c gemma4.h | build
@@ -48,6 +48,11 @@ build/test_lora_san: tests/fixtures.h examples/compare.h | build/gemma4 build/ge
 # build/gemma4 in the plain run, build/gemma4_san under the sanitizers.
 build/test_bad_inputs: | build/gemma4
 build/test_bad_inputs_san: | build/gemma4 build/gemma4_san
+# The command line as a daily tool (tests/test_cli.c): help, errors, --threads, statuses,
+# progress; it runs build/gemma4 (build/gemma4_san under the sanitizers), and make bench's
+# script on a tiny model (build/membw, build/fmapeak: its smoke form, a check that it exits 0).
+build/test_cli: | build/gemma4 build/membw build/fmapeak
+build/test_cli_san: | build/gemma4 build/gemma4_san build/membw build/fmapeak
 # Chat templates: the goldens through the API and the CLI (build/gemma4, or
 # build/gemma4_san under the sanitizers).
 build/test_template: | build/gemma4
@@ -61,7 +66,7 @@ build/test_threads build/test_threads_san build/test_vision build/test_vision_sa
 build/test_vision build/test_vision_san: examples/image.h
 build/test_vision build/test_vision_san: LDLIBS += $(IMG_LIBS)
 
-build/gemma4_san: examples/gemma4.c examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h examples/image.h gemma4.h gemma4_processing.h | build
+build/gemma4_san: examples/gemma4.c examples/args.h examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h examples/image.h gemma4.h gemma4_processing.h | build
 	$(CC) $(WARN) $(SAN) -o $@ examples/gemma4.c $(LDLIBS) $(IMG_LIBS)
 
 # the audio suite again on the scalar reference kernels (the tower's matmuls are g4__matmul_ref there)
@@ -90,7 +95,7 @@ build/test_gemma4_avx2: tests/test_gemma4.c $(G4_SUITE_DEPS) | build build/gemma
 build/test_gemma4_emu: tests/test_gemma4.c $(G4_SUITE_DEPS) tests/x86_emu.h | build build/gemma4
 	$(CC) $(WARN) -O2 $(X86_EMU) -g -o $@ tests/test_gemma4.c $(LDLIBS)
 
-build/gemma4_emu: examples/gemma4.c examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h examples/image.h gemma4.h gemma4_processing.h tests/x86_emu.h | build
+build/gemma4_emu: examples/gemma4.c examples/args.h examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h examples/image.h gemma4.h gemma4_processing.h tests/x86_emu.h | build
 	$(CC) $(WARN) -O2 $(X86_EMU) -o $@ examples/gemma4.c $(LDLIBS) $(IMG_LIBS)
 
 build/test_train_emu: tests/test_train.c tests/harness.h tests/fixtures.h gemma4.h tests/x86_emu.h | build build/gemma4_emu
@@ -201,7 +206,7 @@ strict: | build
 	sh tests/strict_compile.sh
 
 unit: build/gemma4 build/test_gemma4 build/test_tokenizer build/test_bad_inputs build/test_threads build/test_train build/test_drafter build/test_lora \
-      build/test_template build/test_audio
+      build/test_template build/test_audio build/test_cli
 	./build/test_gemma4
 	./build/test_train data build/gemma4
 	./build/test_drafter data build/gemma4
@@ -209,17 +214,19 @@ unit: build/gemma4 build/test_gemma4 build/test_tokenizer build/test_bad_inputs 
 	./build/test_tokenizer
 	./build/test_template data build/gemma4
 	./build/test_bad_inputs data build/gemma4
+	./build/test_cli data build/gemma4
 	./build/test_threads
 	./build/test_audio
 
 sanitize: build/gemma4 build/gemma4_san build/test_gemma4_san build/test_bad_inputs_san build/test_threads_san build/test_tokenizer_san build/test_train_san build/test_drafter_san build/test_lora_san \
-          build/test_template_san build/test_audio_san
+          build/test_template_san build/test_audio_san build/test_cli_san
 	./build/test_gemma4_san
 	./build/test_train_san data build/gemma4_san
 	./build/test_drafter_san data build/gemma4_san
 	./build/test_template_san data build/gemma4_san
 	./build/test_lora_san data build/gemma4_san
 	./build/test_bad_inputs_san data build/gemma4_san
+	./build/test_cli_san data build/gemma4_san
 	./build/test_threads_san
 	./build/test_tokenizer_san
 	./build/test_audio_san
@@ -251,7 +258,7 @@ endef
 
 SUITE_LOGS = tokenizer_san.log tokenizer.log template_san.log template.log cuda_emu.log cuda_emu_san.log \
              gemma4_san.log bad_inputs_san.log threads_san.log san_avx2.log drafter_san.log drafter.log threads.log \
-             train.log train_san.log lora.log lora_san.log bad_inputs.log tests.log kernels.log audio.log audio_san.log python.log \
+             train.log train_san.log lora.log lora_san.log bad_inputs.log cli.log cli_san.log tests.log kernels.log audio.log audio_san.log python.log \
              vision.log vision_san.log
 
 # $(eval $(call suite,NAME,PREREQUISITES,COMMAND)) makes the target suite-NAME.log, which runs
@@ -284,6 +291,8 @@ $(eval $(call suite,train_san,build/test_train_san build/gemma4_san,./build/test
 $(eval $(call suite,lora,build/test_lora build/gemma4,./build/test_lora data build/gemma4))
 $(eval $(call suite,lora_san,build/test_lora_san build/gemma4_san,./build/test_lora_san data build/gemma4_san))
 $(eval $(call suite,bad_inputs,build/test_bad_inputs build/gemma4,./build/test_bad_inputs data build/gemma4))
+$(eval $(call suite,cli,build/test_cli build/gemma4,./build/test_cli data build/gemma4))
+$(eval $(call suite,cli_san,build/test_cli_san build/gemma4_san,./build/test_cli_san data build/gemma4_san))
 $(eval $(call suite,tests,build/test_gemma4 build/gemma4,./build/test_gemma4))
 $(eval $(call suite,audio,build/test_audio build/test_audio_scalar,sh -c "./build/test_audio && ./build/test_audio_scalar"))
 $(eval $(call suite,audio_san,build/test_audio_san,./build/test_audio_san))
@@ -298,14 +307,14 @@ test-builds: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemm
       build/test_tokenizer build/test_tokenizer_san build/test_cuda_emu build/test_cuda_emu_san \
       build/test_train build/test_train_san build/test_drafter build/test_drafter_san build/test_template build/test_template_san \
       build/test_lora build/test_lora_san build/test_audio build/test_audio_san build/test_audio_scalar build/test_vision build/test_vision_san \
-      $(OTHER_KERNELS) $(SAN_SIMD)
+      build/test_cli build/test_cli_san $(OTHER_KERNELS) $(SAN_SIMD)
 
 # Builds and suites run together, one job per CPU; then each suite's log is shown in this
 # order, and the total. make starts a suite whose binaries are built only on its next pass
 # over the goals, that is after the builds, so the longest suite's binary (cuda_emu_san,
 # about 3 min of one CPU) is built first on its own, and that suite starts at once.
 SUITE_ORDER = cuda_emu_san cuda_emu drafter_san kernels python san_avx2 train_san lora_san bad_inputs_san gemma4_san \
-              template_san drafter lora tests train bad_inputs audio_san threads_san tokenizer_san tokenizer template threads audio \
+              template_san cli_san drafter lora tests train bad_inputs cli audio_san threads_san tokenizer_san tokenizer template threads audio \
               vision_san vision
 test:
 	@mkdir -p build && rm -f $(SUITE_LOGS:%=build/%) $(SUITE_LOGS:%=build/%.time) build/minimal.log
@@ -348,6 +357,9 @@ test:
 	@tail -n 1 build/vision_san.log
 	@echo "== bad-input catalogue"
 	@tail -n 1 build/bad_inputs.log
+	@echo "== the command line (help, errors, --threads, statuses, progress; make bench's smoke form), plain and under ASan + UBSan"
+	@tail -n 1 build/cli.log
+	@tail -n 1 build/cli_san.log
 	@echo "== the Python package (python/: pip install in a fresh venv, pytest against the same goldens)"
 	@tail -n 1 build/python.log
 	@echo "== tests"
@@ -412,6 +424,12 @@ test-arm64: build/gemma4 | build
 # Not a test: speed on an E2B-shaped random checkpoint vs the machine and peers (bench/run.sh).
 bench: build/gemma4 build/membw build/fmapeak
 	sh bench/run.sh
+
+# make bench's smoke form on a tiny model: that the script runs to its end and exits 0
+# (not a timing; tests/test_cli.c runs the same in make test).
+bench-smoke: build/gemma4 build/membw build/fmapeak
+	rm -rf build/bench-smoke-model
+	BENCH_CONFIG=$(DEMO)/config.json BENCH_DIR=build/bench-smoke-model THREADS=2 PROMPT=4 PROMPT2=8 GEN=2 MEMBW_MIB=16 sh bench/run.sh
 
 clean:
 	rm -rf build

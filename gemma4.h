@@ -2449,6 +2449,36 @@ static int g4__st_cmp_offset(const void *a, const void *b) {
     return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : 0;
 }
 
+/* The end of the data section the header describes: the largest well-formed
+   data_offsets end (0 with none). The file must be exactly 8 + header + that
+   long, as safetensors requires ("file not fully covered"): shorter is a
+   truncated file, longer one with bytes no tensor owns. */
+static uint64_t g4__st_data_end(const g4__json *j) {
+    uint64_t end = 0;
+    int e, off;
+    for (e = j->nodes[0].child; e >= 0; e = j->nodes[e].next) {
+        const g4__jnode *b, *en;
+        if (j->nodes[e].type != G4__JOBJ || (off = g4__jget(j, e, "data_offsets")) < 0 ||
+            j->nodes[off].type != G4__JARR || j->nodes[off].count != 2)
+            continue;
+        b = &j->nodes[j->nodes[off].child];
+        en = &j->nodes[b->next];
+        if (b->type == G4__JNUM && b->is_int && en->type == G4__JNUM && en->is_int && b->ival >= 0 && en->ival >= b->ival &&
+            (uint64_t)en->ival > end)
+            end = (uint64_t)en->ival;
+    }
+    return end;
+}
+
+static g4_result g4__st_size_error(const g4__file *f, uint64_t hlen, uint64_t data_end, char *err) {
+    uint64_t want = 8 + hlen + data_end;
+    g4__seterr(err, "%s: %s: the file has %llu bytes, its header describes %llu (8 + %llu of header + %llu of data)",
+               f->path, want > (uint64_t)f->size ? "truncated" : "longer than its header describes",
+               (unsigned long long)f->size, (unsigned long long)want, (unsigned long long)hlen,
+               (unsigned long long)data_end);
+    return G4_ERR_SAFETENSORS;
+}
+
 /* Parses file `fi`'s header and appends its tensors to the list. */
 static g4_result g4__st_parse(g4__file *f, int fi, g4__stinfo **list, int *n, int *cap, char *err) {
     uint64_t hlen = 0, data_size;
@@ -2538,8 +2568,11 @@ static g4_result g4__st_parse(g4__file *f, int fi, g4__stinfo **list, int *n, in
         }
         {
             const g4__jnode *b = &j->nodes[j->nodes[off].child], *en = &j->nodes[b->next];
+            if (b->type == G4__JNUM && b->is_int && en->type == G4__JNUM && en->is_int && b->ival >= 0 &&
+                en->ival >= b->ival && (uint64_t)en->ival > data_size)
+                return g4__st_size_error(f, hlen, g4__st_data_end(j), err);
             if (b->type != G4__JNUM || !b->is_int || en->type != G4__JNUM || !en->is_int || b->ival < 0 ||
-                en->ival < b->ival || (uint64_t)en->ival > data_size) {
+                en->ival < b->ival) {
                 g4__seterr(err, "%s: tensor '%.200s': data_offsets must satisfy 0 <= begin <= end <= %llu (data size)",
                            f->path, name, (unsigned long long)data_size);
                 return G4_ERR_SAFETENSORS;
@@ -2560,6 +2593,7 @@ static g4_result g4__st_parse(g4__file *f, int fi, g4__stinfo **list, int *n, in
         st->t.data = data + st->begin;
         (*n)++;
     }
+    if (g4__st_data_end(j) != data_size) return g4__st_size_error(f, hlen, g4__st_data_end(j), err);
     return G4_OK;
 }
 

@@ -14,7 +14,7 @@ nvf=$(make -s --no-print-directory print-nvflags)
 [ -f build/gemma4_cuda_bench.o ] || nvcc $nvf -c gemma4_cuda.cu -o build/gemma4_cuda_bench.o || exit 1
 cc -O2 -march=native -std=c99 -Wall -Wextra -Werror -ffp-contract=off -D_POSIX_C_SOURCE=200809L -c bench/cuda_bench.c \
    -o build/cuda_bench.o && nvcc -o build/cuda_bench build/cuda_bench.o build/gemma4_cuda_bench.o -lm -lpthread || exit 1
-synth() { [ -f "$models/$1/model.safetensors" ] || ./build/gemma4 synth --config "data/configs/$2" --out "$models/$1" --dtype bf16 ${3:-} > /dev/null; }
+synth() { [ -f "$models/$1/model.safetensors" ] || ./build/gemma4 synth --config "data/configs/$2" --out "$models/$1" --dtype bf16 --force ${3:-} > /dev/null; }
 synth e2b gemma-4-E2B.json &
 synth 31b6 gemma-4-31B.json "--layers 6" &
 wait

@@ -11,7 +11,8 @@
 #     to the model's vocab_size; TOKENIZER_DIR names another folder;
 #   - a check that the GGUF is the same model: bench/llama_logits.cpp runs a
 #     prompt through llama.cpp and bench/peers_check.py compares its logits
-#     with gemma4.h's on the same ids.
+#     with gemma4.h's on the same ids, against the model's own float32-to-bf16
+#     gap (gemma4.h's float32 run against its bf16-faithful one, measured here).
 # JOBS sets the build's parallelism (default: all CPUs). On a shared machine:
 #   JOBS=2 nice -n 15 sh bench/peers.sh
 # Run it with the same BENCH_DIR / BENCH_LAYERS / BENCH_VOCAB as make bench;
@@ -54,7 +55,7 @@ if [ ! -f "$DIR/model.safetensors" ]; then
   [ -n "$BENCH_LAYERS" ] && opts="$opts --layers $BENCH_LAYERS"
   [ -n "$BENCH_VOCAB" ] && opts="$opts --vocab $BENCH_VOCAB"
   make build/gemma4
-  ./build/gemma4 synth --config "$CONFIG" --out "$DIR" --dtype bf16 $opts
+  ./build/gemma4 synth --config "$CONFIG" --out "$DIR" --dtype bf16 --force $opts
 fi
 if [ ! -f $P/model-bf16.gguf ] || [ $P/model-bf16.gguf -ot "$DIR/model.safetensors" ]; then
   $P/venv/bin/python - "$TOK" "$DIR" <<'PY'
@@ -88,7 +89,8 @@ fi
 make build/gemma4
 IDS=2,818,1010,4096,17,3000,25000,123,9999,31000,5,77
 ./build/gemma4 logits "$DIR" --ids $IDS --out $P/check-g4.f32 > /dev/null
+./build/gemma4 logits "$DIR" --ids $IDS --out $P/check-g4-bf16.f32 --bf16 > /dev/null
 $P/llama_logits $P/model-bf16.gguf $IDS 0 $P/check-llama.f32 > /dev/null 2> $P/check-llama.log ||
   { tail -5 $P/check-llama.log; exit 1; }
-$P/venv/bin/python bench/peers_check.py "$DIR/config.json" $P/check-g4.f32 $P/check-llama.f32
+python3 bench/peers_check.py "$DIR/config.json" $P/check-g4.f32 $P/check-llama.f32 $P/check-g4-bf16.f32
 echo "peers ready: BENCH_PY=$P/venv/bin/python LLAMA_BENCH=$P/llama-bench BENCH_GGUF=$P/model-bf16.gguf"

@@ -6,6 +6,7 @@
 #   BENCH_LAYERS / BENCH_VOCAB  shrink it (default: full size, ~10 GB on disk)
 #   BENCH_DIR     where the synthetic checkpoint goes (build/bench-model)
 #   THREADS PROMPT GEN  (PROMPT2: the long prompt, 512 tokens in one chunk)
+#   MEMBW_MIB     the bandwidth probe's buffer (default 2048 MiB; make bench-smoke: 16)
 #   BENCH_PY      a python with torch + transformers for the PyTorch peer
 #   LLAMA_BENCH   a llama.cpp llama-bench binary and BENCH_GGUF its model, for that peer
 set -e
@@ -20,9 +21,9 @@ opts=""
 [ -n "$BENCH_VOCAB" ] && opts="$opts --vocab $BENCH_VOCAB"
 if [ ! -f "$DIR/model.safetensors" ]; then
   echo "== writing a random $(basename "$CONFIG" .json)-shaped checkpoint to $DIR"
-  ./build/gemma4 synth --config "$CONFIG" --out "$DIR" --dtype bf16 $opts
+  ./build/gemma4 synth --config "$CONFIG" --out "$DIR" --dtype bf16 --force $opts
 fi
-bw=$(./build/membw "$THREADS" 2048 | sed 's/read: \([0-9.]*\).*/\1/')
+bw=$(./build/membw "$THREADS" "${MEMBW_MIB:-2048}" | sed 's/read: \([0-9.]*\).*/\1/')
 ./build/fmapeak "$THREADS" > build/bench-fma.txt
 fma=$(sed -n 's/^fma: \([0-9.]*\).*/\1/p' build/bench-fma.txt)
 fma_cpu=$(sed -n 's/^fma per CPU-second: \([0-9.]*\).*/\1/p' build/bench-fma.txt)
@@ -42,7 +43,7 @@ if [ "$(basename "$CONFIG")" = "gemma-4-E2B.json" ] && [ -z "$BENCH_LAYERS$BENCH
   # speculative decoding: a drafter of an assumed E2B-drafter shape (bench/e2b-drafter.json;
   # Google's config is not in this repository), random weights, so acceptance is forced
   DDIR=${BENCH_DRAFTER_DIR:-build/bench-drafter}
-  [ -f "$DDIR/model.safetensors" ] || ./build/gemma4 synth --config bench/e2b-drafter.json --out "$DDIR" --dtype bf16
+  [ -f "$DDIR/model.safetensors" ] || ./build/gemma4 synth --config bench/e2b-drafter.json --out "$DDIR" --dtype bf16 --force
   echo "== gemma4.h with a drafter (k 4)"
   ./build/gemma4 bench "$DIR" --threads "$THREADS" --prompt "$PROMPT" --gen "$GEN" --drafter "$DDIR" --draft-tokens 4 | tee build/bench-g4-drafter.txt
 fi
@@ -90,7 +91,8 @@ printf "%-28s %14s %14s\n" "llama.cpp, $PROMPT2-token prompt" "${l_long:--}" "-"
 echo
 # the ranking against the peers depends on the CPU and its ISA: name them beside the figures
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)
-isa=$(for f in avx2 fma f16c avx512f avx512_bf16 asimd; do grep -qw "$f" /proc/cpuinfo 2>/dev/null && printf '%s ' "$f"; done)
+# (an if, not `grep && printf`: the loop's status is its last grep's, and set -e ends the script on it)
+isa=$(for f in avx2 fma f16c avx512f avx512_bf16 asimd; do if grep -qw "$f" /proc/cpuinfo 2>/dev/null; then printf '%s ' "$f"; fi; done)
 echo "cpu: ${cpu:-unknown} ($(nproc) CPUs); ISA: ${isa:-none of avx2 fma f16c avx512f avx512_bf16 asimd}"
 awk -v bw="$bw" -v gbs="$g_gbs" -v fma="$fma" -v fl="$g_flops" -v tp="$t_pre" -v td="$t_dec" -v gp="$g_pre" -v gd="$g_dec" \
     -v fcpu="$fma_cpu" -v gfc="$g_fcpu" -v hfl="$h_flops" -v hfc="$h_fcpu" -v p1="$PROMPT" -v p2="$PROMPT2" -v th="$THREADS" \

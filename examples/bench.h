@@ -4,6 +4,8 @@
 #ifndef G4_BENCH_H
 #define G4_BENCH_H
 
+#include <dirent.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -11,28 +13,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Strict option parsing: a non-negative integer below 2^31, or -1; a finite
-   number, or NaN. (atoi would turn "x" into 0.) */
-static int g4b_int(const char *s) {
-    long v = 0;
-    if (!s || !*s) return -1;
-    for (; *s; s++) {
-        if (*s < '0' || *s > '9' || v > 214748364L) return -1;
-        v = v * 10 + (*s - '0');
-    }
-    return v > 0x7fffffffL ? -1 : (int)v;
-}
-
-static double g4b_num(const char *s) {
-    char *end;
-    double v;
-    if (!s || !*s) return NAN;
-    v = strtod(s, &end);
-    return *end || !isfinite(v) ? NAN : v;
-}
-
-/* The CLI's usage line of one command (examples/gemma4.c, from its table); returns 1. */
-static int usage(const char *command);
+/* The options of `bench` (parsed by g4t_cmd_bench in train.h, which runs --grad itself). */
+typedef struct {
+    int prompt, gen, bf16, draft_tokens;
+    const char *drafter;
+} g4b_opts;
 
 static double g4b_now(void) {
     struct timespec ts;
@@ -58,6 +43,8 @@ typedef struct {
     size_t hlen, hcap;
     char *hdr;
     uint64_t rng;
+    uint64_t written, total; /* pass 1: bytes written, of total (progress on a terminal) */
+    int tty;
     char error[256];
 } g4b_synth;
 
@@ -117,11 +104,16 @@ static g4_result g4b_synth_tensor(g4_model *m, void *user, g4_tensor *dst, const
             }
             used += esz;
             if (used + 4 > sizeof buf) {
-                if (fwrite(buf, 1, used, y->f) != used) { snprintf(y->error, sizeof y->error, "write failed"); return G4_ERR_IO; }
+                if (fwrite(buf, 1, used, y->f) != used) { snprintf(y->error, sizeof y->error, "%s", strerror(errno)); return G4_ERR_IO; }
+                if (y->tty && (y->written / (64u << 20)) != ((y->written + used) / (64u << 20)))
+                    fprintf(stderr, "\rsynth: %.2f / %.2f GB written (%.0f%%)", (double)(y->written + used) / 1e9,
+                            (double)y->total / 1e9, 100.0 * (double)(y->written + used) / (double)y->total);
+                y->written += used;
                 used = 0;
             }
         }
-        if (used && fwrite(buf, 1, used, y->f) != used) { snprintf(y->error, sizeof y->error, "write failed"); return G4_ERR_IO; }
+        if (used && fwrite(buf, 1, used, y->f) != used) { snprintf(y->error, sizeof y->error, "%s", strerror(errno)); return G4_ERR_IO; }
+        y->written += used;
     }
     return G4_OK;
 }
@@ -209,33 +201,46 @@ static void g4b_synth_layers(g4_config *c, int layers, g4_plan *scratch) {
     while (!c->assistant && c->num_kv_shared_layers > 0 && g4_plan_build(scratch, c) != G4_OK) c->num_kv_shared_layers--;
 }
 
-/* gemma4 synth --config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N] */
+/* 1 when DIR exists and holds anything (names the first entry in *first) */
+static int g4b_nonempty(const char *dir, char *first, size_t cap) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int found = 0;
+    if (!d) return 0;
+    while (!found && (e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+            snprintf(first, cap, "%s", e->d_name);
+            found = 1;
+        }
+    closedir(d);
+    return found;
+}
+
+/* gemma4 synth --config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N] [--force] */
 static int g4b_cmd_synth(int argc, char **argv) {
-    const char *cfg_path = NULL, *out = NULL;
-    int i, layers = 0, vocab = 0, dt = G4_BF16; /* 0: keep the config's */
+    const char *cfg_path = NULL, *out = NULL, *pos[1];
+    int i, layers = 0, vocab = 0, dti = 0, dt, force = 0, np, rc; /* layers, vocab 0: keep the config's */
     g4_model m;
     g4b_synth y;
-    char path[4096];
+    char path[4096], first[256];
+    struct stat st;
     g4_result r;
-    for (i = 2; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--config") == 0) cfg_path = argv[i + 1];
-        else if (strcmp(argv[i], "--out") == 0) out = argv[i + 1];
-        else if (strcmp(argv[i], "--layers") == 0 || strcmp(argv[i], "--vocab") == 0) {
-            int v = g4b_int(argv[i + 1]);
-            if (v < 1) { fprintf(stderr, "gemma4 synth: %s must be a positive integer (got '%s')\n", argv[i], argv[i + 1]); return 1; }
-            if (argv[i][2] == 'l') layers = v;
-            else vocab = v;
-        } else if (strcmp(argv[i], "--dtype") == 0) {
-            if (strcmp(argv[i + 1], "f32") == 0) dt = G4_F32;
-            else if (strcmp(argv[i + 1], "bf16") == 0) dt = G4_BF16;
-            else { fprintf(stderr, "gemma4 synth: --dtype must be bf16 or f32 (got '%s')\n", argv[i + 1]); return 1; }
-        } else { fprintf(stderr, "gemma4 synth: unknown option %s\n", argv[i]); return 1; }
-    }
-    if (i != argc || !cfg_path || !out) {
-        return usage(argv[1]);
-    }
+    g4a_opt opts[] = {
+        G4A_SR("--config", &cfg_path, "CONFIG.json", "the config whose shape the checkpoint takes"),
+        G4A_SR("--out", &out, "DIR", "the new model directory (config.json + model.safetensors); must be empty"),
+        G4A_C("--dtype", &dti, "bf16|f32", "bf16|f32", "the weights' dtype (default bf16)"),
+        G4A_I("--layers", &layers, "N", 1, INT_MAX, "keep the first N layers (the last one made full attention)"),
+        G4A_I("--vocab", &vocab, "N", 1, INT_MAX, "a smaller vocabulary"),
+        G4A_F("--force", &force, "write into a non-empty --out (a stale model.safetensors.index.json is removed)"),
+    };
+    g4a_cmd cmd = {"synth", "", 0, 0,
+                   "Writes a random checkpoint of a config's shape (norm weights and scalars near 1, matrices ~\n"
+                   "1/sqrt(in)), config.json in transformers' text-only form; on a terminal stderr shows progress.",
+                   opts, G4A_N_OPTS(opts)};
+    if ((rc = g4a_parse(&cmd, argc, argv, 2, pos, &np)) != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
+    dt = dti ? G4_F32 : G4_BF16;
     memset(&m, 0, sizeof m);
-    if (g4_config_load(&m.config, cfg_path) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m.config.error); return 1; }
+    if (g4_config_load(&m.config, cfg_path) != G4_OK) { print_error(m.config.error); return 1; }
     if (vocab > 0) {
         m.config.vocab_size = vocab;
         if (!m.config.assistant) m.config.vocab_size_per_layer_input = vocab;
@@ -246,10 +251,17 @@ static int g4b_cmd_synth(int argc, char **argv) {
     }
     if (layers > 0) g4b_synth_layers(&m.config, layers, &m.plan);
     if (g4_plan_build(&m.plan, &m.config) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m.plan.error); return 1; }
+    if (stat(out, &st) == 0 && !S_ISDIR(st.st_mode)) return g4a_fail(&cmd, "--out %s exists and is not a directory", out);
+    if (g4b_nonempty(out, first, sizeof first)) {
+        if (!force)
+            return g4a_fail(&cmd, "--out %s is not empty (it holds %s); give --force to write into it", out, first);
+        snprintf(path, sizeof path, "%s/model.safetensors.index.json", out);
+        if (remove(path) != 0 && errno != ENOENT) return g4a_fail(&cmd, "%s: cannot remove (%s)", path, strerror(errno));
+    }
     strcpy(m.prefix, "model.");
-    mkdir(out, 0755);
+    if (mkdir(out, 0755) != 0 && errno != EEXIST) { fprintf(stderr, "gemma4: %s: cannot create (%s)\n", out, strerror(errno)); return 1; }
     snprintf(path, sizeof path, "%s/config.json", out);
-    if (!g4b_write_config(path, &m.config)) { fprintf(stderr, "gemma4: cannot write %s\n", path); return 1; }
+    if (!g4b_write_config(path, &m.config)) { fprintf(stderr, "gemma4: %s: cannot write (%s)\n", path, strerror(errno)); return 1; }
     /* the weights follow the config as it reads back, and one that does not (--vocab against the drafter's
        centroids, say) is an error here rather than a checkpoint that will not load */
     if (g4_config_load(&m.config, path) != G4_OK || g4_plan_build(&m.plan, &m.config) != G4_OK) {
@@ -270,7 +282,7 @@ static int g4b_cmd_synth(int argc, char **argv) {
     g4b_hdr(&y, "}");
     while (y.hlen % 8) g4b_hdr(&y, " ");
     snprintf(path, sizeof path, "%s/model.safetensors", out);
-    if (!(y.f = fopen(path, "wb"))) { fprintf(stderr, "gemma4: cannot write %s\n", path); return 1; }
+    if (!(y.f = fopen(path, "wb"))) { fprintf(stderr, "gemma4: %s: cannot write (%s)\n", path, strerror(errno)); return 1; }
     {
         unsigned char len[8];
         uint64_t hl = y.hlen;
@@ -279,13 +291,17 @@ static int g4b_cmd_synth(int argc, char **argv) {
         fwrite(y.hdr, 1, y.hlen, y.f);
     }
     y.pass = 1;
+    y.total = y.off;
+    y.tty = isatty(2);
     r = g4__walk_weights(&m, g4b_synth_tensor, &y);
+    if (y.tty) fprintf(stderr, "\rsynth: %.2f / %.2f GB written (100%%)\n", (double)y.written / 1e9, (double)y.total / 1e9);
     if (r == G4_OK && m.config.assistant && m.config.use_ordered_embeddings)
         for (i = 0; i < m.config.vocab_size; i++) {
             int64_t v = i;
             if (fwrite(&v, 8, 1, y.f) != 1) r = G4_ERR_IO;
         }
-    if (fclose(y.f) != 0 || r != G4_OK) { fprintf(stderr, "gemma4: writing %s failed\n", path); return 1; }
+    if (fclose(y.f) != 0 && r == G4_OK) { snprintf(y.error, sizeof y.error, "%s", strerror(errno)); r = G4_ERR_IO; }
+    if (r != G4_OK) { fprintf(stderr, "gemma4: %s: cannot write (%s)\n", path, y.error[0] ? y.error : "write failed"); return 1; }
     printf("synth: %d layers, vocab %d, %.2f GB of %s weights in %s\n", m.config.num_hidden_layers, m.config.vocab_size,
            (double)y.off / 1e9, dt == G4_BF16 ? "bf16" : "f32", out);
     free(y.hdr);
@@ -409,9 +425,9 @@ done:
     return rc;
 }
 
-static int g4b_cmd_bench(int argc, char **argv) {
-    const char *dir = argv[2];
-    int i, r, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), prompt = 64, gen = 16, rc = 1;
+/* bench DIR (options in o; --threads and --adapter through the CLI's globals) */
+static int g4b_bench(const char *dir, const g4b_opts *o) {
+    int i, r, threads = n_threads, prompt = o->prompt, gen = o->gen, rc = 1;
     g4_model m;
     g4_session s;
     g4_session_config sc = g4_session_config_init();
@@ -420,24 +436,12 @@ static int g4b_cmd_bench(int argc, char **argv) {
     int32_t *ids = NULL;
     double t0, t1, t2, c0, bpt, elems, head, best, pre, dec, best_cpu, pre_cpu, dec_cpu;
     struct rusage ru;
-    const char *drafter = NULL;
-    int draft_tokens = 4;
-    for (i = 3; i < argc; i += 2) {
-        if (strcmp(argv[i], "--bf16") == 0) { sc.bf16 = 1; i--; continue; }
-        if (i + 1 >= argc) break;
-        if (strcmp(argv[i], "--drafter") == 0) drafter = argv[i + 1];
-        else if (strcmp(argv[i], "--draft-tokens") == 0) draft_tokens = g4b_int(argv[i + 1]);
-        else if (strcmp(argv[i], "--threads") == 0) threads = g4b_int(argv[i + 1]);
-        else if (strcmp(argv[i], "--prompt") == 0) prompt = g4b_int(argv[i + 1]);
-        else if (strcmp(argv[i], "--gen") == 0) gen = g4b_int(argv[i + 1]);
-        else { fprintf(stderr, "gemma4 bench: unknown option %s\n", argv[i]); return 1; }
-    }
-    if (i != argc || threads < 1 || prompt < 1 || gen < 1 || draft_tokens < 1) {
-        return usage(argv[1]);
-    }
+    const char *drafter = o->drafter;
+    int draft_tokens = o->draft_tokens;
+    sc.bf16 = o->bf16;
     if (load_model(&m, dir)) return 1; /* (and --adapter's LoRA adapter) */
     memset(&s, 0, sizeof s);
-    if (g4_pool_create(&pool, threads) != G4_OK) { fprintf(stderr, "gemma4: cannot start %d threads\n", threads); goto done; }
+    if (get_pool(&pool)) goto done;
     sc.max_context = prompt + gen + (drafter ? draft_tokens + 2 : 0);
     sc.max_chunk = drafter && prompt < draft_tokens + 2 ? draft_tokens + 2 : prompt;
     sc.pool = pool;
@@ -506,7 +510,6 @@ done:
     free(ids);
     free(logits);
     g4_session_destroy(&s);
-    g4_pool_free(pool);
     g4_model_free(&m);
     return rc;
 }

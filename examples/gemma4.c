@@ -1,8 +1,10 @@
 /* gemma4 - the command-line face of gemma4.h.
 
    One command per row of the table `commands` at the end of this file (name,
-   handler, arguments); `gemma4` alone prints them all from it, and a command
-   given bad arguments prints its own row.
+   handler, one line of summary); `gemma4 help` lists them, and
+   `gemma4 help COMMAND` (or `gemma4 COMMAND --help`) prints the command's
+   options, each with its rule and default, from the option table the command
+   parses with (examples/args.h): that output is the flag reference.
 
    `logits` runs the ids as one sequence and writes float32 little-endian
    logits for every position, [n_ids][vocab], to FILE, and prints the argmax
@@ -14,48 +16,151 @@
    `tokenize` prints the ids of TEXT (or of all of stdin) as tokenizers'
    encode(TEXT).ids does (the post-processor's <bos> included). `generate`
    streams the answer to stdout, then prints token counts and speeds to
-   stderr; it stops at <eos> or <turn|>. Defaults: temperature 1, top-k 64,
-   top-p 0.95 (Gemma's generation_config), a time-based seed printed to stderr;
-   --temp 0 is greedy. `chat` keeps one session, so each turn feeds only its
-   own tokens. The tokenizer is DIR/tokenizer.json unless --tokenizer is given.
-   Errors: one line on stderr, exit status 1. */
+   stderr on a line of their own; it stops at <eos> or <turn|>. Defaults:
+   temperature 1, top-k 64, top-p 0.95 (Gemma's generation_config), a seed
+   from the OS (/dev/urandom) printed to stderr; --temp 0 is greedy. `chat`
+   keeps one session, so each turn feeds only its own tokens. The tokenizer is
+   DIR/tokenizer.json unless --tokenizer is given.
+
+   Every command that runs the model takes --threads N (default: the
+   machine's cores); the results are the same bits for any N. On a terminal,
+   stderr shows progress for loading, synth, grad and prefills longer than
+   one chunk.
+
+   Exit status: 0 when the command did what was asked; 1 on an error (one
+   line on stderr naming the file, flag or value); compare: 2 when a tap is
+   over tolerance. A context that fills before generate has written
+   --max-tokens tokens is an error; chat starts over instead, saying so. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, isatty, opendir */
 #define GEMMA4_IMPLEMENTATION
 #include "../gemma4.h"
 #include "../gemma4_processing.h"
-static int load_model(g4_model *m, const char *dir); /* (below: the model and --adapter) */
-#include "bench.h"
-#include "compare.h"
+#include "args.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-/* "usage: gemma4 NAME ARGS" for one command, or for all (NULL); returns 1.
-   The lines come from the table `commands` below. */
-static int usage(const char *command);
-static int parse_ids(const char *s, int32_t **out);
+/* What every command that loads a model shares (main() resets them). The
+   CLI is a program: these are its globals, not the library's. */
+static const char *adapter_dir; /* --adapter DIR: a PEFT LoRA adapter */
+static int adapter_bf16;        /* --adapter-bf16: the adapter cast to bf16 too (g4_session_config.lora_bf16) */
+static int n_threads;           /* --threads N (default: the machine's cores) */
+static g4_pool *threads_pool;   /* made on first use for n_threads > 1; freed by main() */
 
-/* --adapter DIR (logits, greedy, generate, chat, compare, grad, info, bench): main()
-   takes it out of argv; every command loads its model through load_model. */
-static const char *adapter_dir;
-static int adapter_bf16; /* --adapter-bf16: the adapter cast to bf16 too (g4_session_config.lora_bf16) */
+/* The options of the commands that load a model: --adapter, --adapter-bf16, --threads. */
+#define OPT_ADAPTER                                                                                            \
+    G4A_S("--adapter", &adapter_dir, "DIR", "a PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors)"), \
+    G4A_F("--adapter-bf16", &adapter_bf16, "with --bf16 and --adapter: the adapter cast to bf16 too, as PEFT runs it")
+#define OPT_THREADS G4A_I("--threads", &n_threads, "N", 1, 4096, "threads (default: the machine's cores); any N gives the same bits")
 
-/* g4_model_load, then the LoRA adapter if one was given; 0 or 1 (printed) */
+static int cpu_count(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 4096 ? 4096 : (int)n;
+}
+
+/* the pool for --threads (NULL for one thread); 1 after a message when it cannot start */
+static int get_pool(g4_pool **pool) {
+    *pool = NULL;
+    if (n_threads <= 1) return 0;
+    if (!threads_pool && g4_pool_create(&threads_pool, n_threads) != G4_OK) {
+        fprintf(stderr, "gemma4: cannot start %d threads (--threads)\n", n_threads);
+        return 1;
+    }
+    *pool = threads_pool;
+    return 0;
+}
+
+static int is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* An error message on one line of stderr (a template's raise_exception text
+   may hold newlines). A library message "PATH: cannot open" gets the reason
+   (the library says no more): the CLI opens PATH itself to learn it. */
+static void print_error(const char *msg) {
+    const char *tail = ": cannot open";
+    size_t n = strlen(msg), t = strlen(tail);
+    fputs("gemma4: ", stderr);
+    for (const char *p = msg; *p; p++) fputc(*p == '\n' || *p == '\r' ? ' ' : *p, stderr);
+    if (n > t && strcmp(msg + n - t, tail) == 0 && n - t < 4096) {
+        char path[4096];
+        FILE *f;
+        memcpy(path, msg, n - t);
+        path[n - t] = 0;
+        errno = 0;
+        if ((f = fopen(path, "rb")) != NULL) fclose(f);
+        else if (errno) fprintf(stderr, " (%s)", strerror(errno));
+    }
+    fputc('\n', stderr);
+}
+
+/* fopen for the CLI's own files; NULL after "gemma4: PATH: cannot open for
+   reading|writing (reason)" */
+static FILE *open_file(const char *path, const char *mode) {
+    FILE *f = fopen(path, mode);
+    if (!f) fprintf(stderr, "gemma4: %s: cannot open for %s (%s)\n", path, mode[0] == 'r' ? "reading" : "writing",
+                    strerror(errno));
+    return f;
+}
+
+/* Reads the weight files of DIR once, so the model's pages are in memory
+   before the first step; on a terminal (stderr) it shows how far it got. */
+static void warm_weights(const char *dir, int always) {
+    DIR *d;
+    struct dirent *e;
+    double total = 0, done = 0;
+    int tty = isatty(2);
+    static char buf[1 << 20];
+    if ((!tty && !always) || !(d = opendir(dir))) return;
+    for (int pass = 0; pass < 2; pass++) {
+        rewinddir(d);
+        while ((e = readdir(d)) != NULL) {
+            size_t l = strlen(e->d_name);
+            char path[4096];
+            struct stat st;
+            FILE *f;
+            if (l < 12 || strcmp(e->d_name + l - 12, ".safetensors") != 0 || strcmp(e->d_name, "golden.safetensors") == 0)
+                continue;
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            if (stat(path, &st) != 0) continue;
+            if (pass == 0) { total += (double)st.st_size; continue; }
+            if (!(f = fopen(path, "rb"))) continue;
+            for (size_t got; (got = fread(buf, 1, sizeof buf, f)) > 0;) {
+                done += (double)got;
+                if (tty && ((long)(done / sizeof buf) % 64 == 0 || done >= total))
+                    fprintf(stderr, "\rloading %s: %.2f / %.2f GB (%.0f%%)", dir, done / 1e9, total / 1e9,
+                            total > 0 ? 100.0 * done / total : 100.0);
+            }
+            fclose(f);
+        }
+    }
+    if (tty && total > 0) fprintf(stderr, "\n");
+    closedir(d);
+}
+
+/* g4_model_load (with progress on a terminal), then the LoRA adapter if one
+   was given; 0 or 1 (printed) */
 static int load_model(g4_model *m, const char *dir) {
-    if (g4_model_load(m, dir) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m->error); return 1; }
+    if (is_dir(dir)) warm_weights(dir, 0);
+    if (g4_model_load(m, dir) != G4_OK) { print_error(m->error); return 1; }
     if (adapter_dir && g4_model_load_adapter(m, adapter_dir) != G4_OK) {
-        fprintf(stderr, "gemma4: %s\n", m->error);
+        print_error(m->error);
         g4_model_free(m);
         return 1;
     }
     return 0;
 }
-#include "train.h"
-#include "image.h"
 
 /* "2,818,1010" -> ids; returns the count, or -1 with a message. */
 static int parse_ids(const char *s, int32_t **out) {
@@ -85,35 +190,48 @@ static int parse_ids(const char *s, int32_t **out) {
     return n;
 }
 
-static int is_dir(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
+#include "bench.h"
+#include "compare.h"
+#include "train.h"
+#include "image.h"
 
 /* gemma4 info PATH: the plan of a model directory or config.json */
 static int cmd_info(int argc, char **argv) {
-    const char *path = argv[2];
+    const char *pos[1], *path;
     g4_config c;
     g4_plan p;
     g4_result r;
     char buf[4096];
-    int train = 0;
-    if (argc == 5 && strcmp(argv[3], "--train") == 0) {
-        if ((train = g4b_int(argv[4])) < 2) { fprintf(stderr, "gemma4 info: --train needs a length >= 2\n"); return 1; }
-    } else if (argc != 3) return usage(argv[1]);
+    int train = 0, np, rc;
+    g4a_opt opts[] = {
+        G4A_I("--train", &train, "N", 2, INT_MAX, "also the training arena's size for N tokens, with and without recompute"),
+        OPT_ADAPTER,
+    };
+    g4a_cmd cmd = {"info", "PATH", 1, 1,
+                   "The KV-sharing plan of a model directory or a config.json (no weights needed), the chat template a\n"
+                   "directory has, and with --adapter the modules a LoRA adapter changes.", opts, G4A_N_OPTS(opts)};
+    if ((rc = g4a_parse(&cmd, argc, argv, 2, pos, &np)) != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
+    path = pos[0];
     if (is_dir(path)) {
         snprintf(buf, sizeof buf, "%s/config.json", path);
         path = buf;
+    } else { /* a file: a weights file is not a config */
+        size_t l = strlen(path);
+        if (l >= 12 && strcmp(path + l - 12, ".safetensors") == 0 && is_file(path)) {
+            fprintf(stderr, "gemma4 info: %s is a weights file (safetensors); give its model directory or its config.json\n",
+                    path);
+            return 1;
+        }
     }
     r = g4_config_load(&c, path);
-    if (r != G4_OK) { fprintf(stderr, "gemma4: %s\n", c.error); return 1; }
+    if (r != G4_OK) { print_error(c.error); return 1; }
     if (g4_plan_build(&p, &c) != G4_OK) { fprintf(stderr, "gemma4: %s: %s\n", path, p.error); return 1; }
     g4_plan_print(&p, &c, stdout);
     if (adapter_dir) { /* which modules of which layers the adapter changes */
         g4_model m;
         int k;
-        if (!is_dir(argv[2])) { fprintf(stderr, "gemma4: info --adapter needs the model directory\n"); return 1; }
-        if (load_model(&m, argv[2])) return 1;
+        if (path != buf) { fprintf(stderr, "gemma4 info: --adapter needs the model directory, not %s\n", pos[0]); return 1; }
+        if (load_model(&m, pos[0])) return 1;
         printf("adapter %s: %d modules, largest rank %d%s\n", adapter_dir, m.n_lora, m.lora_rmax,
                m.lora_ignored ? " (plus vision/audio tower tensors, not run)" : "");
         for (k = 0; k < m.n_lora; k++) {
@@ -126,7 +244,7 @@ static int cmd_info(int argc, char **argv) {
     }
     if (path == buf) { /* a model directory: which chat layout generate --chat and chat use */
         g4_template t;
-        r = g4_template_load(&t, argv[2]);
+        r = g4_template_load(&t, pos[0]);
         if (r == G4_OK) printf("chat template: %s\n", t.name);
         else if (r == G4_ERR_IO) printf("chat template: none; generate --chat and chat use the built-in Gemma 4 layout\n");
         else printf("chat template: unusable: %s\n", t.error);
@@ -135,17 +253,18 @@ static int cmd_info(int argc, char **argv) {
     return train ? g4t_print_sizes(&c, &p, train) : 0;
 }
 
-/* Loads DIR and opens a session for n tokens, in the bf16-faithful mode when
-   bf16 (g4_session_destroy, then g4_model_free, when done). */
+/* Loads DIR and opens a session for n tokens on the --threads pool, in the
+   bf16-faithful mode when bf16 (g4_session_destroy, then g4_model_free, when done). */
 static int open_session(const char *dir, int n, int chunk, int bf16, g4_model *m, g4_session *s) {
     g4_session_config sc = g4_session_config_init();
+    memset(s, 0, sizeof *s);
     if (load_model(m, dir)) return 1;
     sc.max_context = n;
     sc.bf16 = bf16;
     sc.lora_bf16 = adapter_bf16;
     if (chunk > 0) sc.max_chunk = chunk;
-    if (g4_session_create(s, m, &sc) != G4_OK) {
-        fprintf(stderr, "gemma4: %s\n", s->error);
+    if (get_pool(&sc.pool) || g4_session_create(s, m, &sc) != G4_OK) {
+        if (s->error[0]) fprintf(stderr, "gemma4: %s\n", s->error);
         g4_model_free(m);
         return 1;
     }
@@ -162,8 +281,22 @@ static int close_session(g4_model *m, g4_session *s, int32_t *ids, void *buf, in
     return rc;
 }
 
-/* A drafter (gemma4_assistant) attached to a target session, with the
-   speculative decoding workspace (drafter_free when done). */
+/* g4_forward of n ids in pieces of the session's chunk (what g4_forward does
+   inside, so the same bits), showing on a terminal how far a prefill longer
+   than one chunk got. */
+static g4_result forward_progress(g4_session *s, const int32_t *ids, int n, float *logits, int which) {
+    int chunk = s->cfg.max_chunk > 0 ? s->cfg.max_chunk : 64, off, tty = isatty(2);
+    g4_result r = G4_OK;
+    if (n <= chunk || which == G4_LOGITS_ALL) return g4_forward(s, ids, n, logits, which);
+    for (off = 0; off < n && r == G4_OK; off += chunk) {
+        int len = n - off < chunk ? n - off : chunk, last = off + len == n;
+        if (tty) fprintf(stderr, "\rprefill: %d / %d tokens", off, n);
+        r = g4_forward(s, ids + off, len, last ? logits : NULL, last ? which : G4_LOGITS_NONE);
+    }
+    if (tty) fprintf(stderr, "\rprefill: %d / %d tokens\n", n, n);
+    return r;
+}
+
 typedef struct {
     g4_model m;
     g4_session d;
@@ -184,7 +317,11 @@ static void drafter_free(drafter_ctx *x) {
 static int drafter_open(drafter_ctx *x, const char *dir, g4_session *target, int k) {
     size_t bytes;
     memset(x, 0, sizeof *x);
-    if (g4_model_load(&x->m, dir) != G4_OK) { fprintf(stderr, "gemma4: drafter: %s\n", x->m.error); return 1; }
+    if (g4_model_load(&x->m, dir) != G4_OK) {
+        fputs("gemma4: drafter: ", stderr);
+        print_error(x->m.error);
+        return 1;
+    }
     x->loaded = 1;
     if (!x->m.config.assistant) { fprintf(stderr, "gemma4: %s is not a gemma4_assistant drafter\n", dir); return 1; }
     if (g4_drafter_size(&x->m, target, &x->arena_bytes) != G4_OK || !(x->arena = malloc(x->arena_bytes)) ||
@@ -217,35 +354,46 @@ static void print_spec_stats(const g4_spec *sp) {
             sp->drafted ? 100.0 * (double)sp->accepted / (double)sp->drafted : 0.0, sp->target_steps);
 }
 
+
 /* compare DIR DUMP: gemma4.h against a tap dump; exit 0 within tolerance, 2 not */
 static int cmd_compare(int argc, char **argv) {
-    const char *dir = argv[2], *dump = argv[3];
+    const char *pos[2], *dir, *dump;
     double tol = -1;
-    int i, chunk = 0, bf16 = -1, first, rc = 1;
+    int i, chunk = 0, f32 = 0, bf16 = 0, first, rc = 1, np;
     g4cmp c;
     g4_model m;
     g4_session s;
     g4_session_config sc = g4_session_config_init();
     float *logits = NULL;
-    if (argc < 4) return usage(argv[1]);
+    g4a_opt opts[] = {
+        G4A_D("--tolerance", &tol, "T", 0, INFINITY, 0,
+              "the largest relative error of a tap that passes (default 1e-4 float32, 3e-2 bf16-faithful)"),
+        G4A_F("--f32", &f32, "run float32 (default: the dump's logits dtype decides)"),
+        G4A_F("--bf16", &bf16, "run the bf16-faithful mode"),
+        G4A_I("--chunk", &chunk, "N", 1, INT_MAX, "most tokens per step (default 64)"),
+        OPT_THREADS,
+        OPT_ADAPTER,
+    };
+    g4a_cmd cmd = {"compare", "DIR DUMP.safetensors", 2, 2,
+                   "Runs the ids of a tap dump (tools/hf_dump.py) and prints, tap by tap in forward order, how far\n"
+                   "gemma4.h is from it; exit 0 when every tap is within tolerance, 2 when one is not.", opts,
+                   G4A_N_OPTS(opts)};
+    if ((rc = g4a_parse(&cmd, argc, argv, 2, pos, &np)) != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
+    rc = 1;
+    dir = pos[0];
+    dump = pos[1];
+    if (f32 && bf16) return g4a_fail(&cmd, "--f32 and --bf16 exclude each other");
     memset(&s, 0, sizeof s);
-    for (i = 4; i < argc; i++) {
-        if (strcmp(argv[i], "--f32") == 0) bf16 = 0;
-        else if (strcmp(argv[i], "--bf16") == 0) bf16 = 1;
-        else if (strcmp(argv[i], "--tolerance") == 0 && i + 1 < argc) tol = g4b_num(argv[++i]);
-        else if (strcmp(argv[i], "--chunk") == 0 && i + 1 < argc) chunk = g4b_int(argv[++i]);
-        else return usage(argv[1]);
-    }
-    if (g4cmp_open(&c, dump) != G4_OK) { fprintf(stderr, "gemma4: %s\n", c.error); g4cmp_close(&c); return 1; }
+    if (g4cmp_open(&c, dump) != G4_OK) { print_error(c.error); g4cmp_close(&c); return 1; }
     if (load_model(&m, dir)) { g4cmp_close(&c); return 1; }
-    sc.bf16 = bf16 >= 0 ? bf16 : c.bf16;
+    sc.bf16 = f32 ? 0 : bf16 ? 1 : c.bf16;
     sc.lora_bf16 = adapter_bf16;
-    if (tol != tol) { g4cmp_close(&c); g4_model_free(&m); return usage(argv[1]); }
     if (tol < 0) tol = sc.bf16 ? G4CMP_TOL_BF16 : G4CMP_TOL_F32;
     sc.max_context = c.n_ids;
     if (chunk > 0) sc.max_chunk = chunk;
     sc.tap = g4cmp_tap;
     sc.tap_user = &c;
+    if (get_pool(&sc.pool)) goto done;
     if (!(logits = (float *)malloc(sizeof(float) * (size_t)c.n_ids * m.config.vocab_size))) {
         fprintf(stderr, "gemma4: out of memory for %d positions\n", c.n_ids);
         goto done;
@@ -263,6 +411,7 @@ static int cmd_compare(int argc, char **argv) {
         if (sc.bf16) fprintf(stderr, "gemma4: gradients are compared in float32 only\n");
         if (g > rc || g == 1) rc = g;
     }
+    (void)i;
 done:
     free(logits);
     g4_session_destroy(&s);
@@ -297,17 +446,39 @@ static char *read_all(FILE *f, size_t *len) {
     return buf;
 }
 
+/* g4_tokenizer_load of PATH (a tokenizer.json, or a directory holding one);
+   flag: the option that gave PATH (NULL: the model directory). A directory
+   without tokenizer.json is named with what to pass. 0 or 1 (printed). */
+static int load_tokenizer(g4_tokenizer *t, const char *path, const char *flag) {
+    char joined[4096];
+    snprintf(joined, sizeof joined, "%s/tokenizer.json", path);
+    if (is_dir(path) && !is_file(joined)) {
+        fprintf(stderr, "gemma4: no tokenizer.json in %s (looked for %s); %s\n", path, joined,
+                flag ? "give --tokenizer a tokenizer.json or the directory that holds it"
+                     : "give the tokenizer with --tokenizer PATH (a tokenizer.json or its directory)");
+        memset(t, 0, sizeof *t);
+        return 1;
+    }
+    if (g4_tokenizer_load(t, path) != G4_OK) { print_error(t->error); return 1; }
+    return 0;
+}
+
 /* gemma4 tokenize TOKENIZER_JSON_OR_MODEL_DIR [TEXT]: the ids of TEXT (or of all
    of stdin) on one line, as tokenizers' encode(TEXT).ids (post-processor applied). */
 static int cmd_tokenize(int argc, char **argv) {
     g4_tokenizer t;
     char *text;
+    const char *pos[2];
     size_t len = 0, n, i, cap;
     int32_t *ids;
-    int rc = 1;
-    if (argc > 4) return usage(argv[1]);
-    if (g4_tokenizer_load(&t, argv[2]) != G4_OK) { fprintf(stderr, "gemma4: %s\n", t.error); return 1; }
-    if (argc == 4) { len = strlen(argv[3]); text = (char *)malloc(len + 1); if (text) memcpy(text, argv[3], len + 1); }
+    int rc = 1, np;
+    g4a_cmd cmd = {"tokenize", "TOKENIZER_JSON_OR_MODEL_DIR [TEXT]", 1, 2,
+                   "Prints the ids of TEXT (or of all of stdin) on one line, as tokenizers' encode(TEXT).ids\n"
+                   "(the post-processor's <bos> included). A TEXT that starts with '-' follows \"--\".", NULL, 0};
+    if ((rc = g4a_parse(&cmd, argc, argv, 2, pos, &np)) != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
+    rc = 1;
+    if (load_tokenizer(&t, pos[0], "")) return 1;
+    if (np == 2) { len = strlen(pos[1]); text = (char *)malloc(len + 1); if (text) memcpy(text, pos[1], len + 1); }
     else text = read_all(stdin, &len);
     cap = g4_tokenize_max(&t, text ? len : 0);
     ids = (int32_t *)malloc(sizeof(int32_t) * (cap ? cap : 1));
@@ -324,85 +495,76 @@ static int cmd_tokenize(int argc, char **argv) {
     return rc;
 }
 
-/* Reads the weight files once, so the model's pages are in memory before the
-   first step; on a terminal it shows how far it got. */
-static void warm_weights(const char *dir) {
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    double total = 0, done = 0;
-    int tty = isatty(2);
-    static char buf[1 << 20];
-    if (!d) return;
-    for (int pass = 0; pass < 2; pass++) {
-        rewinddir(d);
-        while ((e = readdir(d)) != NULL) {
-            size_t l = strlen(e->d_name);
-            char path[4096];
-            struct stat st;
-            FILE *f;
-            if (l < 12 || strcmp(e->d_name + l - 12, ".safetensors") != 0 || strcmp(e->d_name, "golden.safetensors") == 0)
-                continue;
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            if (stat(path, &st) != 0) continue;
-            if (pass == 0) { total += (double)st.st_size; continue; }
-            if (!(f = fopen(path, "rb"))) continue;
-            for (size_t got; (got = fread(buf, 1, sizeof buf, f)) > 0;) {
-                done += (double)got;
-                if (tty && ((long)(done / sizeof buf) % 64 == 0 || done >= total))
-                    fprintf(stderr, "\rloading %s: %.2f / %.2f GB (%.0f%%)", dir, done / 1e9, total / 1e9,
-                            total > 0 ? 100.0 * done / total : 100.0);
-            }
-            fclose(f);
-        }
-    }
-    if (tty && total > 0) fprintf(stderr, "\n");
-    closedir(d);
-}
-
 typedef struct {
     const char *tokenizer, *system, *prompt, *drafter;
     int chat, think, max_tokens, ctx, draft_tokens, bf16;
+    double temp, top_p, min_p, repeat_penalty;
     g4_sampler_config sc;
     int seed_given;
 } gen_opts;
 
-/* The flags generate and chat share; returns 0, or 1 after printing usage. */
-static int parse_gen_opts(int argc, char **argv, gen_opts *o, int is_chat) {
-    int i;
+/* A seed from the OS (/dev/urandom); 1 after a message when it cannot be read. */
+static int os_seed(uint64_t *seed) {
+    FILE *f = fopen("/dev/urandom", "rb");
+    int ok = f && fread(seed, sizeof *seed, 1, f) == 1;
+    if (!ok) fprintf(stderr, "gemma4: /dev/urandom: cannot read a random seed (%s); give --seed S\n", strerror(errno));
+    if (f) fclose(f);
+    return !ok;
+}
+
+/* The flags generate and chat share; G4A_RESULT_OK, _ERR (printed) or _HELP. */
+static int parse_gen_opts(int argc, char **argv, gen_opts *o, int is_chat, const char **dir) {
+    int rc, np;
+    g4a_opt opts[] = {
+        G4A_SR("--prompt", &o->prompt, "TEXT", "the prompt"),
+        G4A_F("--chat", &o->chat, "wrap the prompt in the chat layout (the checkpoint's chat template, else Gemma 4's)"),
+        G4A_S("--system", &o->system, "TEXT", "a system turn (with --chat)"),
+        G4A_F("--think", &o->think, "thinking mode (enable_thinking)"),
+        G4A_D("--temp", &o->temp, "T", 0, INFINITY, 0, "temperature; 0 is greedy (default 1)"),
+        G4A_I("--top-k", &o->sc.top_k, "K", 0, INT_MAX, "keep the K most likely tokens; 0 keeps all (default 64)"),
+        G4A_D("--top-p", &o->top_p, "P", 0, 1, G4A_LO_OPEN, "keep the most likely tokens up to mass P (default 0.95)"),
+        G4A_D("--min-p", &o->min_p, "P", 0, 1, 0, "drop tokens below P times the top one's probability (default 0)"),
+        G4A_D("--repeat-penalty", &o->repeat_penalty, "R", 0, INFINITY, G4A_LO_OPEN,
+              "divide the logits of seen tokens by R, as transformers' repetition_penalty (default 1)"),
+        G4A_U("--seed", &o->sc.seed, "S", "the sampler's seed (default: one from the OS, printed)"),
+        G4A_I("--max-tokens", &o->max_tokens, "N", 0, INT_MAX,
+              is_chat ? "most tokens per answer (default 1024)" : "most tokens to generate (default 256)"),
+        G4A_I("--ctx", &o->ctx, "N", 1, INT_MAX,
+              is_chat ? "positions of context; a full one starts the chat over (default 4096)"
+                      : "positions of context (default: the prompt + --max-tokens + 1)"),
+        G4A_S("--tokenizer", &o->tokenizer, "PATH", "a tokenizer.json or its directory (default DIR/tokenizer.json)"),
+        G4A_F("--bf16", &o->bf16, "the bf16-faithful mode (as transformers in bfloat16)"),
+        G4A_S("--drafter", &o->drafter, "DIR", "speculative decoding with a gemma4_assistant drafter"),
+        G4A_I("--draft-tokens", &o->draft_tokens, "K", 1, 1024, "draft tokens per round (default 4)"),
+        OPT_THREADS,
+        OPT_ADAPTER,
+    };
+    g4a_cmd cmd = {is_chat ? "chat" : "generate", "DIR", 1, 1,
+                   is_chat ? "A conversation on stdin, one line a turn, in one session (each turn feeds only its own\n"
+                             "tokens); /reset starts over, /quit or the end of input leaves. Answers on stdout, token\n"
+                             "counts and speeds on stderr."
+                           : "Streams a sampled answer to --prompt to stdout, then token counts and speeds to stderr on a\n"
+                             "line of their own; stops at <eos> or <turn|>.",
+                   is_chat ? opts + 2 : opts, G4A_N_OPTS(opts) - (is_chat ? 2 : 0)};
     memset(o, 0, sizeof *o);
     o->sc = g4_sampler_config_init();
-    o->sc.top_k = 64;      /* Gemma's generation_config defaults */
-    o->sc.top_p = 0.95f;
+    o->sc.top_k = 64; /* Gemma's generation_config defaults */
+    o->temp = o->sc.temperature;
+    o->top_p = 0.95;
+    o->min_p = o->sc.min_p;
+    o->repeat_penalty = o->sc.repetition_penalty;
     o->max_tokens = is_chat ? 1024 : 256;
     o->draft_tokens = 4;
-    for (i = 3; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--chat") == 0) { o->chat = 1; continue; }
-        if (strcmp(a, "--think") == 0) { o->think = 1; continue; }
-        if (strcmp(a, "--bf16") == 0) { o->bf16 = 1; continue; }
-        if (!v) return usage(argv[1]);
-        i++;
-        if (strcmp(a, "--prompt") == 0 && !is_chat) o->prompt = v;
-        else if (strcmp(a, "--system") == 0) o->system = v;
-        else if (strcmp(a, "--tokenizer") == 0) o->tokenizer = v;
-        else if (strcmp(a, "--temp") == 0) o->sc.temperature = (float)g4b_num(v);
-        else if (strcmp(a, "--top-k") == 0) o->sc.top_k = g4b_int(v);
-        else if (strcmp(a, "--top-p") == 0) o->sc.top_p = (float)g4b_num(v);
-        else if (strcmp(a, "--min-p") == 0) o->sc.min_p = (float)g4b_num(v);
-        else if (strcmp(a, "--repeat-penalty") == 0) o->sc.repetition_penalty = (float)g4b_num(v);
-        else if (strcmp(a, "--seed") == 0) { o->sc.seed = strtoull(v, NULL, 10); o->seed_given = 1; }
-        else if (strcmp(a, "--max-tokens") == 0) o->max_tokens = g4b_int(v);
-        else if (strcmp(a, "--ctx") == 0) o->ctx = g4b_int(v);
-        else if (strcmp(a, "--drafter") == 0) o->drafter = v;
-        else if (strcmp(a, "--draft-tokens") == 0) o->draft_tokens = g4b_int(v);
-        else return usage(argv[1]);
-    }
-    if ((!is_chat && !o->prompt) || o->max_tokens < 0 || o->ctx < 0 || o->sc.top_k < 0 || o->draft_tokens < 1 ||
-        o->sc.temperature != o->sc.temperature || o->sc.top_p != o->sc.top_p || o->sc.min_p != o->sc.min_p ||
-        o->sc.repetition_penalty != o->sc.repetition_penalty)
-        return usage(argv[1]); /* a value that is not a number */
-    if (!o->seed_given) o->sc.seed = (uint64_t)time(NULL);
-    return 0;
+    if ((rc = g4a_parse(&cmd, argc, argv, 2, dir, &np)) != G4A_RESULT_OK) return rc;
+    o->chat |= is_chat;
+    o->sc.temperature = (float)o->temp;
+    o->sc.top_p = (float)o->top_p;
+    o->sc.min_p = (float)o->min_p;
+    o->sc.repetition_penalty = (float)o->repeat_penalty;
+    o->seed_given = g4a_opt_of(&cmd, "--seed")->given;
+    if (o->system && !o->chat) { g4a_fail(&cmd, "--system needs --chat"); return G4A_RESULT_ERR; }
+    if (!o->seed_given && os_seed(&o->sc.seed)) return G4A_RESULT_ERR;
+    return G4A_RESULT_OK;
 }
 
 /* A loaded model + tokenizer + session + sampler. */
@@ -429,13 +591,6 @@ static void gen_free(gen_ctx *g) {
     if (g->has_tpl) g4_template_free(&g->tpl);
 }
 
-/* An error message on one line of stderr (a template's raise_exception text may hold newlines). */
-static void print_error(const char *msg) {
-    fputs("gemma4: ", stderr);
-    for (; *msg; msg++) fputc(*msg == '\n' || *msg == '\r' ? ' ' : *msg, stderr);
-    fputc('\n', stderr);
-}
-
 /* The chat template of DIR (or of the --tokenizer directory): 1 found, 0 none
    (the built-in layout is used), -1 unusable (message printed). */
 static int load_template(g4_template *t, const char *dir, const gen_opts *o, const g4_tokenizer *tok) {
@@ -447,7 +602,6 @@ static int load_template(g4_template *t, const char *dir, const gen_opts *o, con
     return 1;
 }
 
-/* A growing text (the conversation as JSON); oom set when an allocation failed. */
 typedef struct { char *p; size_t n, cap; int oom; } textbuf;
 
 static void tb_add(textbuf *b, const char *s, size_t n) {
@@ -519,21 +673,28 @@ static int32_t *template_prompt(const g4_template *tpl, const g4_tokenizer *t, c
     return ids;
 }
 
+
 static int gen_open(gen_ctx *g, const char *dir, const gen_opts *o, int max_context) {
     g4_session_config sc = g4_session_config_init();
     memset(g, 0, sizeof *g);
-    if (g4_tokenizer_load(&g->t, o->tokenizer ? o->tokenizer : dir) != G4_OK) {
-        fprintf(stderr, "gemma4: %s%s\n", g->t.error, o->tokenizer ? "" : " (give the tokenizer with --tokenizer PATH)");
-        return 1;
-    }
+    if (load_tokenizer(&g->t, o->tokenizer ? o->tokenizer : dir, o->tokenizer ? "--tokenizer" : NULL)) return 1;
     g->loaded_t = 1;
-    warm_weights(dir);
-    if (load_model(&g->m, dir)) return 1;
+    warm_weights(dir, 1);
+    if (g4_model_load(&g->m, dir) != G4_OK) { print_error(g->m.error); return 1; }
     g->loaded_m = 1;
+    if (adapter_dir && g4_model_load_adapter(&g->m, adapter_dir) != G4_OK) { print_error(g->m.error); return 1; }
+    /* Past max_position_embeddings: a warning, not a refusal. RoPE has no
+       table to run off, so positions past it compute what transformers
+       computes for them; the model was only not trained that far. */
+    if (o->ctx > g->m.config.max_position_embeddings)
+        fprintf(stderr, "gemma4: warning: --ctx %d is past the model's max_position_embeddings %d (config.json): positions "
+                "past it run as transformers runs them, but the model was not trained on them\n", o->ctx,
+                g->m.config.max_position_embeddings);
     sc.max_context = o->ctx ? o->ctx : max_context;
     sc.bf16 = o->bf16;
     sc.lora_bf16 = adapter_bf16;
     if (o->drafter && sc.max_chunk < o->draft_tokens + 2) sc.max_chunk = o->draft_tokens + 2;
+    if (get_pool(&sc.pool)) return 1;
     if (g4_session_create(&g->s, &g->m, &sc) != G4_OK) { fprintf(stderr, "gemma4: %s\n", g->s.error); return 1; }
     if (o->drafter) {
         g->has_drafter = 1;
@@ -544,6 +705,19 @@ static int gen_open(gen_ctx *g, const char *dir, const gen_opts *o, int max_cont
     if (!g->logits) { fprintf(stderr, "gemma4: out of memory\n"); return 1; }
     return 0;
 }
+
+/* The answer's line on stdout: open from the first token until
+   end_text_line, which ends it with '\n' and flushes, so that whatever
+   stderr says next starts on a line of its own (also in one redirected log). */
+static int text_open;
+
+static void end_text_line(void) {
+    if (text_open) fputc('\n', stdout);
+    fflush(stdout);
+    text_open = 0;
+}
+
+#define GEN_FULL 2 /* gen_run: the context filled before the answer ended */
 
 /* Prints the text a generated id adds (g4_decode_next: byte runs wait until
    they end). Ids past the tokenizer's vocabulary print nothing. 1 on an error. */
@@ -577,7 +751,7 @@ static int gen_run_spec(gen_ctx *g, const int32_t *ids, size_t n, int max_tokens
     g4_spec *sp = &g->dr.sp;
     double t0 = now_s(), t1;
     int32_t *out = (int32_t *)malloc(sizeof(int32_t) * (size_t)(sp->k + 1));
-    int start = g->s.pos, emitted = 0, stopped = 0, m = 0, j, k;
+    int start = g->s.pos, emitted = 0, stopped = 0, full = 0, m = 0, j, k;
     memset(&ds, 0, sizeof ds);
     if (!out) { fprintf(stderr, "gemma4: out of memory\n"); return 1; }
     if (n + (size_t)sp->k + 2 > (size_t)(g->s.cfg.max_context - g->s.pos)) {
@@ -586,6 +760,7 @@ static int gen_run_spec(gen_ctx *g, const int32_t *ids, size_t n, int max_tokens
         free(out);
         return 1;
     }
+    if (n > (size_t)64 && isatty(2)) fprintf(stderr, "prefill: %lu tokens\n", (unsigned long)n);
     if (g4_spec_prefill(sp, ids, (int)n, &g->smp, &out[0]) != G4_OK) { fprintf(stderr, "gemma4: %s\n", sp->error); free(out); return 1; }
     m = 1;
     t1 = now_s();
@@ -598,53 +773,69 @@ static int gen_run_spec(gen_ctx *g, const int32_t *ids, size_t n, int max_tokens
             (*n_new)++;
         }
         if (stopped || emitted >= max_tokens) break;
-        if (g->s.pos + sp->k + 2 > g->s.cfg.max_context) { fprintf(stderr, "\ngemma4: context full (%d positions)\n", g->s.pos); break; }
-        if (g4_spec_round(sp, &g->smp, out, &m) != G4_OK) { fprintf(stderr, "\ngemma4: %s\n", sp->error); g4_decode_free(&ds); free(out); return 1; }
+        if (g->s.pos + sp->k + 2 > g->s.cfg.max_context) { full = 1; break; }
+        if (g4_spec_round(sp, &g->smp, out, &m) != G4_OK) { end_text_line(); fprintf(stderr, "gemma4: %s\n", sp->error); g4_decode_free(&ds); free(out); return 1; }
     }
     /* what gen_run feeds: the prompt and every printed token but a last one cut by max_tokens */
     k = start + (int)n + emitted - (!stopped && emitted > 0 && emitted >= max_tokens ? 1 : 0);
-    if (k < g->s.pos && g4_session_rewind(&g->s, k) != G4_OK) { fprintf(stderr, "\ngemma4: %s\n", g->s.error); g4_decode_free(&ds); free(out); return 1; }
+    if (k < g->s.pos && g4_session_rewind(&g->s, k) != G4_OK) { end_text_line(); fprintf(stderr, "gemma4: %s\n", g->s.error); g4_decode_free(&ds); free(out); return 1; }
     print_end(&ds);
     *t_decode += now_s() - t1;
     free(out);
-    return 0;
+    return full ? GEN_FULL : 0;
 }
 
 /* Feeds the prompt ids, then samples and streams up to max_tokens tokens,
    stopping at <eos> or <turn|> (not fed, not printed). Adds to the counters. */
+
+/* Feeds the prompt ids, then samples and streams up to max_tokens tokens,
+   stopping at <eos> or <turn|> (not fed, not printed). Adds to the counters.
+   0, 1 on an error (printed), or GEN_FULL when the context filled first. */
 static int gen_run(gen_ctx *g, const int32_t *ids, size_t n, int max_tokens, int *n_new, double *t_prefill,
                    double *t_decode) {
     g4_decode_state ds;
     double t0 = now_s(), t1;
-    int i;
+    int i, full = 0;
     memset(&ds, 0, sizeof ds);
-    if (g->has_drafter) return gen_run_spec(g, ids, n, max_tokens, n_new, t_prefill, t_decode);
     if (n > (size_t)(g->s.cfg.max_context - g->s.pos)) {
         fprintf(stderr, "gemma4: %lu prompt tokens do not fit the %d positions left of the context (--ctx)\n",
                 (unsigned long)n, g->s.cfg.max_context - g->s.pos);
         return 1;
     }
+    text_open = 1;
+    if (g->has_drafter) return gen_run_spec(g, ids, n, max_tokens, n_new, t_prefill, t_decode);
     for (i = 0; i < (int)n; i++) g4_sampler_accept(&g->smp, ids[i]);
-    if (g4_forward(&g->s, ids, (int)n, g->logits, G4_LOGITS_LAST) != G4_OK) { fprintf(stderr, "gemma4: %s\n", g->s.error); return 1; }
+    if (forward_progress(&g->s, ids, (int)n, g->logits, G4_LOGITS_LAST) != G4_OK) {
+        end_text_line();
+        fprintf(stderr, "gemma4: %s\n", g->s.error);
+        return 1;
+    }
     t1 = now_s();
     *t_prefill += t1 - t0;
     for (i = 0; i < max_tokens; i++) {
         int32_t next = g4_sampler_sample(&g->smp, g->logits);
-        if (next < 0) { fprintf(stderr, "\ngemma4: %s\n", g->smp.error); g4_decode_free(&ds); return 1; }
+        if (next < 0) { end_text_line(); fprintf(stderr, "gemma4: %s\n", g->smp.error); g4_decode_free(&ds); return 1; }
         if (g4_chat_is_stop(&g->t, next)) break;
         if (print_id(&g->t, &ds, next)) { g4_decode_free(&ds); return 1; }
         g4_sampler_accept(&g->smp, next);
         (*n_new)++;
         if (i + 1 == max_tokens) break;
-        if (g->s.pos >= g->s.cfg.max_context) { fprintf(stderr, "\ngemma4: context full (%d positions)\n", g->s.pos); break; }
-        if (g4_forward(&g->s, &next, 1, g->logits, G4_LOGITS_LAST) != G4_OK) { fprintf(stderr, "\ngemma4: %s\n", g->s.error); g4_decode_free(&ds); return 1; }
+        if (g->s.pos >= g->s.cfg.max_context) { full = 1; break; }
+        if (g4_forward(&g->s, &next, 1, g->logits, G4_LOGITS_LAST) != G4_OK) {
+            end_text_line();
+            fprintf(stderr, "gemma4: %s\n", g->s.error);
+            g4_decode_free(&ds);
+            return 1;
+        }
     }
     print_end(&ds);
     *t_decode += now_s() - t1;
-    return 0;
+    return full ? GEN_FULL : 0;
 }
 
+/* On a line of its own: the answer's line is ended first. */
 static void print_stats(int n_prompt, int n_new, double t_prefill, double t_decode) {
+    end_text_line();
     fprintf(stderr, "prompt %d tokens, generated %d tokens; prefill %.1f tok/s, decode %.1f tok/s\n", n_prompt, n_new,
             t_prefill > 0 ? n_prompt / t_prefill : 0.0, t_decode > 0 && n_new > 0 ? n_new / t_decode : 0.0);
 }
@@ -674,25 +865,24 @@ static int32_t *encode_prompt(const g4_tokenizer *t, const gen_opts *o, const ch
     return ids;
 }
 
+
 /* gemma4 generate MODEL_DIR --prompt "..." [--chat] [--system S] [--think] [sampling] */
 static int cmd_generate(int argc, char **argv) {
     gen_opts o;
     gen_ctx g;
     int32_t *ids;
+    const char *dir[1];
     size_t n;
-    int n_new = 0, rc = 1;
+    int n_new = 0, rc, r;
     double tp = 0, td = 0;
     g4_tokenizer probe;
     g4_template tpl;
     int has_tpl = 0;
-    if (parse_gen_opts(argc, argv, &o, 0)) return 1;
-    if (o.system && !o.chat) { fprintf(stderr, "gemma4: --system needs --chat\n"); return 1; }
+    if ((rc = parse_gen_opts(argc, argv, &o, 0, dir)) != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
+    rc = 1;
     /* the tokenizer first, to size the context to prompt + max_tokens */
-    if (g4_tokenizer_load(&probe, o.tokenizer ? o.tokenizer : argv[2]) != G4_OK) {
-        fprintf(stderr, "gemma4: %s%s\n", probe.error, o.tokenizer ? "" : " (give the tokenizer with --tokenizer PATH)");
-        return 1;
-    }
-    if (o.chat && (has_tpl = load_template(&tpl, argv[2], &o, &probe)) < 0) { g4_tokenizer_free(&probe); return 1; }
+    if (load_tokenizer(&probe, o.tokenizer ? o.tokenizer : dir[0], o.tokenizer ? "--tokenizer" : NULL)) return 1;
+    if (o.chat && (has_tpl = load_template(&tpl, dir[0], &o, &probe)) < 0) { g4_tokenizer_free(&probe); return 1; }
     if (has_tpl) {
         char *users[1];
         users[0] = (char *)(uintptr_t)o.prompt;
@@ -701,14 +891,17 @@ static int cmd_generate(int argc, char **argv) {
     } else ids = encode_prompt(&probe, &o, o.prompt, 0, &n);
     g4_tokenizer_free(&probe);
     if (!ids) return 1;
-    if (!gen_open(&g, argv[2], &o, (int)n + o.max_tokens + 1 + (o.drafter ? o.draft_tokens + 2 : 0))) {
+    if (!gen_open(&g, dir[0], &o, (int)n + o.max_tokens + 1 + (o.drafter ? o.draft_tokens + 2 : 0))) {
         if (!o.seed_given && o.sc.temperature > 0) fprintf(stderr, "seed %llu\n", (unsigned long long)o.sc.seed);
-        if (!gen_run(&g, ids, n, o.max_tokens, &n_new, &tp, &td)) {
-            printf("\n");
+        r = gen_run(&g, ids, n, o.max_tokens, &n_new, &tp, &td);
+        if (r != 1) {
             print_stats((int)n, n_new, tp, td);
             if (g.has_drafter) print_spec_stats(&g.dr.sp);
-            rc = 0;
         }
+        if (r == GEN_FULL)
+            fprintf(stderr, "gemma4: context full after %d generated tokens (--ctx %d positions, the prompt %d), short of "
+                    "--max-tokens %d\n", n_new, g.s.cfg.max_context, (int)n, o.max_tokens);
+        rc = r != 0;
     }
     free(ids);
     gen_free(&g);
@@ -716,24 +909,30 @@ static int cmd_generate(int argc, char **argv) {
 }
 
 /* gemma4 chat MODEL_DIR: one session for the whole conversation; each turn
-   feeds only its own tokens, the earlier turns stay in the KV. */
+   feeds only its own tokens, the earlier turns stay in the KV. A turn that
+   does not fit what is left of the context, or an answer the context cut,
+   starts the conversation over (said once); a turn that does not fit an
+   empty context is an error. */
 static int cmd_chat(int argc, char **argv) {
     gen_opts o;
     gen_ctx g;
     char *line = NULL, **users = NULL;
+    const char *dir[1];
     size_t line_cap = 0;
-    int turn = 0, rc = 1, k;
-    if (parse_gen_opts(argc, argv, &o, 1)) return 1;
-    o.chat = 1;
-    if (gen_open(&g, argv[2], &o, o.ctx ? o.ctx : 4096)) { gen_free(&g); return 1; }
-    if ((g.has_tpl = load_template(&g.tpl, argv[2], &o, &g.t)) < 0) { g.has_tpl = 0; gen_free(&g); return 1; }
-    fprintf(stderr, "chat layout: %s\n", g.has_tpl ? g.tpl.name : "the built-in Gemma 4 layout (no chat template)");
+    int turn = 0, rc, k, cut = 0;
+    if ((rc = parse_gen_opts(argc, argv, &o, 1, dir)) != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
+    rc = 1;
+    if (gen_open(&g, dir[0], &o, o.ctx ? o.ctx : 4096)) { gen_free(&g); return 1; }
+    if ((g.has_tpl = load_template(&g.tpl, dir[0], &o, &g.t)) < 0) { g.has_tpl = 0; gen_free(&g); return 1; }
+    if (g.has_tpl) fprintf(stderr, "chat layout: %s\n", g.tpl.name);
+    else fprintf(stderr, "chat layout: the built-in Gemma 4 layout (no chat_template.jinja or tokenizer_config.json "
+                 "chat_template in %s%s%s)\n", dir[0], o.tokenizer ? " or " : "", o.tokenizer ? o.tokenizer : "");
     if (!o.seed_given && o.sc.temperature > 0) fprintf(stderr, "seed %llu\n", (unsigned long long)o.sc.seed);
     fprintf(stderr, "%d positions of context; /reset starts over, /quit or end of input leaves\n", g.s.cfg.max_context);
     for (;;) {
         int32_t *ids;
-        size_t n, l;
-        int n_new = 0;
+        size_t n, l, extra = 1 + (g.has_drafter ? (size_t)o.draft_tokens + 2 : 0);
+        int n_new = 0, r, fresh = g.s.pos == 0;
         double tp = 0, td = 0;
         fprintf(stderr, "> ");
         if (getline(&line, &line_cap, stdin) < 0) { rc = 0; break; }
@@ -741,13 +940,16 @@ static int cmd_chat(int argc, char **argv) {
         while (l && (line[l - 1] == '\n' || line[l - 1] == '\r')) line[--l] = 0;
         if (!l) continue;
         if (strcmp(line, "/quit") == 0) { rc = 0; break; }
-        if (strcmp(line, "/reset") == 0) {
+        if (strcmp(line, "/reset") == 0 || cut) { /* (after a cut answer: a new conversation) */
+            int is_reset = strcmp(line, "/reset") == 0;
             g4_session_reset(&g.s);
             g4_sampler_reset(&g.smp);
             if (g.has_drafter && drafter_reattach(&g.dr, &g.s)) break;
             if (g.has_tpl) for (k = 0; k < turn; k++) free(users[k]); /* users is kept only with a template */
             turn = 0;
-            continue;
+            fresh = 1;
+            cut = 0;
+            if (is_reset) continue;
         }
         if (g.has_tpl) { /* the template's text for this turn: everything, or what follows the last answer */
             char **nu = (char **)realloc(users, sizeof(char *) * (size_t)(turn + 1));
@@ -757,7 +959,7 @@ static int cmd_chat(int argc, char **argv) {
             ids = template_prompt(&g.tpl, &g.t, &o, users, turn + 1, turn == 0, &n);
         } else ids = encode_prompt(&g.t, &o, line, turn ? G4_CHAT_CONTINUE : G4_CHAT_BOS, &n);
         if (!ids) { if (g.has_tpl) free(users[turn]); break; }
-        if (n + 1 + (g.has_drafter ? (size_t)o.draft_tokens + 2 : 0) > (size_t)(g.s.cfg.max_context - g.s.pos)) {
+        if (n + extra > (size_t)(g.s.cfg.max_context - g.s.pos) && !fresh) { /* start over with this turn */
             fprintf(stderr, "context full: %d of %d positions used; starting over (--ctx sets the size)\n", g.s.pos,
                     g.s.cfg.max_context);
             free(ids);
@@ -772,12 +974,24 @@ static int cmd_chat(int argc, char **argv) {
             } else ids = encode_prompt(&g.t, &o, line, G4_CHAT_BOS, &n);
             if (!ids) { if (g.has_tpl) free(users[0]); break; }
         }
-        if (gen_run(&g, ids, n, o.max_tokens, &n_new, &tp, &td)) { free(ids); break; }
-        printf("\n");
-        print_stats((int)n, n_new, tp, td);
-        if (g.has_drafter) print_spec_stats(&g.dr.sp);
+        if (n + extra > (size_t)(g.s.cfg.max_context - g.s.pos)) {
+            fprintf(stderr, "gemma4: this turn's %lu tokens and its answer do not fit the context of %d positions (--ctx)\n",
+                    (unsigned long)n, g.s.cfg.max_context);
+            free(ids);
+            if (g.has_tpl) turn++;
+            break;
+        }
+        r = gen_run(&g, ids, n, o.max_tokens, &n_new, &tp, &td);
         free(ids);
         turn++;
+        if (r == 1) break;
+        print_stats((int)n, n_new, tp, td);
+        if (g.has_drafter) print_spec_stats(&g.dr.sp);
+        if (r == GEN_FULL) {
+            fprintf(stderr, "context full: the answer was cut at %d positions; the next turn starts over (--ctx sets the "
+                    "size)\n", g.s.pos);
+            cut = 1;
+        }
     }
     if (g.has_tpl) for (k = 0; k < turn; k++) free(users[k]);
     free(users);
@@ -793,31 +1007,46 @@ static int cmd_chat(int argc, char **argv) {
    FILE.json: {"messages": [...], "tools": [...]}; other members are passed as
    template variables. */
 static int cmd_template(int argc, char **argv) {
-    const char *msgs = NULL;
-    int ids_out = 0, i, rc = 1;
+    const char *msgs = NULL, *pos[1];
+    int ids_out = 0, i, rc = 1, np, no_gen = 0, think = 0;
     g4_template t;
     g4_tokenizer tok;
     g4_template_options o = g4_template_options_init();
-    char *json = NULL, *text = NULL;
+    char *json = NULL, *text = NULL, cfgname[4096], jinja[4096];
     int32_t *ids = NULL;
     size_t len = 0, n = 0;
+    g4_result r;
     FILE *f;
-    for (i = 3; i < argc; i++) {
-        if (strcmp(argv[i], "--messages") == 0 && i + 1 < argc) msgs = argv[++i];
-        else if (strcmp(argv[i], "--think") == 0) o.enable_thinking = 1;
-        else if (strcmp(argv[i], "--no-generation-prompt") == 0) o.add_generation_prompt = 0;
-        else if (strcmp(argv[i], "--ids") == 0) ids_out = 1;
-        else return usage(argv[1]);
+    g4a_opt opts[] = {
+        G4A_SR("--messages", &msgs, "FILE.json", "{\"messages\": [...], \"tools\": [...]}; other members are template variables"),
+        G4A_F("--think", &think, "enable_thinking=True"),
+        G4A_F("--no-generation-prompt", &no_gen, "add_generation_prompt=False"),
+        G4A_F("--ids", &ids_out, "print the token ids (tokenize=True) instead of the text"),
+    };
+    g4a_cmd cmd = {"template", "DIR", 1, 1,
+                   "DIR's chat template (chat_template.jinja, or tokenizer_config.json's chat_template) rendered as\n"
+                   "transformers' apply_chat_template byte for byte, or its token ids.", opts, G4A_N_OPTS(opts)};
+    if ((rc = g4a_parse(&cmd, argc, argv, 2, pos, &np)) != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
+    rc = 1;
+    o.enable_thinking = think;
+    if (no_gen) o.add_generation_prompt = 0;
+    if (load_tokenizer(&tok, pos[0], NULL)) return 1;
+    if ((r = g4_template_load(&t, pos[0])) != G4_OK) {
+        snprintf(jinja, sizeof jinja, "%s/chat_template.jinja", pos[0]);
+        snprintf(cfgname, sizeof cfgname, "%s/tokenizer_config.json", pos[0]);
+        if (r == G4_ERR_IO && !is_file(jinja))
+            fprintf(stderr, "gemma4 template: no chat template in %s (looked for %s and a chat_template in %s); give the "
+                    "directory of a checkpoint that has one\n", pos[0], jinja, cfgname);
+        else print_error(t.error);
+        g4_tokenizer_free(&tok);
+        return 1;
     }
-    if (!msgs) return usage(argv[1]);
-    if (g4_tokenizer_load(&tok, argv[2]) != G4_OK) { print_error(tok.error); return 1; }
-    if (g4_template_load(&t, argv[2]) != G4_OK) { print_error(t.error); g4_tokenizer_free(&tok); return 1; }
     g4_template_set_tokens(&t, &tok);
-    if (!(f = fopen(msgs, "rb"))) fprintf(stderr, "gemma4: %s: cannot open\n", msgs);
-    else {
+    if ((f = open_file(msgs, "rb")) != NULL) {
         json = read_all(f, &len);
+        if (!json) fprintf(stderr, "gemma4: %s: out of memory\n", msgs);
+        else if (ferror(f)) { fprintf(stderr, "gemma4: %s: cannot read (%s)\n", msgs, strerror(errno)); free(json); json = NULL; }
         fclose(f);
-        if (!json) fprintf(stderr, "gemma4: %s: cannot read\n", msgs);
     }
     if (json && !ids_out) {
         if (g4_template_render(&t, json, len, &o, &text, &n, NULL) != G4_OK) print_error(t.error);
@@ -840,36 +1069,87 @@ static int cmd_template(int argc, char **argv) {
 
 /* --------------------------------------------------- logits and greedy */
 
-/* The options logits and greedy share: --ids, --chunk, and --out / --new. */
+/* What logits, greedy and draft take: --ids, --chunk, --out / --new / --steps. */
 typedef struct {
     int32_t *ids;
     int n, chunk, n_new, draft_tokens, steps, bf16;
-    const char *out_path, *drafter;
+    const char *dir, *ids_arg, *out_path, *drafter;
 } run_opts;
 
+/* Parses a logits / greedy / draft command line into o (ids parsed);
+   G4A_RESULT_OK, _ERR (printed) or _HELP. */
 static int parse_run_opts(int argc, char **argv, run_opts *o) {
-    const char *ids_arg = NULL;
-    int i, logits = strcmp(argv[1], "logits") == 0, draft = strcmp(argv[1], "draft") == 0, greedy = !logits && !draft;
-    memset(o, 0, sizeof *o);
-    o->n_new = -1;
-    o->steps = -1;
-    o->draft_tokens = 4;
-    for (i = 3; i < argc; i++) {
-        if (!draft && strcmp(argv[i], "--bf16") == 0) { o->bf16 = 1; continue; }
-        if (i + 1 >= argc) return usage(argv[1]);
-        if (strcmp(argv[i], "--ids") == 0) ids_arg = argv[++i];
-        else if (!draft && strcmp(argv[i], "--chunk") == 0) o->chunk = g4b_int(argv[++i]);
-        else if (!greedy && strcmp(argv[i], "--out") == 0) o->out_path = argv[++i];
-        else if (greedy && strcmp(argv[i], "--new") == 0) o->n_new = g4b_int(argv[++i]);
-        else if (!logits && strcmp(argv[i], "--drafter") == 0) o->drafter = argv[++i];
-        else if (greedy && strcmp(argv[i], "--draft-tokens") == 0) o->draft_tokens = g4b_int(argv[++i]);
-        else if (draft && strcmp(argv[i], "--steps") == 0) o->steps = g4b_int(argv[++i]);
-        else return usage(argv[1]);
+    int np, rc, logits = strcmp(argv[1], "logits") == 0, draft = strcmp(argv[1], "draft") == 0;
+    const char *pos[1];
+    g4a_opt lo[] = {
+        G4A_SR("--ids", &o->ids_arg, "2,818,1010", "the token ids, run as one sequence"),
+        G4A_SR("--out", &o->out_path, "FILE", "where the float32 logits [n_ids][vocab] go"),
+        G4A_I("--chunk", &o->chunk, "N", 1, INT_MAX, "most tokens per step (default 64)"),
+        G4A_F("--bf16", &o->bf16, "the bf16-faithful mode (as transformers in bfloat16)"),
+        OPT_THREADS,
+        OPT_ADAPTER,
+    };
+    g4a_opt gr[] = {
+        G4A_SR("--ids", &o->ids_arg, "2,818", "the prompt's token ids"),
+        G4A_IR("--new", &o->n_new, "N", 0, INT_MAX, "how many tokens to choose greedily"),
+        G4A_I("--chunk", &o->chunk, "N", 1, INT_MAX, "most tokens per step (default 64)"),
+        G4A_F("--bf16", &o->bf16, "the bf16-faithful mode (as transformers in bfloat16)"),
+        G4A_S("--drafter", &o->drafter, "DIR", "speculative decoding with a gemma4_assistant drafter (the same tokens)"),
+        G4A_I("--draft-tokens", &o->draft_tokens, "K", 1, 1024, "draft tokens per round (default 4)"),
+        OPT_THREADS,
+        OPT_ADAPTER,
+    };
+    g4a_opt dr[] = {
+        G4A_SR("--drafter", &o->drafter, "DIR", "the gemma4_assistant drafter"),
+        G4A_SR("--ids", &o->ids_arg, "2,818", "the prompt's token ids, which the target prefills"),
+        G4A_IR("--steps", &o->steps, "K", 1, 1024, "drafting steps"),
+        G4A_SR("--out", &o->out_path, "FILE", "where the drafter's float32 logits [K][vocab] go"),
+        OPT_THREADS,
+    };
+    g4a_cmd cmd = {"logits", "DIR", 1, 1,
+                   "Runs the ids as one sequence, writes every position's float32 little-endian logits [n_ids][vocab]\n"
+                   "to FILE and prints each position's argmax.", lo, G4A_N_OPTS(lo)};
+    if (draft) {
+        cmd.name = "draft";
+        cmd.pos = "TARGET_DIR";
+        cmd.summary = "The drafter's float32 logits [K][vocab] of the first drafting round after the target prefilled\n"
+                      "the ids (its greedy token starts the round), as transformers' assisted generation computes them,\n"
+                      "and the drafted ids.";
+        cmd.opts = dr;
+        cmd.n_opts = G4A_N_OPTS(dr);
+    } else if (!logits) {
+        cmd.name = "greedy";
+        cmd.summary = "Prints the ids, then N greedily chosen ones (with --drafter: the same, from speculative rounds,\n"
+                      "and the drafted, accepted and target-step counts on stderr).";
+        cmd.opts = gr;
+        cmd.n_opts = G4A_N_OPTS(gr);
     }
-    if (!ids_arg || (!greedy && !o->out_path) || (greedy && o->n_new < 0) || o->chunk < 0 || o->draft_tokens < 1 ||
-        (draft && (!o->drafter || o->steps < 1)))
-        return usage(argv[1]);
-    return (o->n = parse_ids(ids_arg, &o->ids)) < 0;
+    memset(o, 0, sizeof *o);
+    o->draft_tokens = 4;
+    if ((rc = g4a_parse(&cmd, argc, argv, 2, pos, &np)) != G4A_RESULT_OK) return rc;
+    o->dir = pos[0];
+    if (!draft && !logits && g4a_opt_of(&cmd, "--draft-tokens")->given && !o->drafter) {
+        g4a_fail(&cmd, "--draft-tokens needs --drafter");
+        return G4A_RESULT_ERR;
+    }
+    return (o->n = parse_ids(o->ids_arg, &o->ids)) < 0 ? G4A_RESULT_ERR : G4A_RESULT_OK;
+}
+
+#define PARSE_RUN_OPTS(o)                                                                  \
+    do {                                                                                   \
+        int r_ = parse_run_opts(argc, argv, &o);                                           \
+        if (r_ != G4A_RESULT_OK) return r_ == G4A_RESULT_HELP ? 0 : 1;                     \
+    } while (0)
+
+/* fwrite of n floats to path; 0, or 1 after a message naming path and the reason */
+static int write_floats(const char *path, const float *x, size_t n) {
+    FILE *f = fopen(path, "wb");
+    int ok;
+    if (!f) { fprintf(stderr, "gemma4: %s: cannot write (%s)\n", path, strerror(errno)); return 1; }
+    ok = fwrite(x, sizeof(float), n, f) == n;
+    if (!ok) fprintf(stderr, "gemma4: %s: short write (%s)\n", path, strerror(errno));
+    if (fclose(f) != 0 && ok) { fprintf(stderr, "gemma4: %s: cannot write (%s)\n", path, strerror(errno)); ok = 0; }
+    return !ok;
 }
 
 /* gemma4 logits DIR --ids ... --out FILE: all logits [n][V] to FILE, argmax of each */
@@ -878,21 +1158,14 @@ static int cmd_logits(int argc, char **argv) {
     g4_model m;
     g4_session s;
     float *logits = NULL;
-    FILE *f;
     int i, V, rc = 1;
-    if (parse_run_opts(argc, argv, &o)) return 1;
-    if (open_session(argv[2], o.n, o.chunk, o.bf16, &m, &s)) { free(o.ids); return 1; }
+    PARSE_RUN_OPTS(o);
+    if (open_session(o.dir, o.n, o.chunk, o.bf16, &m, &s)) { free(o.ids); return 1; }
     V = m.config.vocab_size;
     logits = (float *)malloc(sizeof(float) * (size_t)o.n * (size_t)V);
     if (!logits) { fprintf(stderr, "gemma4: out of memory for %d x %d logits\n", o.n, V); goto done; }
     if (g4_forward(&s, o.ids, o.n, logits, G4_LOGITS_ALL) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
-    if (!(f = fopen(o.out_path, "wb"))) { fprintf(stderr, "gemma4: cannot write %s\n", o.out_path); goto done; }
-    if (fwrite(logits, sizeof(float), (size_t)o.n * V, f) != (size_t)o.n * V) {
-        fclose(f);
-        fprintf(stderr, "gemma4: short write to %s\n", o.out_path);
-        goto done;
-    }
-    fclose(f);
+    if (write_floats(o.out_path, logits, (size_t)o.n * V)) goto done;
     printf("argmax:");
     for (i = 0; i < o.n; i++) printf(" %d", (int)g4_argmax(logits + (size_t)i * V, V));
     printf("\nwrote %d x %d float32 logits to %s\n", o.n, V, o.out_path);
@@ -903,17 +1176,17 @@ done:
 
 /* greedy with --drafter: the same tokens from speculative rounds, then the
    drafted, accepted and target-step counts on stderr */
-static int greedy_spec(const char *dir, run_opts *o) {
+static int greedy_spec(run_opts *o) {
     g4_model m;
     g4_session s;
     drafter_ctx x;
     int32_t *out = NULL;
     int i, got = 0, mm, rc = 1, chunk = o->chunk ? o->chunk : 64;
     if (chunk < o->draft_tokens + 2) chunk = o->draft_tokens + 2;
-    if (open_session(dir, o->n + o->n_new + o->draft_tokens + 2, chunk, o->bf16, &m, &s)) { free(o->ids); return 1; }
+    memset(&x, 0, sizeof x);
+    if (open_session(o->dir, o->n + o->n_new + o->draft_tokens + 2, chunk, o->bf16, &m, &s)) { free(o->ids); return 1; }
     if (drafter_open(&x, o->drafter, &s, o->draft_tokens)) goto done;
     if (!(out = (int32_t *)malloc(sizeof(int32_t) * (size_t)(o->n_new + o->draft_tokens + 2)))) goto done;
-    for (i = 0; i < o->n; i++) printf("%d ", (int)o->ids[i]);
     if (o->n_new > 0) {
         if (g4_spec_prefill(&x.sp, o->ids, o->n, NULL, &out[0]) != G4_OK) { fprintf(stderr, "gemma4: %s\n", x.sp.error); goto done; }
         for (got = 1; got < o->n_new; got += mm)
@@ -922,8 +1195,10 @@ static int greedy_spec(const char *dir, run_opts *o) {
         fprintf(stderr, "gemma4: %s\n", s.error);
         goto done;
     }
+    for (i = 0; i < o->n; i++) printf("%d ", (int)o->ids[i]);
     for (i = 0; i < o->n_new; i++) printf("%d%s", (int)out[i], i + 1 < o->n_new ? " " : "");
     printf("\n");
+    fflush(stdout);
     print_spec_stats(&x.sp);
     rc = 0;
 done:
@@ -941,33 +1216,33 @@ static int cmd_draft(int argc, char **argv) {
     g4_session s;
     drafter_ctx x;
     float *logits = NULL, *h = NULL;
-    FILE *f = NULL;
-    int32_t tok;
+    int32_t tok, *drafted = NULL;
     int i, V, rc = 1;
-    if (parse_run_opts(argc, argv, &o)) return 1;
-    if (open_session(argv[2], o.n + 1, 0, 0, &m, &s)) { free(o.ids); return 1; }
+    PARSE_RUN_OPTS(o);
     memset(&x, 0, sizeof x);
+    if (open_session(o.dir, o.n + 1, 0, 0, &m, &s)) { free(o.ids); return 1; }
     if (drafter_open(&x, o.drafter, &s, 0)) goto done;
     V = m.config.vocab_size;
     logits = (float *)malloc(sizeof(float) * (size_t)o.steps * (size_t)V);
     h = (float *)malloc(sizeof(float) * (size_t)m.config.hidden_size);
-    if (!logits || !h) { fprintf(stderr, "gemma4: out of memory for %d x %d logits\n", o.steps, V); goto done; }
+    drafted = (int32_t *)malloc(sizeof(int32_t) * (size_t)o.steps);
+    if (!logits || !h || !drafted) { fprintf(stderr, "gemma4: out of memory for %d x %d logits\n", o.steps, V); goto done; }
     if (g4_forward_hidden(&s, o.ids, o.n, logits, G4_LOGITS_LAST, h) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
     tok = g4_argmax(logits, V);
-    printf("target: %d\ndrafted:", (int)tok);
+    printf("target: %d\n", (int)tok);
     for (i = 0; i < o.steps; i++) {
         float *row = logits + (size_t)i * V;
-        if (g4_draft_step(&x.d, tok, h, row, h) != G4_OK) { fprintf(stderr, "\ngemma4: %s\n", x.d.error); goto done; }
-        tok = g4_argmax(row, V);
-        printf(" %d", (int)tok);
+        if (g4_draft_step(&x.d, tok, h, row, h) != G4_OK) { fprintf(stderr, "gemma4: %s\n", x.d.error); goto done; }
+        drafted[i] = tok = g4_argmax(row, V);
     }
-    if (!(f = fopen(o.out_path, "wb"))) { fprintf(stderr, "\ngemma4: cannot write %s\n", o.out_path); goto done; }
-    if (fwrite(logits, sizeof(float), (size_t)o.steps * V, f) != (size_t)o.steps * V) { fprintf(stderr, "\ngemma4: short write to %s\n", o.out_path); goto done; }
+    if (write_floats(o.out_path, logits, (size_t)o.steps * V)) goto done;
+    printf("drafted:");
+    for (i = 0; i < o.steps; i++) printf(" %d", (int)drafted[i]);
     printf("\nwrote %d x %d float32 logits to %s\n", o.steps, V, o.out_path);
     rc = 0;
 done:
-    if (f) fclose(f);
     free(h);
+    free(drafted);
     drafter_free(&x);
     return close_session(&m, &s, o.ids, logits, rc);
 }
@@ -979,19 +1254,21 @@ static int cmd_greedy(int argc, char **argv) {
     g4_session s;
     float *logits = NULL;
     int i, V, rc = 1;
-    if (parse_run_opts(argc, argv, &o)) return 1;
-    if (o.drafter) return greedy_spec(argv[2], &o);
-    if (open_session(argv[2], o.n + o.n_new, o.chunk, o.bf16, &m, &s)) { free(o.ids); return 1; }
+    PARSE_RUN_OPTS(o);
+    if (o.drafter) return greedy_spec(&o);
+    if (open_session(o.dir, o.n + o.n_new, o.chunk, o.bf16, &m, &s)) { free(o.ids); return 1; }
     V = m.config.vocab_size;
     if (!(logits = (float *)malloc(sizeof(float) * (size_t)V))) { fprintf(stderr, "gemma4: out of memory\n"); goto done; }
-    if (g4_forward(&s, o.ids, o.n, logits, G4_LOGITS_LAST) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
+    if (forward_progress(&s, o.ids, o.n, logits, G4_LOGITS_LAST) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
     for (i = 0; i < o.n; i++) printf("%d ", (int)o.ids[i]);
     for (i = 0; i < o.n_new; i++) {
         int32_t next = g4_argmax(logits, V);
         printf("%d%s", (int)next, i + 1 < o.n_new ? " " : "");
         fflush(stdout);
         if (i + 1 < o.n_new && g4_forward(&s, &next, 1, logits, G4_LOGITS_LAST) != G4_OK) {
-            fprintf(stderr, "\ngemma4: %s\n", s.error);
+            printf("\n");
+            fflush(stdout);
+            fprintf(stderr, "gemma4: %s\n", s.error);
             goto done;
         }
     }
@@ -1003,79 +1280,63 @@ done:
 
 /* ------------------------------------------------------------ commands */
 
-/* Every command: its name, its handler (argv[1] is the name, argv[2] the
-   first argument) and its arguments for the usage text ('\n' continues them
-   on an indented line in the full listing; a command's own usage error joins
-   them into one line, as every error is one line). A new command is one row
-   here. */
+/* Every command: its name, its handler (argv[1] is the name; each parses
+   its own arguments with args.h, and prints its help for --help) and one
+   line for `gemma4 help`. A new command is one row here. */
 static const struct {
     const char *name;
     int (*run)(int argc, char **argv);
-    const char *args;
+    const char *summary;
 } commands[] = {
-    {"info", cmd_info, "PATH [--train N]"},
-    {"logits", cmd_logits, "DIR --ids 2,818,1010 --out FILE [--chunk N] [--bf16]"},
-    {"greedy", cmd_greedy, "DIR --ids 2,818 --new N [--chunk N] [--bf16] [--drafter DRAFTER_DIR [--draft-tokens K]]"},
-    {"draft", cmd_draft, "TARGET_DIR --drafter DRAFTER_DIR --ids 2,818 --steps K --out FILE"},
-    {"compare", cmd_compare, "DIR DUMP.safetensors [--tolerance T] [--f32|--bf16] [--chunk N]"},
-    {"grad", g4t_cmd_grad, "DIR --ids 2,818,... [--labels L,...] [--recompute] [--threads N] --out FILE"},
-    {"bench", g4t_cmd_bench, "DIR [--threads N] [--prompt N] [--gen N] [--bf16 | --grad [--recompute]] "
-                             "[--drafter DRAFTER_DIR [--draft-tokens K]]"},
-    {"synth", g4b_cmd_synth, "--config CONFIG.json --out DIR [--dtype bf16|f32] [--layers N] [--vocab N]"},
-    {"tokenize", cmd_tokenize, "TOKENIZER_JSON_OR_MODEL_DIR [TEXT]"},
-    {"template", cmd_template, "DIR --messages FILE.json [--think] [--no-generation-prompt] [--ids]"},
-    {"generate", cmd_generate, "DIR --prompt \"...\" [--chat] [--system S] [--think] [--temp T] [--top-k K]\n"
-                               "[--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--max-tokens N] [--ctx N]\n"
-                               "[--tokenizer PATH] [--bf16] [--drafter DRAFTER_DIR [--draft-tokens K]]"},
-    {"chat", cmd_chat, "DIR [--system S] [--think] [--bf16] [sampling and --drafter flags as generate]"},
-    {"image", g4img_cmd_image, "DIR IMAGE.png|jpg --out FILE [--processor DIR]"},
+    {"info", cmd_info, "PATH: the KV-sharing plan of a model directory or config.json"},
+    {"logits", cmd_logits, "DIR --ids ... --out FILE: every position's logits, and their argmax"},
+    {"greedy", cmd_greedy, "DIR --ids ... --new N: N greedily chosen tokens"},
+    {"draft", cmd_draft, "TARGET_DIR --drafter DIR --ids ... --steps K --out FILE: a drafter's logits"},
+    {"compare", cmd_compare, "DIR DUMP.safetensors: gemma4.h against a tap dump, tap by tap"},
+    {"grad", g4t_cmd_grad, "DIR --ids ... --out FILE: the loss and every gradient"},
+    {"bench", g4t_cmd_bench, "DIR: prefill and decode speed (--grad: training speed)"},
+    {"synth", g4b_cmd_synth, "--config CONFIG.json --out DIR: a random checkpoint of a config's shape"},
+    {"tokenize", cmd_tokenize, "TOKENIZER_JSON_OR_MODEL_DIR [TEXT]: token ids"},
+    {"template", cmd_template, "DIR --messages FILE.json: a chat template rendered as transformers renders it"},
+    {"generate", cmd_generate, "DIR --prompt TEXT: a sampled answer, streamed"},
+    {"chat", cmd_chat, "DIR: a conversation on stdin, one session"},
+    {"image", g4img_cmd_image, "DIR IMAGE.png|jpg --out FILE: one image's soft tokens as they enter the decoder"},
 };
 #define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
 
-static int usage(const char *command) {
-    int k, first = 1;
-    for (k = 0; k < N_COMMANDS; k++) {
-        const char *a = commands[k].args;
-        if (command && strcmp(command, commands[k].name) != 0) continue;
-        fprintf(stderr, "%s gemma4 %s ", first ? "usage:" : "      ", commands[k].name);
-        for (; *a; a++) {
-            if (*a != '\n') fputc(*a, stderr);
-            else if (command) fputc(' ', stderr); /* one line */
-            else fprintf(stderr, "\n              ");
-        }
-        fputc('\n', stderr);
-        first = 0;
-    }
-    if (!command) fprintf(stderr, "logits, greedy, generate, chat, compare, grad, info and bench take --adapter DIR: a PEFT LoRA adapter\n"
-                          "(with --bf16, --adapter-bf16 runs it as PEFT runs an adapter cast to bf16 itself)\n");
-    return first && command ? usage(NULL) : 1;
+/* Every command with its summary on f. */
+static void list_commands(FILE *f) {
+    int k;
+    fprintf(f, "usage: gemma4 COMMAND ARGS...   (gemma4 help COMMAND: its options)\n");
+    for (k = 0; k < N_COMMANDS; k++) fprintf(f, "  %-9s %s\n", commands[k].name, commands[k].summary);
 }
 
 int main(int argc, char **argv) {
-    int k;
-    if (argc < 3) return usage(NULL);
-    for (k = 3; k < argc; k++) /* --adapter DIR: taken out of argv for the commands that load a model */
-        if (strcmp(argv[k], "--adapter") == 0) {
-            static const char *const takes[] = {"logits", "greedy", "generate", "chat", "compare", "grad", "info", "bench"};
-            int j, ok = 0;
-            for (j = 0; j < 8; j++) ok |= strcmp(argv[1], takes[j]) == 0;
-            if (!ok || k + 1 >= argc || adapter_dir) {
-                fprintf(stderr, "gemma4: --adapter DIR is an option of logits, greedy, generate, chat, compare, grad, "
-                        "info and bench, given once\n");
-                return 1;
+    int k, rc;
+    char help_flag[] = "--help";
+    n_threads = cpu_count();
+    if (argc < 2) { list_commands(stderr); return 1; }
+    if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        if (argc == 2) { list_commands(stdout); return 0; }
+        for (k = 0; k < N_COMMANDS; k++)
+            if (strcmp(argv[2], commands[k].name) == 0) {
+                char *hargv[4];
+                hargv[0] = argv[0];
+                hargv[1] = argv[2];
+                hargv[2] = help_flag;
+                hargv[3] = NULL;
+                return commands[k].run(3, hargv);
             }
-            adapter_dir = argv[k + 1];
-            for (j = k; j + 2 < argc; j++) argv[j] = argv[j + 2];
-            argc -= 2;
-            k--;
-        } else if (strcmp(argv[k], "--adapter-bf16") == 0) { /* (checked by the session: needs --adapter and bf16) */
-            int j;
-            adapter_bf16 = 1;
-            for (j = k; j + 1 < argc; j++) argv[j] = argv[j + 1];
-            argc -= 1;
-            k--;
-        }
+        fprintf(stderr, "gemma4: unknown command '%s' (gemma4 help lists the commands)\n", argv[2]);
+        return 1;
+    }
     for (k = 0; k < N_COMMANDS; k++)
-        if (strcmp(argv[1], commands[k].name) == 0) return commands[k].run(argc, argv);
-    return usage(NULL);
+        if (strcmp(argv[1], commands[k].name) == 0) {
+            rc = commands[k].run(argc, argv);
+            fflush(stdout);
+            g4_pool_free(threads_pool);
+            return rc;
+        }
+    fprintf(stderr, "gemma4: unknown command '%s' (gemma4 help lists the commands)\n", argv[1]);
+    return 1;
 }

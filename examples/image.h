@@ -15,6 +15,7 @@
 #include <png.h>
 #include <jpeglib.h>
 #include <jerror.h> /* JWRN_JPEG_EOF */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -148,7 +149,7 @@ static int g4img_read(const char *path, uint8_t **pixels, int *h, int *w, int *c
     FILE *f = fopen(path, "rb");
     int rc;
     *pixels = NULL;
-    if (!f) { fprintf(stderr, "gemma4: %s: cannot open\n", path); return 1; }
+    if (!f) { fprintf(stderr, "gemma4: %s: cannot open (%s)\n", path, strerror(errno)); return 1; }
     if (fread(sig, 1, 8, f) != 8) { fprintf(stderr, "gemma4: %s: too short for an image\n", path); fclose(f); return 1; }
     rewind(f);
     if (png_sig_cmp(sig, 0, 8) == 0) rc = g4img__read_png(f, path, pixels, h, w, channels);
@@ -232,27 +233,29 @@ static int g4img_encode_file(g4img_ctx *c, const char *path, float *soft, int *n
 static int load_model(g4_model *m, const char *dir);
 
 static int g4img_cmd_image(int argc, char **argv) {
-    const char *dir, *img, *out = NULL, *pdir = NULL;
+    const char *dir, *img, *out = NULL, *pdir = NULL, *pos[2];
     g4_model m;
     g4img_ctx c;
     float *soft = NULL;
-    int k, n = 0, H, rc = 1;
+    int n = 0, H, rc = 1, np;
     FILE *f;
-    if (argc < 4) { fprintf(stderr, "usage: gemma4 image DIR IMAGE --out FILE [--processor DIR]\n"); return 1; }
-    dir = argv[2];
-    img = argv[3];
-    for (k = 4; k < argc; k++) {
-        if (strcmp(argv[k], "--out") == 0 && k + 1 < argc) out = argv[++k];
-        else if (strcmp(argv[k], "--processor") == 0 && k + 1 < argc) pdir = argv[++k];
-        else { fprintf(stderr, "gemma4 image: unknown or incomplete option '%s'\n", argv[k]); return 1; }
-    }
-    if (!out) { fprintf(stderr, "gemma4 image: --out FILE is required\n"); return 1; }
+    g4a_opt opts[] = {
+        G4A_SR("--out", &out, "FILE", "where the soft tokens go, float32 [n][hidden_size]"),
+        G4A_S("--processor", &pdir, "DIR", "the directory of processor_config.json (default: the model's)"),
+    };
+    g4a_cmd cmd = {"image", "DIR IMAGE.png|jpg", 2, 2,
+                   "One image's soft tokens as they enter the decoder (embed_vision's output): the file decoded as\n"
+                   "PIL opens it, the image processor, the vision tower.", opts, G4A_N_OPTS(opts)};
+    if ((rc = g4a_parse(&cmd, argc, argv, 2, pos, &np)) != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
+    rc = 1;
+    dir = pos[0];
+    img = pos[1];
     if (load_model(&m, dir)) return 1;
     if (g4img_open(&c, &m, pdir ? pdir : dir, NULL)) { g4_model_free(&m); return 1; }
     H = m.config.hidden_size;
     if (!(soft = (float *)malloc(sizeof(float) * (size_t)c.ic.max_soft_tokens * H))) fprintf(stderr, "gemma4: out of memory\n");
     else if (!g4img_encode_file(&c, img, soft, &n, H)) {
-        if (!(f = fopen(out, "wb"))) fprintf(stderr, "gemma4: %s: cannot write\n", out);
+        if (!(f = fopen(out, "wb"))) fprintf(stderr, "gemma4: %s: cannot write (%s)\n", out, strerror(errno));
         else {
             int ok = fwrite(soft, sizeof(float), (size_t)n * H, f) == (size_t)n * H;
             if (fclose(f) != 0) ok = 0;

@@ -60,29 +60,58 @@ static int g4t_write(const char *path, const g4_train *t, const float *G, float 
     }
     len += (size_t)snprintf(hdr + len, cap - len, "}");
     for (pad = (8 - len % 8) % 8; pad; pad--) hdr[len++] = ' ';
-    if (!(f = fopen(path, "wb"))) { fprintf(stderr, "gemma4: cannot write %s\n", path); free(hdr); return 1; }
+    if (!(f = fopen(path, "wb"))) { fprintf(stderr, "gemma4: %s: cannot write (%s)\n", path, strerror(errno)); free(hdr); return 1; }
     hl = (uint64_t)len;
     ok = fwrite(&hl, 8, 1, f) == 1 && fwrite(hdr, 1, len, f) == len && fwrite(&loss, 4, 1, f) == 1;
     for (i = 0; ok && i < t->n_grads; i++) ok = fwrite(G + t->grads[i].offset, 4, t->grads[i].count, f) == t->grads[i].count;
     ok = fclose(f) == 0 && ok;
     free(hdr);
-    if (!ok) { fprintf(stderr, "gemma4: short write to %s\n", path); return 1; }
+    if (!ok) { fprintf(stderr, "gemma4: %s: cannot write (%s)\n", path, strerror(errno)); return 1; }
     return 0;
 }
 
 /* A training state for `n` tokens (g4_train_size + one arena + the gradient block). */
 typedef struct { g4_train t; void *arena; float *G; g4_pool *pool; } g4t_state;
 
-static int g4t_open(g4t_state *st, const g4_model *m, int n, int recompute, int threads, g4_tap_fn gtap, void *gtap_user) {
+/* On a terminal: which layer the forward and the backward of grad are at
+   (the taps "layers.<i>", each layer's output and its gradient). */
+typedef struct { int n_layers, backward; } g4t_progress;
+
+static void g4t_progress_tap(void *user, const char *name, int layer, const float *data, int rows, int cols, int pos0) {
+    const g4t_progress *p = (const g4t_progress *)user;
+    char want[32];
+    (void)data; (void)rows; (void)cols; (void)pos0;
+    snprintf(want, sizeof want, "layers.%d", layer);
+    if (layer >= 0 && strcmp(name, want) == 0)
+        fprintf(stderr, "\rgrad: %s layer %d / %d   ", p->backward ? "backward" : "forward", p->backward ? p->n_layers - layer : layer + 1,
+                p->n_layers);
+}
+
+/* the same tap in the backward (its names: dL/d(the tap)) */
+static void g4t_progress_gtap(void *user, const char *name, int layer, const float *data, int rows, int cols, int pos0) {
+    g4t_progress p = *(const g4t_progress *)user;
+    p.backward = 1;
+    g4t_progress_tap(&p, name, layer, data, rows, cols, pos0);
+}
+
+/* progress: NULL, or the forward and backward taps' user (a terminal's progress). */
+static int g4t_open(g4t_state *st, const g4_model *m, int n, int recompute, g4t_progress *progress, g4_tap_fn gtap,
+                    void *gtap_user) {
     g4_train_config cfg = g4_train_config_init();
     size_t bytes, floats;
     memset(st, 0, sizeof *st);
-    if (threads > 1 && g4_pool_create(&st->pool, threads) != G4_OK) { fprintf(stderr, "gemma4: no thread pool\n"); return 1; }
+    if (get_pool(&st->pool)) return 1;
     cfg.max_seq = n;
     cfg.recompute = recompute;
     cfg.pool = st->pool;
     cfg.grad_tap = gtap;
     cfg.grad_tap_user = gtap_user;
+    if (progress) {
+        cfg.tap = g4t_progress_tap;
+        cfg.tap_user = progress;
+        cfg.grad_tap = g4t_progress_gtap;
+        cfg.grad_tap_user = progress;
+    }
     if (g4_train_size(m, &cfg, &bytes, &floats) != G4_OK) {
         fprintf(stderr, "gemma4: a training arena for %d tokens does not fit in memory\n", n);
         return 1;
@@ -94,33 +123,35 @@ static int g4t_open(g4t_state *st, const g4_model *m, int n, int recompute, int 
     return 0;
 }
 
-static void g4t_close(g4t_state *st) {
+static void g4t_close(g4t_state *st) { /* (the pool is the CLI's) */
     free(st->arena);
     free(st->G);
-    g4_pool_free(st->pool);
 }
 
 /* gemma4 grad DIR --ids ... [--labels ...] [--recompute] [--threads N] --out FILE */
 static int g4t_cmd_grad(int argc, char **argv) {
-    const char *out = NULL, *ids_arg = NULL, *labels_arg = NULL;
+    const char *out = NULL, *ids_arg = NULL, *labels_arg = NULL, *pos[1];
     int32_t *ids = NULL, *labels = NULL;
-    int i, n = 0, nl, recompute = 0, threads = 1, rc = 1;
+    int n = 0, nl, recompute = 0, rc = 1, np;
     float loss;
     g4_model m;
     g4t_state st;
+    g4t_progress progress;
     double t0;
-    if (argc < 3) return usage(argv[1]);
-    for (i = 3; i < argc; i++) {
-        if (strcmp(argv[i], "--recompute") == 0) recompute = 1;
-        else if (i + 1 >= argc) return usage(argv[1]);
-        else if (strcmp(argv[i], "--ids") == 0) ids_arg = argv[++i];
-        else if (strcmp(argv[i], "--labels") == 0) labels_arg = argv[++i];
-        else if (strcmp(argv[i], "--out") == 0) out = argv[++i];
-        else if (strcmp(argv[i], "--threads") == 0) {
-            if ((threads = g4b_int(argv[++i])) < 1) { fprintf(stderr, "gemma4 grad: --threads must be >= 1\n"); return 1; }
-        } else return usage(argv[1]);
-    }
-    if (!ids_arg || !out) return usage(argv[1]);
+    g4a_opt opts[] = {
+        G4A_SR("--ids", &ids_arg, "2,818,...", "the token ids, one sequence (at least 2)"),
+        G4A_S("--labels", &labels_arg, "L,...", "one label per id, -100 ignores a position (default: the ids)"),
+        G4A_F("--recompute", &recompute, "keep only each layer's input; the gradients are the same bits"),
+        G4A_SR("--out", &out, "FILE", "where the loss and the gradients go (safetensors, F32)"),
+        OPT_THREADS,
+        OPT_ADAPTER,
+    };
+    g4a_cmd cmd = {"grad", "DIR", 1, 1,
+                   "The loss transformers' model(input_ids, labels=labels).loss computes and its gradient with\n"
+                   "respect to every trained tensor (with --adapter: the adapter's), written to a safetensors file.",
+                   opts, G4A_N_OPTS(opts)};
+    if ((rc = g4a_parse(&cmd, argc, argv, 2, pos, &np)) != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
+    rc = 1;
     if ((n = parse_ids(ids_arg, &ids)) < 0) return 1;
     if (labels_arg) {
         if ((nl = g4t_labels(labels_arg, &labels)) < 0) { free(ids); return 1; }
@@ -131,10 +162,13 @@ static int g4t_cmd_grad(int argc, char **argv) {
         }
     }
     if (n < 2) { fprintf(stderr, "gemma4 grad: needs at least 2 ids (the first label is never used)\n"); free(ids); free(labels); return 1; }
-    if (load_model(&m, argv[2])) { free(ids); free(labels); return 1; } /* with --adapter: its gradients only */
-    if (g4t_open(&st, &m, n, recompute, threads, NULL, NULL)) goto done;
+    if (load_model(&m, pos[0])) { free(ids); free(labels); return 1; } /* with --adapter: its gradients only */
+    progress.n_layers = m.config.num_hidden_layers;
+    progress.backward = 0;
+    if (g4t_open(&st, &m, n, recompute, isatty(2) ? &progress : NULL, NULL, NULL)) goto done;
     t0 = g4b_now();
     if (g4_loss_and_grad(&st.t, ids, labels, n, &loss, st.G) != G4_OK) { fprintf(stderr, "gemma4: %s\n", st.t.error); goto done; }
+    if (isatty(2)) fprintf(stderr, "\n");
     printf("loss %.7f over %d tokens; %d gradients (%lu floats) in %.3f s; saved activations %lu bytes%s\n", loss, n,
            st.t.n_grads, (unsigned long)st.t.grad_floats, g4b_now() - t0, (unsigned long)st.t.saved_bytes,
            recompute ? " (recompute)" : "");
@@ -178,7 +212,7 @@ static int g4t_compare_grads(const g4_model *m, const char *dump, const g4cmp *f
         }
         labels = (const int32_t *)lab->data;
     }
-    if (g4t_open(&st, m, fwd->n_ids, 0, 1, g4t_grad_tap, &c)) { g4t_close(&st); goto done; }
+    if (g4t_open(&st, m, fwd->n_ids, 0, NULL, g4t_grad_tap, &c)) { g4t_close(&st); goto done; }
     if (g4_loss_and_grad(&st.t, fwd->ids, labels, fwd->n_ids, &loss, st.G) != G4_OK) {
         fprintf(stderr, "gemma4: %s\n", st.t.error);
         g4t_close(&st);
@@ -313,32 +347,51 @@ done:
 /* gemma4 bench DIR --grad [--threads N] [--prompt N]: forward + backward of
    one N-token sequence (default 256), best of 3 after a warm-up; FLOPs counted
    as 6 per weight per token (2 forward, 4 backward; the backward's recomputed
-   projections and attention's own FLOPs are not counted). Other bench
-   invocations go to g4b_cmd_bench. */
+   projections and attention's own FLOPs are not counted). Without --grad:
+   g4b_bench (bench.h). */
 static int g4t_cmd_bench(int argc, char **argv) {
-    int i, grad = 0, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), seq = 256, recompute = 0, rc = 1;
+    int i, grad = 0, seq, recompute = 0, rc = 1, np;
     int32_t *ids = NULL;
     double best = 1e30, best_cpu = 1e30, elems, t0, c0;
     float loss = 0;
+    const char *pos[1];
     g4_model m;
     g4t_state st;
-    for (i = 3; i < argc; i++) grad |= strcmp(argv[i], "--grad") == 0;
-    if (!grad) return g4b_cmd_bench(argc, argv);
-    if (argc < 3) return usage(argv[1]);
-    for (i = 3; i < argc; i++) {
-        if (strcmp(argv[i], "--grad") == 0) continue;
-        if (strcmp(argv[i], "--recompute") == 0) { recompute = 1; continue; }
-        if (i + 1 >= argc) return usage(argv[1]);
-        if (strcmp(argv[i], "--threads") == 0) threads = g4b_int(argv[++i]);
-        else if (strcmp(argv[i], "--prompt") == 0) seq = g4b_int(argv[++i]);
-        else { fprintf(stderr, "gemma4 bench: unknown option %s with --grad\n", argv[i]); return 1; }
+    g4b_opts o;
+    g4a_opt opts[] = {
+        OPT_THREADS,
+        G4A_I("--prompt", &o.prompt, "N", 1, INT_MAX, "prompt tokens (default 64; with --grad the sequence, default 256)"),
+        G4A_I("--gen", &o.gen, "N", 1, INT_MAX, "decoded tokens (default 16)"),
+        G4A_F("--bf16", &o.bf16, "the bf16-faithful mode"),
+        G4A_S("--drafter", &o.drafter, "DIR", "also a drafter's costs and speculative speed at forced acceptance"),
+        G4A_I("--draft-tokens", &o.draft_tokens, "K", 1, 1024, "draft tokens per round (default 4)"),
+        G4A_F("--grad", &grad, "training speed: forward + backward of one sequence"),
+        G4A_F("--recompute", &recompute, "with --grad: activation checkpointing"),
+        OPT_ADAPTER,
+    };
+    g4a_cmd cmd = {"bench", "DIR", 1, 1,
+                   "Prefill and decode speed, best of 3 after a warm-up, per wall second and per CPU-second (a\n"
+                   "benchmark, not a test); --grad: forward + backward speed.", opts, G4A_N_OPTS(opts)};
+    memset(&o, 0, sizeof o);
+    o.prompt = 64;
+    o.gen = 16;
+    o.draft_tokens = 4;
+    if ((rc = g4a_parse(&cmd, argc, argv, 2, pos, &np)) != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
+    rc = 1;
+    if (!grad) {
+        if (recompute) return g4a_fail(&cmd, "--recompute needs --grad");
+        if (g4a_opt_of(&cmd, "--draft-tokens")->given && !o.drafter) return g4a_fail(&cmd, "--draft-tokens needs --drafter");
+        return g4b_bench(pos[0], &o);
     }
-    if (threads < 1 || seq < 2) return usage(argv[1]);
-    if (g4_model_load(&m, argv[2]) != G4_OK) { fprintf(stderr, "gemma4: %s\n", m.error); return 1; }
+    if (o.bf16 || o.drafter || g4a_opt_of(&cmd, "--gen")->given || g4a_opt_of(&cmd, "--draft-tokens")->given)
+        return g4a_fail(&cmd, "--grad takes --threads, --prompt, --recompute and --adapter only");
+    seq = g4a_opt_of(&cmd, "--prompt")->given ? o.prompt : 256;
+    if (seq < 2) return g4a_fail(&cmd, "--prompt %d: must be an integer >= 2 with --grad", seq);
+    if (load_model(&m, pos[0])) return 1;
     if (!(ids = (int32_t *)malloc(sizeof(int32_t) * (size_t)seq))) { fprintf(stderr, "gemma4: out of memory\n"); goto done; }
     for (i = 0; i < seq; i++) ids[i] = (int32_t)((i * 7919 + 13) % m.config.vocab_size); /* as bench_torch_grad.py */
     ids[0] = 2 % m.config.vocab_size;
-    if (g4t_open(&st, &m, seq, recompute, threads, NULL, NULL)) goto done_st;
+    if (g4t_open(&st, &m, seq, recompute, NULL, NULL, NULL)) goto done_st;
     for (i = 0; i < 4; i++) { /* a warm-up (page cache), then best of 3 */
         t0 = g4b_now();
         c0 = g4b_cpu();
@@ -347,8 +400,8 @@ static int g4t_cmd_bench(int argc, char **argv) {
         if (i && g4b_cpu() - c0 < best_cpu) best_cpu = g4b_cpu() - c0;
     }
     (void)g4b_bytes_per_token(&m, &elems);
-    printf("model: %s, %d layers, %s kernels, %d threads%s\n", argv[2], m.config.num_hidden_layers, g4_simd_name(),
-           threads, recompute ? ", recompute" : "");
+    printf("model: %s, %d layers, %s kernels, %d threads%s\n", pos[0], m.config.num_hidden_layers, g4_simd_name(),
+           n_threads, recompute ? ", recompute" : "");
     printf("grad: %.2f tok/s, %.1f GFLOP/s (forward + backward of %d tokens in %.2f s, best of 3; loss %.4f)\n",
            seq / best, 6.0 * elems * seq / best / 1e9, seq, best, loss);
     /* the same work per CPU-second of this process (all its threads, the

@@ -13,7 +13,7 @@ nvf=$(make -s --no-print-directory print-nvflags)
 nvcc $nvf -c gemma4_cuda.cu -o build/gemma4_cuda_real.o &
 cc -O2 -std=c99 -Wall -Wextra -Wpedantic -Werror -ffp-contract=off -D_POSIX_C_SOURCE=200809L \
    -c tests/cuda_real.c -o build/cuda_real.o || exit 1
-synth() { [ -f "$models/$1/model.safetensors" ] || ./build/gemma4 synth --config "data/configs/$2" --out "$models/$1" --dtype bf16 ${3:-}; }
+synth() { [ -f "$models/$1/model.safetensors" ] || ./build/gemma4 synth --config "data/configs/$2" --out "$models/$1" --dtype bf16 --force ${3:-}; }
 synth e2b10 gemma-4-E2B.json "--layers 10 --vocab 4096" > /dev/null &
 synth e2b gemma-4-E2B.json > /dev/null &
 synth 31b6 gemma-4-31B.json "--layers 6" > /dev/null &

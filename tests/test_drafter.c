@@ -688,7 +688,8 @@ static void test_cli(void) {
     CHECK(run_cli("", cmd, NULL, 0, NULL, e, sizeof e) == 1 && strstr(e, "cannot read target layer"), "mismatch: '%s'", e);
     snprintf(cmd, sizeof cmd, "%s greedy %s --ids 2,3 --new 4 --drafter %s --draft-tokens 0", g_cli, tiny("e2b_like"),
              tiny("e2b_drafter"));
-    CHECK(run_cli("", cmd, NULL, 0, NULL, e, sizeof e) == 1 && strstr(e, "usage:"), "--draft-tokens 0: '%s'", e);
+    CHECK(run_cli("", cmd, NULL, 0, NULL, e, sizeof e) == 1 && strstr(e, "--draft-tokens 0: must be an integer in [1, 1024]"),
+          "--draft-tokens 0: '%s'", e);
 }
 
 int main(int argc, char **argv) {

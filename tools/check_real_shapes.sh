@@ -29,7 +29,7 @@ for spec in "$@"; do
   echo "== gemma-4-$name: first $layers layers, vocabulary $VOCAB"
   mkdir -p "$dir"
   [ -f "$dir/model.safetensors" ] || ./build/gemma4 synth --config "data/configs/gemma-4-$name.json" --out "$dir" \
-      --dtype bf16 --layers "$layers" --vocab "$VOCAB" > /dev/null
+      --dtype bf16 --force --layers "$layers" --vocab "$VOCAB" > /dev/null
   ./build/gemma4 info "$dir" | sed -n 's/^kv sharing/  kv sharing/p'
   "$PY" tools/hf_dump.py "$dir" --ids $IDS --out "$dir/dump_bf16.safetensors" --dtype bfloat16 2>&1 | grep '^hf_dump' | sed 's/^/  /'
   for chunk in 12 5; do
