@@ -138,3 +138,13 @@ def test_checkpoint_wrapper_names():
     assert any("._checkpoint_wrapped_module." in n for n, _ in m.named_modules())
     r = g4t.compare_forward(m, IDS)
     assert r.ok and sum(row["status"] == "ok" for row in r.rows) == 144, str(r)
+
+
+def test_bf16_model():
+    """A bfloat16 model: the reference is exported as bf16 and runs gemma4.h's bf16 mode
+    (tolerance 3e-2, compare's default for bf16)."""
+    m = transformers.AutoModelForCausalLM.from_pretrained(
+        os.path.join(DATA, "tiny", "e2b_like"), dtype=torch.bfloat16, attn_implementation="eager")
+    r = g4t.compare_forward(m, IDS)
+    assert r.ok and r.tolerance == 3e-2, str(r)
+    assert sum(row["status"] == "ok" for row in r.rows) == 144
