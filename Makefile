@@ -44,6 +44,8 @@ build/test_train_san: tests/fixtures.h | build/gemma4_san
 # PEFT LoRA adapters: binding, forward and greedy against transformers + peft (data/lora/).
 build/test_lora: tests/fixtures.h examples/compare.h | build/gemma4
 build/test_lora_san: tests/fixtures.h examples/compare.h | build/gemma4 build/gemma4_san
+# The 12B unified model's config, embedders and merge against transformers (data/tiny/unified_*).
+build/test_unified build/test_unified_san: tests/fixtures.h
 # The bad-input catalogue (tests/test_bad_inputs.c) drives the CLI too:
 # build/gemma4 in the plain run, build/gemma4_san under the sanitizers.
 build/test_bad_inputs: | build/gemma4
@@ -206,7 +208,7 @@ strict: | build
 	sh tests/strict_compile.sh
 
 unit: build/gemma4 build/test_gemma4 build/test_tokenizer build/test_bad_inputs build/test_threads build/test_train build/test_drafter build/test_lora \
-      build/test_template build/test_audio build/test_cli
+      build/test_template build/test_audio build/test_cli build/test_unified
 	./build/test_gemma4
 	./build/test_train data build/gemma4
 	./build/test_drafter data build/gemma4
@@ -217,9 +219,10 @@ unit: build/gemma4 build/test_gemma4 build/test_tokenizer build/test_bad_inputs 
 	./build/test_cli data build/gemma4
 	./build/test_threads
 	./build/test_audio
+	./build/test_unified data
 
 sanitize: build/gemma4 build/gemma4_san build/test_gemma4_san build/test_bad_inputs_san build/test_threads_san build/test_tokenizer_san build/test_train_san build/test_drafter_san build/test_lora_san \
-          build/test_template_san build/test_audio_san build/test_cli_san
+          build/test_template_san build/test_audio_san build/test_cli_san build/test_unified_san
 	./build/test_gemma4_san
 	./build/test_train_san data build/gemma4_san
 	./build/test_drafter_san data build/gemma4_san
@@ -230,6 +233,7 @@ sanitize: build/gemma4 build/gemma4_san build/test_gemma4_san build/test_bad_inp
 	./build/test_threads_san
 	./build/test_tokenizer_san
 	./build/test_audio_san
+	./build/test_unified_san data
 	sh tests/san_avx2.sh "$(CC)" "$(WARN)" "$(SAN)"
 
 fuzz: $(FUZZERS:%=build/fuzz_%)
@@ -259,7 +263,7 @@ endef
 SUITE_LOGS = tokenizer_san.log tokenizer.log template_san.log template.log cuda_emu.log cuda_emu_san.log \
              gemma4_san.log bad_inputs_san.log threads_san.log san_avx2.log drafter_san.log drafter.log threads.log \
              train.log train_san.log lora.log lora_san.log bad_inputs.log cli.log cli_san.log tests.log kernels.log audio.log audio_san.log python.log \
-             vision.log vision_san.log
+             vision.log vision_san.log unified.log unified_san.log
 
 # $(eval $(call suite,NAME,PREREQUISITES,COMMAND)) makes the target suite-NAME.log, which runs
 # COMMAND through log_run (its output in build/NAME.log). A variable in COMMAND is written $$(VAR),
@@ -293,6 +297,8 @@ $(eval $(call suite,lora_san,build/test_lora_san build/gemma4_san,./build/test_l
 $(eval $(call suite,bad_inputs,build/test_bad_inputs build/gemma4,./build/test_bad_inputs data build/gemma4))
 $(eval $(call suite,cli,build/test_cli build/gemma4,./build/test_cli data build/gemma4))
 $(eval $(call suite,cli_san,build/test_cli_san build/gemma4_san,./build/test_cli_san data build/gemma4_san))
+$(eval $(call suite,unified,build/test_unified,./build/test_unified data))
+$(eval $(call suite,unified_san,build/test_unified_san,./build/test_unified_san data))
 $(eval $(call suite,tests,build/test_gemma4 build/gemma4,./build/test_gemma4))
 $(eval $(call suite,audio,build/test_audio build/test_audio_scalar,sh -c "./build/test_audio && ./build/test_audio_scalar"))
 $(eval $(call suite,audio_san,build/test_audio_san,./build/test_audio_san))
@@ -307,7 +313,7 @@ test-builds: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemm
       build/test_tokenizer build/test_tokenizer_san build/test_cuda_emu build/test_cuda_emu_san \
       build/test_train build/test_train_san build/test_drafter build/test_drafter_san build/test_template build/test_template_san \
       build/test_lora build/test_lora_san build/test_audio build/test_audio_san build/test_audio_scalar build/test_vision build/test_vision_san \
-      build/test_cli build/test_cli_san $(OTHER_KERNELS) $(SAN_SIMD)
+      build/test_cli build/test_cli_san build/test_unified build/test_unified_san $(OTHER_KERNELS) $(SAN_SIMD)
 
 # Builds and suites run together, one job per CPU; then each suite's log is shown in this
 # order, and the total. make starts a suite whose binaries are built only on its next pass
@@ -315,7 +321,7 @@ test-builds: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemm
 # about 3 min of one CPU) is built first on its own, and that suite starts at once.
 SUITE_ORDER = cuda_emu_san cuda_emu drafter_san kernels python san_avx2 train_san lora_san bad_inputs_san gemma4_san \
               template_san cli_san drafter lora tests train bad_inputs cli audio_san threads_san tokenizer_san tokenizer template threads audio \
-              vision_san vision
+              vision_san vision unified_san unified
 test:
 	@mkdir -p build && rm -f $(SUITE_LOGS:%=build/%) $(SUITE_LOGS:%=build/%.time) build/minimal.log
 	@date +%s > build/test_t0
@@ -355,6 +361,9 @@ test:
 	@echo "== vision tower and the merge into the decoder (transformers goldens), plain and under ASan + UBSan"
 	@tail -n 1 build/vision.log
 	@tail -n 1 build/vision_san.log
+	@echo "== the 12B unified model's config and embedders (transformers goldens), plain and under ASan + UBSan"
+	@tail -n 1 build/unified.log
+	@tail -n 1 build/unified_san.log
 	@echo "== bad-input catalogue"
 	@tail -n 1 build/bad_inputs.log
 	@echo "== the command line (help, errors, --threads, statuses, progress; make bench's smoke form), plain and under ASan + UBSan"

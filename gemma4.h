@@ -51,6 +51,8 @@
                          made fast. A first reading can skip it.
        >>regex           the adapter's regular expressions (peft's patterns), a
                          small Thompson NFA engine
+       >>unified         the 12B unified model (gemma4_unified): its sub-configs, its
+                         encoder-free image and audio embedders (its decoder is >>forward's)
      The tokenizer, the chat layout and the chat templates live in
      gemma4_processing.h (its own MAP), as transformers keeps processing
      beside modeling.
@@ -287,6 +289,21 @@ typedef struct {
 
 /* use_bidirectional_attention */
 enum { G4_BIDIR_NONE = 0, G4_BIDIR_VISION = 1, G4_BIDIR_ALL = 2 };
+/* The 12B unified model's encoder-free embedders (gemma4_unified: vision_config
+   and audio_config of Gemma4UnifiedConfig; >>unified). present 0: absent or null. */
+typedef struct {
+    int present;
+    int patch_size, pooling_kernel_size; /* a merged patch is (patch_size * pooling_kernel_size)^2 * 3 raw values */
+    int mm_embed_dim;                    /* D: the patch embedding's width */
+    int mm_posemb_size;                  /* positions per axis of pos_embedding [mm_posemb_size][2][D] */
+    int output_proj_dims;                /* the multimodal embedder's input width (must equal D) */
+    float rms_norm_eps;                  /* the multimodal embedder's RMSNorm */
+} g4_unified_vision_config;
+typedef struct {
+    int present;
+    int audio_embed_dim;                 /* = audio_samples_per_token: raw samples per soft token */
+    float rms_norm_eps;
+} g4_unified_audio_config;
 
 /* The fields of Gemma4TextConfig that drive the text decoder. 0 means "off"
    for the optional ones. Per-layer values are resolved into g4_plan. */
@@ -322,12 +339,18 @@ typedef struct {
     int boi_token_id, eoi_token_id, boa_token_id, eoa_token_id; /* eoa: "eoa_token_index" */
     int bidirectional;                  /* text_config.use_bidirectional_attention (G4_BIDIR_*) */
     g4_vision_config vision;            /* vision_config (vision.present 0: none) */
+    /* model_type "gemma4_unified" or "gemma4_unified_text" (the 12B, Gemma4UnifiedTextConfig): the
+       same decoder layer with no per-layer embeddings and no MoE, and (wrapper) the embedders */
+    int unified;
+    g4_unified_vision_config unified_vision;
+    g4_unified_audio_config unified_audio;
     char error[G4_ERROR_MAX];
 } g4_config;
 
 /* Parse a config.json text (multimodal "gemma4" wrapper or text-only
-   "gemma4_text"; legacy global_head_dim keys or per_layer_config). `name`
-   only labels error messages. */
+   "gemma4_text"; the 12B's "gemma4_unified" wrapper or "gemma4_unified_text";
+   legacy global_head_dim keys or per_layer_config). `name` only labels error
+   messages. */
 G4_API g4_result g4_config_parse(g4_config *c, const char *json, size_t len, const char *name);
 G4_API g4_result g4_config_load(g4_config *c, const char *path);
 
@@ -401,6 +424,19 @@ typedef struct {
     g4_tensor layer_scalar;    /* [1] */
 } g4_layer_weights;
 
+/* The 12B unified model's embedders (>>unified), model.embed_vision.* and
+   model.embed_audio.*; Pd = 3*(patch_size*pooling_kernel_size)^2, D =
+   mm_embed_dim, A = audio_embed_dim. Unset when the config has no such part. */
+typedef struct {
+    g4_tensor patch_ln1_weight, patch_ln1_bias;     /* [Pd]  nn.LayerNorm */
+    g4_tensor patch_dense_weight, patch_dense_bias; /* [D, Pd], [D] */
+    g4_tensor patch_ln2_weight, patch_ln2_bias;     /* [D]   nn.LayerNorm */
+    g4_tensor pos_embedding;                        /* [mm_posemb_size, 2, D] */
+    g4_tensor pos_norm_weight, pos_norm_bias;       /* [D]   nn.LayerNorm */
+    g4_tensor vision_projection;                    /* multimodal_embedder.embedding_projection [H, D] */
+    g4_tensor audio_projection;                     /* embed_audio.embedding_projection [H, A] */
+} g4_unified_weights;
+
 typedef struct {
     g4_tensor embed_tokens;               /* [V, H] */
     g4_tensor embed_tokens_per_layer;     /* [V_ple, L*P]  PLE */
@@ -414,6 +450,7 @@ typedef struct {
     g4_tensor post_projection;            /* [Hb, H] */
     g4_tensor centroids;                  /* [C, H]  ordered embeddings */
     g4_tensor token_ordering;             /* [V] I64/I32, a permutation of the vocabulary */
+    g4_unified_weights unified;           /* a gemma4_unified checkpoint's embedders */
 } g4_weights;
 
 /* The audio tower's weights (Gemma4AudioModel + embed_audio), bound by
@@ -660,6 +697,7 @@ typedef struct g4_session {
     /* the multimodal merge (g4_forward_mm; >>vision) */
     int32_t *mm_ids;           /* [rows] the step's ids with placeholders as pad_token_id */
     int *mm_hi;                /* [rows] the last position a sliding layer's query may see */
+    int *mm_lo;                /* [rows] its block's first position (gemma4_unified's block mask, >>unified) */
     const float *mm_soft;      /* the running call's soft tokens, the next one to use */
     int mm_active;             /* a g4_forward_mm call is running */
     int mm_open;               /* the last row consumed was in a bidirectional block */
@@ -1028,6 +1066,40 @@ G4_API g4_result g4_spec_prefill(g4_spec *sp, const int32_t *prompt, int n, g4_s
 /* One round: writes 1 to k + 1 new tokens to out, their count to *n_out.
    sampler NULL: greedy. */
 G4_API g4_result g4_spec_round(g4_spec *sp, g4_sampler *sampler, int32_t *out, int *n_out);
+
+/* --------------------------------------------------------------- unified */
+/* The 12B unified model (gemma4_unified) has no vision or audio encoder: its
+   embedders turn raw input straight into soft tokens of the text width H, as
+   Gemma4UnifiedModel.get_image_features / get_audio_features do (>>unified).
+   The soft tokens then replace the placeholder rows of the prompt.
+     image: pixel_values [n][Pd], one merged patch of (ps*k)x(ps*k)x3 raw values
+            per row as the image processor writes them; positions [n][2] its
+            (x, y) in patches, (-1, -1) for padding; per axis a -1 adds no
+            position term (as transformers' mask); rows with both -1 are
+            padding, dropped from soft.
+     audio: frames [n][A], A = audio_samples_per_token raw waveform samples
+            each; valid [n] (NULL: all) 1 for a real frame, 0 for padding
+            (input_features_mask), dropped from soft.
+   soft gets the kept rows, [n_soft][H] (room for n rows), in order. The arena
+   (caller-owned, 64-byte aligned) holds every intermediate: size it with
+   g4_unified_size for the most rows one call takes. Nothing is allocated.
+   Taps (run->tap, optional), every row including padding, layer -1, pos0 0:
+     embed_vision.patch_ln1 [n, Pd], .patch_dense, .patch_ln2, .pos_norm [n, D]
+       (pos_norm: after adding the position embedding),
+       .multimodal_embedder.embedding_pre_projection_norm [n, D],
+       .multimodal_embedder [n, H]
+     embed_audio.embedding_pre_projection_norm [n, A], embed_audio [n, H]
+   Errors (G4_ERR_INPUT, G4_ERR_ARENA) are explained in run->error. */
+typedef struct {
+    g4_tap_fn tap; void *tap_user;
+    char error[G4_ERROR_MAX];
+} g4_unified_run;
+G4_API g4_result g4_unified_size(const g4_model *m, int max_rows, size_t *bytes);
+G4_API g4_result g4_unified_embed_image(const g4_model *m, const float *pixel_values, const int32_t *positions,
+                                        int n, void *arena, size_t bytes, g4_unified_run *run, float *soft,
+                                        int *n_soft);
+G4_API g4_result g4_unified_embed_audio(const g4_model *m, const float *frames, const unsigned char *valid, int n,
+                                        void *arena, size_t bytes, g4_unified_run *run, float *soft, int *n_soft);
 
 #ifdef GEMMA4_CUDA
 /* ------------------------------------------------------------------ cuda */
@@ -2034,6 +2106,7 @@ static g4_result g4__cfg_assistant(const g4__cfg *top, g4_config *cfg) {
 
 static g4_result g4__audio_config_parse(const g4__json *j, int root, const char *name, g4_audio_config *a, char *err); /* >>audio */
 static g4_result g4__cfg_multimodal(const g4__cfg *text, g4_config *cfg); /* >>vision */
+static g4_result g4__cfg_unified(const g4__cfg *top, g4_config *cfg); /* >>unified */
 
 static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const char *name) {
     g4__cfg c;
@@ -2055,12 +2128,14 @@ static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const c
         return G4_ERR_CONFIG;
     }
     if (mt >= 0 && !g4__jis(&j->nodes[mt], "gemma4") && !g4__jis(&j->nodes[mt], "gemma4_text") &&
-        !g4__jis(&j->nodes[mt], "gemma4_assistant")) {
+        !g4__jis(&j->nodes[mt], "gemma4_assistant") && !g4__jis(&j->nodes[mt], "gemma4_unified") &&
+        !g4__jis(&j->nodes[mt], "gemma4_unified_text")) {
         g4__seterr(cfg->error, "%s: model_type \"%.64s\" is not a Gemma 4 text model (gemma4, gemma4_text, "
-                   "gemma4_assistant)", name, j->nodes[mt].str);
+                   "gemma4_assistant, gemma4_unified, gemma4_unified_text)", name, j->nodes[mt].str);
         return G4_ERR_CONFIG;
     }
     cfg->assistant = mt >= 0 && g4__jis(&j->nodes[mt], "gemma4_assistant");
+    cfg->unified = mt >= 0 && (g4__jis(&j->nodes[mt], "gemma4_unified") || g4__jis(&j->nodes[mt], "gemma4_unified_text"));
     n = g4__jget(j, root, "text_config");
     if (n >= 0 && j->nodes[n].type != G4__JNULL) {
         if (j->nodes[n].type != G4__JOBJ) {
@@ -2069,7 +2144,8 @@ static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const c
         }
         c.obj = n;
         c.scope = "text_config.";
-    } else if (mt >= 0 && (g4__jis(&j->nodes[mt], "gemma4") || cfg->assistant)) {
+    } else if (mt >= 0 && (g4__jis(&j->nodes[mt], "gemma4") || g4__jis(&j->nodes[mt], "gemma4_unified") ||
+                           cfg->assistant)) {
         g4__seterr(cfg->error, "%s: model_type %s needs a 'text_config' object", name, j->nodes[mt].str);
         return G4_ERR_CONFIG;
     }
@@ -2082,9 +2158,11 @@ static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const c
     G4__TRY(g4__cfg_int(&c, "num_attention_heads", &cfg->num_attention_heads, 0, 1, 1, 4096));
     G4__TRY(g4__cfg_int(&c, "num_key_value_heads", &cfg->num_key_value_heads, 0, 1, 1, 4096));
     G4__TRY(g4__cfg_int(&c, "head_dim", &cfg->head_dim, 256, 0, 2, 65536));
-    G4__TRY(g4__cfg_int(&c, "max_position_embeddings", &cfg->max_position_embeddings, 131072, 0, 1, INT32_MAX));
+    /* Gemma4UnifiedTextConfig's defaults differ from Gemma4TextConfig's (262144 and 1024 against 131072 and 512) */
+    G4__TRY(g4__cfg_int(&c, "max_position_embeddings", &cfg->max_position_embeddings, cfg->unified ? 262144 : 131072,
+                        0, 1, INT32_MAX));
     G4__TRY(g4__cfg_float(&c, "rms_norm_eps", &cfg->rms_norm_eps, 1e-6f, 0.0, 1.0));
-    G4__TRY(g4__cfg_int(&c, "sliding_window", &cfg->sliding_window, 512, 0, 1, INT32_MAX));
+    G4__TRY(g4__cfg_int(&c, "sliding_window", &cfg->sliding_window, cfg->unified ? 1024 : 512, 0, 1, INT32_MAX));
     G4__TRY(g4__cfg_float(&c, "final_logit_softcapping", &cfg->final_logit_softcapping, 0.0f, 1e-6, 1e30));
     G4__TRY(g4__cfg_bool(&c, "tie_word_embeddings", &cfg->tie_word_embeddings, 1));
     /* pad_token_id is nn.Embedding's padding_idx. transformers' default (absent) is 0; an explicit null
@@ -2098,16 +2176,20 @@ static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const c
                             cfg->vocab_size - 1));
         if (cfg->pad_token_id < 0) cfg->pad_token_id += cfg->vocab_size;
     }
-    G4__TRY(g4__cfg_int(&c, "vocab_size_per_layer_input", &cfg->vocab_size_per_layer_input, 262144, 0,
-                        cfg->assistant ? 0 : 1, 1 << 24));
-    G4__TRY(g4__cfg_int(&c, "hidden_size_per_layer_input", &cfg->hidden_size_per_layer_input, 256, 0, 0, 65536));
+    if (!cfg->unified) { /* Gemma4UnifiedTextConfig has no per-layer embeddings and no MoE: its keys are not read */
+        G4__TRY(g4__cfg_int(&c, "vocab_size_per_layer_input", &cfg->vocab_size_per_layer_input, 262144, 0,
+                            cfg->assistant ? 0 : 1, 1 << 24));
+        G4__TRY(g4__cfg_int(&c, "hidden_size_per_layer_input", &cfg->hidden_size_per_layer_input, 256, 0, 0, 65536));
+    }
     G4__TRY(g4__cfg_bool(&c, "attention_k_eq_v", &cfg->attention_k_eq_v, 0));
     G4__TRY(g4__cfg_int(&c, "num_kv_shared_layers", &cfg->num_kv_shared_layers, 0, 0, 0, G4_MAX_LAYERS));
     G4__TRY(g4__cfg_bool(&c, "use_double_wide_mlp", &cfg->use_double_wide_mlp, 0));
-    G4__TRY(g4__cfg_bool(&c, "enable_moe_block", &cfg->enable_moe_block, 0));
-    G4__TRY(g4__cfg_int(&c, "num_experts", &cfg->num_experts, 0, 0, 1, 65536));
-    G4__TRY(g4__cfg_int(&c, "top_k_experts", &cfg->top_k_experts, 0, 0, 1, 65536));
-    G4__TRY(g4__cfg_int(&c, "moe_intermediate_size", &cfg->moe_intermediate_size, 0, 0, 1, 1 << 22));
+    if (!cfg->unified) {
+        G4__TRY(g4__cfg_bool(&c, "enable_moe_block", &cfg->enable_moe_block, 0));
+        G4__TRY(g4__cfg_int(&c, "num_experts", &cfg->num_experts, 0, 0, 1, 65536));
+        G4__TRY(g4__cfg_int(&c, "top_k_experts", &cfg->top_k_experts, 0, 0, 1, 65536));
+        G4__TRY(g4__cfg_int(&c, "moe_intermediate_size", &cfg->moe_intermediate_size, 0, 0, 1, 1 << 22));
+    }
     G4__TRY(g4__cfg_int(&c, "global_head_dim", &global_head_dim, 512, 0, 2, 65536));
     G4__TRY(g4__cfg_int(&c, "num_global_key_value_heads", &global_kv, 0, 0, 1, 4096));
     G4__TRY(g4__cfg_expect_str(&c, "hidden_activation", "gelu_pytorch_tanh", NULL));
@@ -2126,6 +2208,7 @@ static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const c
         top.scope = "";
         G4__TRY(g4__cfg_bool(&top, "tie_word_embeddings", &cfg->tie_word_embeddings, cfg->tie_word_embeddings));
         if (cfg->assistant) G4__TRY(g4__cfg_assistant(&top, cfg));
+        if (cfg->unified) G4__TRY(g4__cfg_unified(&top, cfg));
     }
     G4__TRY(g4__cfg_multimodal(&c, cfg));
     if (cfg->hidden_size_per_layer_input > 0 && (int64_t)cfg->num_hidden_layers * cfg->hidden_size_per_layer_input > (1 << 24)) {
@@ -2243,7 +2326,8 @@ static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const c
             return G4_ERR_CONFIG;
         }
     }
-    return g4__audio_config_parse(j, root, name, &cfg->audio, cfg->error);
+    /* a gemma4_unified audio_config is Gemma4UnifiedAudioConfig, read by g4__cfg_unified (>>unified) */
+    return cfg->unified ? G4_OK : g4__audio_config_parse(j, root, name, &cfg->audio, cfg->error);
 }
 
 G4__DEF g4_result g4_config_parse(g4_config *cfg, const char *json, size_t len, const char *name) {
@@ -2924,6 +3008,8 @@ static g4_result g4__bind(g4_model *m, void *user, g4_tensor *t, const char *nam
     return G4_OK;
 }
 
+static g4_result g4__unified_bind(g4_model *m); /* >>unified */
+
 static g4_result g4__bind_weights(g4_model *m) {
     g4_result r;
     /* which of the two naming schemes this checkpoint uses */
@@ -2936,6 +3022,7 @@ static g4_result g4__bind_weights(g4_model *m) {
     }
     if ((r = g4__walk_weights(m, g4__bind, NULL)) != G4_OK) return r;
     if (m->config.tie_word_embeddings) m->w.lm_head = m->w.embed_tokens;
+    if (m->config.unified && (r = g4__unified_bind(m)) != G4_OK) return r;
     if (m->config.assistant && m->config.use_ordered_embeddings) return g4__bind_token_ordering(m);
     return G4_OK;
 }
@@ -4399,7 +4486,8 @@ static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config 
         uint64_t mm = c->image_token_id >= 0 || c->video_token_id >= 0 || c->audio_token_id >= 0 ? rows : 0;
         s->mm_ids = (int32_t *)(void *)g4__take(cv, mm, sizeof(int32_t));
         s->mm_hi = (int *)(void *)g4__take(cv, mm, sizeof(int));
-        if (!mm) { s->mm_ids = NULL; s->mm_hi = NULL; }
+        s->mm_lo = (int *)(void *)g4__take(cv, mm, sizeof(int));
+        if (!mm) { s->mm_ids = NULL; s->mm_hi = NULL; s->mm_lo = NULL; }
     }
 }
 
@@ -4745,7 +4833,7 @@ static g4_result g4__kv_store(g4_session *s, int l, int n) {
 static g4_result g4__drafter_check_read(const g4_session *d, int l, const g4_kv_slot *sl); /* >>drafter */
 static const int32_t *g4__mm_ids(g4_session *s, const int32_t *ids, int n); /* >>vision */
 static void g4__mm_merge(g4_session *s, const int32_t *ids, int n);
-static int g4__mm_hi(const g4_session *s, int type, int t, int p);
+static void g4__mm_range(const g4_session *s, int type, int t, int p, int *lo, int *hi);
 
 
 /* *out: the slot layer l attends over (its own, or shared_kv_states[layer_type]
@@ -4792,7 +4880,7 @@ static void g4__attn_part(void *ctx, int part, int n_parts) {
             if (j->window && hi - j->window > 0) lo = hi - j->window;
         } else {
             if (j->window && p - j->window + 1 > 0) lo = p - j->window + 1;
-            hi = g4__mm_hi(s, j->window ? G4_SLIDING : G4_FULL, t, p); /* an image block's later rows (sliding layers) */
+            g4__mm_range(s, j->window ? G4_SLIDING : G4_FULL, t, p, &lo, &hi); /* an image block's rows */
         }
         if (s->cfg.bf16)
             for (g = 0; g < G; g++)
@@ -5177,6 +5265,7 @@ static g4_result g4__cfg_multimodal(const g4__cfg *text, g4_config *cfg) {
         /* (an id outside the vocabulary is allowed, as transformers allows it: no row can hold it) */
         if ((r = g4__cfg_int(&top, keys[i], dst[i], defs[i], 0, 0, INT32_MAX)) != G4_OK) return r;
     }
+    if (cfg->unified) return G4_OK; /* its vision_config is Gemma4UnifiedVisionConfig: g4__cfg_unified (>>unified) */
     n = g4__jget(top.j, 0, "vision_config");
     if (n < 0 || top.j->nodes[n].type == G4__JNULL) return G4_OK;
     if (top.j->nodes[n].type != G4__JOBJ) {
@@ -5377,14 +5466,17 @@ static int g4__mm_block(const g4_config *c, int32_t id) {
    position, or its block's last on sliding layers). Returns the ids to embed. */
 static const int32_t *g4__mm_ids(g4_session *s, const int32_t *ids, int n) {
     const g4_config *c = &s->model->config;
-    int t, e;
+    int t, e, b;
     if (!s->mm_active) return ids;
     for (t = 0; t < n; t++) s->mm_ids[t] = g4_mm_type(c, ids[t]) != G4_MM_TEXT ? c->pad_token_id : ids[t];
     for (t = 0; t < n; t = e) { /* blocks end inside the step (g4__mm_chunk) */
         e = t + 1;
-        if (!g4__mm_block(c, ids[t])) { s->mm_hi[t] = s->pos + t; continue; }
+        if (!g4__mm_block(c, ids[t])) { s->mm_lo[t] = s->mm_hi[t] = s->pos + t; continue; }
         while (e < n && g4__mm_block(c, ids[e])) e++;
-        for (; t < e; t++) s->mm_hi[t] = s->pos + e - 1;
+        for (b = t; t < e; t++) {
+            s->mm_lo[t] = s->pos + b;
+            s->mm_hi[t] = s->pos + e - 1;
+        }
     }
     return s->mm_ids;
 }
@@ -5404,9 +5496,20 @@ static void g4__mm_merge(g4_session *s, const int32_t *ids, int n) {
     g4__tap(s, -1, G4__TAP_INPUTS_EMBEDS, s->x, n, (int)H);
 }
 
-/* The attention's last key for query row t of a layer of type `type` */
-static int g4__mm_hi(const g4_session *s, int type, int t, int p) {
-    return s->mm_active && type == G4_SLIDING && s->mm_hi[t] > p ? s->mm_hi[t] : p;
+/* The attention's keys [*lo, *hi] for query row t at position p of a layer of
+   type `type` (in: the causal, windowed range). Gemma 4 (create_masks_for_vision_model):
+   sliding layers only, AND(window, OR(causal, block)): hi reaches the block's
+   last row. gemma4_unified (create_masks_for_generate with block_sequence_ids):
+   every layer, OR(AND(causal, window), block): the whole block, even past the
+   window (>>unified). */
+static void g4__mm_range(const g4_session *s, int type, int t, int p, int *lo, int *hi) {
+    if (!s->mm_active) return;
+    if (s->model->config.unified) {
+        if (s->mm_lo[t] < *lo) *lo = s->mm_lo[t];
+        if (s->mm_hi[t] > *hi) *hi = s->mm_hi[t];
+    } else if (type == G4_SLIDING && s->mm_hi[t] > p) {
+        *hi = s->mm_hi[t];
+    }
 }
 
 /* A chunk of n rows from ids[0..]: shortened so that no block straddles its
@@ -9935,6 +10038,311 @@ static int g4__re_full(g4__re *r, const char *str, size_t len) {
     for (i = 0; i < nc; i++)
         if (r->st[cl[i]].type == G4__RE_MATCH) return 1;
     return 0;
+}
+
+/* ------------------------------------------------ the 12B unified >>unified */
+/* gemma4_unified (transformers 5.23.0, models/gemma4_unified/modeling_gemma4_unified.py),
+   the parts that are not Gemma 4's decoder:
+
+   The text model. Gemma4UnifiedTextDecoderLayer.forward is, op for op and in
+   the same order, Gemma4TextDecoderLayer.forward without the MoE branch and
+   without the per-layer input (PLE) block:
+       residual = x;  x = input_layernorm(x);  x = self_attn(x)
+       x = post_attention_layernorm(x);  x = residual + x
+       residual = x;  x = pre_feedforward_layernorm(x);  x = mlp(x)
+       x = post_feedforward_layernorm(x);  x = residual + x
+       x *= layer_scalar
+   and Gemma4UnifiedTextAttention, Gemma4UnifiedTextMLP (double-wide on shared
+   layers), the rotary embedding, the shared-KV table (kv_sharing_modes), the
+   scaled embedding, the final norm, the tied lm_head and the soft-cap are
+   Gemma 4's. So a unified checkpoint runs through >>forward's layer with
+   hidden_size_per_layer_input and enable_moe_block both 0 (its config has
+   neither key; >>config forces them off), with the same plan, table and
+   arena: no second copy of the layer. What is the 12B's own is here: its
+   config's sub-configs and the two embedders that replace the towers.
+
+   Gemma4UnifiedVisionEmbedder.forward, per merged patch (one row):
+       h = patch_ln1(pixels)          nn.LayerNorm(Pd), eps 1e-5 (its default)
+       h = patch_dense(h)             Linear(Pd -> D) with bias
+       h = patch_ln2(h)               nn.LayerNorm(D)
+       h = h + (pos_embedding[x][0] * (x != -1) + pos_embedding[y][1] * (y != -1))
+       h = pos_norm(h)                nn.LayerNorm(D)
+       soft = multimodal_embedder(h): RMSNorm without weight (vision_config.rms_norm_eps),
+                                      then embedding_projection, Linear(D -> H) no bias
+   and get_image_features drops the rows whose positions are both -1.
+   embed_audio is the same multimodal embedder on raw frames of A samples;
+   get_audio_features' caller drops the frames input_features_mask marks. */
+
+/* vision_config and audio_config of a gemma4_unified wrapper (absent or null: that part is off) */
+static g4_result g4__cfg_unified(const g4__cfg *top, g4_config *cfg) {
+    g4_unified_vision_config *v = &cfg->unified_vision;
+    g4_unified_audio_config *a = &cfg->unified_audio;
+    g4__cfg c = *top;
+    g4_result r;
+    int n = g4__jget(top->j, top->obj, "vision_config");
+    if (n >= 0 && top->j->nodes[n].type != G4__JNULL) {
+        int64_t ps;
+        if (top->j->nodes[n].type != G4__JOBJ) {
+            g4__seterr(top->err, "%s: field 'vision_config' must be an object", top->name);
+            return G4_ERR_CONFIG;
+        }
+        c.obj = n;
+        c.scope = "vision_config.";
+        if ((r = g4__cfg_int(&c, "patch_size", &v->patch_size, 16, 0, 1, 4096)) != G4_OK) return r;
+        if ((r = g4__cfg_int(&c, "pooling_kernel_size", &v->pooling_kernel_size, 3, 0, 1, 4096)) != G4_OK) return r;
+        if ((r = g4__cfg_int(&c, "mm_embed_dim", &v->mm_embed_dim, 3840, 0, 1, 1 << 20)) != G4_OK) return r;
+        if ((r = g4__cfg_int(&c, "mm_posemb_size", &v->mm_posemb_size, 1120, 0, 1, 1 << 20)) != G4_OK) return r;
+        if ((r = g4__cfg_int(&c, "output_proj_dims", &v->output_proj_dims, 3840, 0, 1, 1 << 20)) != G4_OK) return r;
+        if ((r = g4__cfg_float(&c, "rms_norm_eps", &v->rms_norm_eps, 1e-6f, 0.0, 1.0)) != G4_OK) return r;
+        ps = (int64_t)v->patch_size * v->pooling_kernel_size;
+        if (3 * ps * ps > (1 << 24)) {
+            g4__seterr(top->err, "%s: vision_config: a merged patch of (patch_size %d x pooling_kernel_size %d)^2 x 3 "
+                       "values is too large", top->name, v->patch_size, v->pooling_kernel_size);
+            return G4_ERR_CONFIG;
+        }
+        if (v->output_proj_dims != v->mm_embed_dim) { /* embedding_projection reads the D-wide patch embedding */
+            g4__seterr(top->err, "%s: vision_config.output_proj_dims (%d) must equal vision_config.mm_embed_dim (%d): "
+                       "the multimodal embedder projects the patch embedding", top->name, v->output_proj_dims,
+                       v->mm_embed_dim);
+            return G4_ERR_CONFIG;
+        }
+        v->present = 1;
+    }
+    n = g4__jget(top->j, top->obj, "audio_config");
+    if (n >= 0 && top->j->nodes[n].type != G4__JNULL) {
+        if (top->j->nodes[n].type != G4__JOBJ) {
+            g4__seterr(top->err, "%s: field 'audio_config' must be an object", top->name);
+            return G4_ERR_CONFIG;
+        }
+        c.obj = n;
+        c.scope = "audio_config.";
+        if ((r = g4__cfg_int(&c, "audio_embed_dim", &a->audio_embed_dim, 640, 0, 1, 1 << 20)) != G4_OK) return r;
+        if ((r = g4__cfg_float(&c, "rms_norm_eps", &a->rms_norm_eps, 1e-6f, 0.0, 1.0)) != G4_OK) return r;
+        a->present = 1;
+    }
+    return G4_OK;
+}
+
+/* The embedders' tensors, each required with its exact shape when its config part is present.
+   Checkpoints name them as save_pretrained writes them (transformers' conversion_mapping.py,
+   "gemma4_unified": model.vision_embedder.patch_ln1.* and model.embed_vision.embedding_projection
+   on disk for the modules embed_vision.patch_ln1 and embed_vision.multimodal_embedder.
+   embedding_projection); from_pretrained takes the module names as well, and so does this. */
+static g4_result g4__unified_bind(g4_model *m) {
+    const g4_config *c = &m->config;
+    g4_unified_weights *u = &m->w.unified;
+    int64_t H = c->hidden_size, d[3];
+    g4_result r;
+#define G4__UB(t, disk, module, nd, a, b, cc)                                                                \
+    do {                                                                                                    \
+        d[0] = a; d[1] = b; d[2] = cc;                                                                      \
+        if ((r = g4__bind(m, NULL, t, g4__st_find(m, "model." module) && !g4__st_find(m, "model." disk)     \
+                                       ? "model." module : "model." disk, nd, d)) != G4_OK)                 \
+            return r;                                                                                       \
+    } while (0)
+    if (c->unified_vision.present) {
+        int64_t ps = (int64_t)c->unified_vision.patch_size * c->unified_vision.pooling_kernel_size, Pd = 3 * ps * ps;
+        int64_t D = c->unified_vision.mm_embed_dim, NP = c->unified_vision.mm_posemb_size;
+        G4__UB(&u->patch_ln1_weight, "vision_embedder.patch_ln1.weight", "embed_vision.patch_ln1.weight", 1, Pd, 0, 0);
+        G4__UB(&u->patch_ln1_bias, "vision_embedder.patch_ln1.bias", "embed_vision.patch_ln1.bias", 1, Pd, 0, 0);
+        G4__UB(&u->patch_dense_weight, "vision_embedder.patch_dense.weight", "embed_vision.patch_dense.weight", 2, D, Pd, 0);
+        G4__UB(&u->patch_dense_bias, "vision_embedder.patch_dense.bias", "embed_vision.patch_dense.bias", 1, D, 0, 0);
+        G4__UB(&u->patch_ln2_weight, "vision_embedder.patch_ln2.weight", "embed_vision.patch_ln2.weight", 1, D, 0, 0);
+        G4__UB(&u->patch_ln2_bias, "vision_embedder.patch_ln2.bias", "embed_vision.patch_ln2.bias", 1, D, 0, 0);
+        G4__UB(&u->pos_embedding, "vision_embedder.pos_embedding", "embed_vision.pos_embedding", 3, NP, 2, D);
+        G4__UB(&u->pos_norm_weight, "vision_embedder.pos_norm.weight", "embed_vision.pos_norm.weight", 1, D, 0, 0);
+        G4__UB(&u->pos_norm_bias, "vision_embedder.pos_norm.bias", "embed_vision.pos_norm.bias", 1, D, 0, 0);
+        G4__UB(&u->vision_projection, "embed_vision.embedding_projection.weight",
+               "embed_vision.multimodal_embedder.embedding_projection.weight", 2, H, D, 0);
+    }
+    if (c->unified_audio.present)
+        G4__UB(&u->audio_projection, "embed_audio.embedding_projection.weight", "embed_audio.embedding_projection.weight",
+               2, H, c->unified_audio.audio_embed_dim, 0);
+#undef G4__UB
+    return G4_OK;
+}
+
+/* nn.LayerNorm over one row of n (float32 in and out): (x - mean) / sqrt(var + eps) * w + b, var
+   biased. The mean and variance are summed in double (torch sums in float32 in its own order;
+   they agree within a few ulp, far inside the embedders' 1e-4). */
+static void g4__layernorm(float *y, const float *x, const g4_tensor *w, const g4_tensor *b, int n, float eps) {
+    double mean = 0, var = 0;
+    float m, rstd;
+    int i;
+    for (i = 0; i < n; i++) mean += x[i];
+    mean /= n;
+    for (i = 0; i < n; i++) var += ((double)x[i] - mean) * ((double)x[i] - mean);
+    var /= n;
+    m = (float)mean;
+    rstd = (float)(1.0 / sqrt(var + (double)eps));
+    for (i = 0; i < n; i++) y[i] = (x[i] - m) * rstd * g4__get(w, (size_t)i) + g4__get(b, (size_t)i);
+}
+
+#define G4__LAYERNORM_EPS 1e-5f /* nn.LayerNorm's default eps: the embedder builds its LayerNorms without one */
+
+/* The arena's buffers for `rows` rows (base NULL: count only); returns the bytes needed. */
+static uint64_t g4__unified_carve(const g4_model *m, int rows, void *base, float **a, float **b, float **c,
+                                  float **ws) {
+    const g4_config *cf = &m->config;
+    g4__carver cv;
+    int64_t Pd = 0, D = 0, A = cf->unified_audio.present ? cf->unified_audio.audio_embed_dim : 0, wa, wb;
+    if (cf->unified_vision.present) {
+        int64_t ps = (int64_t)cf->unified_vision.patch_size * cf->unified_vision.pooling_kernel_size;
+        Pd = 3 * ps * ps;
+        D = cf->unified_vision.mm_embed_dim;
+    }
+    wa = Pd > cf->hidden_size ? Pd : cf->hidden_size; /* patch_ln1 [Pd], multimodal_embedder [H] */
+    if (A > wa) wa = A;
+    wb = D > cf->hidden_size ? D : cf->hidden_size;    /* the D-wide steps; embed_audio [H] */
+    memset(&cv, 0, sizeof cv);
+    cv.base = (unsigned char *)base;
+    cv.poison = 1;
+    *a = g4__take(&cv, (uint64_t)rows * (uint64_t)wa, sizeof(float));
+    *b = g4__take(&cv, (uint64_t)rows * (uint64_t)wb, sizeof(float));
+    *c = g4__take(&cv, (uint64_t)rows * (uint64_t)(D > 0 ? D : 1), sizeof(float));
+    *ws = g4__take(&cv, (uint64_t)G4__PACK_THREAD + 1, sizeof(float));
+    return cv.overflow ? UINT64_MAX : cv.off;
+}
+
+G4__DEF g4_result g4_unified_size(const g4_model *m, int max_rows, size_t *bytes) {
+    float *a, *b, *c, *ws;
+    uint64_t need;
+    if (!m || !bytes || max_rows < 1 || !m->config.unified) return G4_ERR_INPUT;
+    need = g4__unified_carve(m, max_rows, NULL, &a, &b, &c, &ws);
+    if (need == UINT64_MAX || need > (uint64_t)SIZE_MAX) return G4_ERR_INPUT;
+    *bytes = (size_t)need;
+    return G4_OK;
+}
+
+/* the checks both embedders share; carves the arena */
+static g4_result g4__unified_begin(const g4_model *m, const void *in, int n, void *arena, size_t bytes,
+                                   g4_unified_run *run, float *soft, int *n_soft, int vision, float **a, float **b,
+                                   float **c, float **ws) {
+    const char *what = vision ? "image" : "audio";
+    uint64_t need;
+    if (!run) return G4_ERR_INPUT;
+    run->error[0] = 0;
+    if (!m || !in || !soft || !n_soft || !arena) {
+        g4__seterr(run->error, "g4_unified_embed_%s: NULL model, input, soft, n_soft or arena", what);
+        return G4_ERR_INPUT;
+    }
+    *n_soft = 0;
+    if (!m->config.unified || !(vision ? m->config.unified_vision.present : m->config.unified_audio.present)) {
+        g4__seterr(run->error, "g4_unified_embed_%s: the model is not a gemma4_unified checkpoint with a%s",
+                   what, vision ? " vision_config" : "n audio_config");
+        return G4_ERR_INPUT;
+    }
+    if (n < 1) {
+        g4__seterr(run->error, "g4_unified_embed_%s: %d rows; at least 1", what, n);
+        return G4_ERR_INPUT;
+    }
+    if (((uintptr_t)arena & 63) != 0) {
+        g4__seterr(run->error, "g4_unified_embed_%s: the arena must be 64-byte aligned", what);
+        return G4_ERR_ARENA;
+    }
+    need = g4__unified_carve(m, n, NULL, a, b, c, ws);
+    if (need > (uint64_t)bytes) {
+        g4__seterr(run->error, "g4_unified_embed_%s: %d rows need an arena of %llu bytes, got %llu (g4_unified_size)",
+                   what, n, (unsigned long long)need, (unsigned long long)bytes);
+        return G4_ERR_ARENA;
+    }
+    G4__ASAN_UNPOISON(arena, bytes);
+    g4__unified_carve(m, n, arena, a, b, c, ws);
+    return G4_OK;
+}
+
+static void g4__unified_tap(const g4_unified_run *run, const char *name, const float *x, int n, int cols) {
+    if (run->tap) run->tap(run->tap_user, name, -1, x, n, cols, 0);
+}
+
+/* Gemma4UnifiedMultimodalEmbedder: RMSNorm without weight, then embedding_projection (no bias) */
+static void g4__unified_mm_embed(const g4_unified_run *run, const char *norm_tap, const char *out_tap, float *normed,
+                                 float *out, const float *x, const g4_tensor *proj, int n, int in, float eps, float *ws) {
+    int t;
+    for (t = 0; t < n; t++) g4__rmsnorm(normed + (size_t)t * in, x + (size_t)t * in, NULL, in, eps);
+    g4__unified_tap(run, norm_tap, normed, n, in);
+    g4__matmul_rows(out, normed, proj, n, 0, (int)proj->shape[0], ws);
+    g4__unified_tap(run, out_tap, out, n, (int)proj->shape[0]);
+}
+
+G4__DEF g4_result g4_unified_embed_image(const g4_model *m, const float *pixel_values, const int32_t *positions,
+                                         int n, void *arena, size_t bytes, g4_unified_run *run, float *soft,
+                                         int *n_soft) {
+    const g4_unified_vision_config *vc;
+    const g4_unified_weights *u;
+    float *a, *b, *c, *ws;
+    int t, k, i, Pd, D, H, NP;
+    g4_result r = g4__unified_begin(m, pixel_values, n, arena, bytes, run, soft, n_soft, 1, &a, &b, &c, &ws);
+    if (r != G4_OK) return r;
+    vc = &m->config.unified_vision;
+    u = &m->w.unified;
+    Pd = 3 * vc->patch_size * vc->pooling_kernel_size * vc->patch_size * vc->pooling_kernel_size;
+    D = vc->mm_embed_dim;
+    H = m->config.hidden_size;
+    NP = vc->mm_posemb_size;
+    if (!positions) {
+        g4__seterr(run->error, "g4_unified_embed_image: NULL positions");
+        return G4_ERR_INPUT;
+    }
+    for (t = 0; t < n; t++)
+        for (k = 0; k < 2; k++)
+            if (positions[2 * t + k] < -1 || positions[2 * t + k] >= NP) {
+                g4__seterr(run->error, "g4_unified_embed_image: patch %d has %c position %d; positions are -1 "
+                           "(padding) or in [0, mm_posemb_size %d)", t, k ? 'y' : 'x', (int)positions[2 * t + k], NP);
+                return G4_ERR_INPUT;
+            }
+    /* Step 1: patch embedding, LN -> Dense -> LN */
+    for (t = 0; t < n; t++)
+        g4__layernorm(a + (size_t)t * Pd, pixel_values + (size_t)t * Pd, &u->patch_ln1_weight, &u->patch_ln1_bias,
+                      Pd, G4__LAYERNORM_EPS);
+    g4__unified_tap(run, "embed_vision.patch_ln1", a, n, Pd);
+    g4__matmul_rows(b, a, &u->patch_dense_weight, n, 0, D, ws);
+    for (t = 0; t < n; t++)
+        for (i = 0; i < D; i++) b[(size_t)t * D + i] += g4__get(&u->patch_dense_bias, (size_t)i);
+    g4__unified_tap(run, "embed_vision.patch_dense", b, n, D);
+    for (t = 0; t < n; t++)
+        g4__layernorm(c + (size_t)t * D, b + (size_t)t * D, &u->patch_ln2_weight, &u->patch_ln2_bias, D,
+                      G4__LAYERNORM_EPS);
+    g4__unified_tap(run, "embed_vision.patch_ln2", c, n, D);
+    /* Step 2: the factorized 2-D position embedding (x on axis 0, y on axis 1; the two terms summed
+       first, as (pos_embedding[clamped, axes] * valid).sum(-2) does), then LN */
+    for (t = 0; t < n; t++) {
+        int x = positions[2 * t], y = positions[2 * t + 1];
+        float *h = c + (size_t)t * D;
+        for (i = 0; i < D; i++) {
+            float px = x >= 0 ? g4__get(&u->pos_embedding, ((size_t)x * 2 + 0) * (size_t)D + (size_t)i) : 0.0f;
+            float py = y >= 0 ? g4__get(&u->pos_embedding, ((size_t)y * 2 + 1) * (size_t)D + (size_t)i) : 0.0f;
+            h[i] = h[i] + (px + py);
+        }
+        g4__layernorm(b + (size_t)t * D, h, &u->pos_norm_weight, &u->pos_norm_bias, D, G4__LAYERNORM_EPS);
+    }
+    g4__unified_tap(run, "embed_vision.pos_norm", b, n, D);
+    /* Step 3: the multimodal embedder, RMSNorm -> Linear */
+    g4__unified_mm_embed(run, "embed_vision.multimodal_embedder.embedding_pre_projection_norm",
+                         "embed_vision.multimodal_embedder", c, a, b, &u->vision_projection, n, D, vc->rms_norm_eps, ws);
+    /* padding (both positions -1) is stripped before the merge */
+    for (t = 0; t < n; t++)
+        if (!(positions[2 * t] == -1 && positions[2 * t + 1] == -1))
+            memcpy(soft + (size_t)(*n_soft)++ * H, a + (size_t)t * H, sizeof(float) * (size_t)H);
+    G4__ASAN_UNPOISON(arena, bytes);
+    return G4_OK;
+}
+
+G4__DEF g4_result g4_unified_embed_audio(const g4_model *m, const float *frames, const unsigned char *valid, int n,
+                                         void *arena, size_t bytes, g4_unified_run *run, float *soft, int *n_soft) {
+    float *a, *b, *c, *ws;
+    int t, A, H;
+    g4_result r = g4__unified_begin(m, frames, n, arena, bytes, run, soft, n_soft, 0, &a, &b, &c, &ws);
+    if (r != G4_OK) return r;
+    A = m->config.unified_audio.audio_embed_dim;
+    H = m->config.hidden_size;
+    g4__unified_mm_embed(run, "embed_audio.embedding_pre_projection_norm", "embed_audio", a, b, frames,
+                         &m->w.unified.audio_projection, n, A, m->config.unified_audio.rms_norm_eps, ws);
+    for (t = 0; t < n; t++)
+        if (!valid || valid[t]) memcpy(soft + (size_t)(*n_soft)++ * H, b + (size_t)t * H, sizeof(float) * (size_t)H);
+    (void)c;
+    G4__ASAN_UNPOISON(arena, bytes);
+    return G4_OK;
 }
 
 #endif /* GEMMA4_IMPLEMENTATION_DONE */

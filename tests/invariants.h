@@ -623,19 +623,22 @@ H_UNUSED static void g4i_run_all(const g4i_backend *b, const g4i_backend *ref, d
         {"26b_like", "MoE, bf16"},
         {"plain", "default layer_types, f16"},
         {"legacy_keys", "hub-form keys, stale reader K/V, f32"},
+        {"unified_like", "gemma4_unified 12B-style: k_eq_v, KV sharing, double-wide, bf16"},
     };
-    static const char *chunked[][2] = {{"e2b_like", "e2b_like"}, {"26b_like", "MoE"}, {"31b_like", "k_eq_v"}};
+    static const char *chunked[][2] = {{"e2b_like", "e2b_like"}, {"26b_like", "MoE"}, {"31b_like", "k_eq_v"},
+                                       {"unified_like", "gemma4_unified"}};
     int k;
-    for (k = 0; k < 6; k++)
+    for (k = 0; k < 7; k++)
         if (g4i_begin("%s: golden %s (%s)", b->name, goldens[k][0], goldens[k][1])) {
             g4i_golden(b, goldens[k][0], ref, ref_tol, worst);
             end();
         }
     if (g4i_begin("%s: greedy decode: logits and tokens of transformers generate", b->name)) {
         for (k = 0; k < 5; k++) g4i_greedy(b, goldens[k][0]);
+        g4i_greedy(b, "unified_like");
         end();
     }
-    for (k = 0; k < 3; k++)
+    for (k = 0; k < 4; k++)
         if (g4i_begin("%s: chunked prefill and decode = one-shot (%s)", b->name, chunked[k][1])) {
             g4i_chunking(b, chunked[k][0]);
             end();

@@ -590,7 +590,8 @@ static void test_compare_every_model(void) {
     static const char *runs[][2] = {{"e2b_like", "e2b_like_f32"}, {"e2b_like", "e2b_like_bf16"},
                                     {"e4b_like", "e4b_like_bf16"}, {"31b_like", "31b_like_bf16"},
                                     {"26b_like", "26b_like_bf16"}, {"plain", "plain_f32"},
-                                    {"legacy_keys", "legacy_keys_f32"}};
+                                    {"legacy_keys", "legacy_keys_f32"}, {"unified_like", "unified_like_f32"},
+                                    {"unified_like", "unified_like_bf16"}};
     int k, i;
     for (k = 0; k < (int)(sizeof runs / sizeof runs[0]); k++) {
         g4cmp c;
@@ -977,7 +978,7 @@ static void test_bf16_bit_identical(void) {
     static const char *runs[][2] = {{"e2b_like", "e2b_like_bf16"}, {"e4b_like", "e4b_like_bf16"},
                                     {"31b_like", "31b_like_bf16"}, {"26b_like", "26b_like_bf16"},
                                     {"31b_like", "31b_like_bf16_long"}, {"26b_like", "26b_like_bf16_ulp"},
-                                    {"26b_like", "26b_like_bf16_tie"}};
+                                    {"26b_like", "26b_like_bf16_tie"}, {"unified_like", "unified_like_bf16"}};
     double tol = G4__BF16DOT ? G4CMP_TOL_BF16 : 0.0;
     int k, chunk, i;
     if (G4__BF16DOT) printf("  this build's bf16 mode uses the avx512_bf16 kernel: bound %g, not bit-identical\n", tol);

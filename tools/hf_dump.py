@@ -67,13 +67,14 @@ import torch
 import transformers
 from safetensors.torch import save_file
 from transformers.models.gemma4 import modeling_gemma4 as mg
+from transformers.models.gemma4_unified import modeling_gemma4_unified as mgu
 
 
 def find_text_model(model):
     for m in model.modules():
-        if isinstance(m, mg.Gemma4TextModel):
+        if isinstance(m, (mg.Gemma4TextModel, mgu.Gemma4UnifiedTextModel)):
             return m
-    raise SystemExit("hf_dump: no Gemma4TextModel inside this checkpoint's model")
+    raise SystemExit("hf_dump: no Gemma4TextModel (or Gemma4UnifiedTextModel) inside this checkpoint's model")
 
 
 def rows(t, S):
@@ -146,14 +147,15 @@ def main():
             hooks.append(module.register_forward_hook(out_hook(name)))
 
     add(text.embed_tokens, "embed_tokens")
-    orig_project = text.project_per_layer_inputs
+    orig_project = getattr(text, "project_per_layer_inputs", None)  # Gemma4UnifiedTextModel has no PLE
 
     def project(*a, **k):
         out = orig_project(*a, **k)
         taps["per_layer_inputs"] = rows(out, S)
         grad_hook("per_layer_inputs", out)
         return out
-    text.project_per_layer_inputs = project
+    if orig_project is not None:
+        text.project_per_layer_inputs = project
 
     for i, layer in enumerate(text.layers):
         p = f"layers.{i}."
@@ -172,7 +174,8 @@ def main():
     add(text.norm, "norm")
 
     # q after q_norm + RoPE, K and V as attended: the arguments of the attention function.
-    orig_eager = mg.eager_attention_forward
+    mod = mgu if isinstance(text, mgu.Gemma4UnifiedTextModel) else mg
+    orig_eager = mod.eager_attention_forward
 
     def eager(module, query, key, value, *a, **k):
         p = f"layers.{module.layer_idx}.self_attn."
@@ -183,7 +186,7 @@ def main():
                 grads["grad." + name] = g.detach()[0].transpose(0, 1).reshape(S, -1).clone()
             query.register_hook(keep)
         return orig_eager(module, query, key, value, *a, **k)
-    mg.eager_attention_forward = eager
+    mod.eager_attention_forward = eager
 
     extra = {}
     if args.grad:
@@ -202,7 +205,7 @@ def main():
     else:
         with torch.no_grad():
             out = model(input_ids=torch.tensor([ids]), use_cache=False)
-    mg.eager_attention_forward = orig_eager
+    mod.eager_attention_forward = orig_eager
     for h in hooks:
         h.remove()
 

@@ -15,6 +15,9 @@ $PY tools/hf_dump.py data/tiny/e4b_like --ids $IDS --out data/dumps/e4b_like_bf1
 # plain (f16) and legacy_keys (f32) store non-bf16 weights, so their dumps are float32
 $PY tools/hf_dump.py data/tiny/plain --ids $IDS --out data/dumps/plain_f32.safetensors
 $PY tools/hf_dump.py data/tiny/legacy_keys --ids $IDS --out data/dumps/legacy_keys_f32.safetensors
+# the 12B-style unified model (tools/make_unified_goldens.py): its text decoder, float32 and bf16
+$PY tools/hf_dump.py data/tiny/unified_like --ids $IDS --out data/dumps/unified_like_f32.safetensors
+$PY tools/hf_dump.py data/tiny/unified_like --ids $IDS --out data/dumps/unified_like_bf16.safetensors --dtype bfloat16
 # Three small bf16 dumps for the bf16-faithful mode's hard cases (docs/bf16.md;
 # test_bf16_bit_identical), a few taps each (--taps; input_ids and logits always kept):
 # 31b_like 32 tokens, 4x the sliding window (RMSNorm sum and matmul order, first at layers.5.self_attn.k)
