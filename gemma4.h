@@ -2108,6 +2108,7 @@ static g4_result g4__cfg_assistant(const g4__cfg *top, g4_config *cfg) {
 static g4_result g4__audio_config_parse(const g4__json *j, int root, const char *name, g4_audio_config *a, char *err); /* >>audio */
 static g4_result g4__cfg_multimodal(const g4__cfg *text, g4_config *cfg); /* >>vision */
 static g4_result g4__cfg_unified(const g4__cfg *top, g4_config *cfg); /* >>unified */
+static g4_result g4__cfg_unified_all(const g4__cfg *text, g4_config *cfg);
 
 static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const char *name) {
     g4__cfg c;
@@ -2194,7 +2195,8 @@ static g4_result g4__config_from_json(g4_config *cfg, const g4__json *j, const c
     G4__TRY(g4__cfg_int(&c, "global_head_dim", &global_head_dim, 512, 0, 2, 65536));
     G4__TRY(g4__cfg_int(&c, "num_global_key_value_heads", &global_kv, 0, 0, 1, 4096));
     G4__TRY(g4__cfg_expect_str(&c, "hidden_activation", "gelu_pytorch_tanh", NULL));
-    G4__TRY(g4__cfg_expect_str(&c, "use_bidirectional_attention", "vision", NULL));
+    G4__TRY(g4__cfg_expect_str(&c, "use_bidirectional_attention", "vision", cfg->unified ? "all" : NULL));
+    if (cfg->unified) G4__TRY(g4__cfg_unified_all(&c, cfg));
     {
         int bias;
         G4__TRY(g4__cfg_bool(&c, "attention_bias", &bias, 0));
@@ -4835,6 +4837,7 @@ static g4_result g4__drafter_check_read(const g4_session *d, int l, const g4_kv_
 static const int32_t *g4__mm_ids(g4_session *s, const int32_t *ids, int n); /* >>vision */
 static void g4__mm_merge(g4_session *s, const int32_t *ids, int n);
 static void g4__mm_range(const g4_session *s, int type, int t, int p, int *lo, int *hi);
+static void g4__all_range(const g4_session *s, int window, int n, int p, int *lo, int *hi); /* >>unified */
 
 
 /* *out: the slot layer l attends over (its own, or shared_kv_states[layer_type]
@@ -4882,6 +4885,7 @@ static void g4__attn_part(void *ctx, int part, int n_parts) {
         } else {
             if (j->window && p - j->window + 1 > 0) lo = p - j->window + 1;
             g4__mm_range(s, j->window ? G4_SLIDING : G4_FULL, t, p, &lo, &hi); /* an image block's rows */
+            if (s->model->config.bidirectional == G4_BIDIR_ALL) g4__all_range(s, j->window, j->n, p, &lo, &hi);
         }
         if (s->cfg.bf16)
             for (g = 0; g < G; g++)
@@ -5255,6 +5259,8 @@ static g4_result g4__cfg_multimodal(const g4__cfg *text, g4_config *cfg) {
     n = g4__jget(text->j, text->obj, "use_bidirectional_attention");
     cfg->bidirectional = n >= 0 && text->j->nodes[n].type == G4__JSTR && g4__jis(&text->j->nodes[n], "vision")
                              ? G4_BIDIR_VISION : G4_BIDIR_NONE; /* (other values were refused before) */
+    if (n >= 0 && text->j->nodes[n].type == G4__JSTR && g4__jis(&text->j->nodes[n], "all"))
+        cfg->bidirectional = G4_BIDIR_ALL; /* gemma4_unified only (>>unified) */
     for (i = 0; i < 7; i++) *dst[i] = -1;
     memset(&cfg->vision, 0, sizeof cfg->vision);
     if (text->obj == 0 || cfg->assistant) return G4_OK; /* a text-only config: no wrapper */
@@ -6355,6 +6361,10 @@ static g4_result g4__check_train_config(const g4_model *m, const g4_train_config
     if (!m || !cfg || !m->w.layers) { g4__seterr(err, "NULL or unloaded model / config"); return G4_ERR_INPUT; }
     if (cfg->bf16) { g4__seterr(err, "the backward is float32 only: train config bf16 must be 0"); return G4_ERR_INPUT; }
     if (cfg->max_seq < 2) { g4__seterr(err, "train max_seq must be >= 2 (got %d)", cfg->max_seq); return G4_ERR_INPUT; }
+    if (m->config.bidirectional == G4_BIDIR_ALL) {
+        g4__seterr(err, "use_bidirectional_attention \"all\": the backward's attention is causal only");
+        return G4_ERR_INPUT;
+    }
     return G4_OK;
 }
 
@@ -10122,6 +10132,35 @@ static g4_result g4__cfg_unified(const g4__cfg *top, g4_config *cfg) {
         a->present = 1;
     }
     return G4_OK;
+}
+
+/* use_bidirectional_attention "all" (Gemma4UnifiedTextConfig.__post_init__): is_causal False, and the
+   sliding window becomes sliding_window // 2 + 1 (config.json stores (W - 1) * 2, so it reloads to W) */
+static g4_result g4__cfg_unified_all(const g4__cfg *text, g4_config *cfg) {
+    int n = g4__jget(text->j, text->obj, "use_bidirectional_attention");
+    if (n >= 0 && text->j->nodes[n].type == G4__JSTR && g4__jis(&text->j->nodes[n], "all"))
+        cfg->sliding_window = cfg->sliding_window / 2 + 1;
+    return G4_OK;
+}
+
+/* The keys of a query at position p, step rows [s->pos, s->pos + n), under "all"
+   (create_bidirectional_mask / create_bidirectional_sliding_window_mask): full
+   layers every position held, through the step's last row; sliding layers
+   |q - kv| <= W, of which the positions before this step are only the last
+   W - 1 (DynamicSlidingWindowLayer keeps sliding_window - 1). So a prompt in
+   one step is transformers' full forward, and decoding one token at a time is
+   generate()'s; a prompt split over steps sees what transformers' chunked
+   prefill with a cache sees. */
+static void g4__all_range(const g4_session *s, int window, int n, int p, int *lo, int *hi) {
+    int last = s->pos + n - 1;
+    if (window) {
+        *lo = p - window > s->pos - (window - 1) ? p - window : s->pos - (window - 1);
+        if (*lo < 0) *lo = 0;
+        *hi = p + window < last ? p + window : last;
+    } else {
+        *lo = 0;
+        *hi = last;
+    }
 }
 
 /* The embedders' tensors, each required with its exact shape when its config part is present.

@@ -1823,6 +1823,10 @@ G4_CUDA_API g4_result g4_cuda_model_upload(g4_cuda_model *cm, const g4_model *m)
     memset(cm, 0, sizeof *cm);
     if (!m || !m->w.layers) { g4__seterr(cm->error, "NULL or unloaded model"); return G4_ERR_INPUT; }
     if (m->lora) { g4__seterr(cm->error, "the model has a LoRA adapter: adapters run on the CPU path only"); return G4_ERR_INPUT; }
+    if (m->config.bidirectional == G4_BIDIR_ALL) {
+        g4__seterr(cm->error, "use_bidirectional_attention \"all\": the CUDA attention is causal only (the CPU path has it)");
+        return G4_ERR_CONFIG;
+    }
     if (m->config.enable_moe_block && m->config.top_k_experts > G4_MAX_TOP_K) {
         g4__seterr(cm->error, "top_k_experts %d: the CUDA router handles at most %d", m->config.top_k_experts,
                    G4_MAX_TOP_K);

@@ -1190,6 +1190,19 @@ static void test_ple_wider_than_hidden(void) {
     g4i_greedy(&g4i_cpu, "ple_wide");
 }
 
+/* gemma4_unified with use_bidirectional_attention "all" (data/tiny/unified_all,
+   tools/make_unified_goldens.py): the prompt in one step is transformers' full
+   forward (every row sees every row on full layers, |q - kv| <= 5 on sliding
+   ones: the config's 8 // 2 + 1), every tap of the golden; then generate()'s
+   decode with its cache (a sliding layer keeps 4 positions before the step). */
+static void test_unified_all(void) {
+    g4_config c = g4i_config("unified_all");
+    CHECK(c.unified && c.bidirectional == G4_BIDIR_ALL && c.sliding_window == 5, "config: bidirectional %d window %d",
+          c.bidirectional, c.sliding_window);
+    g4i_golden(&g4i_cpu, "unified_all", NULL, 0, NULL);
+    g4i_greedy(&g4i_cpu, "unified_all");
+}
+
 int main(int argc, char **argv) {
     char tmpl[] = "/tmp/gemma4-test-XXXXXX";
     if (argc > 1) g_data = argv[1];
@@ -1198,6 +1211,7 @@ int main(int argc, char **argv) {
 
     g4i_run_all(&g4i_cpu, NULL, 0, NULL); /* tests/invariants.h */
     run("golden ple_wide: per-layer inputs wider than the hidden size (P 24 > H 16)", test_ple_wider_than_hidden);
+    run("golden unified_all: use_bidirectional_attention \"all\", one-step prefill and generate()'s decode", test_unified_all);
     run("plan: gemma-4-E2B", test_plan_e2b);
     run("plan: gemma-4-E4B", test_plan_e4b);
     run("plan: gemma-4-31B", test_plan_31b);

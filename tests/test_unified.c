@@ -75,8 +75,8 @@ static void test_config_errors(void) {
         {"\"output_proj_dims\": 24", "\"output_proj_dims\": 32", "vision_config.output_proj_dims (32) must equal"},
         {"\"mm_embed_dim\": 24", "\"mm_embed_dim\": 0", "vision_config.mm_embed_dim' is 0"},
         {"\"audio_embed_dim\": 40", "\"audio_embed_dim\": \"40\"", "audio_config.audio_embed_dim' must be an integer"},
-        {"\"use_bidirectional_attention\": \"vision\"", "\"use_bidirectional_attention\": \"all\"",
-         "use_bidirectional_attention' is \"all\""},
+        {"\"use_bidirectional_attention\": \"vision\"", "\"use_bidirectional_attention\": \"both\"",
+         "use_bidirectional_attention' is \"both\""},
         {"\"vision_config\": {", "\"vision_config\": 3, \"x\": {", "field 'vision_config' must be an object"},
         {"\"model_type\": \"gemma4_unified\"", "\"model_type\": \"gemma4_unified_audio\"", "is not a Gemma 4 text model"},
     };
@@ -90,6 +90,20 @@ static void test_config_errors(void) {
         g4_config c;
         g4_result r = parse_edit(&c, "\"vision_config\": {", "\"vision_config\": null, \"x\": {");
         CHECK(r == G4_OK && !c.unified_vision.present && c.unified_audio.present, "vision_config null: %s", c.error);
+    }
+    { /* "all" (gemma4_unified only): the window becomes sliding_window // 2 + 1, as __post_init__ makes it */
+        g4_config c;
+        g4_result r = parse_edit(&c, "\"use_bidirectional_attention\": \"vision\"", "\"use_bidirectional_attention\": \"all\"");
+        CHECK(r == G4_OK && c.bidirectional == G4_BIDIR_ALL && c.sliding_window == 5, "all: %s", c.error);
+    }
+    { /* and a Gemma 4 config still refuses it */
+        static const char txt[] = "{\"model_type\": \"gemma4_text\", \"vocab_size\": 16, \"hidden_size\": 8, "
+                                  "\"intermediate_size\": 8, \"num_hidden_layers\": 2, \"num_attention_heads\": 2, "
+                                  "\"num_key_value_heads\": 1, \"head_dim\": 4, \"global_head_dim\": 4, "
+                                  "\"use_bidirectional_attention\": \"all\"}";
+        g4_config c;
+        g4_result r = g4_config_parse(&c, txt, sizeof txt - 1, "t.json");
+        CHECK(r == G4_ERR_CONFIG && strstr(c.error, "use_bidirectional_attention"), "gemma4_text all: %s", c.error);
     }
     { /* Gemma4UnifiedTextConfig's defaults where gemma4_text's differ */
         static const char txt[] = "{\"model_type\": \"gemma4_unified_text\", \"vocab_size\": 16, \"hidden_size\": 8, "
@@ -380,6 +394,18 @@ static void test_missing_embedder(void) {
     (void)c;
 }
 
+/* "all" runs in the forward only: the training reference's attention is causal, so it refuses. */
+static void test_all_refused_by_training(void) {
+    g4_model m;
+    g4_train_config tc = g4_train_config_init();
+    size_t a = 0, f = 0;
+    if (g4_model_load(&m, tiny("unified_all")) != G4_OK) { CHECK(0, "load: %s", m.error); return; }
+    tc.max_seq = 8;
+    CHECK(m.config.bidirectional == G4_BIDIR_ALL && m.config.sliding_window == 5, "unified_all config");
+    CHECK(g4_train_size(&m, &tc, &a, &f) == G4_ERR_INPUT, "g4_train_size accepts \"all\"");
+    g4_model_free(&m);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) g_data = argv[1];
     (void)g_tmp;
@@ -389,5 +415,6 @@ int main(int argc, char **argv) {
     run("unified embed_audio: every tap and the soft tokens vs transformers", test_embed_audio);
     run("unified: the embedders refuse a model without them", test_missing_embedder);
     run("unified: two images and a clip merged (g4_forward_mm): logits vs transformers", test_merge_logits);
+    run("unified: \"all\" is refused by the training reference", test_all_refused_by_training);
     return finish();
 }
