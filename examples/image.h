@@ -239,9 +239,11 @@ static int g4img_cmd_image(int argc, char **argv) {
     float *soft = NULL;
     int n = 0, H, rc = 1, np;
     FILE *f;
+    g4_pool *pool;
     g4a_opt opts[] = {
         G4A_SR("--out", &out, "FILE", "where the soft tokens go, float32 [n][hidden_size]"),
         G4A_S("--processor", &pdir, "DIR", "the directory of processor_config.json (default: the model's)"),
+        OPT_THREADS,
     };
     g4a_cmd cmd = {"image", "DIR IMAGE.png|jpg", 2, 2,
                    "One image's soft tokens as they enter the decoder (embed_vision's output): the file decoded as\n"
@@ -251,7 +253,7 @@ static int g4img_cmd_image(int argc, char **argv) {
     dir = pos[0];
     img = pos[1];
     if (load_model(&m, dir)) return 1;
-    if (g4img_open(&c, &m, pdir ? pdir : dir, NULL)) { g4_model_free(&m); return 1; }
+    if (get_pool(&pool) || g4img_open(&c, &m, pdir ? pdir : dir, pool)) { g4_model_free(&m); return 1; }
     H = m.config.hidden_size;
     if (!(soft = (float *)malloc(sizeof(float) * (size_t)c.ic.max_soft_tokens * H))) fprintf(stderr, "gemma4: out of memory\n");
     else if (!g4img_encode_file(&c, img, soft, &n, H)) {

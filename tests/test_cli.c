@@ -222,6 +222,13 @@ static void test_threads(void) {
         CHECK(st == 0, "draft --threads %d: exit %d: %s", t, st, g_err);
     }
     CHECK(same_file(a[0], a[1]) && same_file(a[0], a[2]), "draft at 1, 2, 3 threads differ");
+    for (t = 1; t <= 3; t++) { /* image: the soft tokens of the vision tower */
+        snprintf(a[t - 1], sizeof a[t - 1], "%s/soft%d.bin", g_tmp, t);
+        st = cli("image %s/vision/e2b_mm %s/vision/images/a.png --processor %s/vision/processor --out %s --threads %d", g_data,
+                 g_data, g_data, a[t - 1], t);
+        CHECK(st == 0, "image --threads %d: exit %d: %s", t, st, g_err);
+    }
+    CHECK(same_file(a[0], a[1]) && same_file(a[0], a[2]), "image at 1, 2, 3 threads differ");
     /* stdout of greedy (with and without a drafter), generate, chat and compare */
     {
         char cmds[4][900];
