@@ -14,6 +14,7 @@
 #define _POSIX_C_SOURCE 200809L
 #define GEMMA4_IMPLEMENTATION
 #include "../gemma4.h"
+#include "../gemma4_processing.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -394,6 +395,64 @@ static void test_missing_embedder(void) {
     (void)c;
 }
 
+/* Gemma4UnifiedImageProcessor = Gemma4ImageProcessor's resize, rescale and
+   patchify with patches of patch_size * pooling_kernel_size and no pooling:
+   its patches_merge gathers each k x k group of p x p patches into the
+   (k p) x (k p) x 3 block of the image in (row, column, channel) order, at
+   position (x // k, y // k), in row-major order over the merged grid, and
+   the target size is the same (side multiple k p, at most max_soft_tokens
+   blocks). So g4_image_preprocess with patch_size 12 and pooling_kernel_size
+   1 gives its pixel_values bit for bit (torchvision backend), on a 37x50
+   image that needs resizing. */
+static void test_image_processor(void) {
+    golden g;
+    g4_image_config ic = g4_image_config_init();
+    const g4_tensor *img, *pv, *pos, *ns;
+    float *out;
+    int32_t *p2;
+    uint8_t *px;
+    void *scratch;
+    int n_soft = -1, i, h, w, rows;
+    size_t sb;
+    if (!golden_open_file(&g, "unified_like", "image_golden.safetensors")) { CHECK(0, "image golden"); return; }
+    img = g4_model_tensor(&g.m, "image");
+    pv = g4_model_tensor(&g.m, "pixel_values");
+    pos = g4_model_tensor(&g.m, "image_position_ids");
+    ns = g4_model_tensor(&g.m, "num_soft_tokens");
+    CHECK(img && pv && pos && ns && img->ndim == 3 && img->shape[2] == 3 && pos->shape[0] == 70, "golden tensors");
+    if (!(img && pv && pos && ns)) { g4_model_free(&g.m); return; }
+    h = (int)img->shape[0];
+    w = (int)img->shape[1];
+    ic.patch_size = 4 * 3; /* the unified_like vision_config: patch_size 4, pooling_kernel_size 3 */
+    ic.pooling_kernel_size = 1;
+    ic.max_soft_tokens = 70;
+    px = (uint8_t *)malloc((size_t)h * w * 3);
+    for (i = 0; i < h * w * 3; i++) px[i] = (uint8_t)((const int32_t *)img->data)[i];
+    sb = g4_image_scratch_size(&ic, h, w);
+    scratch = arena_alloc(sb);
+    rows = 70;
+    out = (float *)malloc(sizeof(float) * (size_t)rows * 432);
+    p2 = (int32_t *)malloc(sizeof(int32_t) * (size_t)rows * 2);
+    CHECK(sb > 0 && g4_image_preprocess(&ic, px, h, w, 3, scratch, sb, out, p2, &n_soft) == G4_OK, "preprocess: %s",
+          ic.error);
+    CHECK(n_soft == ((const int32_t *)ns->data)[0] && (int64_t)n_soft == pv->shape[0], "%d soft tokens, transformers %d",
+          n_soft, ((const int32_t *)ns->data)[0]);
+    if (n_soft == pv->shape[0]) {
+        int same = memcmp(out, pv->data, sizeof(float) * (size_t)n_soft * 432) == 0, zero = 1;
+        for (i = n_soft * 432; i < rows * 432; i++) zero &= out[i] == 0.0f;
+        printf("  37x50 -> %d merged patches of 12x12x3: pixel_values %s, positions %s\n", n_soft,
+               same ? "bit-identical" : "DIFFERENT",
+               memcmp(p2, pos->data, sizeof(int32_t) * 140) == 0 ? "equal" : "DIFFERENT");
+        CHECK(same && zero, "pixel_values: same bits %d, padding zero %d", same, zero);
+        CHECK(memcmp(p2, pos->data, sizeof(int32_t) * 140) == 0, "positions (with the -1 padding rows)");
+    }
+    free(px);
+    free(scratch);
+    free(out);
+    free(p2);
+    g4_model_free(&g.m);
+}
+
 /* "all" runs in the forward only: the training reference's attention is causal, so it refuses. */
 static void test_all_refused_by_training(void) {
     g4_model m;
@@ -416,5 +475,6 @@ int main(int argc, char **argv) {
     run("unified: the embedders refuse a model without them", test_missing_embedder);
     run("unified: two images and a clip merged (g4_forward_mm): logits vs transformers", test_merge_logits);
     run("unified: \"all\" is refused by the training reference", test_all_refused_by_training);
+    run("unified: Gemma4UnifiedImageProcessor = g4_image_preprocess at patch 12, no pooling, bit for bit", test_image_processor);
     return finish();
 }

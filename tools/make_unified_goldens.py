@@ -323,6 +323,27 @@ def make_all(out_root, seed):
     return float(rec["logits"].std()), gap
 
 
+def make_image_golden(out_dir):
+    """Gemma4UnifiedImageProcessor (torchvision backend, transformers' default) on a 37x50 RGB image
+    that needs resizing: image I32 [37, 50, 3], pixel_values F32 [n_soft, 432] (the padding rows, all
+    zero, are not stored), image_position_ids I32 [70, 2], num_soft_tokens I32 [1]."""
+    from PIL import Image
+    from transformers.models.gemma4_unified.image_processing_gemma4_unified import Gemma4UnifiedImageProcessor
+    rng = np.random.default_rng(5)
+    img = rng.integers(0, 256, (37, 50, 3), dtype=np.uint8)
+    proc = Gemma4UnifiedImageProcessor(patch_size=VISION["patch_size"], pooling_kernel_size=VISION["pooling_kernel_size"],
+                                       max_soft_tokens=70)
+    out = proc(images=[Image.fromarray(img)], return_tensors="pt")
+    n = int(out["num_soft_tokens_per_image"][0])
+    pv = out["pixel_values"][0]
+    assert float(pv[n:].abs().max()) == 0.0 and pv.shape[0] == 70
+    save_file({"image": torch.from_numpy(img.astype(np.int32)), "pixel_values": pv[:n].float().contiguous(),
+               "image_position_ids": out["image_position_ids"][0].to(torch.int32).contiguous(),
+               "num_soft_tokens": torch.tensor([n], dtype=torch.int32)},
+              os.path.join(out_dir, "image_golden.safetensors"))
+    print(f"image processor: 37x50 -> {n} soft tokens")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="data/tiny")
@@ -365,6 +386,7 @@ def main():
     mm = record_mm(model, model.config, torch.Generator().manual_seed(seed + 11))
     save_file({k: v.contiguous() for k, v in mm.items()}, os.path.join(out_dir, "mm_golden.safetensors"))
     print(f"greedy {seq.tolist()} (min top-2 gap {gap:.3g})")
+    make_image_golden(out_dir)
     all_std, all_gap = make_all(args.out, args.all_seed)
 
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
