@@ -225,6 +225,38 @@ static int g4img_encode_file(g4img_ctx *c, const char *path, float *soft, int *n
     return rc;
 }
 
+/* A prompt with images: ids holding one image_token_id per image (as the text
+   "<|image|>" tokenizes), the image files in order -> the expanded ids
+   (boi, n x image, eoi per image: Gemma4Processor's) and the soft tokens for
+   g4_forward_mm, both malloc'ed. 0, or 1 after a message. */
+G4__MAYBE_UNUSED static int g4img_prompt(g4img_ctx *c, const g4_model *m, const int32_t *ids, int n, const char *const *files, int n_files,
+                        int32_t **out_ids, int *n_out, float **soft, int *n_soft) {
+    int H = m->config.hidden_size, k, *counts = NULL, rc = 1;
+    size_t need = 0;
+    char err[G4_ERROR_MAX];
+    *out_ids = NULL; *soft = NULL; *n_out = *n_soft = 0;
+    counts = (int *)malloc(sizeof(int) * (size_t)(n_files > 0 ? n_files : 1));
+    *soft = (float *)malloc(sizeof(float) * (size_t)(n_files > 0 ? n_files : 1) * c->ic.max_soft_tokens * H);
+    if (!counts || !*soft) { fprintf(stderr, "gemma4: out of memory\n"); goto done; }
+    for (k = 0; k < n_files; k++) {
+        int before = *n_soft;
+        if (g4img_encode_file(c, files[k], *soft, n_soft, H)) goto done;
+        counts[k] = *n_soft - before;
+    }
+    g4_mm_expand_images(&m->config, ids, n, counts, n_files, NULL, 0, &need, err); /* the length */
+    if (need == 0 || !(*out_ids = (int32_t *)malloc(sizeof(int32_t) * need)) ||
+        g4_mm_expand_images(&m->config, ids, n, counts, n_files, *out_ids, need, &need, err) != G4_OK) {
+        fprintf(stderr, "gemma4: %s\n", need ? err : "the prompt has no ids");
+        goto done;
+    }
+    *n_out = (int)need;
+    rc = 0;
+done:
+    free(counts);
+    if (rc) { free(*out_ids); free(*soft); *out_ids = NULL; *soft = NULL; *n_out = *n_soft = 0; }
+    return rc;
+}
+
 /* gemma4 image DIR IMG --out F [--processor PDIR]: one image's soft tokens as
    they enter the decoder (embed_vision's output), float32 [n][H], to F. The
    processor's settings come from PDIR (default DIR)/processor_config.json.

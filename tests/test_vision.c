@@ -666,6 +666,43 @@ static void test_image_files(void) {
         if (g4img_open(&c, &f.m, vdir("processor"), NULL) == 0) {
             CHECK(g4img_encode_file(&c, vdir("images/a.png"), soft, &n_soft, 32) == 0 && gold && (int64_t)n_soft * 32 == ng &&
                       rel_diff(soft, gold, (size_t)ng) <= 1e-4, "a.png: %d soft tokens", n_soft);
+            { /* a prompt with an image file: the processor's ids, then transformers' logits */
+                static const char *files[1];
+                int32_t raw[16], *ids = NULL;
+                int n_ids = 0, n_raw, ns = 0, i;
+                int64_t ngi, nr, nl;
+                float *s_soft = NULL;
+                const int32_t *gids = gi32(&f.pg, "ids.0", &ngi), *rows = gi32(&f.gold, "logit_rows.0", &nr);
+                const float *glog = golden_f32(&f.gold, "logits.0", &nl);
+                files[0] = vdir("images/a.png");
+                /* ids.0 with its image run collapsed to one placeholder: the tokenized text */
+                for (i = 0, n_ids = 0; gids && i < ngi && n_ids < 16; i++)
+                    if (gids[i] != f.m.config.boi_token_id && gids[i] != f.m.config.eoi_token_id &&
+                        (gids[i] != f.m.config.image_token_id || gids[i - 1] != f.m.config.image_token_id))
+                        raw[n_ids++] = gids[i];
+                n_raw = n_ids;
+                CHECK(g4img_prompt(&c, &f.m, raw, n_raw, files, 1, &ids, &n_ids, &s_soft, &ns) == 0 && n_ids == ngi &&
+                          memcmp(ids, gids, sizeof(int32_t) * (size_t)ngi) == 0, "expanded ids: %d (golden %lld)", n_ids,
+                      (long long)ngi);
+                if (ids && rows && glog && n_ids == ngi) {
+                    g4_session s;
+                    g4_session_config sc = g4_session_config_init();
+                    float *logits = (float *)malloc(sizeof(float) * (size_t)n_ids * 520);
+                    sc.max_context = 128;
+                    CHECK(g4_session_create(&s, &f.m, &sc) == G4_OK &&
+                              g4_forward_mm(&s, ids, n_ids, s_soft, ns, logits, G4_LOGITS_ALL, NULL) == G4_OK, "%s", s.error);
+                    for (i = 0; i < nr; i++)
+                        CHECK(max_diff(logits + (size_t)rows[i] * 520, glog + (size_t)i * 520, 520) <= 1e-4 * max_abs(glog, (size_t)nl),
+                              "file to logits, row %d", rows[i]);
+                    free(logits);
+                    g4_session_destroy(&s);
+                }
+                free(ids);
+                free(s_soft);
+                /* a placeholder without its image file: an error, and nothing allocated */
+                CHECK(g4img_prompt(&c, &f.m, raw, n_raw, files, 0, &ids, &n_ids, &s_soft, &ns) == 1 && !ids && !s_soft,
+                      "a placeholder and no image");
+            }
             g4img_close(&c);
         } else CHECK(0, "g4img_open");
     }
