@@ -67,6 +67,8 @@ build/test_threads build/test_threads_san build/test_vision build/test_vision_sa
 # test_vision also runs the CLI's image decoders (examples/image.h: libpng, libjpeg)
 build/test_vision build/test_vision_san: examples/image.h
 build/test_vision build/test_vision_san: LDLIBS += $(IMG_LIBS)
+build/test_vision: | build/gemma4
+build/test_vision_san: | build/gemma4_san
 
 build/gemma4_san: examples/gemma4.c examples/args.h examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h examples/image.h gemma4.h gemma4_processing.h | build
 	$(CC) $(WARN) $(SAN) -o $@ examples/gemma4.c $(LDLIBS) $(IMG_LIBS)
@@ -288,8 +290,8 @@ $(eval $(call suite,drafter_san,build/test_drafter_san build/gemma4_san,./build/
 $(eval $(call suite,san_avx2,$(SAN_SIMD),sh tests/san_avx2.sh "$$(CC)" "$$(WARN)" "$$(SAN)"))
 $(eval $(call suite,drafter,build/test_drafter build/gemma4,./build/test_drafter data build/gemma4))
 $(eval $(call suite,threads,build/test_threads,./build/test_threads))
-$(eval $(call suite,vision,build/test_vision,./build/test_vision data))
-$(eval $(call suite,vision_san,build/test_vision_san,./build/test_vision_san data))
+$(eval $(call suite,vision,build/test_vision build/gemma4,./build/test_vision data build/gemma4))
+$(eval $(call suite,vision_san,build/test_vision_san build/gemma4_san,./build/test_vision_san data build/gemma4_san))
 $(eval $(call suite,train,build/test_train build/gemma4,./build/test_train data build/gemma4))
 $(eval $(call suite,train_san,build/test_train_san build/gemma4_san,./build/test_train_san data build/gemma4_san))
 $(eval $(call suite,lora,build/test_lora build/gemma4,./build/test_lora data build/gemma4))

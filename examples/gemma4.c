@@ -1074,6 +1074,7 @@ typedef struct {
     int32_t *ids;
     int n, chunk, n_new, draft_tokens, steps, bf16;
     const char *dir, *ids_arg, *out_path, *drafter;
+    const char *image, *processor; /* logits --image FILE [--processor DIR] */
 } run_opts;
 
 /* Parses a logits / greedy / draft command line into o (ids parsed);
@@ -1086,6 +1087,9 @@ static int parse_run_opts(int argc, char **argv, run_opts *o) {
         G4A_SR("--out", &o->out_path, "FILE", "where the float32 logits [n_ids][vocab] go"),
         G4A_I("--chunk", &o->chunk, "N", 1, INT_MAX, "most tokens per step (default 64)"),
         G4A_F("--bf16", &o->bf16, "the bf16-faithful mode (as transformers in bfloat16)"),
+        G4A_S("--image", &o->image, "FILE", "a PNG or JPEG for the ids' one image placeholder (<|image|>), expanded as "
+              "Gemma4Processor expands it"),
+        G4A_S("--processor", &o->processor, "DIR", "with --image: the directory of processor_config.json (default DIR)"),
         OPT_THREADS,
         OPT_ADAPTER,
     };
@@ -1157,20 +1161,49 @@ static int cmd_logits(int argc, char **argv) {
     run_opts o;
     g4_model m;
     g4_session s;
-    float *logits = NULL;
-    int i, V, rc = 1;
+    float *logits = NULL, *soft = NULL;
+    int i, V, rc = 1, n_soft = 0, extra = 0, chunk;
+    g4img_ctx ic;
+    g4_pool *pool = NULL;
     PARSE_RUN_OPTS(o);
-    if (open_session(o.dir, o.n, o.chunk, o.bf16, &m, &s)) { free(o.ids); return 1; }
+    memset(&ic, 0, sizeof ic);
+    chunk = o.chunk;
+    if (o.image) { /* the image's run: at most max_soft_tokens + 2 more rows, and one step must hold it */
+        if (g4_image_config_load(&ic.ic, o.processor ? o.processor : o.dir) != G4_OK) {
+            fprintf(stderr, "gemma4: %s\n", ic.ic.error);
+            free(o.ids);
+            return 1;
+        }
+        extra = ic.ic.max_soft_tokens + 2;
+        if (!chunk && extra > 64) chunk = extra;
+    }
+    if (open_session(o.dir, o.n + extra, chunk, o.bf16, &m, &s)) { free(o.ids); return 1; }
+    if (o.image) {
+        int32_t *ids = NULL;
+        int n = 0;
+        if (get_pool(&pool) || g4img_open(&ic, &m, o.processor ? o.processor : o.dir, pool) ||
+            g4img_prompt(&ic, &m, o.ids, o.n, &o.image, 1, &ids, &n, &soft, &n_soft))
+            goto done;
+        free(o.ids);
+        o.ids = ids;
+        o.n = n;
+    }
     V = m.config.vocab_size;
     logits = (float *)malloc(sizeof(float) * (size_t)o.n * (size_t)V);
     if (!logits) { fprintf(stderr, "gemma4: out of memory for %d x %d logits\n", o.n, V); goto done; }
-    if (g4_forward(&s, o.ids, o.n, logits, G4_LOGITS_ALL) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
+    if ((o.image ? g4_forward_mm(&s, o.ids, o.n, soft, n_soft, logits, G4_LOGITS_ALL, NULL)
+                 : g4_forward(&s, o.ids, o.n, logits, G4_LOGITS_ALL)) != G4_OK) {
+        fprintf(stderr, "gemma4: %s\n", s.error);
+        goto done;
+    }
     if (write_floats(o.out_path, logits, (size_t)o.n * V)) goto done;
     printf("argmax:");
     for (i = 0; i < o.n; i++) printf(" %d", (int)g4_argmax(logits + (size_t)i * V, V));
     printf("\nwrote %d x %d float32 logits to %s\n", o.n, V, o.out_path);
     rc = 0;
 done:
+    g4img_close(&ic);
+    free(soft);
     return close_session(&m, &s, o.ids, logits, rc);
 }
 

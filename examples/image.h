@@ -243,10 +243,12 @@ G4__MAYBE_UNUSED static int g4img_prompt(g4img_ctx *c, const g4_model *m, const 
         if (g4img_encode_file(c, files[k], *soft, n_soft, H)) goto done;
         counts[k] = *n_soft - before;
     }
-    g4_mm_expand_images(&m->config, ids, n, counts, n_files, NULL, 0, &need, err); /* the length */
-    if (need == 0 || !(*out_ids = (int32_t *)malloc(sizeof(int32_t) * need)) ||
+    err[0] = 0;
+    g4_mm_expand_images(&m->config, ids, n, counts, n_files, NULL, 0, &need, err); /* the length (or why not) */
+    if (need == 0) { fprintf(stderr, "gemma4: %s\n", n > 0 ? err : "the prompt has no ids"); goto done; }
+    if (!(*out_ids = (int32_t *)malloc(sizeof(int32_t) * need)) ||
         g4_mm_expand_images(&m->config, ids, n, counts, n_files, *out_ids, need, &need, err) != G4_OK) {
-        fprintf(stderr, "gemma4: %s\n", need ? err : "the prompt has no ids");
+        fprintf(stderr, "gemma4: %s\n", *out_ids ? err : "out of memory");
         goto done;
     }
     *n_out = (int)need;

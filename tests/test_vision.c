@@ -13,7 +13,7 @@
        merge alone: 1.1e-5; from ours the E2B-style model's chaotic tiny decoder
        amplifies the tower's 3e-6 to 1.2e-4 on some rows, while the logits stay
        within 4.3e-5 x max|logit|).
-   Usage: test_vision [DATA_DIR] [-k NAME] */
+   Usage: test_vision [DATA_DIR [GEMMA4_CLI]] [-k NAME] */
 #define _POSIX_C_SOURCE 200809L /* getpid */
 #define GEMMA4_IMPLEMENTATION
 #include "../gemma4.h"
@@ -709,12 +709,51 @@ static void test_image_files(void) {
     fixture_close(&f);
 }
 
+/* gemma4 logits --image: the file, the processor's expansion of the ids' one
+   placeholder, the tower and the merge give transformers' logits; a
+   placeholder count that differs from the images is an error (exit 1) */
+static const char *g_cli = "build/gemma4";
+
+static void test_cli_logits(void) {
+    char cmd[1024], out[64];
+    int64_t nr, nl;
+    const int32_t *rows;
+    const float *gold;
+    golden g;
+    FILE *f;
+    float *l;
+    int i, rc;
+    snprintf(out, sizeof out, "/tmp/g4_vision_cli_%d.bin", (int)getpid());
+    snprintf(cmd, sizeof cmd, "%s logits %s --ids 2,310,428,331,350,340,349,513,363,356,381 --image %s --processor %s "
+             "--out %s > /dev/null", g_cli, vdir("e2b_mm"), vdir("images/a.png"), vdir("processor"), out);
+    rc = system(cmd);
+    CHECK(rc == 0, "%s: status %d", cmd, rc);
+    if (!vgolden(&g, "e2b_mm", "golden.safetensors")) { CHECK(0, "golden"); return; }
+    rows = gi32(&g, "logit_rows.0", &nr);
+    gold = golden_f32(&g, "logits.0", &nl);
+    l = (float *)calloc(75 * 520, sizeof(float));
+    if ((f = fopen(out, "rb")) != NULL) {
+        CHECK(fread(l, sizeof(float), 75 * 520, f) == 75 * 520 && fgetc(f) == EOF, "%s: not 75 x 520 floats", out);
+        fclose(f);
+    } else CHECK(0, "no %s", out);
+    for (i = 0; rows && gold && i < nr; i++)
+        CHECK(max_diff(l + (size_t)rows[i] * 520, gold + (size_t)i * 520, 520) <= 1e-4 * max_abs(gold, (size_t)nl),
+              "row %d differs", rows[i]);
+    snprintf(cmd, sizeof cmd, "%s logits %s --ids 2,310 --image %s --processor %s --out %s 2> /dev/null", g_cli,
+             vdir("e2b_mm"), vdir("images/a.png"), vdir("processor"), out);
+    CHECK(system(cmd) != 0, "no placeholder for the image: exit 0");
+    remove(out);
+    free(l);
+    g4_model_free(&g.m);
+}
+
 int main(int argc, char **argv) {
+    int i, n_pos;
     (void)g_tmp;
-    int i;
-    for (i = 1; i < argc; i++) {
+    for (i = 1, n_pos = 0; i < argc; i++) {
         if (!strcmp(argv[i], "-k") && i + 1 < argc) g_only = argv[++i];
-        else g_data = argv[i];
+        else if (n_pos++ == 0) g_data = argv[i];
+        else g_cli = argv[i];
     }
     run("vision config: vision_config, the wrapper's ids, refusals", test_config);
     run("vision: a checkpoint without a tower loads; the tower refuses", test_no_tower);
@@ -730,5 +769,6 @@ int main(int argc, char **argv) {
         "Gemma4Processor", test_image_processor);
     run("image processor: processor_config.json refusals, a processor contradicting the model", test_image_config);
     run("image files: PNG (RGB, RGBA) and JPEG decode as PIL decodes them; a file to soft tokens", test_image_files);
+    run("cli: gemma4 logits --image gives transformers' logits; a missing placeholder is an error", test_cli_logits);
     return finish();
 }
