@@ -1,6 +1,7 @@
-/* gemma4_processing.h - Gemma 4's text processing beside gemma4.h's model:
-   the tokenizer, the chat layout and the chat-template interpreter, exactly as
-   Hugging Face tokenizers and transformers define them.      MIT-0, see LICENSE
+/* gemma4_processing.h - Gemma 4's processing beside gemma4.h's model: the
+   tokenizer, the chat layout, the chat-template interpreter, the image
+   processor and the audio feature extractor, exactly as Hugging Face
+   tokenizers and transformers define them.                   MIT-0, see LICENSE
 
    WHAT IT IS
      The processing half of gemma4.h, as transformers keeps
@@ -13,11 +14,15 @@
      layout (for checkpoints without a template), g4_image_preprocess turns
      decoded pixels into the vision tower's patches as Gemma4ImageProcessor
      does and g4_mm_expand_images expands the image placeholders as
-     Gemma4Processor does. The model never calls any of it; the sampler and speculative decoding stay in gemma4.h.
+     Gemma4Processor does, g4_audio_features makes Gemma4AudioFeatureExtractor's
+     log-mel features from 16 kHz PCM and g4_wav_parse reads a WAV file. The
+     model never calls any of it; the sampler and speculative decoding stay in
+     gemma4.h.
 
    MAP
      Every section starts with a banner that ends in ">>name". In order:
-       >>api             the declarations: tokenizer, chat, template, image processor
+       >>api             the declarations: tokenizer, chat, template, image processor,
+                         audio features
        >>implementation  compiled only with GEMMA4_IMPLEMENTATION
        >>tokenizer       tokenizer.json; >>encoding, >>decoding
        >>chat            the Gemma 4 chat layout (the fallback without a template)
@@ -26,6 +31,8 @@
        >>image_processing Gemma4ImageProcessor (torchvision backend), bit for bit:
                          processor_config.json, target size, resize, patches;
                          the processor's placeholder expansion
+       >>audio_features  Gemma4AudioFeatureExtractor's log-mel features (g4_audio_fe,
+                         g4_audio_features) and the WAV reader (g4_wav_parse)
 
    INTEGRATION
      Include gemma4.h first (this header refuses to compile without it); one
@@ -348,6 +355,50 @@ G4_API g4_result g4_image_preprocess(g4_image_config *ic, const uint8_t *pixels,
    from n_images or cap is too small (*n_out: the length needed). */
 G4_API g4_result g4_mm_expand_images(const g4_config *c, const int32_t *ids, int n, const int *n_soft, int n_images,
                                      int32_t *out, size_t cap, size_t *n_out, char *err);
+
+/* ---------------------------------------------------- audio features */
+/* Gemma4AudioFeatureExtractor with its defaults (the E2B/E4B processor's):
+   16 kHz mono float PCM -> log-mel features and the valid-frame mask.
+   The clip is padded with zeros to a multiple of 128 samples, 160 zeros
+   are put before it (semicausal), and 320-sample frames every 160 samples
+   get a periodic Hann window, a 512-point FFT, the magnitude, 128 HTK mel
+   filters (0-8000 Hz, built in float64) and log(mel + 1e-3); a frame whose
+   window reaches past the clip's real samples is invalid and set to 0.
+   Refused (G4_ERR_INPUT, message in err): a rate other than 16000 (as
+   transformers refuses it), more than 480000 samples (30 s; transformers
+   truncates silently: pass the first 480000 to get its result), fewer than
+   one frame's worth (129 samples), non-finite samples.
+   g4_audio_fe_init allocates the window and the filters (g4_audio_fe_free);
+   g4_audio_features allocates nothing. */
+typedef struct {
+    int sampling_rate, feature_size;   /* 16000, 128 */
+    int frame_length, hop_length, fft_length; /* 320, 160, 512 */
+    int max_length, pad_to_multiple_of;  /* 480000 samples, 128 */
+    double min_frequency, max_frequency, mel_floor; /* 0, 8000, 1e-3 */
+    float *window;                     /* [frame_length] periodic Hann, float32 as numpy casts it */
+    double *mel_filters;               /* [fft_length/2 + 1][feature_size] */
+    double *twiddle;                   /* [fft_length] cos, sin of 2 pi k / fft_length */
+    char error[G4_ERROR_MAX];
+} g4_audio_fe;
+
+G4_API g4_result g4_audio_fe_init(g4_audio_fe *fe);
+G4_API void g4_audio_fe_free(g4_audio_fe *fe);
+/* The feature frames n_samples give (0 if none), and the scratch floats g4_audio_features needs. */
+G4_API int g4_audio_fe_frames(const g4_audio_fe *fe, int n_samples);
+G4_API size_t g4_audio_fe_scratch(const g4_audio_fe *fe);
+/* pcm[n_samples] at sample_rate -> features [n_frames][feature_size], mask [n_frames];
+   scratch: g4_audio_fe_scratch floats. */
+G4_API g4_result g4_audio_features(g4_audio_fe *fe, const float *pcm, int n_samples, int sample_rate,
+                                   float *features, unsigned char *mask, int *n_frames, float *scratch);
+
+/* A WAV file's bytes -> float PCM: RIFF/WAVE, format 1 (PCM, 16-bit) or 3
+   (IEEE float, 32-bit), or WAVE_FORMAT_EXTENSIBLE of those; one channel.
+   PCM16 sample k becomes k / 32768 (as soundfile reads it). *pcm points into
+   out (n floats, allocated by the caller: g4_wav_parse with out NULL reports
+   *n and *rate first). Anything else is G4_ERR_INPUT with a message naming
+   the field. The rate is returned, not checked: g4_audio_features checks it. */
+G4_API g4_result g4_wav_parse(const unsigned char *data, size_t len, float *out, size_t cap, size_t *n, int *rate,
+                              char *err);
 
 #ifdef __cplusplus
 }
@@ -6123,6 +6174,264 @@ G4__DEF g4_result g4_mm_expand_images(const g4_config *c, const int32_t *ids, in
         for (j = 0; j < n_soft[img]; j++) out[need++] = c->image_token_id;
         out[need++] = c->eoi_token_id;
         img++;
+    }
+    return G4_OK;
+}
+
+
+/* ---------------------------------------- audio features >>audio_features */
+/* Gemma4AudioFeatureExtractor (feature_extraction_gemma4.py) with its
+   defaults, and a WAV reader. Bits: numpy computes the FFT in complex64 and
+   everything after it in float64; here the FFT is float64, its magnitude is
+   rounded to float32 where numpy's is float32, and the rest is float64 as in
+   numpy. So the features differ from transformers' by numpy's own float32 FFT
+   rounding: a few 1e-7 on log values of order 1-10 (tests/test_audio.c
+   states the bound it checks). The window (np.hanning), the mel filters
+   (audio_utils.mel_filter_bank, htk, norm None) and the frame mask are
+   computed with the same formulas in the same precision. */
+
+#define G4__PI 3.14159265358979323846
+
+G4__DEF void g4_audio_fe_free(g4_audio_fe *fe) {
+    if (!fe) return;
+    G4_FREE(fe->window);
+    G4_FREE(fe->mel_filters);
+    G4_FREE(fe->twiddle);
+    fe->window = NULL;
+    fe->mel_filters = NULL;
+    fe->twiddle = NULL;
+}
+
+G4__DEF g4_result g4_audio_fe_init(g4_audio_fe *fe) {
+    int k, m, nb, nm, M;
+    double mel_min, mel_max, step, *ff, *fft;
+    if (!fe) return G4_ERR_INPUT;
+    memset(fe, 0, sizeof *fe);
+    fe->sampling_rate = 16000;
+    fe->feature_size = 128;
+    fe->frame_length = 320;  /* int(round(16000 * 20 / 1000)) */
+    fe->hop_length = 160;    /* int(round(16000 * 10 / 1000)) */
+    fe->fft_length = 512;    /* 2 ** ceil(log2(320)) */
+    fe->max_length = 480000;
+    fe->pad_to_multiple_of = 128;
+    fe->min_frequency = 0.0;
+    fe->max_frequency = 8000.0;
+    fe->mel_floor = 1e-3;
+    nb = fe->fft_length / 2 + 1;
+    nm = fe->feature_size;
+    fe->window = (float *)G4_MALLOC(sizeof(float) * (size_t)fe->frame_length);
+    fe->mel_filters = (double *)G4_MALLOC(sizeof(double) * (size_t)nb * (size_t)nm);
+    fe->twiddle = (double *)G4_MALLOC(sizeof(double) * (size_t)fe->fft_length);
+    ff = (double *)G4_MALLOC(sizeof(double) * (size_t)(nm + 2) + sizeof(double) * (size_t)nb);
+    if (!fe->window || !fe->mel_filters || !fe->twiddle || !ff) {
+        G4_FREE(ff);
+        g4_audio_fe_free(fe);
+        g4__seterr(fe->error, "out of memory");
+        return G4_ERR_NOMEM;
+    }
+    fft = ff + nm + 2;
+    /* window_function(320): np.hanning(321)[:-1] as float32: 0.5 + 0.5 cos(pi n / (M - 1)), n = 1-M, 3-M, ... */
+    M = fe->frame_length + 1;
+    for (k = 0; k < fe->frame_length; k++) {
+        double n = (double)(1 - M + 2 * k);
+        fe->window[k] = (float)(0.5 + 0.5 * cos(G4__PI * n / (double)(M - 1)));
+    }
+    /* mel_filter_bank: centres np.linspace(mel(fmin), mel(fmax), nm + 2) back in Hz, bins np.linspace(0, sr // 2, nb) */
+    mel_min = 2595.0 * log10(1.0 + fe->min_frequency / 700.0);
+    mel_max = 2595.0 * log10(1.0 + fe->max_frequency / 700.0);
+    step = (mel_max - mel_min) / (double)(nm + 1);
+    for (m = 0; m < nm + 2; m++) {
+        double mel = m == nm + 1 ? mel_max : (double)m * step + mel_min;
+        ff[m] = 700.0 * (pow(10.0, mel / 2595.0) - 1.0);
+    }
+    step = (double)(fe->sampling_rate / 2) / (double)(nb - 1);
+    for (k = 0; k < nb; k++) fft[k] = k == nb - 1 ? (double)(fe->sampling_rate / 2) : (double)k * step;
+    for (k = 0; k < nb; k++)
+        for (m = 0; m < nm; m++) {
+            double down = -(ff[m] - fft[k]) / (ff[m + 1] - ff[m]);
+            double up = (ff[m + 2] - fft[k]) / (ff[m + 2] - ff[m + 1]);
+            double v = down < up ? down : up;
+            fe->mel_filters[(size_t)k * nm + m] = v > 0.0 ? v : 0.0;
+        }
+    for (k = 0; k < fe->fft_length / 2; k++) {
+        fe->twiddle[2 * k] = cos(2.0 * G4__PI * k / fe->fft_length);
+        fe->twiddle[2 * k + 1] = -sin(2.0 * G4__PI * k / fe->fft_length);
+    }
+    G4_FREE(ff);
+    return G4_OK;
+}
+
+G4__DEF int g4_audio_fe_frames(const g4_audio_fe *fe, int n_samples) {
+    long long padded, span;
+    if (!fe || n_samples < 1) return 0;
+    padded = ((long long)n_samples + fe->pad_to_multiple_of - 1) / fe->pad_to_multiple_of * fe->pad_to_multiple_of;
+    span = padded + fe->frame_length / 2 - (fe->frame_length + 1); /* after the semicausal padding */
+    return span < 0 ? 0 : (int)(span / fe->hop_length + 1);
+}
+
+G4__DEF size_t g4_audio_fe_scratch(const g4_audio_fe *fe) {
+    return fe ? (size_t)fe->fft_length * 4 + 16 : 0; /* re, im (doubles) */
+}
+
+/* In-place radix-2 FFT of re/im (n a power of two), forward (e^-i). */
+static void g4__fft(double *re, double *im, int n, const double *tw) {
+    int i, j, len, k;
+    for (i = 1, j = 0; i < n; i++) { /* bit reversal */
+        int bit = n >> 1;
+        for (; j & bit; bit >>= 1) j ^= bit;
+        j ^= bit;
+        if (i < j) {
+            double t = re[i]; re[i] = re[j]; re[j] = t;
+            t = im[i]; im[i] = im[j]; im[j] = t;
+        }
+    }
+    for (len = 2; len <= n; len <<= 1) {
+        int stride = n / len;
+        for (i = 0; i < n; i += len)
+            for (k = 0; k < len / 2; k++) {
+                double wr = tw[2 * (k * stride)], wi = tw[2 * (k * stride) + 1];
+                double *ar = re + i + k, *ai = im + i + k, *br = re + i + k + len / 2, *bi = im + i + k + len / 2;
+                double xr = *br * wr - *bi * wi, xi = *br * wi + *bi * wr;
+                *br = *ar - xr; *bi = *ai - xi;
+                *ar += xr; *ai += xi;
+            }
+    }
+}
+
+G4__DEF g4_result g4_audio_features(g4_audio_fe *fe, const float *pcm, int n_samples, int sample_rate,
+                                    float *features, unsigned char *mask, int *n_frames, float *scratch) {
+    int nf, i, s, k, m, nb, nm, N, pad_left;
+    double *re, *im;
+    if (n_frames) *n_frames = 0;
+    if (!fe || !fe->window) return G4_ERR_INPUT;
+    if (!pcm || !features || !mask || !n_frames || !scratch) { g4__seterr(fe->error, "g4_audio_features: NULL argument"); return G4_ERR_INPUT; }
+    if (sample_rate != fe->sampling_rate) {
+        g4__seterr(fe->error, "audio at %d Hz: the feature extractor takes %d Hz only (resample it first)", sample_rate,
+                   fe->sampling_rate);
+        return G4_ERR_INPUT;
+    }
+    if (n_samples > fe->max_length) {
+        g4__seterr(fe->error, "audio of %d samples (%.2f s) is past the %d-sample (%.0f s) limit; transformers would "
+                   "cut it there silently", n_samples, n_samples / (double)sample_rate, fe->max_length,
+                   fe->max_length / (double)sample_rate);
+        return G4_ERR_INPUT;
+    }
+    nf = g4_audio_fe_frames(fe, n_samples);
+    if (nf < 1) {
+        g4__seterr(fe->error, "audio of %d samples gives no feature frame", n_samples);
+        return G4_ERR_INPUT;
+    }
+    for (s = 0; s < n_samples; s++)
+        if (!isfinite(pcm[s])) { g4__seterr(fe->error, "audio sample %d is not finite", s); return G4_ERR_INPUT; }
+    nb = fe->fft_length / 2 + 1;
+    nm = fe->feature_size;
+    N = fe->fft_length;
+    pad_left = fe->frame_length / 2;
+    re = (double *)(void *)(((uintptr_t)scratch + 15) & ~(uintptr_t)15);
+    im = re + N;
+    for (i = 0; i < nf; i++) {
+        float *out = features + (size_t)i * nm;
+        mask[i] = (long long)i * fe->hop_length + fe->frame_length - pad_left < n_samples;
+        for (s = 0; s < N; s++) {
+            long long j = (long long)i * fe->hop_length + s - pad_left; /* the sample under window slot s */
+            float x = s < fe->frame_length && j >= 0 && j < n_samples ? pcm[j] : 0.0f;
+            re[s] = s < fe->frame_length ? (double)(x * fe->window[s]) : 0.0;
+            im[s] = 0.0;
+        }
+        g4__fft(re, im, N, fe->twiddle);
+        for (k = 0; k < nb; k++) re[k] = (double)(float)sqrt(re[k] * re[k] + im[k] * im[k]); /* numpy's |complex64| */
+        for (m = 0; m < nm; m++) {
+            double mel = 0.0;
+            for (k = 0; k < nb; k++) mel += re[k] * fe->mel_filters[(size_t)k * nm + m];
+            out[m] = mask[i] ? (float)log(mel + fe->mel_floor) : 0.0f;
+            if (!isfinite(out[m])) { /* numpy's float32 magnitude overflows the same way (inf, or inf * 0 = nan) */
+                g4__seterr(fe->error, "audio frame %d: the log-mel feature %d is not finite (samples far outside "
+                           "[-1, 1] overflow the float32 spectrum)", i, m);
+                return G4_ERR_INPUT;
+            }
+        }
+    }
+    *n_frames = nf;
+    return G4_OK;
+}
+
+static uint32_t g4__le32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static unsigned g4__le16(const unsigned char *p) { return (unsigned)p[0] | (unsigned)p[1] << 8; }
+
+G4__DEF g4_result g4_wav_parse(const unsigned char *d, size_t len, float *out, size_t cap, size_t *n, int *rate,
+                               char *err) {
+    size_t off = 12, i, count;
+    const unsigned char *fmt = NULL, *data = NULL;
+    size_t fmt_len = 0, data_len = 0;
+    unsigned format, channels, bits, align;
+    char dummy[G4_ERROR_MAX];
+    if (!err) err = dummy;
+    if (n) *n = 0;
+    if (rate) *rate = 0;
+    if (!d || !n || !rate) { g4__seterr(err, "WAV: NULL argument"); return G4_ERR_INPUT; }
+    if (len < 12 || memcmp(d, "RIFF", 4) != 0 || memcmp(d + 8, "WAVE", 4) != 0) {
+        g4__seterr(err, "WAV: not a RIFF/WAVE file");
+        return G4_ERR_INPUT;
+    }
+    while (off + 8 <= len) {
+        uint32_t sz = g4__le32(d + off + 4);
+        const unsigned char *body = d + off + 8;
+        size_t avail = len - off - 8;
+        if (memcmp(d + off, "fmt ", 4) == 0) {
+            if (sz > avail) { g4__seterr(err, "WAV: the fmt chunk (%lu bytes) runs past the end of the file", (unsigned long)sz); return G4_ERR_INPUT; }
+            fmt = body;
+            fmt_len = sz;
+        } else if (memcmp(d + off, "data", 4) == 0) {
+            if (sz > avail) {
+                g4__seterr(err, "WAV: the data chunk claims %lu bytes but the file has %zu after its header (truncated?)",
+                           (unsigned long)sz, avail);
+                return G4_ERR_INPUT;
+            }
+            data = body;
+            data_len = sz;
+            break;
+        }
+        if (sz > avail) break;
+        off += 8 + (size_t)sz + (sz & 1);
+    }
+    if (!fmt) { g4__seterr(err, "WAV: no fmt chunk before the data"); return G4_ERR_INPUT; }
+    if (fmt_len < 16) { g4__seterr(err, "WAV: the fmt chunk has %zu bytes, fewer than 16", fmt_len); return G4_ERR_INPUT; }
+    if (!data) { g4__seterr(err, "WAV: no data chunk"); return G4_ERR_INPUT; }
+    format = g4__le16(fmt);
+    channels = g4__le16(fmt + 2);
+    bits = g4__le16(fmt + 14);
+    align = g4__le16(fmt + 12);
+    if (format == 0xFFFEu) { /* WAVE_FORMAT_EXTENSIBLE: the sub-format GUID starts with the format code */
+        if (fmt_len < 40) { g4__seterr(err, "WAV: an extensible fmt chunk has %zu bytes, fewer than 40", fmt_len); return G4_ERR_INPUT; }
+        format = g4__le16(fmt + 24);
+    }
+    if (channels != 1) { g4__seterr(err, "WAV: %u channels; only mono is taken (mix it down first)", channels); return G4_ERR_INPUT; }
+    if (!((format == 1 && bits == 16) || (format == 3 && bits == 32))) {
+        g4__seterr(err, "WAV: format %u with %u bits a sample; only PCM 16-bit (format 1) and float 32-bit (format 3) "
+                   "are taken", format, bits);
+        return G4_ERR_INPUT;
+    }
+    if (align != bits / 8) { g4__seterr(err, "WAV: block align %u, expected %u for one %u-bit channel", align, bits / 8, bits); return G4_ERR_INPUT; }
+    if (data_len % align) { g4__seterr(err, "WAV: the data chunk (%zu bytes) is not a whole number of %u-byte samples", data_len, align); return G4_ERR_INPUT; }
+    if (g4__le32(fmt + 4) > 0x7fffffffu) { g4__seterr(err, "WAV: sample rate %lu", (unsigned long)g4__le32(fmt + 4)); return G4_ERR_INPUT; }
+    count = data_len / align;
+    *rate = (int)g4__le32(fmt + 4);
+    *n = count;
+    if (!out) return G4_OK;
+    if (count > cap) { g4__seterr(err, "WAV: %zu samples do not fit in %zu", count, cap); return G4_ERR_INPUT; }
+    for (i = 0; i < count; i++) {
+        if (format == 1) {
+            int v = (int)g4__le16(data + 2 * i);
+            if (v >= 32768) v -= 65536;
+            out[i] = (float)v / 32768.0f;
+        } else {
+            uint32_t u = g4__le32(data + 4 * i);
+            float f;
+            memcpy(&f, &u, 4);
+            out[i] = f;
+        }
     }
     return G4_OK;
 }

@@ -32,6 +32,7 @@
 #define _POSIX_C_SOURCE 200809L
 #define GEMMA4_IMPLEMENTATION
 #include "../gemma4.h"
+#include "../gemma4_processing.h"
 
 #include <stdlib.h>
 #include <string.h>

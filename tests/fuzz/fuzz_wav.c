@@ -5,6 +5,7 @@
    and the features of an accepted clip are finite. */
 #define GEMMA4_IMPLEMENTATION
 #include "../../gemma4.h"
+#include "../../gemma4_processing.h"
 
 #include <stdlib.h>
 #include <string.h>
