@@ -62,6 +62,8 @@ build/test_template_san: | build/gemma4 build/gemma4_san
 # The audio tower and feature extractor against transformers (data/tiny/e2b_audio);
 # the vision tower and the merge (data/vision).
 build/test_audio build/test_audio_san build/test_vision build/test_vision_san: tests/fixtures.h
+build/test_audio build/test_audio_scalar: | build/gemma4
+build/test_audio_san: | build/gemma4_san
 # Two sessions on one model from two threads (-pthread only here and in test_vision).
 build/test_threads build/test_threads_san build/test_vision build/test_vision_san: XFLAGS = -pthread
 # test_vision also runs the CLI's image decoders (examples/image.h: libpng, libjpeg)
@@ -220,7 +222,7 @@ unit: build/gemma4 build/test_gemma4 build/test_tokenizer build/test_bad_inputs 
 	./build/test_bad_inputs data build/gemma4
 	./build/test_cli data build/gemma4
 	./build/test_threads
-	./build/test_audio
+	./build/test_audio build/gemma4
 	./build/test_unified data
 
 sanitize: build/gemma4 build/gemma4_san build/test_gemma4_san build/test_bad_inputs_san build/test_threads_san build/test_tokenizer_san build/test_train_san build/test_drafter_san build/test_lora_san \
@@ -234,7 +236,7 @@ sanitize: build/gemma4 build/gemma4_san build/test_gemma4_san build/test_bad_inp
 	./build/test_cli_san data build/gemma4_san
 	./build/test_threads_san
 	./build/test_tokenizer_san
-	./build/test_audio_san
+	./build/test_audio_san build/gemma4_san
 	./build/test_unified_san data
 	sh tests/san_avx2.sh "$(CC)" "$(WARN)" "$(SAN)"
 
@@ -302,8 +304,8 @@ $(eval $(call suite,cli_san,build/test_cli_san build/gemma4_san,./build/test_cli
 $(eval $(call suite,unified,build/test_unified,./build/test_unified data))
 $(eval $(call suite,unified_san,build/test_unified_san,./build/test_unified_san data))
 $(eval $(call suite,tests,build/test_gemma4 build/gemma4,./build/test_gemma4))
-$(eval $(call suite,audio,build/test_audio build/test_audio_scalar,sh -c "./build/test_audio && ./build/test_audio_scalar"))
-$(eval $(call suite,audio_san,build/test_audio_san,./build/test_audio_san))
+$(eval $(call suite,audio,build/test_audio build/test_audio_scalar build/gemma4,sh -c "./build/test_audio build/gemma4 && ./build/test_audio_scalar build/gemma4"))
+$(eval $(call suite,audio_san,build/test_audio_san build/gemma4_san,./build/test_audio_san build/gemma4_san))
 $(eval $(call suite,kernels,$(OTHER_KERNELS) build/gemma4,sh tests/other_kernels.sh "$$(CC)" "$$(WARN)"))
 $(eval $(call suite,python,,sh python/tests/run.sh build/pyvenv))
 .PHONY: $(SUITE_LOGS:%=suite-%) suite-minimal.log

@@ -1207,6 +1207,80 @@ done:
     return close_session(&m, &s, o.ids, logits, rc);
 }
 
+/* gemma4 audio DIR CLIP.wav --out FILE: the clip's soft tokens as they enter
+   the decoder (Gemma4AudioFeatureExtractor, the audio tower, embed_audio,
+   padding stripped), float32 little-endian [n][hidden] */
+static int cmd_audio(int argc, char **argv) {
+    const char *pos[2], *out_path = NULL;
+    g4_model m;
+    g4_audio_fe fe;
+    g4_audio_run run;
+    char *bytes = NULL, err[G4_ERROR_MAX];
+    float *pcm = NULL, *feat = NULL, *scratch = NULL, *soft = NULL;
+    unsigned char *mask = NULL;
+    void *arena = NULL;
+    size_t len, n = 0, arena_bytes = 0;
+    int np, rc, rate = 0, nf = 0, n_soft = 0, ret = 1;
+    g4a_opt opts[] = {
+        G4A_SR("--out", &out_path, "FILE", "where the float32 [n][hidden] soft tokens go"),
+    };
+    g4a_cmd cmd = {"audio", "DIR CLIP.wav", 2, 2,
+                   "One clip's soft tokens as they enter the decoder: the WAV (PCM16 or float32, mono, 16 kHz, at most\n"
+                   "30 s) through Gemma4AudioFeatureExtractor, the audio tower and embed_audio, padding stripped; float32\n"
+                   "[n][hidden] to FILE.", opts, G4A_N_OPTS(opts)};
+    if ((rc = g4a_parse(&cmd, argc, argv, 2, pos, &np)) != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
+    memset(&fe, 0, sizeof fe);
+    if (g4__read_file(pos[1], &bytes, &len, (size_t)1 << 30, err) != G4_OK) { print_error(err); return 1; }
+    if (g4_wav_parse((const unsigned char *)bytes, len, NULL, 0, &n, &rate, err) != G4_OK) {
+        fprintf(stderr, "gemma4: %s: %s\n", pos[1], err);
+        free(bytes);
+        return 1;
+    }
+    if (n > (size_t)INT_MAX) { fprintf(stderr, "gemma4: %s: %zu samples\n", pos[1], n); free(bytes); return 1; }
+    if (!(pcm = (float *)malloc(sizeof(float) * (n ? n : 1))) ||
+        g4_wav_parse((const unsigned char *)bytes, len, pcm, n, &n, &rate, err) != G4_OK) {
+        fprintf(stderr, "gemma4: %s: %s\n", pos[1], pcm ? err : "out of memory");
+        goto done;
+    }
+    if (g4_audio_fe_init(&fe) != G4_OK) { print_error(fe.error); goto done; }
+    nf = g4_audio_fe_frames(&fe, (int)n);
+    feat = (float *)malloc(sizeof(float) * (size_t)(nf > 0 ? nf : 1) * (size_t)fe.feature_size);
+    mask = (unsigned char *)malloc((size_t)(nf > 0 ? nf : 1));
+    scratch = (float *)malloc(sizeof(float) * g4_audio_fe_scratch(&fe));
+    if (!feat || !mask || !scratch) { fprintf(stderr, "gemma4: out of memory\n"); goto done; }
+    if (g4_audio_features(&fe, pcm, (int)n, rate, feat, mask, &nf, scratch) != G4_OK) {
+        fprintf(stderr, "gemma4: %s: %s\n", pos[1], fe.error);
+        goto done;
+    }
+    if (load_model(&m, pos[0])) goto done;
+    if (!m.audio.loaded) { fprintf(stderr, "gemma4: %s: no audio tower: %s\n", pos[0], m.audio.error); goto done_model; }
+    if (m.config.audio.subsampling_conv_channels[0] != fe.feature_size) {
+        fprintf(stderr, "gemma4: %s: the audio tower takes %d mel bins, the feature extractor makes %d\n", pos[0],
+                m.config.audio.subsampling_conv_channels[0], fe.feature_size);
+        goto done_model;
+    }
+    if (g4_audio_size(&m, nf, &arena_bytes) != G4_OK || posix_memalign(&arena, 64, arena_bytes) != 0 ||
+        !(soft = (float *)malloc(sizeof(float) * (size_t)g4_audio_tokens_max(nf) * (size_t)m.config.hidden_size))) {
+        fprintf(stderr, "gemma4: out of memory for the audio tower's arena\n");
+        goto done_model;
+    }
+    memset(&run, 0, sizeof run);
+    if (g4_audio_encode(&m, feat, mask, nf, arena, arena_bytes, &run, soft, &n_soft) != G4_OK) {
+        fprintf(stderr, "gemma4: %s: %s\n", pos[1], run.error);
+        goto done_model;
+    }
+    if (write_floats(out_path, soft, (size_t)n_soft * (size_t)m.config.hidden_size)) goto done_model;
+    printf("%s: %zu samples, %d feature frames, %d soft tokens\nwrote %d x %d float32 soft tokens to %s\n", pos[1], n,
+           nf, n_soft, n_soft, m.config.hidden_size, out_path);
+    ret = 0;
+done_model:
+    g4_model_free(&m);
+done:
+    g4_audio_fe_free(&fe);
+    free(bytes); free(pcm); free(feat); free(mask); free(scratch); free(soft); free(arena);
+    return ret;
+}
+
 /* greedy with --drafter: the same tokens from speculative rounds, then the
    drafted, accepted and target-step counts on stderr */
 static int greedy_spec(run_opts *o) {
@@ -1334,6 +1408,7 @@ static const struct {
     {"generate", cmd_generate, "DIR --prompt TEXT: a sampled answer, streamed"},
     {"chat", cmd_chat, "DIR: a conversation on stdin, one session"},
     {"image", g4img_cmd_image, "DIR IMAGE.png|jpg --out FILE: one image's soft tokens as they enter the decoder"},
+    {"audio", cmd_audio, "DIR CLIP.wav --out FILE: one clip's soft tokens as they enter the decoder"},
 };
 #define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
 

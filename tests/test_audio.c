@@ -28,7 +28,8 @@
                e2b_audio_geom 1.1e-5 at subsample_conv_projection.layer1 (its
                LayerNorm over C1 = 2 channels magnifies the convolution's
                rounding) and 5.3e-6 on its soft tokens.
-   Run from the repository root (make test does). */
+   Run from the repository root (make test does): test_audio [CLI [NAME]]
+   (CLI: build/gemma4 by default; NAME: run only the tests whose name has it). */
 #define _POSIX_C_SOURCE 200809L
 #define GEMMA4_IMPLEMENTATION
 #include "../gemma4.h"
@@ -640,9 +641,68 @@ static void test_wav(void) {
     CHECK(g4_wav_parse(w, 10, out, 32, &n, &rate, err) == G4_ERR_INPUT, "10 bytes");
 }
 
+/* The CLI: gemma4 audio DIR CLIP.wav --out FILE writes the soft tokens; bad
+   input is one line on stderr and exit 1. */
+static const char *g_cli = "build/gemma4";
+
+static void test_cli(void) {
+    char args[1024], out[4096], err[4096], path[300], wav8k[300];
+    golden g;
+    const float *ref;
+    int64_t numel;
+    int st;
+    if (!golden_open(&g, MODEL)) { CHECK(0, "golden"); return; }
+    ref = golden_f32(&g, "b.soft_tokens", &numel);
+    snprintf(path, sizeof path, "%s/soft.f32", g_tmp);
+    snprintf(args, sizeof args, "audio %s %s --out %s", tiny(MODEL), path2(tiny(MODEL), "clip_b.wav"), path);
+    st = run_cli(g_cli, args, out, sizeof out, NULL, err, sizeof err);
+    CHECK(st == 0 && strstr(out, "11 soft tokens"), "exit %d: %s%s", st, out, err);
+    if (st == 0 && ref) {
+        char *bytes = NULL;
+        size_t len = 0;
+        char e2[G4_ERROR_MAX];
+        CHECK(g4__read_file(path, &bytes, &len, 1 << 20, e2) == G4_OK && len == (size_t)numel * sizeof(float), "%s: %zu bytes", path, len);
+        if (bytes && len == (size_t)numel * sizeof(float)) {
+            double d = max_diff((const float *)(void *)bytes, ref, (size_t)numel);
+            CHECK(d <= SOFT_TOL, "the CLI's soft tokens differ by %g", d);
+        }
+        free(bytes);
+    }
+    { /* an 8 kHz WAV: refused by the extractor, as transformers refuses it */
+        unsigned char h[44 + 400];
+        FILE *f;
+        memset(h, 0, sizeof h);
+        wav_header(h, 1, 1, 8000, 16, 400);
+        snprintf(wav8k, sizeof wav8k, "%s/8k.wav", g_tmp);
+        if ((f = fopen(wav8k, "wb"))) { fwrite(h, 1, sizeof h, f); fclose(f); }
+    }
+    {
+        static const struct { const char *fmt, *want; } bad[] = {
+            {"audio %s %s --out %s", "8000 Hz"},                         /* model, 8k wav, out */
+            {"audio %s %s", "--out FILE is required"},
+            {"audio data/tiny/e2b_like %s --out %s", "no audio tower"},
+            {"audio %s %s/missing.wav --out %s", "missing.wav"},
+        };
+        size_t i;
+        for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            int lines = 0;
+            const char *c;
+            if (i == 0) snprintf(args, sizeof args, bad[i].fmt, tiny(MODEL), wav8k, path);
+            else if (i == 1) snprintf(args, sizeof args, bad[i].fmt, tiny(MODEL), path2(tiny(MODEL), "clip_b.wav"));
+            else if (i == 2) snprintf(args, sizeof args, bad[i].fmt, path2(tiny(MODEL), "clip_b.wav"), path);
+            else snprintf(args, sizeof args, bad[i].fmt, tiny(MODEL), g_tmp, path);
+            st = run_cli(g_cli, args, out, sizeof out, NULL, err, sizeof err);
+            for (c = err; *c; c++) lines += *c == '\n';
+            CHECK(st == 1 && lines == 1 && strstr(err, bad[i].want), "%s: exit %d, stderr: %s", args, st, err);
+        }
+    }
+    g4_model_free(&g.m);
+}
+
 int main(int argc, char **argv) {
     char tmpl[] = "/tmp/gemma4-audio-XXXXXX";
-    if (argc > 1) g_only = argv[1];
+    if (argc > 1) g_cli = argv[1];
+    if (argc > 2) g_only = argv[2];
     if (!mkdtemp(tmpl)) { printf("cannot create a temporary directory\n"); return 1; }
     snprintf(g_tmp, sizeof g_tmp, "%s", tmpl);
     run("features: both clips' WAVs = Gemma4AudioFeatureExtractor", test_features);
@@ -659,6 +719,7 @@ int main(int argc, char **argv) {
     run("config: bad audio_config fields name the field", test_bad_config);
     run("features: bad rate, past 30 s, too short, non-finite", test_bad_features);
     run("wav: PCM16 and float32 mono; everything else refused", test_wav);
+    run("cli: gemma4 audio writes the soft tokens; bad input is one line and exit 1", test_cli);
     {
         char cmd[300];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
