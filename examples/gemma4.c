@@ -1100,6 +1100,9 @@ static int parse_run_opts(int argc, char **argv, run_opts *o) {
         G4A_F("--bf16", &o->bf16, "the bf16-faithful mode (as transformers in bfloat16)"),
         G4A_S("--drafter", &o->drafter, "DIR", "speculative decoding with a gemma4_assistant drafter (the same tokens)"),
         G4A_I("--draft-tokens", &o->draft_tokens, "K", 1, 1024, "draft tokens per round (default 4)"),
+        G4A_S("--image", &o->image, "FILE", "a PNG or JPEG for the ids' one image placeholder (<|image|>), expanded as "
+              "Gemma4Processor expands it"),
+        G4A_S("--processor", &o->processor, "DIR", "with --image: the directory of processor_config.json (default DIR)"),
         OPT_THREADS,
         OPT_ADAPTER,
     };
@@ -1136,6 +1139,14 @@ static int parse_run_opts(int argc, char **argv, run_opts *o) {
         g4a_fail(&cmd, "--draft-tokens needs --drafter");
         return G4A_RESULT_ERR;
     }
+    if (!draft && !logits && o->image && o->drafter) {
+        g4a_fail(&cmd, "--image does not go with --drafter (a drafter takes no images)");
+        return G4A_RESULT_ERR;
+    }
+    if (!draft && o->processor && !o->image) {
+        g4a_fail(&cmd, "--processor needs --image");
+        return G4A_RESULT_ERR;
+    }
     return (o->n = parse_ids(o->ids_arg, &o->ids)) < 0 ? G4A_RESULT_ERR : G4A_RESULT_OK;
 }
 
@@ -1156,38 +1167,53 @@ static int write_floats(const char *path, const float *x, size_t n) {
     return !ok;
 }
 
+/* --image, before the session: the processor's settings, the rows the
+   image's run adds (*extra) and a step that holds it whole (*chunk, unless
+   --chunk was given). 0, or 1 after a message. */
+static int image_pre(run_opts *o, g4img_ctx *ic, int *extra, int *chunk) {
+    memset(ic, 0, sizeof *ic);
+    *extra = 0;
+    *chunk = o->chunk;
+    if (!o->image) return 0;
+    if (g4_image_config_load(&ic->ic, o->processor ? o->processor : o->dir) != G4_OK) {
+        fprintf(stderr, "gemma4: %s\n", ic->ic.error);
+        return 1;
+    }
+    *extra = ic->ic.max_soft_tokens + 2;
+    if (!*chunk && *extra > 64) *chunk = *extra;
+    return 0;
+}
+
+/* --image, after the session: the file through the processor and the tower;
+   o->ids become the expanded ids, *soft the soft tokens. 0, or 1 (printed). */
+static int image_post(run_opts *o, g4img_ctx *ic, const g4_model *m, float **soft, int *n_soft) {
+    int32_t *ids = NULL;
+    int n = 0;
+    g4_pool *pool = NULL;
+    *soft = NULL;
+    *n_soft = 0;
+    if (!o->image) return 0;
+    if (get_pool(&pool) || g4img_open(ic, m, o->processor ? o->processor : o->dir, pool) ||
+        g4img_prompt(ic, m, o->ids, o->n, &o->image, 1, &ids, &n, soft, n_soft))
+        return 1;
+    free(o->ids);
+    o->ids = ids;
+    o->n = n;
+    return 0;
+}
+
 /* gemma4 logits DIR --ids ... --out FILE: all logits [n][V] to FILE, argmax of each */
 static int cmd_logits(int argc, char **argv) {
     run_opts o;
     g4_model m;
     g4_session s;
     float *logits = NULL, *soft = NULL;
-    int i, V, rc = 1, n_soft = 0, extra = 0, chunk;
+    int i, V, rc = 1, n_soft = 0, extra, chunk;
     g4img_ctx ic;
-    g4_pool *pool = NULL;
     PARSE_RUN_OPTS(o);
-    memset(&ic, 0, sizeof ic);
-    chunk = o.chunk;
-    if (o.image) { /* the image's run: at most max_soft_tokens + 2 more rows, and one step must hold it */
-        if (g4_image_config_load(&ic.ic, o.processor ? o.processor : o.dir) != G4_OK) {
-            fprintf(stderr, "gemma4: %s\n", ic.ic.error);
-            free(o.ids);
-            return 1;
-        }
-        extra = ic.ic.max_soft_tokens + 2;
-        if (!chunk && extra > 64) chunk = extra;
-    }
+    if (image_pre(&o, &ic, &extra, &chunk)) { free(o.ids); return 1; }
     if (open_session(o.dir, o.n + extra, chunk, o.bf16, &m, &s)) { free(o.ids); return 1; }
-    if (o.image) {
-        int32_t *ids = NULL;
-        int n = 0;
-        if (get_pool(&pool) || g4img_open(&ic, &m, o.processor ? o.processor : o.dir, pool) ||
-            g4img_prompt(&ic, &m, o.ids, o.n, &o.image, 1, &ids, &n, &soft, &n_soft))
-            goto done;
-        free(o.ids);
-        o.ids = ids;
-        o.n = n;
-    }
+    if (image_post(&o, &ic, &m, &soft, &n_soft)) goto done;
     V = m.config.vocab_size;
     logits = (float *)malloc(sizeof(float) * (size_t)o.n * (size_t)V);
     if (!logits) { fprintf(stderr, "gemma4: out of memory for %d x %d logits\n", o.n, V); goto done; }
@@ -1359,14 +1385,21 @@ static int cmd_greedy(int argc, char **argv) {
     run_opts o;
     g4_model m;
     g4_session s;
-    float *logits = NULL;
-    int i, V, rc = 1;
+    float *logits = NULL, *soft = NULL;
+    int i, V, rc = 1, n_soft = 0, extra, chunk;
+    g4img_ctx ic;
     PARSE_RUN_OPTS(o);
     if (o.drafter) return greedy_spec(&o);
-    if (open_session(o.dir, o.n + o.n_new, o.chunk, o.bf16, &m, &s)) { free(o.ids); return 1; }
+    if (image_pre(&o, &ic, &extra, &chunk)) { free(o.ids); return 1; }
+    if (open_session(o.dir, o.n + extra + o.n_new, chunk, o.bf16, &m, &s)) { free(o.ids); return 1; }
+    if (image_post(&o, &ic, &m, &soft, &n_soft)) goto done;
     V = m.config.vocab_size;
     if (!(logits = (float *)malloc(sizeof(float) * (size_t)V))) { fprintf(stderr, "gemma4: out of memory\n"); goto done; }
-    if (forward_progress(&s, o.ids, o.n, logits, G4_LOGITS_LAST) != G4_OK) { fprintf(stderr, "gemma4: %s\n", s.error); goto done; }
+    if ((o.image ? g4_forward_mm(&s, o.ids, o.n, soft, n_soft, logits, G4_LOGITS_LAST, NULL)
+                 : forward_progress(&s, o.ids, o.n, logits, G4_LOGITS_LAST)) != G4_OK) {
+        fprintf(stderr, "gemma4: %s\n", s.error);
+        goto done;
+    }
     for (i = 0; i < o.n; i++) printf("%d ", (int)o.ids[i]);
     for (i = 0; i < o.n_new; i++) {
         int32_t next = g4_argmax(logits, V);
@@ -1382,6 +1415,8 @@ static int cmd_greedy(int argc, char **argv) {
     printf("\n");
     rc = 0;
 done:
+    g4img_close(&ic);
+    free(soft);
     return close_session(&m, &s, o.ids, logits, rc);
 }
 

@@ -745,6 +745,27 @@ static void test_cli_logits(void) {
     remove(out);
     free(l);
     g4_model_free(&g.m);
+    /* greedy --image on the bidirectional model: the first new token is the argmax of transformers' last row */
+    if (vgolden(&g, "31b_mm", "golden.safetensors")) {
+        char line[4096] = "";
+        FILE *p;
+        int last = -1, want;
+        const char *q;
+        gold = golden_f32(&g, "logits.0", &nl);
+        rows = gi32(&g, "logit_rows.0", &nr);
+        want = gold && rows && nr > 0 && rows[nr - 1] == 74 ? (int)g4_argmax(gold + (size_t)(nr - 1) * 520, 520) : -2;
+        snprintf(cmd, sizeof cmd, "%s greedy %s --ids 2,310,428,331,350,340,349,513,363,356,381 --image %s --processor %s "
+                 "--new 1", g_cli, vdir("31b_mm"), vdir("images/a.png"), vdir("processor"));
+        if ((p = popen(cmd, "r")) != NULL) {
+            if (!fgets(line, sizeof line, p)) line[0] = 0;
+            rc = pclose(p);
+            for (q = line, i = 0; *q; q++) if (*q == ' ') i++;
+            q = strrchr(line, ' ');
+            if (q) last = atoi(q + 1);
+            CHECK(rc == 0 && i == 75 && last == want, "greedy: status %d, %d ids, last %d, want %d", rc, i + 1, last, want);
+        } else CHECK(0, "popen");
+        g4_model_free(&g.m);
+    } else CHECK(0, "31b_mm golden");
 }
 
 int main(int argc, char **argv) {
@@ -769,6 +790,7 @@ int main(int argc, char **argv) {
         "Gemma4Processor", test_image_processor);
     run("image processor: processor_config.json refusals, a processor contradicting the model", test_image_config);
     run("image files: PNG (RGB, RGBA) and JPEG decode as PIL decodes them; a file to soft tokens", test_image_files);
-    run("cli: gemma4 logits --image gives transformers' logits; a missing placeholder is an error", test_cli_logits);
+    run("cli: logits --image gives transformers' logits, greedy --image its next token; a missing placeholder is an "
+        "error", test_cli_logits);
     return finish();
 }
