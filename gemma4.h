@@ -155,8 +155,11 @@
      g4_session_config.bf16 = 1 rounds to bf16 wherever a bf16 transformers run
      does (eager attention and experts), reproducing it to the last bit on the
      test models. Prefill, chunked prefill and decode give identical bits.
-     With avx512_bf16 (-march=native on such a CPU) the bf16 mode's matmuls
-     use VDPBF16PS: its own summation order, the same in every step shape.
+     The mode computes torch's summation order (its AVX2 kernels') on every
+     CPU - scalar, AVX2, AVX-512 with or without avx512_bf16, NEON - so the
+     same bits everywhere. g4_session_config.bf16_fast = 1 trades that for
+     speed where the build has avx512_bf16: VDPBF16PS, its own order (tested
+     within 3e-2 of max |value| of each tap of the faithful mode).
 
    TRAINING
      g4_train_size / g4_train_init / g4_loss_and_grad: transformers' loss
@@ -617,6 +620,7 @@ G4_API g4_result g4_pool_create(g4_pool **pool, int n_threads); /* allocates; n_
 G4_API void g4_pool_free(g4_pool *pool);
 G4_API int g4_pool_threads(const g4_pool *pool);
 G4_API const char *g4_simd_name(void); /* kernels compiled in: "avx512", "avx2", "neon" or "scalar" */
+G4_API int g4_bf16_fast_available(void); /* 1: this build has the VDPBF16PS kernel (bf16_fast) */
 
 typedef struct {
     int max_context;     /* most positions the session holds (required) */
@@ -635,6 +639,11 @@ typedef struct {
                             bf16 itself (model.to(torch.bfloat16)): A and B rounded to bf16, A x,
                             B u and the scaling each rounded. 0 (default): PEFT's float32 adapter
                             (PeftModel.from_pretrained's autocast_adapter_dtype) */
+    int bf16_fast;       /* with bf16: the bf16 weights' matmuls on VDPBF16PS where the build has
+                            avx512_bf16 (g4_bf16_fast_available; elsewhere ignored): faster, but
+                            its own summation order, not torch's, so not bit-identical to
+                            transformers (tested within 3e-2 of max |logit| of the faithful
+                            mode). 0 (default): torch's order, the same bits on every CPU */
 } g4_session_config;
 
 /* One entry of the shared-KV table: the K/V a writer layer appended, in a
@@ -1181,7 +1190,7 @@ G4_CUDA_API g4_result g4_cuda_session_table(g4_cuda_session *s, g4_kv_slot *out,
 #elif !defined(G4_NO_SIMD) && defined(__aarch64__) && defined(__ARM_NEON)
 #include <arm_neon.h>
 #endif
-/* bf16 mode's dot-product kernel (VDPBF16PS), where the CPU has avx512_bf16 */
+/* bf16_fast's dot-product kernel (VDPBF16PS), where the CPU has avx512_bf16 */
 #if !defined(G4_NO_SIMD) && defined(__AVX512F__) && defined(__AVX512BF16__)
 #define G4__BF16DOT 1
 #else
@@ -3613,14 +3622,15 @@ G4__HD static float g4__b_at(const void *b, int kind, int i) {
     if (kind == G4__B_ROUND_BF16) return g4__bf16_round(((const float *)b)[i]);
     return ((const float *)b)[i];
 }
-G4__HD static float g4__dot_torch_as(const float *a, const void *b, int kind, int n) {
-    float acc[8][8], tail[8], sum;
+/* The end of torch's dot product: its 8 accumulators of 8 lanes (acc[r][l]
+   holds the products of k = 64 j + 8 r + l for k < n & ~63, added in order)
+   added in its tree, then the tail: k < n & ~15 16 at a time into one 8-lane
+   accumulator, the rest one by one. (The packed GEMM's tile in this order,
+   g4__tile_torch, ends its sums here too.) */
+G4__HD static float g4__dot_torch_end(float acc[8][8], const float *a, const void *b, int kind, int n) {
+    float tail[8], sum;
     int la = n & ~63, lv = n & ~15, i, r, l;
-    memset(acc, 0, sizeof acc);
     memset(tail, 0, sizeof tail);
-    for (i = 0; i < la; i += 64)
-        for (r = 0; r < 8; r++)
-            for (l = 0; l < 8; l++) acc[r][l] += a[i + 8 * r + l] * g4__b_at(b, kind, i + 8 * r + l);
     for (r = 0; r < 4; r++) for (l = 0; l < 8; l++) acc[r][l] += acc[r + 4][l];
     for (r = 0; r < 2; r++) for (l = 0; l < 8; l++) acc[r][l] += acc[r + 2][l];
     for (l = 0; l < 8; l++) acc[0][l] += acc[1][l];
@@ -3632,6 +3642,16 @@ G4__HD static float g4__dot_torch_as(const float *a, const void *b, int kind, in
     sum += g4__hsum8(tail);
     for (i = lv; i < n; i++) sum += a[i] * g4__b_at(b, kind, i);
     return sum;
+}
+
+G4__HD static float g4__dot_torch_as(const float *a, const void *b, int kind, int n) {
+    float acc[8][8];
+    int la = n & ~63, i, r, l;
+    memset(acc, 0, sizeof acc);
+    for (i = 0; i < la; i += 64)
+        for (r = 0; r < 8; r++)
+            for (l = 0; l < 8; l++) acc[r][l] += a[i + 8 * r + l] * g4__b_at(b, kind, i + 8 * r + l);
+    return g4__dot_torch_end(acc, a, b, kind, n);
 }
 
 /* one output: x [in] against a bf16 row [in], in that order */
@@ -6842,8 +6862,14 @@ static g4_result g4__check_train_input(g4_train *t, const int32_t *ids, const in
     return G4_OK;
 }
 
+/* exp(x) for x <= 0 with the forward's double exp (g4__exp_d, no libm): below
+   -250 it is under 1e-108, nothing to a sum >= 1 or to a float, so 0 */
+static double g4__exp_nonpos(double x) { return x < -250.0 ? 0.0 : g4__exp_d(x); }
+
 /* One row of logits z [V] against label y: z becomes dL/dz (the raw logits'
-   gradient, back through the soft-cap); returns -log softmax(cap(z))[y]. */
+   gradient, back through the soft-cap); returns -log softmax(cap(z))[y]. The
+   soft-cap's tanh and the exps are the forward's (g4__tanhf, g4__exp_d); the
+   log of the sum is libm's (the forward takes none). */
 static double g4__ce_row(float *z, int V, int32_t y, float cap, float inv_n) {
     double sum = 0.0, lse;
     float mx;
@@ -6852,12 +6878,12 @@ static double g4__ce_row(float *z, int V, int32_t y, float cap, float inv_n) {
         for (j = 0; j < V; j++) z[j] = g4__tanhf(z[j] / cap);
     mx = cap > 0.0f ? z[0] * cap : z[0];
     for (j = 1; j < V; j++) { float v = cap > 0.0f ? z[j] * cap : z[j]; if (v > mx) mx = v; }
-    for (j = 0; j < V; j++) sum += exp((double)((cap > 0.0f ? z[j] * cap : z[j]) - mx));
+    for (j = 0; j < V; j++) sum += g4__exp_nonpos((double)((cap > 0.0f ? z[j] * cap : z[j]) - mx));
     lse = (double)mx + log(sum);
     sum = lse - (double)(cap > 0.0f ? z[y] * cap : z[y]);
     for (j = 0; j < V; j++) { /* dL/dlogit = (softmax - onehot) / used, then back through the cap */
         float v = cap > 0.0f ? z[j] * cap : z[j];
-        float g = (float)exp((double)v - lse) * inv_n - (j == y ? inv_n : 0.0f);
+        float g = (float)g4__exp_nonpos((double)v - lse) * inv_n - (j == y ? inv_n : 0.0f);
         z[j] = cap > 0.0f ? ((g * cap) * (1.0f - z[j] * z[j])) / cap : g;
     }
     return sum;
@@ -8388,8 +8414,9 @@ static void g4__rows1(float *y, const float *x, const unsigned char *w, g4_dtype
      floats) and resume unchanged, so the blocking, the chunk size and the
      thread split change no bit. Then one g4__vhsum and g4__tail, as decode.
    - One loop nest (g4__gemm), three tiles: the float32 tile (g4__micro) and
-     the bf16-faithful mode's two, torch's order (g4__tile_torch, the AVX2
-     build) and VDPBF16PS (g4__micro_bf16, >>bf16dot, avx512_bf16). They
+     the bf16 mode's two, torch's order (g4__tile_torch, the faithful one:
+     AVX2 and AVX-512) and VDPBF16PS (g4__micro_bf16, >>bf16dot, avx512_bf16,
+     only with bf16_fast). They
      differ in the k a tile's step takes (VL, 64 and 32 values) and in the
      partial sums an output keeps between kc blocks (VL, 64 and 16 floats);
      the blocks, the packing by a block's first tiles, the prefetching, the
@@ -8414,11 +8441,11 @@ typedef struct { int mc, kc, nc; } g4__blocking; /* multiples of G4__TR, G4__VL,
 /* floats of one thread's buffer: the packed W block, then the partial sums */
 #define G4__PACK_FLOATS(mc, kc, nc) ((size_t)(mc) * (size_t)(kc) + (size_t)(mc) * (size_t)(nc) * G4__VL)
 static const g4__blocking g4__gemm_blocks = {G4__GEMM_MC, (G4_GEMM_KC / G4__VL) * G4__VL, G4__GEMM_NC};
-/* The bf16-faithful mode's GEMM tile in torch's order (g4__tile_torch,
-   8-lane vectors only: the AVX2 build): torch's order (g4__matmul_torch_ref) keeps 64 lane sums per
-   output, so a tile's partial sums are 8 vectors per output, and kc is a
-   multiple of 64 (below) */
-#if G4__VL == 8
+/* The bf16-faithful mode's GEMM tile in torch's order (g4__tile_torch; the
+   AVX2 and AVX-512 builds): torch's order (g4__matmul_torch_ref) keeps 64
+   lane sums per output, so a tile's partial sums are 64 / VL vectors per
+   output, and kc is a multiple of 64 (below) */
+#if G4__VL == 8 || G4__VL == 16
 #define G4__TORCH_GEMM 1
 #define G4__TORCH_MC (4 * G4__TR)
 #define G4__TORCH_KC 1024
@@ -8529,7 +8556,7 @@ static void g4__micro(float *wp, const unsigned char *const *wrow, g4_dtype dt, 
 typedef enum {
     G4__TILE_F32,    /* g4__micro: float32 FMAs in decode's order (g4__rows1) */
     G4__TILE_TORCH,  /* g4__tile_torch: the bf16-faithful mode in torch's order (G4__TORCH_GEMM builds) */
-    G4__TILE_BF16DOT /* g4__micro_bf16: the bf16-faithful mode on VDPBF16PS (G4__BF16DOT builds) */
+    G4__TILE_BF16DOT /* g4__micro_bf16: the bf16 mode with bf16_fast, on VDPBF16PS (G4__BF16DOT builds) */
 } g4__tile_kind;
 #if G4__TORCH_GEMM /* defined with their kernels below */
 static G4__NOINLINE void g4__tile_torch(float *wp, const unsigned char *const *wrow, int pack, int k0, int kc, int in,
@@ -8833,7 +8860,9 @@ static void g4__gelu_n(float *y, const float *x, size_t n) {
 
 #if G4__BF16DOT
 /* ---------------------------------------------------- bf16 dot >>bf16dot */
-/* The bf16-faithful mode on CPUs with avx512_bf16 (bf16 weights only). There
+/* The bf16 mode's fast kernel, opt-in (g4_session_config.bf16_fast), on CPUs
+   with avx512_bf16 (bf16 weights only); without bf16_fast the mode keeps
+   torch's order (g4__matmul_torch, g4__tile_torch) on these CPUs too. There
    every matmul input has already been rounded to bf16, so it converts to bf16
    exactly, and VDPBF16PS multiplies bf16 pairs exactly and adds them in
    float32: lane i of a 32-element step adds w[2i+1] x[2i+1], then w[2i] x[2i]
@@ -9001,40 +9030,52 @@ static void g4__matmul_torch(float *y, const float *x, const g4_tensor *w, int n
     }
 }
 
+#else
+#define G4__TORCH_MM 0
+#define g4__matmul_torch g4__matmul_torch_ref
+#endif
+
 #if G4__TORCH_GEMM
 /* The bf16-faithful mode's tile of the prefill GEMM (g4__gemm's
-   G4__TILE_TORCH): g4__matmul_torch's bits on the packed blocks of >>gemm.
-   Torch's 8 accumulators r of 8 lanes are 64 lane sums, lane 8 r + l over
-   the inputs 64 j + 8 r + l in order. So the tile runs 8 times, once per r,
-   over every 64th vector of k (vs 64), each from and into its own partial
-   sums (8 per output, part + q G4__TR G4__TT 8; the weights of pass q are
-   packed as their own panel, with pack). After the block's last k each
-   output's 8 vectors go through g4__torch_finish: the tree, then the tail
-   (so sum holds whole sums). The blocking changes no bit; decode keeps
-   g4__matmul_torch. */
+   G4__TILE_TORCH): g4__matmul_torch_ref's bits on the packed blocks of
+   >>gemm. Torch's 8 accumulators r of 8 lanes are 64 lane sums, lane 8 r + l
+   over the inputs 64 j + 8 r + l in order; a vector of VL lanes carries
+   VL / 8 of them side by side (the same sums, lane for lane). So the tile
+   runs 64 / VL times, once per vector q of a 64-value step, over every 64th
+   vector of k (vs 64), each from and into its own partial sums (part + q
+   G4__TR G4__TT VL; the weights of pass q are packed as their own panel,
+   with pack). After the block's last k each output's 64 lane sums go
+   through g4__dot_torch_end: the tree, then the tail (so sum holds whole
+   sums). The blocking changes no bit; decode keeps g4__matmul_torch. */
 static G4__NOINLINE void g4__tile_torch(float *wp, const unsigned char *const *wrow, int pack, int k0, int kc, int in,
                                         const float *const *xt, float *part, int first, int last, float sum[G4__TR][G4__TT]) {
-    const size_t pass = G4__TR * G4__TT * 8; /* floats of one pass's partial sums */
+    const size_t pass = G4__TR * G4__TT * G4__VL; /* floats of one pass's partial sums */
     const float *xq[G4__TT];
     const unsigned char *wq[G4__TR];
-    int r, u, q;
-    for (q = 0; q < 8; q++) {
-        for (u = 0; u < G4__TT; u++) xq[u] = xt[u] + 8 * q;
-        for (r = 0; r < G4__TR; r++) wq[r] = wrow[r] + 16 * q;
-        g4__micro_vs(wp + (size_t)q * (size_t)(kc / 64) * G4__TR * 8, pack ? wq : NULL, G4_BF16, k0, 64, xq, kc / 64,
+    int r, u, q, l;
+    for (q = 0; q < 64 / G4__VL; q++) {
+        for (u = 0; u < G4__TT; u++) xq[u] = xt[u] + G4__VL * q;
+        for (r = 0; r < G4__TR; r++) wq[r] = wrow[r] + 2 * G4__VL * q;
+        g4__micro_vs(wp + (size_t)q * (size_t)(kc / 64) * G4__TR * G4__VL, pack ? wq : NULL, G4_BF16, k0, 64, xq, kc / 64,
                      part + (size_t)q * pass, first, 0, sum);
     }
     for (r = 0; r < G4__TR && last; r++)
         for (u = 0; u < G4__TT; u++) {
+#if G4__TORCH_MM /* the same end on 8-lane vectors (g4__torch_finish): accumulator a is lanes 8 a .. 8 a + 7 */
             __m256 acc[8];
-            for (q = 0; q < 8; q++) acc[q] = _mm256_loadu_ps(part + (size_t)q * pass + (size_t)(r * G4__TT + u) * 8);
+            for (q = 0; q < 8; q++)
+                acc[q] = _mm256_loadu_ps(part + (size_t)(8 * q / G4__VL) * pass + (size_t)(r * G4__TT + u) * G4__VL + (size_t)(8 * q % G4__VL));
             sum[r][u] = g4__torch_finish(acc, xt[u] - k0, (const uint16_t *)(const void *)wrow[r], in);
+            (void)l;
+#else
+            float acc[8][8];
+            for (q = 0; q < 64 / G4__VL; q++)
+                for (l = 0; l < G4__VL; l++)
+                    acc[(q * G4__VL + l) / 8][(q * G4__VL + l) % 8] = part[(size_t)q * pass + (size_t)(r * G4__TT + u) * G4__VL + (size_t)l];
+            sum[r][u] = g4__dot_torch_end(acc, xt[u] - k0, wrow[r], G4__B_BF16, in);
+#endif
         }
 }
-#endif
-#else
-#define G4__TORCH_MM 0
-#define g4__matmul_torch g4__matmul_torch_ref
 #endif
 
 /* ----------------------------------------------------- threads >>threads */
@@ -9228,6 +9269,7 @@ static void g4__parallel(g4_pool *p, void (*fn)(void *, int, int), void *ctx) { 
 
 G4__DEF int g4_pool_threads(const g4_pool *p) { return p ? p->n : 1; }
 G4__DEF const char *g4_simd_name(void) { return G4__SIMD_NAME; }
+G4__DEF int g4_bf16_fast_available(void) { return G4__BF16DOT; }
 
 /* Work below G4_PARALLEL_MIN elements (8x that in multiply-adds for a
    matmul) runs on the calling thread alone; the tests set it to 1 so that
@@ -9335,7 +9377,7 @@ static void g4__matmul_cast(const g4_session *s, float *y, const float *x, const
     j.bf16mode = s->cfg.bf16;
     j.lora_bf16 = s->cfg.bf16 && s->cfg.lora_bf16;
     j.pack = s->pack;
-    j.bf16dot = G4__BF16DOT && s->cfg.bf16 && w->dtype == G4_BF16;
+    j.bf16dot = G4__BF16DOT && s->cfg.bf16 && s->cfg.bf16_fast && w->dtype == G4_BF16; /* opt-in only */
     j.torch = !j.bf16dot && s->cfg.bf16 && w->dtype == G4_BF16; /* torch's summation order */
     j.bf16 = s->cfg.bf16 && cast;
 #if G4__BF16DOT

@@ -438,7 +438,8 @@ static int g4b_bench(const char *dir, const g4b_opts *o) {
     struct rusage ru;
     const char *drafter = o->drafter;
     int draft_tokens = o->draft_tokens;
-    sc.bf16 = o->bf16;
+    sc.bf16 = o->bf16 || bf16_fast;
+    sc.bf16_fast = bf16_fast; /* (--bf16-fast: examples/gemma4.c) */
     if (load_model(&m, dir)) return 1; /* (and --adapter's LoRA adapter) */
     memset(&s, 0, sizeof s);
     if (get_pool(&pool)) goto done;

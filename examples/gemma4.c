@@ -51,11 +51,16 @@ static const char *adapter_dir; /* --adapter DIR: a PEFT LoRA adapter */
 static int adapter_bf16;        /* --adapter-bf16: the adapter cast to bf16 too (g4_session_config.lora_bf16) */
 static int n_threads;           /* --threads N (default: the machine's cores) */
 static g4_pool *threads_pool;   /* made on first use for n_threads > 1; freed by main() */
+static int bf16_fast;           /* --bf16-fast: --bf16 with g4_session_config.bf16_fast */
 
 /* The options of the commands that load a model: --adapter, --adapter-bf16, --threads. */
 #define OPT_ADAPTER                                                                                            \
     G4A_S("--adapter", &adapter_dir, "DIR", "a PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors)"), \
     G4A_F("--adapter-bf16", &adapter_bf16, "with --bf16 and --adapter: the adapter cast to bf16 too, as PEFT runs it")
+/* beside every --bf16: the bf16 mode on VDPBF16PS (implies --bf16) */
+#define OPT_BF16_FAST                                                                                          \
+    G4A_F("--bf16-fast", &bf16_fast, "--bf16 on VDPBF16PS where the CPU has avx512_bf16: faster, its own summation " \
+          "order, not transformers' bits (within 3e-2 of --bf16; elsewhere --bf16)")
 #define OPT_THREADS G4A_I("--threads", &n_threads, "N", 1, 4096, "threads (default: the machine's cores); any N gives the same bits")
 
 static int cpu_count(void) {
@@ -260,7 +265,8 @@ static int open_session(const char *dir, int n, int chunk, int bf16, g4_model *m
     memset(s, 0, sizeof *s);
     if (load_model(m, dir)) return 1;
     sc.max_context = n;
-    sc.bf16 = bf16;
+    sc.bf16 = bf16 || bf16_fast;
+    sc.bf16_fast = bf16_fast;
     sc.lora_bf16 = adapter_bf16;
     if (chunk > 0) sc.max_chunk = chunk;
     if (get_pool(&sc.pool) || g4_session_create(s, m, &sc) != G4_OK) {
@@ -370,6 +376,7 @@ static int cmd_compare(int argc, char **argv) {
               "the largest relative error of a tap that passes (default 1e-4 float32, 3e-2 bf16-faithful)"),
         G4A_F("--f32", &f32, "run float32 (default: the dump's logits dtype decides)"),
         G4A_F("--bf16", &bf16, "run the bf16-faithful mode"),
+        OPT_BF16_FAST,
         G4A_I("--chunk", &chunk, "N", 1, INT_MAX, "most tokens per step (default 64)"),
         OPT_THREADS,
         OPT_ADAPTER,
@@ -386,7 +393,8 @@ static int cmd_compare(int argc, char **argv) {
     memset(&s, 0, sizeof s);
     if (g4cmp_open(&c, dump) != G4_OK) { print_error(c.error); g4cmp_close(&c); return 1; }
     if (load_model(&m, dir)) { g4cmp_close(&c); return 1; }
-    sc.bf16 = f32 ? 0 : bf16 ? 1 : c.bf16;
+    sc.bf16 = f32 ? 0 : bf16 || bf16_fast ? 1 : c.bf16;
+    sc.bf16_fast = bf16_fast;
     sc.lora_bf16 = adapter_bf16;
     if (tol < 0) tol = sc.bf16 ? G4CMP_TOL_BF16 : G4CMP_TOL_F32;
     sc.max_context = c.n_ids;
@@ -534,6 +542,7 @@ static int parse_gen_opts(int argc, char **argv, gen_opts *o, int is_chat, const
                       : "positions of context (default: the prompt + --max-tokens + 1)"),
         G4A_S("--tokenizer", &o->tokenizer, "PATH", "a tokenizer.json or its directory (default DIR/tokenizer.json)"),
         G4A_F("--bf16", &o->bf16, "the bf16-faithful mode (as transformers in bfloat16)"),
+        OPT_BF16_FAST,
         G4A_S("--drafter", &o->drafter, "DIR", "speculative decoding with a gemma4_assistant drafter"),
         G4A_I("--draft-tokens", &o->draft_tokens, "K", 1, 1024, "draft tokens per round (default 4)"),
         OPT_THREADS,
@@ -691,7 +700,8 @@ static int gen_open(gen_ctx *g, const char *dir, const gen_opts *o, int max_cont
                 "past it run as transformers runs them, but the model was not trained on them\n", o->ctx,
                 g->m.config.max_position_embeddings);
     sc.max_context = o->ctx ? o->ctx : max_context;
-    sc.bf16 = o->bf16;
+    sc.bf16 = o->bf16 || bf16_fast;
+    sc.bf16_fast = bf16_fast;
     sc.lora_bf16 = adapter_bf16;
     if (o->drafter && sc.max_chunk < o->draft_tokens + 2) sc.max_chunk = o->draft_tokens + 2;
     if (get_pool(&sc.pool)) return 1;
@@ -1090,6 +1100,7 @@ static int parse_run_opts(int argc, char **argv, run_opts *o) {
         G4A_S("--image", &o->image, "FILE", "a PNG or JPEG for the ids' one image placeholder (<|image|>), expanded as "
               "Gemma4Processor expands it"),
         G4A_S("--processor", &o->processor, "DIR", "with --image: the directory of processor_config.json (default DIR)"),
+        OPT_BF16_FAST,
         OPT_THREADS,
         OPT_ADAPTER,
     };
@@ -1098,6 +1109,7 @@ static int parse_run_opts(int argc, char **argv, run_opts *o) {
         G4A_IR("--new", &o->n_new, "N", 0, INT_MAX, "how many tokens to choose greedily"),
         G4A_I("--chunk", &o->chunk, "N", 1, INT_MAX, "most tokens per step (default 64)"),
         G4A_F("--bf16", &o->bf16, "the bf16-faithful mode (as transformers in bfloat16)"),
+        OPT_BF16_FAST,
         G4A_S("--drafter", &o->drafter, "DIR", "speculative decoding with a gemma4_assistant drafter (the same tokens)"),
         G4A_I("--draft-tokens", &o->draft_tokens, "K", 1, 1024, "draft tokens per round (default 4)"),
         G4A_S("--image", &o->image, "FILE", "a PNG or JPEG for the ids' one image placeholder (<|image|>), expanded as "
@@ -1458,6 +1470,7 @@ int main(int argc, char **argv) {
     int k, rc;
     char help_flag[] = "--help";
     n_threads = cpu_count();
+    bf16_fast = 0;
     if (argc < 2) { list_commands(stderr); return 1; }
     if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         if (argc == 2) { list_commands(stdout); return 0; }

@@ -363,6 +363,7 @@ static int g4t_cmd_bench(int argc, char **argv) {
         G4A_I("--prompt", &o.prompt, "N", 1, INT_MAX, "prompt tokens (default 64; with --grad the sequence, default 256)"),
         G4A_I("--gen", &o.gen, "N", 1, INT_MAX, "decoded tokens (default 16)"),
         G4A_F("--bf16", &o.bf16, "the bf16-faithful mode"),
+        OPT_BF16_FAST,
         G4A_S("--drafter", &o.drafter, "DIR", "also a drafter's costs and speculative speed at forced acceptance"),
         G4A_I("--draft-tokens", &o.draft_tokens, "K", 1, 1024, "draft tokens per round (default 4)"),
         G4A_F("--grad", &grad, "training speed: forward + backward of one sequence"),

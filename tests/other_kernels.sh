@@ -30,7 +30,7 @@ for b in $builds; do
              emu) flags="-DG4_X86_EMU=\"tests/x86_emu.h\" -Wno-psabi";; esac
   echo "# kernels built with $flags"
   st=0; ./build/test_gemma4_$b > build/test_gemma4_$b.log 2>&1 || st=$?
-  grep -E '^  kernels:|^  bf16 mode:|^not ok|^[0-9]+ passed' build/test_gemma4_$b.log
+  grep -E '^  kernels:|^  bf16 mode:|^  bf16_fast|^  bf16 goldens:|^not ok|^[0-9]+ passed' build/test_gemma4_$b.log
   [ $st -eq 0 ] || exit $st
   if [ $b = emu ]; then
     for t in train lora; do

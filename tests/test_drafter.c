@@ -16,8 +16,8 @@
        0 and up to 6.7e-5 later. The drafted tokens and the assisted output
        match token for token.
      the bf16-faithful mode's first-round drafter logits (data/tiny/e2b_drafter/golden_bf16.safetensors,
-       transformers 5.20.2 in bfloat16): bit-identical (3e-2 of max |logit| where the avx512_bf16 kernel
-       serves the mode).
+       transformers 5.20.2 in bfloat16): bit-identical, on every CPU (the mode keeps torch's order on
+       avx512_bf16 CPUs too).
      speculative greedy = plain greedy: exact (the same forward computes the
        same bits whatever the chunk; rewinding recomputes nothing).
      rewind then recompute = the first computation: exact. */
@@ -121,8 +121,7 @@ static int32_t *plain_greedy(const char *target, const int32_t *prompt, int n, i
    is min(bf16(selected logits)) - 1, then rounded to bf16, as transformers orders it; the short prompt's
    first step is one where taking the min before the rounding gives another fill (DRAFTER_VERSIONS.txt).
    bf16 bound: bit-identical, every logit a bf16 value (the target's bf16 mode is bit-identical too,
-   test_gemma4), or 3e-2 of max |logit| (G4CMP_TOL_BF16) where the avx512_bf16 kernel serves the mode
-   (not torch's order). */
+   test_gemma4). */
 static void check_first_round(const char *drafter, const char *target, const char *tag, int bf16) {
     golden g, gb;
     const char *mode = bf16 ? "bf16" : "f32";
@@ -154,7 +153,7 @@ static void check_first_round(const char *drafter, const char *target, const cha
     tok = g4_argmax(logits, V);
     for (i = 0; i < K && numel == (int64_t)K * V; i++) {
         const float *r = ref + (size_t)i * V;
-        double d, sc, tol = bf16 ? (G4__BF16DOT ? G4CMP_TOL_BF16 : 0.0) : i ? TOL_CHAINED : TOL;
+        double d, sc, tol = bf16 ? 0.0 : i ? TOL_CHAINED : TOL;
         CHECK(g4_draft_step(&p.d, tok, h, logits, h) == G4_OK, "draft step %d: %s", i, p.d.error);
         d = max_diff(logits, r, (size_t)V);
         sc = max_abs(r, (size_t)V);
@@ -192,9 +191,7 @@ static void test_first_round_goldens(void) {
 static void test_first_round_bf16_golden(void) {
     check_first_round("e2b_drafter", "e2b_like", "long", 1);
     check_first_round("e2b_drafter", "e2b_like", "short", 1);
-    if (G4__BF16DOT) /* its sums are not torch's: the tie torch saw is not there to break */
-        printf("  tie: not checked, the avx512_bf16 kernel's own order does not reproduce torch's tied centroid logits\n");
-    else check_first_round("e2b_drafter", "e2b_like", "tie", 1);
+    check_first_round("e2b_drafter", "e2b_like", "tie", 1);
 }
 
 /* assisted greedy with the real drafter = transformers' assisted output = plain greedy */
@@ -688,8 +685,7 @@ static void test_cli(void) {
     CHECK(run_cli("", cmd, NULL, 0, NULL, e, sizeof e) == 1 && strstr(e, "cannot read target layer"), "mismatch: '%s'", e);
     snprintf(cmd, sizeof cmd, "%s greedy %s --ids 2,3 --new 4 --drafter %s --draft-tokens 0", g_cli, tiny("e2b_like"),
              tiny("e2b_drafter"));
-    CHECK(run_cli("", cmd, NULL, 0, NULL, e, sizeof e) == 1 && strstr(e, "--draft-tokens 0: must be an integer in [1, 1024]"),
-          "--draft-tokens 0: '%s'", e);
+    CHECK(run_cli("", cmd, NULL, 0, NULL, e, sizeof e) == 1 && strstr(e, "usage:"), "--draft-tokens 0: '%s'", e);
 }
 
 int main(int argc, char **argv) {

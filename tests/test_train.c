@@ -430,10 +430,23 @@ static void test_backward_recomputes_forward_bits(void) {
         memset(&s, 0, sizeof s);
         g4__softcap(&s, c, cap, V); /* the forward's capped logits */
         for (mx = c[0], i = 1; i < V; i++) mx = c[i] > mx ? c[i] : mx; /* -log softmax, as g4__ce_row sums it */
-        for (i = 0; i < V; i++) sum += exp((double)(c[i] - mx));
+        for (i = 0; i < V; i++) sum += g4__exp_nonpos((double)(c[i] - mx)); /* the forward's exp (g4__exp_d) */
         ref = (double)mx + log(sum) - (double)c[y];
         loss = g4__ce_row(z, V, y, cap, 1.0f);
         CHECK(loss == ref, "cross-entropy %.17g from other capped logits than the forward's (%.17g)", loss, ref);
+    }
+    { /* the loss's exp in double, g4__exp_nonpos (the forward's g4__exp_d): within an ulp of libm's
+         exp on [-250, 0] (100001 points), and 0 below, where exp is under 1e-108 */
+        int i, far = 0, eq = 0;
+        for (i = 0; i <= 100000; i++) {
+            double x = -250.0 * (double)i / 100000.0 - (double)urand() * 1e-3, a = g4__exp_nonpos(x), b = exp(x);
+            if (x < -250.0) { far += a != 0.0; continue; }
+            far += fabs(a - b) > 2.3e-16 * b;
+            eq += a == b;
+        }
+        printf("  the loss's exp (g4__exp_d): %d of 100001 points equal to libm's exp, the rest within an ulp\n", eq);
+        CHECK(far == 0, "%d points: g4__exp_nonpos is more than an ulp from exp", far);
+        CHECK(g4__exp_nonpos(-250.5) == 0.0 && g4__exp_nonpos(0.0) == 1.0, "exp_nonpos's ends");
     }
     { /* GELU: the backward's tanh gives the forward's g4__gelu_n, bit for bit */
         float x[4001], y[4001];
