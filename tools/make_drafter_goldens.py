@@ -32,6 +32,11 @@ the round, as each step feeds the next its projected hidden state).
 data/tiny/e2b_drafter/golden_bf16.safetensors is the same first round with the target and the drafter
 loaded in bfloat16 (make_bf16; `--bf16-only` redoes just it and its DRAFTER_VERSIONS.txt line).
 
+data/tiny/e4b_drafter (make_chain; `--chain-only` redoes just it and its line) is a 5-step chain for the
+E4B-shaped e4b_like after a 12-token prompt, float32 and bfloat16, from a seed whose round is well
+conditioned (see CHAIN below). Run it with ATEN_CPU_CAPABILITY=avx2 on an AVX-512 CPU (torch's AVX2 bf16
+kernels, which gemma4.h's bf16 mode reproduces; the script checks).
+
 Everything else is float32 CPU; all of it attn_implementation="eager", torch.set_num_threads(1).  The first
 round is recorded because it is the one whose inputs are clean in 5.20.2: in later rounds the
 candidate generator slices the target's shared K/V to the new sequence length, which keeps the
@@ -62,6 +67,7 @@ from transformers import (  # noqa: E402
     Gemma4AssistantConfig,
     Gemma4AssistantForCausalLM,
     Gemma4ForCausalLM,
+    Gemma4ForConditionalGeneration,
     Gemma4TextConfig,
     GenerationConfig,
 )
@@ -262,6 +268,159 @@ def make_one(spec, root, lines):
                  f"K {K} new {NEW} bytes {size}  " + "  ".join(notes))
 
 
+# The chained golden: an assistant with ordered embeddings (top-4 of 16 centroids) drafting CHAIN_K steps for
+# the E4B-shaped e4b_like (PLE, KV sharing, two KV heads, stored bf16; a Gemma4ForConditionalGeneration
+# checkpoint) after a CHAIN_N-token prompt. Each step feeds the next its projected hidden state, so float32
+# rounding in the target's K/V and hidden state grows along the chain; how much depends on the weights (a
+# random drafter can amplify it past 1e-4 by the 5th step in exact float64 arithmetic). The seed is taken
+# from CHAIN_SEEDS only if the round is well conditioned there: the same round in float64 with the target's
+# K/V and hidden state perturbed by CHAIN_EPS relative noise (about a float32 forward's own error) moves no
+# step by more than CHAIN_SPREAD of max |logit|, and transformers' float32 round is within CHAIN_SPREAD of
+# float64 too. Then a float32 reimplementation is measured against the 1e-4 tolerance with room to spare.
+CHAIN = dict(name="e4b_drafter", target="e4b_like", ordered=True,
+             text=dict(layer_types=[SL, SL, SL, FU], num_key_value_heads=2, attention_k_eq_v=False))
+CHAIN_SEEDS = range(4001, 4041)
+CHAIN_K, CHAIN_N = 5, 12
+CHAIN_EPS, CHAIN_TRIALS, CHAIN_SPREAD = 3e-6, 8, 3e-5
+
+
+def load_any(path, dtype):
+    """A target checkpoint as transformers loads it: the multimodal wrapper when its config says so."""
+    with open(os.path.join(path, "config.json")) as f:
+        arch = json.load(f).get("architectures", ["Gemma4ForCausalLM"])[0]
+    cls = Gemma4ForConditionalGeneration if arch == "Gemma4ForConditionalGeneration" else Gemma4ForCausalLM
+    return cls.from_pretrained(path, dtype=dtype, attn_implementation="eager").eval()
+
+
+def assistant(path, dtype, k):
+    d = Gemma4AssistantForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="eager").eval()
+    d.generation_config.num_assistant_tokens = k
+    d.generation_config.num_assistant_tokens_schedule = "constant"
+    return d
+
+
+def first_round(target, drafter, prompt):
+    """transformers' assisted generation; the first round's drafter logits [K, V], the drafter's inputs at its
+    first step (inputs_embeds, attention_mask, position_ids, shared_kv_states) and the output ids"""
+    calls = []
+    orig = type(drafter).forward
+
+    def fwd(self, *a, **kw):
+        if not calls:
+            calls.append(dict(kw))
+        return orig(self, *a, **kw)
+
+    type(drafter).forward = fwd
+    captured.clear()
+    try:
+        with torch.no_grad():
+            out = target.generate(prompt[None], generation_config=gen_config(), assistant_model=drafter)[0]
+    finally:
+        type(drafter).forward = orig
+    return captured[0][1][0], calls[0], out
+
+
+def chain_spread(target, drafter, kw, k):
+    """the round replayed in the drafter's dtype from its first inputs, the target's K/V and hidden state times
+    (1 + CHAIN_EPS N(0, 1)), CHAIN_TRIALS times: the largest move of each step, relative to max |logit|"""
+    emb = target.get_input_embeddings()
+    e0 = kw["inputs_embeds"]
+    H = e0.shape[-1] // 2
+
+    def run(eps, g):
+        noise = lambda t: t * (1 + eps * torch.randn(t.shape, generator=g, dtype=t.dtype))  # noqa: E731
+        kv = {n: tuple(noise(t) for t in v) for n, v in kw["shared_kv_states"].items()}
+        hid, outs, tok = noise(e0[..., H:]), [], None
+        for i in range(k):
+            x = torch.cat([e0[..., :H] if i == 0 else emb(tok), hid], -1)
+            with torch.no_grad():
+                o = drafter(inputs_embeds=x, attention_mask=kw["attention_mask"], position_ids=kw["position_ids"],
+                            shared_kv_states=kv, use_cache=False)
+            outs.append(o.logits[0, -1])
+            tok, hid = o.logits.argmax(-1), o.last_hidden_state
+        return outs
+
+    base = run(0.0, torch.Generator().manual_seed(0))
+    worst = [0.0] * k
+    for trial in range(CHAIN_TRIALS):
+        out = run(CHAIN_EPS, torch.Generator().manual_seed(trial + 1))
+        for i in range(k):
+            worst[i] = max(worst[i], float((out[i] - base[i]).abs().max() / base[i].abs().max()))
+    return worst
+
+
+def make_chain(root, lines):
+    """data/tiny/e4b_drafter: config.json, model.safetensors (the drafter, stored bf16) and
+        golden.safetensors       chain_prompt I32 [CHAIN_N], chain_draft_logits F32 [CHAIN_K, V] (float32, the
+                                 first round), chain_draft_ids I32 [CHAIN_K], chain_assisted_ids I32 [n + NEW]
+        golden_bf16.safetensors  chain_draft_logits, chain_draft_ids: the same round with target and drafter
+                                 loaded in bfloat16 (torch's AVX2 kernels: run with ATEN_CPU_CAPABILITY=avx2 on
+                                 an AVX-512 CPU)"""
+    spec = CHAIN
+    name, tpath = spec["name"], os.path.join(root, spec["target"])
+    print(f"=== {name} (target {spec['target']}, chained {CHAIN_K} steps) ===")
+    cap = torch.backends.cpu.get_cpu_capability()
+    assert cap == "AVX2", f"the bf16 golden needs torch's AVX2 kernels (ATEN_CPU_CAPABILITY=avx2), not {cap}"
+    gold = load_file(os.path.join(tpath, "golden.safetensors"))
+    t32, t64, t16 = (load_any(tpath, dt) for dt in (torch.float32, torch.float64, torch.bfloat16))
+    with torch.no_grad():
+        lg = t32(input_ids=gold["input_ids"].long()[None], use_cache=False).logits[0]
+    err = float((lg - gold["logits"]).abs().max() / gold["logits"].abs().max())
+    print(f"  target {tpath}: 5.20.2 vs 5.23.0 golden logits, max rel diff {err:.3g}")
+    assert err < 1e-6, err
+    tc = t32.config.get_text_config()
+    path = os.path.join(root, name)
+    rejected = []
+    for seed in CHAIN_SEEDS:
+        torch.manual_seed(seed)
+        model = Gemma4AssistantForCausalLM(drafter_config(spec, tc))
+        randomize(model, seed)
+        model = model.to(torch.bfloat16)
+        shutil.rmtree(path, ignore_errors=True)
+        model.save_pretrained(path)
+        d32, d64 = assistant(path, torch.float32, CHAIN_K), assistant(path, torch.float64, CHAIN_K)
+        g = torch.Generator().manual_seed(seed + 7)
+        prompt = torch.randint(3, tc.vocab_size, (CHAIN_N,), generator=g)
+        lg32, _, assisted = first_round(t32, d32, prompt)
+        lg64, kw64, _ = first_round(t64, d64, prompt)
+        rel64 = [float((lg32[i].double() - lg64[i]).abs().max() / lg64[i].abs().max()) for i in range(CHAIN_K)]
+        spread = chain_spread(t64, d64, kw64, CHAIN_K)
+        top2 = torch.topk(lg32, 2, dim=-1).values
+        gap = float((top2[:, 0] - top2[:, 1]).min())
+        if max(rel64) > CHAIN_SPREAD or max(spread) > CHAIN_SPREAD or gap < 1e-3:
+            rejected.append(f"{seed} (f32-f64 {max(rel64):.2g}, spread {max(spread):.2g}, gap {gap:.2g})")
+            print(f"  seed {seed}: rejected: {rejected[-1]}")
+            continue
+        break
+    else:
+        raise SystemExit("make_chain: no seed in CHAIN_SEEDS is well conditioned")
+    plain = t32.generate(prompt[None], generation_config=gen_config())[0]
+    assert torch.equal(plain, assisted), (plain.tolist(), assisted.tolist())
+    draft = lg32.argmax(-1)
+    out = dict(chain_prompt=prompt.to(torch.int32), chain_draft_logits=lg32.float().contiguous(),
+               chain_draft_ids=draft.to(torch.int32), chain_assisted_ids=assisted.to(torch.int32))
+    save_file(dict(sorted(out.items())), os.path.join(path, "golden.safetensors"))
+    # bf16: the same round with target and drafter in bfloat16
+    d16 = assistant(path, torch.bfloat16, CHAIN_K)
+    lg16, _, _ = first_round(t16, d16, prompt)
+    assert lg16.dtype == torch.bfloat16
+    lg16 = lg16.float()
+    gap16 = float((torch.topk(lg16, 2, dim=-1).values[:, 0] - torch.topk(lg16, 2, dim=-1).values[:, 1]).min())
+    assert gap16 > 0, "bf16: tie in the drafted argmax"
+    save_file(dict(chain_draft_ids=lg16.argmax(-1).to(torch.int32), chain_draft_logits=lg16.contiguous()),
+              os.path.join(path, "golden_bf16.safetensors"))
+    size = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    lines.append(f"drafter {name:18s} target {spec['target']:9s} ordered_embeddings 1 K {CHAIN_K} new {NEW} bytes {size}  "
+                 f"made {date} (transformers {transformers.__version__}, torch {torch.__version__})  "
+                 f"seed {seed} chain n {CHAIN_N} min_draft_argmax_gap {gap:.3g} bf16_min_argmax_gap {gap16:.3g} "
+                 f"cpu_capability {cap}  chain_f32_vs_f64_rel_per_step " + ",".join(f"{v:.2g}" for v in rel64) +
+                 f"  chain_f64_spread_per_step (K/V and hidden x (1 + {CHAIN_EPS:g} N(0,1)), {CHAIN_TRIALS} trials) " +
+                 ",".join(f"{v:.2g}" for v in spread) +
+                 (f"  rejected seeds: {'; '.join(rejected)}" if rejected else ""))
+    print(f"  seed {seed}: drafted {draft.tolist()}, f32-f64 {rel64}, spread {spread}")
+
+
 def bf16_fill_rule_differs(sel):
     """Would mask_value from the float32 (unrounded) min of the selected logits round to another bf16
     value than transformers' (min of the bf16-rounded logits)?  sel: the selected logits in float32."""
@@ -401,6 +560,15 @@ def main():
     root = "data/tiny"
     assert os.path.isdir(os.path.join(root, "e2b_like")), "run from the repository root"
     lines = []
+    if "--chain-only" in sys.argv:  # keep everything else (the header too); redo data/tiny/e4b_drafter and its line
+        vpath = os.path.join(root, "DRAFTER_VERSIONS.txt")
+        with open(vpath) as f:
+            keep = [ln for ln in f if " e4b_drafter " not in ln]
+        make_chain(root, lines)
+        with open(vpath, "w") as f:
+            f.writelines(keep + [ln + "\n" for ln in lines])
+        print("\n".join(lines))
+        return
     if "--bf16-only" in sys.argv:  # keep the float32 drafters and goldens; redo the bf16 golden and its line
         with open(os.path.join(root, "DRAFTER_VERSIONS.txt")) as f:
             lines = [ln.rstrip("\n") for ln in f if ln.startswith("drafter ") and " bf16 " not in ln]
@@ -408,6 +576,7 @@ def main():
         for spec in DRAFTERS:
             make_one(spec, root, lines)
     make_bf16(root, lines)
+    make_chain(root, lines)
     write_versions(root, lines)
 
 
