@@ -1066,6 +1066,12 @@ G4_API g4_result g4_unified_embed_image(const g4_model *m, const float *pixel_va
                                         int *n_soft);
 G4_API g4_result g4_unified_embed_audio(const g4_model *m, const float *frames, const unsigned char *valid, int n,
                                         void *arena, size_t bytes, g4_unified_run *run, float *soft, int *n_soft);
+/* Gemma4UnifiedAudioFeatureExtractor for one clip: pcm [n] (16 kHz float samples) cut
+   into frames of A = audio_samples_per_token, the last zero-padded: *n_frames =
+   ceil(n / A) rows of frames [max_frames][A], every one valid (the placeholder run's
+   length). G4_ERR_INPUT (in run->error) when they would not fit max_frames. */
+G4_API g4_result g4_unified_audio_frames(const g4_model *m, const float *pcm, size_t n, float *frames, int max_frames,
+                                         g4_unified_run *run, int *n_frames);
 
 #ifdef GEMMA4_CUDA
 /* ------------------------------------------------------------------ cuda */
@@ -10107,6 +10113,34 @@ G4__DEF g4_result g4_unified_embed_image(const g4_model *m, const float *pixel_v
         if (!(positions[2 * t] == -1 && positions[2 * t + 1] == -1))
             memcpy(soft + (size_t)(*n_soft)++ * H, a + (size_t)t * H, sizeof(float) * (size_t)H);
     G4__ASAN_UNPOISON(arena, bytes);
+    return G4_OK;
+}
+
+/* _extract_waveform_features: np.pad to a multiple of A with zeros, reshape, float32 */
+G4__DEF g4_result g4_unified_audio_frames(const g4_model *m, const float *pcm, size_t n, float *frames, int max_frames,
+                                          g4_unified_run *run, int *n_frames) {
+    size_t A, rows;
+    if (!run) return G4_ERR_INPUT;
+    run->error[0] = 0;
+    if (!m || !frames || !n_frames || (!pcm && n)) {
+        g4__seterr(run->error, "g4_unified_audio_frames: NULL model, pcm, frames or n_frames");
+        return G4_ERR_INPUT;
+    }
+    *n_frames = 0;
+    if (!m->config.unified || !m->config.unified_audio.present) {
+        g4__seterr(run->error, "g4_unified_audio_frames: the model is not a gemma4_unified checkpoint with an audio_config");
+        return G4_ERR_INPUT;
+    }
+    A = (size_t)m->config.unified_audio.audio_embed_dim;
+    rows = (n + A - 1) / A;
+    if (rows > (size_t)(max_frames > 0 ? max_frames : 0)) {
+        g4__seterr(run->error, "g4_unified_audio_frames: %llu samples make %llu frames of %llu; room for %d",
+                   (unsigned long long)n, (unsigned long long)rows, (unsigned long long)A, max_frames);
+        return G4_ERR_INPUT;
+    }
+    if (n) memcpy(frames, pcm, sizeof(float) * n);
+    memset(frames + n, 0, sizeof(float) * (rows * A - n));
+    *n_frames = (int)rows;
     return G4_OK;
 }
 

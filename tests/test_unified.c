@@ -453,6 +453,36 @@ static void test_image_processor(void) {
     g4_model_free(&g.m);
 }
 
+/* Gemma4UnifiedAudioFeatureExtractor: a 1234-sample clip becomes 31 frames of
+   40, the last zero-padded, all valid; bit for bit. Too little room is an error. */
+static void test_audio_frames(void) {
+    golden g;
+    g4_model m;
+    g4_unified_run run;
+    const g4_tensor *pcm, *feat, *mask;
+    float frames[32 * 40];
+    int n = -1, i, valid = 1;
+    if (!golden_open_file(&g, "unified_like", "frames_golden.safetensors")) { CHECK(0, "frames golden"); return; }
+    if (g4_model_load(&m, tiny("unified_like")) != G4_OK) { CHECK(0, "load: %s", m.error); g4_model_free(&g.m); return; }
+    pcm = g4_model_tensor(&g.m, "pcm");
+    feat = g4_model_tensor(&g.m, "input_features");
+    mask = g4_model_tensor(&g.m, "input_features_mask");
+    CHECK(pcm && feat && mask && feat->shape[0] == 31 && feat->shape[1] == 40, "golden tensors");
+    if (pcm && feat && mask) {
+        memset(&run, 0, sizeof run);
+        CHECK(g4_unified_audio_frames(&m, (const float *)pcm->data, (size_t)pcm->shape[0], frames, 32, &run, &n) == G4_OK,
+              "frames: %s", run.error);
+        for (i = 0; i < 31; i++) valid &= ((const int32_t *)mask->data)[i] == 1;
+        CHECK(n == 31 && valid && memcmp(frames, feat->data, sizeof(float) * 31 * 40) == 0,
+              "%d frames, the extractor's 31, all valid %d, same bits", n, valid);
+        CHECK(g4_unified_audio_frames(&m, (const float *)pcm->data, (size_t)pcm->shape[0], frames, 30, &run, &n) ==
+                  G4_ERR_INPUT && strstr(run.error, "31 frames") && n == 0, "30 frames of room: %s", run.error);
+        CHECK(g4_unified_audio_frames(&m, NULL, 0, frames, 1, &run, &n) == G4_OK && n == 0, "an empty clip: no frame");
+    }
+    g4_model_free(&m);
+    g4_model_free(&g.m);
+}
+
 /* "all" runs in the forward only: the training reference's attention is causal, so it refuses. */
 static void test_all_refused_by_training(void) {
     g4_model m;
@@ -475,6 +505,7 @@ int main(int argc, char **argv) {
     run("unified: the embedders refuse a model without them", test_missing_embedder);
     run("unified: two images and a clip merged (g4_forward_mm): logits vs transformers", test_merge_logits);
     run("unified: \"all\" is refused by the training reference", test_all_refused_by_training);
+    run("unified: Gemma4UnifiedAudioFeatureExtractor's frames, bit for bit", test_audio_frames);
     run("unified: Gemma4UnifiedImageProcessor = g4_image_preprocess at patch 12, no pooling, bit for bit", test_image_processor);
     return finish();
 }

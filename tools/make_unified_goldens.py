@@ -344,6 +344,19 @@ def make_image_golden(out_dir):
     print(f"image processor: 37x50 -> {n} soft tokens")
 
 
+def make_frames_golden(out_dir):
+    """Gemma4UnifiedAudioFeatureExtractor (audio_samples_per_token 40) on a 1234-sample float32 clip:
+    pcm F32 [1234], input_features F32 [31, 40] (the last frame zero-padded), input_features_mask I32 [31]."""
+    from transformers.models.gemma4_unified.feature_extraction_gemma4_unified import Gemma4UnifiedAudioFeatureExtractor
+    fe = Gemma4UnifiedAudioFeatureExtractor(feature_size=AUDIO["audio_embed_dim"],
+                                            audio_samples_per_token=AUDIO["audio_embed_dim"])
+    x = (np.random.default_rng(9).standard_normal(1234) * 0.3).astype(np.float32)
+    o = fe(x, return_tensors="pt")
+    save_file({"pcm": torch.from_numpy(x), "input_features": o["input_features"][0].float().contiguous(),
+               "input_features_mask": o["input_features_mask"][0].to(torch.int32).contiguous()},
+              os.path.join(out_dir, "frames_golden.safetensors"))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="data/tiny")
@@ -387,6 +400,7 @@ def main():
     save_file({k: v.contiguous() for k, v in mm.items()}, os.path.join(out_dir, "mm_golden.safetensors"))
     print(f"greedy {seq.tolist()} (min top-2 gap {gap:.3g})")
     make_image_golden(out_dir)
+    make_frames_golden(out_dir)
     all_std, all_gap = make_all(args.out, args.all_seed)
 
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
