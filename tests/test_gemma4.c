@@ -442,6 +442,14 @@ static void test_cli(void) {
     CHECK(run_cli("build/gemma4", cmd, NULL, 0, NULL, NULL, 0) == 0, "compare within tolerance must exit 0");
     snprintf(cmd, sizeof cmd, "compare %s %s --f32", tiny("e2b_like"), dumpfile("e2b_like_bf16.safetensors"));
     CHECK(run_cli("build/gemma4", cmd, NULL, 0, NULL, NULL, 0) == 2, "float32 vs a bf16 dump at the f32 tolerance must exit 2");
+    /* --bf16 is torch's order (to the bit, whatever kernels build/gemma4 has); --bf16-fast within 3e-2 (the
+       VDPBF16PS kernel where the CLI has avx512_bf16, else --bf16), and only beside --bf16 */
+    snprintf(cmd, sizeof cmd, "compare %s %s --bf16 --tolerance 0", tiny("e4b_like"), dumpfile("e4b_like_bf16.safetensors"));
+    CHECK(run_cli("build/gemma4", cmd, NULL, 0, NULL, NULL, 0) == 0, "compare --bf16 at tolerance 0 must exit 0: %s", cmd);
+    snprintf(cmd, sizeof cmd, "compare %s %s --bf16-fast", tiny("e4b_like"), dumpfile("e4b_like_bf16.safetensors"));
+    CHECK(run_cli("build/gemma4", cmd, NULL, 0, NULL, NULL, 0) == 0, "compare --bf16-fast within 3e-2 must exit 0: %s", cmd);
+    snprintf(cmd, sizeof cmd, "info %s --bf16-fast", tiny("e4b_like"));
+    CHECK(run_cli("build/gemma4", cmd, NULL, 0, NULL, NULL, 0) == 1, "--bf16-fast where --bf16 is not an option must exit 1");
     snprintf(cmd, sizeof cmd, "info %s", cfgfile("", "gemma-4-E4B"));
     CHECK(run_cli("build/gemma4", cmd, NULL, 0, NULL, NULL, 0) == 0, "info on a config.json");
     { /* --bf16: logits equal transformers-bf16's to the bit (a dump with an exact router tie); greedy's
