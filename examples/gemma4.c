@@ -1085,6 +1085,7 @@ typedef struct {
     int n, chunk, n_new, draft_tokens, steps, bf16;
     const char *dir, *ids_arg, *out_path, *drafter;
     const char *image, *processor; /* logits --image FILE [--processor DIR] */
+    const char *audio;             /* logits --audio FILE */
 } run_opts;
 
 /* Parses a logits / greedy / draft command line into o (ids parsed);
@@ -1101,6 +1102,8 @@ static int parse_run_opts(int argc, char **argv, run_opts *o) {
               "Gemma4Processor expands it"),
         G4A_S("--processor", &o->processor, "DIR", "with --image: the directory of processor_config.json (default DIR)"),
         OPT_BF16_FAST,
+        G4A_S("--audio", &o->audio, "FILE", "a WAV (16 kHz mono) for the ids' one audio placeholder (<|audio|>), expanded "
+              "as Gemma4Processor expands it"),
         OPT_THREADS,
         OPT_ADAPTER,
     };
@@ -1215,6 +1218,10 @@ static int image_post(run_opts *o, g4img_ctx *ic, const g4_model *m, float **sof
 }
 
 /* gemma4 logits DIR --ids ... --out FILE: all logits [n][V] to FILE, argmax of each */
+static int audio_features_of(const char *wav, g4_audio_fe *fe, float **feat, unsigned char **mask, int *nf, size_t *n_samples);
+static int audio_soft_tokens(const g4_model *m, const char *dir, const char *wav, const g4_audio_fe *fe, const float *feat,
+                             const unsigned char *mask, int nf, float **soft, int *n_soft); /* (below, beside cmd_audio) */
+
 static int cmd_logits(int argc, char **argv) {
     run_opts o;
     g4_model m;
@@ -1222,14 +1229,48 @@ static int cmd_logits(int argc, char **argv) {
     float *logits = NULL, *soft = NULL;
     int i, V, rc = 1, n_soft = 0, extra, chunk;
     g4img_ctx ic;
+    g4_audio_fe afe;
+    float *afeat = NULL;
+    unsigned char *amask = NULL;
+    int anf = 0;
     PARSE_RUN_OPTS(o);
+    memset(&afe, 0, sizeof afe);
+    if (o.audio && o.image) { fprintf(stderr, "gemma4 logits: --audio and --image together are not supported yet\n"); free(o.ids); return 1; }
     if (image_pre(&o, &ic, &extra, &chunk)) { free(o.ids); return 1; }
-    if (open_session(o.dir, o.n + extra, chunk, o.bf16, &m, &s)) { free(o.ids); return 1; }
+    if (o.audio) { /* the clip's features first: its run is at most tokens_max + 2 more rows */
+        if (audio_features_of(o.audio, &afe, &afeat, &amask, &anf, NULL)) { free(o.ids); g4_audio_fe_free(&afe); return 1; }
+        extra = g4_audio_tokens_max(anf) + 2;
+    }
+    if (open_session(o.dir, o.n + extra, chunk, o.bf16, &m, &s)) {
+        free(o.ids); g4_audio_fe_free(&afe); free(afeat); free(amask);
+        return 1;
+    }
     if (image_post(&o, &ic, &m, &soft, &n_soft)) goto done;
+    if (o.audio) { /* <|audio|> -> <|audio> + n_soft x <|audio|> + <audio|>, the config's ids */
+        int32_t *ids;
+        int k, at = -1, count = 0, n;
+        for (k = 0; k < o.n; k++) if (o.ids[k] == m.config.audio_token_id) { at = k; count++; }
+        if (count != 1) {
+            fprintf(stderr, "gemma4 logits: the ids have %d audio placeholders (%d); --audio fills exactly one\n", count,
+                    (int)m.config.audio_token_id);
+            goto done;
+        }
+        if (audio_soft_tokens(&m, o.dir, o.audio, &afe, afeat, amask, anf, &soft, &n_soft)) goto done;
+        n = o.n + n_soft + 1;
+        if (!(ids = (int32_t *)malloc(sizeof(int32_t) * (size_t)n))) { fprintf(stderr, "gemma4: out of memory\n"); goto done; }
+        memcpy(ids, o.ids, sizeof(int32_t) * (size_t)at);
+        ids[at] = m.config.boa_token_id;
+        for (k = 0; k < n_soft; k++) ids[at + 1 + k] = m.config.audio_token_id;
+        ids[at + 1 + n_soft] = m.config.eoa_token_id;
+        memcpy(ids + at + 2 + n_soft, o.ids + at + 1, sizeof(int32_t) * (size_t)(o.n - at - 1));
+        free(o.ids);
+        o.ids = ids;
+        o.n = n;
+    }
     V = m.config.vocab_size;
     logits = (float *)malloc(sizeof(float) * (size_t)o.n * (size_t)V);
     if (!logits) { fprintf(stderr, "gemma4: out of memory for %d x %d logits\n", o.n, V); goto done; }
-    if ((o.image ? g4_forward_mm(&s, o.ids, o.n, soft, n_soft, logits, G4_LOGITS_ALL, NULL)
+    if ((o.image || o.audio ? g4_forward_mm(&s, o.ids, o.n, soft, n_soft, logits, G4_LOGITS_ALL, NULL)
                  : g4_forward(&s, o.ids, o.n, logits, G4_LOGITS_ALL)) != G4_OK) {
         fprintf(stderr, "gemma4: %s\n", s.error);
         goto done;
@@ -1241,8 +1282,83 @@ static int cmd_logits(int argc, char **argv) {
     rc = 0;
 done:
     g4img_close(&ic);
+    g4_audio_fe_free(&afe);
+    free(afeat);
+    free(amask);
     free(soft);
     return close_session(&m, &s, o.ids, logits, rc);
+}
+
+/* A WAV file's log-mel features (malloc'd; *nf frames of fe->feature_size), or 1
+   with a message. fe is initialised here; the caller frees it. */
+static int audio_features_of(const char *wav, g4_audio_fe *fe, float **feat, unsigned char **mask, int *nf, size_t *n_samples) {
+    char *bytes = NULL, err[G4_ERROR_MAX];
+    float *pcm = NULL, *scratch = NULL;
+    size_t len, n = 0;
+    int rate = 0, rc = 1;
+    *feat = NULL;
+    *mask = NULL;
+    *nf = 0;
+    memset(fe, 0, sizeof *fe);
+    if (g4__read_file(wav, &bytes, &len, (size_t)1 << 30, err) != G4_OK) { print_error(err); return 1; }
+    if (g4_wav_parse((const unsigned char *)bytes, len, NULL, 0, &n, &rate, err) != G4_OK) {
+        fprintf(stderr, "gemma4: %s: %s\n", wav, err);
+        free(bytes);
+        return 1;
+    }
+    if (n > (size_t)INT_MAX) { fprintf(stderr, "gemma4: %s: %zu samples\n", wav, n); free(bytes); return 1; }
+    if (!(pcm = (float *)malloc(sizeof(float) * (n ? n : 1))) ||
+        g4_wav_parse((const unsigned char *)bytes, len, pcm, n, &n, &rate, err) != G4_OK) {
+        fprintf(stderr, "gemma4: %s: %s\n", wav, pcm ? err : "out of memory");
+        goto done;
+    }
+    if (g4_audio_fe_init(fe) != G4_OK) { print_error(fe->error); goto done; }
+    *nf = g4_audio_fe_frames(fe, (int)n);
+    *feat = (float *)malloc(sizeof(float) * (size_t)(*nf > 0 ? *nf : 1) * (size_t)fe->feature_size);
+    *mask = (unsigned char *)malloc((size_t)(*nf > 0 ? *nf : 1));
+    scratch = (float *)malloc(sizeof(float) * g4_audio_fe_scratch(fe));
+    if (!*feat || !*mask || !scratch) { fprintf(stderr, "gemma4: out of memory\n"); goto done; }
+    if (g4_audio_features(fe, pcm, (int)n, rate, *feat, *mask, nf, scratch) != G4_OK) {
+        fprintf(stderr, "gemma4: %s: %s\n", wav, fe->error);
+        goto done;
+    }
+    if (n_samples) *n_samples = n;
+    rc = 0;
+done:
+    if (rc) { free(*feat); free(*mask); *feat = NULL; *mask = NULL; }
+    free(bytes); free(pcm); free(scratch);
+    return rc;
+}
+
+/* The clip's soft tokens through m's audio tower (*soft malloc'd, [*n_soft][H]), or 1 with a message. */
+static int audio_soft_tokens(const g4_model *m, const char *dir, const char *wav, const g4_audio_fe *fe, const float *feat,
+                             const unsigned char *mask, int nf, float **soft, int *n_soft) {
+    g4_audio_run run;
+    void *arena = NULL;
+    size_t arena_bytes = 0;
+    *soft = NULL;
+    if (!m->audio.loaded) { fprintf(stderr, "gemma4: %s: no audio tower: %s\n", dir, m->audio.error); return 1; }
+    if (m->config.audio.subsampling_conv_channels[0] != fe->feature_size) {
+        fprintf(stderr, "gemma4: %s: the audio tower takes %d mel bins, the feature extractor makes %d\n", dir,
+                m->config.audio.subsampling_conv_channels[0], fe->feature_size);
+        return 1;
+    }
+    if (g4_audio_size(m, nf, &arena_bytes) != G4_OK || posix_memalign(&arena, 64, arena_bytes) != 0 ||
+        !(*soft = (float *)malloc(sizeof(float) * (size_t)g4_audio_tokens_max(nf) * (size_t)m->config.hidden_size))) {
+        fprintf(stderr, "gemma4: out of memory for the audio tower's arena\n");
+        free(arena);
+        return 1;
+    }
+    memset(&run, 0, sizeof run);
+    if (g4_audio_encode(m, feat, mask, nf, arena, arena_bytes, &run, *soft, n_soft) != G4_OK) {
+        fprintf(stderr, "gemma4: %s: %s\n", wav, run.error);
+        free(arena);
+        free(*soft);
+        *soft = NULL;
+        return 1;
+    }
+    free(arena);
+    return 0;
 }
 
 /* gemma4 audio DIR CLIP.wav --out FILE: the clip's soft tokens as they enter
@@ -1252,13 +1368,10 @@ static int cmd_audio(int argc, char **argv) {
     const char *pos[2], *out_path = NULL;
     g4_model m;
     g4_audio_fe fe;
-    g4_audio_run run;
-    char *bytes = NULL, err[G4_ERROR_MAX];
-    float *pcm = NULL, *feat = NULL, *scratch = NULL, *soft = NULL;
+    float *feat = NULL, *soft = NULL;
     unsigned char *mask = NULL;
-    void *arena = NULL;
-    size_t len, n = 0, arena_bytes = 0;
-    int np, rc, rate = 0, nf = 0, n_soft = 0, ret = 1;
+    size_t n = 0;
+    int np, rc, nf = 0, n_soft = 0, ret = 1;
     g4a_opt opts[] = {
         G4A_SR("--out", &out_path, "FILE", "where the float32 [n][hidden] soft tokens go"),
     };
@@ -1267,55 +1380,18 @@ static int cmd_audio(int argc, char **argv) {
                    "30 s) through Gemma4AudioFeatureExtractor, the audio tower and embed_audio, padding stripped; float32\n"
                    "[n][hidden] to FILE.", opts, G4A_N_OPTS(opts)};
     if ((rc = g4a_parse(&cmd, argc, argv, 2, pos, &np)) != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
-    memset(&fe, 0, sizeof fe);
-    if (g4__read_file(pos[1], &bytes, &len, (size_t)1 << 30, err) != G4_OK) { print_error(err); return 1; }
-    if (g4_wav_parse((const unsigned char *)bytes, len, NULL, 0, &n, &rate, err) != G4_OK) {
-        fprintf(stderr, "gemma4: %s: %s\n", pos[1], err);
-        free(bytes);
-        return 1;
-    }
-    if (n > (size_t)INT_MAX) { fprintf(stderr, "gemma4: %s: %zu samples\n", pos[1], n); free(bytes); return 1; }
-    if (!(pcm = (float *)malloc(sizeof(float) * (n ? n : 1))) ||
-        g4_wav_parse((const unsigned char *)bytes, len, pcm, n, &n, &rate, err) != G4_OK) {
-        fprintf(stderr, "gemma4: %s: %s\n", pos[1], pcm ? err : "out of memory");
-        goto done;
-    }
-    if (g4_audio_fe_init(&fe) != G4_OK) { print_error(fe.error); goto done; }
-    nf = g4_audio_fe_frames(&fe, (int)n);
-    feat = (float *)malloc(sizeof(float) * (size_t)(nf > 0 ? nf : 1) * (size_t)fe.feature_size);
-    mask = (unsigned char *)malloc((size_t)(nf > 0 ? nf : 1));
-    scratch = (float *)malloc(sizeof(float) * g4_audio_fe_scratch(&fe));
-    if (!feat || !mask || !scratch) { fprintf(stderr, "gemma4: out of memory\n"); goto done; }
-    if (g4_audio_features(&fe, pcm, (int)n, rate, feat, mask, &nf, scratch) != G4_OK) {
-        fprintf(stderr, "gemma4: %s: %s\n", pos[1], fe.error);
-        goto done;
-    }
+    if (audio_features_of(pos[1], &fe, &feat, &mask, &nf, &n)) goto done;
     if (load_model(&m, pos[0])) goto done;
-    if (!m.audio.loaded) { fprintf(stderr, "gemma4: %s: no audio tower: %s\n", pos[0], m.audio.error); goto done_model; }
-    if (m.config.audio.subsampling_conv_channels[0] != fe.feature_size) {
-        fprintf(stderr, "gemma4: %s: the audio tower takes %d mel bins, the feature extractor makes %d\n", pos[0],
-                m.config.audio.subsampling_conv_channels[0], fe.feature_size);
-        goto done_model;
+    if (audio_soft_tokens(&m, pos[0], pos[1], &fe, feat, mask, nf, &soft, &n_soft) == 0 &&
+        write_floats(out_path, soft, (size_t)n_soft * (size_t)m.config.hidden_size) == 0) {
+        printf("%s: %zu samples, %d feature frames, %d soft tokens\nwrote %d x %d float32 soft tokens to %s\n", pos[1],
+               n, nf, n_soft, n_soft, m.config.hidden_size, out_path);
+        ret = 0;
     }
-    if (g4_audio_size(&m, nf, &arena_bytes) != G4_OK || posix_memalign(&arena, 64, arena_bytes) != 0 ||
-        !(soft = (float *)malloc(sizeof(float) * (size_t)g4_audio_tokens_max(nf) * (size_t)m.config.hidden_size))) {
-        fprintf(stderr, "gemma4: out of memory for the audio tower's arena\n");
-        goto done_model;
-    }
-    memset(&run, 0, sizeof run);
-    if (g4_audio_encode(&m, feat, mask, nf, arena, arena_bytes, &run, soft, &n_soft) != G4_OK) {
-        fprintf(stderr, "gemma4: %s: %s\n", pos[1], run.error);
-        goto done_model;
-    }
-    if (write_floats(out_path, soft, (size_t)n_soft * (size_t)m.config.hidden_size)) goto done_model;
-    printf("%s: %zu samples, %d feature frames, %d soft tokens\nwrote %d x %d float32 soft tokens to %s\n", pos[1], n,
-           nf, n_soft, n_soft, m.config.hidden_size, out_path);
-    ret = 0;
-done_model:
     g4_model_free(&m);
 done:
     g4_audio_fe_free(&fe);
-    free(bytes); free(pcm); free(feat); free(mask); free(scratch); free(soft); free(arena);
+    free(feat); free(mask); free(soft);
     return ret;
 }
 

@@ -668,6 +668,30 @@ static void test_cli(void) {
         }
         free(bytes);
     }
+    { /* logits --audio: the ids' one <|audio|> expanded and filled, against transformers with clip b alone */
+        const float *lref = golden_f32(&g, "one.logits", &numel);
+        int64_t ln = numel;
+        snprintf(path, sizeof path, "%s/logits.f32", g_tmp);
+        snprintf(args, sizeof args, "logits %s --ids 2,17,200,246,77,123 --audio %s --out %s", tiny(MODEL),
+                 path2(tiny(MODEL), "clip_b.wav"), path);
+        st = run_cli(g_cli, args, out, sizeof out, NULL, err, sizeof err);
+        CHECK(st == 0 && strstr(out, "wrote 18 x 256"), "logits --audio: exit %d: %s%s", st, out, err);
+        if (st == 0 && lref) {
+            char *bytes = NULL, e2[G4_ERROR_MAX];
+            size_t len = 0;
+            CHECK(g4__read_file(path, &bytes, &len, 1 << 20, e2) == G4_OK && len == (size_t)ln * sizeof(float), "%zu bytes", len);
+            if (bytes && len == (size_t)ln * sizeof(float)) {
+                double d = max_diff((const float *)(void *)bytes, lref, (size_t)ln), sc = max_abs(lref, (size_t)ln);
+                printf("  logits --audio: within %.3g x max|logit| of transformers\n", d / sc);
+                CHECK(d <= 1e-4 * sc, "the CLI's logits differ by %g (max %g)", d, sc);
+            }
+            free(bytes);
+        }
+        snprintf(args, sizeof args, "logits %s --ids 2,17,200,77 --audio %s --out %s", tiny(MODEL),
+                 path2(tiny(MODEL), "clip_b.wav"), path);
+        st = run_cli(g_cli, args, out, sizeof out, NULL, err, sizeof err);
+        CHECK(st == 1 && strstr(err, "0 audio placeholders"), "no placeholder: exit %d: %s", st, err);
+    }
     { /* an 8 kHz WAV: refused by the extractor, as transformers refuses it */
         unsigned char h[44 + 400];
         FILE *f;
@@ -719,7 +743,7 @@ int main(int argc, char **argv) {
     run("config: bad audio_config fields name the field", test_bad_config);
     run("features: bad rate, past 30 s, too short, non-finite", test_bad_features);
     run("wav: PCM16 and float32 mono; everything else refused", test_wav);
-    run("cli: gemma4 audio writes the soft tokens; bad input is one line and exit 1", test_cli);
+    run("cli: gemma4 audio and logits --audio = transformers; bad input is one line and exit 1", test_cli);
     {
         char cmd[300];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);

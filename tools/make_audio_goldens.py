@@ -23,6 +23,7 @@ reloads it in float32 and records, for two clips:
       ids                     I32 [S]          a prompt with both clips' placeholder runs
       logits                  F32 [S, V]       Gemma4ForConditionalGeneration(ids, both clips
                                                batched by the feature extractor), float32
+      one.ids, one.logits                      the same with clip b alone (one audio run)
 
 Tap layouts: the subsampling layers' [1, C, T, F] outputs are stored as [T][F*C] (channels
 last, what input_proj_linear flattens); depthwise_conv1d's [1, H, T] as [T][H]; every other
@@ -460,6 +461,14 @@ def main():
     golden["logits"] = res.logits[0].float().contiguous()
     logit_scale = float(res.logits.abs().max())
     print(f"prompt {len(ids)} ids, max|logit| {logit_scale:.3f}")
+    # one clip (b) alone, as `gemma4 logits --audio` runs it: the prompt with its run expanded
+    ids1 = [2, 17, 200, IDS["boa_token_id"]] + [IDS["audio_token_id"]] * tb + [IDS["eoa_token_index"], 77, 123]
+    one = fe([b], return_tensors="pt")
+    with torch.no_grad():
+        res1 = model(input_ids=torch.tensor(ids1, dtype=torch.long)[None], input_features=one["input_features"],
+                     input_features_mask=one["input_features_mask"], use_cache=False)
+    golden["one.ids"] = torch.tensor(ids1, dtype=torch.int32)
+    golden["one.logits"] = res1.logits[0].float().contiguous()
 
     save_file({k: v.contiguous() for k, v in sorted(golden.items())}, os.path.join(args.out, "golden.safetensors"))
     n_geom = make_geom(args.out + "_geom", feats["a"])
