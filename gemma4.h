@@ -5712,7 +5712,7 @@ static void g4__vrope(float *x, const float *inv_freq, int D, int px, int py) {
 
 /* Gemma4VisionAttention's eager attention (scaling 1.0): every query over the
    real patches' keys (padding keys masked); split across threads by query */
-typedef struct { g4_vision_session *vs; const int32_t *pos; int n; } g4__vattn_job;
+typedef struct { g4_vision_session *vs; const int32_t *pos; int n, real; } g4__vattn_job;
 
 static void g4__vattn_part(void *ctx, int part, int n_parts) {
     const g4__vattn_job *j = (const g4__vattn_job *)ctx;
@@ -5721,7 +5721,18 @@ static void g4__vattn_part(void *ctx, int part, int n_parts) {
     int D = v->head_dim, NH = v->num_attention_heads, KVH = v->num_key_value_heads, n = j->n, t, h, k, d;
     int t0 = (int)((int64_t)n * part / n_parts), t1 = (int)((int64_t)n * (part + 1) / n_parts);
     float *sc = vs->scores + (size_t)part * (size_t)vs->cfg.max_patches;
-    for (t = t0; t < t1; t++)
+    if (j->real > 0) { /* the real patches first, the padding after (as the processor lays them out): the
+                          decoder's attention over keys [0, real) of a slot that is this layer's K/V */
+        g4_kv_slot sl;
+        memset(&sl, 0, sizeof sl);
+        sl.kv_heads = KVH; sl.head_dim = D; sl.capacity = n; sl.n_pos = n; sl.k = vs->k; sl.v = vs->v;
+        for (t = t0; t < t1; t++)
+            for (h = 0; h < NH; h++)
+                g4__attend(vs->att + ((size_t)t * NH + h) * D, vs->q + ((size_t)t * NH + h) * D, 1, &sl, h / (NH / KVH), 0,
+                           j->real - 1, sc);
+        return;
+    }
+    for (t = t0; t < t1; t++) /* any other layout: every key, padding masked */
         for (h = 0; h < NH; h++) {
             const float *q = vs->q + ((size_t)t * NH + h) * D;
             float *out = vs->att + ((size_t)t * NH + h) * D, mx = -INFINITY, sum = 0.0f;
@@ -5775,6 +5786,9 @@ static void g4__vlayer(g4_vision_session *vs, int l, const int32_t *pos, int n) 
         }
     }
     aj.vs = vs; aj.pos = pos; aj.n = n;
+    for (aj.real = 0; aj.real < n && !(pos[2 * aj.real] == -1 && pos[2 * aj.real + 1] == -1); aj.real++) {}
+    for (t = aj.real; t < n; t++) /* real patches after padding: the general loop */
+        if (!(pos[2 * t] == -1 && pos[2 * t + 1] == -1)) aj.real = 0;
     g4__parallel(vs->cfg.pool, g4__vattn_part, &aj);
     g4__clip_linear(vs, vs->xn, vs->att, &L->o_proj, n);
     g4__vtap(vs, l, "self_attn", vs->xn, n, Hv);

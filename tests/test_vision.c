@@ -298,6 +298,32 @@ static void test_threads(void) {
     fixture_close(&f);
 }
 
+/* the patches' order does not matter (attention over the real patches, pooling by
+   position): a padding patch moved to the front takes the general attention loop
+   instead of the decoder's kernel, and gives the same soft tokens (1e-5) */
+static void test_patch_order(void) {
+    fixture f;
+    images im;
+    static float pv[280 * 48], a[80 * 32], b[80 * 32];
+    static int32_t pos[280 * 2];
+    int na = 0, nb = 0, last = 279;
+    if (!fixture_open(&f, "31b_mm", NULL, NULL) || !case_images(&f.pg, 0, &im)) { CHECK(0, "setup"); fixture_close(&f); return; }
+    CHECK(im.pos[2 * last] == -1, "case 0 ends in padding");
+    memcpy(pv, im.pv, sizeof pv);
+    memcpy(pos, im.pos, sizeof pos);
+    /* swap patch 0 (real) with the last (padding) */
+    memcpy(pv + (size_t)last * 48, im.pv, sizeof(float) * 48);
+    memcpy(pv, im.pv + (size_t)last * 48, sizeof(float) * 48);
+    pos[0] = pos[1] = -1;
+    pos[2 * last] = im.pos[0];
+    pos[2 * last + 1] = im.pos[1];
+    CHECK(g4_vision_encode(&f.vs, im.pv, im.pos, 280, a, &na) == G4_OK, "%s", f.vs.error);
+    CHECK(g4_vision_encode(&f.vs, pv, pos, 280, b, &nb) == G4_OK, "%s", f.vs.error);
+    CHECK(na == nb && na > 0 && rel_diff(b, a, (size_t)na * 32) <= 1e-5, "reordered: %d / %d soft tokens, relative difference %.3g",
+          nb, na, rel_diff(b, a, (size_t)na * 32));
+    fixture_close(&f);
+}
+
 /* the final norm of case 0 (every row) */
 static void test_norm_rows(void) {
     int k;
@@ -781,6 +807,7 @@ int main(int argc, char **argv) {
     run("vision tower: every tap against transformers (e2b_mm, 31b_mm)", test_taps);
     run("vision tower: soft tokens of 4 cases (resize, none, RGBA, two images)", test_soft_tokens);
     run("vision tower: a 3-thread pool gives the same bits", test_threads);
+    run("vision tower: padding before a real patch (the general attention loop) gives the same soft tokens", test_patch_order);
     run("merge: logits with images, one call (e2b_mm, 31b_mm)", test_logits);
     run("merge: final norm rows of case 0", test_norm_rows);
     run("merge: chunked steps and two calls give the same logits", test_chunks);
