@@ -232,6 +232,14 @@ static int cmd_info(int argc, char **argv) {
     if (r != G4_OK) { print_error(c.error); return 1; }
     if (g4_plan_build(&p, &c) != G4_OK) { fprintf(stderr, "gemma4: %s: %s\n", path, p.error); return 1; }
     g4_plan_print(&p, &c, stdout);
+    if (c.vision.present) /* the vision tower (>>vision) and the merge's ids */
+        printf("vision tower: %d layers, hidden %d, %d heads of %d (%d KV), mlp %d, patch %d, pooling %d, position table %d, "
+               "rope_theta %g%s%s; ids: image %d, boi %d, eoi %d; bidirectional image attention %s\n",
+               c.vision.num_hidden_layers, c.vision.hidden_size, c.vision.num_attention_heads, c.vision.head_dim,
+               c.vision.num_key_value_heads, c.vision.intermediate_size, c.vision.patch_size, c.vision.pooling_kernel_size,
+               c.vision.position_embedding_size, (double)c.vision.rope_theta, c.vision.use_clipped_linears ? ", clipped linears" : "",
+               c.vision.standardize ? ", standardize" : "", c.image_token_id, c.boi_token_id, c.eoi_token_id,
+               c.bidirectional == G4_BIDIR_VISION ? "on sliding layers" : c.bidirectional == G4_BIDIR_ALL ? "everywhere" : "no");
     if (adapter_dir) { /* which modules of which layers the adapter changes */
         g4_model m;
         int k;

@@ -765,6 +765,19 @@ static void test_cli_logits(void) {
     for (i = 0; rows && gold && i < nr; i++)
         CHECK(max_diff(l + (size_t)rows[i] * 520, gold + (size_t)i * 520, 520) <= 1e-4 * max_abs(gold, (size_t)nl),
               "row %d differs", rows[i]);
+    { /* info describes the tower */
+        char line[1024];
+        FILE *pp;
+        int found = 0;
+        snprintf(cmd, sizeof cmd, "%s info %s", g_cli, vdir("31b_mm"));
+        if ((pp = popen(cmd, "r")) != NULL) {
+            while (fgets(line, sizeof line, pp))
+                found |= strstr(line, "vision tower: 2 layers, hidden 16, 2 heads of 8 (2 KV), mlp 32, patch 4, pooling 2, "
+                                      "position table 48, rope_theta 50, standardize; ids: image 513, boi 512, eoi 514; "
+                                      "bidirectional image attention on sliding layers") != NULL;
+            CHECK(pclose(pp) == 0 && found, "info: no vision tower line");
+        }
+    }
     snprintf(cmd, sizeof cmd, "%s logits %s --ids 2,310 --image %s --processor %s --out %s 2> /dev/null", g_cli,
              vdir("e2b_mm"), vdir("images/a.png"), vdir("processor"), out);
     CHECK(system(cmd) != 0, "no placeholder for the image: exit 0");
