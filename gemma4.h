@@ -188,10 +188,11 @@
      caller's.
 
    LIMITS
-     The text decoder, the vision tower (g4_vision_encode, >>vision) with the
-     merge of soft tokens into the decoder (g4_forward_mm), and the E2B/E4B audio
-     tower (g4_audio_encode, >>audio: no merge yet); the 12B unified model's
-     decoder and encoder-free embedders (>>unified). Batch size 1 per session.
+     The text decoder, the vision tower (g4_vision_encode, >>vision), the
+     E2B/E4B audio tower (g4_audio_encode, >>audio), their soft tokens merged
+     into the decoder by g4_forward_mm, and the 12B unified model's decoder and
+     encoder-free embedders (>>unified). No video frames yet; the audio tower
+     and the 12B embedders run on one thread. Batch size 1 per session.
      The bf16 mode and the CUDA twin do not cover the towers; g4_forward_mm runs
      on the CPU. Drafters (gemma4_assistant) run on the CPU only.
 
