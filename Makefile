@@ -387,7 +387,7 @@ test:
 	        for (i = 1; i <= n; i++) { if (all[i] in ran) r = r " " all[i]; else m = m " " all[i]; if (all[i] in emu) e = e " " all[i] } \
 	        print "kernel sets executed:" r (e == "" ? "" : "; emulated (tests/x86_emu.h, the kernels not the CPU):" e) \
 	              (m == "" ? "" : "; not executed on this CPU (compiled by make strict):" m) \
-	        "\nbf16 goldens in the bf16 mode (torch's order; avx512_bf16 only with bf16_fast), per build:" g }'
+	        "\nbf16 goldens in the bf16 mode (the torch order; avx512_bf16 only with bf16_fast), per build:" g }'
 	@cd build && for l in $(SUITE_ORDER); do printf ' %s %s' $$l $$(cat $$l.log.time); done | \
 	  awk '{ for (i = 1; i < NF; i += 2) { t += $$(i + 1); s = s sprintf(" %s %d,", $$i, $$(i + 1)) } \
 	         sub(",$$", "", s); printf "== suite run times (s):%s; %d s in all, on $(NPROC) CPUs with the builds\n", s, t }'
