@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks the Markdown links of README.md, docs/ and bench/HISTORY.md: every relative link must
 name a file of the repository, and a #fragment a heading of that file (GitHub's anchor rule).
-Also refuses absolute paths outside the repository (/work/..., /root/..., /home/..., /tmp/...)
+Also refuses absolute paths outside the repository (under the work, root, home or tmp top-level folders)
 and checks that the README's map of docs/ links every docs/*.md.
 Usage, from the repository root: python3 tools/check_doc_links.py   (exit 1 on a broken link)"""
 import os, re, sys
