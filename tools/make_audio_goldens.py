@@ -65,8 +65,9 @@ import torch
 import transformers
 from safetensors.torch import save_file
 
-assert torch.__version__.startswith("2.15"), torch.__version__
-assert transformers.__version__ == "5.23.0", transformers.__version__
+import golden_common  # noqa: E402
+
+golden_common.pin_versions()
 
 from transformers import (  # noqa: E402
     Gemma4AudioConfig,
@@ -156,48 +157,21 @@ def build(audio_over):
 
 
 def randomize(model):
-    g = torch.Generator().manual_seed(SEED)
-
-    def normal(shape, std):
-        return torch.randn(shape, generator=g, dtype=torch.float32) * std
-
-    def uniform(shape, lo, hi):
-        return lo + (hi - lo) * torch.rand(shape, generator=g, dtype=torch.float32)
-
-    items = list(model.named_parameters()) + [(n, b) for n, b in model.named_buffers() if n.endswith("layer_scalar")]
-    seen = set()
-    for name, t in sorted(items, key=lambda x: x[0]):
-        if id(t) in seen:
-            continue
-        seen.add(id(t))
-        shape = tuple(t.shape)
-        leaf = name.rsplit(".", 1)[-1]
+    def rule(name, leaf, shape, t, normal, uniform):
         if "audio_tower" in name or "embed_audio" in name:
             if name.endswith("per_dim_scale"):
-                v = normal(shape, 0.7)
-            elif "norm" in name and leaf == "weight":
-                v = uniform(shape, 0.5, 1.5)
-            elif leaf == "bias":
-                v = normal(shape, 0.1)
-            else:  # linears and convolutions: ~1/sqrt(fan_in)
-                fan_in = int(np.prod(shape[1:]))
-                v = normal(shape, 1.0 / np.sqrt(fan_in))
-        elif name.endswith("layer_scalar"):
-            v = uniform(shape, 0.5, 1.5)
-        elif name.endswith("language_model.norm.weight"):
-            v = uniform(shape, 3.0, 5.0)
-        elif "norm" in name and leaf == "weight" and len(shape) == 1:
-            v = uniform(shape, 0.5, 1.5)
-        elif name.endswith("embed_tokens.weight"):
-            v = normal(shape, 0.1)
-        elif name.endswith("embed_tokens_per_layer.weight"):
-            v = normal(shape, 0.5)
-        elif len(shape) == 0:
-            continue
-        else:
-            v = normal(shape, 0.1)
-        with torch.no_grad():
-            t.copy_(v.to(t.dtype))
+                return normal(shape, 0.7)
+            if "norm" in name and leaf == "weight":
+                return uniform(shape, 0.5, 1.5)
+            if leaf == "bias":
+                return normal(shape, 0.1)
+            return normal(shape, 1.0 / np.sqrt(int(np.prod(shape[1:]))))  # linears, convolutions: ~1/sqrt(fan_in)
+        v = golden_common.decoder_value(name, leaf, shape, normal, uniform)
+        if v is not None:
+            return v
+        return None if len(shape) == 0 else normal(shape, 0.1)
+
+    golden_common.random_init(model, SEED, rule)
 
 
 def clippables(tower):

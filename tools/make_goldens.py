@@ -54,8 +54,9 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 # ---------------------------------------------------------------- versions ---
-assert torch.__version__.startswith("2.15"), torch.__version__
-assert transformers.__version__ == "5.23.0", transformers.__version__
+import golden_common  # noqa: E402
+
+golden_common.pin_versions()
 print(f"torch {torch.__version__}  transformers {transformers.__version__}  "
       f"safetensors {safetensors.__version__}  numpy {np.__version__}  python {platform.python_version()}")
 
@@ -66,7 +67,6 @@ from transformers import (  # noqa: E402
     Gemma4ForConditionalGeneration,
     Gemma4TextConfig,
     Gemma4VisionConfig,
-    GenerationConfig,
 )
 
 torch.use_deterministic_algorithms(True)
@@ -77,8 +77,7 @@ torch.set_num_threads(1)  # bit-reproducible reductions on CPU
 # simply echoing the current token (x0 = sqrt(H)*E would otherwise dominate the residual);
 # a larger final-norm weight brings the logits back to std ~3, max ~12-16, where the
 # 30*tanh(x/30) soft-cap changes them by several percent.
-EMBED_STD = 0.1
-FINAL_NORM_RANGE = (3.0, 5.0)
+EMBED_STD, FINAL_NORM_RANGE = golden_common.EMBED_STD, golden_common.FINAL_NORM_RANGE
 S_DEFAULT = 20
 PROMPT_LEN = 6
 NEW_TOKENS = 8
@@ -243,105 +242,37 @@ def text_model_of(model):
 # ------------------------------------------------------------ random init ---
 def randomize(model, seed):
     """Give every tensor of the model a random value (deterministic in `seed`)."""
-    g = torch.Generator().manual_seed(seed)
 
-    def normal(shape, std):
-        return torch.randn(shape, generator=g, dtype=torch.float32) * std
+    def rule(name, leaf, shape, t, normal, uniform):
+        v = golden_common.decoder_value(name, leaf, shape, normal, uniform)
+        if v is not None:
+            return v
+        if name.endswith("router.scale") or name.endswith("router.per_expert_scale"):
+            return uniform(shape, 0.5, 1.5)
+        if name.endswith("router.proj.weight"):
+            return normal(shape, 2.0)  # spread router logits so top-k has clear margins
+        return None if len(shape) == 0 else normal(shape, 0.1)  # linears, experts, tower weights
 
-    def uniform(shape, lo, hi):
-        return lo + (hi - lo) * torch.rand(shape, generator=g, dtype=torch.float32)
-
-    seen = set()
-    items = list(model.named_parameters()) + [
-        (n, b) for n, b in model.named_buffers() if n.endswith("layer_scalar")
-    ]
-    for name, t in sorted(items, key=lambda x: x[0]):
-        if id(t) in seen:
-            continue
-        seen.add(id(t))
-        shape = tuple(t.shape)
-        leaf = name.rsplit(".", 1)[-1]
-        if name.endswith("layer_scalar"):
-            v = uniform(shape, 0.5, 1.5)
-        elif name.endswith("router.scale") or name.endswith("router.per_expert_scale"):
-            v = uniform(shape, 0.5, 1.5)
-        elif name.endswith("language_model.norm.weight") or name == "model.norm.weight":
-            v = uniform(shape, *FINAL_NORM_RANGE)  # sets the logit scale (lm_head is the tied embedding)
-        elif "norm" in name and leaf == "weight" and len(shape) == 1:
-            v = uniform(shape, 0.5, 1.5)  # RMSNorm weights: used as-is (not 1+w), never all ones
-        elif name.endswith("embed_tokens.weight"):
-            v = normal(shape, EMBED_STD)  # tied lm_head: logits std ~ EMBED_STD*sqrt(64)
-        elif name.endswith("embed_tokens_per_layer.weight"):
-            v = normal(shape, 0.5)
-        elif name.endswith("router.proj.weight"):
-            v = normal(shape, 2.0)  # spread router logits so top-k has clear margins
-        elif len(shape) == 0:
-            continue
-        else:
-            v = normal(shape, 0.1)  # linears, experts, tower weights
-        with torch.no_grad():
-            t.copy_(v.to(t.dtype))
+    golden_common.random_init(model, seed, rule)
 
 
 # ------------------------------------------------------------- recording ----
 def record(model, input_ids, S):
     """One full forward (no cache) with hooks; returns dict of F32 tensors."""
     tm = text_model_of(model)
-    L = len(tm.layers)
-    out = {}
-    hooks = []
-
-    def grab(key):
-        def hook(_mod, _inp, output):
-            h = output[0] if isinstance(output, (tuple, list)) else output
-            assert h.shape[1] == S, (key, h.shape)
-            out[key] = h[0].detach().float().clone()
-        return hook
-
-    hooks.append(tm.embed_tokens.register_forward_hook(grab("embed")))
-    for i, layer in enumerate(tm.layers):
-        hooks.append(layer.register_forward_hook(grab(f"layer.{i}")))
-    hooks.append(tm.norm.register_forward_hook(grab("final_norm")))
-    try:
-        with torch.no_grad():
-            res = model(input_ids=input_ids[None], use_cache=False)
-    finally:
-        for h in hooks:
-            h.remove()
-    out["logits"] = res.logits[0].detach().float().clone()
+    out = golden_common.record_text(model, tm, input_ids)
+    assert all(v.shape[0] == S for v in out.values()), {k: v.shape for k, v in out.items()}
 
     if tm.hidden_size_per_layer_input:
         with torch.no_grad():
             emb = tm.embed_tokens(input_ids[None])
             pli = tm.project_per_layer_inputs(emb, tm.get_per_layer_inputs(input_ids[None], emb))
         out["per_layer_inputs"] = pli[0].float().clone()
-    assert all(f"layer.{i}" in out for i in range(L))
     return out
 
 
 def greedy(model, prompt):
-    gen_cfg = GenerationConfig(
-        do_sample=False, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-        eos_token_id=None, pad_token_id=0, bos_token_id=2,
-        return_dict_in_generate=True, output_logits=True,
-    )
-    with torch.no_grad():
-        out = model.generate(prompt[None], generation_config=gen_cfg)
-    seq = out.sequences[0]
-    step_logits = torch.stack([l[0] for l in out.logits]).float()  # raw logits of each decode step
-    assert seq.shape[0] == PROMPT_LEN + NEW_TOKENS, seq.shape
-    assert step_logits.shape[0] == NEW_TOKENS
-    # Cross-check against plain argmax over full (cache-free) forwards.
-    ids = prompt.clone()
-    min_gap = float("inf")
-    with torch.no_grad():
-        for _ in range(NEW_TOKENS):
-            logits = model(input_ids=ids[None], use_cache=False).logits[0, -1]
-            top2 = torch.topk(logits, 2).values
-            min_gap = min(min_gap, float(top2[0] - top2[1]))
-            ids = torch.cat([ids, logits.argmax()[None]])
-    assert torch.equal(ids, seq), (ids.tolist(), seq.tolist())
-    return seq, step_logits, min_gap
+    return golden_common.greedy_check(model, prompt, NEW_TOKENS)
 
 
 def moe_margin(model, input_ids):

@@ -48,8 +48,9 @@ import torch
 import transformers
 from safetensors.torch import save_file
 
-assert torch.__version__.startswith("2.15"), torch.__version__
-assert transformers.__version__ == "5.23.0", transformers.__version__
+import golden_common  # noqa: E402
+
+golden_common.pin_versions()
 
 from transformers import (  # noqa: E402
     Gemma4UnifiedAudioConfig,
@@ -99,8 +100,6 @@ VISION = dict(patch_size=4, pooling_kernel_size=3, mm_embed_dim=24, mm_posemb_si
               rms_norm_eps=1e-5)
 AUDIO = dict(audio_embed_dim=40, rms_norm_eps=1e-5)  # 40 samples per token (the 12B: 640)
 
-EMBED_STD = 0.1
-FINAL_NORM_RANGE = (3.0, 5.0)
 
 
 def build_config():
@@ -111,33 +110,22 @@ def build_config():
 
 def randomize(model, seed):
     """Every parameter (and layer_scalar) random; norms and LayerNorm weights around 1, never their init."""
-    g = torch.Generator().manual_seed(seed)
-    items = list(model.named_parameters()) + [(n, b) for n, b in model.named_buffers() if n.endswith("layer_scalar")]
-    seen = set()
-    for name, t in sorted(items, key=lambda x: x[0]):
-        if id(t) in seen:
-            continue
-        seen.add(id(t))
-        shape = tuple(t.shape)
-        leaf = name.rsplit(".", 1)[-1]
-        rn = lambda std: torch.randn(shape, generator=g) * std  # noqa: E731
-        un = lambda lo, hi: lo + (hi - lo) * torch.rand(shape, generator=g)  # noqa: E731
-        if name.endswith("layer_scalar"):
-            v = un(0.5, 1.5)
-        elif name.endswith("language_model.norm.weight"):
-            v = un(*FINAL_NORM_RANGE)
-        elif ("norm" in name or "_ln" in name) and leaf == "weight" and len(shape) == 1:
-            v = un(0.5, 1.5)  # RMSNorm (used as-is) and LayerNorm weights
-        elif leaf == "bias":
-            v = rn(0.3)  # LayerNorm and patch_dense biases
-        elif name.endswith("embed_tokens.weight"):
-            v = rn(EMBED_STD)
-        elif name.endswith("pos_embedding"):
-            v = rn(0.5)
-        else:
-            v = rn(0.1)
-        with torch.no_grad():
-            t.copy_(v.to(t.dtype))
+
+    def rule(name, leaf, shape, t, normal, uniform):
+        if name.endswith("embed_tokens_per_layer.weight"):
+            return normal(shape, 0.1)
+        v = golden_common.decoder_value(name, leaf, shape, normal, uniform)
+        if v is not None:
+            return v
+        if "_ln" in name and leaf == "weight" and len(shape) == 1:
+            return uniform(shape, 0.5, 1.5)  # LayerNorm weights
+        if leaf == "bias":
+            return normal(shape, 0.3)  # LayerNorm and patch_dense biases
+        if name.endswith("pos_embedding"):
+            return normal(shape, 0.5)
+        return normal(shape, 0.1)
+
+    golden_common.random_init(model, seed, rule)
 
 
 def load(path, attn="eager"):
@@ -147,43 +135,11 @@ def load(path, attn="eager"):
 
 
 def record_text(model, input_ids):
-    tm = model.model.language_model
-    out, hooks = {}, []
-
-    def grab(key):
-        def hook(_m, _i, o):
-            h = o[0] if isinstance(o, (tuple, list)) else o
-            out[key] = h[0].detach().float().clone()
-        return hook
-
-    hooks.append(tm.embed_tokens.register_forward_hook(grab("embed")))
-    for i, layer in enumerate(tm.layers):
-        hooks.append(layer.register_forward_hook(grab(f"layer.{i}")))
-    hooks.append(tm.norm.register_forward_hook(grab("final_norm")))
-    with torch.no_grad():
-        res = model(input_ids=input_ids[None], use_cache=False)
-    for h in hooks:
-        h.remove()
-    out["logits"] = res.logits[0].float().clone()
-    return out
+    return golden_common.record_text(model, model.model.language_model, input_ids)
 
 
 def greedy(model, prompt):
-    cfg = GenerationConfig(do_sample=False, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, eos_token_id=None,
-                           pad_token_id=0, bos_token_id=2, return_dict_in_generate=True, output_logits=True)
-    with torch.no_grad():
-        out = model.generate(prompt[None], generation_config=cfg)
-    seq = out.sequences[0]
-    step_logits = torch.stack([l[0] for l in out.logits]).float()
-    ids, gap = prompt.clone(), float("inf")
-    with torch.no_grad():
-        for _ in range(NEW_TOKENS):
-            lg = model(input_ids=ids[None], use_cache=False).logits[0, -1]
-            t2 = torch.topk(lg, 2).values
-            gap = min(gap, float(t2[0] - t2[1]))
-            ids = torch.cat([ids, lg.argmax()[None]])
-    assert torch.equal(ids, seq), (ids.tolist(), seq.tolist())
-    return seq, step_logits, gap
+    return golden_common.greedy_check(model, prompt, NEW_TOKENS)
 
 
 def mm_inputs(cfg, g):

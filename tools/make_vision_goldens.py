@@ -66,8 +66,9 @@ from PIL import Image
 from safetensors.torch import save_file
 from tokenizers import AddedToken, Tokenizer
 
-assert torch.__version__.startswith("2.15"), torch.__version__
-assert transformers.__version__ == "5.23.0", transformers.__version__
+import golden_common  # noqa: E402
+
+golden_common.pin_versions()
 
 from transformers import (  # noqa: E402
     Gemma4AudioFeatureExtractor,
@@ -162,48 +163,26 @@ CASES = [  # (text, images by index)
 
 
 def randomize(model, seed):
-    g = torch.Generator().manual_seed(seed)
+    def rule(name, leaf, shape, t, normal, uniform):
+        v = golden_common.decoder_value(name, leaf, shape, normal, uniform)
+        if v is not None:
+            return v
+        if leaf in ("input_min", "output_min"):
+            return -uniform(shape, 0.4, 1.2)  # finite bounds that clip the tails
+        if leaf in ("input_max", "output_max"):
+            return uniform(shape, 0.4, 1.2)
+        if leaf == "std_bias":
+            return normal(shape, 0.5)
+        if leaf == "std_scale":
+            return uniform(shape, 0.5, 2.0)
+        if name.endswith("position_embedding_table"):
+            return normal(shape, 0.5)
+        if len(shape) == 0 or not t.dtype.is_floating_point:
+            return None
+        return normal(shape, 0.2 if "vision_tower" in name or "embed_vision" in name else 0.1)
 
-    def normal(shape, std):
-        return torch.randn(shape, generator=g, dtype=torch.float32) * std
-
-    def uniform(shape, lo, hi):
-        return lo + (hi - lo) * torch.rand(shape, generator=g, dtype=torch.float32)
-
-    items = list(model.named_parameters()) + list(model.named_buffers())
-    seen = set()
-    for name, t in sorted(items, key=lambda x: x[0]):
-        if id(t) in seen or "inv_freq" in name or name.endswith("embed_scale"):
-            continue
-        seen.add(id(t))
-        shape = tuple(t.shape)
-        leaf = name.rsplit(".", 1)[-1]
-        if name.endswith("layer_scalar"):
-            v = uniform(shape, 0.5, 1.5)
-        elif leaf in ("input_min", "output_min"):
-            v = -uniform(shape, 0.4, 1.2)  # finite bounds that clip the tails
-        elif leaf in ("input_max", "output_max"):
-            v = uniform(shape, 0.4, 1.2)
-        elif leaf == "std_bias":
-            v = normal(shape, 0.5)
-        elif leaf == "std_scale":
-            v = uniform(shape, 0.5, 2.0)
-        elif name.endswith("language_model.norm.weight"):
-            v = uniform(shape, 3.0, 5.0)
-        elif "norm" in name and leaf == "weight" and len(shape) == 1:
-            v = uniform(shape, 0.5, 1.5)
-        elif name.endswith("embed_tokens.weight"):
-            v = normal(shape, 0.1)
-        elif name.endswith("embed_tokens_per_layer.weight"):
-            v = normal(shape, 0.5)
-        elif name.endswith("position_embedding_table"):
-            v = normal(shape, 0.5)
-        elif len(shape) == 0 or not t.dtype.is_floating_point:
-            continue
-        else:
-            v = normal(shape, 0.2 if "vision_tower" in name or "embed_vision" in name else 0.1)
-        with torch.no_grad():
-            t.copy_(v.to(t.dtype))
+    golden_common.random_init(model, seed, rule, buffers=lambda name: True,
+                              skip=lambda name: "inv_freq" in name or name.endswith("embed_scale"))
 
 
 TAP_MODULES_LAYER = ["input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn",

@@ -159,6 +159,14 @@ class Report:
             self.first = name
         self.rows.append(dict(name=name, shape=shape, max_abs=max_abs, max_rel=max_rel, status=status))
 
+    def compare(self, name, ref, got):
+        """One row: got's shape differs from ref's, or got's difference from ref, against the tolerance."""
+        if got.shape != ref.shape:
+            self.add(name, got.shape, status="shape")
+            return
+        d, rel = _rel(got, ref)
+        self.add(name, ref.shape, d, rel, "ok" if rel <= self.tolerance else "over")
+
     def __str__(self):
         w = max([48] + [len(r["name"]) + 1 for r in self.rows])
         out = [f"{self.kind:<{w}} {'shape':<14} {'max abs':>12} {'max rel':>12}"]
@@ -195,11 +203,7 @@ def compare_taps(ref, got, tolerance):
             rep.add(name, r.shape, status="skipped")
             rep.rows[-1]["why"] = "not captured from the model"
             continue
-        if g.shape != r.shape:
-            rep.add(name, g.shape, status="shape")
-            continue
-        d, rel = _rel(g, r)
-        rep.add(name, r.shape, d, rel, "ok" if rel <= tolerance else "over")
+        rep.compare(name, r, g)
     return rep
 
 
@@ -245,9 +249,5 @@ def compare_grad_dicts(ref, ref_prefix, got, tolerance):
             rep.add(name, r.shape, status="missing")
             continue
         g = np.asarray(g, np.float32).reshape(r.shape) if np.size(g) == r.size else np.asarray(g)
-        if g.shape != r.shape:
-            rep.add(name, g.shape, status="shape")
-            continue
-        d, rel = _rel(g, r)
-        rep.add(name, r.shape, d, rel, "ok" if rel <= tolerance else "over")
+        rep.compare(name, r, g)
     return rep

@@ -196,9 +196,44 @@ def _ptr(a):
     return a.ctypes.data_as(C.c_void_p)
 
 
+
+class _Owned:
+    """One C handle owned by a Python object: close() frees it once (the lib() function
+    named by _free), `with` closes it, and the garbage collector closes what was left."""
+    _h = None
+    _free = None  # the name of the g4py_*_free function
+
+    def _handle(self):
+        if self._h is None:
+            raise Error(f"this gemma4.{type(self).__name__} is closed")
+        return self._h
+
+    def _before_close(self):
+        pass
+
+    def close(self):
+        if self._h is None:
+            return
+        self._before_close()
+        getattr(lib(), self._free)(self._h)
+        self._h = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
+
+
 # ------------------------------------------------------------------ model
 
-class Model:
+class Model(_Owned):
     """A Gemma 4 checkpoint (a directory: config.json + safetensors), read in place.
 
     adapter: a PEFT LoRA adapter directory, applied as peft applies it.
@@ -206,6 +241,8 @@ class Model:
     test models) instead of float32. threads: the threads each session or
     training step uses (default: every CPU; threads never change a result bit).
     """
+
+    _free = "g4py_model_free"
 
     def __init__(self, path, adapter=None, bf16=False, threads=None):
         L = lib()
@@ -237,33 +274,11 @@ class Model:
         self.n_lora = info["n_lora"]
         self.vocab_size = self.config["vocab_size"]
 
-    # -- lifetime
-    def _handle(self):
-        if self._h is None:
-            raise Error("this gemma4.Model is closed")
-        return self._h
-
-    def close(self):
-        """Frees the model and every session and trainer made from it."""
-        if getattr(self, "_h", None) is None:
-            return
+    # -- lifetime: close() also frees every session and trainer made from it
+    def _before_close(self):
         for c in list(self._children):
             c.close()
         self._trainer = None
-        lib().g4py_model_free(self._h)
-        self._h = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        self.close()
 
     def __repr__(self):
         c = self.config
@@ -487,8 +502,10 @@ class Model:
             return t.run(ids, lab)
 
 
-class _Trainer:
+class _Trainer(_Owned):
     """g4_train with its arena and the gradient entries (one per trained tensor)."""
+
+    _free = "g4py_train_free"
 
     def __init__(self, model, max_seq, recompute):
         L = lib()
@@ -520,16 +537,6 @@ class _Trainer:
         grads = {name: G[off:off + cnt].reshape(shape) for name, off, cnt, shape in self.entries}
         return float(loss.value), grads
 
-    def close(self):
-        if getattr(self, "_h", None) is not None:
-            lib().g4py_train_free(self._h)
-            self._h = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 # ---------------------------------------------------------------- session
@@ -537,10 +544,12 @@ class _Trainer:
 _LOGITS = {"none": 0, None: 0, "last": 1, "all": 2}
 
 
-class Session:
+class Session(_Owned):
     """Incremental decoding on one model: positions accumulate across forward calls.
     It owns its arena (the K/V of the owner layers, the shared-KV table, scratch),
     sized for max_context positions. Use from one thread at a time."""
+
+    _free = "g4py_session_free"
 
     def __init__(self, model, max_context=None, chunk=None, bf16=None, lora_bf16=False, threads=None, _tap=None):
         L = lib()
@@ -563,11 +572,6 @@ class Session:
         self._h = h
         model._children.add(self)
         self.max_context = int(max_context)
-
-    def _handle(self):
-        if self._h is None:
-            raise Error("this gemma4.Session is closed")
-        return self._h
 
     @property
     def pos(self):
@@ -630,29 +634,15 @@ class Session:
         if r != 0:
             _raise(r, err)
 
-    def close(self):
-        if getattr(self, "_h", None) is not None:
-            lib().g4py_session_free(self._h)
-            self._h = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        self.close()
 
 
 # ---------------------------------------------------------------- sampler
 
-class Sampler:
+class Sampler(_Owned):
     """gemma4.h's sampler: repetition penalty, temperature, top-k, top-p, min-p, then a
     seeded draw (temperature 0 or top_k 1: greedy, lowest id on ties)."""
+
+    _free = "g4py_sampler_free"
 
     def __init__(self, vocab, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0, seed=0):
         L = lib()
@@ -683,16 +673,6 @@ class Sampler:
             _raise(-8, err)
         return int(i)
 
-    def close(self):
-        if getattr(self, "_h", None) is not None:
-            lib().g4py_sampler_free(self._h)
-            self._h = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 def read_wav(source):

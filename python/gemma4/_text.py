@@ -7,16 +7,18 @@ import os
 
 import numpy as np
 
-from ._core import InputError, _errbuf, _ids, _path, _ptr, _raise, lib
+from ._core import InputError, _Owned, _errbuf, _ids, _path, _ptr, _raise, lib
 
 ADD_SPECIAL = 1      # G4_ENCODE_ADD_SPECIAL
 SKIP_SPECIAL = 1     # G4_DECODE_SKIP_SPECIAL
 CHAT_BOS, CHAT_THINKING, CHAT_OPEN_MODEL, CHAT_CONTINUE = 1, 2, 4, 8
 
 
-class Tokenizer:
+class Tokenizer(_Owned):
     """A Hugging Face tokenizer.json (a file, or a directory holding one), encoding and
     decoding as the Python `tokenizers` library does."""
+
+    _free = "g4py_tokenizer_free"
 
     def __init__(self, path):
         L = lib()
@@ -30,11 +32,6 @@ class Tokenizer:
         names = ("bos", "eos", "pad", "turn_open", "turn_close", "think")
         self.special = {k: (v if v >= 0 else None) for k, v in zip(names, sp)}
         self.bos_id, self.eos_id, self.pad_id = self.special["bos"], self.special["eos"], self.special["pad"]
-
-    def _handle(self):
-        if self._h is None:
-            raise InputError("this gemma4.Tokenizer is closed")
-        return self._h
 
     def encode(self, text, add_special_tokens=True):
         """int32 ids of text (str, or UTF-8 bytes); add_special_tokens: the post-processor
@@ -103,21 +100,13 @@ class Tokenizer:
         """True if generation stops at this id: <eos> or <turn|>."""
         return bool(lib().g4py_chat_is_stop(self._handle(), int(id)))
 
-    def close(self):
-        if getattr(self, "_h", None) is not None:
-            lib().g4py_tokenizer_free(self._h)
-            self._h = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
-class DecodeStream:
+class DecodeStream(_Owned):
     """Text as ids arrive (g4_decode_next): add(id) -> the piece it completes (often ""),
     flush() -> the rest. Byte-token runs are held back until they are whole."""
+
+    _free = "g4py_decode_free"
 
     def __init__(self, tokenizer, skip_special_tokens=False):
         self.tokenizer = tokenizer
@@ -143,24 +132,16 @@ class DecodeStream:
         r = lib().g4py_decode_flush(self._h, C.byref(p), C.byref(n), err)
         return self._piece(r, p, n, err)
 
-    def close(self):
-        if getattr(self, "_h", None):
-            lib().g4py_decode_free(self._h)
-            self._h = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
-class ChatTemplate:
+class ChatTemplate(_Owned):
     """A checkpoint's chat template, rendered as transformers' apply_chat_template.
 
     ChatTemplate(dir) reads dir/chat_template.jinja or tokenizer_config.json's
     chat_template; ChatTemplate(source=text) parses template text. tokenizer (a
     Tokenizer) fills bos_token etc. and is what render(..., tokenize=True) encodes with."""
+
+    _free = "g4py_template_free"
 
     def __init__(self, path=None, source=None, tokenizer=None, name=None):
         if (path is None) == (source is None):
@@ -210,16 +191,6 @@ class ChatTemplate:
         finally:
             lib().g4py_free_output(ids if tokenize else text)
 
-    def close(self):
-        if getattr(self, "_h", None) is not None:
-            lib().g4py_template_free(self._h)
-            self._h = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 def load_chat_template(path, tokenizer=None):
