@@ -29,10 +29,14 @@
        >>template        chat templates: a Jinja subset interpreter (lexer, parser,
                          Python values, renderer) behind g4_template_*
        >>image_processing Gemma4ImageProcessor (torchvision backend), bit for bit:
-                         processor_config.json, target size, resize, patches;
-                         the processor's placeholder expansion
+                         processor_config.json, target size, resize, patches (and
+                         Gemma4UnifiedImageProcessor's merged ones); the processors'
+                         placeholder expansion (g4_mm_expand_images, g4_mm_expand)
        >>audio_features  Gemma4AudioFeatureExtractor's log-mel features (g4_audio_fe,
                          g4_audio_features) and the WAV reader (g4_wav_parse)
+       >>unified_processing the 12B's Gemma4UnifiedProcessor: its audio frames' settings
+                         (g4_unified_fe), token counts; images and placeholders are
+                         >>image_processing's (kind G4_IMAGE_UNIFIED, g4_mm_expand)
 
    INTEGRATION
      Include gemma4.h first (this header refuses to compile without it); one
@@ -314,28 +318,46 @@ G4_API void g4_template_free_output(void *p);
    (the integer kernel torchvision uses for uint8 images on the CPU), rescale
    (k * float32(rescale_factor)), patchify, positions, padding. The settings
    come from processor_config.json ("image_processor") or
-   preprocessor_config.json; absent ones take Gemma4ImageProcessor's defaults. */
+   preprocessor_config.json; absent ones take Gemma4ImageProcessor's defaults.
+   The 12B's Gemma4UnifiedImageProcessor is the same resize, rescale and
+   patchify with patches of patch_size * pooling_kernel_size pixels and no
+   pooling (its patches_merge gathers each k x k group of p x p patches into
+   the (k p) x (k p) x 3 block of the image, in (row, column, channel) order,
+   row-major over the merged grid), so it is this processor with kind
+   G4_IMAGE_UNIFIED, patch_size k p and pooling_kernel_size 1. */
+enum {
+    G4_IMAGE_ANY = 0,      /* the file names no image processor type (or there is no file) */
+    G4_IMAGE_GEMMA4 = 1,   /* image_processor_type Gemma4ImageProcessor (or its Pil twin) */
+    G4_IMAGE_UNIFIED = 2   /* Gemma4UnifiedImageProcessor (processor_class Gemma4UnifiedProcessor) */
+};
 typedef struct {
-    int patch_size;              /* 16 */
+    int patch_size;              /* 16 (unified: the file's patch_size x pooling_kernel_size, 48) */
     int max_soft_tokens;         /* 280: one of 70, 140, 280, 560, 1120 */
-    int pooling_kernel_size;     /* 3 */
+    int pooling_kernel_size;     /* 3 (unified: 1) */
     int do_resize, do_rescale, do_convert_rgb; /* true, true, true */
     float rescale_factor;        /* 1/255 */
     int image_seq_length;        /* the processor's (280); informational */
+    int kind;                    /* G4_IMAGE_* */
     char error[G4_ERROR_MAX];
 } g4_image_config;
 
 G4_API g4_image_config g4_image_config_init(void);  /* Gemma4ImageProcessor's defaults */
 /* processor_config.json or preprocessor_config.json text; `name` labels messages.
    Refused, naming the field: do_normalize true, a resample other than 3
-   (bicubic), max_soft_tokens outside the five, sizes out of range. */
+   (bicubic), max_soft_tokens outside the five, sizes out of range, an
+   image_processor_type other than Gemma4ImageProcessor(Pil) and
+   Gemma4UnifiedImageProcessor. */
 G4_API g4_result g4_image_config_parse(g4_image_config *ic, const char *json, size_t len, const char *name);
 /* PATH: a file, or a directory holding processor_config.json (else
    preprocessor_config.json; with neither, the defaults). */
 G4_API g4_result g4_image_config_load(g4_image_config *ic, const char *path);
 /* G4_ERR_CONFIG when the processor contradicts the model's vision_config
-   (patch_size, pooling_kernel_size). (An image whose grid is wider than the
-   position table is refused by g4_vision_encode, where transformers fails.) */
+   (patch_size, pooling_kernel_size), or is the other model family's (a 12B's
+   Gemma4UnifiedImageProcessor for a Gemma 4 tower, or the reverse). For a
+   gemma4_unified model, settings of kind G4_IMAGE_ANY (no type named, no file)
+   become G4_IMAGE_UNIFIED ones. (An image whose grid is wider than the
+   position table is refused by g4_vision_encode / g4_unified_embed_image,
+   where transformers fails.) */
 G4_API g4_result g4_image_config_check(g4_image_config *ic, const g4_config *c);
 /* get_aspect_ratio_preserving_size: the size an image of height x width becomes. */
 G4_API g4_result g4_image_target_size(g4_image_config *ic, int height, int width, int *target_height, int *target_width);
@@ -355,6 +377,22 @@ G4_API g4_result g4_image_preprocess(g4_image_config *ic, const uint8_t *pixels,
    from n_images or cap is too small (*n_out: the length needed). */
 G4_API g4_result g4_mm_expand_images(const g4_config *c, const int32_t *ids, int n, const int *n_soft, int n_images,
                                      int32_t *out, size_t cap, size_t *n_out, char *err);
+/* The expansion of Gemma4Processor and Gemma4UnifiedProcessor alike
+   (ProcessorMixin.get_text_with_replacements with their replace_image_token
+   and replace_audio_token), on ids: every image_token_id becomes boi_token_id,
+   n_image[i] x image_token_id, eoi_token_id, every audio_token_id becomes
+   boa_token_id, n_audio[a] x audio_token_id, eoa_token_id, images and clips
+   each taken in order as the ids hold them (interleaved as the text has
+   them). Equal to expanding the text and then tokenizing it, because the
+   placeholders are special tokens matched before any text. video_token_id is
+   copied as it is (its expansion needs the frames' timestamps). The ids of a
+   run come from the config (image_token_id, ..., eoa_token_id: the model's
+   rows). *n_out: the ids written, or with out NULL or cap too small the
+   length needed (then G4_ERR_INPUT). G4_ERR_INPUT, message in err (NULL: none),
+   when the placeholders of a kind differ in number from its counts, a count
+   is negative, or the config lacks a needed id. */
+G4_API g4_result g4_mm_expand(const g4_config *c, const int32_t *ids, int n, const int *n_image, int n_images,
+                              const int *n_audio, int n_audios, int32_t *out, size_t cap, size_t *n_out, char *err);
 
 /* ---------------------------------------------------- audio features */
 /* Gemma4AudioFeatureExtractor with its defaults (the E2B/E4B processor's):
@@ -399,6 +437,39 @@ G4_API g4_result g4_audio_features(g4_audio_fe *fe, const float *pcm, int n_samp
    the field. The rate is returned, not checked: g4_audio_features checks it. */
 G4_API g4_result g4_wav_parse(const unsigned char *data, size_t len, float *out, size_t cap, size_t *n, int *rate,
                               char *err);
+
+/* ------------------------------------------------- the 12B's processor */
+/* Gemma4UnifiedProcessor (processing_gemma4_unified.py), the pieces that are
+   not Gemma 4's: images are g4_image_preprocess with a G4_IMAGE_UNIFIED
+   g4_image_config (above; its soft tokens are the merged patches, n_soft),
+   the placeholders g4_mm_expand; audio is Gemma4UnifiedAudioFeatureExtractor:
+   raw 16 kHz samples cut into frames of audio_samples_per_token, the last
+   zero-padded, every frame one soft token (no mel features, no encoder; the
+   frames themselves: g4_unified_audio_frames in gemma4.h). Its settings come
+   from processor_config.json's "feature_extractor" (or a flat
+   preprocessor_config.json); absent ones take the class's defaults. */
+typedef struct {
+    int audio_samples_per_token; /* 640: samples per frame, per soft token */
+    int sampling_rate;           /* 16000 */
+    char error[G4_ERROR_MAX];
+} g4_unified_fe;
+
+G4_API g4_unified_fe g4_unified_fe_init(void);    /* the class's defaults */
+/* Refused, naming the field: a feature_extractor_type other than
+   Gemma4UnifiedAudioFeatureExtractor (a Gemma 4 log-mel extractor is not the
+   12B's), sizes out of range, feature_size differing from
+   audio_samples_per_token (the frames are feature_size wide). */
+G4_API g4_result g4_unified_fe_parse(g4_unified_fe *fe, const char *json, size_t len, const char *name);
+/* PATH: a file, or a directory holding processor_config.json (else
+   preprocessor_config.json; with neither, the defaults). */
+G4_API g4_result g4_unified_fe_load(g4_unified_fe *fe, const char *path);
+/* G4_ERR_CONFIG when audio_samples_per_token differs from the model's
+   audio_config.audio_embed_dim (the embedder's input width), or the model is
+   not a gemma4_unified one with an audio_config. */
+G4_API g4_result g4_unified_fe_check(g4_unified_fe *fe, const g4_config *c);
+/* A clip's soft tokens: ceil(n_samples / audio_samples_per_token)
+   (_compute_audio_num_tokens; the run's length). -1 on a bad fe. */
+G4_API long long g4_unified_audio_tokens(const g4_unified_fe *fe, size_t n_samples);
 
 #ifdef __cplusplus
 }
@@ -5815,6 +5886,49 @@ G4__DEF g4_image_config g4_image_config_init(void) {
     return ic;
 }
 
+/* The processor's kind: image_processor_type in the image processor's object
+   (or a flat file), else a top-level processor_class of Gemma4UnifiedProcessor. */
+static int g4__jstr_prefix(const g4__jnode *n, const char *lit) {
+    size_t k = strlen(lit);
+    return n->type == G4__JSTR && n->len >= k && memcmp(n->str, lit, k) == 0;
+}
+
+static g4_result g4__img_kind(const g4__cfg *c, const g4__json *j, g4_image_config *ic) {
+    int n = g4__jget(j, c->obj, "image_processor_type"), pc = g4__jget(j, 0, "processor_class");
+    if (n >= 0 && j->nodes[n].type != G4__JNULL) {
+        const g4__jnode *t = &j->nodes[n];
+        if (t->type != G4__JSTR) {
+            g4__seterr(ic->error, "%s: field '%simage_processor_type' must be a string", c->name, c->scope);
+            return G4_ERR_CONFIG;
+        }
+        if (g4__jis(t, "Gemma4UnifiedImageProcessor") || g4__jis(t, "Gemma4UnifiedImageProcessorPil")) ic->kind = G4_IMAGE_UNIFIED;
+        else if (g4__jis(t, "Gemma4ImageProcessor") || g4__jis(t, "Gemma4ImageProcessorPil")) ic->kind = G4_IMAGE_GEMMA4;
+        else {
+            g4__seterr(ic->error, "%s: field '%simage_processor_type' is \"%.64s\"; gemma4.h knows Gemma4ImageProcessor and "
+                       "Gemma4UnifiedImageProcessor", c->name, c->scope, t->str);
+            return G4_ERR_CONFIG;
+        }
+    } else if (pc >= 0 && g4__jstr_prefix(&j->nodes[pc], "Gemma4UnifiedProcessor")) {
+        ic->kind = G4_IMAGE_UNIFIED;
+    }
+    return G4_OK;
+}
+
+/* Gemma4UnifiedImageProcessor as Gemma4ImageProcessor's steps: patches of k p
+   pixels, no pooling (the same target size: side k p, budget max_soft (k p)^2) */
+static g4_result g4__img_unify(g4_image_config *ic, const char *name) {
+    int64_t ps = (int64_t)ic->patch_size * ic->pooling_kernel_size;
+    if (ps > 1024) {
+        g4__seterr(ic->error, "%s: a merged patch of patch_size %d x pooling_kernel_size %d pixels is more than 1024 a side",
+                   name ? name : "image processor", ic->patch_size, ic->pooling_kernel_size);
+        return G4_ERR_CONFIG;
+    }
+    ic->patch_size = (int)ps;
+    ic->pooling_kernel_size = 1;
+    ic->kind = G4_IMAGE_UNIFIED;
+    return G4_OK;
+}
+
 G4__DEF g4_result g4_image_config_parse(g4_image_config *ic, const char *json, size_t len, const char *name) {
     g4__json j;
     g4__cfg c;
@@ -5843,6 +5957,7 @@ G4__DEF g4_result g4_image_config_parse(g4_image_config *ic, const char *json, s
         c.obj = n;
         c.scope = "image_processor.";
     }
+    G4__TRY(g4__img_kind(&c, &j, ic));
     G4__TRY(g4__cfg_int(&c, "patch_size", &ic->patch_size, 16, 0, 1, 1024));
     G4__TRY(g4__cfg_int(&c, "max_soft_tokens", &ic->max_soft_tokens, 280, 0, 1, 1120));
     G4__TRY(g4__cfg_int(&c, "pooling_kernel_size", &ic->pooling_kernel_size, 3, 0, 1, 64));
@@ -5865,6 +5980,8 @@ G4__DEF g4_result g4_image_config_parse(g4_image_config *ic, const char *json, s
     } else if (resample != 3) {
         g4__seterr(ic->error, "%s: field '%sresample' is %d; gemma4.h supports only 3 (bicubic)", name, c.scope, resample);
         r = G4_ERR_CONFIG;
+    } else if (ic->kind == G4_IMAGE_UNIFIED) {
+        r = g4__img_unify(ic, name);
     }
 done:
     g4__json_free(&j);
@@ -5900,6 +6017,28 @@ G4__DEF g4_result g4_image_config_load(g4_image_config *ic, const char *path) {
 G4__DEF g4_result g4_image_config_check(g4_image_config *ic, const g4_config *c) {
     const g4_vision_config *v;
     if (!ic) return G4_ERR_INPUT;
+    if (c && c->unified) { /* the 12B: Gemma4UnifiedImageProcessor's merged patches */
+        const g4_unified_vision_config *u = &c->unified_vision;
+        g4_result r;
+        if (!u->present) { g4__seterr(ic->error, "the gemma4_unified model has no vision_config"); return G4_ERR_CONFIG; }
+        if (ic->kind == G4_IMAGE_GEMMA4) {
+            g4__seterr(ic->error, "the image processor is a Gemma4ImageProcessor, but the model is a gemma4_unified one "
+                       "(its processor is Gemma4UnifiedImageProcessor: merged patches, no tower)");
+            return G4_ERR_CONFIG;
+        }
+        if (ic->kind == G4_IMAGE_ANY && (r = g4__img_unify(ic, NULL)) != G4_OK) return r;
+        if ((int64_t)ic->patch_size != (int64_t)u->patch_size * u->pooling_kernel_size || ic->pooling_kernel_size != 1) {
+            g4__seterr(ic->error, "the image processor's merged patches of %d pixels contradict the model's vision_config "
+                       "(patch_size %d x pooling_kernel_size %d)", ic->patch_size, u->patch_size, u->pooling_kernel_size);
+            return G4_ERR_CONFIG;
+        }
+        return G4_OK;
+    }
+    if (ic->kind == G4_IMAGE_UNIFIED) {
+        g4__seterr(ic->error, "the image processor is the 12B's Gemma4UnifiedImageProcessor, but the model is not a "
+                   "gemma4_unified one");
+        return G4_ERR_CONFIG;
+    }
     if (!c || !c->vision.present) { g4__seterr(ic->error, "the model has no vision_config"); return G4_ERR_CONFIG; }
     v = &c->vision;
     if (ic->patch_size != v->patch_size || ic->pooling_kernel_size != v->pooling_kernel_size) {
@@ -6178,6 +6317,67 @@ G4__DEF g4_result g4_mm_expand_images(const g4_config *c, const int32_t *ids, in
     return G4_OK;
 }
 
+/* the run that replaces one placeholder: open, n x the placeholder, close */
+static size_t g4__mm_run(int32_t *out, size_t at, int32_t open, int32_t tok, int n, int32_t close) {
+    int j;
+    out[at++] = open;
+    for (j = 0; j < n; j++) out[at++] = tok;
+    out[at++] = close;
+    return at;
+}
+
+G4__DEF g4_result g4_mm_expand(const g4_config *c, const int32_t *ids, int n, const int *n_image, int n_images,
+                              const int *n_audio, int n_audios, int32_t *out, size_t cap, size_t *n_out, char *err) {
+    size_t need = 0;
+    int t, img = 0, aud = 0, seen_img = 0, seen_aud = 0;
+    if (n_out) *n_out = 0;
+    if (!c || (!ids && n > 0) || n < 0 || !n_out || n_images < 0 || n_audios < 0 || (n_images > 0 && !n_image) ||
+        (n_audios > 0 && !n_audio)) {
+        if (err) g4__seterr(err, "g4_mm_expand: NULL or negative argument");
+        return G4_ERR_INPUT;
+    }
+    for (t = 0; t < n; t++) {
+        seen_img += c->image_token_id >= 0 && ids[t] == c->image_token_id;
+        seen_aud += c->audio_token_id >= 0 && ids[t] == c->audio_token_id;
+    }
+    if (seen_img != n_images || seen_aud != n_audios) { /* validate_inputs' counts, per modality */
+        if (err) {
+            if (seen_img != n_images)
+                g4__seterr(err, "the ids hold %d image placeholders (id %d), but %d images were given", seen_img,
+                           (int)c->image_token_id, n_images);
+            else
+                g4__seterr(err, "the ids hold %d audio placeholders (id %d), but %d clips were given", seen_aud,
+                           (int)c->audio_token_id, n_audios);
+        }
+        return G4_ERR_INPUT;
+    }
+    if ((n_images && (c->boi_token_id < 0 || c->eoi_token_id < 0)) || (n_audios && (c->boa_token_id < 0 || c->eoa_token_id < 0))) {
+        if (err) g4__seterr(err, "the config has no %s", n_images && (c->boi_token_id < 0 || c->eoi_token_id < 0) ?
+                            "boi_token_id or eoi_token_id" : "boa_token_id or eoa_token_index");
+        return G4_ERR_INPUT;
+    }
+    for (t = 0; t < n_images; t++)
+        if (n_image[t] < 0) { if (err) g4__seterr(err, "image %d: %d soft tokens", t, n_image[t]); return G4_ERR_INPUT; }
+    for (t = 0; t < n_audios; t++)
+        if (n_audio[t] < 0) { if (err) g4__seterr(err, "clip %d: %d soft tokens", t, n_audio[t]); return G4_ERR_INPUT; }
+    for (t = 0; t < n; t++) {
+        if (n_images && ids[t] == c->image_token_id) need += 2 + (size_t)n_image[img++];
+        else if (n_audios && ids[t] == c->audio_token_id) need += 2 + (size_t)n_audio[aud++];
+        else need++;
+    }
+    *n_out = need;
+    if (!out || need > cap) { if (err) g4__seterr(err, "%zu ids do not fit in %zu", need, out ? cap : 0); return G4_ERR_INPUT; }
+    for (t = 0, img = aud = 0, need = 0; t < n; t++) {
+        if (n_images && ids[t] == c->image_token_id)
+            need = g4__mm_run(out, need, c->boi_token_id, c->image_token_id, n_image[img++], c->eoi_token_id);
+        else if (n_audios && ids[t] == c->audio_token_id)
+            need = g4__mm_run(out, need, c->boa_token_id, c->audio_token_id, n_audio[aud++], c->eoa_token_id);
+        else
+            out[need++] = ids[t];
+    }
+    return G4_OK;
+}
+
 
 /* ---------------------------------------- audio features >>audio_features */
 /* Gemma4AudioFeatureExtractor (feature_extraction_gemma4.py) with its
@@ -6434,6 +6634,119 @@ G4__DEF g4_result g4_wav_parse(const unsigned char *d, size_t len, float *out, s
         }
     }
     return G4_OK;
+}
+
+/* ----------------------------------------------- the 12B's processor >>unified_processing */
+/* Gemma4UnifiedProcessor (transformers 5.23.0, models/gemma4_unified/
+   processing_gemma4_unified.py) is Gemma4Processor with other sub-processors:
+     image: Gemma4UnifiedImageProcessor = >>image_processing with kind
+            G4_IMAGE_UNIFIED (patches of k p pixels, no pooling); the run is
+            boi, num_soft_tokens_per_image x image, eoi (no other text);
+     audio: Gemma4UnifiedAudioFeatureExtractor: the waveform zero-padded to a
+            multiple of audio_samples_per_token and cut into frames, all
+            valid (g4_unified_audio_frames, gemma4.h); the run is boa,
+            input_features_mask.sum() = ceil(n / A) x audio, eoa;
+   both through g4_mm_expand. Video (timestamps, frames) is not here. */
+
+G4__DEF g4_unified_fe g4_unified_fe_init(void) {
+    g4_unified_fe fe;
+    memset(&fe, 0, sizeof fe);
+    fe.audio_samples_per_token = 640;
+    fe.sampling_rate = 16000;
+    return fe;
+}
+
+G4__DEF g4_result g4_unified_fe_parse(g4_unified_fe *fe, const char *json, size_t len, const char *name) {
+    g4__json j;
+    g4__cfg c;
+    g4_result r;
+    int n, feature_size;
+    if (!fe) return G4_ERR_INPUT;
+    *fe = g4_unified_fe_init();
+    if (!name) name = "processor_config.json";
+    if (!json) { g4__seterr(fe->error, "%s: NULL text", name); return G4_ERR_INPUT; }
+    if ((r = g4__json_parse_python(&j, json, len, name, fe->error)) != G4_OK) return r;
+    c.j = &j; c.obj = 0; c.name = name; c.scope = ""; c.err = fe->error;
+    if (j.nodes[0].type != G4__JOBJ) {
+        g4__seterr(fe->error, "%s: the top level must be a JSON object", name);
+        r = G4_ERR_CONFIG;
+        goto done;
+    }
+    n = g4__jget(&j, 0, "feature_extractor");
+    if (n >= 0 && j.nodes[n].type != G4__JNULL) { /* processor_config.json: the feature extractor's own object */
+        if (j.nodes[n].type != G4__JOBJ) {
+            g4__seterr(fe->error, "%s: field 'feature_extractor' must be an object", name);
+            r = G4_ERR_CONFIG;
+            goto done;
+        }
+        c.obj = n;
+        c.scope = "feature_extractor.";
+    }
+    n = g4__jget(&j, c.obj, "feature_extractor_type");
+    if (n >= 0 && j.nodes[n].type != G4__JNULL && !g4__jis(&j.nodes[n], "Gemma4UnifiedAudioFeatureExtractor")) {
+        g4__seterr(fe->error, "%s: field '%sfeature_extractor_type' is %s%.64s%s; the 12B's is Gemma4UnifiedAudioFeatureExtractor",
+                   name, c.scope, j.nodes[n].type == G4__JSTR ? "\"" : "", j.nodes[n].type == G4__JSTR ? j.nodes[n].str :
+                   "not a string", j.nodes[n].type == G4__JSTR ? "\"" : "");
+        r = G4_ERR_CONFIG;
+        goto done;
+    }
+    if ((r = g4__cfg_int(&c, "audio_samples_per_token", &fe->audio_samples_per_token, 640, 0, 1, 1 << 20)) != G4_OK ||
+        (r = g4__cfg_int(&c, "feature_size", &feature_size, fe->audio_samples_per_token, 0, 1, 1 << 20)) != G4_OK ||
+        (r = g4__cfg_int(&c, "sampling_rate", &fe->sampling_rate, 16000, 0, 1, 1 << 24)) != G4_OK)
+        goto done;
+    if (feature_size != fe->audio_samples_per_token) {
+        g4__seterr(fe->error, "%s: field '%sfeature_size' is %d but '%saudio_samples_per_token' %d: the frames are "
+                   "audio_samples_per_token samples wide", name, c.scope, feature_size, c.scope, fe->audio_samples_per_token);
+        r = G4_ERR_CONFIG;
+    }
+done:
+    g4__json_free(&j);
+    return r;
+}
+
+G4__DEF g4_result g4_unified_fe_load(g4_unified_fe *fe, const char *path) {
+    char *text = NULL, *p = NULL;
+    size_t len;
+    g4_result r;
+    if (!fe) return G4_ERR_INPUT;
+    *fe = g4_unified_fe_init();
+    if (!path) { g4__seterr(fe->error, "NULL path"); return G4_ERR_INPUT; }
+    if (strlen(path) > 5 && strcmp(path + strlen(path) - 5, ".json") == 0) {
+        if ((r = g4__read_file(path, &text, &len, 16u << 20, fe->error)) != G4_OK) return r;
+        r = g4_unified_fe_parse(fe, text, len, path);
+        G4_FREE(text);
+        return r;
+    }
+    if (!(p = g4__join(path, "processor_config.json"))) { g4__seterr(fe->error, "out of memory"); return G4_ERR_NOMEM; }
+    if (!g4__exists(p)) {
+        G4_FREE(p);
+        if (!(p = g4__join(path, "preprocessor_config.json"))) { g4__seterr(fe->error, "out of memory"); return G4_ERR_NOMEM; }
+        if (!g4__exists(p)) { G4_FREE(p); return G4_OK; } /* neither: the defaults */
+    }
+    r = g4__read_file(p, &text, &len, 16u << 20, fe->error);
+    if (r == G4_OK) r = g4_unified_fe_parse(fe, text, len, p);
+    G4_FREE(text);
+    G4_FREE(p);
+    return r;
+}
+
+G4__DEF g4_result g4_unified_fe_check(g4_unified_fe *fe, const g4_config *c) {
+    if (!fe) return G4_ERR_INPUT;
+    if (!c || !c->unified || !c->unified_audio.present) {
+        g4__seterr(fe->error, "the model is not a gemma4_unified one with an audio_config");
+        return G4_ERR_CONFIG;
+    }
+    if (fe->audio_samples_per_token != c->unified_audio.audio_embed_dim) {
+        g4__seterr(fe->error, "the feature extractor's audio_samples_per_token %d contradicts the model's "
+                   "audio_config.audio_embed_dim %d", fe->audio_samples_per_token, c->unified_audio.audio_embed_dim);
+        return G4_ERR_CONFIG;
+    }
+    return G4_OK;
+}
+
+G4__DEF long long g4_unified_audio_tokens(const g4_unified_fe *fe, size_t n_samples) {
+    if (!fe || fe->audio_samples_per_token < 1) return -1;
+    return (long long)(n_samples / (size_t)fe->audio_samples_per_token + (n_samples % (size_t)fe->audio_samples_per_token != 0));
 }
 
 #endif /* GEMMA4_PROCESSING_IMPLEMENTATION_DONE */

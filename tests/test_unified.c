@@ -495,6 +495,367 @@ static void test_all_refused_by_training(void) {
     g4_model_free(&m);
 }
 
+/* ------------------------------------------- the processor (Gemma4UnifiedProcessor) */
+/* data/tiny/unified_like/processor/ is what the real Gemma4UnifiedProcessor's
+   save_pretrained wrote (patch 4, pooling 3, 70 soft tokens, 40 samples a
+   frame; the tiny tokenizer with ids 500..506 made the multimodal tokens);
+   processor_golden.safetensors its apply_chat_template(tokenize=True) output
+   on two conversations with a.png, c.png (RGBA), clip_b.wav and a 1234-sample
+   clip, and unified_like's logits on the first (tools/make_unified_goldens.py). */
+#define UPROC "unified_like/processor"
+
+static const char *const uchats[2] = {
+    "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"Describe\"}, {\"type\": \"image\"}, "
+    "{\"type\": \"text\", \"text\": \"and\"}, {\"type\": \"audio\"}, {\"type\": \"text\", \"text\": \".\"}]}]}",
+    "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": [{\"type\": \"image\"}, "
+    "{\"type\": \"audio\"}, {\"type\": \"text\", \"text\": \"then\"}, {\"type\": \"image\"}, {\"type\": \"audio\"}]}, "
+    "{\"role\": \"assistant\", \"content\": \"A cat.\"}, {\"role\": \"user\", \"content\": [{\"type\": \"audio\"}, "
+    "{\"type\": \"text\", \"text\": \"again?\"}]}]}",
+};
+
+/* an 8-bit image of data/vision/processor.safetensors (image.0: a.png, image.2: c.png RGBA) */
+static uint8_t *vision_image(golden *vg, int k, int *h, int *w, int *ch) {
+    char key[16];
+    const g4_tensor *t;
+    uint8_t *px;
+    size_t i, n;
+    snprintf(key, sizeof key, "image.%d", k);
+    t = g4_model_tensor(&vg->m, key);
+    if (!t || t->dtype != G4_I16 || t->ndim != 3) return NULL;
+    n = (size_t)(t->shape[0] * t->shape[1] * t->shape[2]);
+    if (!(px = (uint8_t *)malloc(n))) return NULL;
+    for (i = 0; i < n; i++) px[i] = (uint8_t)((const int16_t *)t->data)[i];
+    *h = (int)t->shape[0]; *w = (int)t->shape[1]; *ch = (int)t->shape[2];
+    return px;
+}
+
+static int open_vision_golden(golden *vg) {
+    memset(vg, 0, sizeof *vg);
+    if (g4__add_file(&vg->m, path2(g_data, "vision"), "processor.safetensors") != G4_OK || g4__st_finish(&vg->m) != G4_OK) {
+        printf("  cannot read vision/processor.safetensors: %s\n", vg->m.error);
+        g4_model_free(&vg->m);
+        return 0;
+    }
+    return vg->ok = 1;
+}
+
+/* a WAV file's samples (malloc'ed), or NULL */
+static float *read_wav(const char *path, size_t *n) {
+    char *bytes = NULL, err[G4_ERROR_MAX];
+    size_t len;
+    int rate = 0;
+    float *pcm = NULL;
+    *n = 0;
+    if (g4__read_file(path, &bytes, &len, (size_t)1 << 24, err) != G4_OK) { printf("  %s\n", err); return NULL; }
+    if (g4_wav_parse((const unsigned char *)bytes, len, NULL, 0, n, &rate, err) != G4_OK || rate != 16000 ||
+        !(pcm = (float *)malloc(sizeof(float) * (*n + 1))) ||
+        g4_wav_parse((const unsigned char *)bytes, len, pcm, *n, n, &rate, err) != G4_OK) {
+        printf("  %s: %s\n", path, err);
+        free(pcm);
+        pcm = NULL;
+    }
+    free(bytes);
+    return pcm;
+}
+
+/* One image through the unified image processor: pv [70][432], pos [70][2]. */
+static int uimage(g4_image_config *ic, golden *vg, int k, float *pv, int32_t *pos, int *n_soft) {
+    int h, w, ch, ok;
+    uint8_t *px = vision_image(vg, k, &h, &w, &ch);
+    size_t sb;
+    void *scratch;
+    if (!px) return 0;
+    sb = g4_image_scratch_size(ic, h, w);
+    scratch = arena_alloc(sb);
+    ok = sb > 0 && scratch && g4_image_preprocess(ic, px, h, w, ch, scratch, sb, pv, pos, n_soft) == G4_OK;
+    if (!ok) printf("  image %d: %s\n", k, ic->error);
+    free(scratch);
+    free(px);
+    return ok;
+}
+
+static g4_result parse_img(g4_image_config *ic, const char *json) { return g4_image_config_parse(ic, json, strlen(json), "t.json"); }
+static g4_result parse_fe(g4_unified_fe *fe, const char *json) { return g4_unified_fe_parse(fe, json, strlen(json), "t.json"); }
+
+/* processor_config.json: kinds, the checks against the model, the errors */
+static void test_processor_config(void) {
+    g4_image_config ic;
+    g4_unified_fe fe;
+    g4_config uc, vc;
+    g4_result r;
+    if (g4_config_load(&uc, tiny("unified_like/config.json")) != G4_OK) { CHECK(0, "config: %s", uc.error); return; }
+    if (g4_config_load(&vc, path2(g_data, "vision/e2b_mm/config.json")) != G4_OK) { CHECK(0, "config: %s", vc.error); return; }
+    CHECK(g4_image_config_load(&ic, tiny(UPROC)) == G4_OK && ic.kind == G4_IMAGE_UNIFIED && ic.patch_size == 12 &&
+              ic.pooling_kernel_size == 1 && ic.max_soft_tokens == 70, "unified processor: kind %d patch %d k %d: %s",
+          ic.kind, ic.patch_size, ic.pooling_kernel_size, ic.error);
+    CHECK(g4_image_config_check(&ic, &uc) == G4_OK, "against unified_like: %s", ic.error);
+    CHECK(g4_image_config_check(&ic, &vc) == G4_ERR_CONFIG && strstr(ic.error, "Gemma4UnifiedImageProcessor"),
+          "a unified processor for a Gemma 4 tower: %s", ic.error);
+    CHECK(g4_image_config_load(&ic, path2(g_data, "vision/processor")) == G4_OK && ic.kind == G4_IMAGE_GEMMA4 &&
+              g4_image_config_check(&ic, &uc) == G4_ERR_CONFIG && strstr(ic.error, "Gemma4ImageProcessor"),
+          "a Gemma4ImageProcessor for the 12B: %s", ic.error);
+    /* no type named: the 12B's model makes it unified (4 x 3 -> 12); the defaults (16 x 3) contradict it */
+    CHECK(parse_img(&ic, "{\"image_processor\": {\"patch_size\": 4, \"pooling_kernel_size\": 3, \"max_soft_tokens\": 70}}") ==
+              G4_OK && ic.kind == G4_IMAGE_ANY && g4_image_config_check(&ic, &uc) == G4_OK && ic.kind == G4_IMAGE_UNIFIED &&
+              ic.patch_size == 12 && ic.pooling_kernel_size == 1, "untyped: %s", ic.error);
+    ic = g4_image_config_init();
+    CHECK(g4_image_config_check(&ic, &uc) == G4_ERR_CONFIG && strstr(ic.error, "48 pixels") && strstr(ic.error, "4 x"),
+          "defaults against unified_like: %s", ic.error);
+    CHECK(parse_img(&ic, "{\"processor_class\": \"Gemma4UnifiedProcessor\", \"image_processor\": {\"patch_size\": 4}}") ==
+              G4_OK && ic.kind == G4_IMAGE_UNIFIED && ic.patch_size == 12, "processor_class: kind %d", ic.kind);
+    r = parse_img(&ic, "{\"image_processor\": {\"image_processor_type\": \"SiglipImageProcessor\"}}");
+    CHECK(r == G4_ERR_CONFIG && strstr(ic.error, "image_processor.image_processor_type") && strstr(ic.error, "Siglip"),
+          "another type: %s", ic.error);
+    r = parse_img(&ic, "{\"image_processor_type\": 3}");
+    CHECK(r == G4_ERR_CONFIG && strstr(ic.error, "image_processor_type"), "a type that is no string: %s", ic.error);
+    r = parse_img(&ic, "{\"image_processor_type\": \"Gemma4UnifiedImageProcessor\", \"patch_size\": 512, \"pooling_kernel_size\": 3}");
+    CHECK(r == G4_ERR_CONFIG && strstr(ic.error, "1024"), "a merged patch of 1536: %s", ic.error);
+    /* the feature extractor */
+    CHECK(g4_unified_fe_load(&fe, tiny(UPROC)) == G4_OK && fe.audio_samples_per_token == 40 && fe.sampling_rate == 16000,
+          "feature extractor: %d: %s", fe.audio_samples_per_token, fe.error);
+    CHECK(g4_unified_fe_check(&fe, &uc) == G4_OK, "against unified_like: %s", fe.error);
+    CHECK(g4_unified_fe_check(&fe, &vc) == G4_ERR_CONFIG && strstr(fe.error, "gemma4_unified"), "against e2b_mm: %s", fe.error);
+    CHECK(g4_unified_audio_tokens(&fe, 1234) == 31 && g4_unified_audio_tokens(&fe, 7000) == 175 &&
+              g4_unified_audio_tokens(&fe, 0) == 0 && g4_unified_audio_tokens(&fe, 1) == 1, "ceil(n / 40)");
+    fe = g4_unified_fe_init();
+    CHECK(fe.audio_samples_per_token == 640 && g4_unified_fe_check(&fe, &uc) == G4_ERR_CONFIG && strstr(fe.error, "640") &&
+              strstr(fe.error, "40"), "640 against 40: %s", fe.error);
+    CHECK(g4_unified_fe_load(&fe, path2(g_data, "vision/processor")) == G4_ERR_CONFIG &&
+              strstr(fe.error, "Gemma4AudioFeatureExtractor"), "Gemma 4's log-mel extractor: %s", fe.error);
+    CHECK(parse_fe(&fe, "{\"feature_size\": 40, \"audio_samples_per_token\": 64}") == G4_ERR_CONFIG &&
+              strstr(fe.error, "feature_size"), "feature_size 40, 64 a frame: %s", fe.error);
+    CHECK(parse_fe(&fe, "{\"feature_extractor\": {\"audio_samples_per_token\": 0}}") == G4_ERR_CONFIG &&
+              strstr(fe.error, "feature_extractor.audio_samples_per_token"), "0 a frame: %s", fe.error);
+    CHECK(parse_fe(&fe, "{\"feature_extractor\": 7}") == G4_ERR_CONFIG && strstr(fe.error, "feature_extractor"),
+          "not an object: %s", fe.error);
+    CHECK(parse_fe(&fe, "{\"audio_samples_per_token\": 64}") == G4_OK && fe.audio_samples_per_token == 64 &&
+              g4_unified_audio_tokens(&fe, 128) == 2, "flat preprocessor_config.json: %s", fe.error);
+}
+
+/* pixel values and frames bit for bit: c.png (RGBA: PIL's alpha composite,
+   then the resize) and the 1234-sample clip; a.png's count and positions */
+static void test_processor_pixels(void) {
+    golden pg, vg;
+    g4_image_config ic;
+    g4_model m;
+    g4_unified_run run;
+    const g4_tensor *pvc, *pos1, *fs, *short_pcm;
+    float pv[70 * 432], frames[32 * 40];
+    int32_t pos[70 * 2];
+    int n_soft = -1, nf = -1, i, zero = 1;
+    if (!golden_open_file(&pg, "unified_like", "processor_golden.safetensors")) { CHECK(0, "processor golden"); return; }
+    if (!open_vision_golden(&vg)) { CHECK(0, "vision golden"); g4_model_free(&pg.m); return; }
+    if (g4_model_load(&m, tiny("unified_like")) != G4_OK) { CHECK(0, "load: %s", m.error); goto out; }
+    pvc = g4_model_tensor(&pg.m, "pixel_values.c");
+    pos1 = g4_model_tensor(&pg.m, "image_position_ids.1");
+    fs = g4_model_tensor(&pg.m, "input_features.short");
+    short_pcm = g4_model_tensor(&pg.m, "audio.short");
+    CHECK(pvc && pos1 && fs && short_pcm && pvc->shape[0] == 60 && pos1->shape[0] == 2 && fs->shape[0] == 31, "golden tensors");
+    if (!(pvc && pos1 && fs && short_pcm)) goto out;
+    CHECK(g4_image_config_load(&ic, tiny(UPROC)) == G4_OK && g4_image_config_check(&ic, &m.config) == G4_OK, "%s", ic.error);
+    CHECK(uimage(&ic, &vg, 0, pv, pos, &n_soft) && n_soft == 63 &&
+              memcmp(pos, pos1->data, sizeof(int32_t) * 70 * 2) == 0, "a.png: %d soft tokens (63), positions", n_soft);
+    CHECK(uimage(&ic, &vg, 2, pv, pos, &n_soft) && n_soft == 60, "c.png: %d soft tokens (60)", n_soft);
+    for (i = 60 * 432; i < 70 * 432; i++) zero &= pv[i] == 0.0f;
+    printf("  c.png (RGBA 60x40) -> %d merged patches: pixel_values %s, padding zero %d\n", n_soft,
+           memcmp(pv, pvc->data, sizeof(float) * 60 * 432) == 0 ? "bit-identical" : "DIFFERENT", zero);
+    CHECK(memcmp(pv, pvc->data, sizeof(float) * 60 * 432) == 0 && zero, "c.png pixel_values bit for bit");
+    CHECK(memcmp(pos, (const int32_t *)pos1->data + 70 * 2, sizeof(int32_t) * 70 * 2) == 0, "c.png positions");
+    memset(&run, 0, sizeof run);
+    CHECK(g4_unified_audio_frames(&m, (const float *)short_pcm->data, (size_t)short_pcm->shape[0], frames, 32, &run, &nf) ==
+              G4_OK && nf == 31 && memcmp(frames, fs->data, sizeof(float) * 31 * 40) == 0,
+          "the 1234-sample clip: %d frames (31), bit for bit", nf);
+out:
+    g4_model_free(&m);
+    g4_model_free(&vg.m);
+    g4_model_free(&pg.m);
+}
+
+/* The chat template's ids, expanded with the counts of g4_image_preprocess
+   and g4_unified_audio_tokens, are apply_chat_template's (every id). */
+static int32_t *uchat_ids(int c, const g4_tokenizer *tok, const g4_template *tpl, size_t *n) {
+    g4_template_options o = g4_template_options_init();
+    int32_t *ids = NULL;
+    char err[G4_ERROR_MAX];
+    o.enable_thinking = -1; /* apply_chat_template was not given it */
+    if (g4_template_encode(tpl, tok, uchats[c], strlen(uchats[c]), &o, &ids, n, err) != G4_OK) {
+        printf("  chat %d: %s\n", c, err);
+        return NULL;
+    }
+    return ids;
+}
+
+static void test_processor_ids(void) {
+    golden pg, vg;
+    g4_tokenizer tok;
+    g4_template tpl;
+    g4_image_config ic;
+    g4_unified_fe fe;
+    g4_config uc;
+    float pv[70 * 432];
+    int32_t pos[70 * 2], *out = NULL;
+    size_t n_short = 1234, n_b = 0, n_out = 0;
+    float *clip_b = NULL;
+    int c, ok_tpl;
+    char err[G4_ERROR_MAX];
+    memset(&tok, 0, sizeof tok);
+    memset(&tpl, 0, sizeof tpl);
+    if (!golden_open_file(&pg, "unified_like", "processor_golden.safetensors")) { CHECK(0, "processor golden"); return; }
+    if (!open_vision_golden(&vg)) { CHECK(0, "vision golden"); g4_model_free(&pg.m); return; }
+    CHECK(g4_config_load(&uc, tiny("unified_like/config.json")) == G4_OK, "config: %s", uc.error);
+    CHECK(g4_tokenizer_load(&tok, tiny(UPROC)) == G4_OK, "tokenizer: %s", tok.error);
+    ok_tpl = g4_template_load(&tpl, path2(g_data, "templates/e2b")) == G4_OK;
+    CHECK(ok_tpl, "template: %s", tpl.error);
+    if (ok_tpl) g4_template_set_tokens(&tpl, &tok);
+    CHECK(g4_image_config_load(&ic, tiny(UPROC)) == G4_OK && g4_image_config_check(&ic, &uc) == G4_OK, "%s", ic.error);
+    CHECK(g4_unified_fe_load(&fe, tiny(UPROC)) == G4_OK && g4_unified_fe_check(&fe, &uc) == G4_OK, "%s", fe.error);
+    clip_b = read_wav(path2(g_data, "tiny/e2b_audio/clip_b.wav"), &n_b);
+    CHECK(clip_b && n_b == 7000, "clip_b.wav: %zu samples", n_b);
+    if (!ok_tpl || !clip_b || !tok.n_vocab) goto out;
+    for (c = 0; c < 2; c++) {
+        char key[32];
+        int n_want = 0, n_img_rows = 0, n_aud_rows = 0, n_img, n_aud, k, imgs[2], auds[3];
+        const int32_t *want, *img_rows, *aud_rows;
+        size_t n_ids = 0;
+        int32_t *ids = uchat_ids(c, &tok, &tpl, &n_ids);
+        snprintf(key, sizeof key, "ids.%d", c);
+        want = golden_ids(&pg, key, &n_want);
+        snprintf(key, sizeof key, "image_rows.%d", c);
+        img_rows = golden_ids(&pg, key, &n_img_rows);
+        snprintf(key, sizeof key, "audio_rows.%d", c);
+        aud_rows = golden_ids(&pg, key, &n_aud_rows);
+        CHECK(ids && want && img_rows && aud_rows, "case %d: ids and golden", c);
+        if (!(ids && want && img_rows && aud_rows)) { g4_template_free_output(ids); continue; }
+        /* the conversations' media in order: case 0 a.png, clip_b; case 1 a.png, clip_b, c.png, short, clip_b */
+        n_img = c == 0 ? 1 : 2;
+        n_aud = c == 0 ? 1 : 3;
+        for (k = 0; k < n_img; k++) CHECK(uimage(&ic, &vg, k == 0 ? 0 : 2, pv, pos, &imgs[k]), "case %d image %d", c, k);
+        auds[0] = (int)g4_unified_audio_tokens(&fe, n_b);
+        auds[1] = (int)g4_unified_audio_tokens(&fe, c == 0 ? n_b : n_short);
+        auds[2] = (int)g4_unified_audio_tokens(&fe, n_b);
+        CHECK(n_img_rows == n_img && n_aud_rows == n_aud && memcmp(imgs, img_rows, sizeof(int) * (size_t)n_img) == 0 &&
+                  memcmp(auds, aud_rows, sizeof(int) * (size_t)n_aud) == 0, "case %d: the runs' lengths", c);
+        err[0] = 0;
+        CHECK(g4_mm_expand(&uc, ids, (int)n_ids, imgs, n_img, auds, n_aud, NULL, 0, &n_out, err) == G4_ERR_INPUT &&
+                  n_out == (size_t)n_want, "case %d: length %zu, the processor's %d (%s)", c, n_out, n_want, err);
+        out = (int32_t *)malloc(sizeof(int32_t) * (n_out + 1));
+        CHECK(out && g4_mm_expand(&uc, ids, (int)n_ids, imgs, n_img, auds, n_aud, out, n_out, &n_out, err) == G4_OK &&
+                  n_out == (size_t)n_want && memcmp(out, want, sizeof(int32_t) * (size_t)n_want) == 0,
+              "case %d: ids differ from the processor's (%s)", c, err);
+        printf("  case %d: %zu template ids -> %zu ids (%d images, %d clips), the processor's %d: %s\n", c, n_ids, n_out,
+               n_img, n_aud, n_want, out && n_out == (size_t)n_want && !memcmp(out, want, sizeof(int32_t) * n_out) ? "equal" : "DIFFERENT");
+        if (c == 1) { /* bad input: counts that differ, a negative count, no room, a config without the audio ids */
+            g4_config nc = uc;
+            CHECK(g4_mm_expand(&uc, ids, (int)n_ids, imgs, 1, auds, n_aud, out, n_out, &n_out, err) == G4_ERR_INPUT &&
+                      strstr(err, "2 image placeholders") && strstr(err, "1 images"), "one image short: %s", err);
+            CHECK(g4_mm_expand(&uc, ids, (int)n_ids, imgs, n_img, auds, 2, out, n_out, &n_out, err) == G4_ERR_INPUT &&
+                      strstr(err, "3 audio placeholders") && strstr(err, "2 clips"), "one clip short: %s", err);
+            CHECK(g4_mm_expand(&uc, ids, (int)n_ids, imgs, n_img, NULL, 0, out, (size_t)n_want, &n_out, err) ==
+                      G4_ERR_INPUT && strstr(err, "audio placeholders"), "clips in the ids, none given: %s", err);
+            auds[1] = -1;
+            CHECK(g4_mm_expand(&uc, ids, (int)n_ids, imgs, n_img, auds, n_aud, out, (size_t)n_want, &n_out, err) ==
+                      G4_ERR_INPUT && strstr(err, "clip 1"), "a negative count: %s", err);
+            auds[1] = 31;
+            CHECK(g4_mm_expand(&uc, ids, (int)n_ids, imgs, n_img, auds, n_aud, out, (size_t)n_want - 1, &n_out, err) ==
+                      G4_ERR_INPUT && n_out == (size_t)n_want && strstr(err, "do not fit"), "no room: %s", err);
+            nc.boa_token_id = -1;
+            CHECK(g4_mm_expand(&nc, ids, (int)n_ids, imgs, n_img, auds, n_aud, out, (size_t)n_want, &n_out, err) ==
+                      G4_ERR_INPUT && strstr(err, "boa_token_id"), "no boa: %s", err);
+            CHECK(g4_mm_expand(&uc, ids, -1, imgs, n_img, auds, n_aud, out, (size_t)n_want, &n_out, err) == G4_ERR_INPUT &&
+                      n_out == 0, "n < 0: %s", err);
+        }
+        free(out);
+        out = NULL;
+        g4_template_free_output(ids);
+    }
+out:
+    free(clip_b);
+    g4_template_free(&tpl);
+    g4_tokenizer_free(&tok);
+    g4_model_free(&vg.m);
+    g4_model_free(&pg.m);
+}
+
+/* Case 0 end to end through the library, as the CLI runs it: the template's
+   ids, a.png and clip_b through the processor and the embedders, expanded,
+   g4_forward_mm; logits within 1e-4 x max |logit| of transformers' on the
+   processor's output (the issue's bound; the merge test above measures ~2e-5). */
+static void test_processor_logits(void) {
+    golden pg, vg;
+    g4_model m;
+    g4_tokenizer tok;
+    g4_template tpl;
+    g4_image_config ic;
+    g4_unified_run run;
+    g4_session s;
+    g4_session_config sc = g4_session_config_init();
+    float pv[70 * 432], *frames = NULL, *soft = NULL, *logits = NULL, *clip_b = NULL;
+    int32_t pos[70 * 2], *ids = NULL, *out = NULL;
+    const int32_t *rows;
+    const float *want;
+    size_t n_b = 0, n_ids = 0, n_out = 0, bytes = 0;
+    void *arena = NULL;
+    int n_img = 0, n_aud = 0, nf = 0, n_rows = 0, H, V, k, got = 0;
+    int64_t numel = 0;
+    double worst = 0, scale;
+    char err[G4_ERROR_MAX];
+    memset(&tok, 0, sizeof tok);
+    memset(&tpl, 0, sizeof tpl);
+    memset(&run, 0, sizeof run);
+    if (!golden_open_file(&pg, "unified_like", "processor_golden.safetensors")) { CHECK(0, "processor golden"); return; }
+    if (!open_vision_golden(&vg)) { CHECK(0, "vision golden"); g4_model_free(&pg.m); return; }
+    if (g4_model_load(&m, tiny("unified_like")) != G4_OK) { CHECK(0, "load: %s", m.error); goto out; }
+    H = m.config.hidden_size;
+    V = m.config.vocab_size;
+    rows = golden_ids(&pg, "logit_rows.0", &n_rows);
+    want = golden_f32(&pg, "logits.0", &numel);
+    CHECK(rows && want && numel == (int64_t)n_rows * V, "golden logits");
+    if (g4_tokenizer_load(&tok, tiny(UPROC)) != G4_OK || g4_template_load(&tpl, path2(g_data, "templates/e2b")) != G4_OK ||
+        !rows || !want) { CHECK(0, "tokenizer, template: %s %s", tok.error, tpl.error); goto out; }
+    g4_template_set_tokens(&tpl, &tok);
+    ids = uchat_ids(0, &tok, &tpl, &n_ids);
+    clip_b = read_wav(path2(g_data, "tiny/e2b_audio/clip_b.wav"), &n_b);
+    CHECK(ids && clip_b && g4_image_config_load(&ic, tiny(UPROC)) == G4_OK && g4_image_config_check(&ic, &m.config) == G4_OK &&
+              uimage(&ic, &vg, 0, pv, pos, &n_img), "ids, clip, image");
+    if (!ids || !clip_b || n_img != 63) goto out;
+    frames = (float *)malloc(sizeof(float) * 175 * 40);
+    soft = (float *)malloc(sizeof(float) * (63 + 175) * (size_t)H);
+    CHECK(g4_unified_size(&m, 175, &bytes) == G4_OK && (arena = arena_alloc(bytes)) && frames && soft, "arena");
+    if (!arena || !frames || !soft) goto out;
+    CHECK(g4_unified_embed_image(&m, pv, pos, 70, arena, bytes, &run, soft, &n_img) == G4_OK && n_img == 63, "image: %s",
+          run.error);
+    CHECK(g4_unified_audio_frames(&m, clip_b, n_b, frames, 175, &run, &nf) == G4_OK && nf == 175, "frames: %s", run.error);
+    CHECK(g4_unified_embed_audio(&m, frames, NULL, nf, arena, bytes, &run, soft + (size_t)n_img * H, &n_aud) == G4_OK &&
+              n_aud == 175, "audio: %s", run.error);
+    out = (int32_t *)malloc(sizeof(int32_t) * (n_ids + 63 + 175 + 4));
+    CHECK(out && g4_mm_expand(&m.config, ids, (int)n_ids, &n_img, 1, &n_aud, 1, out, n_ids + 63 + 175 + 4, &n_out, err) ==
+              G4_OK && (int)n_out > rows[n_rows - 1], "expand: %s", err);
+    if (!out || (int)n_out <= rows[n_rows - 1]) goto out;
+    sc.max_context = (int)n_out;
+    logits = (float *)malloc(sizeof(float) * n_out * (size_t)V);
+    if (!logits || g4_session_create(&s, &m, &sc) != G4_OK) { CHECK(0, "session: %s", s.error); goto out; }
+    CHECK(g4_forward_mm(&s, out, (int)n_out, soft, n_img + n_aud, logits, G4_LOGITS_ALL, NULL) == G4_OK, "forward_mm: %s",
+          s.error);
+    scale = max_abs(want, (size_t)numel);
+    for (k = 0; k < n_rows; k++) {
+        double d = max_diff(logits + (size_t)rows[k] * V, want + (size_t)k * V, (size_t)V);
+        if (d > worst) worst = d;
+        got++;
+    }
+    printf("  %zu ids (63 image, 175 audio soft tokens): %d logit rows within %.3g of max |logit| %.3g\n", n_out, got,
+           worst / scale, scale);
+    CHECK(got == n_rows && worst <= 1e-4 * scale, "logits %.3g relative", worst / scale);
+    g4_session_destroy(&s);
+out:
+    free(arena); free(frames); free(soft); free(logits); free(clip_b); free(out);
+    g4_template_free_output(ids);
+    g4_template_free(&tpl);
+    g4_tokenizer_free(&tok);
+    g4_model_free(&m);
+    g4_model_free(&vg.m);
+    g4_model_free(&pg.m);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) g_data = argv[1];
     (void)g_tmp;
@@ -507,5 +868,9 @@ int main(int argc, char **argv) {
     run("unified: \"all\" is refused by the training reference", test_all_refused_by_training);
     run("unified: Gemma4UnifiedAudioFeatureExtractor's frames, bit for bit", test_audio_frames);
     run("unified: Gemma4UnifiedImageProcessor = g4_image_preprocess at patch 12, no pooling, bit for bit", test_image_processor);
+    run("unified processor: processor_config.json kinds, checks against the model, errors", test_processor_config);
+    run("unified processor: c.png's pixel values and a clip's frames bit for bit", test_processor_pixels);
+    run("unified processor: chats with images and clips give apply_chat_template's ids (g4_mm_expand)", test_processor_ids);
+    run("unified processor: a chat with a.png and clip_b through the library: logits vs transformers", test_processor_logits);
     return finish();
 }

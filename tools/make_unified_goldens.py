@@ -29,6 +29,15 @@ save_pretrained, reloads it with from_pretrained(dtype=float32) and records:
         mm_logits_causal    F32 [S2, V]              the same without mm_token_type_ids (transformers
                                                      then falls back to causal): the two must differ
 
+    data/tiny/unified_like/processor/                       processor_config.json, tokenizer.json,
+                                                            tokenizer_config.json: save_pretrained of the real
+                                                            Gemma4UnifiedProcessor (make_processor_golden)
+    data/tiny/unified_like/processor_golden.safetensors     its apply_chat_template(tokenize=True) on two
+                                                            chats with images and clips, and unified_like's
+                                                            logits on the first (see make_processor_golden)
+    data/tiny/UNIFIED_PROCESSOR_VERSIONS.txt                the versions behind those two
+    (--processor-only remakes just those, from the committed unified_like checkpoint)
+
 Float32 CPU, attn_implementation="eager", torch.set_num_threads(1); deterministic (fixed seeds).
 Usage (from the repository root, with the venv of docs/verification.md):
     venv/bin/python tools/make_unified_goldens.py [--out data/tiny]
@@ -313,12 +322,172 @@ def make_frames_golden(out_dir):
               os.path.join(out_dir, "frames_golden.safetensors"))
 
 
+# ------------------------------------------------------------------------------------------------
+# The processor (Gemma4UnifiedProcessor): its placeholder expansion through apply_chat_template.
+PROC_MM_TOKENS = [("<|image|>", 500), ("<|image>", 501), ("<image|>", 502), ("<|audio|>", 503), ("<|audio>", 504),
+                  ("<audio|>", 505), ("<|video|>", 506)]  # = TOK's ids, so the processor's ids run on unified_like
+PROC_MAX_SOFT = 70
+LOGIT_STRIDE = 13
+
+
+def make_processor_tokenizer(src):
+    """data/tokenizer/tokenizer.json (the tiny BPE of 512) with vocab ids 500..506 turned into the 12B's
+    multimodal special tokens (the merges that make or use the old strings dropped), so that they are the
+    ids of unified_like's config."""
+    import json
+    from tokenizers import AddedToken, Tokenizer
+    from transformers import PreTrainedTokenizerFast
+    t = json.load(open(src))
+    vocab = t["model"]["vocab"]
+    inv = {i: s for s, i in vocab.items()}
+    old = {inv[i] for _, i in PROC_MM_TOKENS}
+    for tok, i in PROC_MM_TOKENS:
+        del vocab[inv[i]]
+        vocab[tok] = i
+    merges = []
+    for m in t["model"]["merges"]:
+        a, b = m if isinstance(m, list) else m.split(" ")
+        if a in old or b in old or a + b in old:
+            continue
+        merges.append(m)
+    t["model"]["merges"] = merges
+    tk = Tokenizer.from_str(json.dumps(t))
+    tk.add_special_tokens([AddedToken(s, special=True, normalized=False) for s, _ in PROC_MM_TOKENS])
+    for s, i in PROC_MM_TOKENS:
+        assert tk.token_to_id(s) == i, (s, tk.token_to_id(s))
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>",
+        extra_special_tokens=dict(image_token="<|image|>", boi_token="<|image>", eoi_token="<image|>",
+                                  audio_token="<|audio|>", boa_token="<|audio>", eoa_token="<audio|>"))
+
+
+def read_wav(path):
+    """A mono float32 or PCM16 WAV (soundfile's values: PCM16 k / 32768)."""
+    import struct
+    b = open(path, "rb").read()
+    assert b[:4] == b"RIFF" and b[8:12] == b"WAVE"
+    p, fmt, data = 12, None, None
+    while p + 8 <= len(b):
+        cid, size = b[p:p + 4], struct.unpack("<I", b[p + 4:p + 8])[0]
+        if cid == b"fmt ":
+            fmt = struct.unpack("<HHIIHH", b[p + 8:p + 24])
+        elif cid == b"data":
+            data = b[p + 8:p + 8 + size]
+        p += 8 + size + (size & 1)
+    tag, ch, rate, _, _, bits = fmt
+    assert ch == 1 and rate == 16000
+    if tag == 3 and bits == 32:
+        return np.frombuffer(data, dtype="<f4").astype(np.float32)
+    assert tag == 1 and bits == 16
+    return (np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0).astype(np.float32)
+
+
+def make_processor_golden(out_dir, model):
+    """The real Gemma4UnifiedProcessor (torchvision backend, transformers' default) with the tiny tokenizer
+    above, the E2B chat template (data/templates/e2b) and unified_like's patch/pooling/frame sizes, saved to
+    out_dir/processor/ (processor_config.json, tokenizer.json, tokenizer_config.json). Conversations with
+    images and clips go through processor.apply_chat_template(tokenize=True) (which renders, then calls the
+    processor); out_dir/processor_golden.safetensors:
+        ids.<c>             I32 [S]         input_ids
+        image_rows.<c>      I32 [n_img]     num_soft_tokens_per_image (the image runs' lengths)
+        audio_rows.<c>      I32 [n_aud]     input_features_mask.sum() per clip (the audio runs' lengths)
+        image_position_ids.<c> I32 [n_img, 70, 2]
+        input_features_mask.<c> I32 [n_aud, T]
+        pixel_values.c      F32 [60, 432]   c.png's real rows (case 1's second image; the rest are zero)
+        input_features.short F32 [31, 40]   the 1234-sample clip's frames (audio.short F32 [1234] its samples)
+        logits.0            F32 [R, V]      unified_like on case 0 (with mm_token_type_ids), rows logit_rows.0
+        logit_rows.0        I32 [R]         a stride through the prompt and its last row
+    Case 0: a user turn "Describe <image a.png> and <audio clip_b.wav>." (the CLI test's). Case 1: a system
+    turn, a user turn with a.png, clip_b, c.png (RGBA) and a 1234-sample clip, an answer, and a second user turn
+    with clip_b again."""
+    from PIL import Image
+    from transformers import Gemma4UnifiedProcessor
+    from transformers.models.gemma4_unified.feature_extraction_gemma4_unified import Gemma4UnifiedAudioFeatureExtractor
+    from transformers.models.gemma4_unified.image_processing_gemma4_unified import Gemma4UnifiedImageProcessor
+    from transformers.models.gemma4_unified.video_processing_gemma4_unified import Gemma4UnifiedVideoProcessor
+    tok = make_processor_tokenizer("data/tokenizer/tokenizer.json")
+    kw = dict(patch_size=VISION["patch_size"], pooling_kernel_size=VISION["pooling_kernel_size"], max_soft_tokens=PROC_MAX_SOFT)
+    spt = AUDIO["audio_embed_dim"]
+    proc = Gemma4UnifiedProcessor(
+        feature_extractor=Gemma4UnifiedAudioFeatureExtractor(feature_size=spt, audio_samples_per_token=spt),
+        image_processor=Gemma4UnifiedImageProcessor(**kw), tokenizer=tok, video_processor=Gemma4UnifiedVideoProcessor(**kw),
+        chat_template=open("data/templates/e2b/chat_template.jinja").read(), image_seq_length=PROC_MAX_SOFT)
+    pdir = os.path.join(out_dir, "processor")
+    if os.path.isdir(pdir):
+        shutil.rmtree(pdir)
+    proc.save_pretrained(pdir)
+    for f in os.listdir(pdir):  # only what the C side reads (the template is data/templates/e2b's)
+        if f not in ("processor_config.json", "tokenizer.json", "tokenizer_config.json"):
+            os.remove(os.path.join(pdir, f))
+    a = Image.open("data/vision/images/a.png")
+    c = Image.open("data/vision/images/c.png")
+    clip_b = read_wav("data/tiny/e2b_audio/clip_b.wav")
+    short = (np.random.default_rng(11).standard_normal(1234) * 0.2).astype(np.float32)
+    cases = [
+        [{"role": "user", "content": [{"type": "text", "text": "Describe"}, {"type": "image", "image": a},
+                                      {"type": "text", "text": "and"}, {"type": "audio", "audio": clip_b},
+                                      {"type": "text", "text": "."}]}],
+        [{"role": "system", "content": "Be brief."},
+         {"role": "user", "content": [{"type": "image", "image": a}, {"type": "audio", "audio": clip_b},
+                                      {"type": "text", "text": "then"}, {"type": "image", "image": c},
+                                      {"type": "audio", "audio": short}]},
+         {"role": "assistant", "content": "A cat."},
+         {"role": "user", "content": [{"type": "audio", "audio": clip_b}, {"type": "text", "text": "again?"}]}],
+    ]
+    gold = {"audio.short": torch.from_numpy(short)}
+    summary = []
+    for k, conv in enumerate(cases):
+        out = proc.apply_chat_template(conv, tokenize=True, return_dict=True, add_generation_prompt=True,
+                                       return_tensors="pt")
+        ids = out["input_ids"][0]
+        fm = out["input_features_mask"]
+        img_rows = [int((p[:, 0] >= 0).sum()) for p in out["image_position_ids"]]
+        aud_rows = [int(m.sum()) for m in fm]
+        assert int((ids == 500).sum()) == sum(img_rows) and int((ids == 503).sum()) == sum(aud_rows)
+        gold[f"ids.{k}"] = ids.to(torch.int32)
+        gold[f"image_rows.{k}"] = torch.tensor(img_rows, dtype=torch.int32)
+        gold[f"audio_rows.{k}"] = torch.tensor(aud_rows, dtype=torch.int32)
+        gold[f"image_position_ids.{k}"] = out["image_position_ids"].to(torch.int32)
+        gold[f"input_features_mask.{k}"] = fm.to(torch.int32)
+        if k == 1:  # c.png (RGBA, the alpha composite) and the short clip (its last frame zero-padded): kept
+            # lean, the real rows only; a.png's resize path is image_golden's, clip_b is 175 whole frames
+            assert img_rows[1] == 60 and float(out["pixel_values"][1, 60:].abs().max()) == 0.0
+            gold["pixel_values.c"] = out["pixel_values"][1, :60].float()
+            gold["input_features.short"] = out["input_features"][1, :aud_rows[1]].float()
+            feats_b = out["input_features"][0, :aud_rows[0]]
+            assert torch.equal(feats_b.reshape(-1), torch.from_numpy(clip_b))  # clip_b: 7000 = 175 x 40 samples
+        summary.append(f"processor case {k}: S {len(ids)} image rows {img_rows} audio rows {aud_rows}")
+        print(summary[-1])
+        if k == 0:
+            tt = torch.zeros_like(ids)
+            tt[ids == 500] = 1
+            tt[ids == 503] = 3
+            assert torch.equal(out["mm_token_type_ids"][0], tt)
+            with torch.no_grad():
+                lg = model(input_ids=out["input_ids"], pixel_values=out["pixel_values"],
+                           image_position_ids=out["image_position_ids"], input_features=out["input_features"],
+                           input_features_mask=fm, mm_token_type_ids=out["mm_token_type_ids"], use_cache=False).logits[0]
+            rows = sorted(set(range(0, len(ids), LOGIT_STRIDE)) | {len(ids) - 1})
+            gold["logits.0"] = lg[rows].float()
+            gold["logit_rows.0"] = torch.tensor(rows, dtype=torch.int32)
+            summary.append(f"processor case 0 logits: {len(rows)} rows, max|logit| {float(lg.abs().max()):.3f}")
+            print(summary[-1])
+    save_file({k: v.contiguous() for k, v in gold.items()}, os.path.join(out_dir, "processor_golden.safetensors"))
+    return summary
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="data/tiny")
     ap.add_argument("--seed", type=int, default=SEED)
     ap.add_argument("--all-seed", type=int, default=ALL_SEED)
+    ap.add_argument("--processor-only", action="store_true",
+                    help="only the processor's files (unified_like/processor/, processor_golden.safetensors)")
     args = ap.parse_args()
+    if args.processor_only:
+        summary = make_processor_golden(os.path.join(args.out, NAME), load(os.path.join(args.out, NAME)))
+        write_processor_versions(args.out, summary)
+        return
     seed = args.seed
     print(f"torch {torch.__version__}  transformers {transformers.__version__}")
     torch.manual_seed(seed)
@@ -358,6 +527,7 @@ def main():
     make_image_golden(out_dir)
     make_frames_golden(out_dir)
     all_std, all_gap = make_all(args.out, args.all_seed)
+    proc_summary = make_processor_golden(out_dir, model)
 
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     with open(os.path.join(args.out, "UNIFIED_VERSIONS.txt"), "w") as f:
@@ -372,6 +542,24 @@ def main():
                 f"mm_tokens {len(mm['mm_input_ids'])}\n")
         f.write(f"model unified_all class Gemma4UnifiedForConditionalGeneration stored bfloat16  S {S}  "
                 f"logits_std {all_std:.3f}  min_greedy_gap {all_gap:.3g}  use_bidirectional_attention all\n")
+    write_processor_versions(args.out, proc_summary)
+
+
+def write_processor_versions(out_root, summary):
+    import PIL
+    import tokenizers
+    import torchvision
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    with open(os.path.join(out_root, "UNIFIED_PROCESSOR_VERSIONS.txt"), "w") as f:
+        f.write(f"torch {torch.__version__}\ntransformers {transformers.__version__}\ntorchvision {torchvision.__version__}\n"
+                f"pillow {PIL.__version__}\ntokenizers {tokenizers.__version__}\nsafetensors {safetensors.__version__}\n"
+                f"numpy {np.__version__}\npython {platform.python_version()}\nplatform {platform.platform()}\ndate {now}\n"
+                "command venv/bin/python " + " ".join(["tools/" + os.path.basename(sys.argv[0])] + sys.argv[1:]) + "\n"
+                "Gemma4UnifiedProcessor (torchvision backend) with the tiny tokenizer of data/tokenizer (ids 500..506 made "
+                "the multimodal tokens), the template of data/templates/e2b; apply_chat_template(tokenize=True); "
+                "logits float32 CPU, eager, one thread, unified_like reloaded float32\n")
+        for line in summary:
+            f.write(line + "\n")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 /* libFuzzer harness: the image processor. The first byte picks the mode:
-   even - the rest is a processor_config.json (g4_image_config_parse); odd -
+   even - the rest is a processor_config.json (g4_image_config_parse, and
+   g4_unified_fe_parse for the 12B's feature extractor); odd -
    the next 5 bytes give height, width (1 .. 256 each, or 0 / huge from a
    flag) and channels (1 .. 5), the rest the pixels (repeated to fill),
    through g4_image_target_size, g4_image_scratch_size and
@@ -20,7 +21,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     g4_image_config ic;
     if (size < 1) return 0;
     if (!(data[0] & 1)) {
-        if (g4_image_config_parse(&ic, (const char *)data + 1, size - 1, "fuzz.json") != G4_OK && !ic.error[0]) abort();
+        g4_unified_fe fe;
+        g4_result r = g4_image_config_parse(&ic, (const char *)data + 1, size - 1, "fuzz.json");
+        if (r != G4_OK && !ic.error[0]) abort();
+        /* the 12B's image processor is stored merged: patches of k p pixels, no pooling */
+        if (r == G4_OK && ic.kind == G4_IMAGE_UNIFIED && (ic.pooling_kernel_size != 1 || ic.patch_size > 1024)) abort();
+        r = g4_unified_fe_parse(&fe, (const char *)data + 1, size - 1, "fuzz.json");
+        if (r != G4_OK && !fe.error[0]) abort();
+        if (r == G4_OK && (fe.audio_samples_per_token < 1 || g4_unified_audio_tokens(&fe, 12345) < 1)) abort();
         return 0;
     }
     if (size < 6) return 0;
