@@ -8090,36 +8090,32 @@ G4__DEF void g4_sampler_accept(g4_sampler *s, int32_t id) {
     if (s && s->seen && id >= 0 && id < s->vocab) s->seen[id] = 1;
 }
 
-/* Candidates sorted by logit, descending; ids ascending on ties. */
-static void g4__cand_sort(int32_t *idx, const float *logits, size_t n) {
-    /* heap sort: no recursion, no comparator context needed */
-    size_t start, end;
-    for (start = n / 2; start-- > 0;) {
-        size_t root = start;
-        for (;;) {
-            size_t c = 2 * root + 1;
-            int32_t tmp;
-            if (c >= n) break;
-            /* "greater" here means later in the final order: smaller logit, or larger id */
-            if (c + 1 < n && (logits[idx[c + 1]] < logits[idx[c]] ||
-                              (logits[idx[c + 1]] == logits[idx[c]] && idx[c + 1] > idx[c]))) c++;
-            if (!(logits[idx[c]] < logits[idx[root]] || (logits[idx[c]] == logits[idx[root]] && idx[c] > idx[root]))) break;
-            tmp = idx[root]; idx[root] = idx[c]; idx[c] = tmp;
-            root = c;
-        }
+/* "a comes later than b" in the candidates' order: smaller logit, or larger id on ties */
+static int g4__cand_later(const float *logits, int32_t a, int32_t b) {
+    return logits[a] < logits[b] || (logits[a] == logits[b] && a > b);
+}
+
+/* the heap below root in idx[0..n), the latest candidate on top */
+static void g4__cand_sift(int32_t *idx, const float *logits, size_t root, size_t n) {
+    for (;;) {
+        size_t c = 2 * root + 1;
+        int32_t tmp;
+        if (c >= n) break;
+        if (c + 1 < n && g4__cand_later(logits, idx[c + 1], idx[c])) c++;
+        if (!g4__cand_later(logits, idx[c], idx[root])) break;
+        tmp = idx[root]; idx[root] = idx[c]; idx[c] = tmp;
+        root = c;
     }
+}
+
+/* Candidates sorted by logit, descending; ids ascending on ties (heap sort: no recursion,
+   no comparator context needed). */
+static void g4__cand_sort(int32_t *idx, const float *logits, size_t n) {
+    size_t start, end;
+    for (start = n / 2; start-- > 0;) g4__cand_sift(idx, logits, start, n);
     for (end = n; end-- > 1;) {
-        size_t root = 0;
         int32_t tmp = idx[0]; idx[0] = idx[end]; idx[end] = tmp;
-        for (;;) {
-            size_t c = 2 * root + 1;
-            if (c >= end) break;
-            if (c + 1 < end && (logits[idx[c + 1]] < logits[idx[c]] ||
-                                (logits[idx[c + 1]] == logits[idx[c]] && idx[c + 1] > idx[c]))) c++;
-            if (!(logits[idx[c]] < logits[idx[root]] || (logits[idx[c]] == logits[idx[root]] && idx[c] > idx[root]))) break;
-            tmp = idx[root]; idx[root] = idx[c]; idx[c] = tmp;
-            root = c;
-        }
+        g4__cand_sift(idx, logits, 0, end);
     }
 }
 

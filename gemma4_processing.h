@@ -2615,31 +2615,22 @@ static g4__jtn *g4__jt_not(g4__jtp *P) {
     return g4__jt_compare(P);
 }
 
-static g4__jtn *g4__jt_and(g4__jtp *P) {
-    g4__jtn *l = g4__jt_not(P);
-    while (l && g4__jt_isname(P, "and")) {
-        g4__jtn *b = g4__jt_node(P, G4__JN_AND);
+/* a WORD b WORD c, left-nested (jinja2's parse_and and parse_or) */
+static g4__jtn *g4__jt_chain(g4__jtp *P, g4__jtn *(*operand)(g4__jtp *), const char *word, int kind) {
+    g4__jtn *l = operand(P);
+    while (l && g4__jt_isname(P, word)) {
+        g4__jtn *b = g4__jt_node(P, kind);
         if (!b) return NULL;
         g4__jt_adv(P);
         b->a = l;
-        if (!(b->b = g4__jt_not(P))) return NULL;
+        if (!(b->b = operand(P))) return NULL;
         l = b;
     }
     return l;
 }
 
-static g4__jtn *g4__jt_or(g4__jtp *P) {
-    g4__jtn *l = g4__jt_and(P);
-    while (l && g4__jt_isname(P, "or")) {
-        g4__jtn *b = g4__jt_node(P, G4__JN_OR);
-        if (!b) return NULL;
-        g4__jt_adv(P);
-        b->a = l;
-        if (!(b->b = g4__jt_and(P))) return NULL;
-        l = b;
-    }
-    return l;
-}
+static g4__jtn *g4__jt_and(g4__jtp *P) { return g4__jt_chain(P, g4__jt_not, "and", G4__JN_AND); }
+static g4__jtn *g4__jt_or(g4__jtp *P) { return g4__jt_chain(P, g4__jt_and, "or", G4__JN_OR); }
 
 /* jinja2's parse_condexpr: a if b [else c], right-nested. */
 static g4__jtn *g4__jt_expr(g4__jtp *P) {

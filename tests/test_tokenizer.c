@@ -966,6 +966,35 @@ static void test_sampler(void) {
     g4_sampler_free(&s);
 }
 
+/* qsort's order for the reference: logit descending, id ascending on ties */
+static const float *g_sort_logits;
+static int by_logit_then_id(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    float lx = g_sort_logits[x], ly = g_sort_logits[y];
+    if (lx != ly) return lx > ly ? -1 : 1;
+    return (x > y) - (x < y);
+}
+
+/* top-p's candidate sort (a heap sort) = qsort with the same order, on logits with many ties */
+static void test_cand_sort(void) {
+    enum { N = 1000 };
+    static float logits[N];
+    static int32_t got[N], want[N];
+    uint32_t r = 12345;
+    size_t n, i;
+    for (n = 0; n <= N; n += (n < 20 ? 1 : 97)) {
+        for (i = 0; i < n; i++) {
+            r = r * 1664525u + 1013904223u;
+            logits[i] = (float)((r >> 16) % 23) - 11.0f; /* 23 values: ties everywhere */
+            got[i] = want[i] = (int32_t)(n - 1 - i);
+        }
+        g_sort_logits = logits;
+        qsort(want, n, sizeof *want, by_logit_then_id);
+        g4__cand_sort(got, logits, n);
+        CHECK(n == 0 || memcmp(got, want, n * sizeof *got) == 0, "n %zu: the heap sort differs from qsort", n);
+    }
+}
+
 int main(void) {
     char tmpl[] = "/tmp/gemma4-tok-XXXXXX";
     if (!mkdtemp(tmpl)) { printf("cannot create a temporary directory\n"); return 1; }
@@ -983,6 +1012,7 @@ int main(void) {
     run("greedy generate from text = transformers generate (e2b_like)", test_generate_greedy);
     run("chat keeps the KV: second turn = whole history", test_chat_keeps_kv);
     run("sampler: greedy, penalty, temperature, top-k, top-p, min-p, seed", test_sampler);
+    run("sampler: top-p's candidate sort = qsort (logit descending, id ascending), with ties", test_cand_sort);
     run("cli: tokenize, generate, chat", test_cli);
 
     remove_tree(g_tmp);
