@@ -52,7 +52,8 @@
        >>regex           the adapter's regular expressions (peft's patterns), a
                          small Thompson NFA engine
        >>unified         the 12B unified model (gemma4_unified): its sub-configs, its
-                         encoder-free image and audio embedders (its decoder is >>forward's)
+                         encoder-free image and audio embedders (its decoder is >>forward's;
+                         its processor is gemma4_processing.h's >>unified_processing)
      The tokenizer, the chat layout and the chat templates live in
      gemma4_processing.h (its own MAP), as transformers keeps processing
      beside modeling.
@@ -183,9 +184,10 @@
      Both match transformers' Gemma4ForConditionalGeneration in float32
      (tests/test_vision.c). gemma4_processing.h's g4_image_preprocess turns
      decoded pixels (RGB8 or RGBA8) into those patches exactly as
-     Gemma4ImageProcessor does (its torchvision backend), g4_mm_expand_images
-     expands the placeholders as Gemma4Processor does. Decoding PNG/JPEG is the
-     caller's.
+     Gemma4ImageProcessor does (its torchvision backend; and the 12B's
+     Gemma4UnifiedImageProcessor's merged patches), g4_mm_expand expands the
+     image and audio placeholders as Gemma4Processor and Gemma4UnifiedProcessor
+     do. Decoding PNG/JPEG is the caller's.
 
    LIMITS
      The text decoder, the vision tower (g4_vision_encode, >>vision), the
