@@ -5079,12 +5079,29 @@ static void g4__per_layer_inputs(g4_session *s, const int32_t *ids, int n) {
     g4__tap(s, -1, G4__TAP_PER_LAYER_INPUTS, per_layer_inputs, n, (int)LP);
 }
 
+/* The first of the step's rows that the KV-reader layers (first_shared and
+   after) must compute, as transformers' Gemma4TextModel slices them
+   (_maybe_slice_kv_shared_inputs): those layers write no K/V, so a row whose
+   logits nobody asked for (all but [first, n) with out; every row without)
+   ends in them. Each kept row's arithmetic is unchanged (a row's sums never
+   depend on the other rows), so its bits are too. 0 (every row) where
+   something sees the other rows: taps, training, a multimodal step's image
+   blocks, bidirectional attention, the reader_copies debug mode. */
+static int g4__reader_rows_from(const g4_session *s, int n, const float *out, int first) {
+    const g4_config *c = &s->model->config;
+    int fs = s->model->plan.first_shared;
+    if (fs <= 0 || fs >= c->num_hidden_layers || s->cfg.tap || s->train || s->replay || s->mm_active ||
+        c->bidirectional != G4_BIDIR_NONE || s->cfg.reader_copies || s->drafter.target)
+        return 0;
+    return out ? first : n;
+}
+
 /* One step of n <= max_chunk tokens. Logits rows [first, n) go to out. */
 static g4_result g4__step(g4_session *s, const int32_t *ids, int n, float *out, int first) {
     const g4_model *m = s->model;
     const g4_config *c = &m->config;
-    int H = c->hidden_size, V = c->vocab_size, l;
-    g4_result r;
+    int H = c->hidden_size, V = c->vocab_size, l, keep = g4__reader_rows_from(s, n, out, first), rows = n;
+    g4_result r = G4_OK;
 
     const int32_t *tok = g4__mm_ids(s, ids, n); /* a multimodal step: placeholders as pad_token_id (>>vision) */
     g4__embed(s, s->x, &m->w.embed_tokens, tok, n, g4__scale(s, H), 0); /* embed_tokens: E[id] * sqrt(H) */
@@ -5092,11 +5109,22 @@ static g4_result g4__step(g4_session *s, const int32_t *ids, int n, float *out, 
     g4__mm_merge(s, ids, n); /* the placeholder rows take the soft tokens */
     if (c->hidden_size_per_layer_input) g4__per_layer_inputs(s, tok, n);
 
-    for (l = 0; l < c->num_hidden_layers; l++)
-        if ((r = g4__layer(s, l, n)) != G4_OK) return r;
+    for (l = 0; l < c->num_hidden_layers && r == G4_OK; l++) {
+        if (l == m->plan.first_shared && keep > 0) { /* the reader layers: rows [keep, n) only */
+            size_t LP = (size_t)c->num_hidden_layers * (size_t)c->hidden_size_per_layer_input;
+            if (keep == n) break; /* none: no logits, and no K/V to write */
+            memmove(s->x, s->x + (size_t)keep * H, sizeof(float) * (size_t)(n - keep) * H);
+            if (LP) memmove(s->per_layer_inputs, s->per_layer_inputs + keep * LP, sizeof(float) * (size_t)(n - keep) * LP);
+            s->pos += keep; /* row t is now the step's row keep + t, at position s->pos + t */
+            rows = n - keep;
+        }
+        r = g4__layer(s, l, rows);
+    }
+    if (rows < n) s->pos -= keep;
+    if (r != G4_OK) return r;
 
-    /* final norm, tied lm_head, soft-cap */
-    g4__norm_rows(s, s->xn, s->x, &m->w.norm, n, H, -1, G4__TAP_NORM);
+    /* final norm (rows [keep, n) of the step), tied lm_head, soft-cap */
+    if (keep < n) g4__norm_rows(s, s->xn + (size_t)(n - rows) * H, s->x, &m->w.norm, rows, H, -1, G4__TAP_NORM);
     if (out && first < n) {
         g4__matmul(s, out, s->xn + (size_t)first * H, &m->w.lm_head, n - first);
         if (c->final_logit_softcapping > 0.0f) g4__softcap(s, out, c->final_logit_softcapping, (size_t)(n - first) * V);
@@ -8453,9 +8481,12 @@ typedef struct { int mc, kc, nc; } g4__blocking; /* multiples of G4__TR, G4__VL,
 /* AVX2: 256 tokens, so a 512-token chunk packs (and prefetches) each block of
    weights twice, not 8 times: its matmuls measured +4-10% over 64 tokens on
    the E2B-shaped checkpoint (128 and 512 in between); partial sums 768 KB per
-   thread */
+   thread. AVX-512 and NEON: 66 (11 tiles), so that a 64-token chunk is one
+   block (g4__gemm splits n into equal blocks of at most nc): with 60, the
+   AVX-512 GEMM ran 2-4% slower at 64 tokens (Zen 4, 2026-11-26); 132 measured
+   the same as 66 at 512 tokens; partial sums 264 KB per thread */
 #ifndef G4__GEMM_NC
-#define G4__GEMM_NC (((G4__VL == 8 ? 256 : 64) / G4__TT) * G4__TT)
+#define G4__GEMM_NC (((G4__VL == 8 ? 256 : 66) / G4__TT) * G4__TT)
 #endif
 /* floats of one thread's buffer: the packed W block, then the partial sums */
 #define G4__PACK_FLOATS(mc, kc, nc) ((size_t)(mc) * (size_t)(kc) + (size_t)(mc) * (size_t)(nc) * G4__VL)
@@ -8596,7 +8627,7 @@ static void g4__gemm(float *y, size_t ldy, const float *x, const uint16_t *xb, s
                      float *ws, const g4__blocking *b, g4__tile_kind kind) {
     int step = kind == G4__TILE_TORCH ? 64 : kind == G4__TILE_BF16DOT ? 32 : G4__VL; /* k per step of the tile */
     size_t lanes = kind == G4__TILE_TORCH ? 64 : kind == G4__TILE_BF16DOT ? 16 : G4__VL; /* partial sums per output */
-    int in = (int)w->shape[1], kv = in - in % step, t0, i0, k0, t, o, r, u, pi, pk, pmc, pkc;
+    int in = (int)w->shape[1], kv = in - in % step, t0, i0, k0, t, o, r, u, pi, pk, pmc, pkc, nb, ncb;
     int tails = kv < in && kind != G4__TILE_TORCH; /* the nest adds the tail (in % step), but g4__tile_torch's sums have it */
     g4_dtype dt = w->dtype;
     size_t esz = g4__dtype_size(dt);
@@ -8606,8 +8637,13 @@ static void g4__gemm(float *y, size_t ldy, const float *x, const uint16_t *xb, s
     const unsigned char *wrow[G4__TR];
     g4__pf pf;
     (void)xb; /* (builds without G4__TILE_BF16DOT) */
-    for (t0 = 0; t0 < n; t0 += b->nc) {
-        int nc = n - t0 < b->nc ? n - t0 : b->nc;
+    /* the tokens in equal blocks of at most b->nc (rounded up to G4__TT): a 64-token
+       chunk with nc 60 ran a block of 60 and one of 4, which packed every block of
+       weights twice and prefetched the next one in 8 tiles instead of 80 */
+    nb = (n + b->nc - 1) / b->nc;
+    ncb = ((n + nb - 1) / nb + G4__TT - 1) / G4__TT * G4__TT;
+    for (t0 = 0; t0 < n; t0 += ncb) {
+        int nc = n - t0 < ncb ? n - t0 : ncb;
         for (i0 = o0; i0 < o1; i0 += b->mc) {
             int mc = o1 - i0 < b->mc ? o1 - i0 : b->mc;
             for (k0 = 0; k0 == 0 || k0 < kv; k0 += b->kc) {

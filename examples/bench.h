@@ -425,6 +425,24 @@ done:
     return rc;
 }
 
+/* the weights of the KV-reader layers (first_shared and after): a prefill with
+   G4_LOGITS_LAST runs them on its last row only (g4__reader_rows_from) */
+static double g4b_reader_elems(const g4_model *m) {
+    double e = 0;
+    int l, j, k, n = (int)(sizeof(g4_layer_weights) / sizeof(g4_tensor));
+    for (l = m->plan.first_shared > 0 ? m->plan.first_shared : m->config.num_hidden_layers; l < m->config.num_hidden_layers; l++)
+        for (j = 0; j < n; j++) {
+            const g4_tensor *t = (const g4_tensor *)(const void *)&m->w.layers[l] + j;
+            double cnt = 1;
+            if (!t->data) continue;
+            for (k = 0; k < t->ndim; k++) cnt *= (double)t->shape[k];
+            if (m->config.enable_moe_block && (t == &m->w.layers[l].experts_gate_up || t == &m->w.layers[l].experts_down))
+                cnt *= (double)m->config.top_k_experts / (double)m->config.num_experts;
+            e += cnt;
+        }
+    return e;
+}
+
 /* bench DIR (options in o; --threads and --adapter through the CLI's globals) */
 static int g4b_bench(const char *dir, const g4b_opts *o) {
     int i, r, threads = n_threads, prompt = o->prompt, gen = o->gen, rc = 1;
@@ -490,10 +508,10 @@ static int g4b_bench(const char *dir, const g4b_opts *o) {
     getrusage(RUSAGE_SELF, &ru);
     printf("model: %s, %d layers, %s kernels, %d threads%s\n", dir, m.config.num_hidden_layers, g4_simd_name(), threads,
            sc.bf16 ? ", bf16-faithful mode" : "");
-    /* prefill FLOPs: 2 per weight per token, except lm_head, which only the
-       last token runs (G4_LOGITS_LAST); attention's own FLOPs (< 1% at
-       these lengths) are not counted */
-    head = (double)m.w.lm_head.shape[0] * (double)m.w.lm_head.shape[1];
+    /* prefill FLOPs: 2 per weight per token, except lm_head and the KV-reader
+       layers, which only the last token runs (G4_LOGITS_LAST); attention's own
+       FLOPs (< 1% at these lengths) are not counted */
+    head = (double)m.w.lm_head.shape[0] * (double)m.w.lm_head.shape[1] + g4b_reader_elems(&m);
     printf("prefill: %.2f tok/s, %.1f GFLOP/s (%d tokens in %.2f s, best of 3)\n", prompt / pre,
            2.0 * ((elems - head) * prompt + head) / pre / 1e9, prompt, pre);
     printf("decode: %.2f tok/s, %.2f GB/s (%.3f GB of weights per token, %d tokens in %.2f s, best of 3)\n", gen / dec,

@@ -1237,6 +1237,69 @@ static void test_threads_bit_identical(void) {
     }
 }
 
+/* The KV-reader layers run only the rows whose logits are asked for
+   (g4__reader_rows_from, as transformers slices them): G4_LOGITS_LAST's
+   logits and hidden row, in one step and in chunks of 3, must be the last
+   row of G4_LOGITS_ALL's, bit for bit, in float32 and the bf16-faithful
+   mode; a G4_LOGITS_NONE prefill (the readers skipped) then one decoded
+   token must give that row too (decode = prefill bits). On every golden
+   model with KV-reader layers, and with a 2-thread pool. */
+static void test_reader_rows_sliced(void) {
+    static const char *models[] = {"e2b_like", "e4b_like", "legacy_keys"};
+    g4_pool *pool = NULL;
+    int k, c;
+    CHECK(g4_pool_create(&pool, 2) == G4_OK, "pool");
+    for (k = 0; k < 6; k++) {
+        golden g;
+        g4_model m;
+        int n, V, H, bad = 0;
+        const int32_t *ids;
+        float *all = NULL, *last = NULL, *hall = NULL, *hlast = NULL;
+        if (!golden_open(&g, models[k % 3])) { CHECK(0, "golden"); continue; }
+        ids = golden_ids(&g, "input_ids", &n);
+        if (!ids || g4_model_load(&m, tiny(models[k % 3])) != G4_OK) { CHECK(0, "load %s", models[k % 3]); g4_model_free(&g.m); continue; }
+        CHECK(m.plan.first_shared > 0 && m.plan.first_shared < m.config.num_hidden_layers && n > 3, "%s has reader layers",
+              models[k % 3]);
+        V = m.config.vocab_size;
+        H = m.config.hidden_size;
+        all = (float *)malloc(sizeof(float) * (size_t)n * V);
+        hall = (float *)malloc(sizeof(float) * (size_t)n * H);
+        last = (float *)malloc(sizeof(float) * (size_t)V);
+        hlast = (float *)malloc(sizeof(float) * (size_t)H);
+        for (c = 0; c < 4; c++) { /* c 0: every row, one step (the reference); 1: LAST, one step; 2: LAST, chunks of 3; 3: NONE + decode */
+            g4_session s;
+            g4_session_config sc = g4_session_config_init();
+            g4_result r;
+            sc.max_context = n;
+            sc.max_chunk = c == 2 ? 3 : n;
+            sc.bf16 = k >= 3;
+            sc.pool = c == 2 ? pool : NULL;
+            if (g4_session_create(&s, &m, &sc) != G4_OK) { CHECK(0, "session: %s", s.error); continue; }
+            if (c == 0) r = g4_forward_hidden(&s, ids, n, all, G4_LOGITS_ALL, hall);
+            else if (c < 3) r = g4_forward_hidden(&s, ids, n, last, G4_LOGITS_LAST, hlast);
+            else {
+                r = g4_forward(&s, ids, n - 1, NULL, G4_LOGITS_NONE);
+                if (r == G4_OK) r = g4_forward_hidden(&s, ids + n - 1, 1, last, G4_LOGITS_LAST, hlast);
+            }
+            CHECK(r == G4_OK, "%s forward: %s", models[k % 3], s.error);
+            if (c > 0 && r == G4_OK) {
+                int lb = memcmp(last, all + (size_t)(n - 1) * V, sizeof(float) * (size_t)V) != 0;
+                int hb = memcmp(hlast, hall + (size_t)(n - 1) * H, sizeof(float) * (size_t)H) != 0;
+                CHECK(!lb && !hb, "%s%s, case %d: the last row's %s differ from LOGITS_ALL's", models[k % 3], sc.bf16 ? " (bf16)" : "", c,
+                      lb ? "logits" : "hidden states");
+                bad += lb || hb;
+            }
+            g4_session_destroy(&s);
+        }
+        printf("  %s%s: %d tokens, readers from layer %d of %d: LAST (one step, chunks of 3) and NONE + decode = ALL's last row%s\n",
+               models[k % 3], k >= 3 ? " (bf16)" : "", n, m.plan.first_shared, m.config.num_hidden_layers, bad ? ": NO" : "");
+        free(all); free(last); free(hall); free(hlast);
+        g4_model_free(&m);
+        g4_model_free(&g.m);
+    }
+    g4_pool_free(pool);
+}
+
 /* hidden_size_per_layer_input (24) wider than hidden_size (16), as the config
    allows: the PLE rows must be sized by P, not H (ASan in the _san build); the
    logits, every tap of the golden, then transformers' greedy decode */
@@ -1292,6 +1355,7 @@ int main(int argc, char **argv) {
     run("attention: the blocked kernel = the reference loop (g4__attend), bit for bit", test_attend_blocked_vs_reference);
     run("gelu: SIMD = scalar twin, close to the exact formula", test_gelu_vs_scalar);
     run("threads: same bits as one thread, every golden model", test_threads_bit_identical);
+    run("KV-reader layers on the asked rows only: LAST, chunks, NONE + decode = ALL's last row", test_reader_rows_sliced);
     run("compare: every golden model, every tap, f32 and bf16", test_compare_every_model);
     run("compare: a planted wrong owner is caught at its tap", test_compare_finds_planted_wrong_owner);
     run("bf16-faithful mode beats float32 vs transformers-bf16", test_bf16_faithful_mode);
