@@ -63,6 +63,12 @@ static int g4py_pool(g4_pool **pool, int threads, char *err) {
 
 /* ----------------------------------------------------------------- model */
 
+G4PY_API void g4py_model_free(g4_model *m) {
+    if (!m) return;
+    g4_model_free(m);
+    free(m);
+}
+
 G4PY_API int g4py_model_load(const char *path, const char *adapter, g4_model **out, char *err) {
     g4_model *m = (g4_model *)calloc(1, sizeof *m);
     g4_result r;
@@ -71,18 +77,11 @@ G4PY_API int g4py_model_load(const char *path, const char *adapter, g4_model **o
     if ((r = g4_model_load(m, path)) == G4_OK && adapter) r = g4_model_load_adapter(m, adapter);
     if (r != G4_OK) {
         g4py_ret(err, r, m->error);
-        g4_model_free(m);
-        free(m);
+        g4py_model_free(m);
         return r;
     }
     *out = m;
     return G4_OK;
-}
-
-G4PY_API void g4py_model_free(g4_model *m) {
-    if (!m) return;
-    g4_model_free(m);
-    free(m);
 }
 
 /* A JSON text of the resolved config (g4_config) and the plan (g4_plan),
@@ -153,6 +152,13 @@ G4PY_API size_t g4py_model_json(const g4_model *m, char *buf, size_t cap) {
 
 typedef struct { g4_session s; g4_pool *pool; } g4py_session;
 
+G4PY_API void g4py_session_free(g4py_session *s) {
+    if (!s) return;
+    g4_session_destroy(&s->s);
+    g4_pool_free(s->pool);
+    free(s);
+}
+
 G4PY_API int g4py_session_new(const g4_model *m, int max_context, int max_chunk, int bf16, int lora_bf16, int threads,
                               g4_tap_fn tap, void *tap_user, g4py_session **out, char *err) {
     g4py_session *s = (g4py_session *)calloc(1, sizeof *s);
@@ -170,19 +176,11 @@ G4PY_API int g4py_session_new(const g4_model *m, int max_context, int max_chunk,
     sc.tap_user = tap_user;
     if ((r = g4_session_create(&s->s, m, &sc)) != G4_OK) {
         g4py_ret(err, r, s->s.error);
-        g4_pool_free(s->pool);
-        free(s);
+        g4py_session_free(s);
         return r;
     }
     *out = s;
     return G4_OK;
-}
-
-G4PY_API void g4py_session_free(g4py_session *s) {
-    if (!s) return;
-    g4_session_destroy(&s->s);
-    g4_pool_free(s->pool);
-    free(s);
 }
 
 /* tap NULL: no taps */
@@ -344,6 +342,13 @@ G4PY_API int g4py_mm_expand_images(const g4_model *m, const int32_t *ids, int n,
 
 typedef struct { g4_train t; void *arena; g4_pool *pool; } g4py_train;
 
+G4PY_API void g4py_train_free(g4py_train *t) {
+    if (!t) return;
+    free(t->arena);
+    g4_pool_free(t->pool);
+    free(t);
+}
+
 G4PY_API int g4py_train_new(const g4_model *m, int max_seq, int recompute, int threads, g4py_train **out,
                             size_t *grad_floats, int *n_grads, char *err) {
     g4py_train *t = (g4py_train *)calloc(1, sizeof *t);
@@ -364,22 +369,13 @@ G4PY_API int g4py_train_new(const g4_model *m, int max_seq, int recompute, int t
         g4py_ret(err, r, t->t.error);
     }
     if (r != G4_OK) {
-        free(t->arena);
-        g4_pool_free(t->pool);
-        free(t);
+        g4py_train_free(t);
         return r;
     }
     *grad_floats = t->t.grad_floats;
     *n_grads = t->t.n_grads;
     *out = t;
     return G4_OK;
-}
-
-G4PY_API void g4py_train_free(g4py_train *t) {
-    if (!t) return;
-    free(t->arena);
-    g4_pool_free(t->pool);
-    free(t);
 }
 
 /* entry i: name (128 bytes), offset and count in floats, ndim, shape[3] */
@@ -403,6 +399,12 @@ G4PY_API int g4py_loss_and_grad(g4py_train *t, const int32_t *ids, const int32_t
 
 /* --------------------------------------------------------------- sampler */
 
+G4PY_API void g4py_sampler_free(g4_sampler *s) {
+    if (!s) return;
+    g4_sampler_free(s);
+    free(s);
+}
+
 G4PY_API int g4py_sampler_new(int vocab, float temperature, int top_k, float top_p, float min_p,
                               float repetition_penalty, uint64_t seed, g4_sampler **out, char *err) {
     g4_sampler *s = (g4_sampler *)calloc(1, sizeof *s);
@@ -418,18 +420,11 @@ G4PY_API int g4py_sampler_new(int vocab, float temperature, int top_k, float top
     sc.seed = seed;
     if ((r = g4_sampler_init(s, &sc, vocab)) != G4_OK) {
         g4py_ret(err, r, s->error);
-        g4_sampler_free(s);
-        free(s);
+        g4py_sampler_free(s);
         return r;
     }
     *out = s;
     return G4_OK;
-}
-
-G4PY_API void g4py_sampler_free(g4_sampler *s) {
-    if (!s) return;
-    g4_sampler_free(s);
-    free(s);
 }
 
 G4PY_API void g4py_sampler_accept(g4_sampler *s, int32_t id) { g4_sampler_accept(s, id); }
@@ -443,6 +438,12 @@ G4PY_API int32_t g4py_sampler_sample(g4_sampler *s, float *logits, char *err) {
 
 /* ------------------------------------------------------------- tokenizer */
 
+G4PY_API void g4py_tokenizer_free(g4_tokenizer *t) {
+    if (!t) return;
+    g4_tokenizer_free(t);
+    free(t);
+}
+
 G4PY_API int g4py_tokenizer_load(const char *path, g4_tokenizer **out, char *err) {
     g4_tokenizer *t = (g4_tokenizer *)calloc(1, sizeof *t);
     g4_result r;
@@ -450,18 +451,11 @@ G4PY_API int g4py_tokenizer_load(const char *path, g4_tokenizer **out, char *err
     if (!t) return g4py_fail(err, G4_ERR_NOMEM, "out of memory");
     if ((r = g4_tokenizer_load(t, path)) != G4_OK) {
         g4py_ret(err, r, t->error);
-        g4_tokenizer_free(t);
-        free(t);
+        g4py_tokenizer_free(t);
         return r;
     }
     *out = t;
     return G4_OK;
-}
-
-G4PY_API void g4py_tokenizer_free(g4_tokenizer *t) {
-    if (!t) return;
-    g4_tokenizer_free(t);
-    free(t);
 }
 
 /* n_vocab; special[0..6) = bos, eos, pad, turn_open, turn_close, think (-1: none) */
@@ -535,6 +529,12 @@ G4PY_API int g4py_chat_is_stop(const g4_tokenizer *t, int32_t id) { return g4_ch
 
 /* dir: a checkpoint directory (chat_template.jinja or tokenizer_config.json);
    src: template text instead (dir then only names it). tok may be NULL. */
+G4PY_API void g4py_template_free(g4_template *t) {
+    if (!t) return;
+    g4_template_free(t);
+    free(t);
+}
+
 G4PY_API int g4py_template_new(const char *dir, const char *src, size_t len, const g4_tokenizer *tok, g4_template **out,
                                char *err) {
     g4_template *t = (g4_template *)calloc(1, sizeof *t);
@@ -544,19 +544,12 @@ G4PY_API int g4py_template_new(const char *dir, const char *src, size_t len, con
     r = src ? g4_template_parse(t, src, len, dir ? dir : "template") : g4_template_load(t, dir);
     if (r != G4_OK) {
         g4py_ret(err, r, t->error);
-        g4_template_free(t);
-        free(t);
+        g4py_template_free(t);
         return r;
     }
     if (tok) g4_template_set_tokens(t, tok);
     *out = t;
     return G4_OK;
-}
-
-G4PY_API void g4py_template_free(g4_template *t) {
-    if (!t) return;
-    g4_template_free(t);
-    free(t);
 }
 
 /* tok NULL: *text (free with g4py_free_output); else *ids (the same) */
