@@ -12,7 +12,7 @@ DEMO     = data/tiny/e2b_like
 
 all: build/gemma4
 
-build/gemma4: examples/gemma4.c examples/args.h examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h examples/image.h gemma4.h gemma4_processing.h | build
+build/gemma4: examples/gemma4.c examples/args.h examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h examples/image.h examples/mm.h gemma4.h gemma4_processing.h | build
 	$(CC) $(WARN) $(CFLAGS) -o $@ examples/gemma4.c $(LDLIBS) $(IMG_LIBS)
 
 build/minimal: examples/minimal.c gemma4.h | build
@@ -71,8 +71,14 @@ build/test_vision build/test_vision_san: examples/image.h
 build/test_vision build/test_vision_san: LDLIBS += $(IMG_LIBS)
 build/test_vision: | build/gemma4
 build/test_vision_san: | build/gemma4_san
+# Images and audio together through the CLI (tests/test_mm.c, data/mm): repeatable --image/--audio,
+# chat items, the processor's ids; it decodes images itself too (examples/image.h).
+build/test_mm build/test_mm_san: tests/fixtures.h examples/image.h
+build/test_mm build/test_mm_san: LDLIBS += $(IMG_LIBS)
+build/test_mm: | build/gemma4
+build/test_mm_san: | build/gemma4_san
 
-build/gemma4_san: examples/gemma4.c examples/args.h examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h examples/image.h gemma4.h gemma4_processing.h | build
+build/gemma4_san: examples/gemma4.c examples/args.h examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h examples/image.h examples/mm.h gemma4.h gemma4_processing.h | build
 	$(CC) $(WARN) $(SAN) -o $@ examples/gemma4.c $(LDLIBS) $(IMG_LIBS)
 
 # the audio suite again on the scalar reference kernels (the tower's matmuls are g4__matmul_ref there)
@@ -101,7 +107,7 @@ build/test_gemma4_avx2: tests/test_gemma4.c $(G4_SUITE_DEPS) | build build/gemma
 build/test_gemma4_emu: tests/test_gemma4.c $(G4_SUITE_DEPS) tests/x86_emu.h | build build/gemma4
 	$(CC) $(WARN) -O2 $(X86_EMU) -g -o $@ tests/test_gemma4.c $(LDLIBS)
 
-build/gemma4_emu: examples/gemma4.c examples/args.h examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h examples/image.h gemma4.h gemma4_processing.h tests/x86_emu.h | build
+build/gemma4_emu: examples/gemma4.c examples/args.h examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h examples/image.h examples/mm.h gemma4.h gemma4_processing.h tests/x86_emu.h | build
 	$(CC) $(WARN) -O2 $(X86_EMU) -o $@ examples/gemma4.c $(LDLIBS) $(IMG_LIBS)
 
 build/test_train_emu: tests/test_train.c tests/harness.h tests/fixtures.h gemma4.h tests/x86_emu.h | build build/gemma4_emu
@@ -212,7 +218,7 @@ strict: | build
 	sh tests/strict_compile.sh
 
 unit: build/gemma4 build/test_gemma4 build/test_tokenizer build/test_bad_inputs build/test_threads build/test_train build/test_drafter build/test_lora \
-      build/test_template build/test_audio build/test_cli build/test_unified
+      build/test_template build/test_audio build/test_cli build/test_unified build/test_mm
 	./build/test_gemma4
 	./build/test_train data build/gemma4
 	./build/test_drafter data build/gemma4
@@ -224,9 +230,10 @@ unit: build/gemma4 build/test_gemma4 build/test_tokenizer build/test_bad_inputs 
 	./build/test_threads
 	./build/test_audio build/gemma4
 	./build/test_unified data
+	./build/test_mm data build/gemma4
 
 sanitize: build/gemma4 build/gemma4_san build/test_gemma4_san build/test_bad_inputs_san build/test_threads_san build/test_tokenizer_san build/test_train_san build/test_drafter_san build/test_lora_san \
-          build/test_template_san build/test_audio_san build/test_cli_san build/test_unified_san
+          build/test_template_san build/test_audio_san build/test_cli_san build/test_unified_san build/test_mm_san
 	./build/test_gemma4_san
 	./build/test_train_san data build/gemma4_san
 	./build/test_drafter_san data build/gemma4_san
@@ -238,6 +245,7 @@ sanitize: build/gemma4 build/gemma4_san build/test_gemma4_san build/test_bad_inp
 	./build/test_tokenizer_san
 	./build/test_audio_san build/gemma4_san
 	./build/test_unified_san data
+	./build/test_mm_san data build/gemma4_san
 	sh tests/san_avx2.sh "$(CC)" "$(WARN)" "$(SAN)"
 
 fuzz: $(FUZZERS:%=build/fuzz_%)
@@ -267,7 +275,7 @@ endef
 SUITE_LOGS = tokenizer_san.log tokenizer.log template_san.log template.log cuda_emu.log cuda_emu_san.log \
              gemma4_san.log bad_inputs_san.log threads_san.log san_avx2.log drafter_san.log drafter.log threads.log \
              train.log train_san.log lora.log lora_san.log bad_inputs.log cli.log cli_san.log tests.log kernels.log audio.log audio_san.log python.log \
-             vision.log vision_san.log unified.log unified_san.log
+             vision.log vision_san.log unified.log unified_san.log mm.log mm_san.log
 
 # $(eval $(call suite,NAME,PREREQUISITES,COMMAND)) makes the target suite-NAME.log, which runs
 # COMMAND through log_run (its output in build/NAME.log). A variable in COMMAND is written $$(VAR),
@@ -303,6 +311,8 @@ $(eval $(call suite,cli,build/test_cli build/gemma4,./build/test_cli data build/
 $(eval $(call suite,cli_san,build/test_cli_san build/gemma4_san,./build/test_cli_san data build/gemma4_san))
 $(eval $(call suite,unified,build/test_unified,./build/test_unified data))
 $(eval $(call suite,unified_san,build/test_unified_san,./build/test_unified_san data))
+$(eval $(call suite,mm,build/test_mm build/gemma4,./build/test_mm data build/gemma4))
+$(eval $(call suite,mm_san,build/test_mm_san build/gemma4_san,./build/test_mm_san data build/gemma4_san))
 $(eval $(call suite,tests,build/test_gemma4 build/gemma4,./build/test_gemma4))
 $(eval $(call suite,audio,build/test_audio build/test_audio_scalar build/gemma4,sh -c "./build/test_audio build/gemma4 && ./build/test_audio_scalar build/gemma4"))
 $(eval $(call suite,audio_san,build/test_audio_san build/gemma4_san,./build/test_audio_san build/gemma4_san))
@@ -317,7 +327,8 @@ test-builds: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemm
       build/test_tokenizer build/test_tokenizer_san build/test_cuda_emu build/test_cuda_emu_san \
       build/test_train build/test_train_san build/test_drafter build/test_drafter_san build/test_template build/test_template_san \
       build/test_lora build/test_lora_san build/test_audio build/test_audio_san build/test_audio_scalar build/test_vision build/test_vision_san \
-      build/test_cli build/test_cli_san build/test_unified build/test_unified_san $(OTHER_KERNELS) $(SAN_SIMD)
+      build/test_cli build/test_cli_san build/test_unified build/test_unified_san build/test_mm build/test_mm_san \
+      $(OTHER_KERNELS) $(SAN_SIMD)
 
 # Builds and suites run together, one job per CPU; then each suite's log is shown in this
 # order, and the total. make starts a suite whose binaries are built only on its next pass
@@ -325,7 +336,7 @@ test-builds: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemm
 # about 3 min of one CPU) is built first on its own, and that suite starts at once.
 SUITE_ORDER = cuda_emu_san cuda_emu drafter_san kernels python san_avx2 train_san lora_san bad_inputs_san gemma4_san \
               template_san cli_san drafter lora tests train bad_inputs cli audio_san threads_san tokenizer_san tokenizer template threads audio \
-              vision_san vision unified_san unified
+              vision_san vision unified_san unified mm_san mm
 test:
 	@mkdir -p build && rm -f $(SUITE_LOGS:%=build/%) $(SUITE_LOGS:%=build/%.time) build/minimal.log
 	@date +%s > build/test_t0

@@ -31,8 +31,19 @@ enum {
     G4A_INT,    /* int *dst, an integer in [lo, hi] */
     G4A_U64,    /* uint64_t *dst, any 64-bit unsigned integer */
     G4A_NUM,    /* double *dst, a finite number in lo..hi (open: which ends are excluded) */
-    G4A_CHOICE  /* int *dst, the index of the value in choices ("bf16|f32") */
+    G4A_CHOICE, /* int *dst, the index of the value in choices ("bf16|f32") */
+    G4A_LIST    /* g4a_list *dst: every value, in command-line order, tagged with the option's
+                   tag (lo); repeatable, and several options may share one list */
 };
+
+/* The values of repeatable options (G4A_LIST), in the order they were given:
+   --image a.png --audio b.wav --image c.png -> (tag, value) x 3. */
+#define G4A_LIST_MAX 64
+typedef struct {
+    const char *value[G4A_LIST_MAX];
+    int tag[G4A_LIST_MAX];
+    int n;
+} g4a_list;
 #define G4A_LO_OPEN 1
 #define G4A_HI_OPEN 2
 
@@ -59,7 +70,8 @@ typedef struct {
 } g4a_cmd;
 
 /* Table rows: a flag, a string, an integer in [lo, hi], a 64-bit unsigned
-   integer, a number (open: G4A_LO_OPEN | G4A_HI_OPEN), a choice; *R: required. */
+   integer, a number (open: G4A_LO_OPEN | G4A_HI_OPEN), a choice, a repeatable value
+   appended to a g4a_list with a tag; *R: required. */
 #define G4A_F(name, dst, help) {name, G4A_FLAG, dst, NULL, 0, 0, 0, NULL, 0, help, 0}
 #define G4A_S(name, dst, meta, help) {name, G4A_STR, dst, meta, 0, 0, 0, NULL, 0, help, 0}
 #define G4A_SR(name, dst, meta, help) {name, G4A_STR, dst, meta, 0, 0, 0, NULL, 1, help, 0}
@@ -68,6 +80,7 @@ typedef struct {
 #define G4A_U(name, dst, meta, help) {name, G4A_U64, dst, meta, 0, 0, 0, NULL, 0, help, 0}
 #define G4A_D(name, dst, meta, lo, hi, open, help) {name, G4A_NUM, dst, meta, lo, hi, open, NULL, 0, help, 0}
 #define G4A_C(name, dst, meta, choices, help) {name, G4A_CHOICE, dst, meta, 0, 0, 0, choices, 0, help, 0}
+#define G4A_L(name, list, tag, meta, help) {name, G4A_LIST, list, meta, tag, 0, 0, NULL, 0, help, 0}
 #define G4A_N_OPTS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 #define G4A_RESULT_OK 0
@@ -86,6 +99,8 @@ static const char *g4a_rule(const g4a_opt *o, char *buf, size_t cap) {
         if (isinf(o->hi)) snprintf(buf, cap, "must be a number %s %g", o->open & G4A_LO_OPEN ? ">" : ">=", o->lo);
         else snprintf(buf, cap, "must be in %c%g, %g%c", o->open & G4A_LO_OPEN ? '(' : '[', o->lo, o->hi,
                       o->open & G4A_HI_OPEN ? ')' : ']');
+    } else if (o->kind == G4A_LIST) {
+        snprintf(buf, cap, "repeatable, at most %d", G4A_LIST_MAX);
     } else if (o->kind == G4A_CHOICE) {
         const char *c = o->choices, *bar;
         size_t n = 0;
@@ -149,6 +164,16 @@ static int g4a_set(const g4a_cmd *c, g4a_opt *o, const char *v) {
     case G4A_STR:
         *(const char **)o->dst = v;
         return 1;
+    case G4A_LIST: {
+        g4a_list *l = (g4a_list *)o->dst;
+        if (l->n >= G4A_LIST_MAX) {
+            fprintf(stderr, "gemma4 %s: %s %s: more than %d values of this kind\n", c->name, o->name, v, G4A_LIST_MAX);
+            return 0;
+        }
+        l->value[l->n] = v;
+        l->tag[l->n++] = (int)o->lo;
+        return 1;
+    }
     case G4A_INT: {
         long long x;
         if (!g4a_strict_ll(v, &x) || (double)x < o->lo || (double)x > o->hi) break;
@@ -227,8 +252,8 @@ static int g4a_parse(g4a_cmd *c, int argc, char **argv, int first, const char **
             fprintf(stderr, "gemma4 %s: unknown option %s (gemma4 help %s lists the options)\n", c->name, a, c->name);
             return G4A_RESULT_ERR;
         }
-        if (o->given) { fprintf(stderr, "gemma4 %s: %s given twice\n", c->name, a); return G4A_RESULT_ERR; }
-        o->given = 1;
+        if (o->given && o->kind != G4A_LIST) { fprintf(stderr, "gemma4 %s: %s given twice\n", c->name, a); return G4A_RESULT_ERR; }
+        o->given++;
         if (o->kind == G4A_FLAG) { *(int *)o->dst = 1; continue; }
         if (i + 1 >= argc) { fprintf(stderr, "gemma4 %s: %s needs a value (%s)\n", c->name, a, o->meta); return G4A_RESULT_ERR; }
         if (!g4a_set(c, o, argv[++i])) return G4A_RESULT_ERR;

@@ -57,6 +57,11 @@ static int bf16_fast;           /* --bf16-fast: --bf16 with g4_session_config.bf
 #define OPT_ADAPTER                                                                                            \
     G4A_S("--adapter", &adapter_dir, "DIR", "a PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors)"), \
     G4A_F("--adapter-bf16", &adapter_bf16, "with --bf16 and --adapter: the adapter cast to bf16 too, as PEFT runs it")
+/* --image FILE, --audio FILE (repeatable, one list in command-line order; mm.h) and --processor DIR */
+#define OPT_MEDIA(o)                                                                                           \
+    G4A_L("--image", &(o)->media, G4MM_IMAGE, "FILE", "a PNG or JPEG: the k-th fills the prompt's k-th image placeholder (<|image|>)"), \
+    G4A_L("--audio", &(o)->media, G4MM_AUDIO, "FILE", "a WAV (16 kHz mono): the k-th fills the k-th audio placeholder (<|audio|>)"), \
+    G4A_S("--processor", &(o)->processor, "DIR", "with --image: the directory of processor_config.json (default DIR)")
 /* beside every --bf16: the bf16 mode on VDPBF16PS (implies --bf16) */
 #define OPT_BF16_FAST                                                                                          \
     G4A_F("--bf16-fast", &bf16_fast, "--bf16 on VDPBF16PS where the CPU has avx512_bf16: faster, its own summation " \
@@ -199,6 +204,7 @@ static int parse_ids(const char *s, int32_t **out) {
 #include "compare.h"
 #include "train.h"
 #include "image.h"
+#include "mm.h"
 
 /* gemma4 info PATH: the plan of a model directory or config.json */
 static int cmd_info(int argc, char **argv) {
@@ -517,6 +523,9 @@ typedef struct {
     double temp, top_p, min_p, repeat_penalty;
     g4_sampler_config sc;
     int seed_given;
+    const char *processor;   /* --processor DIR (with --image) */
+    g4a_list media;          /* --image FILE, --audio FILE (generate: the prompt's; chat: the first turn's) */
+    int chunk;               /* a step that holds the longest image run (0: the default) */
 } gen_opts;
 
 /* A seed from the OS (/dev/urandom); 1 after a message when it cannot be read. */
@@ -553,15 +562,20 @@ static int parse_gen_opts(int argc, char **argv, gen_opts *o, int is_chat, const
         OPT_BF16_FAST,
         G4A_S("--drafter", &o->drafter, "DIR", "speculative decoding with a gemma4_assistant drafter"),
         G4A_I("--draft-tokens", &o->draft_tokens, "K", 1, 1024, "draft tokens per round (default 4)"),
+        OPT_MEDIA(o),
         OPT_THREADS,
         OPT_ADAPTER,
     };
     g4a_cmd cmd = {is_chat ? "chat" : "generate", "DIR", 1, 1,
                    is_chat ? "A conversation on stdin, one line a turn, in one session (each turn feeds only its own\n"
                              "tokens); /reset starts over, /quit or the end of input leaves. Answers on stdout, token\n"
-                             "counts and speeds on stderr."
+                             "counts and speeds on stderr. --image/--audio files go with the first turn; a line\n"
+                             "'/image FILE' or '/audio FILE' attaches one to the next turn. A turn without placeholders\n"
+                             "gets one per file before its text (as content items where the checkpoint has a template)."
                            : "Streams a sampled answer to --prompt to stdout, then token counts and speeds to stderr on a\n"
-                             "line of their own; stops at <eos> or <turn|>.",
+                             "line of their own; stops at <eos> or <turn|>. --image/--audio files fill the prompt's\n"
+                             "placeholders; a prompt without any gets one per file before its text (with --chat and a\n"
+                             "template: content items).",
                    is_chat ? opts + 2 : opts, G4A_N_OPTS(opts) - (is_chat ? 2 : 0)};
     memset(o, 0, sizeof *o);
     o->sc = g4_sampler_config_init();
@@ -580,6 +594,11 @@ static int parse_gen_opts(int argc, char **argv, gen_opts *o, int is_chat, const
     o->sc.repetition_penalty = (float)o->repeat_penalty;
     o->seed_given = g4a_opt_of(&cmd, "--seed")->given;
     if (o->system && !o->chat) { g4a_fail(&cmd, "--system needs --chat"); return G4A_RESULT_ERR; }
+    if (o->media.n && o->drafter) {
+        g4a_fail(&cmd, "--image and --audio do not go with --drafter (a drafter takes no images or audio)");
+        return G4A_RESULT_ERR;
+    }
+    if (o->processor && !g4a_opt_of(&cmd, "--image")->given) { g4a_fail(&cmd, "--processor needs --image"); return G4A_RESULT_ERR; }
     if (!o->seed_given && os_seed(&o->sc.seed)) return G4A_RESULT_ERR;
     return G4A_RESULT_OK;
 }
@@ -596,6 +615,8 @@ typedef struct {
     int has_drafter;
     g4_template tpl;           /* the checkpoint's chat template, when has_tpl */
     int has_tpl;
+    const float *soft;         /* the next gen_run's prompt: its soft tokens (g4_forward_mm), or NULL */
+    int n_soft;
 } gen_ctx;
 
 static void gen_free(gen_ctx *g) {
@@ -647,8 +668,27 @@ static void tb_json(textbuf *b, const char *s) { /* s as a JSON string literal *
     tb_str(b, "\"");
 }
 
-/* {"messages": [system?, user 0, answer, user 1, ..., answer, user n-1]}; the answers, fed already, are
-   G4_TEMPLATE_ANSWER (see g4_template_continue) */
+/* A user turn's content as JSON (malloc'd): the text as a string, or with
+   media (command-line order) content items as transformers' chat format has
+   them, [{"type": "image"}, {"type": "audio"}, ..., {"type": "text", "text": TEXT}],
+   which the template renders as its placeholders. NULL after a message. */
+static char *user_content(const char *text, const g4a_list *media) {
+    textbuf b;
+    int k;
+    memset(&b, 0, sizeof b);
+    if (media && media->n) {
+        tb_str(&b, "[");
+        for (k = 0; k < media->n; k++) tb_str(&b, media->tag[k] == G4MM_IMAGE ? "{\"type\": \"image\"}, " : "{\"type\": \"audio\"}, ");
+        tb_str(&b, "{\"type\": \"text\", \"text\": ");
+        tb_json(&b, text);
+        tb_str(&b, "}]");
+    } else tb_json(&b, text);
+    if (b.oom) { free(b.p); fprintf(stderr, "gemma4: out of memory\n"); return NULL; }
+    return b.p;
+}
+
+/* {"messages": [system?, user 0, answer, user 1, ..., answer, user n-1]} (users: JSON values, user_content);
+   the answers, fed already, are G4_TEMPLATE_ANSWER (see g4_template_continue) */
 static char *chat_json(const gen_opts *o, char **users, int n_users, size_t *len) {
     textbuf b;
     int i;
@@ -658,7 +698,7 @@ static char *chat_json(const gen_opts *o, char **users, int n_users, size_t *len
     for (i = 0; i < n_users; i++) {
         if (i) { tb_str(&b, "{\"role\": \"assistant\", \"content\": "); tb_json(&b, G4_TEMPLATE_ANSWER); tb_str(&b, "}, "); }
         tb_str(&b, "{\"role\": \"user\", \"content\": ");
-        tb_json(&b, users[i]);
+        tb_str(&b, users[i]); /* a JSON value already (user_content) */
         tb_str(&b, i + 1 < n_users ? "}, " : "}");
     }
     tb_str(&b, "]}");
@@ -712,6 +752,7 @@ static int gen_open(gen_ctx *g, const char *dir, const gen_opts *o, int max_cont
     sc.bf16_fast = bf16_fast;
     sc.lora_bf16 = adapter_bf16;
     if (o->drafter && sc.max_chunk < o->draft_tokens + 2) sc.max_chunk = o->draft_tokens + 2;
+    if (o->chunk > sc.max_chunk) sc.max_chunk = o->chunk; /* an image run in one step */
     if (get_pool(&sc.pool)) return 1;
     if (g4_session_create(&g->s, &g->m, &sc) != G4_OK) { fprintf(stderr, "gemma4: %s\n", g->s.error); return 1; }
     if (o->drafter) {
@@ -823,7 +864,8 @@ static int gen_run(gen_ctx *g, const int32_t *ids, size_t n, int max_tokens, int
     text_open = 1;
     if (g->has_drafter) return gen_run_spec(g, ids, n, max_tokens, n_new, t_prefill, t_decode);
     for (i = 0; i < (int)n; i++) g4_sampler_accept(&g->smp, ids[i]);
-    if (forward_progress(&g->s, ids, (int)n, g->logits, G4_LOGITS_LAST) != G4_OK) {
+    if ((g->soft ? g4_forward_mm(&g->s, ids, (int)n, g->soft, g->n_soft, g->logits, G4_LOGITS_LAST, NULL)
+                 : forward_progress(&g->s, ids, (int)n, g->logits, G4_LOGITS_LAST)) != G4_OK) {
         end_text_line();
         fprintf(stderr, "gemma4: %s\n", g->s.error);
         return 1;
@@ -884,32 +926,110 @@ static int32_t *encode_prompt(const g4_tokenizer *t, const gen_opts *o, const ch
 }
 
 
-/* gemma4 generate MODEL_DIR --prompt "..." [--chat] [--system S] [--think] [sampling] */
+/* --image / --audio on generate and chat. A text that holds no image or audio
+   placeholder gets one per file before it, in command-line order (with a chat
+   template as content items, which it renders as its placeholders); a text
+   that holds some fills them as logits does. */
+
+/* 1: the files get placeholders of their own (the text has none); 0: the text's
+   placeholders take them (or no files); -1 after a message. */
+static int media_items(const g4_tokenizer *t, const g4_config *c, const char *text, const g4a_list *media) {
+    size_t cap = g4_tokenize_max(t, strlen(text)), n = 0, k;
+    int32_t *ids;
+    int found = 0;
+    if (!media->n) return 0;
+    if (!(ids = (int32_t *)malloc(sizeof(int32_t) * (cap ? cap : 1)))) { fprintf(stderr, "gemma4: out of memory\n"); return -1; }
+    if (g4_tokenize(t, text, strlen(text), 0, ids, cap, &n) != G4_OK) { fprintf(stderr, "gemma4: cannot tokenize the prompt\n"); free(ids); return -1; }
+    for (k = 0; k < n; k++) found += g4_mm_type(c, ids[k]) == G4_MM_IMAGE || g4_mm_type(c, ids[k]) == G4_MM_AUDIO;
+    free(ids);
+    return !found;
+}
+
+/* text with one placeholder per file before it (the tokens' strings, as the
+   template writes them), malloc'd; NULL after a message. */
+static char *media_text(const g4_tokenizer *t, const g4_config *c, const char *text, const g4a_list *media) {
+    textbuf b;
+    int k;
+    memset(&b, 0, sizeof b);
+    for (k = 0; k < media->n; k++) {
+        int32_t id = media->tag[k] == G4MM_IMAGE ? c->image_token_id : c->audio_token_id;
+        char piece[256];
+        size_t len = 0;
+        if (g4_detokenize(t, &id, 1, 0, piece, sizeof piece, &len) != G4_OK || len == 0) {
+            fprintf(stderr, "gemma4: the tokenizer has no string for the %s placeholder id %d\n",
+                    media->tag[k] == G4MM_IMAGE ? "image" : "audio", (int)id);
+            free(b.p);
+            return NULL;
+        }
+        tb_add(&b, piece, len);
+    }
+    tb_str(&b, text);
+    if (b.oom) { free(b.p); fprintf(stderr, "gemma4: out of memory\n"); return NULL; }
+    return b.p;
+}
+
+/* The prompt's ids expanded with mm's files (g4mm_expand): *ids replaced. 1 after a message. */
+static int media_expand(g4mm *mm, const g4_config *c, int32_t **ids, size_t *n) {
+    int32_t *x = NULL;
+    int nx = 0;
+    if (!mm->n) return 0;
+    if (g4mm_expand(mm, c, *ids, (int)*n, &x, &nx)) return 1;
+    free(*ids);
+    *ids = x;
+    *n = (size_t)nx;
+    return 0;
+}
+
+/* The config of a model directory; 1 after a message. */
+static int load_config_of(const char *dir, g4_config *c) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (g4_config_load(c, path) != G4_OK) { print_error(c->error); return 1; }
+    return 0;
+}
+
+/* gemma4 generate MODEL_DIR --prompt "..." [--chat] [--system S] [--think] [--image F] [--audio F] [sampling] */
 static int cmd_generate(int argc, char **argv) {
     gen_opts o;
     gen_ctx g;
-    int32_t *ids;
+    int32_t *ids = NULL;
     const char *dir[1];
-    size_t n;
-    int n_new = 0, rc, r;
+    size_t n = 0;
+    int n_new = 0, rc, r, items = 0;
     double tp = 0, td = 0;
     g4_tokenizer probe;
     g4_template tpl;
+    g4_config c;
+    g4mm mm;
+    float *soft = NULL;
+    char *text = NULL, *users[1];
+    g4_pool *pool;
     int has_tpl = 0;
     if ((rc = parse_gen_opts(argc, argv, &o, 0, dir)) != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
     rc = 1;
+    memset(&mm, 0, sizeof mm);
+    memset(&g, 0, sizeof g);
+    users[0] = NULL;
     /* the tokenizer first, to size the context to prompt + max_tokens */
     if (load_tokenizer(&probe, o.tokenizer ? o.tokenizer : dir[0], o.tokenizer ? "--tokenizer" : NULL)) return 1;
-    if (o.chat && (has_tpl = load_template(&tpl, dir[0], &o, &probe)) < 0) { g4_tokenizer_free(&probe); return 1; }
+    if (o.media.n && (load_config_of(dir[0], &c) || (items = media_items(&probe, &c, o.prompt, &o.media)) < 0)) goto fail;
+    if (o.chat && (has_tpl = load_template(&tpl, dir[0], &o, &probe)) < 0) goto fail;
     if (has_tpl) {
-        char *users[1];
-        users[0] = (char *)(uintptr_t)o.prompt;
-        ids = template_prompt(&tpl, &probe, &o, users, 1, 1, &n);
+        users[0] = user_content(o.prompt, items ? &o.media : NULL);
+        ids = users[0] ? template_prompt(&tpl, &probe, &o, users, 1, 1, &n) : NULL;
         g4_template_free(&tpl);
-    } else ids = encode_prompt(&probe, &o, o.prompt, 0, &n);
+    } else if (!items || (text = media_text(&probe, &c, o.prompt, &o.media)) != NULL) {
+        ids = encode_prompt(&probe, &o, text ? text : o.prompt, 0, &n);
+    }
+    if (!ids) goto fail;
+    /* the files through their processors, the ids expanded: the context's size is known */
+    if (o.media.n && (g4mm_prepare(&mm, &c, dir[0], o.processor, &o.media) || media_expand(&mm, &c, &ids, &n))) goto fail;
+    if (mm.max_run > 64) o.chunk = mm.max_run;
     g4_tokenizer_free(&probe);
-    if (!ids) return 1;
-    if (!gen_open(&g, dir[0], &o, (int)n + o.max_tokens + 1 + (o.drafter ? o.draft_tokens + 2 : 0))) {
+    if (!gen_open(&g, dir[0], &o, (int)n + o.max_tokens + 1 + (o.drafter ? o.draft_tokens + 2 : 0)) &&
+        (!mm.n || (!get_pool(&pool) && !g4mm_encode(&mm, &g.m, dir[0], pool, &soft)))) {
+        g.soft = soft;
+        g.n_soft = mm.total_soft;
         if (!o.seed_given && o.sc.temperature > 0) fprintf(stderr, "seed %llu\n", (unsigned long long)o.sc.seed);
         r = gen_run(&g, ids, n, o.max_tokens, &n_new, &tp, &td);
         if (r != 1) {
@@ -922,42 +1042,96 @@ static int cmd_generate(int argc, char **argv) {
         rc = r != 0;
     }
     free(ids);
+    free(soft);
+    free(text);
+    free(users[0]);
+    g4mm_free(&mm);
     gen_free(&g);
     return rc;
+fail:
+    g4_tokenizer_free(&probe);
+    free(ids);
+    free(text);
+    free(users[0]);
+    g4mm_free(&mm);
+    return 1;
+}
+
+/* chat's pending files (the next turn's): owned copies of the paths */
+static void media_clear(g4a_list *l) {
+    int k;
+    for (k = 0; k < l->n; k++) free((char *)(uintptr_t)l->value[k]);
+    l->n = 0;
+}
+
+static int media_add(g4a_list *l, const char *path, int tag) {
+    size_t len = strlen(path);
+    char *p;
+    if (l->n >= G4A_LIST_MAX) { fprintf(stderr, "gemma4: at most %d files in one turn\n", G4A_LIST_MAX); return 1; }
+    if (!(p = (char *)malloc(len + 1))) { fprintf(stderr, "gemma4: out of memory\n"); return 1; }
+    memcpy(p, path, len + 1);
+    l->value[l->n] = p;
+    l->tag[l->n++] = tag;
+    return 0;
 }
 
 /* gemma4 chat MODEL_DIR: one session for the whole conversation; each turn
    feeds only its own tokens, the earlier turns stay in the KV. A turn that
    does not fit what is left of the context, or an answer the context cut,
    starts the conversation over (said once); a turn that does not fit an
-   empty context is an error. */
+   empty context is an error. --image / --audio files go with the first turn;
+   a line "/image FILE" or "/audio FILE" attaches a file to the next turn. */
 static int cmd_chat(int argc, char **argv) {
     gen_opts o;
     gen_ctx g;
-    char *line = NULL, **users = NULL;
+    char *line = NULL, **users = NULL, *text = NULL;
     const char *dir[1];
     size_t line_cap = 0;
     int turn = 0, rc, k, cut = 0;
+    g4a_list pend;
+    g4mm mm;
+    float *soft = NULL;
     if ((rc = parse_gen_opts(argc, argv, &o, 1, dir)) != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
     rc = 1;
+    memset(&pend, 0, sizeof pend);
+    memset(&mm, 0, sizeof mm);
+    {   /* a step that holds an image run whole: the processor's largest */
+        g4_config c;
+        g4_image_config ic;
+        if (load_config_of(dir[0], &c)) return 1;
+        if (c.vision.present && g4_image_config_load(&ic, o.processor ? o.processor : dir[0]) == G4_OK &&
+            ic.max_soft_tokens + 2 > 64)
+            o.chunk = ic.max_soft_tokens + 2;
+    }
     if (gen_open(&g, dir[0], &o, o.ctx ? o.ctx : 4096)) { gen_free(&g); return 1; }
     if ((g.has_tpl = load_template(&g.tpl, dir[0], &o, &g.t)) < 0) { g.has_tpl = 0; gen_free(&g); return 1; }
+    for (k = 0; k < o.media.n; k++)
+        if (media_add(&pend, o.media.value[k], o.media.tag[k])) { media_clear(&pend); gen_free(&g); return 1; }
     if (g.has_tpl) fprintf(stderr, "chat layout: %s\n", g.tpl.name);
     else fprintf(stderr, "chat layout: the built-in Gemma 4 layout (no chat_template.jinja or tokenizer_config.json "
                  "chat_template in %s%s%s)\n", dir[0], o.tokenizer ? " or " : "", o.tokenizer ? o.tokenizer : "");
     if (!o.seed_given && o.sc.temperature > 0) fprintf(stderr, "seed %llu\n", (unsigned long long)o.sc.seed);
-    fprintf(stderr, "%d positions of context; /reset starts over, /quit or end of input leaves\n", g.s.cfg.max_context);
+    fprintf(stderr, "%d positions of context; /reset starts over, /quit or end of input leaves; /image FILE and /audio FILE "
+            "attach a file to the next turn\n", g.s.cfg.max_context);
     for (;;) {
         int32_t *ids;
         size_t n, l, extra = 1 + (g.has_drafter ? (size_t)o.draft_tokens + 2 : 0);
-        int n_new = 0, r, fresh = g.s.pos == 0;
+        int n_new = 0, r, fresh = g.s.pos == 0, items = 0;
         double tp = 0, td = 0;
+        g4_pool *pool;
         fprintf(stderr, "> ");
         if (getline(&line, &line_cap, stdin) < 0) { rc = 0; break; }
         l = strlen(line);
         while (l && (line[l - 1] == '\n' || line[l - 1] == '\r')) line[--l] = 0;
         if (!l) continue;
         if (strcmp(line, "/quit") == 0) { rc = 0; break; }
+        if (strncmp(line, "/image ", 7) == 0 || strncmp(line, "/audio ", 7) == 0) {
+            int tag = line[1] == 'i' ? G4MM_IMAGE : G4MM_AUDIO;
+            if (g.has_drafter) { fprintf(stderr, "gemma4: %.6s does not go with --drafter (a drafter takes no images or audio)\n", line); break; }
+            if (media_add(&pend, line + 7, tag)) break;
+            fprintf(stderr, "attached %s to the next turn\n", line + 7);
+            continue;
+        }
         if (strcmp(line, "/reset") == 0 || cut) { /* (after a cut answer: a new conversation) */
             int is_reset = strcmp(line, "/reset") == 0;
             g4_session_reset(&g.s);
@@ -969,13 +1143,20 @@ static int cmd_chat(int argc, char **argv) {
             cut = 0;
             if (is_reset) continue;
         }
+        /* this turn's files through their processors; with none of their placeholders in the line, one each before it */
+        if (pend.n && ((items = media_items(&g.t, &g.m.config, line, &pend)) < 0 ||
+                       g4mm_prepare(&mm, &g.m.config, dir[0], o.processor, &pend)))
+            break;
+        free(text);
+        text = NULL;
+        if (!g.has_tpl && items && !(text = media_text(&g.t, &g.m.config, line, &pend))) break;
         if (g.has_tpl) { /* the template's text for this turn: everything, or what follows the last answer */
             char **nu = (char **)realloc(users, sizeof(char *) * (size_t)(turn + 1));
-            if (!nu || !(nu[turn] = (char *)malloc(l + 1))) { users = nu ? nu : users; fprintf(stderr, "gemma4: out of memory\n"); break; }
+            if (!nu || !(nu[turn] = user_content(line, items ? &pend : NULL))) { users = nu ? nu : users; fprintf(stderr, "gemma4: out of memory\n"); break; }
             users = nu;
-            memcpy(users[turn], line, l + 1);
             ids = template_prompt(&g.tpl, &g.t, &o, users, turn + 1, turn == 0, &n);
-        } else ids = encode_prompt(&g.t, &o, line, turn ? G4_CHAT_CONTINUE : G4_CHAT_BOS, &n);
+        } else ids = encode_prompt(&g.t, &o, text ? text : line, turn ? G4_CHAT_CONTINUE : G4_CHAT_BOS, &n);
+        if (ids && media_expand(&mm, &g.m.config, &ids, &n)) { free(ids); ids = NULL; }
         if (!ids) { if (g.has_tpl) free(users[turn]); break; }
         if (n + extra > (size_t)(g.s.cfg.max_context - g.s.pos) && !fresh) { /* start over with this turn */
             fprintf(stderr, "context full: %d of %d positions used; starting over (--ctx sets the size)\n", g.s.pos,
@@ -989,7 +1170,8 @@ static int cmd_chat(int argc, char **argv) {
                 users[0] = users[turn];
                 turn = 0;
                 ids = template_prompt(&g.tpl, &g.t, &o, users, 1, 1, &n);
-            } else ids = encode_prompt(&g.t, &o, line, G4_CHAT_BOS, &n);
+            } else ids = encode_prompt(&g.t, &o, text ? text : line, G4_CHAT_BOS, &n);
+            if (ids && media_expand(&mm, &g.m.config, &ids, &n)) { free(ids); ids = NULL; }
             if (!ids) { if (g.has_tpl) free(users[0]); break; }
         }
         if (n + extra > (size_t)(g.s.cfg.max_context - g.s.pos)) {
@@ -999,7 +1181,19 @@ static int cmd_chat(int argc, char **argv) {
             if (g.has_tpl) turn++;
             break;
         }
+        if (mm.n && (get_pool(&pool) || g4mm_encode(&mm, &g.m, dir[0], pool, &soft))) {
+            free(ids);
+            if (g.has_tpl) turn++;
+            break;
+        }
+        g.soft = soft;
+        g.n_soft = mm.total_soft;
         r = gen_run(&g, ids, n, o.max_tokens, &n_new, &tp, &td);
+        g.soft = NULL;
+        free(soft);
+        soft = NULL;
+        g4mm_free(&mm);
+        media_clear(&pend);
         free(ids);
         turn++;
         if (r == 1) break;
@@ -1014,6 +1208,9 @@ static int cmd_chat(int argc, char **argv) {
     if (g.has_tpl) for (k = 0; k < turn; k++) free(users[k]);
     free(users);
     free(line);
+    free(text);
+    g4mm_free(&mm);
+    media_clear(&pend);
     gen_free(&g);
     return rc;
 }
@@ -1035,17 +1232,27 @@ static int cmd_template(int argc, char **argv) {
     size_t len = 0, n = 0;
     g4_result r;
     FILE *f;
+    struct { g4a_list media; const char *processor; } mo;
+    g4mm mm;
     g4a_opt opts[] = {
         G4A_SR("--messages", &msgs, "FILE.json", "{\"messages\": [...], \"tools\": [...]}; other members are template variables"),
         G4A_F("--think", &think, "enable_thinking=True"),
         G4A_F("--no-generation-prompt", &no_gen, "add_generation_prompt=False"),
         G4A_F("--ids", &ids_out, "print the token ids (tokenize=True) instead of the text"),
+        OPT_MEDIA(&mo),
     };
     g4a_cmd cmd = {"template", "DIR", 1, 1,
                    "DIR's chat template (chat_template.jinja, or tokenizer_config.json's chat_template) rendered as\n"
-                   "transformers' apply_chat_template byte for byte, or its token ids.", opts, G4A_N_OPTS(opts)};
+                   "transformers' apply_chat_template byte for byte, or its token ids. Image and audio content items\n"
+                   "({\"type\": \"image\"}, {\"type\": \"audio\"}) render as the template writes them; with --ids, --image and\n"
+                   "--audio files expand their placeholders as Gemma4Processor does (its ids for those files).",
+                   opts, G4A_N_OPTS(opts)};
+    memset(&mo, 0, sizeof mo);
+    memset(&mm, 0, sizeof mm);
     if ((rc = g4a_parse(&cmd, argc, argv, 2, pos, &np)) != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
     rc = 1;
+    if (mo.media.n && !ids_out) { g4a_fail(&cmd, "--image and --audio expand the ids: they need --ids"); return 1; }
+    if (mo.processor && !g4a_opt_of(&cmd, "--image")->given) { g4a_fail(&cmd, "--processor needs --image"); return 1; }
     o.enable_thinking = think;
     if (no_gen) o.add_generation_prompt = 0;
     if (load_tokenizer(&tok, pos[0], NULL)) return 1;
@@ -1070,12 +1277,18 @@ static int cmd_template(int argc, char **argv) {
         if (g4_template_render(&t, json, len, &o, &text, &n, NULL) != G4_OK) print_error(t.error);
         else if (fwrite(text, 1, n, stdout) == n) rc = 0;
     } else if (json) {
+        int32_t *x = NULL;
+        int nx = 0;
+        g4_config c;
         if (g4_template_encode(&t, &tok, json, len, &o, &ids, &n, NULL) != G4_OK) print_error(t.error);
-        else {
-            for (i = 0; i < (int)n; i++) printf(i ? " %d" : "%d", (int)ids[i]);
+        else if ((nx = (int)n, !mo.media.n) || (!load_config_of(pos[0], &c) && !g4mm_prepare(&mm, &c, pos[0], mo.processor, &mo.media) &&
+                                 !g4mm_expand(&mm, &c, ids, (int)n, &x, &nx))) {
+            for (i = 0; i < nx; i++) printf(i ? " %d" : "%d", (int)(x ? x : ids)[i]);
             printf("\n");
             rc = 0;
         }
+        free(x);
+        g4mm_free(&mm);
     }
     g4_template_free_output(text);
     g4_template_free_output(ids);
@@ -1092,8 +1305,8 @@ typedef struct {
     int32_t *ids;
     int n, chunk, n_new, draft_tokens, steps, bf16;
     const char *dir, *ids_arg, *out_path, *drafter;
-    const char *image, *processor; /* logits --image FILE [--processor DIR] */
-    const char *audio;             /* logits --audio FILE */
+    const char *processor;         /* --processor DIR (with --image) */
+    g4a_list media;                /* --image FILE, --audio FILE (repeatable; mm.h) */
 } run_opts;
 
 /* Parses a logits / greedy / draft command line into o (ids parsed);
@@ -1106,12 +1319,8 @@ static int parse_run_opts(int argc, char **argv, run_opts *o) {
         G4A_SR("--out", &o->out_path, "FILE", "where the float32 logits [n_ids][vocab] go"),
         G4A_I("--chunk", &o->chunk, "N", 1, INT_MAX, "most tokens per step (default 64)"),
         G4A_F("--bf16", &o->bf16, "the bf16-faithful mode (as transformers in bfloat16)"),
-        G4A_S("--image", &o->image, "FILE", "a PNG or JPEG for the ids' one image placeholder (<|image|>), expanded as "
-              "Gemma4Processor expands it"),
-        G4A_S("--processor", &o->processor, "DIR", "with --image: the directory of processor_config.json (default DIR)"),
+        OPT_MEDIA(o),
         OPT_BF16_FAST,
-        G4A_S("--audio", &o->audio, "FILE", "a WAV (16 kHz mono) for the ids' one audio placeholder (<|audio|>), expanded "
-              "as Gemma4Processor expands it"),
         OPT_THREADS,
         OPT_ADAPTER,
     };
@@ -1123,9 +1332,7 @@ static int parse_run_opts(int argc, char **argv, run_opts *o) {
         OPT_BF16_FAST,
         G4A_S("--drafter", &o->drafter, "DIR", "speculative decoding with a gemma4_assistant drafter (the same tokens)"),
         G4A_I("--draft-tokens", &o->draft_tokens, "K", 1, 1024, "draft tokens per round (default 4)"),
-        G4A_S("--image", &o->image, "FILE", "a PNG or JPEG for the ids' one image placeholder (<|image|>), expanded as "
-              "Gemma4Processor expands it"),
-        G4A_S("--processor", &o->processor, "DIR", "with --image: the directory of processor_config.json (default DIR)"),
+        OPT_MEDIA(o),
         OPT_THREADS,
         OPT_ADAPTER,
     };
@@ -1162,11 +1369,11 @@ static int parse_run_opts(int argc, char **argv, run_opts *o) {
         g4a_fail(&cmd, "--draft-tokens needs --drafter");
         return G4A_RESULT_ERR;
     }
-    if (!draft && !logits && o->image && o->drafter) {
-        g4a_fail(&cmd, "--image does not go with --drafter (a drafter takes no images)");
+    if (!draft && !logits && o->media.n && o->drafter) {
+        g4a_fail(&cmd, "--image and --audio do not go with --drafter (a drafter takes no images or audio)");
         return G4A_RESULT_ERR;
     }
-    if (!draft && o->processor && !o->image) {
+    if (!draft && o->processor && !g4a_opt_of(&cmd, "--image")->given) {
         g4a_fail(&cmd, "--processor needs --image");
         return G4A_RESULT_ERR;
     }
@@ -1190,96 +1397,45 @@ static int write_floats(const char *path, const float *x, size_t n) {
     return !ok;
 }
 
-/* --image, before the session: the processor's settings, the rows the
-   image's run adds (*extra) and a step that holds it whole (*chunk, unless
-   --chunk was given). 0, or 1 after a message. */
-static int image_pre(run_opts *o, g4img_ctx *ic, int *extra, int *chunk) {
-    memset(ic, 0, sizeof *ic);
-    *extra = 0;
-    *chunk = o->chunk;
-    if (!o->image) return 0;
-    if (g4_image_config_load(&ic->ic, o->processor ? o->processor : o->dir) != G4_OK) {
-        fprintf(stderr, "gemma4: %s\n", ic->ic.error);
-        return 1;
-    }
-    *extra = ic->ic.max_soft_tokens + 2;
-    if (!*chunk && *extra > 64) *chunk = *extra;
-    return 0;
-}
-
-/* --image, after the session: the file through the processor and the tower;
-   o->ids become the expanded ids, *soft the soft tokens. 0, or 1 (printed). */
-static int image_post(run_opts *o, g4img_ctx *ic, const g4_model *m, float **soft, int *n_soft) {
+/* --image / --audio, before the session: the config's placeholder ids, every
+   file through its processor, o->ids expanded (mm.h), and a step that holds the
+   longest image run whole (*chunk, unless --chunk was given). 0, or 1 after a message. */
+static int media_pre(run_opts *o, g4mm *mm, int *chunk) {
+    g4_config c;
+    char path[4096];
     int32_t *ids = NULL;
     int n = 0;
-    g4_pool *pool = NULL;
-    *soft = NULL;
-    *n_soft = 0;
-    if (!o->image) return 0;
-    if (get_pool(&pool) || g4img_open(ic, m, o->processor ? o->processor : o->dir, pool) ||
-        g4img_prompt(ic, m, o->ids, o->n, &o->image, 1, &ids, &n, soft, n_soft))
-        return 1;
+    memset(mm, 0, sizeof *mm);
+    *chunk = o->chunk;
+    if (!o->media.n) return 0;
+    snprintf(path, sizeof path, "%s/config.json", o->dir);
+    if (g4_config_load(&c, path) != G4_OK) { print_error(c.error); return 1; }
+    if (g4mm_prepare(mm, &c, o->dir, o->processor, &o->media) || g4mm_expand(mm, &c, o->ids, o->n, &ids, &n)) return 1;
     free(o->ids);
     o->ids = ids;
     o->n = n;
+    if (!*chunk && mm->max_run > 64) *chunk = mm->max_run;
     return 0;
 }
 
 /* gemma4 logits DIR --ids ... --out FILE: all logits [n][V] to FILE, argmax of each */
-static int audio_features_of(const char *wav, g4_audio_fe *fe, float **feat, unsigned char **mask, int *nf, size_t *n_samples);
-static int audio_soft_tokens(const g4_model *m, const char *dir, const char *wav, const g4_audio_fe *fe, const float *feat,
-                             const unsigned char *mask, int nf, float **soft, int *n_soft); /* (below, beside cmd_audio) */
-
 static int cmd_logits(int argc, char **argv) {
     run_opts o;
     g4_model m;
     g4_session s;
     float *logits = NULL, *soft = NULL;
-    int i, V, rc = 1, n_soft = 0, extra, chunk;
-    g4img_ctx ic;
-    g4_audio_fe afe;
-    float *afeat = NULL;
-    unsigned char *amask = NULL;
-    int anf = 0;
+    int i, V, rc = 1, chunk;
+    g4mm mm;
+    g4_pool *pool;
     PARSE_RUN_OPTS(o);
-    memset(&afe, 0, sizeof afe);
-    if (o.audio && o.image) { fprintf(stderr, "gemma4 logits: --audio and --image together are not supported yet\n"); free(o.ids); return 1; }
-    if (image_pre(&o, &ic, &extra, &chunk)) { free(o.ids); return 1; }
-    if (o.audio) { /* the clip's features first: its run is at most tokens_max + 2 more rows */
-        if (audio_features_of(o.audio, &afe, &afeat, &amask, &anf, NULL)) { free(o.ids); g4_audio_fe_free(&afe); return 1; }
-        extra = g4_audio_tokens_max(anf) + 2;
-    }
-    if (open_session(o.dir, o.n + extra, chunk, o.bf16, &m, &s)) {
-        free(o.ids); g4_audio_fe_free(&afe); free(afeat); free(amask);
-        return 1;
-    }
-    if (image_post(&o, &ic, &m, &soft, &n_soft)) goto done;
-    if (o.audio) { /* <|audio|> -> <|audio> + n_soft x <|audio|> + <audio|>, the config's ids */
-        int32_t *ids;
-        int k, at = -1, count = 0, n;
-        for (k = 0; k < o.n; k++) if (o.ids[k] == m.config.audio_token_id) { at = k; count++; }
-        if (count != 1) {
-            fprintf(stderr, "gemma4 logits: the ids have %d audio placeholders (%d); --audio fills exactly one\n", count,
-                    (int)m.config.audio_token_id);
-            goto done;
-        }
-        if (audio_soft_tokens(&m, o.dir, o.audio, &afe, afeat, amask, anf, &soft, &n_soft)) goto done;
-        n = o.n + n_soft + 1;
-        if (!(ids = (int32_t *)malloc(sizeof(int32_t) * (size_t)n))) { fprintf(stderr, "gemma4: out of memory\n"); goto done; }
-        memcpy(ids, o.ids, sizeof(int32_t) * (size_t)at);
-        ids[at] = m.config.boa_token_id;
-        for (k = 0; k < n_soft; k++) ids[at + 1 + k] = m.config.audio_token_id;
-        ids[at + 1 + n_soft] = m.config.eoa_token_id;
-        memcpy(ids + at + 2 + n_soft, o.ids + at + 1, sizeof(int32_t) * (size_t)(o.n - at - 1));
-        free(o.ids);
-        o.ids = ids;
-        o.n = n;
-    }
+    if (media_pre(&o, &mm, &chunk)) { g4mm_free(&mm); free(o.ids); return 1; }
+    if (open_session(o.dir, o.n, chunk, o.bf16, &m, &s)) { g4mm_free(&mm); free(o.ids); return 1; }
+    if (mm.n && (get_pool(&pool) || g4mm_encode(&mm, &m, o.dir, pool, &soft))) goto done;
     V = m.config.vocab_size;
     logits = (float *)malloc(sizeof(float) * (size_t)o.n * (size_t)V);
     if (!logits) { fprintf(stderr, "gemma4: out of memory for %d x %d logits\n", o.n, V); goto done; }
-    if ((o.image || o.audio ? g4_forward_mm(&s, o.ids, o.n, soft, n_soft, logits, G4_LOGITS_ALL, NULL)
-                 : g4_forward(&s, o.ids, o.n, logits, G4_LOGITS_ALL)) != G4_OK) {
+    if ((mm.n ? g4_forward_mm(&s, o.ids, o.n, soft, mm.total_soft, logits, G4_LOGITS_ALL, NULL)
+              : g4_forward(&s, o.ids, o.n, logits, G4_LOGITS_ALL)) != G4_OK) {
         fprintf(stderr, "gemma4: %s\n", s.error);
         goto done;
     }
@@ -1289,84 +1445,9 @@ static int cmd_logits(int argc, char **argv) {
     printf("\nwrote %d x %d float32 logits to %s\n", o.n, V, o.out_path);
     rc = 0;
 done:
-    g4img_close(&ic);
-    g4_audio_fe_free(&afe);
-    free(afeat);
-    free(amask);
+    g4mm_free(&mm);
     free(soft);
     return close_session(&m, &s, o.ids, logits, rc);
-}
-
-/* A WAV file's log-mel features (malloc'd; *nf frames of fe->feature_size), or 1
-   with a message. fe is initialised here; the caller frees it. */
-static int audio_features_of(const char *wav, g4_audio_fe *fe, float **feat, unsigned char **mask, int *nf, size_t *n_samples) {
-    char *bytes = NULL, err[G4_ERROR_MAX];
-    float *pcm = NULL, *scratch = NULL;
-    size_t len, n = 0;
-    int rate = 0, rc = 1;
-    *feat = NULL;
-    *mask = NULL;
-    *nf = 0;
-    memset(fe, 0, sizeof *fe);
-    if (g4__read_file(wav, &bytes, &len, (size_t)1 << 30, err) != G4_OK) { print_error(err); return 1; }
-    if (g4_wav_parse((const unsigned char *)bytes, len, NULL, 0, &n, &rate, err) != G4_OK) {
-        fprintf(stderr, "gemma4: %s: %s\n", wav, err);
-        free(bytes);
-        return 1;
-    }
-    if (n > (size_t)INT_MAX) { fprintf(stderr, "gemma4: %s: %zu samples\n", wav, n); free(bytes); return 1; }
-    if (!(pcm = (float *)malloc(sizeof(float) * (n ? n : 1))) ||
-        g4_wav_parse((const unsigned char *)bytes, len, pcm, n, &n, &rate, err) != G4_OK) {
-        fprintf(stderr, "gemma4: %s: %s\n", wav, pcm ? err : "out of memory");
-        goto done;
-    }
-    if (g4_audio_fe_init(fe) != G4_OK) { print_error(fe->error); goto done; }
-    *nf = g4_audio_fe_frames(fe, (int)n);
-    *feat = (float *)malloc(sizeof(float) * (size_t)(*nf > 0 ? *nf : 1) * (size_t)fe->feature_size);
-    *mask = (unsigned char *)malloc((size_t)(*nf > 0 ? *nf : 1));
-    scratch = (float *)malloc(sizeof(float) * g4_audio_fe_scratch(fe));
-    if (!*feat || !*mask || !scratch) { fprintf(stderr, "gemma4: out of memory\n"); goto done; }
-    if (g4_audio_features(fe, pcm, (int)n, rate, *feat, *mask, nf, scratch) != G4_OK) {
-        fprintf(stderr, "gemma4: %s: %s\n", wav, fe->error);
-        goto done;
-    }
-    if (n_samples) *n_samples = n;
-    rc = 0;
-done:
-    if (rc) { free(*feat); free(*mask); *feat = NULL; *mask = NULL; }
-    free(bytes); free(pcm); free(scratch);
-    return rc;
-}
-
-/* The clip's soft tokens through m's audio tower (*soft malloc'd, [*n_soft][H]), or 1 with a message. */
-static int audio_soft_tokens(const g4_model *m, const char *dir, const char *wav, const g4_audio_fe *fe, const float *feat,
-                             const unsigned char *mask, int nf, float **soft, int *n_soft) {
-    g4_audio_run run;
-    void *arena = NULL;
-    size_t arena_bytes = 0;
-    *soft = NULL;
-    if (!m->audio.loaded) { fprintf(stderr, "gemma4: %s: no audio tower: %s\n", dir, m->audio.error); return 1; }
-    if (m->config.audio.subsampling_conv_channels[0] != fe->feature_size) {
-        fprintf(stderr, "gemma4: %s: the audio tower takes %d mel bins, the feature extractor makes %d\n", dir,
-                m->config.audio.subsampling_conv_channels[0], fe->feature_size);
-        return 1;
-    }
-    if (g4_audio_size(m, nf, &arena_bytes) != G4_OK || posix_memalign(&arena, 64, arena_bytes) != 0 ||
-        !(*soft = (float *)malloc(sizeof(float) * (size_t)g4_audio_tokens_max(nf) * (size_t)m->config.hidden_size))) {
-        fprintf(stderr, "gemma4: out of memory for the audio tower's arena\n");
-        free(arena);
-        return 1;
-    }
-    memset(&run, 0, sizeof run);
-    if (g4_audio_encode(m, feat, mask, nf, arena, arena_bytes, &run, *soft, n_soft) != G4_OK) {
-        fprintf(stderr, "gemma4: %s: %s\n", wav, run.error);
-        free(arena);
-        free(*soft);
-        *soft = NULL;
-        return 1;
-    }
-    free(arena);
-    return 0;
 }
 
 /* gemma4 audio DIR CLIP.wav --out FILE: the clip's soft tokens as they enter
@@ -1375,11 +1456,10 @@ static int audio_soft_tokens(const g4_model *m, const char *dir, const char *wav
 static int cmd_audio(int argc, char **argv) {
     const char *pos[2], *out_path = NULL;
     g4_model m;
-    g4_audio_fe fe;
-    float *feat = NULL, *soft = NULL;
-    unsigned char *mask = NULL;
-    size_t n = 0;
-    int np, rc, nf = 0, n_soft = 0, ret = 1;
+    g4mm mm;
+    g4a_list one;
+    float *soft = NULL;
+    int np, rc, ret = 1;
     g4a_opt opts[] = {
         G4A_SR("--out", &out_path, "FILE", "where the float32 [n][hidden] soft tokens go"),
     };
@@ -1388,18 +1468,20 @@ static int cmd_audio(int argc, char **argv) {
                    "30 s) through Gemma4AudioFeatureExtractor, the audio tower and embed_audio, padding stripped; float32\n"
                    "[n][hidden] to FILE.", opts, G4A_N_OPTS(opts)};
     if ((rc = g4a_parse(&cmd, argc, argv, 2, pos, &np)) != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
-    if (audio_features_of(pos[1], &fe, &feat, &mask, &nf, &n)) goto done;
-    if (load_model(&m, pos[0])) goto done;
-    if (audio_soft_tokens(&m, pos[0], pos[1], &fe, feat, mask, nf, &soft, &n_soft) == 0 &&
-        write_floats(out_path, soft, (size_t)n_soft * (size_t)m.config.hidden_size) == 0) {
-        printf("%s: %zu samples, %d feature frames, %d soft tokens\nwrote %d x %d float32 soft tokens to %s\n", pos[1],
-               n, nf, n_soft, n_soft, m.config.hidden_size, out_path);
+    memset(&one, 0, sizeof one);
+    one.value[0] = pos[1];
+    one.tag[0] = G4MM_AUDIO;
+    one.n = 1;
+    if (load_model(&m, pos[0])) return 1;
+    if (g4mm_prepare(&mm, &m.config, pos[0], NULL, &one) == 0 && g4mm_encode(&mm, &m, pos[0], NULL, &soft) == 0 &&
+        write_floats(out_path, soft, (size_t)mm.total_soft * (size_t)m.config.hidden_size) == 0) {
+        printf("%s: %d feature frames, %d soft tokens\nwrote %d x %d float32 soft tokens to %s\n", pos[1], mm.f[0].nf,
+               mm.total_soft, mm.total_soft, m.config.hidden_size, out_path);
         ret = 0;
     }
+    g4mm_free(&mm);
+    free(soft);
     g4_model_free(&m);
-done:
-    g4_audio_fe_free(&fe);
-    free(feat); free(mask); free(soft);
     return ret;
 }
 
@@ -1482,17 +1564,18 @@ static int cmd_greedy(int argc, char **argv) {
     g4_model m;
     g4_session s;
     float *logits = NULL, *soft = NULL;
-    int i, V, rc = 1, n_soft = 0, extra, chunk;
-    g4img_ctx ic;
+    int i, V, rc = 1, chunk;
+    g4mm mm;
+    g4_pool *pool;
     PARSE_RUN_OPTS(o);
     if (o.drafter) return greedy_spec(&o);
-    if (image_pre(&o, &ic, &extra, &chunk)) { free(o.ids); return 1; }
-    if (open_session(o.dir, o.n + extra + o.n_new, chunk, o.bf16, &m, &s)) { free(o.ids); return 1; }
-    if (image_post(&o, &ic, &m, &soft, &n_soft)) goto done;
+    if (media_pre(&o, &mm, &chunk)) { g4mm_free(&mm); free(o.ids); return 1; }
+    if (open_session(o.dir, o.n + o.n_new, chunk, o.bf16, &m, &s)) { g4mm_free(&mm); free(o.ids); return 1; }
+    if (mm.n && (get_pool(&pool) || g4mm_encode(&mm, &m, o.dir, pool, &soft))) goto done;
     V = m.config.vocab_size;
     if (!(logits = (float *)malloc(sizeof(float) * (size_t)V))) { fprintf(stderr, "gemma4: out of memory\n"); goto done; }
-    if ((o.image ? g4_forward_mm(&s, o.ids, o.n, soft, n_soft, logits, G4_LOGITS_LAST, NULL)
-                 : forward_progress(&s, o.ids, o.n, logits, G4_LOGITS_LAST)) != G4_OK) {
+    if ((mm.n ? g4_forward_mm(&s, o.ids, o.n, soft, mm.total_soft, logits, G4_LOGITS_LAST, NULL)
+              : forward_progress(&s, o.ids, o.n, logits, G4_LOGITS_LAST)) != G4_OK) {
         fprintf(stderr, "gemma4: %s\n", s.error);
         goto done;
     }
@@ -1511,7 +1594,7 @@ static int cmd_greedy(int argc, char **argv) {
     printf("\n");
     rc = 0;
 done:
-    g4img_close(&ic);
+    g4mm_free(&mm);
     free(soft);
     return close_session(&m, &s, o.ids, logits, rc);
 }

@@ -168,7 +168,7 @@ typedef struct {
     int max_patches;
 } g4img_ctx;
 
-static int g4img_open(g4img_ctx *c, const g4_model *m, const char *dir, g4_pool *pool) {
+G4__MAYBE_UNUSED static int g4img_open(g4img_ctx *c, const g4_model *m, const char *dir, g4_pool *pool) {
     g4_vision_session_config vc;
     size_t bytes;
     memset(c, 0, sizeof *c);
@@ -190,7 +190,7 @@ static int g4img_open(g4img_ctx *c, const g4_model *m, const char *dir, g4_pool 
     return 0;
 }
 
-static void g4img_close(g4img_ctx *c) { free(c->arena); c->arena = NULL; }
+G4__MAYBE_UNUSED static void g4img_close(g4img_ctx *c) { free(c->arena); c->arena = NULL; }
 
 /* One image file -> its soft tokens, appended at soft + *n_soft * H (room for
    max_soft_tokens more rows); *n_soft grows by their count. 0, or 1 after a message. */

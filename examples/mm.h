@@ -1,0 +1,334 @@
+/* mm.h - the CLI's images and audio in a prompt (logits, greedy, generate,
+   chat, template). Included by examples/gemma4.c after image.h.
+
+   --image FILE and --audio FILE are repeatable and fill the prompt's
+   placeholder runs as Gemma4Processor fills them: the k-th image placeholder
+   (the config's image_token_id, "<|image|>") takes the k-th --image file, the
+   k-th audio placeholder (audio_token_id, "<|audio|>") the k-th --audio file,
+   whatever order the two kinds come in; each placeholder becomes
+   boi + n x image + eoi (boa + n x audio + eoa), n the file's soft tokens as
+   the processor counts them (the image's target size; the clip's feature mask
+   after two stride-2 convolutions, replace_audio_token). A count of
+   placeholders that differs from the files of its kind is an error naming
+   both counts.
+
+   Sizes up front: g4mm_prepare decodes every file and runs the image
+   processor and the feature extractor (no model needed: template --ids uses
+   it alone), so the expanded length, the longest image run (a step must hold
+   one) and the longest clip (the audio arena) are known before the session
+   and the tower arenas are made; g4mm_encode then runs the towers in prompt
+   order into one [total][H] buffer for g4_forward_mm. */
+#ifndef G4_MM_H
+#define G4_MM_H
+
+#define G4MM_IMAGE 1 /* g4a_list tags: G4_MM_IMAGE and G4_MM_AUDIO */
+#define G4MM_AUDIO 3
+
+typedef struct {
+    int kind;                  /* G4_MM_IMAGE or G4_MM_AUDIO */
+    const char *path;
+    int n_soft;                /* the processor's count: the run's length */
+    float *pv;                 /* image: pixel_values [max_patches][3 p^2] */
+    int32_t *pos;              /* image: positions [max_patches][2] */
+    float *feat;               /* audio: features [nf][feature_size] */
+    unsigned char *mask;       /* audio: [nf] */
+    int nf;
+} g4mm_file;
+
+typedef struct {
+    g4mm_file *f;              /* command-line order; prompt order after g4mm_expand */
+    int n, n_image, n_audio;
+    g4_image_config ic;        /* with images: the processor's settings */
+    g4_audio_fe fe;            /* with audio: the feature extractor */
+    int has_fe, max_patches, max_nf;
+    int max_run;               /* the longest image run + 2 (boi, eoi) */
+    int total_soft;            /* every file's n_soft */
+} g4mm;
+
+static void g4mm_free(g4mm *mm) {
+    int k;
+    for (k = 0; k < mm->n; k++) {
+        free(mm->f[k].pv); free(mm->f[k].pos); free(mm->f[k].feat); free(mm->f[k].mask);
+    }
+    free(mm->f);
+    if (mm->has_fe) g4_audio_fe_free(&mm->fe);
+    memset(mm, 0, sizeof *mm);
+}
+
+/* A WAV file's log-mel features (malloc'd; *nf frames of fe->feature_size)
+   through an initialised fe; 1 after a message naming the file. */
+static int g4mm_audio_features(const char *wav, g4_audio_fe *fe, float **feat, unsigned char **mask, int *nf,
+                               size_t *n_samples) {
+    char *bytes = NULL, err[G4_ERROR_MAX];
+    float *pcm = NULL, *scratch = NULL;
+    size_t len, n = 0;
+    int rate = 0, rc = 1;
+    *feat = NULL;
+    *mask = NULL;
+    *nf = 0;
+    if (g4__read_file(wav, &bytes, &len, (size_t)1 << 30, err) != G4_OK) { fprintf(stderr, "gemma4: %s\n", err); return 1; }
+    if (g4_wav_parse((const unsigned char *)bytes, len, NULL, 0, &n, &rate, err) != G4_OK) {
+        fprintf(stderr, "gemma4: %s: %s\n", wav, err);
+        free(bytes);
+        return 1;
+    }
+    if (n > (size_t)INT_MAX) { fprintf(stderr, "gemma4: %s: %zu samples\n", wav, n); free(bytes); return 1; }
+    if (!(pcm = (float *)malloc(sizeof(float) * (n ? n : 1))) ||
+        g4_wav_parse((const unsigned char *)bytes, len, pcm, n, &n, &rate, err) != G4_OK) {
+        fprintf(stderr, "gemma4: %s: %s\n", wav, pcm ? err : "out of memory");
+        goto done;
+    }
+    *nf = g4_audio_fe_frames(fe, (int)n);
+    *feat = (float *)malloc(sizeof(float) * (size_t)(*nf > 0 ? *nf : 1) * (size_t)fe->feature_size);
+    *mask = (unsigned char *)malloc((size_t)(*nf > 0 ? *nf : 1));
+    scratch = (float *)malloc(sizeof(float) * g4_audio_fe_scratch(fe));
+    if (!*feat || !*mask || !scratch) { fprintf(stderr, "gemma4: out of memory\n"); goto done; }
+    if (g4_audio_features(fe, pcm, (int)n, rate, *feat, *mask, nf, scratch) != G4_OK) {
+        fprintf(stderr, "gemma4: %s: %s\n", wav, fe->error);
+        goto done;
+    }
+    if (n_samples) *n_samples = n;
+    rc = 0;
+done:
+    if (rc) { free(*feat); free(*mask); *feat = NULL; *mask = NULL; }
+    free(bytes); free(pcm); free(scratch);
+    return rc;
+}
+
+/* Gemma4Processor.replace_audio_token: the mask through two stride-2
+   convolutions (mask[::2][:t_out], t_out = (t + 2 - 3) // 2 + 1), summed. */
+static int g4mm_audio_count(const unsigned char *mask, int nf) {
+    int t = nf, step = 1, r, k, n = 0, kept;
+    for (r = 0; r < 2; r++) {
+        int t_out = (t + 2 - 3) / 2 + 1;
+        kept = (t + 1) / 2 < t_out ? (t + 1) / 2 : t_out;
+        step *= 2;
+        t = kept;
+    }
+    for (k = 0; k < t; k++) n += mask[(size_t)k * step] != 0;
+    return n;
+}
+
+/* The clip's soft tokens through m's audio tower into soft (room for
+   g4_audio_tokens_max(nf) rows), in an arena of arena_bytes; 1 after a message. */
+static int g4mm_audio_encode(const g4_model *m, const char *wav, const float *feat, const unsigned char *mask, int nf,
+                             void *arena, size_t arena_bytes, float *soft, int *n_soft) {
+    g4_audio_run run;
+    memset(&run, 0, sizeof run);
+    if (g4_audio_encode(m, feat, mask, nf, arena, arena_bytes, &run, soft, n_soft) != G4_OK) {
+        fprintf(stderr, "gemma4: %s: %s\n", wav, run.error);
+        return 1;
+    }
+    return 0;
+}
+
+/* The model's audio tower, checked against the feature extractor; 1 after a message. */
+static int g4mm_audio_ready(const g4_model *m, const char *dir, const g4_audio_fe *fe) {
+    if (!m->audio.loaded) { fprintf(stderr, "gemma4: %s: no audio tower: %s\n", dir, m->audio.error); return 1; }
+    if (m->config.audio.subsampling_conv_channels[0] != fe->feature_size) {
+        fprintf(stderr, "gemma4: %s: the audio tower takes %d mel bins, the feature extractor makes %d\n", dir,
+                m->config.audio.subsampling_conv_channels[0], fe->feature_size);
+        return 1;
+    }
+    return 0;
+}
+
+/* Every file of list (tags G4MM_IMAGE, G4MM_AUDIO) decoded and through its
+   processor: images through DIR's (or pdir's) processor_config.json, checked
+   against the config c; clips through the feature extractor. 1 after a message. */
+static int g4mm_prepare(g4mm *mm, const g4_config *c, const char *dir, const char *pdir, const g4a_list *list) {
+    int k;
+    memset(mm, 0, sizeof *mm);
+    if (list->n == 0) return 0;
+    if (!(mm->f = (g4mm_file *)calloc((size_t)list->n, sizeof *mm->f))) { fprintf(stderr, "gemma4: out of memory\n"); return 1; }
+    for (k = 0; k < list->n; k++) {
+        g4mm_file *f = &mm->f[mm->n];
+        f->path = list->value[k];
+        f->kind = list->tag[k] == G4MM_IMAGE ? G4_MM_IMAGE : G4_MM_AUDIO;
+        mm->n++;
+        if (f->kind == G4_MM_IMAGE) {
+            uint8_t *px = NULL;
+            void *scratch = NULL;
+            int h, w, ch, P, rc = 1;
+            size_t bytes;
+            if (!mm->n_image) {
+                if (!c->vision.present || c->image_token_id < 0) {
+                    fprintf(stderr, "gemma4: %s: --image: the model has no vision tower (config.json has no vision_config "
+                            "or no image_token_id)\n", dir);
+                    return 1;
+                }
+                if (g4_image_config_load(&mm->ic, pdir ? pdir : dir) != G4_OK || g4_image_config_check(&mm->ic, c) != G4_OK) {
+                    fprintf(stderr, "gemma4: %s: %s\n", pdir ? pdir : dir, mm->ic.error);
+                    return 1;
+                }
+                mm->max_patches = mm->ic.max_soft_tokens * mm->ic.pooling_kernel_size * mm->ic.pooling_kernel_size;
+            }
+            mm->n_image++;
+            P = 3 * mm->ic.patch_size * mm->ic.patch_size;
+            if (g4img_read(f->path, &px, &h, &w, &ch)) return 1;
+            bytes = g4_image_scratch_size(&mm->ic, h, w);
+            if (!bytes) {
+                int th, tw;
+                g4_image_target_size(&mm->ic, h, w, &th, &tw); /* for its message */
+                fprintf(stderr, "gemma4: %s: %s\n", f->path, mm->ic.error);
+            } else if (!(f->pv = (float *)malloc(sizeof(float) * (size_t)mm->max_patches * P)) ||
+                       !(f->pos = (int32_t *)malloc(sizeof(int32_t) * 2 * (size_t)mm->max_patches)) ||
+                       !(scratch = malloc(bytes))) {
+                fprintf(stderr, "gemma4: %s: out of memory\n", f->path);
+            } else if (g4_image_preprocess(&mm->ic, px, h, w, ch, scratch, bytes, f->pv, f->pos, &f->n_soft) != G4_OK) {
+                fprintf(stderr, "gemma4: %s: %s\n", f->path, mm->ic.error);
+            } else {
+                rc = 0;
+            }
+            free(px);
+            free(scratch);
+            if (rc) return 1;
+            if (f->n_soft + 2 > mm->max_run) mm->max_run = f->n_soft + 2;
+        } else {
+            if (!mm->n_audio) {
+                if (!c->audio.present || c->audio_token_id < 0 || c->boa_token_id < 0 || c->eoa_token_id < 0) {
+                    fprintf(stderr, "gemma4: %s: --audio: the model has no audio tower (config.json has no audio_config "
+                            "or no audio, boa or eoa token id)\n", dir);
+                    return 1;
+                }
+                if (g4_audio_fe_init(&mm->fe) != G4_OK) { fprintf(stderr, "gemma4: %s\n", mm->fe.error); return 1; }
+                mm->has_fe = 1;
+            }
+            mm->n_audio++;
+            if (g4mm_audio_features(f->path, &mm->fe, &f->feat, &f->mask, &f->nf, NULL)) return 1;
+            f->n_soft = g4mm_audio_count(f->mask, f->nf);
+            if (f->n_soft < 1) { fprintf(stderr, "gemma4: %s: the clip gives no soft tokens\n", f->path); return 1; }
+            if (f->nf > mm->max_nf) mm->max_nf = f->nf;
+        }
+        mm->total_soft += f->n_soft;
+    }
+    return 0;
+}
+
+/* The prompt's ids (one placeholder per file) -> the expanded ids (malloc'd),
+   and mm->f put in prompt order. A placeholder count that differs from the
+   files of its kind is an error naming both; 1 after a message. */
+static int g4mm_expand(g4mm *mm, const g4_config *c, const int32_t *ids, int n, int32_t **out, int *n_out) {
+    int t, j, k, n_img = 0, n_aud = 0, next_img = 0, next_aud = 0, at = 0;
+    size_t need = 0;
+    g4mm_file *order;
+    *out = NULL;
+    *n_out = 0;
+    for (t = 0; t < n; t++) {
+        int ty = g4_mm_type(c, ids[t]);
+        n_img += ty == G4_MM_IMAGE;
+        n_aud += ty == G4_MM_AUDIO;
+    }
+    if (n_img != mm->n_image || n_aud != mm->n_audio) {
+        if (n_img != mm->n_image)
+            fprintf(stderr, "gemma4: the prompt has %d image placeholder%s (id %d) but %d --image file%s given\n", n_img,
+                    n_img == 1 ? "" : "s", c->image_token_id, mm->n_image, mm->n_image == 1 ? " was" : "s were");
+        if (n_aud != mm->n_audio)
+            fprintf(stderr, "gemma4: the prompt has %d audio placeholder%s (id %d) but %d --audio file%s given\n", n_aud,
+                    n_aud == 1 ? "" : "s", c->audio_token_id, mm->n_audio, mm->n_audio == 1 ? " was" : "s were");
+        return 1;
+    }
+    for (t = 0; t < n; t++) if (g4_mm_type(c, ids[t]) == G4_MM_VIDEO) {
+        fprintf(stderr, "gemma4: the prompt has a video placeholder (id %d): videos are not supported here\n", c->video_token_id);
+        return 1;
+    }
+    if (!(order = (g4mm_file *)malloc(sizeof *order * (size_t)(mm->n > 0 ? mm->n : 1)))) {
+        fprintf(stderr, "gemma4: out of memory\n");
+        return 1;
+    }
+    for (t = 0; t < n; t++) { /* the k-th placeholder of a kind takes the k-th file of that kind */
+        int ty = g4_mm_type(c, ids[t]), *next = ty == G4_MM_IMAGE ? &next_img : &next_aud, seen = 0;
+        if (ty == G4_MM_TEXT) { need++; continue; }
+        for (k = 0; k < mm->n; k++)
+            if (mm->f[k].kind == ty && seen++ == *next) break;
+        (*next)++;
+        order[at++] = mm->f[k];
+        need += 2 + (size_t)mm->f[k].n_soft;
+    }
+    memcpy(mm->f, order, sizeof *order * (size_t)mm->n);
+    free(order);
+    if (need > (size_t)INT_MAX || !(*out = (int32_t *)malloc(sizeof(int32_t) * need))) {
+        fprintf(stderr, "gemma4: out of memory for %zu ids\n", need);
+        return 1;
+    }
+    for (t = 0, at = 0, need = 0; t < n; t++) {
+        int ty = g4_mm_type(c, ids[t]);
+        if (ty == G4_MM_TEXT) { (*out)[need++] = ids[t]; continue; }
+        (*out)[need++] = ty == G4_MM_IMAGE ? c->boi_token_id : c->boa_token_id;
+        for (j = 0; j < mm->f[at].n_soft; j++) (*out)[need++] = ids[t];
+        (*out)[need++] = ty == G4_MM_IMAGE ? c->eoi_token_id : c->eoa_token_id;
+        at++;
+    }
+    *n_out = (int)need;
+    return 0;
+}
+
+/* The files' soft tokens, in mm->f's order, through m's towers: *soft
+   (malloc'd) [mm->total_soft][H]. The vision session (one image at a time,
+   max_patches) and the audio arena (the longest clip) are made once. 1 after
+   a message (a tower's count that differs from the processor's included). */
+static int g4mm_encode(g4mm *mm, const g4_model *m, const char *dir, g4_pool *pool, float **soft) {
+    int H = m->config.hidden_size, k, used = 0, rc = 1, max_audio = 0; /* max_audio: the most rows one tower call asks room for */
+    g4_vision_session vs;
+    void *varena = NULL, *aarena = NULL;
+    size_t abytes = 0;
+    float *buf = NULL;
+    *soft = NULL;
+    memset(&vs, 0, sizeof vs);
+    for (k = 0; k < mm->n; k++)
+        if (mm->f[k].kind == G4_MM_AUDIO && g4_audio_tokens_max(mm->f[k].nf) > max_audio) max_audio = g4_audio_tokens_max(mm->f[k].nf);
+    if (mm->n_image && mm->ic.max_soft_tokens > max_audio) max_audio = mm->ic.max_soft_tokens;
+    /* the last file's room: a tower asks for its most rows (tokens_max, max_soft_tokens), not its count */
+    if (!(buf = (float *)malloc(sizeof(float) * ((size_t)mm->total_soft + (size_t)max_audio) * (size_t)H))) {
+        fprintf(stderr, "gemma4: out of memory for %d soft tokens\n", mm->total_soft);
+        return 1;
+    }
+    if (mm->n_image) {
+        g4_vision_session_config vc;
+        size_t vbytes;
+        if (!m->vision.loaded) { fprintf(stderr, "gemma4: %s: no vision tower: %s\n", dir, m->vision.error); goto done; }
+        memset(&vc, 0, sizeof vc);
+        vc.max_patches = mm->max_patches;
+        vc.pool = pool;
+        if (g4_vision_session_size(m, &vc, &vbytes) != G4_OK || !(varena = malloc(vbytes)) ||
+            g4_vision_session_init(&vs, m, &vc, varena, vbytes) != G4_OK) {
+            fprintf(stderr, "gemma4: %s: vision session: %s\n", dir, vs.error[0] ? vs.error : "out of memory");
+            goto done;
+        }
+    }
+    if (mm->n_audio) {
+        if (g4mm_audio_ready(m, dir, &mm->fe)) goto done;
+        if (g4_audio_size(m, mm->max_nf, &abytes) != G4_OK || posix_memalign(&aarena, 64, abytes) != 0) {
+            aarena = NULL;
+            fprintf(stderr, "gemma4: out of memory for the audio tower's arena\n");
+            goto done;
+        }
+    }
+    for (k = 0; k < mm->n; k++) {
+        g4mm_file *f = &mm->f[k];
+        int got = 0;
+        if (f->kind == G4_MM_IMAGE) {
+            if (g4_vision_encode(&vs, f->pv, f->pos, mm->max_patches, buf + (size_t)used * H, &got) != G4_OK) {
+                fprintf(stderr, "gemma4: %s: %s\n", f->path, vs.error);
+                goto done;
+            }
+        } else if (g4mm_audio_encode(m, f->path, f->feat, f->mask, f->nf, aarena, abytes, buf + (size_t)used * H, &got)) {
+            goto done;
+        }
+        if (got != f->n_soft) {
+            fprintf(stderr, "gemma4: %s: the tower gave %d soft tokens, the processor counts %d\n", f->path, got, f->n_soft);
+            goto done;
+        }
+        used += got;
+    }
+    *soft = buf;
+    buf = NULL;
+    rc = 0;
+done:
+    free(buf);
+    free(varena);
+    free(aarena);
+    return rc;
+}
+
+#endif
