@@ -205,19 +205,25 @@ static int g4mm_prepare(g4mm *mm, const g4_config *c, const char *dir, const cha
     return 0;
 }
 
-/* The prompt's ids (one placeholder per file) -> the expanded ids (malloc'd),
-   and mm->f put in prompt order. A placeholder count that differs from the
-   files of its kind is an error naming both; 1 after a message. */
+/* The prompt's ids (one placeholder per file) -> the expanded ids (malloc'd;
+   g4_mm_expand, the processor's expansion), and mm->f put in prompt order. A
+   placeholder count that differs from the files of its kind is an error naming
+   both; 1 after a message. */
 static int g4mm_expand(g4mm *mm, const g4_config *c, const int32_t *ids, int n, int32_t **out, int *n_out) {
-    int t, j, k, n_img = 0, n_aud = 0, next_img = 0, next_aud = 0, at = 0;
+    int t, k, n_img = 0, n_aud = 0, next_img = 0, next_aud = 0, at = 0, *counts = NULL, rc = 1;
     size_t need = 0;
-    g4mm_file *order;
+    g4mm_file *order = NULL;
+    char err[G4_ERROR_MAX];
     *out = NULL;
     *n_out = 0;
     for (t = 0; t < n; t++) {
         int ty = g4_mm_type(c, ids[t]);
         n_img += ty == G4_MM_IMAGE;
         n_aud += ty == G4_MM_AUDIO;
+        if (ty == G4_MM_VIDEO) {
+            fprintf(stderr, "gemma4: the prompt has a video placeholder (id %d): videos are not supported here\n", c->video_token_id);
+            return 1;
+        }
     }
     if (n_img != mm->n_image || n_aud != mm->n_audio) {
         if (n_img != mm->n_image)
@@ -228,39 +234,37 @@ static int g4mm_expand(g4mm *mm, const g4_config *c, const int32_t *ids, int n, 
                     n_aud == 1 ? "" : "s", c->audio_token_id, mm->n_audio, mm->n_audio == 1 ? " was" : "s were");
         return 1;
     }
-    for (t = 0; t < n; t++) if (g4_mm_type(c, ids[t]) == G4_MM_VIDEO) {
-        fprintf(stderr, "gemma4: the prompt has a video placeholder (id %d): videos are not supported here\n", c->video_token_id);
-        return 1;
-    }
-    if (!(order = (g4mm_file *)malloc(sizeof *order * (size_t)(mm->n > 0 ? mm->n : 1)))) {
-        fprintf(stderr, "gemma4: out of memory\n");
-        return 1;
-    }
+    order = (g4mm_file *)malloc(sizeof *order * (size_t)(mm->n > 0 ? mm->n : 1));
+    counts = (int *)malloc(sizeof(int) * (size_t)(mm->n > 0 ? mm->n : 1)); /* images' counts, then the clips' */
+    if (!order || !counts) { fprintf(stderr, "gemma4: out of memory\n"); goto done; }
+    for (k = 0; k < mm->n; k++) /* each kind's files in the flags' order */
+        if (mm->f[k].kind == G4_MM_IMAGE) counts[next_img++] = mm->f[k].n_soft;
+        else counts[mm->n_image + next_aud++] = mm->f[k].n_soft;
+    next_img = next_aud = 0;
     for (t = 0; t < n; t++) { /* the k-th placeholder of a kind takes the k-th file of that kind */
         int ty = g4_mm_type(c, ids[t]), *next = ty == G4_MM_IMAGE ? &next_img : &next_aud, seen = 0;
-        if (ty == G4_MM_TEXT) { need++; continue; }
+        if (ty == G4_MM_TEXT) continue;
         for (k = 0; k < mm->n; k++)
             if (mm->f[k].kind == ty && seen++ == *next) break;
         (*next)++;
         order[at++] = mm->f[k];
-        need += 2 + (size_t)mm->f[k].n_soft;
+    }
+    err[0] = 0;
+    g4_mm_expand(c, ids, n, counts, mm->n_image, counts + mm->n_image, mm->n_audio, NULL, 0, &need, err); /* the length */
+    if (need == 0 || need > (size_t)INT_MAX || !(*out = (int32_t *)malloc(sizeof(int32_t) * need)) ||
+        g4_mm_expand(c, ids, n, counts, mm->n_image, counts + mm->n_image, mm->n_audio, *out, need, &need, err) != G4_OK) {
+        fprintf(stderr, "gemma4: %s\n", err[0] && need == 0 ? err : "out of memory for the expanded ids");
+        free(*out);
+        *out = NULL;
+        goto done;
     }
     memcpy(mm->f, order, sizeof *order * (size_t)mm->n);
-    free(order);
-    if (need > (size_t)INT_MAX || !(*out = (int32_t *)malloc(sizeof(int32_t) * need))) {
-        fprintf(stderr, "gemma4: out of memory for %zu ids\n", need);
-        return 1;
-    }
-    for (t = 0, at = 0, need = 0; t < n; t++) {
-        int ty = g4_mm_type(c, ids[t]);
-        if (ty == G4_MM_TEXT) { (*out)[need++] = ids[t]; continue; }
-        (*out)[need++] = ty == G4_MM_IMAGE ? c->boi_token_id : c->boa_token_id;
-        for (j = 0; j < mm->f[at].n_soft; j++) (*out)[need++] = ids[t];
-        (*out)[need++] = ty == G4_MM_IMAGE ? c->eoi_token_id : c->eoa_token_id;
-        at++;
-    }
     *n_out = (int)need;
-    return 0;
+    rc = 0;
+done:
+    free(order);
+    free(counts);
+    return rc;
 }
 
 /* The files' soft tokens, in mm->f's order, through m's towers: *soft
