@@ -159,7 +159,10 @@ NVFLAGS    = -O2 -std=c++17 -fmad=false $(CUDA_ARCH) -Werror all-warnings -Xcomp
 # models take split-K, several KV splits and several key tiles per split.
 EMUFLAGS   = -std=c++17 -O2 -g -Wall -Wextra -Werror -ffp-contract=off -DG4_CUDA_EMULATE \
              -DG4C_THREADS=32 -DG4C_MAX_BLOCKS=3 -DG4C_TILE=8 -include tests/cuda_emu.h \
-             -DG4F_THREADS=64 -DG4F_NARROW=1000000 -DG4F_SPLIT_IN=64 -DG4F_KV_SPLIT=4 -DG4F_KEYS=4
+             -DG4F_THREADS=64 -DG4F_NARROW=1000000 -DG4F_SPLIT_IN=64 -DG4F_KV_SPLIT=4 -DG4F_KEYS=4 $(CUDA_TESTING)
+# The suite's builds of gemma4_cuda.cu define G4_TESTING as tests/test_cuda.c
+# does (its g4__cuda_session_*_testing hooks); a library build does not.
+CUDA_TESTING = -DG4_TESTING
 
 # Compiles for sm_80 and sm_90, warnings as errors, and prints every kernel's
 # registers, stack and spills (ptxas -v).
@@ -195,9 +198,9 @@ sanitize-cuda-emu: build/test_cuda_emu_san
 	./build/test_cuda_emu_san
 
 build/test_cuda: tests/test_cuda.c tests/harness.h tests/fixtures.h tests/invariants.h gemma4_cuda.cu gemma4.h | build
-	$(NVCC) $(NVFLAGS) $(NVDEFS) -c gemma4_cuda.cu -o build/gemma4_cuda.o
+	$(NVCC) $(NVFLAGS) $(NVDEFS) $(CUDA_TESTING) -c gemma4_cuda.cu -o build/gemma4_cuda_test.o
 	$(CC) $(WARN) $(CFLAGS) -g -c tests/test_cuda.c -o build/test_cuda.o
-	$(NVCC) -o $@ build/test_cuda.o build/gemma4_cuda.o $(LDLIBS)
+	$(NVCC) -o $@ build/test_cuda.o build/gemma4_cuda_test.o $(LDLIBS)
 
 print-nvflags:
 	@echo $(NVFLAGS)

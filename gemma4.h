@@ -94,8 +94,8 @@
          G4_MALLOC/G4_FREE  the allocator of the load functions and g4_session_create
          G4_MAX_LAYERS      most decoder layers a config may have (256)
          G4_TESTING         the test suites' hooks (g4_train_config's
-                            debug_drop_reader_kv_grads): define it in every file
-                            that includes gemma4.h, or in none
+                            debug_drop_reader_kv_grads, g4__cuda_session_*_testing):
+                            define it in every file that includes gemma4.h, or in none
          GEMMA4_CUDA        declare the CUDA twin (gemma4_cuda.cu)
 
    EXAMPLE (error handling shortened; see examples/gemma4.c)
@@ -628,11 +628,8 @@ G4_API int g4_bf16_fast_available(void); /* 1: this build has the VDPBF16PS kern
 typedef struct {
     int max_context;     /* most positions the session holds (required) */
     int max_chunk;       /* most tokens per internal step; 0 = 64 */
-    int reader_copies;   /* debug: every reader layer gets its own K/V copy */
     int bf16;            /* numerics: 0 = float32 (default); 1 = round activations to
                             bfloat16 wherever transformers running in bf16 does */
-    int cuda_fast;       /* gemma4_cuda.cu only: 1 = its fast mode (bounded against the
-                            exact one, see that file); the CPU path ignores it */
     g4_pool *pool;       /* threads to use, or NULL; must outlive the session's use */
     g4_tap_fn tap; void *tap_user;
     int tap_projections; /* the tap also sees the raw outputs of q_proj, k_proj and v_proj (layers
@@ -1102,9 +1099,17 @@ typedef struct {
     char error[G4_ERROR_MAX];
 } g4_cuda_model;
 
+/* The CUDA session's own options, beside the g4_session_config it shares
+   with the CPU path. All zero (or a NULL pointer) is the default. */
+typedef struct {
+    int fast;                  /* 1: the fast mode (kernels near the hardware, bounded against the exact mode:
+                                  docs/cuda.md); 0: the exact mode, the CPU's bits */
+} g4_cuda_config;
+
 typedef struct {
     const g4_cuda_model *model;
     g4_session_config cfg;
+    g4_cuda_config cuda;       /* as given to g4_cuda_session_init */
     int matmul;                /* G4_CUDA_MATMUL_TILED (default) or G4_CUDA_MATMUL_PLAIN (the fast
                                   mode: no tensor cores) */
     int pos;                   /* positions consumed so far */
@@ -1134,8 +1139,8 @@ typedef struct {
     float *rope, *d_rope;      /* host and device: [rows][2 types][cos, sin][Dmax/2], this step's RoPE
                                   cos/sin, made on the host (g4__rope_cos_sin, as the CPU) */
     float *d_inv_freq[2];      /* [Dmax/2] per layer type */
-    /* the fast mode (cfg.cuda_fast; d_scores is then NULL) */
-    int fast;                  /* 1: the fast kernels (set from cfg.cuda_fast at init) */
+    /* the fast mode (cuda.fast; d_scores is then NULL) */
+    int fast;                  /* 1: the fast kernels (cuda.fast at init) */
     int kv_bf16;               /* 1: the slots' k/v hold bf16 (fast mode with cfg.bf16 at init) */
     float *d_part;             /* split-K and flash-decoding partial sums */
     float *d_stats;            /* [rows][NH][2]: attention's softmax max and 1/sum (bf16 mode) */
@@ -1153,17 +1158,32 @@ G4_CUDA_API g4_result g4_cuda_device_check(char *desc, size_t desc_len, char *er
    stale K/V weights are not bound, hence never uploaded). */
 G4_CUDA_API g4_result g4_cuda_model_upload(g4_cuda_model *cm, const g4_model *m);
 G4_CUDA_API void g4_cuda_model_free(g4_cuda_model *cm);
-G4_CUDA_API g4_result g4_cuda_session_size(const g4_cuda_model *cm, const g4_session_config *cfg, size_t *device_bytes,
-                                      size_t *host_bytes);
+/* cc: the CUDA options, or NULL for the defaults (the exact mode) */
+G4_CUDA_API g4_result g4_cuda_session_size(const g4_cuda_model *cm, const g4_session_config *cfg,
+                                           const g4_cuda_config *cc, size_t *device_bytes, size_t *host_bytes);
 /* device_arena: cudaMalloc'd (or any device memory), >= device_bytes, 16-byte
    aligned; host_arena: >= host_bytes, 16-byte aligned. Both stay the caller's. */
 G4_CUDA_API g4_result g4_cuda_session_init(g4_cuda_session *s, const g4_cuda_model *cm, const g4_session_config *cfg,
-                                      void *device_arena, size_t device_bytes, void *host_arena, size_t host_bytes);
+                                           const g4_cuda_config *cc, void *device_arena, size_t device_bytes,
+                                           void *host_arena, size_t host_bytes);
 G4_CUDA_API g4_result g4_cuda_session_reset(g4_cuda_session *s);
 /* As g4_forward; ids and logits are host memory. */
 G4_CUDA_API g4_result g4_cuda_forward(g4_cuda_session *s, const int32_t *ids, int n, float *logits, int logits_mode);
 /* Copies the device's shared-KV table (n_slots entries) to out, for checks. */
 G4_CUDA_API g4_result g4_cuda_session_table(g4_cuda_session *s, g4_kv_slot *out, int max);
+#ifdef G4_TESTING
+/* The test suites' hooks (G4_TESTING; gemma4_cuda.cu defines them only when
+   it is built with G4_TESTING too): g4_cuda_session_size and _init with
+   reader_copies, the debug layout that gives every reader layer its own K/V
+   slot (g4i_reader_copies checks it equals the owners-only one). */
+G4_CUDA_API g4_result g4__cuda_session_size_testing(const g4_cuda_model *cm, const g4_session_config *cfg,
+                                                    const g4_cuda_config *cc, int reader_copies,
+                                                    size_t *device_bytes, size_t *host_bytes);
+G4_CUDA_API g4_result g4__cuda_session_init_testing(g4_cuda_session *s, const g4_cuda_model *cm,
+                                                    const g4_session_config *cfg, const g4_cuda_config *cc,
+                                                    int reader_copies, void *device_arena, size_t device_bytes,
+                                                    void *host_arena, size_t host_bytes);
+#endif
 #endif /* GEMMA4_CUDA */
 
 #ifdef __cplusplus
@@ -4353,17 +4373,18 @@ static int g4__slot_capacity(const g4_model *m, int type, int max_context, int r
 }
 
 /* The shared-KV table's storage (used by the CPU session and the CUDA twin):
-   K/V rows for owner layers only (and for readers in reader_copies mode), each
-   slot filled in, and every layer's slot. slots/layer_slot NULL: only count. */
+   K/V rows for owner layers only (and, with reader_copies, the test suites'
+   debug layout, a copy per reader layer too), each slot filled in, and every
+   layer's slot. slots/layer_slot NULL: only count. */
 /* elem: bytes per K/V element (4; the CUDA fast mode's bf16 cache: 2, the
    slot's k/v then point at bf16 rows) */
 static void g4__carve_kv_elem(g4_kv_slot *slots, int *layer_slot, const g4_model *m, const g4_session_config *cfg,
-                              g4__carver *cv, size_t elem) {
+                              int reader_copies, g4__carver *cv, size_t elem) {
     const g4_plan *p = &m->plan;
     int i, next = p->n_slots;
     for (i = 0; i < p->n_layers; i++) {
         const g4_layer_plan *lp = &p->layer[i];
-        int own = lp->reads < 0 || cfg->reader_copies, slot = lp->reads < 0 ? lp->kv_slot : next;
+        int own = lp->reads < 0 || reader_copies, slot = lp->reads < 0 ? lp->kv_slot : next;
         int cap = g4__slot_capacity(m, lp->type, cfg->max_context, cfg->max_chunk);
         uint64_t rows = (uint64_t)cap * (uint64_t)lp->kv_heads * (uint64_t)lp->head_dim;
         float *k, *v;
@@ -4387,20 +4408,16 @@ static void g4__carve_kv_elem(g4_kv_slot *slots, int *layer_slot, const g4_model
     }
 }
 
-static void g4__carve_kv(g4_kv_slot *slots, int *layer_slot, const g4_model *m, const g4_session_config *cfg,
-                         g4__carver *cv) {
-    g4__carve_kv_elem(slots, layer_slot, m, cfg, cv, sizeof(float));
-}
 
 /* The widest layer shapes, which size the scratch rows (shared with the CUDA
    twin's carver): Dmax, KVHmax*Dmax (one K/V row), Imax; and the slots: one
-   per owner, plus one per reader in reader_copies mode. */
+   per owner, plus one per reader with reader_copies. */
 typedef struct {
     uint64_t dmax, kvw, imax;
     int n_slots;
 } g4__widths;
 
-static g4__widths g4__max_widths(const g4_plan *p, const g4_session_config *cfg) {
+static g4__widths g4__max_widths(const g4_plan *p, int reader_copies) {
     g4__widths w;
     int i;
     memset(&w, 0, sizeof w);
@@ -4411,15 +4428,16 @@ static g4__widths g4__max_widths(const g4_plan *p, const g4_session_config *cfg)
         if ((uint64_t)lp->head_dim > w.dmax) w.dmax = (uint64_t)lp->head_dim;
         if (kvw > w.kvw) w.kvw = kvw;
         if ((uint64_t)lp->mlp_width > w.imax) w.imax = (uint64_t)lp->mlp_width;
-        if (cfg->reader_copies && lp->reads >= 0) w.n_slots++;
+        if (reader_copies && lp->reads >= 0) w.n_slots++;
     }
     return w;
 }
 
-static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config *cfg, g4__carver *cv) {
+static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config *cfg, int reader_copies,
+                      g4__carver *cv) {
     const g4_config *c = &m->config;
     const g4_plan *p = &m->plan;
-    const g4__widths w = g4__max_widths(p, cfg);
+    const g4__widths w = g4__max_widths(p, reader_copies);
     uint64_t rows = (uint64_t)cfg->max_chunk, H = (uint64_t)c->hidden_size, NH = (uint64_t)c->num_attention_heads;
     uint64_t dmax = w.dmax, kvw = w.kvw, imax = w.imax, P = (uint64_t)c->hidden_size_per_layer_input;
     int n_slots = w.n_slots, li;
@@ -4434,7 +4452,7 @@ static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config 
         s->n_slots = n_slots;
         s->slots = (g4_kv_slot *)(void *)g4__take(cv, (uint64_t)n_slots, sizeof(g4_kv_slot));
         s->layer_slot = (int *)(void *)g4__take(cv, (uint64_t)p->n_layers, sizeof(int));
-        g4__carve_kv(s->slots, s->layer_slot, m, cfg, cv);
+        g4__carve_kv_elem(s->slots, s->layer_slot, m, cfg, reader_copies, cv, sizeof(float));
     }
     s->x = g4__take(cv, rows * H, sizeof(float));
     s->xn = g4__take(cv, rows * H, sizeof(float));
@@ -4496,7 +4514,10 @@ static g4_session_config g4__session_defaults(const g4_session_config *cfg) {
     return c;
 }
 
-G4__DEF g4_result g4_session_size(const g4_model *m, const g4_session_config *cfg, size_t *bytes) {
+/* g4_session_size, _init and _create; reader_copies (not in the public
+   config: the test suites' debug layout, g4i_reader_copies) gives every
+   reader layer its own K/V slot, into which it copies its owner's rows */
+static g4_result g4__session_size(const g4_model *m, const g4_session_config *cfg, int reader_copies, size_t *bytes) {
     g4_session tmp;
     g4_session_config c;
     g4__carver cv;
@@ -4508,14 +4529,14 @@ G4__DEF g4_result g4_session_size(const g4_model *m, const g4_session_config *cf
     c = g4__session_defaults(cfg);
     memset(&tmp, 0, sizeof tmp);
     memset(&cv, 0, sizeof cv);
-    g4__carve(&tmp, m, &c, &cv);
+    g4__carve(&tmp, m, &c, reader_copies, &cv);
     if (cv.overflow || cv.off + 64 > (uint64_t)(size_t)-1) return G4_ERR_ARENA;
     *bytes = (size_t)cv.off + 64; /* slack: the arena only needs 16-byte alignment */
     return G4_OK;
 }
 
-G4__DEF g4_result g4_session_init(g4_session *s, const g4_model *m, const g4_session_config *cfg, void *arena,
-                                  size_t arena_bytes) {
+static g4_result g4__session_init(g4_session *s, const g4_model *m, const g4_session_config *cfg, int reader_copies,
+                                  void *arena, size_t arena_bytes) {
     size_t need;
     g4__carver cv;
     g4_session_config c;
@@ -4524,7 +4545,7 @@ G4__DEF g4_result g4_session_init(g4_session *s, const g4_model *m, const g4_ses
     if (!s) return G4_ERR_INPUT;
     memset(s, 0, sizeof *s);
     if ((r = g4__check_session_config(m, cfg, s->error)) != G4_OK) return r;
-    if ((r = g4_session_size(m, cfg, &need)) != G4_OK) {
+    if ((r = g4__session_size(m, cfg, reader_copies, &need)) != G4_OK) {
         g4__seterr(s->error, "session for %d positions does not fit in memory", cfg->max_context);
         return r;
     }
@@ -4543,7 +4564,7 @@ G4__DEF g4_result g4_session_init(g4_session *s, const g4_model *m, const g4_ses
     s->model = m;
     s->cfg = c;
     s->arena_bytes = arena_bytes;
-    g4__carve(s, m, &c, &cv);
+    g4__carve(s, m, &c, reader_copies, &cv);
     for (t = 0; t < 2; t++)
         for (i = 0; i < m->plan.n_layers; i++)
             if (m->plan.layer[i].type == t) { g4__rope_init(s->inv_freq[t], &m->config.rope[t], m->plan.layer[i].head_dim); break; }
@@ -4585,14 +4606,14 @@ G4__DEF g4_result g4_session_rewind(g4_session *s, int pos) {
     return G4_OK;
 }
 
-G4__DEF g4_result g4_session_create(g4_session *s, const g4_model *m, const g4_session_config *cfg) {
+static g4_result g4__session_create(g4_session *s, const g4_model *m, const g4_session_config *cfg, int reader_copies) {
     size_t bytes;
     void *raw;
     g4_result r;
     if (!s) return G4_ERR_INPUT;
     memset(s, 0, sizeof *s);
     if ((r = g4__check_session_config(m, cfg, s->error)) != G4_OK) return r;
-    if ((r = g4_session_size(m, cfg, &bytes)) != G4_OK || bytes > (size_t)-1 - 16) {
+    if ((r = g4__session_size(m, cfg, reader_copies, &bytes)) != G4_OK || bytes > (size_t)-1 - 16) {
         g4__seterr(s->error, "session for %d positions does not fit in memory", cfg->max_context);
         return r != G4_OK ? r : G4_ERR_ARENA;
     }
@@ -4601,12 +4622,26 @@ G4__DEF g4_result g4_session_create(g4_session *s, const g4_model *m, const g4_s
                    cfg->max_context);
         return G4_ERR_NOMEM;
     }
-    if ((r = g4_session_init(s, m, cfg, (unsigned char *)raw + (16 - (uintptr_t)raw % 16) % 16, bytes)) != G4_OK) {
+    if ((r = g4__session_init(s, m, cfg, reader_copies, (unsigned char *)raw + (16 - (uintptr_t)raw % 16) % 16,
+                              bytes)) != G4_OK) {
         G4_FREE(raw);
         return r;
     }
     s->own_arena = raw;
     return G4_OK;
+}
+
+G4__DEF g4_result g4_session_size(const g4_model *m, const g4_session_config *cfg, size_t *bytes) {
+    return g4__session_size(m, cfg, 0, bytes);
+}
+
+G4__DEF g4_result g4_session_init(g4_session *s, const g4_model *m, const g4_session_config *cfg, void *arena,
+                                  size_t arena_bytes) {
+    return g4__session_init(s, m, cfg, 0, arena, arena_bytes);
+}
+
+G4__DEF g4_result g4_session_create(g4_session *s, const g4_model *m, const g4_session_config *cfg) {
+    return g4__session_create(s, m, cfg, 0);
 }
 
 G4__DEF void g4_session_destroy(g4_session *s) {
@@ -4827,12 +4862,12 @@ static void g4__all_range(const g4_session *s, int window, int n, int p, int *lo
 /* *out: the slot layer l attends over (its own, or shared_kv_states[layer_type]
    for a reader), which must hold exactly this step's positions (write once,
    then read; a drafter's layer: the target's positions it needs). In the
-   reader_copies debug mode a reader first copies this step's rows of its
-   owner's slot into its own. */
+   reader_copies debug layout (a slot of its own, g4__session_init) a reader
+   first copies this step's rows of its owner's slot into it. */
 static g4_result g4__kv_read(g4_session *s, int l, int n, g4_kv_slot **out) {
     const g4_layer_plan *lp = &s->model->plan.layer[l];
     g4_kv_slot *sl = *out = &s->slots[s->layer_slot[l]];
-    if (lp->reads >= 0 && s->cfg.reader_copies) {
+    if (lp->reads >= 0 && sl->writer == l) { /* a reader's own slot: the debug layout */
         g4__kv_rows(&s->slots[lp->kv_slot], s->k_new, s->v_new, s->pos, n, 0);
         g4__kv_rows(sl, s->k_new, s->v_new, s->pos, n, 1);
     }
@@ -7126,7 +7161,6 @@ static g4_result g4__drafter_check(const g4_model *dm, const g4_session *target,
 static g4_session_config g4__drafter_config(const g4_session *target) {
     g4_session_config c = target->cfg;
     c.max_chunk = 1;
-    c.reader_copies = 0;
     c.tap = NULL;
     c.tap_user = NULL;
     return c;

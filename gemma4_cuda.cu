@@ -53,7 +53,7 @@
      caller's host arena holds the host's mirror of the table and the staging
      rows for taps. g4_cuda_forward allocates nothing.
 
-   FAST MODE (g4_session_config.cuda_fast)
+   FAST MODE (g4_cuda_config.fast)
      Beside the exact mode, which stays the oracle: a warp-per-row bf16
      matrix-vector kernel with 16-byte loads and split-K, flash attention
      (flash-decoding splits for a decode step, a bf16 K/V cache in the bf16
@@ -64,7 +64,7 @@
    MAP (section markers)
      utilities, device, kernels      the exact mode's device code
      launchers, forward pass         the exact mode's host side
-     fast mode, fast launchers       cfg.cuda_fast (calls the exact kernels
+     fast mode, fast launchers       g4_cuda_config.fast (calls the exact kernels
                                      it does not replace)
      public                          g4_cuda_*: upload, sessions, forward
 */
@@ -295,8 +295,8 @@ __global__ void g4c_kv_append(g4_kv_slot *slots, int slot, const float *k, const
     if (blockIdx.x == 0 && threadIdx.x == 0) slots[slot].n_pos = pos0 + n;
 }
 
-/* reader_copies (debug): this step's rows of the owner's slot into the
-   reader's private slot. */
+/* reader_copies (the tests' debug layout, g4__cuda_session_init_testing):
+   this step's rows of the owner's slot into the reader's private slot. */
 __global__ void g4c_kv_copy(g4_kv_slot *slots, int src, int dst, int n, int pos0) {
     int ca = slots[src].capacity, cb = slots[dst].capacity;
     size_t W = (size_t)slots[src].kv_heads * slots[src].head_dim;
@@ -608,7 +608,7 @@ static g4_result g4c__attention(g4_cuda_session *s, int l, int n) {
                 lp->kv_slot, s->d_k_new, s->d_v_new, n, pos0);
         g4c__held(sl, pos0 + n);
     } else if (s->layer_slot[l] != lp->kv_slot) {
-        /* debug mode (reader_copies): this step's rows into the reader's own slot */
+        /* the tests' debug layout (reader_copies): this step's rows into the reader's own slot */
         G4C_RUN(s->error, g4c_kv_copy, g4c__grid((size_t)n * KVH * D, G4C_THREADS), G4C_THREADS, s->d_slots,
                 lp->kv_slot, s->layer_slot[l], n, pos0);
         g4c__held(&s->slots[s->layer_slot[l]], pos0 + n);
@@ -887,7 +887,7 @@ static g4_result g4c__step(g4_cuda_session *s, const int32_t *ids, int n, float 
 }
 
 /* ============================================================ fast mode */
-/* cfg.cuda_fast: kernels near the hardware, bounded against the exact mode
+/* g4_cuda_config.fast: kernels near the hardware, bounded against the exact mode
    above (which stays the oracle) instead of equal to it. The same plan, the
    same shared-KV table (readers read the owner's slots; the same device
    checks), the same taps by name, the same arena rules (g4_cuda_session_size
@@ -1269,8 +1269,8 @@ __device__ static float g4f__kv(const float *base, int kvbf, size_t i) {
     return kvbf ? __uint_as_float((unsigned)((const uint16_t *)(const void *)base)[i] << 16) : base[i];
 }
 
-/* reader_copies (debug): this step's rows of the owner's slot into the
-   reader's own slot, elements of esz bytes */
+/* reader_copies (the tests' debug layout): this step's rows of the owner's
+   slot into the reader's own slot, elements of esz bytes */
 __global__ void g4f_kv_copy(g4_kv_slot *slots, int src, int dst, int n, int pos0, int kvbf) {
     int ca = slots[src].capacity, cb = slots[dst].capacity;
     size_t W = (size_t)slots[src].kv_heads * slots[src].head_dim;
@@ -1889,13 +1889,21 @@ static g4_result g4c__ieee_check(g4_cuda_session *s) {
     return G4_OK;
 }
 
+/* The CUDA options with NULL read as the defaults (all zero) */
+static g4_cuda_config g4c__config(const g4_cuda_config *cc) {
+    g4_cuda_config c;
+    if (cc) return *cc;
+    memset(&c, 0, sizeof c);
+    return c;
+}
+
 /* The device arena and the host arena, carved by the same walk that sizes
    them (g4__carve's pattern, with the CPU's own carver). */
-static void g4c__carve(g4_cuda_session *s, const g4_model *m, const g4_session_config *cfg, g4__carver *dv,
-                       g4__carver *hv) {
+static void g4c__carve(g4_cuda_session *s, const g4_model *m, const g4_session_config *cfg, const g4_cuda_config *cc,
+                       int reader_copies, g4__carver *dv, g4__carver *hv) {
     const g4_config *c = &m->config;
     const g4_plan *p = &m->plan;
-    const g4__widths w = g4__max_widths(p, cfg);
+    const g4__widths w = g4__max_widths(p, reader_copies);
     uint64_t rows = (uint64_t)cfg->max_chunk, H = (uint64_t)c->hidden_size, NH = (uint64_t)c->num_attention_heads;
     uint64_t dmax = w.dmax, kvw = w.kvw, imax = w.imax, P = (uint64_t)c->hidden_size_per_layer_input, L = (uint64_t)p->n_layers;
     uint64_t E = c->enable_moe_block ? (uint64_t)c->num_experts : 0, K = c->enable_moe_block ? (uint64_t)c->top_k_experts : 0;
@@ -1914,7 +1922,7 @@ static void g4c__carve(g4_cuda_session *s, const g4_model *m, const g4_session_c
     s->d_status = (int *)(void *)g4__take(dv, 1, sizeof(int));
     s->d_probe = g4__take(dv, 32, sizeof(float));
     /* device K/V, host-side table entries; the fast mode's bf16 cache in the bf16 mode */
-    g4__carve_kv_elem(s->slots, s->layer_slot, m, cfg, dv, cfg->cuda_fast && cfg->bf16 ? 2 : sizeof(float));
+    g4__carve_kv_elem(s->slots, s->layer_slot, m, cfg, reader_copies, dv, cc->fast && cfg->bf16 ? 2 : sizeof(float));
     s->d_ids = (int32_t *)(void *)g4__take(dv, rows, sizeof(int32_t));
     s->d_x = g4__take(dv, rows * H, sizeof(float));
     s->d_xn = g4__take(dv, rows * H, sizeof(float));
@@ -1924,9 +1932,9 @@ static void g4c__carve(g4_cuda_session *s, const g4_model *m, const g4_session_c
     s->d_att = g4__take(dv, rows * NH * dmax, sizeof(float));
     s->d_k_new = g4__take(dv, rows * kvw, sizeof(float));
     s->d_v_new = g4__take(dv, rows * kvw, sizeof(float));
-    if (!cfg->cuda_fast) s->d_scores = g4__take(dv, rows * NH * (uint64_t)cfg->max_context, sizeof(float));
+    if (!cc->fast) s->d_scores = g4__take(dv, rows * NH * (uint64_t)cfg->max_context, sizeof(float));
     s->d_gate = g4__take(dv, rows * imax, sizeof(float));
-    if (!cfg->cuda_fast) s->d_up = g4__take(dv, rows * imax, sizeof(float));
+    if (!cc->fast) s->d_up = g4__take(dv, rows * imax, sizeof(float));
     s->d_per_layer_inputs = g4__take(dv, rows * L * P, sizeof(float));
     s->d_per_layer_gate = g4__take(dv, rows * P, sizeof(float));
     s->d_router = g4__take(dv, rows * E, sizeof(float));
@@ -1943,7 +1951,7 @@ static void g4c__carve(g4_cuda_session *s, const g4_model *m, const g4_session_c
     s->rope_half = (int)(dmax / 2);
     s->d_inv_freq[G4_SLIDING] = g4__take(dv, dmax / 2, sizeof(float));
     s->d_inv_freq[G4_FULL] = g4__take(dv, dmax / 2, sizeof(float));
-    if (cfg->cuda_fast) { /* split-K partials of the widest narrow output, flash-attention partials */
+    if (cc->fast) { /* split-K partials of the widest narrow output, flash-attention partials */
         uint64_t wide = H, attn, lin;
         uint64_t widths[6] = {(uint64_t)c->vocab_size, NH * dmax, kvw, imax, L * P, E};
         for (int i = 0; i < 6; i++) wide = widths[i] > wide ? widths[i] : wide;
@@ -1955,9 +1963,12 @@ static void g4c__carve(g4_cuda_session *s, const g4_model *m, const g4_session_c
     }
 }
 
-G4_CUDA_API g4_result g4_cuda_session_size(const g4_cuda_model *cm, const g4_session_config *cfg, size_t *device_bytes,
-                                      size_t *host_bytes) {
+/* g4_cuda_session_size and _init; reader_copies: the tests' debug layout
+   (g4__cuda_session_*_testing), a K/V slot per reader layer too */
+static g4_result g4c__session_size(const g4_cuda_model *cm, const g4_session_config *cfg, const g4_cuda_config *cc_in,
+                                   int reader_copies, size_t *device_bytes, size_t *host_bytes) {
     g4_cuda_session tmp;
+    g4_cuda_config cc;
     g4_session_config c;
     g4__carver dv, hv;
     g4_result r;
@@ -1966,22 +1977,25 @@ G4_CUDA_API g4_result g4_cuda_session_size(const g4_cuda_model *cm, const g4_ses
     *device_bytes = *host_bytes = 0;
     if (!cm || !cm->host || !cm->d_weights) return G4_ERR_INPUT;
     if ((r = g4__check_session_config(cm->host, cfg, err)) != G4_OK) return r;
-    if (cfg->cuda_fast && (r = g4f__check(cm->host, err)) != G4_OK) return r;
+    cc = g4c__config(cc_in);
+    if (cc.fast && (r = g4f__check(cm->host, err)) != G4_OK) return r;
     c = g4__session_defaults(cfg);
     memset(&tmp, 0, sizeof tmp);
     memset(&dv, 0, sizeof dv);
     memset(&hv, 0, sizeof hv);
-    g4c__carve(&tmp, cm->host, &c, &dv, &hv);
+    g4c__carve(&tmp, cm->host, &c, &cc, reader_copies, &dv, &hv);
     if (dv.overflow || hv.overflow || dv.off + 64 > (uint64_t)(size_t)-1) return G4_ERR_ARENA;
     *device_bytes = (size_t)dv.off + 64; /* slack: the arenas only need 16-byte alignment */
     *host_bytes = (size_t)hv.off + 64;
     return G4_OK;
 }
 
-G4_CUDA_API g4_result g4_cuda_session_init(g4_cuda_session *s, const g4_cuda_model *cm, const g4_session_config *cfg,
-                                      void *device_arena, size_t device_bytes, void *host_arena, size_t host_bytes) {
+static g4_result g4c__session_init(g4_cuda_session *s, const g4_cuda_model *cm, const g4_session_config *cfg,
+                                   const g4_cuda_config *cc_in, int reader_copies, void *device_arena,
+                                   size_t device_bytes, void *host_arena, size_t host_bytes) {
     size_t need_d, need_h;
     g4__carver dv, hv;
+    g4_cuda_config cc;
     g4_session_config c;
     g4_result r;
     const g4_model *m;
@@ -1990,8 +2004,9 @@ G4_CUDA_API g4_result g4_cuda_session_init(g4_cuda_session *s, const g4_cuda_mod
     if (!cm || !cm->host || !cm->d_weights) { g4__seterr(s->error, "model is not uploaded"); return G4_ERR_INPUT; }
     m = cm->host;
     if ((r = g4__check_session_config(m, cfg, s->error)) != G4_OK) return r;
-    if (cfg->cuda_fast && (r = g4f__check(m, s->error)) != G4_OK) return r;
-    if ((r = g4_cuda_session_size(cm, cfg, &need_d, &need_h)) != G4_OK) {
+    cc = g4c__config(cc_in);
+    if (cc.fast && (r = g4f__check(m, s->error)) != G4_OK) return r;
+    if ((r = g4c__session_size(cm, cfg, &cc, reader_copies, &need_d, &need_h)) != G4_OK) {
         g4__seterr(s->error, "session for %d positions does not fit in memory", cfg->max_context);
         return r;
     }
@@ -2018,10 +2033,11 @@ G4_CUDA_API g4_result g4_cuda_session_init(g4_cuda_session *s, const g4_cuda_mod
     hv.base = (unsigned char *)host_arena + ((64 - (uintptr_t)host_arena % 64) % 64);
     s->model = cm;
     s->cfg = c;
+    s->cuda = cc;
     s->matmul = G4_CUDA_MATMUL_TILED;
-    s->fast = c.cuda_fast != 0;
-    s->kv_bf16 = c.cuda_fast && c.bf16;
-    g4c__carve(s, m, &c, &dv, &hv);
+    s->fast = cc.fast != 0;
+    s->kv_bf16 = cc.fast && c.bf16;
+    g4c__carve(s, m, &c, &cc, reader_copies, &dv, &hv);
     for (int t = 0; t < 2; t++)
         for (int i = 0; i < m->plan.n_layers; i++)
             if (m->plan.layer[i].type == t) {
@@ -2035,6 +2051,32 @@ G4_CUDA_API g4_result g4_cuda_session_init(g4_cuda_session *s, const g4_cuda_mod
     G4C_TRY(g4c__ieee_check(s));
     return g4c__sync_table(s);
 }
+
+G4_CUDA_API g4_result g4_cuda_session_size(const g4_cuda_model *cm, const g4_session_config *cfg,
+                                           const g4_cuda_config *cc, size_t *device_bytes, size_t *host_bytes) {
+    return g4c__session_size(cm, cfg, cc, 0, device_bytes, host_bytes);
+}
+
+G4_CUDA_API g4_result g4_cuda_session_init(g4_cuda_session *s, const g4_cuda_model *cm, const g4_session_config *cfg,
+                                           const g4_cuda_config *cc, void *device_arena, size_t device_bytes,
+                                           void *host_arena, size_t host_bytes) {
+    return g4c__session_init(s, cm, cfg, cc, 0, device_arena, device_bytes, host_arena, host_bytes);
+}
+
+#ifdef G4_TESTING
+G4_CUDA_API g4_result g4__cuda_session_size_testing(const g4_cuda_model *cm, const g4_session_config *cfg,
+                                                    const g4_cuda_config *cc, int reader_copies,
+                                                    size_t *device_bytes, size_t *host_bytes) {
+    return g4c__session_size(cm, cfg, cc, reader_copies, device_bytes, host_bytes);
+}
+
+G4_CUDA_API g4_result g4__cuda_session_init_testing(g4_cuda_session *s, const g4_cuda_model *cm,
+                                                    const g4_session_config *cfg, const g4_cuda_config *cc,
+                                                    int reader_copies, void *device_arena, size_t device_bytes,
+                                                    void *host_arena, size_t host_bytes) {
+    return g4c__session_init(s, cm, cfg, cc, reader_copies, device_arena, device_bytes, host_arena, host_bytes);
+}
+#endif
 
 G4_CUDA_API g4_result g4_cuda_session_reset(g4_cuda_session *s) {
     if (!s || !s->slots) return G4_ERR_INPUT;

@@ -73,6 +73,7 @@ int main(int argc, char **argv) {
             size_t cl = strcspn(cp, ",");
             g4_session_config sc = g4_session_config_init();
             g4_cuda_session s;
+            g4_cuda_config cc;
             size_t db, hb;
             void *darena = NULL, *harena = NULL;
             int32_t *ids;
@@ -81,14 +82,15 @@ int main(int argc, char **argv) {
             cp += cl + (cp[cl] == ',');
             sc.max_context = ctx + chunk + gen + 1;
             sc.max_chunk = chunk;
-            sc.cuda_fast = strncmp(mode, "fast", 4) == 0;
+            memset(&cc, 0, sizeof cc);
+            cc.fast = strncmp(mode, "fast", 4) == 0;
             sc.bf16 = strstr(mode, "bf16") != NULL;
-            kvb = sc.cuda_fast && sc.bf16 ? 2 : 4;
+            kvb = cc.fast && sc.bf16 ? 2 : 4;
             ids = (int32_t *)malloc(sizeof(int32_t) * (size_t)sc.max_context);
             for (p = 0; p < sc.max_context; p++) ids[p] = (int32_t)(((int64_t)p * 7919 + 13) % m.config.vocab_size);
             ids[0] = 2;
-            if (g4_cuda_session_size(&cm, &sc, &db, &hb) != G4_OK || g4_cuda_malloc(&darena, db, err) != G4_OK ||
-                !(harena = malloc(hb)) || g4_cuda_session_init(&s, &cm, &sc, darena, db, harena, hb) != G4_OK) {
+            if (g4_cuda_session_size(&cm, &sc, &cc, &db, &hb) != G4_OK || g4_cuda_malloc(&darena, db, err) != G4_OK ||
+                !(harena = malloc(hb)) || g4_cuda_session_init(&s, &cm, &sc, &cc, darena, db, harena, hb) != G4_OK) {
                 printf("%-10s ctx %6d: no session (%s%s)\n", mode, ctx, cm.error, err);
                 ok = 0;
             }

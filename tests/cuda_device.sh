@@ -16,7 +16,7 @@ cc ${CFLAGS:--O2 -march=native} -std=c99 -Wall -Wextra -Wpedantic -Werror -ffp-c
    -c tests/test_cuda.c -o build/test_cuda.o || exit 1
 for b in max 1 3; do
     d=""; [ "$b" != max ] && d="-DG4C_MAX_BLOCKS=$b"
-    ( nvcc $nvf $d -c gemma4_cuda.cu -o build/gemma4_cuda_$b.o &&
+    ( nvcc $nvf $d -DG4_TESTING -c gemma4_cuda.cu -o build/gemma4_cuda_$b.o &&
       nvcc -o build/test_cuda_$b build/test_cuda.o build/gemma4_cuda_$b.o -lm -lpthread ) > "$out/build_$b.txt" 2>&1 &
 done
 wait

@@ -58,13 +58,15 @@ static int g_V;
 
 static int open_runner(runner *r, int cuda, int fast, int bf16, int max_context, int max_chunk, int threads) {
     g4_session_config sc = g4_session_config_init();
+    g4_cuda_config cc;
     char err[G4_ERROR_MAX];
     size_t db, hb;
     memset(r, 0, sizeof *r);
+    memset(&cc, 0, sizeof cc);
     sc.max_context = max_context;
     sc.max_chunk = max_chunk;
     sc.bf16 = bf16;
-    sc.cuda_fast = fast;
+    cc.fast = fast;
     r->cuda = cuda;
     if (!cuda) {
         if (threads > 1 && g4_pool_create(&r->pool, threads) != G4_OK) return 0;
@@ -74,10 +76,10 @@ static int open_runner(runner *r, int cuda, int fast, int bf16, int max_context,
         return 1;
     }
     r->error = r->g.error;
-    if (g4_cuda_session_size(&g_cm, &sc, &db, &hb) != G4_OK) { printf("  session size: %s\n", g_cm.error); return 0; }
+    if (g4_cuda_session_size(&g_cm, &sc, &cc, &db, &hb) != G4_OK) { printf("  session size: %s\n", g_cm.error); return 0; }
     if (g4_cuda_malloc(&r->darena, db, err) != G4_OK) { printf("  %s\n", err); return 0; }
     if (!(r->harena = malloc(hb))) return 0;
-    if (g4_cuda_session_init(&r->g, &g_cm, &sc, r->darena, db, r->harena, hb) != G4_OK) {
+    if (g4_cuda_session_init(&r->g, &g_cm, &sc, &cc, r->darena, db, r->harena, hb) != G4_OK) {
         printf("  cuda session: %s\n", r->g.error);
         return 0;
     }
@@ -326,15 +328,15 @@ static void test_limits(void) {
     sc.max_chunk = 512;
     /* the largest legal context fits the size computation; whether its arena
        fits the card is the caller's cudaMalloc's answer, reported cleanly */
-    res = g4_cuda_session_size(&g_cm, &sc, &db, &hb);
+    res = g4_cuda_session_size(&g_cm, &sc, NULL, &db, &hb);
     CHECK(res == G4_OK, "size at max_position_embeddings %d: %s", fit, g_cm.error);
     printf("  max_context %d: device arena %.2f GB\n", fit, db / 1e9);
     sc.max_context = fit + 1;
-    res = g4_cuda_session_size(&g_cm, &sc, &db, &hb);
+    res = g4_cuda_session_size(&g_cm, &sc, NULL, &db, &hb);
     printf("  max_context %d: %s\n", fit + 1, res == G4_OK ? "accepted" : g_cm.error);
     sc.max_context = fit;
     sc.max_chunk = 1 << 20; /* a chunk this large blows the scratch past the card */
-    res = g4_cuda_session_size(&g_cm, &sc, &db, &hb);
+    res = g4_cuda_session_size(&g_cm, &sc, NULL, &db, &hb);
     printf("  max_chunk %d: %s, device arena %.1f GB\n", sc.max_chunk, res == G4_OK ? "sized" : g_cm.error, db / 1e9);
     if (res == G4_OK) {
         res = g4_cuda_malloc(&p, db, err);

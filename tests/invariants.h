@@ -59,7 +59,8 @@ typedef struct {
        NULL after printing why */
     void *(*model_open)(const g4_model *m);
     void (*model_close)(void *bm);
-    /* a session on bm; 0 after printing why (close it all the same) */
+    /* a session on bm; 0 after printing why (close it all the same); variant:
+       the backend's, or'ed with G4I_READER_COPIES for the debug layout */
     int (*open)(g4i_session *s, void *bm, const g4_session_config *cfg, int variant);
     g4_result (*forward)(g4i_session *s, const int32_t *ids, int n, float *logits, int mode);
     g4_result (*reset)(g4i_session *s);
@@ -68,6 +69,11 @@ typedef struct {
     g4_result (*read_table)(g4i_session *s, g4_kv_slot *out, int max);
 } g4i_backend;
 
+/* open's variant bit: the debug layout in which every reader layer gets its
+   own K/V copy (reader_copies: not in the public config; the CPU's
+   g4__session_create, CUDA's g4__cuda_session_init_testing) */
+#define G4I_READER_COPIES 0x10000
+
 /* ------------------------------------------------------------ the CPU */
 
 H_UNUSED static void *g4i_cpu_model_open(const g4_model *m) { return (void *)(uintptr_t)m; }
@@ -75,11 +81,13 @@ H_UNUSED static void g4i_cpu_model_close(void *bm) { (void)bm; }
 
 H_UNUSED static int g4i_cpu_open(g4i_session *s, void *bm, const g4_session_config *cfg, int variant) {
     g4_session *ss = (g4_session *)calloc(1, sizeof *ss);
-    (void)variant;
     memset(s, 0, sizeof *s);
     if (!(s->impl = ss)) return 0;
     s->error = ss->error;
-    if (g4_session_create(ss, (const g4_model *)bm, cfg) != G4_OK) { printf("  session: %s\n", ss->error); return 0; }
+    if (g4__session_create(ss, (const g4_model *)bm, cfg, (variant & G4I_READER_COPIES) != 0) != G4_OK) {
+        printf("  session: %s\n", ss->error);
+        return 0;
+    }
     s->cfg = &ss->cfg;
     s->pos = &ss->pos;
     s->slots = ss->slots;
@@ -127,8 +135,7 @@ H_UNUSED static int g4i_open(g4i_run *r, const g4i_backend *b, const char *dir, 
     if (!(r->bm = b->model_open(&r->m))) return 0;
     sc.max_context = max_context;
     sc.max_chunk = chunk;
-    sc.reader_copies = reader_copies;
-    return b->open(&r->s, r->bm, &sc, b->variant);
+    return b->open(&r->s, r->bm, &sc, b->variant | (reader_copies ? G4I_READER_COPIES : 0));
 }
 
 H_UNUSED static void g4i_close(g4i_run *r) {

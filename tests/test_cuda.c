@@ -30,6 +30,7 @@
 #define G4_NO_SIMD
 #define G4_NO_THREADS
 #define GEMMA4_CUDA
+#define G4_TESTING /* g4__cuda_session_*_testing: reader_copies (gemma4_cuda.cu is built with it too) */
 #define GEMMA4_IMPLEMENTATION
 #include "../gemma4.h"
 
@@ -83,23 +84,28 @@ static void cuda_model_close(void *bm) {
 }
 
 /* a backend's variant: the matmul kind, or'ed with these */
-#define V_FAST 0x100 /* cfg.cuda_fast */
+#define V_FAST 0x100 /* g4_cuda_config.fast */
 #define V_BF16 0x200 /* cfg.bf16 from the start (the fast mode's K/V dtype follows it) */
 
 static int cuda_open(g4i_session *s, void *bm, const g4_session_config *cfg_in, int variant) {
     cuda_impl *c = (cuda_impl *)calloc(1, sizeof *c);
     char err[G4_ERROR_MAX];
     g4_session_config cfg_v = *cfg_in, *cfg = &cfg_v;
-    int matmul = variant & 0xff;
-    if (variant & V_FAST) cfg_v.cuda_fast = 1;
+    g4_cuda_config cc = {0};
+    int matmul = variant & 0xff, copies = (variant & G4I_READER_COPIES) != 0;
+    if (variant & V_FAST) cc.fast = 1;
     if (variant & V_BF16) cfg_v.bf16 = 1;
     memset(s, 0, sizeof *s);
     if (!(s->impl = c)) return 0;
     s->error = c->s.error;
-    if (g4_cuda_session_size((g4_cuda_model *)bm, cfg, &c->dbytes, &c->hbytes) != G4_OK) { printf("  session size\n"); return 0; }
+    if (g4__cuda_session_size_testing((g4_cuda_model *)bm, cfg, &cc, copies, &c->dbytes, &c->hbytes) != G4_OK) {
+        printf("  session size\n");
+        return 0;
+    }
     if (g4_cuda_malloc(&c->darena, c->dbytes, err) != G4_OK) { printf("  %s\n", err); return 0; }
     if (!(c->harena = malloc(c->hbytes))) return 0;
-    if (g4_cuda_session_init(&c->s, (g4_cuda_model *)bm, cfg, c->darena, c->dbytes, c->harena, c->hbytes) != G4_OK) {
+    if (g4__cuda_session_init_testing(&c->s, (g4_cuda_model *)bm, cfg, &cc, copies, c->darena, c->dbytes, c->harena,
+                                      c->hbytes) != G4_OK) {
         printf("  session: %s\n", c->s.error);
         return 0;
     }
@@ -401,7 +407,7 @@ static void test_head_dims_256_512(void) {
 }
 
 /* ------------------------------------------------------------ fast mode */
-/* The fast mode (cfg.cuda_fast) is bounded against the exact mode, the
+/* The fast mode (g4_cuda_config.fast) is bounded against the exact mode, the
    oracle: FAST_TOL on the logits in float32 (other summation orders:
    split-K, warp butterflies, the online softmax; about 1e-6 is typical, the
    bound leaves room for the device's transcendental functions on a GPU),
@@ -670,26 +676,27 @@ static void test_fast_arena(void) {
     g4_cuda_model cm;
     g4_cuda_session s;
     g4_session_config sc = g4_session_config_init();
+    g4_cuda_config fast = {0};
     size_t de, he, df, hf, db, hb;
     void *darena = NULL, *harena;
     char err[G4_ERROR_MAX];
     if (g4_model_load(&m, tiny("e2b_like")) != G4_OK) { CHECK(0, "%s", m.error); return; }
     CHECK(g4_cuda_model_upload(&cm, &m) == G4_OK, "upload: %s", cm.error);
     sc.max_context = 1000;
-    CHECK(g4_cuda_session_size(&cm, &sc, &de, &he) == G4_OK, "exact size");
-    sc.cuda_fast = 1;
-    CHECK(g4_cuda_session_size(&cm, &sc, &df, &hf) == G4_OK, "fast size");
+    fast.fast = 1;
+    CHECK(g4_cuda_session_size(&cm, &sc, NULL, &de, &he) == G4_OK, "exact size");
+    CHECK(g4_cuda_session_size(&cm, &sc, &fast, &df, &hf) == G4_OK, "fast size");
     sc.bf16 = 1;
-    CHECK(g4_cuda_session_size(&cm, &sc, &db, &hb) == G4_OK, "fast bf16 size");
+    CHECK(g4_cuda_session_size(&cm, &sc, &fast, &db, &hb) == G4_OK, "fast bf16 size");
     printf("  device arena for 1000 positions: exact %lu, fast %lu, fast bf16 %lu bytes\n", (unsigned long)de,
            (unsigned long)df, (unsigned long)db);
     CHECK(df < de && db < df, "the fast arenas must be smaller (no scores; bf16 K/V)");
     CHECK(g4_cuda_malloc(&darena, db, err) == G4_OK, "%s", err);
     harena = malloc(hb);
-    CHECK(g4_cuda_session_init(&s, &cm, &sc, darena, db - 1, harena, hb) == G4_ERR_ARENA &&
+    CHECK(g4_cuda_session_init(&s, &cm, &sc, &fast, darena, db - 1, harena, hb) == G4_ERR_ARENA &&
               strstr(s.error, "device arena") && strstr(s.error, "too small"),
           "undersized device arena: %s", s.error);
-    CHECK(g4_cuda_session_init(&s, &cm, &sc, darena, db, harena, hb) == G4_OK && s.fast && s.kv_bf16 && !s.d_scores,
+    CHECK(g4_cuda_session_init(&s, &cm, &sc, &fast, darena, db, harena, hb) == G4_OK && s.fast && s.kv_bf16 && !s.d_scores,
           "exactly the reported sizes must do: %s", s.error);
     {
         int32_t ids[3] = {2, 81, 101};
@@ -698,9 +705,9 @@ static void test_fast_arena(void) {
     }
     /* more query heads per KV head than the attention block holds */
     m.config.num_attention_heads = 16 * m.plan.layer[0].kv_heads;
-    CHECK(g4_cuda_session_init(&s, &cm, &sc, darena, db, harena, hb) == G4_ERR_CONFIG && strstr(s.error, "fast mode") &&
-              strstr(s.error, "layer 0"), "a group of 16: %s", s.error);
-    CHECK(g4_cuda_session_size(&cm, &sc, &df, &hf) == G4_ERR_CONFIG, "sized: a group of 16");
+    CHECK(g4_cuda_session_init(&s, &cm, &sc, &fast, darena, db, harena, hb) == G4_ERR_CONFIG &&
+              strstr(s.error, "fast mode") && strstr(s.error, "layer 0"), "a group of 16: %s", s.error);
+    CHECK(g4_cuda_session_size(&cm, &sc, &fast, &df, &hf) == G4_ERR_CONFIG, "sized: a group of 16");
     g4_cuda_free(darena);
     free(harena);
     g4_cuda_model_free(&cm);
@@ -720,24 +727,24 @@ static void test_arena_errors(void) {
     if (g4_model_load(&m, tiny("e2b_like")) != G4_OK) { CHECK(0, "%s", m.error); return; }
     CHECK(g4_cuda_model_upload(&cm, &m) == G4_OK, "upload: %s", cm.error);
     sc.max_context = 100;
-    CHECK(g4_cuda_session_size(&cm, &sc, &db, &hb) == G4_OK && db > 0 && hb > 0, "size");
+    CHECK(g4_cuda_session_size(&cm, &sc, NULL, &db, &hb) == G4_OK && db > 0 && hb > 0, "size");
     CHECK(g4_cuda_malloc(&darena, db + 64, err) == G4_OK, "%s", err);
     harena = malloc(hb + 64);
-    CHECK(g4_cuda_session_init(&s, &cm, &sc, darena, db - 1, harena, hb) == G4_ERR_ARENA &&
+    CHECK(g4_cuda_session_init(&s, &cm, &sc, NULL, darena, db - 1, harena, hb) == G4_ERR_ARENA &&
               strstr(s.error, "device arena") && strstr(s.error, "too small"),
           "undersized device arena: %s", s.error);
-    CHECK(g4_cuda_session_init(&s, &cm, &sc, darena, db, harena, hb - 1) == G4_ERR_ARENA &&
+    CHECK(g4_cuda_session_init(&s, &cm, &sc, NULL, darena, db, harena, hb - 1) == G4_ERR_ARENA &&
               strstr(s.error, "host arena") && strstr(s.error, "too small"),
           "undersized host arena: %s", s.error);
-    CHECK(g4_cuda_session_init(&s, &cm, &sc, (char *)darena + 4, db, harena, hb) == G4_ERR_ARENA &&
+    CHECK(g4_cuda_session_init(&s, &cm, &sc, NULL, (char *)darena + 4, db, harena, hb) == G4_ERR_ARENA &&
               strstr(s.error, "aligned"), "misaligned: %s", s.error);
-    CHECK(g4_cuda_session_init(&s, &cm, &sc, NULL, db, harena, hb) == G4_ERR_ARENA, "NULL device arena");
-    CHECK(g4_cuda_session_init(&s, &cm, &sc, darena, db, NULL, hb) == G4_ERR_ARENA, "NULL host arena");
+    CHECK(g4_cuda_session_init(&s, &cm, &sc, NULL, NULL, db, harena, hb) == G4_ERR_ARENA, "NULL device arena");
+    CHECK(g4_cuda_session_init(&s, &cm, &sc, NULL, darena, db, NULL, hb) == G4_ERR_ARENA, "NULL host arena");
     sc.max_context = 0;
-    CHECK(g4_cuda_session_size(&cm, &sc, &db, &hb) == G4_ERR_INPUT, "max_context 0");
+    CHECK(g4_cuda_session_size(&cm, &sc, NULL, &db, &hb) == G4_ERR_INPUT, "max_context 0");
     sc.max_context = 100;
-    CHECK(g4_cuda_session_size(&cm, &sc, &db, &hb) == G4_OK &&
-              g4_cuda_session_init(&s, &cm, &sc, darena, db, harena, hb) == G4_OK,
+    CHECK(g4_cuda_session_size(&cm, &sc, NULL, &db, &hb) == G4_OK &&
+              g4_cuda_session_init(&s, &cm, &sc, NULL, darena, db, harena, hb) == G4_OK,
           "exactly the reported sizes must do: %s", s.error);
     g4_cuda_free(darena);
     free(harena);
@@ -774,21 +781,21 @@ static void check_injected(const char *model, int reader_copies, int matmul) {
         void *darena = NULL, *harena = NULL;
         g4_result r;
         const char *msg = err;
+        g4_cuda_config cc = {0};
         sc.max_context = 2;
-        sc.reader_copies = reader_copies;
-        sc.cuda_fast = (matmul & V_FAST) != 0;
+        cc.fast = (matmul & V_FAST) != 0;
         err[0] = 0;
         g4emu_fail_after(k);
         r = g4_cuda_model_upload(&cm, &m);
         msg = cm.error;
         if (r == G4_OK) {
-            g4_cuda_session_size(&cm, &sc, &db, &hb);
+            g4__cuda_session_size_testing(&cm, &sc, &cc, reader_copies, &db, &hb);
             r = g4_cuda_malloc(&darena, db, err);
             msg = err;
             harena = malloc(hb);
             if (r == G4_OK) {
                 msg = s.error;
-                r = g4_cuda_session_init(&s, &cm, &sc, darena, db, harena, hb);
+                r = g4__cuda_session_init_testing(&s, &cm, &sc, &cc, reader_copies, darena, db, harena, hb);
                 s.matmul = matmul & 0xff;
                 if (r == G4_OK) r = g4_cuda_forward(&s, ids, 1, logits, G4_LOGITS_LAST);
                 if (r == G4_OK) {
