@@ -5121,12 +5121,13 @@ static void g4__per_layer_inputs(g4_session *s, const int32_t *ids, int n) {
    ends in them. Each kept row's arithmetic is unchanged (a row's sums never
    depend on the other rows), so its bits are too. 0 (every row) where
    something sees the other rows: taps, training, a multimodal step's image
-   blocks, bidirectional attention, the reader_copies debug mode. */
+   blocks, bidirectional attention, the reader_copies debug layout (a slot
+   per reader too: more slots than the plan's owners). */
 static int g4__reader_rows_from(const g4_session *s, int n, const float *out, int first) {
     const g4_config *c = &s->model->config;
     int fs = s->model->plan.first_shared;
     if (fs <= 0 || fs >= c->num_hidden_layers || s->cfg.tap || s->train || s->replay || s->mm_active ||
-        c->bidirectional != G4_BIDIR_NONE || s->cfg.reader_copies || s->drafter.target)
+        c->bidirectional != G4_BIDIR_NONE || s->n_slots != s->model->plan.n_slots || s->drafter.target)
         return 0;
     return out ? first : n;
 }
