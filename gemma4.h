@@ -805,6 +805,13 @@ G4_API g4_result g4_vision_session_init(g4_vision_session *vs, const g4_model *m
    holding a real patch). */
 G4_API g4_result g4_vision_encode(g4_vision_session *vs, const float *pixel_values, const int32_t *positions,
                                   int n_patches, float *soft, int *n_soft);
+/* One video, as get_video_features runs it: each of n_frames frames
+   (pixel_values_videos [n_frames][n_patches][3 p^2], video_position_ids
+   [n_frames][n_patches][2], as gemma4_processing.h's g4_video_preprocess gives
+   them) through g4_vision_encode in turn, their soft tokens back to back.
+   soft: [n_frames * n_patches / k^2][H] room; *n_soft: the rows written. */
+G4_API g4_result g4_video_encode(g4_vision_session *vs, const float *pixel_values, const int32_t *positions,
+                                 int n_frames, int n_patches, float *soft, int *n_soft);
 
 
 /* -------------------------------------------------------------- training */
@@ -5982,6 +5989,38 @@ G4__DEF g4_result g4_vision_encode(g4_vision_session *vs, const float *pixel_val
     g4__matmul(&vs->mm, soft, vs->xn, &w->embedding_projection, out);
     g4__vtap(vs, -1, "embed_vision", soft, out, H);
     *n_soft = out;
+    return G4_OK;
+}
+
+/* get_video_features: the frames are images to the tower (Gemma4VisionModel
+   on [frames, patches, .]), each pooled and stripped alone, concatenated */
+G4__DEF g4_result g4_video_encode(g4_vision_session *vs, const float *pixel_values, const int32_t *positions,
+                                  int n_frames, int n_patches, float *soft, int *n_soft) {
+    size_t P, H;
+    int f, got, total = 0;
+    g4_result r;
+    if (!vs) return G4_ERR_INPUT;
+    if (n_soft) *n_soft = 0;
+    if (!vs->model) { g4__seterr(vs->error, "vision session is not initialised"); return G4_ERR_INPUT; }
+    if (!pixel_values || !positions || !soft || !n_soft) {
+        g4__seterr(vs->error, "g4_video_encode: NULL pixel_values, positions, soft or n_soft");
+        return G4_ERR_INPUT;
+    }
+    if (n_frames < 1) { g4__seterr(vs->error, "a video of %d frames: need at least one", n_frames); return G4_ERR_INPUT; }
+    P = (size_t)3 * (size_t)vs->model->config.vision.patch_size * (size_t)vs->model->config.vision.patch_size;
+    H = (size_t)vs->model->config.hidden_size;
+    for (f = 0; f < n_frames; f++) {
+        r = g4_vision_encode(vs, pixel_values + (size_t)f * (size_t)n_patches * P, positions + (size_t)f * (size_t)n_patches * 2,
+                             n_patches, soft + (size_t)total * H, &got);
+        if (r != G4_OK) {
+            char msg[G4_ERROR_MAX];
+            memcpy(msg, vs->error, G4_ERROR_MAX);
+            g4__seterr(vs->error, "video frame %d: %s", f, msg);
+            return r;
+        }
+        total += got;
+    }
+    *n_soft = total;
     return G4_OK;
 }
 

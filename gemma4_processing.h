@@ -394,6 +394,78 @@ G4_API g4_result g4_mm_expand_images(const g4_config *c, const int32_t *ids, int
 G4_API g4_result g4_mm_expand(const g4_config *c, const int32_t *ids, int n, const int *n_image, int n_images,
                               const int *n_audio, int n_audios, int32_t *out, size_t cap, size_t *n_out, char *err);
 
+/* ------------------------------------------------------- video processor */
+/* Gemma4VideoProcessor (transformers' torchvision backend) bit for bit, and
+   Gemma4Processor's video expansion. The processor keeps some frames of a
+   video (sample_frames), then treats each kept frame as Gemma4ImageProcessor
+   treats an image (target size, uint8 bicubic resize, patchify, positions,
+   padding) except for the rescale: with do_normalize (Gemma 4's setting, mean
+   0 and std 1) transformers fuses it into the normalisation, (float32(v) -
+   mean/rescale_factor) / (std/rescale_factor), so a pixel is float32(v) / 255
+   where an image's is v * float32(1/255) (the last bit differs for 126 of
+   the 256 values). Frames are RGB8, all of one size (transformers cannot tell
+   the channel axis of an RGBA array; gemma4.h refuses them). The settings come
+   from processor_config.json ("video_processor"); absent ones take
+   Gemma4VideoProcessor's defaults. */
+#define G4_VIDEO_MAX_FRAMES 4096  /* most frames a video may keep */
+typedef struct {
+    int patch_size;              /* 16 */
+    int max_soft_tokens;         /* 70 (per frame): one of 70, 140, 280, 560, 1120 */
+    int pooling_kernel_size;     /* 3 */
+    int do_resize, do_rescale, do_normalize, do_convert_rgb; /* all true */
+    double rescale_factor;       /* 1/255 (a double, as Python's 1.0 / rescale_factor needs it) */
+    float image_mean[3], image_std[3]; /* 0, 1 */
+    int do_sample_frames;        /* true: keep the frames g4_video_sample_frames picks */
+    int num_frames;              /* 32: frames to keep; 0 (None): by fps instead */
+    double fps;                  /* 0 (None): frames per second to keep when num_frames is 0 */
+    char error[G4_ERROR_MAX];
+} g4_video_config;
+
+G4_API g4_video_config g4_video_config_init(void);  /* Gemma4VideoProcessor's defaults */
+/* processor_config.json's "video_processor" object (or a video processor's own
+   file); `name` labels messages. Refused, naming the field: a resample other
+   than 3, max_soft_tokens outside the five, a zero std, sizes out of range. */
+G4_API g4_result g4_video_config_parse(g4_video_config *vc, const char *json, size_t len, const char *name);
+/* PATH: a file, or a directory holding processor_config.json (else
+   video_preprocessor_config.json; with neither, the defaults). */
+G4_API g4_result g4_video_config_load(g4_video_config *vc, const char *path);
+/* G4_ERR_CONFIG when the processor contradicts the model's vision_config. */
+G4_API g4_result g4_video_config_check(g4_video_config *vc, const g4_config *c);
+/* sample_frames (default_sample_indices_fn): which of total_frames frames (a
+   video of video_fps frames per second, 0 when unknown) the processor keeps:
+   num_frames evenly spaced, else fps per second, else all; every frame when
+   do_sample_frames is false. indices: room for cap; *n: the count. Errors as
+   transformers': num_frames and fps both set, more frames asked than the video
+   has, fps without video_fps; and more than G4_VIDEO_MAX_FRAMES or cap. */
+G4_API g4_result g4_video_sample_frames(g4_video_config *vc, int total_frames, double video_fps, int *indices, int cap,
+                                        int *n);
+/* Scratch bytes g4_video_preprocess needs for frames of height x width (0 on bad sizes). */
+G4_API size_t g4_video_scratch_size(const g4_video_config *vc, int height, int width);
+/* The kept frames: frames [n_frames][height][width][channels] (channels 3) ->
+   pixel_values [n_frames][max_patches][3 p^2], positions [n_frames][max_patches][2]
+   (pixel_values_videos and video_position_ids), max_patches = max_soft_tokens * k^2;
+   *n_soft: each frame's soft tokens (a frame's placeholder run). Sizes as
+   g4_image_preprocess; n_frames 1 .. G4_VIDEO_MAX_FRAMES. */
+G4_API g4_result g4_video_preprocess(g4_video_config *vc, const uint8_t *frames, int n_frames, int height, int width,
+                                     int channels, void *scratch, size_t scratch_bytes, float *pixel_values,
+                                     int32_t *positions, int *n_soft);
+/* One video for the expansion: n_frames frames of n_soft soft tokens each,
+   taken at frame_indices (NULL: 0, 1, ...) of a video of fps frames per second
+   (0: unknown, and transformers then assumes 24). */
+typedef struct { int n_frames, n_soft; const int *frame_indices; double fps; } g4_video_item;
+/* Gemma4Processor's text expansion (replace_video_token): every occurrence of
+   the video token's text (video_token_id's, "<|video|>") in text becomes, for
+   the next video, each frame's "mm:ss <|image>" + n_soft x "<|video|>" +
+   "<image|>" joined by spaces (mm:ss = the frame's time, frame_index / fps;
+   the boi and eoi texts are boi_token_id's and eoi_token_id's), before
+   tokenizing, as transformers does (a stamp's text merges with the text before
+   it, so ids cannot be expanded afterwards). out: NUL-terminated, room for cap
+   bytes; *n_out: its length (the length needed when cap is too small).
+   G4_ERR_INPUT (message in err) when the count of videos differs. */
+G4_API g4_result g4_mm_expand_videos(const g4_tokenizer *tok, const g4_config *c, const char *text, size_t len,
+                                     const g4_video_item *videos, int n_videos, char *out, size_t cap, size_t *n_out,
+                                     char *err);
+
 /* ---------------------------------------------------- audio features */
 /* Gemma4AudioFeatureExtractor with its defaults (the E2B/E4B processor's):
    16 kHz mono float PCM -> log-mel features and the valid-frame mask.
@@ -6369,6 +6441,407 @@ G4__DEF g4_result g4_mm_expand(const g4_config *c, const int32_t *ids, int n, co
     return G4_OK;
 }
 
+
+/* ------------------------------------------ video processor >>video_processing */
+/* Gemma4VideoProcessor (video_processing_gemma4.py) with transformers'
+   torchvision backend: sample_frames (default_sample_indices_fn), then per
+   kept frame aspect_ratio_preserving_resize, rescale_and_normalize (fused),
+   convert_video_to_patches, the position grid, pad_to_max_patches; each frame
+   alone through g4_image_preprocess (torchvision resizes the frames of a
+   [T, 3, H, W] uint8 tensor one by one with the same kernel). Then
+   Gemma4Processor.replace_video_token: the frames' "mm:ss" stamps. */
+
+G4__DEF g4_video_config g4_video_config_init(void) {
+    g4_video_config vc;
+    memset(&vc, 0, sizeof vc);
+    vc.patch_size = 16;
+    vc.max_soft_tokens = 70;
+    vc.pooling_kernel_size = 3;
+    vc.do_resize = vc.do_rescale = vc.do_normalize = vc.do_convert_rgb = vc.do_sample_frames = 1;
+    vc.rescale_factor = 1.0 / 255.0;
+    vc.image_std[0] = vc.image_std[1] = vc.image_std[2] = 1.0f;
+    vc.num_frames = 32;
+    return vc;
+}
+
+/* A number field as a double: absent or null gives def (*was_null set when null). */
+static g4_result g4__vcfg_num(const g4__cfg *c, const char *key, double *out, double def, double lo, double hi,
+                              int *was_null) {
+    int n = g4__jget(c->j, c->obj, key);
+    const g4__jnode *nd;
+    if (was_null) *was_null = n >= 0 && c->j->nodes[n].type == G4__JNULL;
+    if (n < 0 || c->j->nodes[n].type == G4__JNULL) { *out = def; return G4_OK; }
+    nd = &c->j->nodes[n];
+    if (nd->type != G4__JNUM) {
+        g4__seterr(c->err, "%s: field '%s%s' must be a number, got %s", c->name, c->scope, key, g4__jtype_name(nd->type));
+        return G4_ERR_CONFIG;
+    }
+    if (!(nd->num >= lo && nd->num <= hi)) {
+        g4__seterr(c->err, "%s: field '%s%s' is %g, outside [%g, %g]", c->name, c->scope, key, nd->num, lo, hi);
+        return G4_ERR_CONFIG;
+    }
+    *out = nd->num;
+    return G4_OK;
+}
+
+/* image_mean / image_std: a number (every channel) or a list of 3 */
+static g4_result g4__vcfg_triple(const g4__cfg *c, const char *key, float out[3]) {
+    int n = g4__jget(c->j, c->obj, key), k, ch;
+    char what[64];
+    g4_result r;
+    if (n < 0 || c->j->nodes[n].type == G4__JNULL) return G4_OK;
+    if (c->j->nodes[n].type == G4__JNUM) {
+        if ((r = g4__cfg_num_node(c, n, key, &out[0], -1e30, 1e30)) != G4_OK) return r;
+        out[1] = out[2] = out[0];
+        return G4_OK;
+    }
+    if (c->j->nodes[n].type != G4__JARR || c->j->nodes[n].count != 3) {
+        g4__seterr(c->err, "%s: field '%s%s' must be a number or a list of 3 numbers", c->name, c->scope, key);
+        return G4_ERR_CONFIG;
+    }
+    for (k = 0, ch = c->j->nodes[n].child; k < 3; k++, ch = c->j->nodes[ch].next) {
+        snprintf(what, sizeof what, "%s[%d]", key, k);
+        if ((r = g4__cfg_num_node(c, ch, what, &out[k], -1e30, 1e30)) != G4_OK) return r;
+    }
+    return G4_OK;
+}
+
+G4__DEF g4_result g4_video_config_parse(g4_video_config *vc, const char *json, size_t len, const char *name) {
+    g4__json j;
+    g4__cfg c;
+    g4_result r;
+    int n, resample, nf_null = 0, k;
+    double nf;
+    if (!vc) return G4_ERR_INPUT;
+    *vc = g4_video_config_init();
+    if (!name) name = "processor_config.json";
+    if (!json) { g4__seterr(vc->error, "%s: NULL text", name); return G4_ERR_INPUT; }
+    if ((r = g4__json_parse_python(&j, json, len, name, vc->error)) != G4_OK) return r;
+    c.j = &j; c.obj = 0; c.name = name; c.scope = ""; c.err = vc->error;
+#define G4__TRY(x) do { if ((r = (x)) != G4_OK) goto done; } while (0)
+    if (j.nodes[0].type != G4__JOBJ) {
+        g4__seterr(vc->error, "%s: the top level must be a JSON object", name);
+        r = G4_ERR_CONFIG;
+        goto done;
+    }
+    n = g4__jget(&j, 0, "video_processor");
+    if (n >= 0 && j.nodes[n].type != G4__JNULL) { /* processor_config.json: the video processor's own object */
+        if (j.nodes[n].type != G4__JOBJ) {
+            g4__seterr(vc->error, "%s: field 'video_processor' must be an object", name);
+            r = G4_ERR_CONFIG;
+            goto done;
+        }
+        c.obj = n;
+        c.scope = "video_processor.";
+    }
+    G4__TRY(g4__cfg_int(&c, "patch_size", &vc->patch_size, 16, 0, 1, 1024));
+    G4__TRY(g4__cfg_int(&c, "max_soft_tokens", &vc->max_soft_tokens, 70, 0, 1, 1120));
+    G4__TRY(g4__cfg_int(&c, "pooling_kernel_size", &vc->pooling_kernel_size, 3, 0, 1, 64));
+    G4__TRY(g4__cfg_bool(&c, "do_resize", &vc->do_resize, 1));
+    G4__TRY(g4__cfg_bool(&c, "do_rescale", &vc->do_rescale, 1));
+    G4__TRY(g4__cfg_bool(&c, "do_normalize", &vc->do_normalize, 1));
+    G4__TRY(g4__cfg_bool(&c, "do_convert_rgb", &vc->do_convert_rgb, 1));
+    G4__TRY(g4__cfg_bool(&c, "do_sample_frames", &vc->do_sample_frames, 1));
+    G4__TRY(g4__vcfg_num(&c, "rescale_factor", &vc->rescale_factor, 1.0 / 255.0, 1e-30, 1e30, NULL));
+    G4__TRY(g4__vcfg_triple(&c, "image_mean", vc->image_mean));
+    G4__TRY(g4__vcfg_triple(&c, "image_std", vc->image_std));
+    G4__TRY(g4__vcfg_num(&c, "num_frames", &nf, 32, 1, G4_VIDEO_MAX_FRAMES, &nf_null));
+    G4__TRY(g4__vcfg_num(&c, "fps", &vc->fps, 0, 1e-9, 1e9, NULL));
+    G4__TRY(g4__cfg_int(&c, "resample", &resample, 3, 0, 0, 5));
+#undef G4__TRY
+    if (nf != floor(nf)) {
+        g4__seterr(vc->error, "%s: field '%snum_frames' must be an integer, got %g", name, c.scope, nf);
+        r = G4_ERR_CONFIG;
+        goto done;
+    }
+    vc->num_frames = nf_null ? 0 : (int)nf; /* null: None, frames by fps (or all) */
+    if (vc->max_soft_tokens != 70 && vc->max_soft_tokens != 140 && vc->max_soft_tokens != 280 &&
+        vc->max_soft_tokens != 560 && vc->max_soft_tokens != 1120) { /* _SUPPORTED_SOFT_TOKENS */
+        g4__seterr(vc->error, "%s: field '%smax_soft_tokens' is %d; Gemma4VideoProcessor accepts 70, 140, 280, 560 or 1120",
+                   name, c.scope, vc->max_soft_tokens);
+        r = G4_ERR_CONFIG;
+    } else if (resample != 3) {
+        g4__seterr(vc->error, "%s: field '%sresample' is %d; gemma4.h supports only 3 (bicubic)", name, c.scope, resample);
+        r = G4_ERR_CONFIG;
+    }
+    for (k = 0; k < 3 && r == G4_OK; k++)
+        if (vc->do_normalize && vc->image_std[k] == 0.0f) {
+            g4__seterr(vc->error, "%s: field '%simage_std' has a zero: the normalisation would divide by it", name, c.scope);
+            r = G4_ERR_CONFIG;
+        }
+done:
+    g4__json_free(&j);
+    return r;
+}
+
+G4__DEF g4_result g4_video_config_load(g4_video_config *vc, const char *path) {
+    char *text = NULL, *p = NULL;
+    size_t len;
+    g4_result r;
+    if (!vc) return G4_ERR_INPUT;
+    *vc = g4_video_config_init();
+    if (!path) { g4__seterr(vc->error, "NULL path"); return G4_ERR_INPUT; }
+    if (strlen(path) > 5 && strcmp(path + strlen(path) - 5, ".json") == 0) {
+        if ((r = g4__read_file(path, &text, &len, 16u << 20, vc->error)) != G4_OK) return r;
+        r = g4_video_config_parse(vc, text, len, path);
+        G4_FREE(text);
+        return r;
+    }
+    if (!(p = g4__join(path, "processor_config.json"))) { g4__seterr(vc->error, "out of memory"); return G4_ERR_NOMEM; }
+    if (!g4__exists(p)) {
+        G4_FREE(p);
+        if (!(p = g4__join(path, "video_preprocessor_config.json"))) { g4__seterr(vc->error, "out of memory"); return G4_ERR_NOMEM; }
+        if (!g4__exists(p)) { G4_FREE(p); return G4_OK; } /* neither: the defaults */
+    }
+    r = g4__read_file(p, &text, &len, 16u << 20, vc->error);
+    if (r == G4_OK) r = g4_video_config_parse(vc, text, len, p);
+    G4_FREE(text);
+    G4_FREE(p);
+    return r;
+}
+
+G4__DEF g4_result g4_video_config_check(g4_video_config *vc, const g4_config *c) {
+    const g4_vision_config *v;
+    if (!vc) return G4_ERR_INPUT;
+    if (!c || !c->vision.present) { g4__seterr(vc->error, "the model has no vision_config"); return G4_ERR_CONFIG; }
+    v = &c->vision;
+    if (vc->patch_size != v->patch_size || vc->pooling_kernel_size != v->pooling_kernel_size) {
+        g4__seterr(vc->error, "the video processor's patch_size %d and pooling_kernel_size %d contradict the model's "
+                   "vision_config (%d, %d)", vc->patch_size, vc->pooling_kernel_size, v->patch_size, v->pooling_kernel_size);
+        return G4_ERR_CONFIG;
+    }
+    if (c->video_token_id < 0) { g4__seterr(vc->error, "the model's config has no video_token_id"); return G4_ERR_CONFIG; }
+    return G4_OK;
+}
+
+G4__DEF g4_result g4_video_sample_frames(g4_video_config *vc, int total, double video_fps, int *indices, int cap, int *n) {
+    int64_t num, i;
+    if (!vc) return G4_ERR_INPUT;
+    if (n) *n = 0;
+    if (!indices || !n || cap < 0) { g4__seterr(vc->error, "g4_video_sample_frames: NULL indices or n"); return G4_ERR_INPUT; }
+    if (total < 1 || !(video_fps >= 0 && video_fps <= 1e9)) {
+        g4__seterr(vc->error, "a video of %d frames at %g fps: need at least one frame and a finite rate (0: unknown)", total,
+                   video_fps);
+        return G4_ERR_INPUT;
+    }
+    if (!vc->do_sample_frames) {
+        num = total;
+    } else if (vc->num_frames > 0 && vc->fps > 0) {
+        g4__seterr(vc->error, "num_frames (%d) and fps (%g) are both set: sample_frames takes one of them", vc->num_frames, vc->fps);
+        return G4_ERR_INPUT;
+    } else if (vc->num_frames > 0) {
+        num = vc->num_frames;
+    } else if (vc->fps > 0) {
+        double d;
+        if (video_fps <= 0) {
+            g4__seterr(vc->error, "sampling %g frames per second needs the video's own rate (unknown here)", vc->fps);
+            return G4_ERR_INPUT;
+        }
+        d = (double)total / video_fps * vc->fps; /* max(1, int(total_num_frames / video_fps * fps)) */
+        num = d >= 1.0 ? (d < 1e15 ? (int64_t)d : (int64_t)1e15) : 1;
+    } else {
+        num = total;
+    }
+    if (num > total) {
+        g4__seterr(vc->error, "sampling %lld frames from a video of %d", (long long)num, total);
+        return G4_ERR_INPUT;
+    }
+    if (num > G4_VIDEO_MAX_FRAMES || num > cap) {
+        g4__seterr(vc->error, "%lld frames to keep: more than %s (%d)", (long long)num,
+                   num > G4_VIDEO_MAX_FRAMES ? "G4_VIDEO_MAX_FRAMES" : "cap", num > G4_VIDEO_MAX_FRAMES ? G4_VIDEO_MAX_FRAMES : cap);
+        return G4_ERR_INPUT;
+    }
+    for (i = 0; i < num; i++) indices[i] = (int)(i * total / num); /* np.arange(num) * total // num */
+    *n = (int)num;
+    return G4_OK;
+}
+
+/* The image settings one frame is processed with: no rescale when normalising
+   (that is fused into the normalisation, g4__video_norm) */
+static g4_image_config g4__video_frame_config(const g4_video_config *vc) {
+    g4_image_config ic = g4_image_config_init();
+    ic.patch_size = vc->patch_size;
+    ic.max_soft_tokens = vc->max_soft_tokens;
+    ic.pooling_kernel_size = vc->pooling_kernel_size;
+    ic.do_resize = vc->do_resize;
+    ic.do_convert_rgb = vc->do_convert_rgb;
+    ic.do_rescale = vc->do_rescale && !vc->do_normalize;
+    ic.rescale_factor = (float)vc->rescale_factor; /* image * scale: the scale as float32 */
+    return ic;
+}
+
+G4__DEF size_t g4_video_scratch_size(const g4_video_config *vc, int height, int width) {
+    g4_image_config ic;
+    if (!vc) return 0;
+    ic = g4__video_frame_config(vc);
+    return g4_image_scratch_size(&ic, height, width);
+}
+
+G4__DEF g4_result g4_video_preprocess(g4_video_config *vc, const uint8_t *frames, int n_frames, int height, int width,
+                                      int channels, void *scratch, size_t scratch_bytes, float *pixel_values,
+                                      int32_t *positions, int *n_soft) {
+    g4_image_config ic;
+    float mean[3], std[3];
+    size_t P, frame_px, f_pv, i;
+    int f, ns = 0, max_patches, ch;
+    g4_result r;
+    if (!vc) return G4_ERR_INPUT;
+    if (n_soft) *n_soft = 0;
+    if (!frames || !pixel_values || !positions || !n_soft) {
+        g4__seterr(vc->error, "g4_video_preprocess: NULL frames, pixel_values, positions or n_soft");
+        return G4_ERR_INPUT;
+    }
+    if (n_frames < 1 || n_frames > G4_VIDEO_MAX_FRAMES) {
+        g4__seterr(vc->error, "a video of %d frames: need 1 .. %d", n_frames, G4_VIDEO_MAX_FRAMES);
+        return G4_ERR_INPUT;
+    }
+    if (channels != 3) {
+        g4__seterr(vc->error, "video frames of %d channels: gemma4.h takes RGB (3), as transformers' video processor does",
+                   channels);
+        return G4_ERR_INPUT;
+    }
+    if (!(vc->rescale_factor > 0 && vc->rescale_factor < 1e30)) {
+        g4__seterr(vc->error, "video rescale_factor %g out of range", vc->rescale_factor);
+        return G4_ERR_CONFIG;
+    }
+    ic = g4__video_frame_config(vc);
+    /* _fuse_mean_std_and_rescale_factor: tensor(mean) * (1.0 / rescale_factor), the scalar as float32 */
+    for (ch = 0; ch < 3; ch++) {
+        float s = vc->do_rescale ? (float)(1.0 / vc->rescale_factor) : 1.0f;
+        mean[ch] = vc->do_rescale ? vc->image_mean[ch] * s : vc->image_mean[ch];
+        std[ch] = vc->do_rescale ? vc->image_std[ch] * s : vc->image_std[ch];
+        if (vc->do_normalize && std[ch] == 0.0f) {
+            g4__seterr(vc->error, "video image_std[%d] is zero", ch);
+            return G4_ERR_CONFIG;
+        }
+    }
+    max_patches = vc->max_soft_tokens * vc->pooling_kernel_size * vc->pooling_kernel_size;
+    P = (size_t)3 * vc->patch_size * vc->patch_size;
+    frame_px = (size_t)height * (size_t)width * 3; /* (checked by g4_image_preprocess before use) */
+    for (f = 0; f < n_frames; f++) {
+        float *pv = pixel_values + (size_t)f * max_patches * P;
+        int got;
+        if ((r = g4_image_preprocess(&ic, frames + (size_t)f * frame_px, height, width, 3, scratch, scratch_bytes, pv,
+                                     positions + (size_t)f * max_patches * 2, &got)) != G4_OK) {
+            memcpy(vc->error, ic.error, G4_ERROR_MAX);
+            return r;
+        }
+        ns = got;
+        /* normalize: (x - mean) / std in float32 on the real patches (the padding comes after: zeros) */
+        f_pv = (size_t)got * vc->pooling_kernel_size * vc->pooling_kernel_size * P;
+        if (vc->do_normalize)
+            for (i = 0; i < f_pv; i++) pv[i] = (pv[i] - mean[i % 3]) / std[i % 3];
+    }
+    *n_soft = ns;
+    return G4_OK;
+}
+
+/* Python's float // and % (float_floor_div, float_mod) for x >= 0, y > 0 */
+static double g4__py_floordiv(double x, double y) {
+    double mod = fmod(x, y), div = (x - mod) / y, fl;
+    if (div == 0.0) return 0.0;
+    fl = floor(div);
+    if (div - fl > 0.5) fl += 1.0;
+    return fl;
+}
+
+/* The text of an added token by its id, checked to map back to the id */
+static int g4__token_text(const g4_tokenizer *tok, int32_t id, const char **s, size_t *len) {
+    char buf[256];
+    if (id < 0 || id >= tok->n_vocab || tok->text_len[id] == 0 || tok->text_len[id] >= sizeof buf) return 0;
+    *s = tok->text + tok->text_off[id];
+    *len = tok->text_len[id];
+    memcpy(buf, *s, *len);
+    buf[*len] = 0;
+    return g4_token_id(tok, buf) == id;
+}
+
+G4__DEF g4_result g4_mm_expand_videos(const g4_tokenizer *tok, const g4_config *c, const char *text, size_t len,
+                                      const g4_video_item *videos, int n_videos, char *out, size_t cap, size_t *n_out,
+                                      char *err) {
+    const char *vt, *boi, *eoi;
+    size_t lvt, lboi, leoi, need = 0, pos;
+    int pass, v, found, f, k;
+    if (n_out) *n_out = 0;
+    if (!tok || !c || !text || !n_out || n_videos < 0 || (n_videos > 0 && !videos)) {
+        if (err) g4__seterr(err, "NULL argument");
+        return G4_ERR_INPUT;
+    }
+    if (!g4__token_text(tok, c->video_token_id, &vt, &lvt) || !g4__token_text(tok, c->boi_token_id, &boi, &lboi) ||
+        !g4__token_text(tok, c->eoi_token_id, &eoi, &leoi)) {
+        if (err) g4__seterr(err, "the tokenizer has no token for the config's video_token_id %ld, boi_token_id %ld or "
+                            "eoi_token_id %ld", (long)c->video_token_id, (long)c->boi_token_id, (long)c->eoi_token_id);
+        return G4_ERR_INPUT;
+    }
+    for (v = 0; v < n_videos; v++) {
+        const g4_video_item *it = &videos[v];
+        if (it->n_frames < 1 || it->n_frames > G4_VIDEO_MAX_FRAMES || it->n_soft < 1 || it->n_soft > (1 << 20) ||
+            !(it->fps >= 0 && it->fps <= 1e9)) {
+            if (err) g4__seterr(err, "video %d: %d frames of %d soft tokens at %g fps (need 1 .. %d frames, 1 .. 2^20 soft "
+                                "tokens, a finite rate; 0: unknown)", v, it->n_frames, it->n_soft, it->fps, G4_VIDEO_MAX_FRAMES);
+            return G4_ERR_INPUT;
+        }
+        for (f = 0; it->frame_indices && f < it->n_frames; f++)
+            if (it->frame_indices[f] < 0) {
+                if (err) g4__seterr(err, "video %d: frame index %d is negative", v, it->frame_indices[f]);
+                return G4_ERR_INPUT;
+            }
+    }
+    /* pass 0 counts, pass 1 writes; the video token's occurrences left to right (re.finditer) */
+    for (pass = 0; pass < 2; pass++) {
+        need = 0;
+        v = 0;
+        for (pos = 0; pos < len;) {
+            found = pos + lvt <= len && memcmp(text + pos, vt, lvt) == 0;
+            if (!found) {
+                if (pass) out[need] = text[pos];
+                need++;
+                pos++;
+                continue;
+            }
+            pos += lvt;
+            if (v >= n_videos) { v++; continue; }
+            for (f = 0; f < videos[v].n_frames; f++) {
+                /* replace_video_token: f"{int(s // 60):02d}:{int(s % 60):02d}" with s = index / fps (24 when unknown) */
+                double fps = videos[v].fps > 0 ? videos[v].fps : 24.0;
+                double s = (double)(videos[v].frame_indices ? videos[v].frame_indices[f] : f) / fps, mins, secs;
+                char stamp[64];
+                int ls;
+                mins = g4__py_floordiv(s, 60.0);
+                secs = fmod(s, 60.0);
+                if (!(mins < 1e15)) {
+                    if (err) g4__seterr(err, "video %d frame %d: a time of %g s is too large to stamp", v, f, s);
+                    return G4_ERR_INPUT;
+                }
+                ls = snprintf(stamp, sizeof stamp, "%s%02lld:%02d ", f ? " " : "", (long long)mins, (int)secs);
+                if (pass) memcpy(out + need, stamp, (size_t)ls);
+                need += (size_t)ls;
+                if (pass) memcpy(out + need, boi, lboi);
+                need += lboi;
+                for (k = 0; k < videos[v].n_soft; k++) {
+                    if (pass) memcpy(out + need, vt, lvt);
+                    need += lvt;
+                }
+                if (pass) memcpy(out + need, eoi, leoi);
+                need += leoi;
+            }
+            v++;
+        }
+        if (pass == 0) {
+            if (v != n_videos) {
+                if (err) g4__seterr(err, "the text holds %d video placeholders, but %d videos were given", v, n_videos);
+                return G4_ERR_INPUT;
+            }
+            *n_out = need;
+            if (!out || need + 1 > cap) {
+                if (err) g4__seterr(err, "%zu bytes of text do not fit in %zu", need + 1, cap);
+                return G4_ERR_INPUT;
+            }
+        }
+    }
+    out[need] = 0;
+    return G4_OK;
+}
 
 /* ---------------------------------------- audio features >>audio_features */
 /* Gemma4AudioFeatureExtractor (feature_extraction_gemma4.py) with its

@@ -141,12 +141,13 @@ static void fixture_close(fixture *f) {
     g4_model_free(&f->m);
 }
 
-static const char *g_models[2] = {"e2b_mm", "31b_mm"};
+#define N_MODELS 3 /* 26b_mm: tools/make_video_goldens.py (MoE decoder), with these image goldens' keys */
+static const char *g_models[N_MODELS] = {"e2b_mm", "31b_mm", "26b_mm"};
 
 /* every module output of the tower against transformers' forward hooks (case 0) */
 static void test_taps(void) {
     int k;
-    for (k = 0; k < 2; k++) {
+    for (k = 0; k < N_MODELS; k++) {
         fixture f;
         tapcmp tc;
         float soft[80 * 64];
@@ -165,7 +166,7 @@ static void test_taps(void) {
 /* each case's soft tokens (get_image_features' pooler_output, concatenated) */
 static void test_soft_tokens(void) {
     int k, c;
-    for (k = 0; k < 2; k++) {
+    for (k = 0; k < N_MODELS; k++) {
         fixture f;
         if (!fixture_open(&f, g_models[k], NULL, NULL)) { fixture_close(&f); continue; }
         for (c = 0; c < 4; c++) {
@@ -245,7 +246,7 @@ static void check_logits(fixture *f, const char *model, int c, int max_chunk, in
 
 static void test_logits(void) {
     int k, c;
-    for (k = 0; k < 2; k++) {
+    for (k = 0; k < N_MODELS; k++) {
         fixture f;
         if (!fixture_open(&f, g_models[k], NULL, NULL)) { fixture_close(&f); continue; }
         for (c = 0; c < 4; c++) check_logits(&f, g_models[k], c, 256, 0);
@@ -327,7 +328,7 @@ static void test_patch_order(void) {
 /* the final norm of case 0 (every row) */
 static void test_norm_rows(void) {
     int k;
-    for (k = 0; k < 2; k++) {
+    for (k = 0; k < N_MODELS; k++) {
         fixture f;
         g4_session s;
         g4_session_config sc = g4_session_config_init();
@@ -738,6 +739,437 @@ static void test_image_files(void) {
 /* gemma4 logits --image: the file, the processor's expansion of the ids' one
    placeholder, the tower and the merge give transformers' logits; a
    placeholder count that differs from the images is an error (exit 1) */
+/* ------------------------------------------------------------ video */
+/* tools/make_video_goldens.py: data/vision/video.safetensors (the processor),
+   video_cases.txt (sampling and stamps), <model>/video.safetensors (soft
+   tokens and logits). Case v0: "Watch <|video|> and tell", video 0 (8 frames
+   of 18 x 26 at 0.08 fps) sampled with num_frames 3 (frames 0, 2, 5 at 00:00,
+   00:25, 01:02); v1: "<|image|> and <|video|> end", image 1 and frames 1 and 7
+   passed pre-sampled (do_sample_frames false, fps unknown: 24). */
+typedef struct { const char *key, *text; int sample, n_frames, frames[3], image; double fps; } vcase;
+static const vcase g_vcases[2] = {{"v0", "Watch <|video|> and tell", 1, 3, {0, 2, 5}, -1, 0.08},
+                                  {"v1", "<|image|> and <|video|> end", 0, 2, {1, 7, 0}, 1, 0.0}};
+
+typedef struct {
+    int n_frames, n_soft, max_patches;  /* n_soft: per frame */
+    float *pv;                          /* [n_frames][max_patches][48] */
+    int32_t *pos;                       /* [n_frames][max_patches][2] */
+} vframes;
+
+/* The golden video's frames `idx` through g4_video_preprocess; checked bit for
+   bit against pixel_values.<key> (real rows; the rest zero padding at (-1, -1)) */
+static int video_frames(golden *vg, g4_video_config *vc, const int *idx, int n, const char *key, vframes *out) {
+    const g4_tensor *t = g4_model_tensor(&vg->m, "video.0");
+    char k[32];
+    const float *gpv;
+    const int32_t *gpos;
+    int64_t ng, np;
+    uint8_t *frames;
+    void *scratch;
+    size_t fpx, bytes, i, P = 48;
+    int f, ok = 1, real;
+    memset(out, 0, sizeof *out);
+    if (!t || t->dtype != G4_I16 || t->ndim != 4) { CHECK(0, "video.0"); return 0; }
+    fpx = (size_t)(t->shape[1] * t->shape[2] * t->shape[3]);
+    frames = (uint8_t *)malloc(fpx * (size_t)n);
+    for (f = 0; f < n; f++)
+        for (i = 0; i < fpx; i++) frames[(size_t)f * fpx + i] = (uint8_t)((const int16_t *)t->data)[(size_t)idx[f] * fpx + i];
+    out->n_frames = n;
+    out->max_patches = vc->max_soft_tokens * vc->pooling_kernel_size * vc->pooling_kernel_size;
+    out->pv = (float *)malloc(sizeof(float) * (size_t)n * out->max_patches * P);
+    out->pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)n * out->max_patches * 2);
+    bytes = g4_video_scratch_size(vc, (int)t->shape[1], (int)t->shape[2]);
+    scratch = malloc(bytes ? bytes : 1);
+    if (!bytes || g4_video_preprocess(vc, frames, n, (int)t->shape[1], (int)t->shape[2], (int)t->shape[3], scratch, bytes, out->pv,
+                                      out->pos, &out->n_soft) != G4_OK) {
+        CHECK(0, "%s: g4_video_preprocess: %s", key, vc->error);
+        ok = 0;
+    }
+    free(scratch);
+    free(frames);
+    if (!ok) return 0;
+    snprintf(k, sizeof k, "pixel_values.%s", key);
+    gpv = golden_f32(vg, k, &ng);
+    snprintf(k, sizeof k, "positions.%s", key);
+    gpos = gi32(vg, k, &np);
+    real = out->n_soft * vc->pooling_kernel_size * vc->pooling_kernel_size;
+    if (!gpv || !gpos || ng != (int64_t)n * real * (int64_t)P || np != (int64_t)n * real * 2) {
+        CHECK(0, "%s: %d frames of %d patches, golden %lld values", key, n, real, (long long)ng);
+        return 0;
+    }
+    for (f = 0; f < n; f++) {
+        const float *pv = out->pv + (size_t)f * out->max_patches * P;
+        const int32_t *pos = out->pos + (size_t)f * out->max_patches * 2;
+        int pad_ok = 1;
+        for (i = (size_t)real * P; i < (size_t)out->max_patches * P; i++) pad_ok &= pv[i] == 0.0f;
+        for (i = (size_t)real * 2; i < (size_t)out->max_patches * 2; i++) pad_ok &= pos[i] == -1;
+        CHECK(memcmp(pv, gpv + (size_t)f * real * P, sizeof(float) * (size_t)real * P) == 0,
+              "%s frame %d: pixel_values differ (max %.3g)", key, f, max_diff(pv, gpv + (size_t)f * real * P, (size_t)real * P));
+        CHECK(memcmp(pos, gpos + (size_t)f * real * 2, sizeof(int32_t) * (size_t)real * 2) == 0 && pad_ok,
+              "%s frame %d: positions or padding differ", key, f);
+    }
+    return 1;
+}
+
+static void vframes_free(vframes *v) { free(v->pv); free(v->pos); }
+
+static int video_config(g4_video_config *vc) {
+    if (g4_video_config_load(vc, vdir("processor")) != G4_OK) { CHECK(0, "video config: %s", vc->error); return 0; }
+    return 1;
+}
+
+/* a case's frames as the processor keeps them (v0: sampled) */
+static int vcase_frames(golden *vg, const vcase *vcs, vframes *out) {
+    g4_video_config vc;
+    int idx[8], n = 0, k;
+    if (!video_config(&vc)) return 0;
+    if (vcs->sample) {
+        vc.num_frames = vcs->n_frames;
+        CHECK(g4_video_sample_frames(&vc, 8, vcs->fps, idx, 8, &n) == G4_OK, "%s", vc.error);
+        for (k = 0; k < vcs->n_frames; k++) CHECK(n == vcs->n_frames && idx[k] == vcs->frames[k], "%s: sampled frame %d", vcs->key, k);
+    } else {
+        vc.do_sample_frames = 0;
+        for (k = 0; k < vcs->n_frames; k++) idx[k] = vcs->frames[k];
+        n = vcs->n_frames;
+    }
+    return video_frames(vg, &vc, idx, n, vcs->key, out);
+}
+
+/* the text expanded, tokenized, its images expanded: input_ids as Gemma4Processor's */
+static int vcase_ids(const g4_tokenizer *tok, const g4_config *cfg, golden *pg, const vcase *vcs, int n_soft_frame,
+                     int32_t *out, size_t cap, size_t *n_out) {
+    char text[20000];
+    size_t n_text, n_ids;
+    int32_t *ids = (int32_t *)malloc(sizeof(int32_t) * cap);
+    g4_video_item it;
+    char err[G4_ERROR_MAX] = "";
+    int ok = 1, n_img_soft = 0;
+    memset(&it, 0, sizeof it);
+    it.n_frames = vcs->n_frames; it.n_soft = n_soft_frame; it.frame_indices = vcs->frames; it.fps = vcs->fps;
+    if (g4_mm_expand_videos(tok, cfg, vcs->text, strlen(vcs->text), &it, 1, text, sizeof text, &n_text, err) != G4_OK ||
+        g4_tokenize(tok, text, n_text, G4_ENCODE_ADD_SPECIAL, ids, cap, &n_ids) != G4_OK) {
+        CHECK(0, "%s: expand or tokenize: %s", vcs->key, err);
+        ok = 0;
+    } else if (vcs->image >= 0) {
+        g4_image_config ic;
+        float *pv = (float *)malloc(sizeof(float) * 280 * 48);
+        int32_t pos[280 * 2];
+        g4_config c2 = *cfg;
+        CHECK(g4_image_config_load(&ic, vdir("processor")) == G4_OK, "%s", ic.error);
+        ok = preprocess_golden_image(pg, &ic, vcs->image, pv, pos, &n_img_soft) &&
+             g4_mm_expand_images(&c2, ids, (int)n_ids, &n_img_soft, 1, out, cap, n_out, c2.error) == G4_OK;
+        CHECK(ok, "%s: image: %s %s", vcs->key, ic.error, c2.error);
+        free(pv);
+    } else {
+        memcpy(out, ids, sizeof(int32_t) * n_ids);
+        *n_out = n_ids;
+    }
+    free(ids);
+    return ok;
+}
+
+/* pixel_values_videos bit for bit, the sampled frames, ids and mm_token_type_ids as Gemma4Processor's */
+static void test_video_processor(void) {
+    golden vg, pg;
+    g4_tokenizer tok;
+    g4_config cfg;
+    g4_video_config vc;
+    int c;
+    if (!vgolden(&vg, NULL, "video.safetensors") || !vgolden(&pg, NULL, "processor.safetensors")) { CHECK(0, "goldens"); return; }
+    if (!video_config(&vc)) return;
+    CHECK(vc.patch_size == 4 && vc.pooling_kernel_size == 2 && vc.max_soft_tokens == 70 && vc.num_frames == 32 && vc.do_normalize &&
+              vc.do_sample_frames && vc.rescale_factor == 1.0 / 255.0 && vc.image_std[2] == 1.0f && vc.image_mean[0] == 0.0f,
+          "parsed %d %d %d %d", vc.patch_size, vc.pooling_kernel_size, vc.max_soft_tokens, vc.num_frames);
+    CHECK(g4_config_load(&cfg, path2(vdir("31b_mm"), "config.json")) == G4_OK, "%s", cfg.error);
+    CHECK(g4_video_config_check(&vc, &cfg) == G4_OK, "%s", vc.error);
+    if (g4_tokenizer_load(&tok, vdir("processor")) != G4_OK) { CHECK(0, "tokenizer: %s", tok.error); return; }
+    for (c = 0; c < 2; c++) {
+        vframes vf;
+        int32_t ids[400];
+        size_t n_ids = 0;
+        int64_t ng, nt;
+        const int32_t *gids, *gtypes;
+        char key[32];
+        if (!vcase_frames(&vg, &g_vcases[c], &vf)) continue;
+        CHECK(vf.n_soft == 60, "%s: %d soft tokens a frame", g_vcases[c].key, vf.n_soft);
+        snprintf(key, sizeof key, "ids.%s", g_vcases[c].key);
+        gids = gi32(&vg, key, &ng);
+        snprintf(key, sizeof key, "mm_types.%s", g_vcases[c].key);
+        gtypes = gi32(&vg, key, &nt);
+        if (vcase_ids(&tok, &cfg, &pg, &g_vcases[c], vf.n_soft, ids, 400, &n_ids)) {
+            size_t t;
+            int types_ok = 1;
+            CHECK(gids && (int64_t)n_ids == ng && memcmp(ids, gids, sizeof(int32_t) * n_ids) == 0, "%s: ids differ (%zu, golden %lld)",
+                  g_vcases[c].key, n_ids, (long long)ng);
+            for (t = 0; gtypes && nt == ng && t < n_ids; t++) types_ok &= g4_mm_type(&cfg, ids[t]) == gtypes[t];
+            CHECK(gtypes && nt == ng && types_ok, "%s: mm_token_type_ids differ", g_vcases[c].key);
+        }
+        vframes_free(&vf);
+    }
+    { /* another normalisation: mean and std per channel, fused with the rescale */
+        static const int idx[1] = {3};
+        vframes vf;
+        vc.do_sample_frames = 0;
+        vc.image_mean[0] = 0.5f; vc.image_mean[1] = 0.4f; vc.image_mean[2] = 0.3f;
+        vc.image_std[0] = 0.2f; vc.image_std[1] = 0.25f; vc.image_std[2] = 0.3f;
+        if (video_frames(&vg, &vc, idx, 1, "n", &vf)) vframes_free(&vf);
+    }
+    g4_tokenizer_free(&tok);
+    g4_model_free(&vg.m);
+    g4_model_free(&pg.m);
+}
+
+/* video_cases.txt: sample_frames and replace_video_token's stamps on edge cases */
+static void test_video_cases(void) {
+    FILE *fp = fopen(vdir("video_cases.txt"), "r");
+    char line[4096];
+    g4_tokenizer tok;
+    g4_config cfg;
+    int n_sample = 0, n_stamp = 0;
+    if (!fp) { CHECK(0, "video_cases.txt"); return; }
+    if (g4_tokenizer_load(&tok, vdir("processor")) != G4_OK) { CHECK(0, "tokenizer: %s", tok.error); fclose(fp); return; }
+    CHECK(g4_config_load(&cfg, path2(vdir("e2b_mm"), "config.json")) == G4_OK, "%s", cfg.error);
+    while (fgets(line, sizeof line, fp)) {
+        char *colon = strstr(line, " : "), *p;
+        if (line[0] == '#' || !colon) continue;
+        *colon = 0;
+        colon += 3;
+        colon[strcspn(colon, "\n")] = 0;
+        if (!strncmp(line, "sample ", 7)) {
+            g4_video_config vc = g4_video_config_init();
+            int total, nf, idx[64], n = 0, k, ok = 1;
+            double vfps, fps;
+            g4_result r;
+            if (sscanf(line + 7, "%d %lf %d %lf", &total, &vfps, &nf, &fps) != 4) { CHECK(0, "bad line %s", line); continue; }
+            vc.num_frames = nf; vc.fps = fps;
+            r = g4_video_sample_frames(&vc, total, vfps, idx, 64, &n);
+            if (!strcmp(colon, "error")) {
+                CHECK(r == G4_ERR_INPUT && vc.error[0], "sample %s: transformers refuses, gemma4.h gave %d frames", line + 7, n);
+            } else {
+                for (p = colon, k = 0; r == G4_OK && *p; k++) {
+                    long v = strtol(p, &p, 10);
+                    ok &= k < n && idx[k] == v;
+                    while (*p == ' ') p++;
+                }
+                CHECK(r == G4_OK && ok && k == n, "sample %s: %d frames (%s), transformers %s", line + 7, n, vc.error, colon);
+            }
+            n_sample++;
+        } else if (!strncmp(line, "stamp ", 6)) {
+            g4_video_item it;
+            int idx[16], n = 0;
+            double fps;
+            char want[4096], got[4096], *w = want, unit[64];
+            size_t n_got;
+            const char *q;
+            p = line + 6;
+            fps = strtod(p, &p);
+            while (*p == ' ' && n < 16) { idx[n++] = (int)strtol(p, &p, 10); while (*p == ' ' && p[1] == 0) p++; }
+            snprintf(unit, sizeof unit, "%.*s%.*s%.*s", (int)tok.text_len[cfg.boi_token_id], tok.text + tok.text_off[cfg.boi_token_id],
+                     (int)tok.text_len[cfg.video_token_id], tok.text + tok.text_off[cfg.video_token_id],
+                     (int)tok.text_len[cfg.eoi_token_id], tok.text + tok.text_off[cfg.eoi_token_id]);
+            for (q = colon; *q && w < want + sizeof want - 64; q++) { /* '|' stands for a frame's run of one soft token */
+                if (*q == '|') { strcpy(w, unit); w += strlen(unit); } else *w++ = *q;
+            }
+            *w = 0;
+            memset(&it, 0, sizeof it);
+            it.n_frames = n; it.n_soft = 1; it.frame_indices = idx; it.fps = fps;
+            CHECK(g4_mm_expand_videos(&tok, &cfg, "<|video|>", 9, &it, 1, got, sizeof got, &n_got, cfg.error) == G4_OK &&
+                      !strcmp(got, want) && n_got == strlen(want), "stamp %s: \"%s\", transformers \"%s\" (%s)", line + 6, got, want, cfg.error);
+            n_stamp++;
+        }
+    }
+    fclose(fp);
+    CHECK(n_sample == 17 && n_stamp == 7, "%d sample and %d stamp lines", n_sample, n_stamp);
+    g4_tokenizer_free(&tok);
+}
+
+/* soft tokens (get_image_features + get_video_features, in prompt order) and
+   logits against transformers, from our processor's frames through our tower
+   and decoder; chunked too (a frame's block must end a step) */
+static void test_video_logits(void) {
+    golden vpg;
+    g4_tokenizer tok;
+    int k, c;
+    if (!vgolden(&vpg, NULL, "video.safetensors")) { CHECK(0, "video golden"); return; }
+    if (g4_tokenizer_load(&tok, vdir("processor")) != G4_OK) { CHECK(0, "tokenizer: %s", tok.error); g4_model_free(&vpg.m); return; }
+    for (k = 0; k < N_MODELS; k++) {
+        fixture f;
+        golden vg;
+        if (!fixture_open(&f, g_models[k], NULL, NULL)) { fixture_close(&f); continue; }
+        if (!vgolden(&vg, g_models[k], "video.safetensors")) { CHECK(0, "%s video golden", g_models[k]); fixture_close(&f); continue; }
+        for (c = 0; c < 2; c++) {
+            const vcase *vcs = &g_vcases[c];
+            vframes vf;
+            int32_t ids[400];
+            size_t n_ids;
+            int H = f.m.config.hidden_size, V = f.m.config.vocab_size, n_soft = 0, got, chunk;
+            float *soft = (float *)malloc(sizeof(float) * 400 * (size_t)H), *logits = (float *)malloc(sizeof(float) * 400 * (size_t)V);
+            char key[32];
+            int64_t ng, nr, nl;
+            const float *gsoft, *glog;
+            const int32_t *rows;
+            snprintf(key, sizeof key, "soft.%s", vcs->key);
+            gsoft = golden_f32(&vg, key, &ng);
+            snprintf(key, sizeof key, "logits.%s", vcs->key);
+            glog = golden_f32(&vg, key, &nl);
+            snprintf(key, sizeof key, "logit_rows.%s", vcs->key);
+            rows = gi32(&vg, key, &nr);
+            if (!gsoft || !glog || !rows || !vcase_frames(&vpg, vcs, &vf)) { CHECK(0, "%s %s goldens", g_models[k], vcs->key); goto next; }
+            if (!vcase_ids(&tok, &f.m.config, &f.pg, vcs, vf.n_soft, ids, 400, &n_ids)) goto next_vf;
+            if (vcs->image >= 0) { /* the image first: it comes first in the prompt */
+                g4_image_config ic;
+                float *pv = (float *)malloc(sizeof(float) * 280 * 48);
+                int32_t pos[280 * 2];
+                int n_img;
+                CHECK(g4_image_config_load(&ic, vdir("processor")) == G4_OK, "%s", ic.error);
+                if (preprocess_golden_image(&f.pg, &ic, vcs->image, pv, pos, &n_img))
+                    CHECK(g4_vision_encode(&f.vs, pv, pos, 280, soft, &n_soft) == G4_OK, "%s", f.vs.error);
+                free(pv);
+            }
+            CHECK(g4_video_encode(&f.vs, vf.pv, vf.pos, vf.n_frames, vf.max_patches, soft + (size_t)n_soft * H, &got) == G4_OK &&
+                      got == vf.n_frames * vf.n_soft, "%s %s: g4_video_encode: %s (%d soft tokens)", g_models[k], vcs->key, f.vs.error, got);
+            n_soft += got;
+            if ((int64_t)n_soft * H != ng) { CHECK(0, "%s %s: %d soft tokens, golden %lld values", g_models[k], vcs->key, n_soft, (long long)ng); goto next_vf; }
+            {
+                double d = rel_diff(soft, gsoft, (size_t)ng);
+                CHECK(d <= 1e-4, "%s %s: soft tokens differ by %.3g relative", g_models[k], vcs->key, d);
+                printf("  %s %s: %d soft tokens (%d frames), relative difference %.3g\n", g_models[k], vcs->key, n_soft, vf.n_frames, d);
+            }
+            for (chunk = 0; chunk < 2; chunk++) {
+                g4_session s;
+                g4_session_config sc = g4_session_config_init();
+                double worst = 0, mx = max_abs(glog, (size_t)nl);
+                int i;
+                sc.max_context = 256;
+                sc.max_chunk = chunk ? (f.m.config.bidirectional == G4_BIDIR_VISION ? 70 : 16) : 256;
+                if (g4_session_create(&s, &f.m, &sc) != G4_OK) { CHECK(0, "session: %s", s.error); continue; }
+                if (g4_forward_mm(&s, ids, (int)n_ids, soft, n_soft, logits, G4_LOGITS_ALL, NULL) != G4_OK) {
+                    CHECK(0, "%s %s: %s", g_models[k], vcs->key, s.error);
+                } else {
+                    for (i = 0; i < nr; i++) {
+                        double d = max_diff(logits + (size_t)rows[i] * V, glog + (size_t)i * V, (size_t)V);
+                        if (d > worst) worst = d;
+                    }
+                    CHECK(worst <= 1e-4 * mx, "%s %s (max_chunk %d): logits differ by %.3g (max|logit| %.3g)", g_models[k], vcs->key,
+                          sc.max_chunk, worst, mx);
+                    printf("  %s %s, max_chunk %d: %zu ids, logits within %.3g of transformers (%.2g x max|logit|)\n", g_models[k],
+                           vcs->key, sc.max_chunk, n_ids, worst, worst / mx);
+                }
+                g4_session_destroy(&s);
+            }
+        next_vf:
+            vframes_free(&vf);
+        next:
+            free(soft);
+            free(logits);
+        }
+        g4_model_free(&vg.m);
+        fixture_close(&f);
+    }
+    g4_tokenizer_free(&tok);
+    g4_model_free(&vpg.m);
+}
+
+/* bad video input is an error with a message, never a crash */
+static void test_video_errors(void) {
+    static const char *bad[][2] = {
+        {"{\"video_processor\": {\"max_soft_tokens\": 100}}", "max_soft_tokens"},
+        {"{\"video_processor\": {\"resample\": 2}}", "resample"},
+        {"{\"video_processor\": {\"image_std\": [1, 0, 1]}}", "image_std"},
+        {"{\"video_processor\": {\"image_mean\": [0.5, 0.5]}}", "image_mean"},
+        {"{\"video_processor\": {\"num_frames\": 2.5}}", "num_frames"},
+        {"{\"video_processor\": {\"num_frames\": 0}}", "num_frames"},
+        {"{\"video_processor\": {\"fps\": \"x\"}}", "fps"},
+        {"{\"video_processor\": {\"do_normalize\": 1}}", "do_normalize"},
+        {"{\"video_processor\": 3}", "video_processor"},
+        {"[]", "top level"},
+    };
+    g4_video_config vc;
+    g4_config cfg;
+    g4_tokenizer tok;
+    uint8_t frames[2 * 18 * 26 * 4];
+    float *pv = (float *)malloc(sizeof(float) * 2 * 280 * 48);
+    int32_t pos[2 * 280 * 2], idx[8];
+    void *scratch;
+    size_t i, bytes, n_out;
+    int n, n_soft;
+    char text[4096];
+    g4_video_item it;
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK(g4_video_config_parse(&vc, bad[i][0], strlen(bad[i][0]), "p.json") == G4_ERR_CONFIG && strstr(vc.error, bad[i][1]),
+              "%s: %s", bad[i][0], vc.error);
+    {
+        const char *ok = "{\"video_processor\": {\"num_frames\": null, \"fps\": 2, \"image_mean\": 0.25, \"rescale_factor\": 0.5}}";
+        CHECK(g4_video_config_parse(&vc, ok, strlen(ok), "p.json") == G4_OK && vc.num_frames == 0 && vc.fps == 2.0 &&
+                  vc.image_mean[2] == 0.25f && vc.rescale_factor == 0.5, "null num_frames, scalar mean: %s", vc.error);
+    }
+    vc = g4_video_config_init(); /* patch 16, k 3: contradicts the tiny models' 4, 2 */
+    CHECK(g4_config_load(&cfg, path2(vdir("e2b_mm"), "config.json")) == G4_OK, "%s", cfg.error);
+    CHECK(g4_video_config_check(&vc, &cfg) == G4_ERR_CONFIG && strstr(vc.error, "contradict"), "%s", vc.error);
+    /* sampling */
+    vc.num_frames = 9;
+    CHECK(g4_video_sample_frames(&vc, 8, 1.0, idx, 8, &n) == G4_ERR_INPUT && strstr(vc.error, "from a video of 8"), "%s", vc.error);
+    vc.num_frames = 4;
+    CHECK(g4_video_sample_frames(&vc, 8, 1.0, idx, 3, &n) == G4_ERR_INPUT && strstr(vc.error, "cap"), "cap: %s", vc.error);
+    CHECK(g4_video_sample_frames(&vc, 0, 1.0, idx, 8, &n) == G4_ERR_INPUT, "no frames");
+    vc.fps = 1.0;
+    CHECK(g4_video_sample_frames(&vc, 8, 1.0, idx, 8, &n) == G4_ERR_INPUT && strstr(vc.error, "both"), "%s", vc.error);
+    vc.num_frames = 0;
+    CHECK(g4_video_sample_frames(&vc, 8, 0.0, idx, 8, &n) == G4_ERR_INPUT && strstr(vc.error, "rate"), "%s", vc.error);
+    vc.num_frames = 5000; vc.fps = 0;
+    CHECK(g4_video_sample_frames(&vc, 6000, 0.0, idx, 8, &n) == G4_ERR_INPUT && strstr(vc.error, "G4_VIDEO_MAX_FRAMES"), "%s", vc.error);
+    /* preprocessing */
+    CHECK(video_config(&vc), "config");
+    memset(frames, 100, sizeof frames);
+    bytes = g4_video_scratch_size(&vc, 18, 26);
+    scratch = malloc(bytes);
+    CHECK(g4_video_preprocess(&vc, frames, 0, 18, 26, 3, scratch, bytes, pv, pos, &n_soft) == G4_ERR_INPUT && strstr(vc.error, "0 frames"),
+          "zero frames: %s", vc.error);
+    CHECK(g4_video_preprocess(&vc, frames, G4_VIDEO_MAX_FRAMES + 1, 18, 26, 3, scratch, bytes, pv, pos, &n_soft) == G4_ERR_INPUT,
+          "too many frames");
+    CHECK(g4_video_preprocess(&vc, frames, 2, 18, 26, 4, scratch, bytes, pv, pos, &n_soft) == G4_ERR_INPUT && strstr(vc.error, "RGB"),
+          "RGBA: %s", vc.error);
+    CHECK(g4_video_preprocess(&vc, frames, 2, 0, 26, 3, scratch, bytes, pv, pos, &n_soft) == G4_ERR_INPUT, "zero height: %s", vc.error);
+    CHECK(g4_video_preprocess(&vc, frames, 2, 18, 26, 3, scratch, bytes / 2, pv, pos, &n_soft) == G4_ERR_ARENA, "small scratch: %s",
+          vc.error);
+    CHECK(g4_video_preprocess(&vc, frames, 2, 18, 26, 3, scratch, bytes, pv, pos, &n_soft) == G4_OK && n_soft == 60 &&
+              pv[0] == 100.0f / 255.0f, "a grey video: %s", vc.error);
+    free(scratch);
+    /* the expansion */
+    if (g4_tokenizer_load(&tok, vdir("processor")) == G4_OK) {
+        memset(&it, 0, sizeof it);
+        it.n_frames = 2; it.n_soft = 3;
+        CHECK(g4_mm_expand_videos(&tok, &cfg, "a <|video|> b <|video|>", 23, &it, 1, text, sizeof text, &n_out, cfg.error) == G4_ERR_INPUT &&
+                  strstr(cfg.error, "2 video placeholders"), "count: %s", cfg.error);
+        CHECK(g4_mm_expand_videos(&tok, &cfg, "no video", 8, &it, 1, text, sizeof text, &n_out, cfg.error) == G4_ERR_INPUT, "none");
+        CHECK(g4_mm_expand_videos(&tok, &cfg, "a <|video|>", 11, &it, 1, text, 20, &n_out, cfg.error) == G4_ERR_INPUT && n_out > 20,
+              "small: %zu", n_out);
+        CHECK(g4_mm_expand_videos(&tok, &cfg, "a <|video|>", 11, &it, 1, text, sizeof text, &n_out, cfg.error) == G4_OK &&
+                  !strcmp(text, "a 00:00 <|image><|video|><|video|><|video|><image|> 00:00 <|image><|video|><|video|><|video|><image|>") &&
+                  n_out == strlen(text), "two frames at 24 fps: %s", text);
+        it.n_frames = 0;
+        CHECK(g4_mm_expand_videos(&tok, &cfg, "a <|video|>", 11, &it, 1, text, sizeof text, &n_out, cfg.error) == G4_ERR_INPUT, "0 frames");
+        it.n_frames = 1; it.fps = 1e-12;
+        CHECK(g4_mm_expand_videos(&tok, &cfg, "a <|video|>", 11, &it, 1, text, sizeof text, &n_out, cfg.error) == G4_OK, "%s", cfg.error);
+        g4_tokenizer_free(&tok);
+    } else {
+        CHECK(0, "tokenizer");
+    }
+    { /* the tower: no frames, a frame outside the position table */
+        fixture f;
+        float soft[2 * 70 * 32];
+        int got;
+        if (fixture_open(&f, "e2b_mm", NULL, NULL)) {
+            CHECK(g4_video_encode(&f.vs, pv, pos, 0, 280, soft, &got) == G4_ERR_INPUT && strstr(f.vs.error, "0 frames"), "%s", f.vs.error);
+            pos[280 * 2 + 4] = 48;
+            CHECK(g4_video_encode(&f.vs, pv, pos, 2, 280, soft, &got) == G4_ERR_INPUT && strstr(f.vs.error, "video frame 1"), "%s",
+                  f.vs.error);
+        }
+        fixture_close(&f);
+    }
+    free(pv);
+}
+
 static const char *g_cli = "build/gemma4";
 
 static void test_cli_logits(void) {
@@ -830,6 +1262,12 @@ int main(int argc, char **argv) {
         "Gemma4Processor", test_image_processor);
     run("image processor: processor_config.json refusals, a processor contradicting the model", test_image_config);
     run("image files: PNG (RGB, RGBA) and JPEG decode as PIL decodes them; a file to soft tokens", test_image_files);
+    run("video processor: pixel_values_videos bit for bit (sampled, pre-sampled, another mean/std), ids with the frames' "
+        "stamps and mm_token_type_ids as Gemma4Processor's", test_video_processor);
+    run("video processor: sample_frames and the mm:ss stamps on edge cases as transformers'", test_video_cases);
+    run("video: soft tokens and logits against transformers (e2b_mm, 31b_mm, 26b_mm; a video, an image and a video; "
+        "chunked)", test_video_logits);
+    run("video: bad input is an error", test_video_errors);
     run("cli: logits --image gives transformers' logits, greedy --image its next token; a missing placeholder is an "
         "error", test_cli_logits);
     return finish();
