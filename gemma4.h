@@ -35,8 +35,9 @@
                          elementwise ops, the shared-KV table), then attention,
                          MLP, MoE, decoder layer, per-layer inputs, the step
        >>vision          multimodal: Gemma4Config's ids and vision_config, the
-                         vision tower (Gemma4VisionModel + embed_vision) and the
-                         merge of soft tokens into the decoder (g4_forward_mm)
+                         merge of soft tokens into the decoder (g4_forward_mm),
+                         the vision tower (Gemma4VisionModel + embed_vision) and
+                         a video's frames through it (g4_video_encode)
        >>backward        the training reference: loss, the backward of every op,
                          the shared-KV gradient slots, activation checkpointing
        >>drafter         a Gemma 4 drafter (gemma4_assistant) reading the target
@@ -187,14 +188,20 @@
      Gemma4ImageProcessor does (its torchvision backend; and the 12B's
      Gemma4UnifiedImageProcessor's merged patches), g4_mm_expand expands the
      image and audio placeholders as Gemma4Processor and Gemma4UnifiedProcessor
-     do. Decoding PNG/JPEG is the caller's.
+     do. Decoding PNG/JPEG is the caller's. A video is frames: g4_video_encode
+     runs each through the tower (get_video_features), their soft tokens fill
+     the video_token_id rows, each frame its own bidirectional block;
+     gemma4_processing.h's g4_video_sample_frames, g4_video_preprocess and
+     g4_mm_expand_videos are Gemma4VideoProcessor and the processor's "mm:ss"
+     frame stamps (docs/vision.md).
 
    LIMITS
      The text decoder, the vision tower (g4_vision_encode, >>vision), the
      E2B/E4B audio tower (g4_audio_encode, >>audio), their soft tokens merged
-     into the decoder by g4_forward_mm, and the 12B unified model's decoder and
-     encoder-free embedders (>>unified). No video frames yet; the audio tower
-     and the 12B embedders run on one thread. Batch size 1 per session.
+     into the decoder by g4_forward_mm (images, video frames, audio), and the
+     12B unified model's decoder and encoder-free embedders (>>unified; not
+     its video processor). The audio tower and the 12B embedders run on one
+     thread. Batch size 1 per session.
      The bf16 mode and the CUDA twin do not cover the towers; g4_forward_mm runs
      on the CPU. Drafters (gemma4_assistant) run on the CPU only.
 

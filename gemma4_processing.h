@@ -14,7 +14,9 @@
      layout (for checkpoints without a template), g4_image_preprocess turns
      decoded pixels into the vision tower's patches as Gemma4ImageProcessor
      does and g4_mm_expand_images expands the image placeholders as
-     Gemma4Processor does, g4_audio_features makes Gemma4AudioFeatureExtractor's
+     Gemma4Processor does, g4_video_preprocess does Gemma4VideoProcessor's
+     frames and g4_mm_expand_videos the video placeholders with the frames'
+     "mm:ss" stamps, g4_audio_features makes Gemma4AudioFeatureExtractor's
      log-mel features from 16 kHz PCM and g4_wav_parse reads a WAV file. The
      model never calls any of it; the sampler and speculative decoding stay in
      gemma4.h.
@@ -22,7 +24,7 @@
    MAP
      Every section starts with a banner that ends in ">>name". In order:
        >>api             the declarations: tokenizer, chat, template, image processor,
-                         audio features
+                         video processor, audio features
        >>implementation  compiled only with GEMMA4_IMPLEMENTATION
        >>tokenizer       tokenizer.json; >>encoding, >>decoding
        >>chat            the Gemma 4 chat layout (the fallback without a template)
@@ -32,6 +34,10 @@
                          processor_config.json, target size, resize, patches (and
                          Gemma4UnifiedImageProcessor's merged ones); the processors'
                          placeholder expansion (g4_mm_expand_images, g4_mm_expand)
+       >>video_processing Gemma4VideoProcessor, bit for bit: the video_processor
+                         settings, sample_frames, each frame as an image with the
+                         fused rescale/normalize; the processor's video expansion
+                         in text (the frames' mm:ss stamps, g4_mm_expand_videos)
        >>audio_features  Gemma4AudioFeatureExtractor's log-mel features (g4_audio_fe,
                          g4_audio_features) and the WAV reader (g4_wav_parse)
        >>unified_processing the 12B's Gemma4UnifiedProcessor: its audio frames' settings
@@ -6603,6 +6609,11 @@ G4__DEF g4_result g4_video_config_load(g4_video_config *vc, const char *path) {
 G4__DEF g4_result g4_video_config_check(g4_video_config *vc, const g4_config *c) {
     const g4_vision_config *v;
     if (!vc) return G4_ERR_INPUT;
+    if (c && c->unified) {
+        g4__seterr(vc->error, "the model is a gemma4_unified one: its video processor (Gemma4UnifiedVideoProcessor, merged "
+                   "patches) is not gemma4.h's g4_video_preprocess");
+        return G4_ERR_CONFIG;
+    }
     if (!c || !c->vision.present) { g4__seterr(vc->error, "the model has no vision_config"); return G4_ERR_CONFIG; }
     v = &c->vision;
     if (vc->patch_size != v->patch_size || vc->pooling_kernel_size != v->pooling_kernel_size) {
@@ -6660,6 +6671,7 @@ G4__DEF g4_result g4_video_sample_frames(g4_video_config *vc, int total, double 
    (that is fused into the normalisation, g4__video_norm) */
 static g4_image_config g4__video_frame_config(const g4_video_config *vc) {
     g4_image_config ic = g4_image_config_init();
+    ic.kind = G4_IMAGE_GEMMA4;
     ic.patch_size = vc->patch_size;
     ic.max_soft_tokens = vc->max_soft_tokens;
     ic.pooling_kernel_size = vc->pooling_kernel_size;

@@ -1,14 +1,18 @@
-/* test_vision.c - the vision tower (Gemma4VisionModel + embed_vision) and the
-   merge of its soft tokens into the decoder (g4_forward_mm), against
-   transformers 5.23.0 on the tiny models of tools/make_vision_goldens.py
-   (data/vision/: e2b_mm, E2B-style with clipped linears and PLE; 31b_mm,
-   31B-style with bidirectional vision attention and standardize).
+/* test_vision.c - the vision tower (Gemma4VisionModel + embed_vision), the
+   merge of its soft tokens into the decoder (g4_forward_mm), the image and
+   video processors, against transformers 5.23.0 on the tiny models of
+   tools/make_vision_goldens.py (data/vision/: e2b_mm, E2B-style with clipped
+   linears and PLE; 31b_mm, 31B-style with bidirectional vision attention and
+   standardize) and tools/make_video_goldens.py (26b_mm, 26B-style: a MoE
+   decoder; the video cases on all three).
 
    Tolerances, all relative to the largest magnitude of the golden tensor:
      tower taps and soft tokens 1e-4 (float32; the tower's matmuls and attention
        sum in another order than torch's: measured below 2e-6, see the output);
      logits 1e-4 x max|logit| (the issue's bar), end to end: our tower's soft
-       tokens into our decoder (measured 4.3e-5 on e2b_mm, 4.6e-6 on 31b_mm);
+       tokens into our decoder (measured 4.3e-5 on e2b_mm, 4.6e-6 on 31b_mm,
+       1.2e-5 on 26b_mm; with video 5.8e-5, 5.4e-6, 1.5e-5);
+     pixel values (images and video frames) and ids: identical;
      the final norm of every row 1e-4, from transformers' own soft tokens (the
        merge alone: 1.1e-5; from ours the E2B-style model's chaotic tiny decoder
        amplifies the tower's 3e-6 to 1.2e-4 on some rows, while the logits stay
