@@ -46,6 +46,8 @@ build/test_lora: tests/fixtures.h examples/compare.h | build/gemma4
 build/test_lora_san: tests/fixtures.h examples/compare.h | build/gemma4 build/gemma4_san
 # The 12B unified model's config, embedders and merge against transformers (data/tiny/unified_*).
 build/test_unified build/test_unified_san: tests/fixtures.h
+build/test_unified: | build/gemma4
+build/test_unified_san: | build/gemma4_san
 # The bad-input catalogue (tests/test_bad_inputs.c) drives the CLI too:
 # build/gemma4 in the plain run, build/gemma4_san under the sanitizers.
 build/test_bad_inputs: | build/gemma4
@@ -232,7 +234,7 @@ unit: build/gemma4 build/test_gemma4 build/test_tokenizer build/test_bad_inputs 
 	./build/test_cli data build/gemma4
 	./build/test_threads
 	./build/test_audio build/gemma4
-	./build/test_unified data
+	./build/test_unified data build/gemma4
 	./build/test_mm data build/gemma4
 
 sanitize: build/gemma4 build/gemma4_san build/test_gemma4_san build/test_bad_inputs_san build/test_threads_san build/test_tokenizer_san build/test_train_san build/test_drafter_san build/test_lora_san \
@@ -247,7 +249,7 @@ sanitize: build/gemma4 build/gemma4_san build/test_gemma4_san build/test_bad_inp
 	./build/test_threads_san
 	./build/test_tokenizer_san
 	./build/test_audio_san build/gemma4_san
-	./build/test_unified_san data
+	./build/test_unified_san data build/gemma4_san
 	./build/test_mm_san data build/gemma4_san
 	sh tests/san_avx2.sh "$(CC)" "$(WARN)" "$(SAN)"
 
@@ -312,8 +314,8 @@ $(eval $(call suite,lora_san,build/test_lora_san build/gemma4_san,./build/test_l
 $(eval $(call suite,bad_inputs,build/test_bad_inputs build/gemma4,./build/test_bad_inputs data build/gemma4))
 $(eval $(call suite,cli,build/test_cli build/gemma4,./build/test_cli data build/gemma4))
 $(eval $(call suite,cli_san,build/test_cli_san build/gemma4_san,./build/test_cli_san data build/gemma4_san))
-$(eval $(call suite,unified,build/test_unified,./build/test_unified data))
-$(eval $(call suite,unified_san,build/test_unified_san,./build/test_unified_san data))
+$(eval $(call suite,unified,build/test_unified build/gemma4,./build/test_unified data build/gemma4))
+$(eval $(call suite,unified_san,build/test_unified_san build/gemma4_san,./build/test_unified_san data build/gemma4_san))
 $(eval $(call suite,mm,build/test_mm build/gemma4,./build/test_mm data build/gemma4))
 $(eval $(call suite,mm_san,build/test_mm_san build/gemma4_san,./build/test_mm_san data build/gemma4_san))
 $(eval $(call suite,tests,build/test_gemma4 build/gemma4,./build/test_gemma4))

@@ -548,6 +548,13 @@ G4_API g4_result g4_unified_fe_check(g4_unified_fe *fe, const g4_config *c);
 /* A clip's soft tokens: ceil(n_samples / audio_samples_per_token)
    (_compute_audio_num_tokens; the run's length). -1 on a bad fe. */
 G4_API long long g4_unified_audio_tokens(const g4_unified_fe *fe, size_t n_samples);
+/* _extract_waveform_features for one clip: pcm [n] (samples at
+   sampling_rate) cut into frames [*n_frames][audio_samples_per_token], the
+   last zero-padded, every one valid (input_features_mask all true). G4_ERR_INPUT
+   (message in fe->error) when they would not fit max_frames. (gemma4.h's
+   g4_unified_audio_frames does the same with a model's audio_embed_dim.) */
+G4_API g4_result g4_unified_fe_frames(g4_unified_fe *fe, const float *pcm, size_t n, float *frames, int max_frames,
+                                      int *n_frames);
 
 #ifdef __cplusplus
 }
@@ -7217,6 +7224,26 @@ G4__DEF g4_result g4_unified_fe_check(g4_unified_fe *fe, const g4_config *c) {
                    "audio_config.audio_embed_dim %d", fe->audio_samples_per_token, c->unified_audio.audio_embed_dim);
         return G4_ERR_CONFIG;
     }
+    return G4_OK;
+}
+
+G4__DEF g4_result g4_unified_fe_frames(g4_unified_fe *fe, const float *pcm, size_t n, float *frames, int max_frames,
+                                      int *n_frames) {
+    long long rows;
+    size_t A;
+    if (!fe) return G4_ERR_INPUT;
+    if (!frames || !n_frames || (!pcm && n)) { g4__seterr(fe->error, "g4_unified_fe_frames: NULL pcm, frames or n_frames"); return G4_ERR_INPUT; }
+    *n_frames = 0;
+    if ((rows = g4_unified_audio_tokens(fe, n)) < 0) { g4__seterr(fe->error, "g4_unified_fe_frames: audio_samples_per_token < 1"); return G4_ERR_INPUT; }
+    if (rows > (long long)(max_frames > 0 ? max_frames : 0)) {
+        g4__seterr(fe->error, "%llu samples make %lld frames of %d; room for %d", (unsigned long long)n, rows,
+                   fe->audio_samples_per_token, max_frames);
+        return G4_ERR_INPUT;
+    }
+    A = (size_t)fe->audio_samples_per_token;
+    if (n) memcpy(frames, pcm, sizeof(float) * n);
+    memset(frames + n, 0, sizeof(float) * ((size_t)rows * A - n)); /* np.pad with zeros */
+    *n_frames = (int)rows;
     return G4_OK;
 }
 

@@ -246,6 +246,17 @@ static int cmd_info(int argc, char **argv) {
                c.vision.position_embedding_size, (double)c.vision.rope_theta, c.vision.use_clipped_linears ? ", clipped linears" : "",
                c.vision.standardize ? ", standardize" : "", c.image_token_id, c.boi_token_id, c.eoi_token_id,
                c.bidirectional == G4_BIDIR_VISION ? "on sliding layers" : c.bidirectional == G4_BIDIR_ALL ? "everywhere" : "no");
+    if (c.unified && c.unified_vision.present) /* the 12B's encoder-free embedders (>>unified) */
+        printf("unified vision embedder (no encoder): merged patches of %d x %d pixels (patch %d x pooling %d), width %d, "
+               "position table %d; ids: image %d, boi %d, eoi %d; bidirectional image attention %s\n",
+               c.unified_vision.patch_size * c.unified_vision.pooling_kernel_size,
+               c.unified_vision.patch_size * c.unified_vision.pooling_kernel_size, c.unified_vision.patch_size,
+               c.unified_vision.pooling_kernel_size, c.unified_vision.mm_embed_dim, c.unified_vision.mm_posemb_size,
+               c.image_token_id, c.boi_token_id, c.eoi_token_id,
+               c.bidirectional == G4_BIDIR_VISION ? "on every layer" : c.bidirectional == G4_BIDIR_ALL ? "everywhere" : "no");
+    if (c.unified && c.unified_audio.present)
+        printf("unified audio embedder (no encoder): frames of %d raw samples; ids: audio %d, boa %d, eoa %d\n",
+               c.unified_audio.audio_embed_dim, c.audio_token_id, c.boa_token_id, c.eoa_token_id);
     if (adapter_dir) { /* which modules of which layers the adapter changes */
         g4_model m;
         int k;
@@ -1460,20 +1471,23 @@ static int cmd_audio(int argc, char **argv) {
     g4a_list one;
     float *soft = NULL;
     int np, rc, ret = 1;
+    const char *pdir = NULL;
     g4a_opt opts[] = {
         G4A_SR("--out", &out_path, "FILE", "where the float32 [n][hidden] soft tokens go"),
+        G4A_S("--processor", &pdir, "DIR", "a 12B's processor_config.json directory (default: the model's)"),
     };
     g4a_cmd cmd = {"audio", "DIR CLIP.wav", 2, 2,
                    "One clip's soft tokens as they enter the decoder: the WAV (PCM16 or float32, mono, 16 kHz, at most\n"
                    "30 s) through Gemma4AudioFeatureExtractor, the audio tower and embed_audio, padding stripped; float32\n"
-                   "[n][hidden] to FILE.", opts, G4A_N_OPTS(opts)};
+                   "[n][hidden] to FILE. On a 12B (gemma4_unified): frames of audio_samples_per_token raw samples through\n"
+                   "its encoder-free embedder, one soft token each.", opts, G4A_N_OPTS(opts)};
     if ((rc = g4a_parse(&cmd, argc, argv, 2, pos, &np)) != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
     memset(&one, 0, sizeof one);
     one.value[0] = pos[1];
     one.tag[0] = G4MM_AUDIO;
     one.n = 1;
     if (load_model(&m, pos[0])) return 1;
-    if (g4mm_prepare(&mm, &m.config, pos[0], NULL, &one) == 0 && g4mm_encode(&mm, &m, pos[0], NULL, &soft) == 0 &&
+    if (g4mm_prepare(&mm, &m.config, pos[0], pdir, &one) == 0 && g4mm_encode(&mm, &m, pos[0], NULL, &soft) == 0 &&
         write_floats(out_path, soft, (size_t)mm.total_soft * (size_t)m.config.hidden_size) == 0) {
         printf("%s: %d feature frames, %d soft tokens\nwrote %d x %d float32 soft tokens to %s\n", pos[1], mm.f[0].nf,
                mm.total_soft, mm.total_soft, m.config.hidden_size, out_path);

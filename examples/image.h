@@ -265,6 +265,7 @@ done:
    Needs load_model (examples/gemma4.c); G4_IMAGE_NO_CLI leaves it out. */
 #ifndef G4_IMAGE_NO_CLI
 static int load_model(g4_model *m, const char *dir);
+static int g4mm_unified_image_cmd(const g4_model *m, const char *dir, const char *pdir, const char *path, const char *out);
 
 static int g4img_cmd_image(int argc, char **argv) {
     const char *dir, *img, *out = NULL, *pdir = NULL, *pos[2];
@@ -287,6 +288,11 @@ static int g4img_cmd_image(int argc, char **argv) {
     dir = pos[0];
     img = pos[1];
     if (load_model(&m, dir)) return 1;
+    if (m.config.unified) { /* the 12B: no tower, its encoder-free embedder (mm.h) */
+        rc = g4mm_unified_image_cmd(&m, dir, pdir, img, out);
+        g4_model_free(&m);
+        return rc;
+    }
     if (get_pool(&pool) || g4img_open(&c, &m, pdir ? pdir : dir, pool)) { g4_model_free(&m); return 1; }
     H = m.config.hidden_size;
     if (!(soft = (float *)malloc(sizeof(float) * (size_t)c.ic.max_soft_tokens * H))) fprintf(stderr, "gemma4: out of memory\n");

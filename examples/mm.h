@@ -43,6 +43,7 @@ typedef struct {
     int has_fe, max_patches, max_nf;
     int max_run;               /* the longest image run + 2 (boi, eoi) */
     int total_soft;            /* every file's n_soft */
+    g4_unified_fe ufe;         /* a 12B's audio: frames of raw samples (feat [nf][A], mask all 1) */
 } g4mm;
 
 static void g4mm_free(g4mm *mm) {
@@ -133,6 +134,109 @@ static int g4mm_audio_ready(const g4_model *m, const char *dir, const g4_audio_f
     return 0;
 }
 
+/* ---- the 12B (gemma4_unified): no towers. Images are the same files through
+   its Gemma4UnifiedImageProcessor (g4_image_config_check makes the settings
+   merged patches), clips raw frames (Gemma4UnifiedAudioFeatureExtractor, one
+   soft token each), both through the encoder-free embedders. */
+
+/* A WAV file -> frames of the 12B's feature extractor in f (feat, mask all 1,
+   nf = n_soft); 1 after a message naming the file. */
+static int g4mm_unified_clip(g4mm *mm, g4mm_file *f) {
+    char *bytes = NULL, err[G4_ERROR_MAX];
+    float *pcm = NULL;
+    size_t len, n = 0;
+    int rate = 0, rc = 1;
+    long long rows;
+    if (g4__read_file(f->path, &bytes, &len, (size_t)1 << 30, err) != G4_OK) { fprintf(stderr, "gemma4: %s\n", err); return 1; }
+    err[0] = 0;
+    if (g4_wav_parse((const unsigned char *)bytes, len, NULL, 0, &n, &rate, err) != G4_OK) {
+        fprintf(stderr, "gemma4: %s: %s\n", f->path, err);
+    } else if (rate != mm->ufe.sampling_rate) {
+        fprintf(stderr, "gemma4: %s: %d Hz; the feature extractor takes %d Hz\n", f->path, rate, mm->ufe.sampling_rate);
+    } else if ((rows = g4_unified_audio_tokens(&mm->ufe, n)) < 1 || rows > (1 << 24)) {
+        fprintf(stderr, "gemma4: %s: %zu samples make %lld soft tokens\n", f->path, n, rows);
+    } else if (!(pcm = (float *)malloc(sizeof(float) * n)) ||
+               !(f->feat = (float *)malloc(sizeof(float) * (size_t)rows * (size_t)mm->ufe.audio_samples_per_token)) ||
+               !(f->mask = (unsigned char *)malloc((size_t)rows))) {
+        fprintf(stderr, "gemma4: %s: out of memory\n", f->path);
+    } else if (g4_wav_parse((const unsigned char *)bytes, len, pcm, n, &n, &rate, err) != G4_OK ||
+               g4_unified_fe_frames(&mm->ufe, pcm, n, f->feat, (int)rows, &f->nf) != G4_OK) {
+        fprintf(stderr, "gemma4: %s: %s\n", f->path, err[0] ? err : mm->ufe.error);
+    } else {
+        memset(f->mask, 1, (size_t)rows);
+        f->n_soft = f->nf;
+        if (f->nf > mm->max_nf) mm->max_nf = f->nf;
+        rc = 0;
+    }
+    free(bytes);
+    free(pcm);
+    return rc;
+}
+
+/* g4mm_encode for a 12B: every file through its embedder into buf, in mm->f's order. */
+static int g4mm_unified_encode(g4mm *mm, const g4_model *m, float *buf) {
+    int k, used = 0, rows = mm->max_patches > mm->max_nf ? mm->max_patches : mm->max_nf, rc = 1;
+    size_t bytes = 0;
+    void *arena = NULL;
+    g4_unified_run run;
+    memset(&run, 0, sizeof run);
+    if (g4_unified_size(m, rows > 0 ? rows : 1, &bytes) != G4_OK || posix_memalign(&arena, 64, bytes) != 0) {
+        fprintf(stderr, "gemma4: out of memory for the embedders' arena\n");
+        return 1;
+    }
+    for (k = 0; k < mm->n; k++) {
+        g4mm_file *f = &mm->f[k];
+        int got = 0;
+        float *out = buf + (size_t)used * m->config.hidden_size;
+        if ((f->kind == G4_MM_IMAGE ? g4_unified_embed_image(m, f->pv, f->pos, mm->max_patches, arena, bytes, &run, out, &got)
+                                    : g4_unified_embed_audio(m, f->feat, f->mask, f->nf, arena, bytes, &run, out, &got)) != G4_OK) {
+            fprintf(stderr, "gemma4: %s: %s\n", f->path, run.error);
+            goto done;
+        }
+        if (got != f->n_soft) {
+            fprintf(stderr, "gemma4: %s: the embedder gave %d soft tokens, the processor counts %d\n", f->path, got, f->n_soft);
+            goto done;
+        }
+        used += got;
+    }
+    rc = 0;
+done:
+    free(arena);
+    return rc;
+}
+
+static int g4mm_prepare(g4mm *mm, const g4_config *c, const char *dir, const char *pdir, const g4a_list *list);
+static int g4mm_encode(g4mm *mm, const g4_model *m, const char *dir, g4_pool *pool, float **soft);
+
+/* `gemma4 image` on a 12B (image.h): the file's soft tokens, float32 [n][H] to out; 1 after a message. */
+static int g4mm_unified_image_cmd(const g4_model *m, const char *dir, const char *pdir, const char *path, const char *out) {
+    g4mm mm;
+    g4a_list one;
+    float *soft = NULL;
+    FILE *fo = NULL;
+    int rc = 1;
+    size_t n;
+    memset(&one, 0, sizeof one);
+    one.value[0] = path;
+    one.tag[0] = G4MM_IMAGE;
+    one.n = 1;
+    if (g4mm_prepare(&mm, &m->config, dir, pdir, &one) == 0 && g4mm_encode(&mm, m, dir, NULL, &soft) == 0) {
+        n = (size_t)mm.total_soft * (size_t)m->config.hidden_size;
+        if (!(fo = fopen(out, "wb")) || fwrite(soft, sizeof(float), n, fo) != n || fclose(fo) != 0)
+            fprintf(stderr, "gemma4: %s: cannot write (%s)\n", out, strerror(errno));
+        else {
+            printf("%s: %d merged patches, %d soft tokens (encoder-free embedder)\nwrote %d x %d float32 soft tokens to %s\n",
+                   path, mm.total_soft, mm.total_soft, mm.total_soft, m->config.hidden_size, out);
+            rc = 0;
+        }
+        fo = NULL;
+    }
+    if (fo) fclose(fo);
+    g4mm_free(&mm);
+    free(soft);
+    return rc;
+}
+
 /* Every file of list (tags G4MM_IMAGE, G4MM_AUDIO) decoded and through its
    processor: images through DIR's (or pdir's) processor_config.json, checked
    against the config c; clips through the feature extractor. 1 after a message. */
@@ -152,7 +256,7 @@ static int g4mm_prepare(g4mm *mm, const g4_config *c, const char *dir, const cha
             int h, w, ch, P, rc = 1;
             size_t bytes;
             if (!mm->n_image) {
-                if (!c->vision.present || c->image_token_id < 0) {
+                if (!(c->unified ? c->unified_vision.present : c->vision.present) || c->image_token_id < 0) {
                     fprintf(stderr, "gemma4: %s: --image: the model has no vision tower (config.json has no vision_config "
                             "or no image_token_id)\n", dir);
                     return 1;
@@ -185,6 +289,19 @@ static int g4mm_prepare(g4mm *mm, const g4_config *c, const char *dir, const cha
             if (rc) return 1;
             if (f->n_soft + 2 > mm->max_run) mm->max_run = f->n_soft + 2;
         } else {
+            if (c->unified) { /* the 12B: raw frames, its processor's settings checked against the model */
+                if (!mm->n_audio && (g4_unified_fe_load(&mm->ufe, pdir ? pdir : dir) != G4_OK ||
+                                     g4_unified_fe_check(&mm->ufe, c) != G4_OK || c->audio_token_id < 0 ||
+                                     c->boa_token_id < 0 || c->eoa_token_id < 0)) {
+                    fprintf(stderr, "gemma4: %s: --audio: %s\n", pdir ? pdir : dir,
+                            mm->ufe.error[0] ? mm->ufe.error : "the config has no audio, boa or eoa token id");
+                    return 1;
+                }
+                mm->n_audio++;
+                if (g4mm_unified_clip(mm, f)) return 1;
+                mm->total_soft += f->n_soft;
+                continue;
+            }
             if (!mm->n_audio) {
                 if (!c->audio.present || c->audio_token_id < 0 || c->boa_token_id < 0 || c->eoa_token_id < 0) {
                     fprintf(stderr, "gemma4: %s: --audio: the model has no audio tower (config.json has no audio_config "
@@ -286,6 +403,11 @@ static int g4mm_encode(g4mm *mm, const g4_model *m, const char *dir, g4_pool *po
     if (!(buf = (float *)malloc(sizeof(float) * ((size_t)mm->total_soft + (size_t)max_audio) * (size_t)H))) {
         fprintf(stderr, "gemma4: out of memory for %d soft tokens\n", mm->total_soft);
         return 1;
+    }
+    if (m->config.unified) { /* the 12B: the encoder-free embedders */
+        if (g4mm_unified_encode(mm, m, buf)) { free(buf); return 1; }
+        *soft = buf;
+        return 0;
     }
     if (mm->n_image) {
         g4_vision_session_config vc;

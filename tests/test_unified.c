@@ -10,7 +10,8 @@
    linears and an RMSNorm per row; measured (this machine, AVX-512 build) at
    most ~1e-6 relative: the only differences are summation orders.
 
-       build/test_unified [DATA_DIR]          last line: "N passed, M failed" */
+       build/test_unified [DATA_DIR [CLI]]    last line: "N passed, M failed"
+   (CLI: the gemma4 binary the CLI cases run, build/gemma4 by default) */
 #define _POSIX_C_SOURCE 200809L
 #define GEMMA4_IMPLEMENTATION
 #include "../gemma4.h"
@@ -18,6 +19,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -665,6 +667,16 @@ static void test_processor_pixels(void) {
     CHECK(g4_unified_audio_frames(&m, (const float *)short_pcm->data, (size_t)short_pcm->shape[0], frames, 32, &run, &nf) ==
               G4_OK && nf == 31 && memcmp(frames, fs->data, sizeof(float) * 31 * 40) == 0,
           "the 1234-sample clip: %d frames (31), bit for bit", nf);
+    { /* the processing side's framing (g4_unified_fe_frames, the processor's settings) gives the same */
+        g4_unified_fe fe;
+        CHECK(g4_unified_fe_load(&fe, tiny(UPROC)) == G4_OK &&
+                  g4_unified_fe_frames(&fe, (const float *)short_pcm->data, (size_t)short_pcm->shape[0], frames, 32, &nf) ==
+                      G4_OK && nf == 31 && memcmp(frames, fs->data, sizeof(float) * 31 * 40) == 0,
+              "g4_unified_fe_frames: %d frames (31), bit for bit: %s", nf, fe.error);
+        CHECK(g4_unified_fe_frames(&fe, (const float *)short_pcm->data, (size_t)short_pcm->shape[0], frames, 30, &nf) ==
+                  G4_ERR_INPUT && nf == 0 && strstr(fe.error, "31 frames of 40; room for 30"), "no room: %s", fe.error);
+        CHECK(g4_unified_fe_frames(&fe, NULL, 0, frames, 0, &nf) == G4_OK && nf == 0, "an empty clip: no frame");
+    }
 out:
     g4_model_free(&m);
     g4_model_free(&vg.m);
@@ -856,8 +868,166 @@ out:
     g4_model_free(&pg.m);
 }
 
+/* ------------------------------------------------------------------ CLI */
+/* gemma4 logits / greedy / image / audio / info on the 12B: the chat's ids
+   (one placeholder per file, from the template), a.png and clip_b.wav with
+   --processor give transformers' logits on the processor's output (1e-4 x
+   max |logit|), greedy its next token; `image` and `audio` write what the
+   library's embedders give (the same functions: the same bits); a
+   Gemma4ImageProcessor, a count mismatch and an 8 kHz clip are one line and
+   exit 1. */
+static const char *g_cli = "build/gemma4";
+
+static int run_quiet(const char *cmd) { return system(cmd); }
+
+static float *read_floats(const char *path, size_t n) {
+    FILE *f = fopen(path, "rb");
+    float *x = (float *)malloc(sizeof(float) * (n + 1));
+    size_t got = 0;
+    if (f && x) { got = fread(x, sizeof(float), n + 1, f); }
+    if (f) fclose(f);
+    if (got != n) { printf("  %s: %zu floats, %zu expected\n", path, got, n); free(x); return NULL; }
+    return x;
+}
+
+static void test_cli(void) {
+    golden pg, vg;
+    g4_model m;
+    g4_tokenizer tok;
+    g4_template tpl;
+    g4_image_config ic;
+    g4_unified_run run;
+    char cmd[4096], ids_arg[1024], out[128], wav8[128], *q = ids_arg, line[1024];
+    int32_t *ids = NULL, pos[70 * 2];
+    const int32_t *rows;
+    const float *want;
+    float pv[70 * 432], *got = NULL, *lib = NULL, *frames = NULL, *clip_b = NULL;
+    size_t n_ids = 0, k, n_b = 0, bytes = 0;
+    int n_rows = 0, V = 512, H, n = 0, nf = 0, i, found;
+    int64_t numel = 0;
+    double worst = 0, scale;
+    void *arena = NULL;
+    FILE *p;
+    memset(&tok, 0, sizeof tok);
+    memset(&tpl, 0, sizeof tpl);
+    memset(&run, 0, sizeof run);
+    snprintf(out, sizeof out, "/tmp/g4_unified_cli_%d.bin", (int)getpid());
+    snprintf(wav8, sizeof wav8, "/tmp/g4_unified_cli_%d.wav", (int)getpid());
+    if (!golden_open_file(&pg, "unified_like", "processor_golden.safetensors")) { CHECK(0, "processor golden"); return; }
+    if (!open_vision_golden(&vg)) { CHECK(0, "vision golden"); g4_model_free(&pg.m); return; }
+    if (g4_model_load(&m, tiny("unified_like")) != G4_OK) { CHECK(0, "load: %s", m.error); goto out; }
+    H = m.config.hidden_size;
+    if (g4_tokenizer_load(&tok, tiny(UPROC)) != G4_OK || g4_template_load(&tpl, path2(g_data, "templates/e2b")) != G4_OK) {
+        CHECK(0, "tokenizer, template: %s %s", tok.error, tpl.error);
+        goto out;
+    }
+    g4_template_set_tokens(&tpl, &tok);
+    if (!(ids = uchat_ids(0, &tok, &tpl, &n_ids))) { CHECK(0, "chat ids"); goto out; }
+    for (k = 0; k < n_ids && q < ids_arg + sizeof ids_arg - 16; k++) q += sprintf(q, "%s%d", k ? "," : "", (int)ids[k]);
+    rows = golden_ids(&pg, "logit_rows.0", &n_rows);
+    want = golden_f32(&pg, "logits.0", &numel);
+    if (!rows || !want || numel != (int64_t)n_rows * V) { CHECK(0, "golden logits"); goto out; }
+    /* logits: every golden row */
+    snprintf(cmd, sizeof cmd, "%s logits %s --ids %s --image %s --audio %s --processor %s --out %s > /dev/null", g_cli,
+             tiny("unified_like"), ids_arg, path2(g_data, "vision/images/a.png"), path2(g_data, "tiny/e2b_audio/clip_b.wav"),
+             tiny(UPROC), out);
+    CHECK(run_quiet(cmd) == 0, "%s: exit status", cmd);
+    got = read_floats(out, (size_t)266 * V);
+    scale = max_abs(want, (size_t)numel);
+    for (i = 0; got && i < n_rows; i++) {
+        double d = max_diff(got + (size_t)rows[i] * V, want + (size_t)i * V, (size_t)V);
+        if (d > worst) worst = d;
+    }
+    printf("  logits --image a.png --audio clip_b.wav: 266 rows, the golden %d within %.3g x max |logit|\n", n_rows,
+           worst / scale);
+    CHECK(got && worst <= 1e-4 * scale, "CLI logits %.3g relative", worst / scale);
+    /* greedy: the first new token is transformers' argmax of the last row */
+    snprintf(cmd, sizeof cmd, "%s greedy %s --ids %s --image %s --audio %s --processor %s --new 1", g_cli, tiny("unified_like"),
+             ids_arg, path2(g_data, "vision/images/a.png"), path2(g_data, "tiny/e2b_audio/clip_b.wav"), tiny(UPROC));
+    if ((p = popen(cmd, "r")) != NULL) {
+        char big[8192] = "", *last;
+        int rc, want_tok = rows[n_rows - 1] == 265 ? (int)g4_argmax(want + (size_t)(n_rows - 1) * V, V) : -2;
+        if (!fgets(big, sizeof big, p)) big[0] = 0;
+        rc = pclose(p);
+        last = strrchr(big, ' ');
+        CHECK(rc == 0 && last && atoi(last + 1) == want_tok, "greedy: status %d, last token %s, want %d", rc,
+              last ? last + 1 : "none", want_tok);
+    } else CHECK(0, "popen");
+    /* image: the library's embedding of the same file */
+    snprintf(cmd, sizeof cmd, "%s image %s %s --processor %s --out %s > /dev/null", g_cli, tiny("unified_like"),
+             path2(g_data, "vision/images/a.png"), tiny(UPROC), out);
+    CHECK(run_quiet(cmd) == 0, "%s: exit status", cmd);
+    free(got);
+    got = read_floats(out, (size_t)63 * H);
+    CHECK(g4_unified_size(&m, 175, &bytes) == G4_OK && (arena = arena_alloc(bytes)) != NULL, "arena");
+    lib = (float *)malloc(sizeof(float) * 175 * (size_t)H);
+    if (!arena || !lib) goto out;
+    CHECK(g4_image_config_load(&ic, tiny(UPROC)) == G4_OK && g4_image_config_check(&ic, &m.config) == G4_OK &&
+              uimage(&ic, &vg, 0, pv, pos, &n) && g4_unified_embed_image(&m, pv, pos, 70, arena, bytes, &run, lib, &n) == G4_OK &&
+              n == 63, "library image: %s", run.error);
+    CHECK(got && memcmp(got, lib, sizeof(float) * 63 * (size_t)H) == 0, "image: the CLI's soft tokens differ from the library's");
+    /* audio: the same */
+    snprintf(cmd, sizeof cmd, "%s audio %s %s --processor %s --out %s > /dev/null", g_cli, tiny("unified_like"),
+             path2(g_data, "tiny/e2b_audio/clip_b.wav"), tiny(UPROC), out);
+    CHECK(run_quiet(cmd) == 0, "%s: exit status", cmd);
+    free(got);
+    got = read_floats(out, (size_t)175 * H);
+    clip_b = read_wav(path2(g_data, "tiny/e2b_audio/clip_b.wav"), &n_b);
+    frames = (float *)malloc(sizeof(float) * 175 * 40);
+    CHECK(clip_b && frames && g4_unified_audio_frames(&m, clip_b, n_b, frames, 175, &run, &nf) == G4_OK &&
+              g4_unified_embed_audio(&m, frames, NULL, nf, arena, bytes, &run, lib, &n) == G4_OK && n == 175,
+          "library audio: %s", run.error);
+    CHECK(got && memcmp(got, lib, sizeof(float) * 175 * (size_t)H) == 0, "audio: the CLI's soft tokens differ from the library's");
+    /* info */
+    snprintf(cmd, sizeof cmd, "%s info %s", g_cli, tiny("unified_like"));
+    found = 0;
+    if ((p = popen(cmd, "r")) != NULL) {
+        while (fgets(line, sizeof line, p))
+            found += strstr(line, "unified vision embedder (no encoder): merged patches of 12 x 12 pixels (patch 4 x pooling 3), "
+                                  "width 24, position table 10; ids: image 500, boi 501, eoi 502; bidirectional image "
+                                  "attention on every layer") != NULL ||
+                     strstr(line, "unified audio embedder (no encoder): frames of 40 raw samples; ids: audio 503, boa 504, "
+                                  "eoa 505") != NULL;
+        CHECK(pclose(p) == 0 && found == 2, "info: %d of the 2 embedder lines", found);
+    }
+    /* bad input: Gemma 4's processor, a placeholder without its file, a clip at 8 kHz */
+    snprintf(cmd, sizeof cmd, "%s logits %s --ids %s --image %s --audio %s --processor %s --out %s 2> /dev/null", g_cli,
+             tiny("unified_like"), ids_arg, path2(g_data, "vision/images/a.png"), path2(g_data, "tiny/e2b_audio/clip_b.wav"),
+             path2(g_data, "vision/processor"), out);
+    CHECK(run_quiet(cmd) != 0, "a Gemma4ImageProcessor for the 12B: exit 0");
+    snprintf(cmd, sizeof cmd, "%s logits %s --ids %s --image %s --processor %s --out %s 2> /dev/null", g_cli,
+             tiny("unified_like"), ids_arg, path2(g_data, "vision/images/a.png"), tiny(UPROC), out);
+    CHECK(run_quiet(cmd) != 0, "an audio placeholder without --audio: exit 0");
+    {
+        static const unsigned char hdr[44] = {'R', 'I', 'F', 'F', 36 + 16, 0, 0, 0, 'W', 'A', 'V', 'E', 'f', 'm', 't', ' ',
+                                              16, 0, 0, 0, 1, 0, 1, 0, 0x40, 0x1f, 0, 0, 0x80, 0x3e, 0, 0, 2, 0, 16, 0,
+                                              'd', 'a', 't', 'a', 16, 0, 0, 0};
+        static const unsigned char zeros[16] = {0};
+        FILE *f = fopen(wav8, "wb");
+        if (f) { fwrite(hdr, 1, sizeof hdr, f); fwrite(zeros, 1, sizeof zeros, f); fclose(f); }
+        snprintf(cmd, sizeof cmd, "%s audio %s %s --processor %s --out %s 2>&1", g_cli, tiny("unified_like"), wav8,
+                 tiny(UPROC), out);
+        found = 0;
+        if ((p = popen(cmd, "r")) != NULL) {
+            while (fgets(line, sizeof line, p)) found |= strstr(line, "8000 Hz") != NULL;
+            CHECK(pclose(p) != 0 && found, "an 8 kHz clip: no error naming the rate");
+        }
+        remove(wav8);
+    }
+out:
+    remove(out);
+    free(got); free(lib); free(frames); free(clip_b); free(arena);
+    g4_template_free_output(ids);
+    g4_template_free(&tpl);
+    g4_tokenizer_free(&tok);
+    g4_model_free(&m);
+    g4_model_free(&vg.m);
+    g4_model_free(&pg.m);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) g_data = argv[1];
+    if (argc > 2) g_cli = argv[2];
     (void)g_tmp;
     run("unified config: sub-configs, plan, embedder tensors", test_config);
     run("unified config: errors name the field", test_config_errors);
@@ -872,5 +1042,6 @@ int main(int argc, char **argv) {
     run("unified processor: c.png's pixel values and a clip's frames bit for bit", test_processor_pixels);
     run("unified processor: chats with images and clips give apply_chat_template's ids (g4_mm_expand)", test_processor_ids);
     run("unified processor: a chat with a.png and clip_b through the library: logits vs transformers", test_processor_logits);
+    run("unified CLI: logits/greedy with --image and --audio, image, audio, info, bad input", test_cli);
     return finish();
 }
