@@ -13,12 +13,14 @@
        build/test_unified [DATA_DIR [CLI]]    last line: "N passed, M failed"
    (CLI: the gemma4 binary the CLI cases run, build/gemma4 by default) */
 #define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* realpath */
 #define GEMMA4_IMPLEMENTATION
 #include "../gemma4.h"
 #include "../gemma4_processing.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -1025,6 +1027,95 @@ out:
     g4_model_free(&pg.m);
 }
 
+/* The chat path on a 12B directory assembled from the pieces (config and
+   weights of unified_like, the processor's files, the E2B template; links in
+   /tmp): `template --ids --image --audio` prints Gemma4UnifiedProcessor's
+   apply_chat_template ids for the conversation, and `generate --chat --temp 0`
+   on the same chat as a prompt ("Describe<|image|>and<|audio|>.") writes the
+   text of transformers' argmax of the last row. */
+static int link_into(const char *dir, const char *target, const char *name) {
+    char abs_path[4096], link[1024];
+    if (!realpath(target, abs_path)) { printf("  %s: not found\n", target); return 0; }
+    snprintf(link, sizeof link, "%s/%s", dir, name);
+    return symlink(abs_path, link) == 0;
+}
+
+static void test_cli_chat(void) {
+    golden pg;
+    g4_tokenizer tok;
+    char dir[128], msgs[160], cmd[4096], text[4096], line[16384] = "", want_text[256] = "";
+    const char *names[6] = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                            "processor_config.json", "chat_template.jinja"};
+    const char *targets[6];
+    const int32_t *want, *rows;
+    const float *logits;
+    int n_want = 0, n_rows = 0, k, ok = 1, n_got = 0, same = 1;
+    int64_t numel = 0;
+    size_t len = 0;
+    FILE *p, *f;
+    char *q, *end;
+    int32_t next;
+    memset(&tok, 0, sizeof tok);
+    snprintf(dir, sizeof dir, "/tmp/g4_unified_dir_%d", (int)getpid());
+    snprintf(msgs, sizeof msgs, "/tmp/g4_unified_msgs_%d.json", (int)getpid());
+    if (!golden_open_file(&pg, "unified_like", "processor_golden.safetensors")) { CHECK(0, "processor golden"); return; }
+    want = golden_ids(&pg, "ids.0", &n_want);
+    rows = golden_ids(&pg, "logit_rows.0", &n_rows);
+    logits = golden_f32(&pg, "logits.0", &numel);
+    if (!want || !rows || !logits || rows[n_rows - 1] != n_want - 1) { CHECK(0, "golden"); g4_model_free(&pg.m); return; }
+    targets[0] = strdup(tiny("unified_like/config.json"));
+    targets[1] = strdup(tiny("unified_like/model.safetensors"));
+    targets[2] = strdup(tiny(UPROC "/tokenizer.json"));
+    targets[3] = strdup(tiny(UPROC "/tokenizer_config.json"));
+    targets[4] = strdup(tiny(UPROC "/processor_config.json"));
+    targets[5] = strdup(path2(g_data, "templates/e2b/chat_template.jinja"));
+    ok = mkdir(dir, 0700) == 0;
+    for (k = 0; k < 6 && ok; k++) ok = link_into(dir, targets[k], names[k]);
+    CHECK(ok, "the directory %s", dir);
+    if ((f = fopen(msgs, "w")) != NULL) { fputs(uchats[0], f); fclose(f); }
+    /* template --ids */
+    snprintf(cmd, sizeof cmd, "%s template %s --messages %s --ids --image %s --audio %s", g_cli, dir, msgs,
+             path2(g_data, "vision/images/a.png"), path2(g_data, "tiny/e2b_audio/clip_b.wav"));
+    if (ok && (p = popen(cmd, "r")) != NULL) {
+        size_t got = fread(line, 1, sizeof line - 1, p);
+        line[got] = 0;
+        CHECK(pclose(p) == 0, "%s: exit status", cmd);
+        for (q = line; *q; q = end) {
+            long v = strtol(q, &end, 10);
+            if (end == q) break;
+            same &= n_got < n_want && v == want[n_got];
+            n_got++;
+        }
+        printf("  template --ids --image --audio: %d ids, the processor's %d: %s\n", n_got, n_want,
+               same && n_got == n_want ? "equal" : "DIFFERENT");
+        CHECK(same && n_got == n_want, "template ids differ from apply_chat_template's");
+    }
+    /* generate --chat --temp 0: the first token's text */
+    next = (int32_t)g4_argmax(logits + (size_t)(n_rows - 1) * 512, 512);
+    CHECK(g4_tokenizer_load(&tok, tiny(UPROC)) == G4_OK &&
+              g4_detokenize(&tok, &next, 1, 0, want_text, sizeof want_text, &len) == G4_OK, "decode: %s", tok.error);
+    snprintf(cmd, sizeof cmd, "%s generate %s --prompt 'Describe<|image|>and<|audio|>.' --chat --image %s --audio %s "
+             "--temp 0 --max-tokens 1 2> /dev/null", g_cli, dir, path2(g_data, "vision/images/a.png"),
+             path2(g_data, "tiny/e2b_audio/clip_b.wav"));
+    if (ok && (p = popen(cmd, "r")) != NULL) {
+        size_t got = fread(text, 1, sizeof text - 1, p);
+        text[got] = 0;
+        while (got && (text[got - 1] == '\n')) text[--got] = 0;
+        CHECK(pclose(p) == 0 && strcmp(text, want_text) == 0, "generate: '%s', transformers' argmax %d is '%s'", text,
+              (int)next, want_text);
+    }
+    for (k = 0; k < 6; k++) {
+        char link[1024];
+        snprintf(link, sizeof link, "%s/%s", dir, names[k]);
+        remove(link);
+        free((void *)targets[k]);
+    }
+    rmdir(dir);
+    remove(msgs);
+    g4_tokenizer_free(&tok);
+    g4_model_free(&pg.m);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) g_data = argv[1];
     if (argc > 2) g_cli = argv[2];
@@ -1043,5 +1134,6 @@ int main(int argc, char **argv) {
     run("unified processor: chats with images and clips give apply_chat_template's ids (g4_mm_expand)", test_processor_ids);
     run("unified processor: a chat with a.png and clip_b through the library: logits vs transformers", test_processor_logits);
     run("unified CLI: logits/greedy with --image and --audio, image, audio, info, bad input", test_cli);
+    run("unified CLI: template --ids and generate --chat with an image and a clip on a 12B directory", test_cli_chat);
     return finish();
 }
