@@ -14,7 +14,9 @@
      layout (for checkpoints without a template), g4_image_preprocess turns
      decoded pixels into the vision tower's patches as Gemma4ImageProcessor
      does and g4_mm_expand_images expands the image placeholders as
-     Gemma4Processor does, g4_video_preprocess does Gemma4VideoProcessor's
+     Gemma4Processor does (g4_mm_expand: images and audio clips together, as
+     Gemma4Processor and the 12B's Gemma4UnifiedProcessor do; the 12B's merged
+     patches and raw audio frames: >>unified_processing), g4_video_preprocess does Gemma4VideoProcessor's
      frames and g4_mm_expand_videos the video placeholders with the frames'
      "mm:ss" stamps, g4_audio_features makes Gemma4AudioFeatureExtractor's
      log-mel features from 16 kHz PCM and g4_wav_parse reads a WAV file. The
@@ -24,7 +26,7 @@
    MAP
      Every section starts with a banner that ends in ">>name". In order:
        >>api             the declarations: tokenizer, chat, template, image processor,
-                         video processor, audio features
+                         video processor, audio features, the 12B's processor
        >>implementation  compiled only with GEMMA4_IMPLEMENTATION
        >>tokenizer       tokenizer.json; >>encoding, >>decoding
        >>chat            the Gemma 4 chat layout (the fallback without a template)
@@ -41,7 +43,8 @@
        >>audio_features  Gemma4AudioFeatureExtractor's log-mel features (g4_audio_fe,
                          g4_audio_features) and the WAV reader (g4_wav_parse)
        >>unified_processing the 12B's Gemma4UnifiedProcessor: its audio frames' settings
-                         (g4_unified_fe), token counts; images and placeholders are
+                         (g4_unified_fe), the framing (g4_unified_fe_frames), token
+                         counts; images and placeholders are
                          >>image_processing's (kind G4_IMAGE_UNIFIED, g4_mm_expand)
 
    INTEGRATION
