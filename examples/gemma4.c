@@ -206,6 +206,50 @@ static int parse_ids(const char *s, int32_t **out) {
 #include "image.h"
 #include "mm.h"
 
+/* info's lines on the towers beside the vision tower's (config only, no
+   weights): none and why, the image processor's settings (dir: a model
+   directory, whose processor_config.json or preprocessor_config.json give
+   them), the audio tower and the feature extractor (the 12B: nothing more). */
+static void print_towers(const g4_config *c, const char *dir) {
+    if (c->unified) return; /* its encoder-free embedders: the lines above */
+    if (!c->vision.present) printf("vision tower: none (config.json has no vision_config)\n");
+    else if (dir) {
+        g4_image_config ic;
+        char p1[4096], p2[4096];
+        snprintf(p1, sizeof p1, "%s/processor_config.json", dir);
+        snprintf(p2, sizeof p2, "%s/preprocessor_config.json", dir);
+        const char *from = is_file(p1) ? "processor_config.json" : is_file(p2) ? "preprocessor_config.json"
+                                                                             : "no processor_config.json: the defaults";
+        if (g4_image_config_load(&ic, dir) != G4_OK || g4_image_config_check(&ic, c) != G4_OK)
+            printf("image processor (%s): unusable: %s\n", from, ic.error);
+        else
+            printf("image processor (%s): max_soft_tokens %d (at most %d patches of %d x %d pixels), pooling %d, resize %s, "
+                   "rescale %s%g, convert_rgb %s\n", from, ic.max_soft_tokens,
+                   ic.max_soft_tokens * ic.pooling_kernel_size * ic.pooling_kernel_size, ic.patch_size, ic.patch_size,
+                   ic.pooling_kernel_size, ic.do_resize ? "bicubic, aspect kept" : "off", ic.do_rescale ? "" : "off, ",
+                   ic.do_rescale ? (double)ic.rescale_factor : 0.0, ic.do_convert_rgb ? "on" : "off");
+    }
+    if (!c->audio.present) printf("audio tower: none (config.json has no audio_config)\n");
+    else {
+        const g4_audio_config *a = &c->audio;
+        g4_audio_fe fe;
+        printf("audio tower: %d conformer layers, hidden %d, %d heads of %d, subsampling channels %d, %d, light conv kernel %d, "
+               "attention chunk %d, context left %d right %d, logit cap %g, gradient_clipping %g, output_proj %d%s; ids: audio %d, "
+               "boa %d, eoa %d\n", a->num_hidden_layers, a->hidden_size, a->num_attention_heads,
+               a->num_attention_heads > 0 ? a->hidden_size / a->num_attention_heads : 0, a->subsampling_conv_channels[0],
+               a->subsampling_conv_channels[1], a->conv_kernel_size, a->attention_chunk_size, a->attention_context_left,
+               a->attention_context_right, (double)a->attention_logit_cap, (double)a->gradient_clipping, a->output_proj_dims,
+               a->use_clipped_linears ? ", clipped linears" : "", c->audio_token_id, c->boa_token_id, c->eoa_token_id);
+        if (g4_audio_fe_init(&fe) == G4_OK) {
+            int nf = g4_audio_fe_frames(&fe, fe.max_length);
+            printf("audio features: %d Hz mono, %d mel bins (%g-%g Hz), %d-sample frames every %d, at most %d samples (%d frames, "
+                   "%d soft tokens)\n", fe.sampling_rate, fe.feature_size, fe.min_frequency, fe.max_frequency, fe.frame_length,
+                   fe.hop_length, fe.max_length, nf, g4_audio_tokens_max(nf));
+            g4_audio_fe_free(&fe);
+        }
+    }
+}
+
 /* gemma4 info PATH: the plan of a model directory or config.json */
 static int cmd_info(int argc, char **argv) {
     const char *pos[1], *path;
@@ -219,8 +263,9 @@ static int cmd_info(int argc, char **argv) {
         OPT_ADAPTER,
     };
     g4a_cmd cmd = {"info", "PATH", 1, 1,
-                   "The KV-sharing plan of a model directory or a config.json (no weights needed), the chat template a\n"
-                   "directory has, and with --adapter the modules a LoRA adapter changes.", opts, G4A_N_OPTS(opts)};
+                   "The KV-sharing plan of a model directory or a config.json (no weights needed), the vision and audio\n"
+                   "towers (or none, and why), a directory's image processor settings, the feature extractor, the chat\n"
+                   "template a directory has, and with --adapter the modules a LoRA adapter changes.", opts, G4A_N_OPTS(opts)};
     if ((rc = g4a_parse(&cmd, argc, argv, 2, pos, &np)) != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
     path = pos[0];
     if (is_dir(path)) {
@@ -257,6 +302,7 @@ static int cmd_info(int argc, char **argv) {
     if (c.unified && c.unified_audio.present)
         printf("unified audio embedder (no encoder): frames of %d raw samples; ids: audio %d, boa %d, eoa %d\n",
                c.unified_audio.audio_embed_dim, c.audio_token_id, c.boa_token_id, c.eoa_token_id);
+    if (!c.assistant) print_towers(&c, path == buf ? pos[0] : NULL);
     if (adapter_dir) { /* which modules of which layers the adapter changes */
         g4_model m;
         int k;

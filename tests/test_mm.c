@@ -434,6 +434,31 @@ static void test_bad_files(void) {
                              tpng, wav("clip_a.wav"), wav("clip_b.wav")), "template");
 }
 
+/* info describes both towers, the processor's settings and the feature extractor; "none" and why without them */
+static void test_info(void) {
+    static const char *want[] = {
+        "vision tower: 2 layers, hidden 16, 2 heads of 8 (2 KV), mlp 32, patch 4, pooling 2, position table 48, rope_theta 100, "
+        "clipped linears; ids: image 513, boi 512, eoi 514; bidirectional image attention no\n",
+        "image processor (processor_config.json): max_soft_tokens 70 (at most 280 patches of 4 x 4 pixels), pooling 2, resize "
+        "bicubic, aspect kept, rescale 0.00392157, convert_rgb on\n",
+        "audio tower: 2 conformer layers, hidden 24, 3 heads of 8, subsampling channels 128, 4, light conv kernel 5, attention "
+        "chunk 12, context left 13 right 0, logit cap 4, gradient_clipping 2.5, output_proj 20, clipped linears; ids: audio 516, "
+        "boa 515, eoa 517\n",
+        "audio features: 16000 Hz mono, 128 mel bins (0-8000 Hz), 320-sample frames every 160, at most 480000 samples (2999 "
+        "frames, 750 soft tokens)\n",
+    };
+    size_t i;
+    CHECK(cli("info %s", g_model) == 0, "%s", g_err);
+    for (i = 0; i < sizeof want / sizeof want[0]; i++) CHECK(strstr(g_out, want[i]) != NULL, "no line %s in:\n%s", want[i], g_out);
+    CHECK(strstr(g_out, "\nchat template: ") != NULL, "the chat template line is gone");
+    CHECK(cli("info %s", tiny("e2b_like")) == 0 && strstr(g_out, "vision tower: none (config.json has no vision_config)\n") &&
+          strstr(g_out, "audio tower: none (config.json has no audio_config)\n"), "a text model: %s", g_out);
+    CHECK(cli("info %s/vision/31b_mm", g_data) == 0 &&
+          strstr(g_out, "image processor (no processor_config.json: the defaults): unusable: the image processor's patch_size "
+                        "16 and pooling_kernel_size 3 contradict the model's vision_config (4, 2)\n"),
+          "a directory whose default processor contradicts the tower: %s", g_out);
+}
+
 int main(int argc, char **argv) {
     char tmpl[] = "/tmp/gemma4-mm-XXXXXX";
     int i, n_pos;
@@ -458,6 +483,7 @@ int main(int argc, char **argv) {
         test_mismatch);
     run("bad files: truncated PNG, not an image, 8 kHz, stereo, cut WAV, missing, no tower: one line, exit 1",
         test_bad_files);
+    run("info: both towers, the image processor, the feature extractor; none and why", test_info);
     remove_tree(g_tmp);
     return finish();
 }
