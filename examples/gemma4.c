@@ -61,7 +61,9 @@ static int bf16_fast;           /* --bf16-fast: --bf16 with g4_session_config.bf
 #define OPT_MEDIA(o)                                                                                           \
     G4A_L("--image", &(o)->media, G4MM_IMAGE, "FILE", "a PNG or JPEG: the k-th fills the prompt's k-th image placeholder (<|image|>)"), \
     G4A_L("--audio", &(o)->media, G4MM_AUDIO, "FILE", "a WAV (16 kHz mono): the k-th fills the k-th audio placeholder (<|audio|>)"), \
-    G4A_S("--processor", &(o)->processor, "DIR", "with --image: the directory of processor_config.json (default DIR)")
+    G4A_L("--video", &(o)->media, G4MM_VIDEO, "DIR|F1,F2,...", "a video's frames (PNG/JPEG of one size, in order; a directory: " \
+          "its image files by name): the k-th fills the k-th <|video|> with its frames' mm:ss stamps (generate --prompt)"), \
+    G4A_S("--processor", &(o)->processor, "DIR", "with --image or --video: the directory of processor_config.json (default DIR)")
 /* beside every --bf16: the bf16 mode on VDPBF16PS (implies --bf16) */
 #define OPT_BF16_FAST                                                                                          \
     G4A_F("--bf16-fast", &bf16_fast, "--bf16 on VDPBF16PS where the CPU has avx512_bf16: faster, its own summation " \
@@ -583,6 +585,7 @@ typedef struct {
     const char *processor;   /* --processor DIR (with --image) */
     g4a_list media;          /* --image FILE, --audio FILE (generate: the prompt's; chat: the first turn's) */
     int chunk;               /* a step that holds the longest image run (0: the default) */
+    double video_fps;        /* --video-fps: the frames' rate for their stamps (0: unknown, 24) */
 } gen_opts;
 
 /* A seed from the OS (/dev/urandom); 1 after a message when it cannot be read. */
@@ -620,6 +623,8 @@ static int parse_gen_opts(int argc, char **argv, gen_opts *o, int is_chat, const
         G4A_S("--drafter", &o->drafter, "DIR", "speculative decoding with a gemma4_assistant drafter"),
         G4A_I("--draft-tokens", &o->draft_tokens, "K", 1, 1024, "draft tokens per round (default 4)"),
         OPT_MEDIA(o),
+        G4A_D("--video-fps", &o->video_fps, "R", 0, 1e9, G4A_LO_OPEN,
+              "with --video: the frames' rate, for their mm:ss stamps (default unknown: 24, as transformers)"),
         OPT_THREADS,
         OPT_ADAPTER,
     };
@@ -655,7 +660,15 @@ static int parse_gen_opts(int argc, char **argv, gen_opts *o, int is_chat, const
         g4a_fail(&cmd, "--image and --audio do not go with --drafter (a drafter takes no images or audio)");
         return G4A_RESULT_ERR;
     }
-    if (o->processor && !g4a_opt_of(&cmd, "--image")->given) { g4a_fail(&cmd, "--processor needs --image"); return G4A_RESULT_ERR; }
+    if (o->processor && !g4a_opt_of(&cmd, "--image")->given && !g4a_opt_of(&cmd, "--video")->given) {
+        g4a_fail(&cmd, "--processor needs --image or --video");
+        return G4A_RESULT_ERR;
+    }
+    if (g4a_opt_of(&cmd, "--video")->given && o->chat) {
+        g4a_fail(&cmd, "--video goes with a plain --prompt (its frames' stamps are expanded in the text; not with --chat)");
+        return G4A_RESULT_ERR;
+    }
+    if (o->video_fps > 0 && !g4a_opt_of(&cmd, "--video")->given) { g4a_fail(&cmd, "--video-fps needs --video"); return G4A_RESULT_ERR; }
     if (!o->seed_given && os_seed(&o->sc.seed)) return G4A_RESULT_ERR;
     return G4A_RESULT_OK;
 }
@@ -997,7 +1010,7 @@ static int media_items(const g4_tokenizer *t, const g4_config *c, const char *te
     if (!media->n) return 0;
     if (!(ids = (int32_t *)malloc(sizeof(int32_t) * (cap ? cap : 1)))) { fprintf(stderr, "gemma4: out of memory\n"); return -1; }
     if (g4_tokenize(t, text, strlen(text), 0, ids, cap, &n) != G4_OK) { fprintf(stderr, "gemma4: cannot tokenize the prompt\n"); free(ids); return -1; }
-    for (k = 0; k < n; k++) found += g4_mm_type(c, ids[k]) == G4_MM_IMAGE || g4_mm_type(c, ids[k]) == G4_MM_AUDIO;
+    for (k = 0; k < n; k++) found += g4_mm_type(c, ids[k]) != G4_MM_TEXT;
     free(ids);
     return !found;
 }
@@ -1009,12 +1022,12 @@ static char *media_text(const g4_tokenizer *t, const g4_config *c, const char *t
     int k;
     memset(&b, 0, sizeof b);
     for (k = 0; k < media->n; k++) {
-        int32_t id = media->tag[k] == G4MM_IMAGE ? c->image_token_id : c->audio_token_id;
+        int32_t id = media->tag[k] == G4MM_IMAGE ? c->image_token_id : media->tag[k] == G4MM_VIDEO ? c->video_token_id : c->audio_token_id;
         char piece[256];
         size_t len = 0;
         if (g4_detokenize(t, &id, 1, 0, piece, sizeof piece, &len) != G4_OK || len == 0) {
             fprintf(stderr, "gemma4: the tokenizer has no string for the %s placeholder id %d\n",
-                    media->tag[k] == G4MM_IMAGE ? "image" : "audio", (int)id);
+                    media->tag[k] == G4MM_IMAGE ? "image" : media->tag[k] == G4MM_VIDEO ? "video" : "audio", (int)id);
             free(b.p);
             return NULL;
         }
@@ -1076,11 +1089,18 @@ static int cmd_generate(int argc, char **argv) {
         ids = users[0] ? template_prompt(&tpl, &probe, &o, users, 1, 1, &n) : NULL;
         g4_template_free(&tpl);
     } else if (!items || (text = media_text(&probe, &c, o.prompt, &o.media)) != NULL) {
-        ids = encode_prompt(&probe, &o, text ? text : o.prompt, 0, &n);
+        const char *prompt = text ? text : o.prompt;
+        char *xtext = NULL;
+        /* videos: the files through their processors first, the text's <|video|> expanded with the frames' stamps */
+        if (g4mm_has(&o.media, G4MM_VIDEO) && (g4mm_prepare(&mm, &c, dir[0], o.processor, &o.media) ||
+                                                     !(xtext = g4mm_expand_text(&mm, &probe, &c, prompt, o.video_fps))))
+            goto fail;
+        ids = encode_prompt(&probe, &o, xtext ? xtext : prompt, 0, &n);
+        free(xtext);
     }
     if (!ids) goto fail;
     /* the files through their processors, the ids expanded: the context's size is known */
-    if (o.media.n && (g4mm_prepare(&mm, &c, dir[0], o.processor, &o.media) || media_expand(&mm, &c, &ids, &n))) goto fail;
+    if (o.media.n && ((!mm.n && g4mm_prepare(&mm, &c, dir[0], o.processor, &o.media)) || media_expand(&mm, &c, &ids, &n))) goto fail;
     if (mm.max_run > 64) o.chunk = mm.max_run;
     g4_tokenizer_free(&probe);
     if (!gen_open(&g, dir[0], &o, (int)n + o.max_tokens + 1 + (o.drafter ? o.draft_tokens + 2 : 0)) &&
@@ -1309,7 +1329,10 @@ static int cmd_template(int argc, char **argv) {
     if ((rc = g4a_parse(&cmd, argc, argv, 2, pos, &np)) != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
     rc = 1;
     if (mo.media.n && !ids_out) { g4a_fail(&cmd, "--image and --audio expand the ids: they need --ids"); return 1; }
-    if (mo.processor && !g4a_opt_of(&cmd, "--image")->given) { g4a_fail(&cmd, "--processor needs --image"); return 1; }
+    if (mo.processor && !g4a_opt_of(&cmd, "--image")->given && !g4a_opt_of(&cmd, "--video")->given) {
+        g4a_fail(&cmd, "--processor needs --image or --video");
+        return 1;
+    }
     o.enable_thinking = think;
     if (no_gen) o.add_generation_prompt = 0;
     if (load_tokenizer(&tok, pos[0], NULL)) return 1;
@@ -1430,8 +1453,8 @@ static int parse_run_opts(int argc, char **argv, run_opts *o) {
         g4a_fail(&cmd, "--image and --audio do not go with --drafter (a drafter takes no images or audio)");
         return G4A_RESULT_ERR;
     }
-    if (!draft && o->processor && !g4a_opt_of(&cmd, "--image")->given) {
-        g4a_fail(&cmd, "--processor needs --image");
+    if (!draft && o->processor && !g4a_opt_of(&cmd, "--image")->given && !g4a_opt_of(&cmd, "--video")->given) {
+        g4a_fail(&cmd, "--processor needs --image or --video");
         return G4A_RESULT_ERR;
     }
     return (o->n = parse_ids(o->ids_arg, &o->ids)) < 0 ? G4A_RESULT_ERR : G4A_RESULT_OK;

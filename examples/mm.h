@@ -17,19 +17,32 @@
    it alone), so the expanded length, the longest image run (a step must hold
    one) and the longest clip (the audio arena) are known before the session
    and the tower arenas are made; g4mm_encode then runs the towers in prompt
-   order into one [total][H] buffer for g4_forward_mm. */
+   order into one [total][H] buffer for g4_forward_mm.
+
+   --video DIR|F1,F2,... is a video's frames (PNG or JPEG files of one size,
+   in order; a directory: its .png/.jpg/.jpeg files by name), taken as
+   transformers takes a list of frame images: already sampled
+   (do_sample_frames false), at --video-fps frames per second for their
+   "mm:ss" stamps (unknown: 24, as transformers assumes). The stamps are text
+   tokenized with the prompt, so a video goes with a text prompt (generate
+   --prompt): g4mm_expand_text expands the k-th "<|video|>" with the k-th
+   video's frames before tokenizing (g4_mm_expand_videos), g4mm_expand then
+   checks the frames' runs and puts the file in prompt order, g4mm_encode
+   runs its frames through the tower (g4_video_encode). */
 #ifndef G4_MM_H
 #define G4_MM_H
 
-#define G4MM_IMAGE 1 /* g4a_list tags: G4_MM_IMAGE and G4_MM_AUDIO */
+#define G4MM_IMAGE 1 /* g4a_list tags: G4_MM_IMAGE, G4_MM_VIDEO and G4_MM_AUDIO */
+#define G4MM_VIDEO 2
 #define G4MM_AUDIO 3
 
 typedef struct {
-    int kind;                  /* G4_MM_IMAGE or G4_MM_AUDIO */
+    int kind;                  /* G4_MM_IMAGE, G4_MM_VIDEO or G4_MM_AUDIO */
     const char *path;
-    int n_soft;                /* the processor's count: the run's length */
-    float *pv;                 /* image: pixel_values [max_patches][3 p^2] */
-    int32_t *pos;              /* image: positions [max_patches][2] */
+    int n_soft;                /* the processor's count: the run's length (a video: all its frames') */
+    float *pv;                 /* image: pixel_values [max_patches][3 p^2]; video: [n_frames][vmax_patches][3 p^2] */
+    int32_t *pos;              /* image: positions [max_patches][2]; video: [n_frames][vmax_patches][2] */
+    int n_frames, per_frame;   /* video: its frames, each one's soft tokens */
     float *feat;               /* audio: features [nf][feature_size] */
     unsigned char *mask;       /* audio: [nf] */
     int nf;
@@ -37,14 +50,24 @@ typedef struct {
 
 typedef struct {
     g4mm_file *f;              /* command-line order; prompt order after g4mm_expand */
-    int n, n_image, n_audio;
+    int n, n_image, n_audio, n_video;
     g4_image_config ic;        /* with images: the processor's settings */
+    g4_video_config vc;        /* with videos: the video processor's */
+    int vmax_patches;
     g4_audio_fe fe;            /* with audio: the feature extractor */
     int has_fe, max_patches, max_nf;
     int max_run;               /* the longest image run + 2 (boi, eoi) */
     int total_soft;            /* every file's n_soft */
     g4_unified_fe ufe;         /* a 12B's audio: frames of raw samples (feat [nf][A], mask all 1) */
 } g4mm;
+
+/* Does list hold a file of this tag? */
+static int g4mm_has(const g4a_list *list, int tag) {
+    int k;
+    for (k = 0; k < list->n; k++)
+        if (list->tag[k] == tag) return 1;
+    return 0;
+}
 
 static void g4mm_free(g4mm *mm) {
     int k;
@@ -237,7 +260,124 @@ static int g4mm_unified_image_cmd(const g4_model *m, const char *dir, const char
     return rc;
 }
 
-/* Every file of list (tags G4MM_IMAGE, G4MM_AUDIO) decoded and through its
+static int g4mm_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* p appended to *paths (*n of *cap); 0 when out of memory (p freed). */
+static int g4mm_push(char ***paths, int *n, int *cap, char *p) {
+    if (!p) return 0;
+    if (*n == *cap) {
+        char **grown = (char **)realloc(*paths, sizeof **paths * (size_t)(*cap ? 2 * *cap : 16));
+        if (!grown) { free(p); return 0; }
+        *paths = grown;
+        *cap = *cap ? 2 * *cap : 16;
+    }
+    (*paths)[(*n)++] = p;
+    return 1;
+}
+
+/* --video's value: a directory's .png/.jpg/.jpeg files by name, or a comma
+   list; malloc'd paths (*n), NULL after a message. */
+static char **g4mm_frame_paths(const char *value, int *n) {
+    char **paths = NULL;
+    int cap = 0, k, ok = 1;
+    DIR *d = opendir(value);
+    *n = 0;
+    if (d) {
+        struct dirent *e;
+        while (ok && (e = readdir(d)) != NULL) {
+            size_t l = strlen(e->d_name);
+            const char *x = strrchr(e->d_name, '.');
+            char *p;
+            if (!x || (strcmp(x, ".png") && strcmp(x, ".PNG") && strcmp(x, ".jpg") && strcmp(x, ".JPG") && strcmp(x, ".jpeg") &&
+                       strcmp(x, ".JPEG")))
+                continue;
+            if ((p = (char *)malloc(strlen(value) + l + 2)) != NULL) sprintf(p, "%s/%s", value, e->d_name);
+            ok = g4mm_push(&paths, n, &cap, p);
+        }
+        closedir(d);
+        if (*n) qsort(paths, (size_t)*n, sizeof *paths, g4mm_cmp);
+    } else {
+        const char *q = value;
+        while (ok && *q) {
+            size_t l = strcspn(q, ",");
+            char *p = (char *)malloc(l + 1);
+            if (p) { memcpy(p, q, l); p[l] = 0; }
+            ok = g4mm_push(&paths, n, &cap, p);
+            q += l + (q[l] == ',');
+        }
+    }
+    if (!ok || *n == 0) {
+        if (!ok) fprintf(stderr, "gemma4: out of memory\n");
+        else fprintf(stderr, "gemma4: --video %s: no frames (a directory of .png/.jpg files, or FILE,FILE,...)\n", value);
+        for (k = 0; k < *n; k++) free(paths[k]);
+        free(paths);
+        *n = 0;
+        return NULL;
+    }
+    return paths;
+}
+
+/* A video's frames decoded (one size, RGB) and through the video processor
+   into f; 1 after a message. */
+static int g4mm_video(g4mm *mm, g4mm_file *f) {
+    char **paths;
+    uint8_t *frames = NULL, *px = NULL;
+    void *scratch = NULL;
+    int n, k, h = 0, w = 0, ch, P = 3 * mm->vc.patch_size * mm->vc.patch_size, rc = 1;
+    size_t fpx = 0, bytes;
+    if (!(paths = g4mm_frame_paths(f->path, &n))) return 1;
+    if (n > G4_VIDEO_MAX_FRAMES) { fprintf(stderr, "gemma4: --video %s: %d frames, at most %d\n", f->path, n, G4_VIDEO_MAX_FRAMES); goto done; }
+    for (k = 0; k < n; k++) {
+        int fh, fw;
+        if (g4img_read(paths[k], &px, &fh, &fw, &ch)) goto done;
+        if (ch != 3) {
+            fprintf(stderr, "gemma4: %s: a frame of %d channels: video frames must be RGB (transformers cannot take RGBA "
+                    "frames)\n", paths[k], ch);
+            goto done;
+        }
+        if (k == 0) {
+            h = fh; w = fw; fpx = (size_t)h * w * 3;
+            if (!(frames = (uint8_t *)malloc(fpx * (size_t)n))) { fprintf(stderr, "gemma4: out of memory\n"); goto done; }
+        } else if (fh != h || fw != w) {
+            fprintf(stderr, "gemma4: %s: a frame of %d x %d in a video of %d x %d frames (%s)\n", paths[k], fw, fh, w, h, paths[0]);
+            goto done;
+        }
+        memcpy(frames + (size_t)k * fpx, px, fpx);
+        free(px);
+        px = NULL;
+    }
+    bytes = g4_video_scratch_size(&mm->vc, h, w);
+    if (!bytes) {
+        int th, tw;
+        g4_image_config ic = g4_image_config_init();
+        ic.patch_size = mm->vc.patch_size; ic.pooling_kernel_size = mm->vc.pooling_kernel_size;
+        ic.max_soft_tokens = mm->vc.max_soft_tokens; ic.do_resize = mm->vc.do_resize;
+        g4_image_target_size(&ic, h, w, &th, &tw); /* for its message */
+        fprintf(stderr, "gemma4: %s: %s\n", paths[0], ic.error);
+        goto done;
+    }
+    if (!(f->pv = (float *)malloc(sizeof(float) * (size_t)n * mm->vmax_patches * P)) ||
+        !(f->pos = (int32_t *)malloc(sizeof(int32_t) * 2 * (size_t)n * mm->vmax_patches)) || !(scratch = malloc(bytes))) {
+        fprintf(stderr, "gemma4: %s: out of memory\n", f->path);
+        goto done;
+    }
+    if (g4_video_preprocess(&mm->vc, frames, n, h, w, 3, scratch, bytes, f->pv, f->pos, &f->per_frame) != G4_OK) {
+        fprintf(stderr, "gemma4: --video %s: %s\n", f->path, mm->vc.error);
+        goto done;
+    }
+    f->n_frames = n;
+    f->n_soft = n * f->per_frame;
+    rc = 0;
+done:
+    for (k = 0; k < n; k++) free(paths[k]);
+    free(paths);
+    free(frames);
+    free(px);
+    free(scratch);
+    return rc;
+}
+
+/* Every file of list (tags G4MM_IMAGE, G4MM_VIDEO, G4MM_AUDIO) decoded and through its
    processor: images through DIR's (or pdir's) processor_config.json, checked
    against the config c; clips through the feature extractor. 1 after a message. */
 static int g4mm_prepare(g4mm *mm, const g4_config *c, const char *dir, const char *pdir, const g4a_list *list) {
@@ -248,9 +388,26 @@ static int g4mm_prepare(g4mm *mm, const g4_config *c, const char *dir, const cha
     for (k = 0; k < list->n; k++) {
         g4mm_file *f = &mm->f[mm->n];
         f->path = list->value[k];
-        f->kind = list->tag[k] == G4MM_IMAGE ? G4_MM_IMAGE : G4_MM_AUDIO;
+        f->kind = list->tag[k] == G4MM_IMAGE ? G4_MM_IMAGE : list->tag[k] == G4MM_VIDEO ? G4_MM_VIDEO : G4_MM_AUDIO;
         mm->n++;
-        if (f->kind == G4_MM_IMAGE) {
+        if (f->kind == G4_MM_VIDEO) {
+            if (!mm->n_video) {
+                if (!c->vision.present || c->video_token_id < 0) {
+                    fprintf(stderr, "gemma4: %s: --video: the model has no vision tower (config.json has no vision_config "
+                            "or no video_token_id)\n", dir);
+                    return 1;
+                }
+                if (g4_video_config_load(&mm->vc, pdir ? pdir : dir) != G4_OK || g4_video_config_check(&mm->vc, c) != G4_OK) {
+                    fprintf(stderr, "gemma4: %s: %s\n", pdir ? pdir : dir, mm->vc.error);
+                    return 1;
+                }
+                mm->vc.do_sample_frames = 0; /* frame files are the frames (transformers refuses to sample a list of images) */
+                mm->vmax_patches = mm->vc.max_soft_tokens * mm->vc.pooling_kernel_size * mm->vc.pooling_kernel_size;
+            }
+            mm->n_video++;
+            if (g4mm_video(mm, f)) return 1;
+            if (f->per_frame + 2 > mm->max_run) mm->max_run = f->per_frame + 2;
+        } else if (f->kind == G4_MM_IMAGE) {
             uint8_t *px = NULL;
             void *scratch = NULL;
             int h, w, ch, P, rc = 1;
@@ -322,12 +479,45 @@ static int g4mm_prepare(g4mm *mm, const g4_config *c, const char *dir, const cha
     return 0;
 }
 
+/* The prompt's text with each "<|video|>" expanded for the videos in order
+   (g4_mm_expand_videos: the frames' stamps, at fps frames per second, 0
+   unknown), malloc'd; NULL after a message. */
+static char *g4mm_expand_text(const g4mm *mm, const g4_tokenizer *t, const g4_config *c, const char *text, double fps) {
+    g4_video_item *items;
+    char err[G4_ERROR_MAX], *out = NULL;
+    size_t need = 0;
+    int k, v = 0;
+    if (!(items = (g4_video_item *)calloc((size_t)(mm->n_video ? mm->n_video : 1), sizeof *items))) {
+        fprintf(stderr, "gemma4: out of memory\n");
+        return NULL;
+    }
+    for (k = 0; k < mm->n; k++)
+        if (mm->f[k].kind == G4_MM_VIDEO) {
+            items[v].n_frames = mm->f[k].n_frames;
+            items[v].n_soft = mm->f[k].per_frame;
+            items[v].fps = fps;
+            v++;
+        }
+    err[0] = 0;
+    if (g4_mm_expand_videos(t, c, text, strlen(text), items, v, NULL, 0, &need, err) != G4_OK && need == 0)
+        fprintf(stderr, "gemma4: --video: %s\n", err);
+    else if (!(out = (char *)malloc(need + 1)))
+        fprintf(stderr, "gemma4: out of memory\n");
+    else if (g4_mm_expand_videos(t, c, text, strlen(text), items, v, out, need + 1, &need, err) != G4_OK) {
+        fprintf(stderr, "gemma4: --video: %s\n", err);
+        free(out);
+        out = NULL;
+    }
+    free(items);
+    return out;
+}
+
 /* The prompt's ids (one placeholder per file) -> the expanded ids (malloc'd;
    g4_mm_expand, the processor's expansion), and mm->f put in prompt order. A
    placeholder count that differs from the files of its kind is an error naming
    both; 1 after a message. */
 static int g4mm_expand(g4mm *mm, const g4_config *c, const int32_t *ids, int n, int32_t **out, int *n_out) {
-    int t, k, n_img = 0, n_aud = 0, next_img = 0, next_aud = 0, at = 0, *counts = NULL, rc = 1;
+    int t, k, n_img = 0, n_aud = 0, n_runs = 0, want_runs = 0, next_img = 0, next_aud = 0, at = 0, *counts = NULL, rc = 1;
     size_t need = 0;
     g4mm_file *order = NULL;
     char err[G4_ERROR_MAX];
@@ -337,10 +527,17 @@ static int g4mm_expand(g4mm *mm, const g4_config *c, const int32_t *ids, int n, 
         int ty = g4_mm_type(c, ids[t]);
         n_img += ty == G4_MM_IMAGE;
         n_aud += ty == G4_MM_AUDIO;
-        if (ty == G4_MM_VIDEO) {
-            fprintf(stderr, "gemma4: the prompt has a video placeholder (id %d): videos are not supported here\n", c->video_token_id);
-            return 1;
-        }
+        n_runs += ty == G4_MM_VIDEO && (t == 0 || ids[t - 1] != ids[t]);
+    }
+    for (k = 0; k < mm->n; k++) want_runs += mm->f[k].kind == G4_MM_VIDEO ? mm->f[k].n_frames : 0;
+    if (n_runs != want_runs) { /* the text's "<|video|>" become the frames' runs before tokenizing (g4mm_expand_text) */
+        if (mm->n_video)
+            fprintf(stderr, "gemma4: the prompt has %d video frame run%s (id %d) but the --video files have %d frames (a video "
+                    "goes with a text prompt: generate --prompt expands each <|video|> with its frames' stamps)\n", n_runs,
+                    n_runs == 1 ? "" : "s", c->video_token_id, want_runs);
+        else
+            fprintf(stderr, "gemma4: the prompt has a video placeholder (id %d) but no --video was given\n", c->video_token_id);
+        return 1;
     }
     if (n_img != mm->n_image || n_aud != mm->n_audio) {
         if (n_img != mm->n_image)
@@ -356,15 +553,39 @@ static int g4mm_expand(g4mm *mm, const g4_config *c, const int32_t *ids, int n, 
     if (!order || !counts) { fprintf(stderr, "gemma4: out of memory\n"); goto done; }
     for (k = 0; k < mm->n; k++) /* each kind's files in the flags' order */
         if (mm->f[k].kind == G4_MM_IMAGE) counts[next_img++] = mm->f[k].n_soft;
-        else counts[mm->n_image + next_aud++] = mm->f[k].n_soft;
+        else if (mm->f[k].kind == G4_MM_AUDIO) counts[mm->n_image + next_aud++] = mm->f[k].n_soft;
     next_img = next_aud = 0;
-    for (t = 0; t < n; t++) { /* the k-th placeholder of a kind takes the k-th file of that kind */
-        int ty = g4_mm_type(c, ids[t]), *next = ty == G4_MM_IMAGE ? &next_img : &next_aud, seen = 0;
-        if (ty == G4_MM_TEXT) continue;
-        for (k = 0; k < mm->n; k++)
-            if (mm->f[k].kind == ty && seen++ == *next) break;
-        (*next)++;
-        order[at++] = mm->f[k];
+    {
+        int next_vid = 0, frame = 0, run_len = 0;
+        const g4mm_file *vid = NULL;
+        for (t = 0; t < n; t++) { /* the k-th placeholder of a kind takes the k-th file of that kind */
+            int ty = g4_mm_type(c, ids[t]), *next = ty == G4_MM_IMAGE ? &next_img : ty == G4_MM_AUDIO ? &next_aud : &next_vid, seen = 0;
+            if (ty == G4_MM_VIDEO) { /* a video: its frames' runs, in turn; the file at its first */
+                run_len++;
+                if (t + 1 < n && ids[t + 1] == ids[t]) continue;
+                if (!vid || frame == vid->n_frames) {
+                    for (k = 0; k < mm->n; k++)
+                        if (mm->f[k].kind == G4_MM_VIDEO && seen++ == next_vid) break;
+                    next_vid++;
+                    vid = &mm->f[k];
+                    order[at++] = mm->f[k];
+                    frame = 0;
+                }
+                if (run_len != vid->per_frame) {
+                    fprintf(stderr, "gemma4: --video %s: a frame's run of %d ids, the processor counts %d soft tokens a frame\n",
+                            vid->path, run_len, vid->per_frame);
+                    goto done;
+                }
+                frame++;
+                run_len = 0;
+                continue;
+            }
+            if (ty == G4_MM_TEXT) continue;
+            for (k = 0; k < mm->n; k++)
+                if (mm->f[k].kind == ty && seen++ == *next) break;
+            (*next)++;
+            order[at++] = mm->f[k];
+        }
     }
     err[0] = 0;
     g4_mm_expand(c, ids, n, counts, mm->n_image, counts + mm->n_image, mm->n_audio, NULL, 0, &need, err); /* the length */
@@ -399,6 +620,7 @@ static int g4mm_encode(g4mm *mm, const g4_model *m, const char *dir, g4_pool *po
     for (k = 0; k < mm->n; k++)
         if (mm->f[k].kind == G4_MM_AUDIO && g4_audio_tokens_max(mm->f[k].nf) > max_audio) max_audio = g4_audio_tokens_max(mm->f[k].nf);
     if (mm->n_image && mm->ic.max_soft_tokens > max_audio) max_audio = mm->ic.max_soft_tokens;
+    if (mm->n_video && mm->vc.max_soft_tokens > max_audio) max_audio = mm->vc.max_soft_tokens;
     /* the last file's room: a tower asks for its most rows (tokens_max, max_soft_tokens), not its count */
     if (!(buf = (float *)malloc(sizeof(float) * ((size_t)mm->total_soft + (size_t)max_audio) * (size_t)H))) {
         fprintf(stderr, "gemma4: out of memory for %d soft tokens\n", mm->total_soft);
@@ -409,12 +631,12 @@ static int g4mm_encode(g4mm *mm, const g4_model *m, const char *dir, g4_pool *po
         *soft = buf;
         return 0;
     }
-    if (mm->n_image) {
+    if (mm->n_image || mm->n_video) {
         g4_vision_session_config vc;
         size_t vbytes;
         if (!m->vision.loaded) { fprintf(stderr, "gemma4: %s: no vision tower: %s\n", dir, m->vision.error); goto done; }
         memset(&vc, 0, sizeof vc);
-        vc.max_patches = mm->max_patches;
+        vc.max_patches = mm->max_patches > mm->vmax_patches ? mm->max_patches : mm->vmax_patches;
         vc.pool = pool;
         if (g4_vision_session_size(m, &vc, &vbytes) != G4_OK || !(varena = malloc(vbytes)) ||
             g4_vision_session_init(&vs, m, &vc, varena, vbytes) != G4_OK) {
@@ -436,6 +658,11 @@ static int g4mm_encode(g4mm *mm, const g4_model *m, const char *dir, g4_pool *po
         if (f->kind == G4_MM_IMAGE) {
             if (g4_vision_encode(&vs, f->pv, f->pos, mm->max_patches, buf + (size_t)used * H, &got) != G4_OK) {
                 fprintf(stderr, "gemma4: %s: %s\n", f->path, vs.error);
+                goto done;
+            }
+        } else if (f->kind == G4_MM_VIDEO) {
+            if (g4_video_encode(&vs, f->pv, f->pos, f->n_frames, mm->vmax_patches, buf + (size_t)used * H, &got) != G4_OK) {
+                fprintf(stderr, "gemma4: --video %s: %s\n", f->path, vs.error);
                 goto done;
             }
         } else if (g4mm_audio_encode(m, f->path, f->feat, f->mask, f->nf, aarena, abytes, buf + (size_t)used * H, &got)) {

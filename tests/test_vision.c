@@ -1243,6 +1243,66 @@ static void test_cli_logits(void) {
     } else CHECK(0, "31b_mm golden");
 }
 
+/* generate --video: case v1 from files (images/b.png, images/video/f1.png and f7.png): the
+   prompt's length is the processor's and the first greedy token transformers' argmax of
+   the last row; bad uses are one line and exit 1 */
+static void test_cli_video(void) {
+    char cmd[2048], line[4096], want_text[64] = "";
+    const char *common = "--processor %s --tokenizer %s --temp 0";
+    golden g;
+    g4_tokenizer tok;
+    int64_t nr, nl;
+    const int32_t *rows;
+    const float *gold;
+    FILE *p;
+    size_t tl = 0;
+    int rc, k;
+    static const char *bad[][2] = {
+        {"generate %s --prompt \"<|video|> and <|video|>\" --video %s", "2 video placeholders"},
+        {"generate %s --prompt \"<|video|>\" --video %s --chat", "--chat"},
+        {"logits %s --ids 2,518,300 --video %s --out /dev/null", "generate --prompt"},
+        {"generate %s --prompt \"<|video|>\" --video %s,data/vision/images/b.png", "a video of 26 x 18"},
+    };
+    if (!vgolden(&g, "31b_mm", "video.safetensors")) { CHECK(0, "golden"); return; }
+    gold = golden_f32(&g, "logits.v1", &nl);
+    rows = gi32(&g, "logit_rows.v1", &nr);
+    if (g4_tokenizer_load(&tok, vdir("processor")) == G4_OK && gold && rows && nr > 0 && rows[nr - 1] == 204) {
+        int32_t want = g4_argmax(gold + (size_t)(nr - 1) * 520, 520);
+        CHECK(g4_detokenize(&tok, &want, 1, 0, want_text, sizeof want_text - 1, &tl) == G4_OK && tl > 0, "the token's text");
+        want_text[tl] = 0;
+        g4_tokenizer_free(&tok);
+    } else CHECK(0, "tokenizer or golden rows");
+    snprintf(cmd, sizeof cmd, "%s generate %s --prompt \"<|image|> and <|video|> end\" --image %s --video %s --max-tokens 1 ", g_cli,
+             vdir("31b_mm"), vdir("images/b.png"), vdir("images/video"));
+    snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), common, vdir("processor"), vdir("processor"));
+    strcat(cmd, " 2>&1");
+    if ((p = popen(cmd, "r")) != NULL) {
+        size_t got = fread(line, 1, sizeof line - 1, p);
+        line[got] = 0;
+        rc = pclose(p);
+        CHECK(rc == 0 && !strncmp(line, want_text, strlen(want_text)) && strstr(line, "prompt 205 tokens"),
+              "generate --video: status %d, output \"%s\", want \"%s\" and 205 prompt tokens", rc, line, want_text);
+    } else CHECK(0, "popen");
+    for (k = 0; k < (int)(sizeof bad / sizeof bad[0]); k++) {
+        char args[1024];
+        snprintf(args, sizeof args, bad[k][0], vdir("31b_mm"), k == 3 ? vdir("images/video/f1.png") : vdir("images/video"));
+        snprintf(cmd, sizeof cmd, "%s %s ", g_cli, args);
+        if (k == 2) /* logits takes no sampling flags */
+            snprintf(cmd, sizeof cmd, "%s %s --processor %s", g_cli, args, vdir("processor"));
+        else
+            snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), common, vdir("processor"), vdir("processor"));
+        strcat(cmd, " 2>&1");
+        if ((p = popen(cmd, "r")) != NULL) {
+            size_t got = fread(line, 1, sizeof line - 1, p);
+            line[got] = 0;
+            rc = pclose(p);
+            CHECK(rc != 0 && strstr(line, bad[k][1]) && strchr(line, '\n') == line + strlen(line) - 1,
+                  "%s: status %d, \"%s\" (want one line naming %s)", args, rc, line, bad[k][1]);
+        }
+    }
+    g4_model_free(&g.m);
+}
+
 int main(int argc, char **argv) {
     int i, n_pos;
     (void)g_tmp;
@@ -1274,5 +1334,7 @@ int main(int argc, char **argv) {
     run("video: bad input is an error", test_video_errors);
     run("cli: logits --image gives transformers' logits, greedy --image its next token; a missing placeholder is an "
         "error", test_cli_logits);
+    run("cli: generate --video (an image and two frame files) gives the processor's prompt length and transformers' "
+        "first token; bad uses are an error", test_cli_video);
     return finish();
 }

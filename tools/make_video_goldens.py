@@ -13,6 +13,7 @@ processor (data/vision/processor: Gemma4Processor.from_pretrained, torchvision b
         mm_types.v<c>    I32 [S]                 mm_token_type_ids
         pixel_values.n, positions.n  frame 3 alone (do_sample_frames=False) with image_mean [0.5, 0.4, 0.3] and
                          image_std [0.2, 0.25, 0.3]: the fused normalisation with other values (no model runs it)
+    data/vision/images/b.png, images/video/f1.png, f7.png   case v1's image and frames as files (the CLI's test)
     data/vision/video_cases.txt               sample_frames (default_sample_indices_fn) and
                                               replace_video_token's timestamps on edge cases
     data/vision/<model>/video.safetensors     e2b_mm, 31b_mm, 26b_mm
@@ -248,6 +249,14 @@ def main():
     o = vp(videos=[video[[3]]], do_sample_frames=False, image_mean=NORM_MEAN, image_std=NORM_STD, return_tensors="pt")
     pg["pixel_values.n"], pg["positions.n"] = real_rows(o["pixel_values_videos"], o["video_position_ids"])
     save_file(pg, os.path.join(args.out, "video.safetensors"))
+    # case v1's inputs as files, for the command line: image 1 and the two frames as PNG (read back identical)
+    vdir = os.path.join(args.out, "images", "video")
+    os.makedirs(vdir, exist_ok=True)
+    pimg[1].save(os.path.join(args.out, "images", "b.png"), optimize=False)
+    for i in (1, 7):
+        Image.fromarray(video[i], "RGB").save(os.path.join(vdir, f"f{i}.png"), optimize=False)
+        assert np.array_equal(np.array(Image.open(os.path.join(vdir, f"f{i}.png"))), video[i])
+    assert np.array_equal(np.array(Image.open(os.path.join(args.out, "images", "b.png"))), images[1])
     with open(os.path.join(args.out, "video_cases.txt"), "w") as f:
         f.write("# tools/make_video_goldens.py: Gemma4VideoProcessor.sample_frames (total_num_frames video_fps num_frames fps,\n"
                 "# 0 = None) and Gemma4Processor.replace_video_token's stamps (fps frame_indices; '|' stands for a frame's run)\n")
