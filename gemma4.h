@@ -8553,11 +8553,17 @@ static void g4__rows1(float *y, const float *x, const unsigned char *w, g4_dtype
    G4__TT: the last token repeated) are computed and not stored. */
 #define G4__HAVE_GEMM 1
 typedef struct { int mc, kc, nc; } g4__blocking; /* multiples of G4__TR, G4__VL, G4__TT */
+/* AVX-512: kc 2048 and 4 panels (16 rows): 95-101 GFLOP/s on one Zen 4 core
+   against 81-91 with kc 512 and 8 panels (E2B's shapes, 64 and 512 tokens,
+   bench/gemm.c, 2026-11-26, machine at load 9; kc 1024-3072 with 8-24 rows
+   within a few % of it): a tile's 24 partial sums go through the buffer
+   once per kc, and a 1536-wide matmul now has none. AVX2 and NEON keep 512
+   (AVX2 measured no gain from 768-1536 on the Zen 3). */
 #ifndef G4_GEMM_KC
-#define G4_GEMM_KC 512
+#define G4_GEMM_KC (G4__VL == 16 ? 2048 : 512)
 #endif
 #ifndef G4__GEMM_MC /* AVX2: 32 panels (measured +5% over 8 on E2B's shapes; 2, 4, 16, 64 slower than 32) */
-#define G4__GEMM_MC ((G4__VL == 8 ? 32 : 8) * G4__TR)
+#define G4__GEMM_MC ((G4__VL == 8 ? 32 : G4__VL == 16 ? 4 : 8) * G4__TR)
 #endif
 /* AVX2: 256 tokens, so a 512-token chunk packs (and prefetches) each block of
    weights twice, not 8 times: its matmuls measured +4-10% over 64 tokens on
@@ -8589,7 +8595,29 @@ static const g4__blocking g4__torch_blocks = {G4__TORCH_MC, G4__TORCH_KC, G4__TO
 #endif
 #define G4__PACK_FLOAT_MODE G4__PACK_FLOATS(G4__GEMM_MC, (G4_GEMM_KC / G4__VL) * G4__VL, G4__GEMM_NC)
 /* one thread's share of the session's packing buffers, in 64-byte lines */
-#define G4__PACK_THREAD (((G4__PACK_FLOAT_MODE > G4__TORCH_FLOATS ? G4__PACK_FLOAT_MODE : G4__TORCH_FLOATS) + 15) / 16 * 16)
+/* The VDPBF16PS tile's blocks (g4__micro_bf16, bf16_fast): its panels are
+   bf16 (mc * kc / 2 floats) and a step is 32 values of k, so kc is larger:
+   with the float32 tile's 512 a tile loaded and stored its 24 partial sums
+   every 16 steps. kc 1536-2048 with 16 rows measured 160-176 GFLOP/s on one
+   Zen 4 core against 145-154 with kc 512 and 32 rows (E2B's shapes, 64 and
+   512 tokens, 2026-11-26, under load; VDPBF16PS's peak there 232) */
+#if G4__BF16DOT
+#ifndef G4__BF16DOT_MC
+#define G4__BF16DOT_MC (4 * G4__TR)
+#endif
+#ifndef G4__BF16DOT_KC
+#define G4__BF16DOT_KC 2048
+#endif
+#define G4__BF16DOT_FLOATS ((size_t)G4__BF16DOT_MC * G4__BF16DOT_KC / 2 + (size_t)G4__BF16DOT_MC * G4__GEMM_NC * 16)
+static const g4__blocking g4__bf16dot_blocks = {G4__BF16DOT_MC, G4__BF16DOT_KC, G4__GEMM_NC};
+#else
+#define G4__BF16DOT_FLOATS 0
+#endif
+#define G4__PACK_MAX2(a, b) ((a) > (b) ? (a) : (b))
+/* (and the backward's g4__gemm_acc_blocks: G4__ACC_MC rows of kc 512 and G4__ACC_NC tokens' floats) */
+#define G4__ACC_FLOATS G4__PACK_FLOATS((G4__VL == 8 ? 32 : 8) * G4__TR, 512, (64 / G4__TT) * G4__TT)
+#define G4__PACK_THREAD \
+    ((G4__PACK_MAX2(G4__PACK_MAX2(G4__PACK_FLOAT_MODE, G4__TORCH_FLOATS), G4__PACK_MAX2(G4__BF16DOT_FLOATS, G4__ACC_FLOATS)) + 15) / 16 * 16)
 
 /* Prefetching the next block of W (the rows and k range the next block packs)
    while the current one runs: a cursor over its lines, a few per register
@@ -8700,10 +8728,12 @@ static G4__NOINLINE void g4__micro_bf16(uint16_t *wp, const unsigned char *const
 
 /* y[t * ldy + o] = sum_k x[t * ldx + k] W[o][k] for t < n, o in [o0, o1),
    with the tile of `kind` (W bf16 for the bf16 mode's; xb: x as bf16, ldx
-   apart, for G4__TILE_BF16DOT, else NULL); ws: mc * kc + mc * nc * (the
-   tile's partial sums per output) floats of b: G4__PACK_FLOATS(b->mc, b->kc,
-   b->nc) but for G4__TILE_TORCH's 64 (G4__TORCH_FLOATS for
-   g4__torch_blocks). b->kc a multiple of the tile's step. */
+   apart, for G4__TILE_BF16DOT, else NULL); ws: mc * kc (G4__TILE_BF16DOT's
+   bf16 panels: mc * kc / 2) + mc * nc * (the tile's partial sums per
+   output) floats of b: G4__PACK_FLOATS(b->mc, b->kc, b->nc) but for
+   G4__TILE_TORCH's 64 (G4__TORCH_FLOATS for g4__torch_blocks) and
+   G4__TILE_BF16DOT's panels (G4__BF16DOT_FLOATS). b->kc a multiple of the
+   tile's step. */
 static void g4__gemm(float *y, size_t ldy, const float *x, const uint16_t *xb, size_t ldx, const g4_tensor *w, int n, int o0, int o1,
                      float *ws, const g4__blocking *b, g4__tile_kind kind) {
     int step = kind == G4__TILE_TORCH ? 64 : kind == G4__TILE_BF16DOT ? 32 : G4__VL; /* k per step of the tile */
@@ -8713,7 +8743,7 @@ static void g4__gemm(float *y, size_t ldy, const float *x, const uint16_t *xb, s
     g4_dtype dt = w->dtype;
     size_t esz = g4__dtype_size(dt);
     const unsigned char *base = (const unsigned char *)w->data;
-    float *part = ws + (size_t)b->mc * (size_t)b->kc, sum[G4__TR][G4__TT];
+    float *part = ws + (size_t)b->mc * (size_t)b->kc / (kind == G4__TILE_BF16DOT ? 2 : 1), sum[G4__TR][G4__TT]; /* (bf16 panels: half) */
     const float *xt[G4__TT];
     const unsigned char *wrow[G4__TR];
     g4__pf pf;
@@ -8830,11 +8860,14 @@ static void g4__pack_kmajor(float *wp, const unsigned char *B, g4_dtype dt, size
 /* its blocks: twice the forward's columns and 64-token blocks (measured
    +10-20% on E2B's backward shapes, AVX2), kc so that the packed block fits
    in the buffer of 64-token blocks (the forward's until it took 256 tokens
-   on AVX2; kc sets the backward's order of sums, so it stays) */
+   on AVX2; kc sets the backward's order of sums, so it stays: computed from
+   the forward's blocking of that day, 8 or 32 panels and kc 512, whatever
+   the forward's is now) */
+#define G4__ACC_MC ((G4__VL == 8 ? 32 : 8) * G4__TR)
 #define G4__ACC_NC ((64 / G4__TT) * G4__TT)
 static const g4__blocking g4__gemm_acc_blocks = {
-    2 * G4__GEMM_MC,
-    G4__PACK_FLOATS(G4__GEMM_MC, (G4_GEMM_KC / G4__VL) * G4__VL, G4__ACC_NC) / (2 * G4__GEMM_MC) / G4__VL * G4__VL,
+    2 * G4__ACC_MC,
+    G4__PACK_FLOATS(G4__ACC_MC, (512 / G4__VL) * G4__VL, G4__ACC_NC) / (2 * G4__ACC_MC) / G4__VL * G4__VL,
     2 * G4__ACC_NC};
 
 static void g4__gemm_acc(float *y, size_t ldy, const float *x, size_t ldx, const unsigned char *B, g4_dtype bdt,
@@ -9035,23 +9068,36 @@ static G4__NOINLINE void g4__micro_bf16(uint16_t *wp, const unsigned char *const
                                         float *part, int first, int last, float sum[G4__TR][G4__TT]) {
     __m512 acc[G4__TR][G4__TT];
     __m512bh wv[G4__TR], xv;
+    const uint16_t *xp[G4__TT]; /* (a local copy: GCC reloaded each pointer from xt every step) */
     int r, u, s;
+    G4__UNROLL for (u = 0; u < G4__TT; u++) xp[u] = xt[u];
     G4__UNROLL for (r = 0; r < G4__TR; r++)
         G4__UNROLL for (u = 0; u < G4__TT; u++) acc[r][u] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(part + (r * G4__TT + u) * 16);
-    for (s = 0; s < steps; s++, wp += G4__TR * 32) {
-        G4__UNROLL for (r = 0; r < G4__TR; r++) {
-            if (wrow) {
+    if (wrow) /* a block's first tile: copy the weights into the panel on the way */
+        for (s = 0; s < steps; s++, wp += G4__TR * 32) {
+            G4__UNROLL for (r = 0; r < G4__TR; r++) {
                 wv[r] = g4__ldbf(wrow[r], k0 + 32 * s);
+                G4__IN_REGISTER(wv[r]);
                 _mm512_storeu_si512((void *)(wp + r * 32), (__m512i)wv[r]);
-            } else wv[r] = g4__ldbf(wp + r * 32, 0);
-            G4__IN_REGISTER(wv[r]);
+            }
+            G4__UNROLL for (u = 0; u < G4__TT; u++) {
+                xv = g4__ldbf(xp[u], 32 * s);
+                G4__IN_REGISTER(xv);
+                G4__UNROLL for (r = 0; r < G4__TR; r++) acc[r][u] = _mm512_dpbf16_ps(acc[r][u], wv[r], xv);
+            }
         }
-        G4__UNROLL for (u = 0; u < G4__TT; u++) {
-            xv = g4__ldbf(xt[u], 32 * s);
-            G4__IN_REGISTER(xv);
-            G4__UNROLL for (r = 0; r < G4__TR; r++) acc[r][u] = _mm512_dpbf16_ps(acc[r][u], wv[r], xv);
+    else
+        for (s = 0; s < steps; s++, wp += G4__TR * 32) {
+            G4__UNROLL for (r = 0; r < G4__TR; r++) {
+                wv[r] = g4__ldbf(wp + r * 32, 0);
+                G4__IN_REGISTER(wv[r]);
+            }
+            G4__UNROLL for (u = 0; u < G4__TT; u++) {
+                xv = g4__ldbf(xp[u], 32 * s);
+                G4__IN_REGISTER(xv);
+                G4__UNROLL for (r = 0; r < G4__TR; r++) acc[r][u] = _mm512_dpbf16_ps(acc[r][u], wv[r], xv);
+            }
         }
-    }
     if (last) {
         G4__UNROLL for (r = 0; r < G4__TR; r++)
             G4__UNROLL for (u = 0; u < G4__TT; u++) sum[r][u] = _mm512_reduce_add_ps(acc[r][u]);
@@ -9084,7 +9130,7 @@ static void g4__matmul_bf16dot(float *y, const float *x, const uint16_t *xb, con
             for (k = 0; k < kv; k += 32) acc = _mm512_dpbf16_ps(acc, g4__ldbf(row, k), g4__ldbf(xb, k));
             y[o] = g4__tail(_mm512_reduce_add_ps(acc), x, row, G4_BF16, kv, in);
         }
-    } else g4__gemm(y, (size_t)out, x, xb, (size_t)in, w, n, o0, o1, ws, &g4__gemm_blocks, G4__TILE_BF16DOT);
+    } else g4__gemm(y, (size_t)out, x, xb, (size_t)in, w, n, o0, o1, ws, &g4__bf16dot_blocks, G4__TILE_BF16DOT);
 }
 #endif
 #else

@@ -2,6 +2,8 @@
    weights): GFLOP/s of the packed GEMM (g4__gemm) against the float32 FMA
    peak (build/fmapeak 1).
        gemm [tokens...]      default: 64 512; prints one line per shape
+   BF16DOT=1: the bf16 mode's bf16_fast GEMM (VDPBF16PS, avx512_bf16 builds)
+   against its own peak, twice the float32 one
    Each repetition reads another copy of the weights, 96 MB of copies in all,
    so they come from memory as in a model's prefill, not from the 32 MB L3 a
    single copy would stay in (WARM=1: one copy, the old, optimistic setting). */
@@ -20,7 +22,7 @@ static double now(void) {
 int main(int argc, char **argv) {
     static const int shapes[][2] = {{2048, 1536}, {6144, 1536}, {1536, 6144}, {1536, 12288}}; /* out, in */
     int ns[8] = {64, 512}, nn = 2, a, b, r, c, reps = getenv("REPS") ? atoi(getenv("REPS")) : 5;
-    int warm = getenv("WARM") && atoi(getenv("WARM"));
+    int warm = getenv("WARM") && atoi(getenv("WARM")), dot = getenv("BF16DOT") && atoi(getenv("BF16DOT"));
     if (argc > 1) for (nn = 0; nn < argc - 1 && nn < 8; nn++) ns[nn] = atoi(argv[nn + 1]);
     printf("kernels: %s, GEMM micro-kernel %d x %d, blocks mc %d kc %d nc %d\n", g4_simd_name(), G4__TR, G4__TT,
 #ifdef G4__SIMD_NAME
@@ -36,6 +38,7 @@ int main(int argc, char **argv) {
             uint16_t *wd;
             float *x = (float *)malloc(4 * (size_t)n * in), *y = (float *)malloc(4 * (size_t)n * out);
             float *ws = (float *)aligned_alloc(64, 4 * (size_t)(G4__PACK_THREAD + 16));
+            uint16_t *xb = (uint16_t *)malloc(2 * (size_t)n * in);
             g4_tensor w;
             double best = 1e30, t;
             while ((double)rows * in * n > 1.5e9 && rows > 96) rows /= 2; /* keep a run under a second */
@@ -45,19 +48,26 @@ int main(int argc, char **argv) {
             if (!wd) { fprintf(stderr, "gemm: out of memory\n"); return 1; }
             for (i = 0; i < (size_t)rows * in; i++) wd[i] = (uint16_t)(0x3c00 + (i * 2654435761u >> 20) % 0x700);
             for (c = 1; c < copies; c++) memcpy((char *)wd + (size_t)c * wbytes, wd, wbytes);
-            for (i = 0; i < (size_t)n * in; i++) x[i] = (float)(i % 13) * 0.01f - 0.06f;
+            for (i = 0; i < (size_t)n * in; i++) x[i] = g4__bf16_round((float)(i % 13) * 0.01f - 0.06f);
+#if G4__BF16DOT
+            g4__to_bf16(xb, x, n, in);
+#endif
             memset(&w, 0, sizeof w);
             w.dtype = G4_BF16; w.ndim = 2; w.shape[0] = out; w.shape[1] = in;
             for (r = 0; r < reps; r++) {
                 w.data = (char *)wd + (size_t)(r % copies) * wbytes;
                 t = now();
+#if G4__BF16DOT
+                if (dot) g4__matmul_bf16dot(y, x, xb, &w, n, 0, rows, ws);
+                else
+#endif
                 g4__matmul_rows(y, x, &w, n, 0, rows, ws);
                 t = now() - t;
                 if (t < best) best = t;
             }
-            printf("%5d x %5d, %3d tokens: %6.1f GFLOP/s (CPU time, best of %d, %s weights)\n", out, in, n, 2.0 * rows * in * n / best / 1e9, reps,
-                   warm ? "warm" : "cold");
-            free(wd); free(x); free(y); free(ws);
+            printf("%5d x %5d, %3d tokens: %6.1f GFLOP/s (CPU time, best of %d, %s weights%s)\n", out, in, n, 2.0 * rows * in * n / best / 1e9, reps,
+                   warm ? "warm" : "cold", dot ? ", VDPBF16PS" : "");
+            free(wd); free(x); free(y); free(ws); free(xb);
         }
     return 0;
 }

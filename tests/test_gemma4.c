@@ -733,13 +733,13 @@ static void test_simd_matmul_vs_scalar(void) {
    weights and inputs, as that mode's are. */
 static void gemm_blocking(g4__tile_kind kind) {
     /* in: below, at and past a step (VL; 32: one VDPBF16PS; torch's 64 and 16-wide tail) and a tiny block */
-    static const int ins_f32[] = {1, 7, G4__VL, 3 * G4__VL + 5, 100, 600}, ins_dot[] = {1, 31, 32, 70, 100, 600},
+    static const int ins_f32[] = {1, 7, G4__VL, 3 * G4__VL + 5, 100, 600}, ins_dot[] = {1, 31, 32, 70, 100, 600, 2100},
                      ins_torch[] = {1, 8, 40, 64, 100, 136, 200, 1536, 2100};
     static const int outs[] = {1, G4__TR + 1, 2 * G4__TR + 1, 4 * G4__TR + 2, 29};
     static const int ns[] = {2, G4__TT + 1, 2 * G4__TT + 1, 4 * G4__TT + 3, 70};
     static const g4_dtype dts[] = {G4_BF16, G4_F16, G4_F32};
     const int *ins = kind == G4__TILE_TORCH ? ins_torch : kind == G4__TILE_BF16DOT ? ins_dot : ins_f32;
-    int n_ins = kind == G4__TILE_TORCH ? 9 : 6, n_dts = kind == G4__TILE_F32 ? 3 : 1;
+    int n_ins = kind == G4__TILE_TORCH ? 9 : kind == G4__TILE_BF16DOT ? 7 : 6, n_dts = kind == G4__TILE_F32 ? 3 : 1;
     size_t lanes = kind == G4__TILE_TORCH ? 64 : kind == G4__TILE_BF16DOT ? 16 : G4__VL; /* partial sums per output */
     const g4__blocking *dflt = &g4__gemm_blocks;
     g4__blocking tiny;
@@ -747,12 +747,16 @@ static void gemm_blocking(g4__tile_kind kind) {
     int a, b, c, d, bad_ref = 0, bad_bits = 0, bad_decode = 0, bad_split = 0, bad_gap = 0, bad_ws = 0, cases = 0;
     size_t tiny_ws, dflt_ws;
     float *ws, *ws2;
+    size_t halfp = kind == G4__TILE_BF16DOT ? 2 : 1; /* its panels are bf16: mc * kc / 2 floats */
 #if G4__TORCH_GEMM
     if (kind == G4__TILE_TORCH) dflt = &g4__torch_blocks;
 #endif
+#if G4__BF16DOT
+    if (kind == G4__TILE_BF16DOT) dflt = &g4__bf16dot_blocks;
+#endif
     tiny.mc = 2 * G4__TR; tiny.kc = kind == G4__TILE_TORCH ? 64 : kind == G4__TILE_BF16DOT ? 32 : 2 * G4__VL; tiny.nc = 2 * G4__TT;
-    tiny_ws = (size_t)tiny.mc * tiny.kc + (size_t)tiny.mc * tiny.nc * lanes;
-    dflt_ws = (size_t)dflt->mc * dflt->kc + (size_t)dflt->mc * dflt->nc * lanes;
+    tiny_ws = (size_t)tiny.mc * tiny.kc / halfp + (size_t)tiny.mc * tiny.nc * lanes;
+    dflt_ws = (size_t)dflt->mc * dflt->kc / halfp + (size_t)dflt->mc * dflt->nc * lanes;
     ws = (float *)malloc(sizeof(float) * (dflt_ws + 1));
     ws2 = (float *)malloc(sizeof(float) * (tiny_ws + 1));
     for (d = 0; d < n_dts; d++)
