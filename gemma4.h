@@ -8824,6 +8824,17 @@ static float g4__elem(const unsigned char *p, g4_dtype dt, size_t i) {
 /* the panels of columns [i0, i0 + mc) (rounded up to G4__TR, zeros past c1)
    at k in [k0, k0 + kc) of a k-major B: panel p holds column i0 + p G4__TR + r,
    k at [(k - k0) / VL][r][(k - k0) % VL], as g4__micro reads it */
+#if defined(__AVX2__) && G4__VL == 8
+#define g4__load8_w g4__vload_w
+#elif defined(__AVX2__) && G4__VL == 16
+/* 8 elements of a row at k as float32 (g4__vload_w's conversions on 8 lanes) */
+static __m256 g4__load8_w(const unsigned char *row, g4_dtype dt, size_t k) {
+    if (dt == G4_BF16)
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(row + 2 * k))), 16));
+    if (dt == G4_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(row + 2 * k))); /* (AVX-512F implies F16C) */
+    return _mm256_loadu_ps((const float *)(const void *)(row + 4 * k));
+}
+#endif
 static void g4__pack_kmajor(float *wp, const unsigned char *B, g4_dtype dt, size_t esz, size_t ldb, int i0, int mc,
                             int c1, int k0, int kc) {
     int rows = (mc + G4__TR - 1) / G4__TR * G4__TR, k, c, j;
@@ -8831,11 +8842,13 @@ static void g4__pack_kmajor(float *wp, const unsigned char *B, g4_dtype dt, size
                         (size_t)((c_) % G4__TR) * G4__VL + (size_t)((k_) % G4__VL))
     for (k = 0; k < kc; k += G4__VL) {
         const unsigned char *row = B + (size_t)(k0 + k) * ldb * esz;
+#if defined(__AVX2__) && (G4__VL == 8 || G4__VL == 16)
+        int h;
         c = 0;
-#if defined(__AVX2__) && G4__VL == 8
-        for (; c + 8 <= mc && i0 + c + 8 <= c1; c += 8) { /* 8 k x 8 columns, transposed in registers */
+        for (; c + 8 <= mc && i0 + c + 8 <= c1; c += 8)
+            for (h = 0; h < G4__VL; h += 8) { /* 8 k x 8 columns, transposed in registers (AVX-512: twice, k and k + 8) */
             __m256 r[8], u[8], v[8];
-            G4__UNROLL for (j = 0; j < 8; j++) r[j] = g4__vload_w(row + (size_t)j * ldb * esz, dt, (size_t)(i0 + c));
+            G4__UNROLL for (j = 0; j < 8; j++) r[j] = g4__load8_w(row + (size_t)(h + j) * ldb * esz, dt, (size_t)(i0 + c));
             u[0] = _mm256_unpacklo_ps(r[0], r[1]); u[1] = _mm256_unpackhi_ps(r[0], r[1]);
             u[2] = _mm256_unpacklo_ps(r[2], r[3]); u[3] = _mm256_unpackhi_ps(r[2], r[3]);
             u[4] = _mm256_unpacklo_ps(r[4], r[5]); u[5] = _mm256_unpackhi_ps(r[4], r[5]);
@@ -8845,10 +8858,12 @@ static void g4__pack_kmajor(float *wp, const unsigned char *B, g4_dtype dt, size
             v[4] = _mm256_shuffle_ps(u[4], u[6], 0x44); v[5] = _mm256_shuffle_ps(u[4], u[6], 0xEE);
             v[6] = _mm256_shuffle_ps(u[5], u[7], 0x44); v[7] = _mm256_shuffle_ps(u[5], u[7], 0xEE);
             G4__UNROLL for (j = 0; j < 4; j++) {
-                _mm256_storeu_ps(G4__PK(c + j, k), _mm256_permute2f128_ps(v[j], v[j + 4], 0x20));
-                _mm256_storeu_ps(G4__PK(c + j + 4, k), _mm256_permute2f128_ps(v[j], v[j + 4], 0x31));
+                _mm256_storeu_ps(G4__PK(c + j, k + h), _mm256_permute2f128_ps(v[j], v[j + 4], 0x20));
+                _mm256_storeu_ps(G4__PK(c + j + 4, k + h), _mm256_permute2f128_ps(v[j], v[j + 4], 0x31));
             }
         }
+#else
+        c = 0;
 #endif
         for (; c < rows; c++) /* the other columns one at a time; zeros past the edge */
             for (j = 0; j < G4__VL; j++)
