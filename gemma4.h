@@ -8831,7 +8831,8 @@ static float g4__elem(const unsigned char *p, g4_dtype dt, size_t i) {
 static __m256 g4__load8_w(const unsigned char *row, g4_dtype dt, size_t k) {
     if (dt == G4_BF16)
         return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(row + 2 * k))), 16));
-    if (dt == G4_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(row + 2 * k))); /* (AVX-512F implies F16C) */
+    if (dt == G4_F16) /* (AVX-512F's conversion: F16C need not be enabled) */
+        return _mm512_castps512_ps256(_mm512_cvtph_ps(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(row + 2 * k)))));
     return _mm256_loadu_ps((const float *)(const void *)(row + 4 * k));
 }
 #endif
