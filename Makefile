@@ -470,7 +470,6 @@ clean:
 # compute-sanitizer's four tools; real shapes from gemma4 synth; the benchmark.
 test-cuda-device: build/gemma4
 	tests/cuda_device.sh build/cuda_device
-	tests/cuda_real.sh build/cuda_real
 
 bench-cuda: build/gemma4
 	bench/cuda.sh

@@ -95,7 +95,7 @@
          G4_MALLOC/G4_FREE  the allocator of the load functions and g4_session_create
          G4_MAX_LAYERS      most decoder layers a config may have (256)
          G4_TESTING         the test suites' hooks (g4_train_config's
-                            debug_drop_reader_kv_grads, g4__cuda_session_*_testing):
+                            debug_drop_reader_kv_grads, gemma4_cuda.cu's g4__cuda_*_testing):
                             define it in every file that includes gemma4.h, or in none
          GEMMA4_CUDA        declare the CUDA twin (gemma4_cuda.cu)
 
@@ -1118,6 +1118,8 @@ typedef struct {
 typedef struct {
     int fast;                  /* 1: the fast mode (kernels near the hardware, bounded against the exact mode:
                                   docs/cuda.md); 0: the exact mode, the CPU's bits */
+    int kv_splits;             /* the fast mode's decode step: KV splits per layer (flash-decoding), 1 .. 256;
+                                  0 (default): about 2 blocks per multiprocessor of the device */
 } g4_cuda_config;
 
 typedef struct {
@@ -1156,6 +1158,7 @@ typedef struct {
     /* the fast mode (cuda.fast; d_scores is then NULL) */
     int fast;                  /* 1: the fast kernels (cuda.fast at init) */
     int kv_bf16;               /* 1: the slots' k/v hold bf16 (fast mode with cfg.bf16 at init) */
+    int sms;                   /* the device's multiprocessors (fast mode, read at init: the KV splits) */
     float *d_part;             /* split-K and flash-decoding partial sums */
     float *d_stats;            /* [rows][NH][2]: attention's softmax max and 1/sum (bf16 mode) */
     char error[G4_ERROR_MAX];
@@ -1197,6 +1200,12 @@ G4_CUDA_API g4_result g4__cuda_session_init_testing(g4_cuda_session *s, const g4
                                                     const g4_session_config *cfg, const g4_cuda_config *cc,
                                                     int reader_copies, void *device_arena, size_t device_bytes,
                                                     void *host_arena, size_t host_bytes);
+/* The fast mode's attention kernels alone on host arrays: one decode query
+   of `group` heads (q [group][D]) over n_keys keys and values ([n_keys][D],
+   float32), in `splits` KV splits, into out [group][D] (the long-context
+   bound's test, against a float64 reference). */
+G4_CUDA_API g4_result g4__cuda_fast_attention_testing(float *out, const float *q, const float *k, const float *v,
+                                                      int n_keys, int group, int D, int splits, char *err);
 #endif
 #endif /* GEMMA4_CUDA */
 

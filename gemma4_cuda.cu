@@ -911,8 +911,11 @@ static g4_result g4c__step(g4_cuda_session *s, const int32_t *ids, int n, float 
      with an online softmax (running max, rescaled sum); each split writes
      (max, sum, unnormalised output) to d_part and g4f_attn_combine merges the
      splits in split order. No [chunk x heads x context] score buffer. A
-     decode step (one token) splits its keys into G4F_KV_SPLIT-key pieces (at
-     most G4F_MAX_KV_SPLIT: flash-decoding); a prefill chunk uses one split.
+     decode step (one token) splits its keys into about G4F_BLOCKS_PER_SM
+     blocks per multiprocessor (flash-decoding, g4f__kv_splits: at least
+     G4F_KV_SPLIT keys each, at most G4F_MAX_KV_SPLIT); a prefill chunk uses
+     one split. Within a split each key tile is summed from zero and then
+     added to the running sum (the rescale and the add in one FMA).
    - In the bf16 mode (cfg.bf16 at init) the K/V cache is bf16: the values
      are bf16 already there (k_norm, RoPE and v_norm round to it), so this
      loses nothing and halves the cache's traffic. In float32 it stays float32.
@@ -954,9 +957,10 @@ static g4_result g4c__step(g4_cuda_session *s, const int32_t *ids, int n, float 
 #define G4F_KEYS 32 /* attention: keys per tile */
 #endif
 #ifndef G4F_KV_SPLIT
-#define G4F_KV_SPLIT 512 /* flash-decoding: keys per split */
+#define G4F_KV_SPLIT 64 /* flash-decoding: fewest keys per split */
 #endif
-#define G4F_MAX_KV_SPLIT 16
+#define G4F_MAX_KV_SPLIT 256 /* flash-decoding: most splits */
+#define G4F_BLOCKS_PER_SM 2 /* flash-decoding: blocks to aim for per multiprocessor */
 #define G4F_GROUP 8    /* attention: most query heads per KV head */
 #define G4F_QMAX 4096  /* attention: most group x head_dim */
 
@@ -1454,11 +1458,16 @@ __global__ void g4f_attention(float *part, const float *stats, const float *q, c
             __syncthreads();
             if (pass != G4F_STATS)
                 for (int i = tid; i < R * D; i += (int)blockDim.x) {
+                    /* the tile's sum first (from zero), then one rescale-and-add into the running acc: each
+                       key's term is rounded against a sum of at most G4F_KEYS terms, not against the whole
+                       split's (a split of N keys: rounding error ~ sqrt(G4F_KEYS) + sqrt(N / G4F_KEYS) ulps
+                       instead of ~ sqrt(N); 4.2e-6 -> 7.6e-7 of max|out| at 16k keys in one split, see
+                       docs/cuda.md) */
                     int rr = i / D, d = i % D;
-                    float a = __fmul_rn(acc[i], al[rr]);
+                    float t = 0.0f;
                     for (int j = 0; j < nk; j++)
-                        a = __fmaf_rn(sc[rr][j], g4f__kv(sl.v, kvbf, (size_t)((kt + j) % sl.capacity) * stride + (size_t)g * D + d), a);
-                    acc[i] = a;
+                        t = __fmaf_rn(sc[rr][j], g4f__kv(sl.v, kvbf, (size_t)((kt + j) % sl.capacity) * stride + (size_t)g * D + d), t);
+                    acc[i] = __fmaf_rn(acc[i], al[rr], t);
                 }
             __syncthreads();
         }
@@ -1565,10 +1574,21 @@ static g4_result g4f__rmsnorm(g4_cuda_session *s, float *y, const float *x, cons
     return G4_OK;
 }
 
-/* keys per split for a decode step at position p over `cnt` keys */
-static int g4f__kv_splits(int n, int cnt) {
-    int sp = n == 1 ? (cnt + G4F_KV_SPLIT - 1) / G4F_KV_SPLIT : 1;
-    return sp < 1 ? 1 : sp > G4F_MAX_KV_SPLIT ? G4F_MAX_KV_SPLIT : sp;
+/* Flash-decoding: the KV splits of a decode step (n == 1) over `cnt` keys
+   of a layer with KVH KV heads, sized to fill the card: about
+   G4F_BLOCKS_PER_SM blocks per multiprocessor (s->sms, read at init)
+   whatever KVH is, each split at least G4F_KV_SPLIT keys, at most
+   G4F_MAX_KV_SPLIT splits (g4_cuda_config.kv_splits > 0 asks for that many
+   instead). A chunk of several tokens has blocks enough: one split. The
+   count depends only on the shapes and positions, and g4f_attn_combine adds
+   the splits in split order, so a run repeats bit for bit. */
+static int g4f__kv_splits(const g4_cuda_session *s, int n, int cnt, int KVH) {
+    int want, most = (cnt + G4F_KV_SPLIT - 1) / G4F_KV_SPLIT;
+    if (n != 1) return 1;
+    want = s->cuda.kv_splits > 0 ? s->cuda.kv_splits : (G4F_BLOCKS_PER_SM * s->sms + KVH - 1) / KVH;
+    if (s->cuda.kv_splits <= 0 && want > most) want = most;
+    if (want > cnt) want = cnt;
+    return want < 1 ? 1 : want > G4F_MAX_KV_SPLIT ? G4F_MAX_KV_SPLIT : want;
 }
 
 /* this step's K and V rows of the slot layer l attends over, as float32 (the
@@ -1607,7 +1627,7 @@ static g4_result g4f__attention(g4_cuda_session *s, int l, int n) {
     const float eps = m->config.rms_norm_eps;
     int NH = m->config.num_attention_heads, D = lp->head_dim, KVH = lp->kv_heads, pos0 = s->pos, slot, bf = s->cfg.bf16;
     int window = lp->type == G4_SLIDING ? m->config.sliding_window : 0, last = pos0 + n - 1;
-    int lo = window && last - window + 1 > 0 ? last - window + 1 : 0, splits = g4f__kv_splits(n, last - lo + 1);
+    int lo = window && last - window + 1 > 0 ? last - window + 1 : 0, splits = g4f__kv_splits(s, n, last - lo + 1, KVH);
     int group = NH / KVH, bq = G4F_ROWS / group, tiles;
     unsigned wgrid;
     if (bq > G4F_QMAX / (group * D)) bq = G4F_QMAX / (group * D); /* the tile's queries fit the block */
@@ -1979,6 +1999,10 @@ static g4_result g4c__session_size(const g4_cuda_model *cm, const g4_session_con
     if ((r = g4__check_session_config(cm->host, cfg, err)) != G4_OK) return r;
     cc = g4c__config(cc_in);
     if (cc.fast && (r = g4f__check(cm->host, err)) != G4_OK) return r;
+    if (cc.kv_splits < 0 || cc.kv_splits > G4F_MAX_KV_SPLIT) {
+        g4__seterr(err, "g4_cuda_config.kv_splits %d is outside 0 .. %d", cc.kv_splits, G4F_MAX_KV_SPLIT);
+        return G4_ERR_INPUT;
+    }
     c = g4__session_defaults(cfg);
     memset(&tmp, 0, sizeof tmp);
     memset(&dv, 0, sizeof dv);
@@ -2006,6 +2030,10 @@ static g4_result g4c__session_init(g4_cuda_session *s, const g4_cuda_model *cm, 
     if ((r = g4__check_session_config(m, cfg, s->error)) != G4_OK) return r;
     cc = g4c__config(cc_in);
     if (cc.fast && (r = g4f__check(m, s->error)) != G4_OK) return r;
+    if (cc.kv_splits < 0 || cc.kv_splits > G4F_MAX_KV_SPLIT) {
+        g4__seterr(s->error, "g4_cuda_config.kv_splits %d is outside 0 .. %d", cc.kv_splits, G4F_MAX_KV_SPLIT);
+        return G4_ERR_INPUT;
+    }
     if ((r = g4c__session_size(cm, cfg, &cc, reader_copies, &need_d, &need_h)) != G4_OK) {
         g4__seterr(s->error, "session for %d positions does not fit in memory", cfg->max_context);
         return r;
@@ -2036,6 +2064,13 @@ static g4_result g4c__session_init(g4_cuda_session *s, const g4_cuda_model *cm, 
     s->cuda = cc;
     s->matmul = G4_CUDA_MATMUL_TILED;
     s->fast = cc.fast != 0;
+    s->sms = 1;
+    if (s->fast) { /* flash-decoding sizes its splits by the card (g4f__kv_splits) */
+        int dev = 0;
+        G4C_CHECK(s->error, cudaGetDevice(&dev));
+        G4C_CHECK(s->error, cudaDeviceGetAttribute(&s->sms, cudaDevAttrMultiProcessorCount, dev));
+        if (s->sms < 1) s->sms = 1;
+    }
     s->kv_bf16 = cc.fast && c.bf16;
     g4c__carve(s, m, &c, &cc, reader_copies, &dv, &hv);
     for (int t = 0; t < 2; t++)
@@ -2075,6 +2110,59 @@ G4_CUDA_API g4_result g4__cuda_session_init_testing(g4_cuda_session *s, const g4
                                                     int reader_copies, void *device_arena, size_t device_bytes,
                                                     void *host_arena, size_t host_bytes) {
     return g4c__session_init(s, cm, cfg, cc, reader_copies, device_arena, device_bytes, host_arena, host_bytes);
+}
+
+G4_CUDA_API g4_result g4__cuda_fast_attention_testing(float *out, const float *q, const float *k, const float *v,
+                                                      int n_keys, int group, int D, int splits, char *err) {
+    size_t nq = (size_t)group * D, nkv = (size_t)n_keys * D, npart = nq + 2 * (size_t)group;
+    float *dq = NULL, *dk = NULL, *dv = NULL, *dpart = NULL, *dstats = NULL, *datt = NULL;
+    g4_kv_slot sl, *dsl = NULL;
+    int *dstatus = NULL, status = 0;
+    g4_result r = G4_ERR_CUDA;
+    if (n_keys < 1 || group < 1 || group > G4F_GROUP || D % 8 || nq > G4F_QMAX || splits < 1) {
+        g4__seterr(err, "fast attention (testing): unsupported shape");
+        return G4_ERR_INPUT;
+    }
+    memset(&sl, 0, sizeof sl);
+#define G4C_T(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
+        g4__seterr(err, "%s: %s", #call, cudaGetErrorString(e_)); goto done; } } while (0)
+    G4C_T(cudaMalloc((void **)&dq, sizeof(float) * nq));
+    G4C_T(cudaMalloc((void **)&dk, sizeof(float) * nkv));
+    G4C_T(cudaMalloc((void **)&dv, sizeof(float) * nkv));
+    G4C_T(cudaMalloc((void **)&dpart, sizeof(float) * npart * (size_t)splits));
+    G4C_T(cudaMalloc((void **)&dstats, sizeof(float) * 2 * (size_t)group));
+    G4C_T(cudaMalloc((void **)&datt, sizeof(float) * nq));
+    G4C_T(cudaMalloc((void **)&dsl, sizeof sl));
+    G4C_T(cudaMalloc((void **)&dstatus, sizeof(int)));
+    sl.writer = 0;
+    sl.type = G4_FULL;
+    sl.kv_heads = 1;
+    sl.head_dim = D;
+    sl.capacity = n_keys;
+    sl.n_pos = n_keys;
+    sl.k = dk;
+    sl.v = dv;
+    G4C_T(cudaMemcpy(dq, q, sizeof(float) * nq, cudaMemcpyHostToDevice));
+    G4C_T(cudaMemcpy(dk, k, sizeof(float) * nkv, cudaMemcpyHostToDevice));
+    G4C_T(cudaMemcpy(dv, v, sizeof(float) * nkv, cudaMemcpyHostToDevice));
+    G4C_T(cudaMemcpy(dsl, &sl, sizeof sl, cudaMemcpyHostToDevice));
+    G4C_T(cudaMemcpy(dstatus, &status, sizeof status, cudaMemcpyHostToDevice));
+    /* one decode query of `group` heads at position n_keys - 1 over every key */
+    G4C_LAUNCH(g4f_attention, g4c__grid((size_t)splits, 1), G4F_THREADS, dpart, (const float *)dstats, dq,
+               (const g4_kv_slot *)dsl, 0, 1, group, 1, D, n_keys - 1, 0, splits, 1, 0, dstatus, 0, 0, (int)G4F_ONLINE);
+    G4C_T(cudaGetLastError());
+    G4C_LAUNCH(g4f_attn_combine, g4c__grid(nq, G4F_THREADS), G4F_THREADS, datt, (const float *)dpart, group, D, splits,
+               0, 0);
+    G4C_T(cudaGetLastError());
+    G4C_T(cudaMemcpy(out, datt, sizeof(float) * nq, cudaMemcpyDeviceToHost));
+    G4C_T(cudaMemcpy(&status, dstatus, sizeof status, cudaMemcpyDeviceToHost));
+    if (status) { g4__seterr(err, "fast attention (testing): the slot check failed (%d)", status); r = G4_ERR_INPUT; goto done; }
+    r = G4_OK;
+#undef G4C_T
+done:
+    cudaFree(dq); cudaFree(dk); cudaFree(dv); cudaFree(dpart); cudaFree(dstats); cudaFree(datt); cudaFree(dsl);
+    cudaFree(dstatus);
+    return r;
 }
 #endif
 

@@ -3,7 +3,7 @@
    (512-token chunks), time one 512-token prefill chunk at C, then GEN decode
    steps after it. Prints one line per (mode, context):
 
-       cuda_bench DIR [--modes exact,fast,fast-bf16] [--ctx 0,8192,32768] [--gen 32]
+       cuda_bench DIR [--modes exact,fast,fast-bf16] [--ctx 0,8192,32768] [--gen 32] [--splits N]
                       [--bw GB/s] [--peak TFLOP/s]
 
    FLOPs of a prefill chunk: 2 per weight per token (lm_head for the last row
@@ -38,19 +38,20 @@ static double keys_at(const g4_model *m, int l, double p) {
 
 int main(int argc, char **argv) {
     const char *dir, *modes = "exact,fast,fast-bf16", *ctxs = "0,8192,32768";
-    int gen = 32, i, chunk = 512;
+    int gen = 32, i, chunk = 512, splits = 0; /* splits: g4_cuda_config.kv_splits (0: sized from the device) */
     double bw = 0, peak = 0; /* the card's measured GB/s and bf16 TFLOP/s (bench/cuda.sh), for the fractions */
     g4_model m;
     g4_cuda_model cm;
     double elems, wbytes, head;
     char err[G4_ERROR_MAX], desc[256];
     const char *mp;
-    if (argc < 2) { fprintf(stderr, "usage: cuda_bench DIR [--modes exact,fast,fast-bf16] [--ctx 0,8192] [--gen N]\n"); return 2; }
+    if (argc < 2) { fprintf(stderr, "usage: cuda_bench DIR [--modes exact,fast,fast-bf16] [--ctx 0,8192] [--gen N] [--splits N]\n"); return 2; }
     dir = argv[1];
     for (i = 2; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--modes") == 0) modes = argv[i + 1];
         else if (strcmp(argv[i], "--ctx") == 0) ctxs = argv[i + 1];
         else if (strcmp(argv[i], "--gen") == 0) gen = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--splits") == 0) splits = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--bw") == 0) bw = atof(argv[i + 1]);
         else if (strcmp(argv[i], "--peak") == 0) peak = atof(argv[i + 1]);
         else { fprintf(stderr, "cuda_bench: unknown option %s\n", argv[i]); return 2; }
@@ -84,6 +85,7 @@ int main(int argc, char **argv) {
             sc.max_chunk = chunk;
             memset(&cc, 0, sizeof cc);
             cc.fast = strncmp(mode, "fast", 4) == 0;
+            cc.kv_splits = splits;
             sc.bf16 = strstr(mode, "bf16") != NULL;
             kvb = cc.fast && sc.bf16 ? 2 : 4;
             ids = (int32_t *)malloc(sizeof(int32_t) * (size_t)sc.max_context);

@@ -38,7 +38,9 @@
      (sticky: the context is unusable) until g4emu_reset_device();
      g4emu_ftz(1) runs kernels with the x86 FTZ/DAZ bits set, as a build with
      -ftz=true (-use_fast_math) flushes denormals; g4emu_mmas() counts the
-     warp MMAs.
+     warp MMAs; g4emu_set_sms(n) sets the multiprocessor count the device
+     reports (cudaDeviceGetAttribute; 2 until set), which sizes the fast
+     mode's flash-decoding splits.
    - Warp primitives (the fast mode's reductions): __shfl_xor_sync,
      __shfl_down_sync, __shfl_sync on 32-bit values and __syncwarp, full mask
      only. A warp is 32 consecutive threads of the block (fewer in a block of
@@ -202,6 +204,23 @@ static inline cudaError_t cudaGetLastError(void) {
 static inline cudaError_t cudaGetDeviceCount(int *n) {
     if (g4emu_injected()) return g4emu_ret(cudaErrorUnknown);
     *n = 1;
+    return cudaSuccess;
+}
+
+static int g4emu_sms = 2; /* multiprocessors the emulated device reports */
+extern "C" void g4emu_set_sms(int n) { g4emu_sms = n; }
+
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+
+static inline cudaError_t cudaGetDevice(int *dev) {
+    if (g4emu_injected()) return g4emu_ret(cudaErrorUnknown);
+    *dev = 0;
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr attr, int dev) {
+    if (g4emu_injected() || dev != 0 || attr != cudaDevAttrMultiProcessorCount) return g4emu_ret(cudaErrorInvalidValue);
+    *v = g4emu_sms;
     return cudaSuccess;
 }
 

@@ -17,6 +17,12 @@
                                       config's max_position_embeddings is reported
        cuda_real threads DIR          two sessions on one uploaded model, run from
                                       two host threads at once = each run alone
+       cuda_real attn DIR KEYS        the fast attention kernels alone at the model's
+                                      full-layer shape (head dim, query heads per KV
+                                      head), one decode query over KEYS keys, 1, 16
+                                      and 256 splits, against a float64 reference,
+                                      beside the exact mode's order (the long-context
+                                      bound without the network's amplification)
 
    The bounds: the exact mode 0 (the scalar CPU's bits); the fast mode op by
    op where nothing has been amplified yet (see "taps" below). Prints
@@ -26,6 +32,7 @@
 #define G4_NO_SIMD
 #define GEMMA4_IMPLEMENTATION
 #define GEMMA4_CUDA
+#define G4_TESTING /* g4__cuda_fast_attention_testing (cuda_real.sh builds gemma4_cuda.cu with it too) */
 #include "../gemma4.h"
 #include "harness.h"
 #include "fixtures.h" /* max_abs, max_diff */
@@ -42,6 +49,7 @@ static double now_s(void) {
 
 #define FAST_TOL 4e-5
 #define FAST_TOL_BF16 3e-2
+#define FAST_ATT_TOL 2e-6 /* the fast attention alone vs float64 (tests/test_cuda.c's test_fast_long_context) */
 
 typedef struct {
     int cuda;
@@ -316,6 +324,85 @@ static void test_long(int positions, int exact) {
     free(ids); free(a); free(b);
 }
 
+/* ---------------------------------------------------------------- attn */
+static void test_attn(int N) {
+    const g4_layer_plan *lp = NULL;
+    int G, D, i, h, j, d, sp[3] = {1, 16, 256};
+    uint64_t rng = 88172645463325252ull;
+    float *q, *k, *v, *ex, *scores, *out;
+    double *ref, *p, sigma, e_ex = 0, mx = 0, e_fast[3];
+    g4_kv_slot sl;
+    char err[G4_ERROR_MAX];
+    for (i = 0; i < g_m.plan.n_layers && !lp; i++)
+        if (g_m.plan.layer[i].type == G4_FULL && g_m.plan.layer[i].reads < 0) lp = &g_m.plan.layer[i];
+    if (!lp) { CHECK(0, "no full-attention owner layer"); return; }
+    G = g_m.config.num_attention_heads / lp->kv_heads;
+    D = lp->head_dim;
+    if (G > 8) G = 8;
+    sigma = sqrt(5.0 / sqrt((double)D)); /* scores of standard deviation 5 */
+    q = (float *)malloc(sizeof(float) * (size_t)G * D);
+    k = (float *)malloc(sizeof(float) * (size_t)N * D);
+    v = (float *)malloc(sizeof(float) * (size_t)N * D);
+    ex = (float *)malloc(sizeof(float) * (size_t)G * D);
+    out = (float *)malloc(sizeof(float) * (size_t)G * D);
+    scores = (float *)malloc(sizeof(float) * (size_t)G * N);
+    ref = (double *)calloc((size_t)G * D, sizeof(double));
+    p = (double *)malloc(sizeof(double) * (size_t)N);
+    for (i = 0; i < G * D + 2 * N * D; i++) { /* normals by Box-Muller from an xorshift */
+        double u1, u2, z;
+        rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+        u1 = ((rng >> 11) + 0.5) / 9007199254740992.0;
+        rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+        u2 = ((rng >> 11) + 0.5) / 9007199254740992.0;
+        z = sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
+        if (i < G * D) q[i] = (float)(z * sigma);
+        else if (i < G * D + N * D) k[i - G * D] = (float)(z * sigma);
+        else v[i - G * D - N * D] = (float)(z + 1.0); /* mean 1: no cancellation to hide the sums' rounding */
+    }
+    for (h = 0; h < G; h++) {
+        double m = -INFINITY, sum = 0;
+        for (j = 0; j < N; j++) {
+            double sc = 0;
+            for (d = 0; d < D; d++) sc += (double)q[h * D + d] * k[(size_t)j * D + d];
+            p[j] = sc;
+            if (sc > m) m = sc;
+        }
+        for (j = 0; j < N; j++) sum += (p[j] = exp(p[j] - m));
+        for (j = 0; j < N; j++)
+            for (d = 0; d < D; d++) ref[h * D + d] += p[j] / sum * v[(size_t)j * D + d];
+    }
+    memset(&sl, 0, sizeof sl);
+    sl.kv_heads = 1;
+    sl.head_dim = D;
+    sl.capacity = N;
+    sl.n_pos = N;
+    sl.k = k;
+    sl.v = v;
+    g4__attend(ex, q, G, &sl, 0, 0, N - 1, scores);
+    for (i = 0; i < G * D; i++) {
+        if (fabs(ref[i]) > mx) mx = fabs(ref[i]);
+        if (fabs(ex[i] - ref[i]) > e_ex) e_ex = fabs(ex[i] - ref[i]);
+    }
+    e_ex /= mx;
+    for (j = 0; j < 3; j++) {
+        double w = 0;
+        if (g4__cuda_fast_attention_testing(out, q, k, v, N, G, D, sp[j], err) != G4_OK) {
+            CHECK(0, "fast attention: %s", err);
+            e_fast[j] = INFINITY;
+            continue;
+        }
+        for (i = 0; i < G * D; i++)
+            if (fabs(out[i] - ref[i]) > w) w = fabs(out[i] - ref[i]);
+        e_fast[j] = w / mx;
+    }
+    printf("  %d keys, head dim %d, %d query heads: max|out - float64| / max|float64|: exact order %.2e; fast, 1 split "
+           "%.2e, 16 splits %.2e, 256 splits %.2e\n", N, D, G, e_ex, e_fast[0], e_fast[1], e_fast[2]);
+    CHECK(e_fast[0] <= e_ex, "1 split: %.3g from float64, the exact order %.3g", e_fast[0], e_ex);
+    for (j = 1; j < 3; j++)
+        CHECK(e_fast[j] <= FAST_ATT_TOL, "%d splits: %.3g from float64 (bound %.1g)", sp[j], e_fast[j], FAST_ATT_TOL);
+    free(q); free(k); free(v); free(ex); free(out); free(scores); free(ref); free(p);
+}
+
 /* ---------------------------------------------------------------- limits */
 static void test_limits(void) {
     g4_session_config sc = g4_session_config_init();
@@ -402,7 +489,7 @@ int main(int argc, char **argv) {
     int n = argc > 3 ? atoi(argv[3]) : 0;
     (void)g_tmp; /* fixtures.h's; no temporary files here */
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc < 3) { printf("usage: cuda_real cpu|long|longfast|limits|threads DIR [N]\n"); return 2; }
+    if (argc < 3) { printf("usage: cuda_real cpu|long|longfast|limits|threads|attn DIR [N]\n"); return 2; }
     if (g4_cuda_device_check(desc, sizeof desc, err) != G4_OK) { printf("no CUDA device: %s\n0 passed, 0 failed\n", err); return 0; }
     printf("device: %s\n", desc);
     if (!load(argv[2])) return 1;
@@ -412,6 +499,7 @@ int main(int argc, char **argv) {
     else if (strcmp(what, "longfast") == 0) test_long(n > 0 ? n : 102400, 0);
     else if (strcmp(what, "limits") == 0) test_limits();
     else if (strcmp(what, "threads") == 0) test_threads();
+    else if (strcmp(what, "attn") == 0) test_attn(n > 0 ? n : 16384);
     else CHECK(0, "unknown test %s", what);
     end();
     g4_cuda_model_free(&g_cm);

@@ -46,6 +46,7 @@ extern void g4emu_fault_in(const char *kernel, long n);
 extern void g4emu_reset_device(void);
 extern void g4emu_ftz(int on);
 extern long g4emu_mmas(void);
+extern void g4emu_set_sms(int n);
 #endif
 #define CPU_TOL 0.0      /* the exact mode: see the top comment */
 #define CPU_TOL_BF16 0.0
@@ -53,12 +54,17 @@ extern long g4emu_mmas(void);
 #define FAST_TOL 4e-5      /* the fast mode: see "fast mode" below */
 #define FAST_TAP_TOL 1e-4
 #define FAST_TOL_BF16 3e-2
+#define FAST_ATT_TOL 2e-6  /* flash-decoding's attention alone vs float64 at up to 16k keys (measured <= 5.6e-7
+                              emulated): see test_fast_long_context */
 
 #include "harness.h" /* g_only: argv[2], run only tests whose name contains it */
 #include "fixtures.h"
 #include "invariants.h"
 
 static g4i_worst g_worst; /* over all models, relative: vs transformers, vs the CPU path */
+
+/* the first `small` of a test's n models in a sized run (G4_CUDA_SUITE=sized, g4i_sized), else all n */
+#define SIZED(n, small) (g4i_sized ? (small) : (n))
 
 /* --------------------------------------------- the CUDA backend for invariants.h */
 
@@ -87,12 +93,15 @@ static void cuda_model_close(void *bm) {
 #define V_FAST 0x100 /* g4_cuda_config.fast */
 #define V_BF16 0x200 /* cfg.bf16 from the start (the fast mode's K/V dtype follows it) */
 
+static int g_kv_splits; /* g4_cuda_config.kv_splits of the sessions cuda_open makes (0: from the device) */
+
 static int cuda_open(g4i_session *s, void *bm, const g4_session_config *cfg_in, int variant) {
     cuda_impl *c = (cuda_impl *)calloc(1, sizeof *c);
     char err[G4_ERROR_MAX];
     g4_session_config cfg_v = *cfg_in, *cfg = &cfg_v;
     g4_cuda_config cc = {0};
     int matmul = variant & 0xff, copies = (variant & G4I_READER_COPIES) != 0;
+    cc.kv_splits = g_kv_splits;
     if (variant & V_FAST) cc.fast = 1;
     if (variant & V_BF16) cfg_v.bf16 = 1;
     memset(s, 0, sizeof *s);
@@ -158,6 +167,7 @@ static const g4i_backend g4i_cuda_bf16 = {"cuda bf16", V_BF16, cuda_model_open, 
    against the scalar CPU path (the tiled matmul: g4i_run_all in main) */
 static void test_golden_plain_matmul(void) {
     g4i_golden(&g4i_cuda_plain, "e2b_like", &g4i_cpu, CPU_TOL, &g_worst);
+    if (g4i_sized) return;
     g4i_golden(&g4i_cuda_plain, "26b_like", &g4i_cpu, CPU_TOL, &g_worst);
     g4i_golden(&g4i_cuda_plain, "legacy_keys", &g4i_cpu, CPU_TOL, &g_worst);
 }
@@ -222,14 +232,14 @@ static void check_bf16(const char *model) {
 static void test_bf16_mode(void) {
     static const char *models[] = {"e2b_like", "e4b_like", "31b_like", "26b_like"};
     int k;
-    for (k = 0; k < 4; k++) check_bf16(models[k]);
+    for (k = 0; k < SIZED(4, 1); k++) check_bf16(models[k]);
 }
 
 /* the tiled matmul equals the plain one bit for bit (same summation order) */
 static void test_tiled_equals_plain(void) {
     static const char *models[] = {"e2b_like", "31b_like", "26b_like", "plain"};
     int k;
-    for (k = 0; k < 4; k++) {
+    for (k = 0; k < SIZED(4, 1); k++) {
         golden g;
         int n;
         const int32_t *ids;
@@ -428,7 +438,7 @@ static void test_fast_goldens(void) {
     static const char *models[] = {"e2b_like", "e4b_like", "31b_like", "26b_like", "plain", "legacy_keys"};
     g4i_worst w;
     memset(&w, 0, sizeof w);
-    for (int k = 0; k < 6; k++) g4i_golden_tol(&g4i_cuda_fast, models[k], &g4i_cuda, FAST_TOL, FAST_TAP_TOL, &w);
+    for (int k = 0; k < SIZED(6, 4); k++) g4i_golden_tol(&g4i_cuda_fast, models[k], &g4i_cuda, FAST_TOL, FAST_TAP_TOL, &w);
     if (w.ref > g_fast.golden) g_fast.golden = w.ref;
     if (w.ref_taps > g_fast.ref_taps) g_fast.ref_taps = w.ref_taps;
 }
@@ -524,7 +534,7 @@ static void test_fast_bf16(void) {
 #ifdef G4_CUDA_EMULATE
     long mmas = g4emu_mmas();
 #endif
-    for (int k = 0; k < 5; k++) check_fast_bf16(models[k]);
+    for (int k = 0; k < SIZED(5, 1); k++) check_fast_bf16(models[k]);
 #ifdef G4_CUDA_EMULATE
     printf("  %ld warp MMAs (bf16 tensor-core steps of the prefill GEMM)\n", g4emu_mmas() - mmas);
     CHECK(g4emu_mmas() > mmas, "the bf16 prefill must run the GEMM's MMA path");
@@ -576,7 +586,7 @@ static void test_fast_mma_fragments(void) {
 /* fast float32 greedy decode: transformers' generate, logits and tokens */
 static void test_fast_greedy(void) {
     static const char *models[] = {"e2b_like", "e4b_like", "31b_like", "26b_like", "plain"};
-    for (int k = 0; k < 5; k++) g4i_greedy(&g4i_cuda_fast, models[k]);
+    for (int k = 0; k < SIZED(5, 1); k++) g4i_greedy(&g4i_cuda_fast, models[k]);
 }
 
 /* decode (one token per call: matvec, flash-decoding with KV splits) and
@@ -610,8 +620,8 @@ static void check_fast_chunking(const g4i_backend *b, const char *model, double 
 
 static void test_fast_chunking(void) {
     static const char *models[] = {"e2b_like", "26b_like", "31b_like"};
-    for (int k = 0; k < 3; k++) check_fast_chunking(&g4i_cuda_fast, models[k], FAST_TOL);
-    for (int k = 0; k < 2; k++) check_fast_chunking(&g4i_cuda_fast_bf16, models[k], FAST_TOL_BF16);
+    for (int k = 0; k < SIZED(3, 1); k++) check_fast_chunking(&g4i_cuda_fast, models[k], FAST_TOL);
+    for (int k = 0; k < SIZED(2, 1); k++) check_fast_chunking(&g4i_cuda_fast_bf16, models[k], FAST_TOL_BF16);
 }
 
 /* The shared-KV table in the fast mode (g4i_table: owners only, readers
@@ -668,6 +678,145 @@ static void test_fast_sessions(void) {
     g4_model_free(&g.m);
 }
 
+/* Flash-decoding: a decode step's KV splits sized from the device (several
+   emulated multiprocessor counts) or asked for (1, 2, 3, 7: uneven pieces,
+   empty ones when there are more splits than keys), each decode run within
+   the fast bound of the exact mode's one-shot logits and repeating bit for
+   bit (the combine adds the splits in split order). */
+static void test_fast_kv_splits(void) {
+    static const int asked[] = {1, 3, 0, 0};
+    static const int sms[] = {2, 2, 1, 64};
+    const char *model = "e2b_like";
+    golden g;
+    g4_config c = g4i_config(model);
+    int n, k;
+    const int32_t *ids;
+    float *ref;
+    double worst = 0;
+    if (!(ids = g4i_input_ids(&g, model, &n))) return;
+    ref = g4i_logits(&g4i_cuda, tiny(model), ids, n, 64, 0, 0);
+    CHECK(ref != NULL, "exact one-shot run");
+    for (k = 0; ref && k < (int)(sizeof asked / sizeof asked[0]); k++) {
+        float *a, *b;
+        double d;
+        g_kv_splits = asked[k];
+#ifdef G4_CUDA_EMULATE
+        g4emu_set_sms(sms[k]);
+#else
+        if (!asked[k] && k > 2) continue; /* a GPU reports its own count: one run of it is enough */
+#endif
+        a = g4i_logits(&g4i_cuda_fast, tiny(model), ids, n, 1, 1, 0);
+        b = k == 3 ? g4i_logits(&g4i_cuda_fast, tiny(model), ids, n, 1, 1, 0) : a;
+        d = a ? max_diff(a, ref, (size_t)n * c.vocab_size) / max_abs(ref, (size_t)n * c.vocab_size) : INFINITY;
+        CHECK(a && b && max_diff(a, b, (size_t)n * c.vocab_size) == 0.0, "kv_splits %d (sms %d): a run must repeat bit "
+              "for bit", asked[k], sms[k]);
+        (void)sms;
+        CHECK(d <= FAST_TOL, "kv_splits %d (sms %d): decode %.3g relative from the exact one-shot logits", asked[k],
+              sms[k], d);
+        if (d > worst) worst = d;
+        if (b != a) free(b);
+        free(a);
+    }
+    g_kv_splits = 0;
+#ifdef G4_CUDA_EMULATE
+    g4emu_set_sms(2);
+#endif
+    printf("  %s token by token, splits 1 and 3 and sized for 1 and 64 multiprocessors: worst %.3g of the exact "
+           "logits (bound %.1g), the last run repeated bit for bit\n", model, worst, FAST_TOL);
+    free(ref);
+    g4_model_free(&g.m);
+}
+
+/* The long-context bound, on the attention alone: one decode query (4
+   heads of one KV head, D 64) over N keys with scores of standard deviation
+   5 and values of mean 1 (no cancellation to hide the running sums'
+   rounding), the fast kernels (1 split: a prefill tile's single chain; more:
+   flash-decoding) and the exact mode's order (the CPU's g4__attend, which
+   the exact kernel equals bit for bit) each against a float64 reference. */
+static double fast_attention_err(const float *q, const float *k, const float *v, const double *ref, int N, int G, int D,
+                                 int splits) {
+    float *out = (float *)malloc(sizeof(float) * (size_t)G * D);
+    char err[G4_ERROR_MAX];
+    double worst = 0, mx = 0;
+    int i;
+    if (g4__cuda_fast_attention_testing(out, q, k, v, N, G, D, splits, err) != G4_OK) {
+        CHECK(0, "fast attention: %s", err);
+        free(out);
+        return INFINITY;
+    }
+    for (i = 0; i < G * D; i++) {
+        if (fabs(ref[i]) > mx) mx = fabs(ref[i]);
+        if (fabs(out[i] - ref[i]) > worst) worst = fabs(out[i] - ref[i]);
+    }
+    free(out);
+    return worst / mx;
+}
+
+static void test_fast_long_context(void) {
+    enum { G = 4, D = 64 };
+    int Ns[3] = {1024, 4096, 16384}, ni;
+    uint64_t rng = 88172645463325252ull;
+    for (ni = 0; ni < (g4i_sized ? 2 : 3); ni++) {
+        int N = Ns[ni], i, h, j, d, sp[3] = {1, 16, 128};
+        float *q = (float *)malloc(sizeof(float) * G * D), *k = (float *)malloc(sizeof(float) * (size_t)N * D);
+        float *v = (float *)malloc(sizeof(float) * (size_t)N * D), *ex = (float *)malloc(sizeof(float) * G * D);
+        float *scores = (float *)malloc(sizeof(float) * (size_t)G * N);
+        double *ref = (double *)calloc((size_t)G * D, sizeof(double)), *p = (double *)malloc(sizeof(double) * N);
+        double e_ex = 0, mx = 0, e_fast[3];
+        g4_kv_slot sl;
+        for (i = 0; i < G * D + 2 * N * D; i++) { /* normals by Box-Muller from an xorshift */
+            double u1, u2, z;
+            rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+            u1 = ((rng >> 11) + 0.5) / 9007199254740992.0;
+            rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+            u2 = ((rng >> 11) + 0.5) / 9007199254740992.0;
+            z = sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
+            if (i < G * D) q[i] = (float)(z * 0.7906); /* q.k over 64 dims: standard deviation 0.79^2 8 = 5 */
+            else if (i < G * D + N * D) k[i - G * D] = (float)(z * 0.7906);
+            else v[i - G * D - N * D] = (float)(z + 1.0);
+        }
+        for (h = 0; h < G; h++) { /* float64 reference */
+            double m = -INFINITY, sum = 0;
+            for (j = 0; j < N; j++) {
+                double s = 0;
+                for (d = 0; d < D; d++) s += (double)q[h * D + d] * k[(size_t)j * D + d];
+                p[j] = s;
+                if (s > m) m = s;
+            }
+            for (j = 0; j < N; j++) sum += (p[j] = exp(p[j] - m));
+            for (j = 0; j < N; j++)
+                for (d = 0; d < D; d++) ref[h * D + d] += p[j] / sum * v[(size_t)j * D + d];
+        }
+        memset(&sl, 0, sizeof sl);
+        sl.kv_heads = 1;
+        sl.head_dim = D;
+        sl.capacity = N;
+        sl.n_pos = N;
+        sl.k = k;
+        sl.v = v;
+        g4__attend(ex, q, G, &sl, 0, 0, N - 1, scores); /* the exact mode's bits */
+        for (i = 0; i < G * D; i++) {
+            if (fabs(ref[i]) > mx) mx = fabs(ref[i]);
+            if (fabs(ex[i] - ref[i]) > e_ex) e_ex = fabs(ex[i] - ref[i]);
+        }
+        e_ex /= mx;
+        for (i = 0; i < 3; i++) e_fast[i] = fast_attention_err(q, k, v, ref, N, G, D, sp[i]);
+        printf("  %5d keys, max|out - float64| / max|float64|: exact order %.2e; fast, 1 split %.2e, 16 splits %.2e, "
+               "128 splits %.2e\n", N, e_ex, e_fast[0], e_fast[1], e_fast[2]);
+        /* one split (a prefill tile's single running sum) no farther from float64 than the exact order is
+           (before each key tile was summed from zero it was: 8.3e-6 against 7.65e-6 at 16k keys with the GPU's
+           32-key tiles, emulated); flash-decoding's splits within FAST_ATT_TOL at every length, and at the
+           longest, closer than one split (shorter running sums) */
+        CHECK(e_fast[0] <= e_ex, "%d keys, 1 split: the fast attention is %.3g from float64, the exact order %.3g", N,
+              e_fast[0], e_ex);
+        for (i = 1; i < 3; i++)
+            CHECK(e_fast[i] <= FAST_ATT_TOL && (ni < (g4i_sized ? 1 : 2) || e_fast[i] < e_fast[0]),
+                  "%d keys, %d splits: the fast attention is %.3g from float64 (bound %.1g; 1 split %.3g)", N, sp[i],
+                  e_fast[i], FAST_ATT_TOL, e_fast[0]);
+        free(q); free(k); free(v); free(ex); free(scores); free(ref); free(p);
+    }
+}
+
 /* The fast mode's arena: sized up front (no score buffer; a bf16 cache in
    the bf16 mode, so smaller again), undersized by a byte refused, and a
    model outside its attention kernel refused by name. */
@@ -677,6 +826,7 @@ static void test_fast_arena(void) {
     g4_cuda_session s;
     g4_session_config sc = g4_session_config_init();
     g4_cuda_config fast = {0};
+    int nh;
     size_t de, he, df, hf, db, hb;
     void *darena = NULL, *harena;
     char err[G4_ERROR_MAX];
@@ -704,10 +854,17 @@ static void test_fast_arena(void) {
         CHECK(g4_cuda_forward(&s, ids, 3, logits, G4_LOGITS_LAST) == G4_OK, "forward: %s", s.error);
     }
     /* more query heads per KV head than the attention block holds */
+    nh = m.config.num_attention_heads;
     m.config.num_attention_heads = 16 * m.plan.layer[0].kv_heads;
     CHECK(g4_cuda_session_init(&s, &cm, &sc, &fast, darena, db, harena, hb) == G4_ERR_CONFIG &&
               strstr(s.error, "fast mode") && strstr(s.error, "layer 0"), "a group of 16: %s", s.error);
     CHECK(g4_cuda_session_size(&cm, &sc, &fast, &df, &hf) == G4_ERR_CONFIG, "sized: a group of 16");
+    m.config.num_attention_heads = nh;
+    fast.kv_splits = 257; /* past G4F_MAX_KV_SPLIT */
+    CHECK(g4_cuda_session_size(&cm, &sc, &fast, &df, &hf) == G4_ERR_INPUT, "kv_splits 257 must be refused");
+    fast.kv_splits = -1;
+    CHECK(g4_cuda_session_init(&s, &cm, &sc, &fast, darena, db, harena, hb) == G4_ERR_INPUT &&
+              strstr(s.error, "kv_splits"), "kv_splits -1: %s", s.error);
     g4_cuda_free(darena);
     free(harena);
     g4_cuda_model_free(&cm);
@@ -917,7 +1074,7 @@ static void test_no_contraction(void) {
    values. The whole float32 range is checked by tools/check_exp_tanh.c. */
 static void test_exp_tanh(void) {
     uint32_t rng = 1;
-    long i, bad_e = 0, bad_t = 0, n = 2000000;
+    long i, bad_e = 0, bad_t = 0, n = g4i_sized ? 65536 : 2000000;
     for (i = 0; i < n; i++) {
         float x, y, r;
         rng = rng * 1664525u + 1013904223u;
@@ -968,12 +1125,17 @@ int main(int argc, char **argv) {
     char tmpl[] = "/tmp/gemma4-cuda-test-XXXXXX", desc[256], err[G4_ERROR_MAX];
     if (argc > 1) g_data = argv[1];
     if (argc > 2) g_only = argv[2];
+    { /* G4_CUDA_SUITE=sized: the sanitizer-sized run (tests/cuda_device.sh, docs/cuda.md) */
+        const char *sz = getenv("G4_CUDA_SUITE");
+        g4i_sized = sz && strcmp(sz, "sized") == 0;
+        if (sz && !g4i_sized && *sz) { printf("G4_CUDA_SUITE=%s: unknown (sized, or unset)\n", sz); return 2; }
+    }
     if (g4_cuda_device_check(desc, sizeof desc, err) != G4_OK) {
         printf("no CUDA device here (%s): the CUDA tests did NOT run. Without a GPU, run make test-cuda-emu.\n", err);
         printf("0 passed, 0 failed (skipped: no GPU)\n");
         return 0;
     }
-    printf("device: %s\n", desc);
+    printf("device: %s%s\n", desc, g4i_sized ? "; the sized suite (G4_CUDA_SUITE=sized): fewer models and inputs" : "");
     if (!mkdtemp(tmpl)) { printf("cannot create a temporary directory\n"); return 1; }
     snprintf(g_tmp, sizeof g_tmp, "%s", tmpl);
 
@@ -997,6 +1159,9 @@ int main(int argc, char **argv) {
     run("cuda fast shared-KV table, reader copies, stale weights, bad input", test_fast_table);
     run("cuda fast sessions on one model are independent; reset", test_fast_sessions);
     run("cuda fast arenas: sizes up front, undersized, unsupported shapes", test_fast_arena);
+    run("cuda fast flash-decoding: splits sized from the device or asked, = exact within 4e-5, repeatable",
+        test_fast_kv_splits);
+    run("cuda fast attention at long context vs float64 (1, 16, 128 splits)", test_fast_long_context);
 #ifdef G4_CUDA_EMULATE
     run("cuda kernel fault: reported under its step, sticky, session unchanged", test_kernel_fault);
     run("cuda device arithmetic checked at session init (FTZ refused)", test_ieee_probe);
