@@ -1152,12 +1152,22 @@ static int media_add(g4a_list *l, const char *path, int tag) {
     return 0;
 }
 
+/* A chat turn whose files (attached by /image, /audio) failed: its message is
+   printed; the turn is not fed, its files are detached, the chat goes on. */
+static void drop_turn(g4mm *mm, g4a_list *pend) {
+    fprintf(stderr, "gemma4: the turn was not sent and its files are detached (attach them again, or send it without)\n");
+    g4mm_free(mm);
+    media_clear(pend);
+}
+
 /* gemma4 chat MODEL_DIR: one session for the whole conversation; each turn
    feeds only its own tokens, the earlier turns stay in the KV. A turn that
    does not fit what is left of the context, or an answer the context cut,
    starts the conversation over (said once); a turn that does not fit an
-   empty context is an error. --image / --audio files go with the first turn;
-   a line "/image FILE" or "/audio FILE" attaches a file to the next turn. */
+   empty context is an error. --image / --audio files go with the first turn
+   (one that cannot be used ends the chat, exit 1); a line "/image FILE" or
+   "/audio FILE" attaches a file to the next turn (one that cannot be used, or
+   a placeholder count that does not match, drops that turn: the chat goes on). */
 static int cmd_chat(int argc, char **argv) {
     gen_opts o;
     gen_ctx g;
@@ -1168,7 +1178,9 @@ static int cmd_chat(int argc, char **argv) {
     g4a_list pend;
     g4mm mm;
     float *soft = NULL;
+    int cli_files; /* the pending files are the command line's (an error in them ends the chat, exit 1) */
     if ((rc = parse_gen_opts(argc, argv, &o, 1, dir)) != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
+    cli_files = o.media.n > 0;
     rc = 1;
     memset(&pend, 0, sizeof pend);
     memset(&mm, 0, sizeof mm);
@@ -1193,7 +1205,7 @@ static int cmd_chat(int argc, char **argv) {
     for (;;) {
         int32_t *ids;
         size_t n, l, extra = 1 + (g.has_drafter ? (size_t)o.draft_tokens + 2 : 0);
-        int n_new = 0, r, fresh = g.s.pos == 0, items = 0;
+        int n_new = 0, r, fresh = g.s.pos == 0, items = 0, bad_media = 0;
         double tp = 0, td = 0;
         g4_pool *pool;
         fprintf(stderr, "> ");
@@ -1222,8 +1234,11 @@ static int cmd_chat(int argc, char **argv) {
         }
         /* this turn's files through their processors; with none of their placeholders in the line, one each before it */
         if (pend.n && ((items = media_items(&g.t, &g.m.config, line, &pend)) < 0 ||
-                       g4mm_prepare(&mm, &g.m.config, dir[0], o.processor, &pend)))
-            break;
+                       g4mm_prepare(&mm, &g.m.config, dir[0], o.processor, &pend))) {
+            if (cli_files) break; /* the command line's: an error (exit 1) */
+            drop_turn(&mm, &pend);
+            continue;
+        }
         free(text);
         text = NULL;
         if (!g.has_tpl && items && !(text = media_text(&g.t, &g.m.config, line, &pend))) break;
@@ -1233,8 +1248,13 @@ static int cmd_chat(int argc, char **argv) {
             users = nu;
             ids = template_prompt(&g.tpl, &g.t, &o, users, turn + 1, turn == 0, &n);
         } else ids = encode_prompt(&g.t, &o, text ? text : line, turn ? G4_CHAT_CONTINUE : G4_CHAT_BOS, &n);
-        if (ids && media_expand(&mm, &g.m.config, &ids, &n)) { free(ids); ids = NULL; }
-        if (!ids) { if (g.has_tpl) free(users[turn]); break; }
+        if (ids && media_expand(&mm, &g.m.config, &ids, &n)) { free(ids); ids = NULL; bad_media = 1; }
+        if (!ids) {
+            if (g.has_tpl) free(users[turn]);
+            if (!bad_media || cli_files) break;
+            drop_turn(&mm, &pend);
+            continue;
+        }
         if (n + extra > (size_t)(g.s.cfg.max_context - g.s.pos) && !fresh) { /* start over with this turn */
             fprintf(stderr, "context full: %d of %d positions used; starting over (--ctx sets the size)\n", g.s.pos,
                     g.s.cfg.max_context);
@@ -1271,6 +1291,7 @@ static int cmd_chat(int argc, char **argv) {
         soft = NULL;
         g4mm_free(&mm);
         media_clear(&pend);
+        cli_files = 0;
         free(ids);
         turn++;
         if (r == 1) break;

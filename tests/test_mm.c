@@ -45,6 +45,12 @@ static int cli(const char *fmt, ...) {
     return clean(run_cli(g_cli, args, g_out, sizeof g_out, NULL, g_err, sizeof g_err), args);
 }
 
+static int count_of(const char *s, const char *needle) {
+    int n = 0;
+    for (; (s = strstr(s, needle)) != NULL; s += strlen(needle)) n++;
+    return n;
+}
+
 static int count_lines(const char *s) {
     int n = 0;
     for (; *s; s++) n += *s == '\n';
@@ -432,6 +438,24 @@ static void test_bad_files(void) {
             "model without vision");
     refused("trunc.png", cli("template %s --messages %s --ids --image %s --audio %s --audio %s", g_model, mm("chat.json"),
                              tpng, wav("clip_a.wav"), wav("clip_b.wav")), "template");
+    { /* chat: a bad file on the command line ends it (exit 1); one attached by a line drops that turn only */
+        char input[300];
+        FILE *f;
+        int st;
+        snprintf(input, sizeof input, "%s/turns.txt", g_tmp);
+        if ((f = fopen(input, "w"))) { fputs("hello\n", f); fclose(f); }
+        st = cli("chat %s --image %s --temp 0 --max-tokens 2 < %s", g_model, tpng, input);
+        CHECK(st == 1 && strstr(g_err, "trunc.png: not a readable PNG") && g_out[0] == 0, "chat --image trunc.png: exit %d: %s",
+              st, g_err);
+        if ((f = fopen(input, "w"))) {
+            fprintf(f, "/image %s\nfirst\n/audio %s\n<|image|> x\nhello\n", tpng, wav("clip_b.wav"));
+            fclose(f);
+        }
+        st = cli("chat %s --temp 0 --max-tokens 2 < %s", g_model, input);
+        CHECK(st == 0 && strstr(g_err, "trunc.png: not a readable PNG") && strstr(g_err, "0 --image files were given") &&
+              count_of(g_err, "the turn was not sent") == 2 && count_lines(g_out) == 1 && count_of(g_err, "generated 2 tokens") == 1,
+              "chat with bad attachments: exit %d, stdout '%s', stderr: %s", st, g_out, g_err);
+    }
 }
 
 /* info describes both towers, the processor's settings and the feature extractor; "none" and why without them */
@@ -481,7 +505,8 @@ int main(int argc, char **argv) {
     run("generate: a prompt without placeholders gets one per file before it (chat items or text)", test_auto_placeholders);
     run("errors: a placeholder count that differs from the files names both; flags that do not go together",
         test_mismatch);
-    run("bad files: truncated PNG, not an image, 8 kHz, stereo, cut WAV, missing, no tower: one line, exit 1",
+    run("bad files: truncated PNG, not an image, 8 kHz, stereo, cut WAV, missing, no tower: one line, exit 1; chat goes on "
+        "after a bad attachment",
         test_bad_files);
     run("info: both towers, the image processor, the feature extractor; none and why", test_info);
     remove_tree(g_tmp);
