@@ -415,7 +415,9 @@ G4_API g4_result g4_mm_expand(const g4_config *c, const int32_t *ids, int n, con
    the 256 values). Frames are RGB8, all of one size (transformers cannot tell
    the channel axis of an RGBA array; gemma4.h refuses them). The settings come
    from processor_config.json ("video_processor"); absent ones take
-   Gemma4VideoProcessor's defaults. */
+   Gemma4VideoProcessor's defaults. The 12B's Gemma4UnifiedVideoProcessor is
+   the same with Gemma4UnifiedImageProcessor's merged patches (kind
+   G4_IMAGE_UNIFIED: patch_size k p, pooling_kernel_size 1), as for images. */
 #define G4_VIDEO_MAX_FRAMES 4096  /* most frames a video may keep */
 typedef struct {
     int patch_size;              /* 16 */
@@ -427,6 +429,7 @@ typedef struct {
     int do_sample_frames;        /* true: keep the frames g4_video_sample_frames picks */
     int num_frames;              /* 32: frames to keep; 0 (None): by fps instead */
     double fps;                  /* 0 (None): frames per second to keep when num_frames is 0 */
+    int kind;                    /* G4_IMAGE_*: video_processor_type Gemma4VideoProcessor or Gemma4UnifiedVideoProcessor */
     char error[G4_ERROR_MAX];
 } g4_video_config;
 
@@ -438,7 +441,9 @@ G4_API g4_result g4_video_config_parse(g4_video_config *vc, const char *json, si
 /* PATH: a file, or a directory holding processor_config.json (else
    video_preprocessor_config.json; with neither, the defaults). */
 G4_API g4_result g4_video_config_load(g4_video_config *vc, const char *path);
-/* G4_ERR_CONFIG when the processor contradicts the model's vision_config. */
+/* G4_ERR_CONFIG when the processor contradicts the model's vision_config, or
+   is the other family's (as g4_image_config_check; for a gemma4_unified model
+   settings of kind G4_IMAGE_ANY become the 12B's merged patches). */
 G4_API g4_result g4_video_config_check(g4_video_config *vc, const g4_config *c);
 /* sample_frames (default_sample_indices_fn): which of total_frames frames (a
    video of video_fps frames per second, 0 when unknown) the processor keeps:
@@ -6522,6 +6527,39 @@ static g4_result g4__vcfg_triple(const g4__cfg *c, const char *key, float out[3]
     return G4_OK;
 }
 
+/* The video processor's kind (video_processor_type, else a Gemma4UnifiedProcessor
+   processor_class), and the 12B's as merged patches: as >>image_processing's. */
+static g4_result g4__video_kind(const g4__cfg *c, const g4__json *j, g4_video_config *vc) {
+    int n = g4__jget(j, c->obj, "video_processor_type"), pc = g4__jget(j, 0, "processor_class");
+    if (n >= 0 && j->nodes[n].type != G4__JNULL) {
+        const g4__jnode *t = &j->nodes[n];
+        if (t->type == G4__JSTR && g4__jis(t, "Gemma4UnifiedVideoProcessor")) vc->kind = G4_IMAGE_UNIFIED;
+        else if (t->type == G4__JSTR && g4__jis(t, "Gemma4VideoProcessor")) vc->kind = G4_IMAGE_GEMMA4;
+        else {
+            g4__seterr(vc->error, "%s: field '%svideo_processor_type' is %s%.64s%s; gemma4.h knows Gemma4VideoProcessor and "
+                       "Gemma4UnifiedVideoProcessor", c->name, c->scope, t->type == G4__JSTR ? "\"" : "",
+                       t->type == G4__JSTR ? t->str : "not a string", t->type == G4__JSTR ? "\"" : "");
+            return G4_ERR_CONFIG;
+        }
+    } else if (pc >= 0 && g4__jstr_prefix(&j->nodes[pc], "Gemma4UnifiedProcessor")) {
+        vc->kind = G4_IMAGE_UNIFIED;
+    }
+    return G4_OK;
+}
+
+static g4_result g4__video_unify(g4_video_config *vc, const char *name) {
+    int64_t ps = (int64_t)vc->patch_size * vc->pooling_kernel_size;
+    if (ps > 1024) {
+        g4__seterr(vc->error, "%s: a merged patch of patch_size %d x pooling_kernel_size %d pixels is more than 1024 a side",
+                   name ? name : "video processor", vc->patch_size, vc->pooling_kernel_size);
+        return G4_ERR_CONFIG;
+    }
+    vc->patch_size = (int)ps;
+    vc->pooling_kernel_size = 1;
+    vc->kind = G4_IMAGE_UNIFIED;
+    return G4_OK;
+}
+
 G4__DEF g4_result g4_video_config_parse(g4_video_config *vc, const char *json, size_t len, const char *name) {
     g4__json j;
     g4__cfg c;
@@ -6550,6 +6588,7 @@ G4__DEF g4_result g4_video_config_parse(g4_video_config *vc, const char *json, s
         c.obj = n;
         c.scope = "video_processor.";
     }
+    G4__TRY(g4__video_kind(&c, &j, vc));
     G4__TRY(g4__cfg_int(&c, "patch_size", &vc->patch_size, 16, 0, 1, 1024));
     G4__TRY(g4__cfg_int(&c, "max_soft_tokens", &vc->max_soft_tokens, 70, 0, 1, 1120));
     G4__TRY(g4__cfg_int(&c, "pooling_kernel_size", &vc->pooling_kernel_size, 3, 0, 1, 64));
@@ -6585,6 +6624,7 @@ G4__DEF g4_result g4_video_config_parse(g4_video_config *vc, const char *json, s
             g4__seterr(vc->error, "%s: field '%simage_std' has a zero: the normalisation would divide by it", name, c.scope);
             r = G4_ERR_CONFIG;
         }
+    if (r == G4_OK && vc->kind == G4_IMAGE_UNIFIED) r = g4__video_unify(vc, name);
 done:
     g4__json_free(&j);
     return r;
@@ -6619,9 +6659,27 @@ G4__DEF g4_result g4_video_config_load(g4_video_config *vc, const char *path) {
 G4__DEF g4_result g4_video_config_check(g4_video_config *vc, const g4_config *c) {
     const g4_vision_config *v;
     if (!vc) return G4_ERR_INPUT;
-    if (c && c->unified) {
-        g4__seterr(vc->error, "the model is a gemma4_unified one: its video processor (Gemma4UnifiedVideoProcessor, merged "
-                   "patches) is not gemma4.h's g4_video_preprocess");
+    if (c && c->unified) { /* the 12B: Gemma4UnifiedVideoProcessor's merged patches */
+        const g4_unified_vision_config *u = &c->unified_vision;
+        g4_result r;
+        if (!u->present) { g4__seterr(vc->error, "the gemma4_unified model has no vision_config"); return G4_ERR_CONFIG; }
+        if (vc->kind == G4_IMAGE_GEMMA4) {
+            g4__seterr(vc->error, "the video processor is a Gemma4VideoProcessor, but the model is a gemma4_unified one "
+                       "(its processor is Gemma4UnifiedVideoProcessor: merged patches, no tower)");
+            return G4_ERR_CONFIG;
+        }
+        if (vc->kind == G4_IMAGE_ANY && (r = g4__video_unify(vc, NULL)) != G4_OK) return r;
+        if ((int64_t)vc->patch_size != (int64_t)u->patch_size * u->pooling_kernel_size || vc->pooling_kernel_size != 1) {
+            g4__seterr(vc->error, "the video processor's merged patches of %d pixels contradict the model's vision_config "
+                       "(patch_size %d x pooling_kernel_size %d)", vc->patch_size, u->patch_size, u->pooling_kernel_size);
+            return G4_ERR_CONFIG;
+        }
+        if (c->video_token_id < 0) { g4__seterr(vc->error, "the model's config has no video_token_id"); return G4_ERR_CONFIG; }
+        return G4_OK;
+    }
+    if (vc->kind == G4_IMAGE_UNIFIED) {
+        g4__seterr(vc->error, "the video processor is the 12B's Gemma4UnifiedVideoProcessor, but the model is not a "
+                   "gemma4_unified one");
         return G4_ERR_CONFIG;
     }
     if (!c || !c->vision.present) { g4__seterr(vc->error, "the model has no vision_config"); return G4_ERR_CONFIG; }
@@ -6681,7 +6739,7 @@ G4__DEF g4_result g4_video_sample_frames(g4_video_config *vc, int total, double 
    (that is fused into the normalisation, g4__video_norm) */
 static g4_image_config g4__video_frame_config(const g4_video_config *vc) {
     g4_image_config ic = g4_image_config_init();
-    ic.kind = G4_IMAGE_GEMMA4;
+    ic.kind = vc->kind == G4_IMAGE_UNIFIED ? G4_IMAGE_UNIFIED : G4_IMAGE_GEMMA4; /* the 12B's: merged already */
     ic.patch_size = vc->patch_size;
     ic.max_soft_tokens = vc->max_soft_tokens;
     ic.pooling_kernel_size = vc->pooling_kernel_size;

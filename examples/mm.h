@@ -211,6 +211,10 @@ static int g4mm_unified_encode(g4mm *mm, const g4_model *m, float *buf) {
         g4mm_file *f = &mm->f[k];
         int got = 0;
         float *out = buf + (size_t)used * m->config.hidden_size;
+        if (f->kind != G4_MM_IMAGE && f->kind != G4_MM_AUDIO) {
+            fprintf(stderr, "gemma4: %s: the 12B takes images and audio here, not this kind of file\n", f->path);
+            goto done;
+        }
         if ((f->kind == G4_MM_IMAGE ? g4_unified_embed_image(m, f->pv, f->pos, mm->max_patches, arena, bytes, &run, out, &got)
                                     : g4_unified_embed_audio(m, f->feat, f->mask, f->nf, arena, bytes, &run, out, &got)) != G4_OK) {
             fprintf(stderr, "gemma4: %s: %s\n", f->path, run.error);

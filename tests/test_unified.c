@@ -870,6 +870,86 @@ out:
     g4_model_free(&pg.m);
 }
 
+/* Gemma4UnifiedVideoProcessor = Gemma4VideoProcessor with merged patches
+   (kind G4_IMAGE_UNIFIED): two frames (a.png and its mirror image) give its
+   positions and (the stored 16 merged patches of frame 1) its pixel values
+   bit for bit, the fused float32(v) / 255 rescale included; the text
+   expansion (g4_mm_expand_videos, 24 fps, both frames 00:00) tokenized is
+   Gemma4UnifiedProcessor's ids; the family checks refuse the other's. */
+static void test_processor_video(void) {
+    golden pg, vg;
+    g4_video_config vc;
+    g4_config uc, ec;
+    g4_tokenizer tok;
+    const g4_tensor *pos, *pv1;
+    const int32_t *want, *rows;
+    int n_want = 0, n_rows = 0, h = 0, w = 0, ch = 0, y, x, k, n_soft = -1;
+    uint8_t *px = NULL, *frames = NULL;
+    float *pv = NULL;
+    int32_t *p2 = NULL, ids[1024];
+    void *scratch = NULL;
+    size_t sb, n_text = 0, n_ids = 0;
+    char text[16384], err[G4_ERROR_MAX] = "";
+    g4_video_item it;
+    memset(&tok, 0, sizeof tok);
+    if (!golden_open_file(&pg, "unified_like", "processor_golden.safetensors")) { CHECK(0, "processor golden"); return; }
+    if (!open_vision_golden(&vg)) { CHECK(0, "vision golden"); g4_model_free(&pg.m); return; }
+    CHECK(g4_config_load(&uc, tiny("unified_like/config.json")) == G4_OK &&
+              g4_config_load(&ec, path2(g_data, "vision/e2b_mm/config.json")) == G4_OK, "configs");
+    pos = g4_model_tensor(&pg.m, "video_position_ids");
+    pv1 = g4_model_tensor(&pg.m, "pixel_values_videos.1");
+    want = golden_ids(&pg, "ids.video", &n_want);
+    rows = golden_ids(&pg, "video_rows", &n_rows);
+    CHECK(pos && pv1 && want && rows && pos->shape[0] == 2 && pos->shape[1] == 70, "golden");
+    if (!(pos && pv1 && want && rows) || !(px = vision_image(&vg, 0, &h, &w, &ch)) || ch != 3) goto out;
+    CHECK(g4_video_config_load(&vc, tiny(UPROC)) == G4_OK && vc.kind == G4_IMAGE_UNIFIED && vc.patch_size == 12 &&
+              vc.pooling_kernel_size == 1 && g4_video_config_check(&vc, &uc) == G4_OK, "unified video processor: %s", vc.error);
+    frames = (uint8_t *)malloc((size_t)2 * h * w * 3);
+    for (y = 0; y < h; y++) /* frame 0: a.png; frame 1: mirrored left to right */
+        for (x = 0; x < w; x++)
+            for (k = 0; k < 3; k++) {
+                frames[((size_t)y * w + x) * 3 + k] = px[((size_t)y * w + x) * 3 + k];
+                frames[(size_t)h * w * 3 + ((size_t)y * w + x) * 3 + k] = px[((size_t)y * w + (w - 1 - x)) * 3 + k];
+            }
+    sb = g4_video_scratch_size(&vc, h, w);
+    scratch = arena_alloc(sb);
+    pv = (float *)malloc(sizeof(float) * 2 * 70 * 432);
+    p2 = (int32_t *)malloc(sizeof(int32_t) * 2 * 70 * 2);
+    CHECK(sb && scratch && pv && p2 && g4_video_preprocess(&vc, frames, 2, h, w, 3, scratch, sb, pv, p2, &n_soft) == G4_OK,
+          "preprocess: %s", vc.error);
+    CHECK(n_soft == rows[0], "%d soft tokens a frame, the processor's %d", n_soft, rows[0]);
+    CHECK(memcmp(p2, pos->data, sizeof(int32_t) * 2 * 70 * 2) == 0, "video_position_ids");
+    CHECK(memcmp(pv + 70 * 432, pv1->data, sizeof(float) * 16 * 432) == 0, "frame 1's pixel values differ");
+    printf("  2 frames -> %d merged patches each: positions %s, frame 1's stored patches %s\n", n_soft,
+           memcmp(p2, pos->data, sizeof(int32_t) * 280) ? "DIFFERENT" : "equal",
+           memcmp(pv + 70 * 432, pv1->data, sizeof(float) * 16 * 432) ? "DIFFERENT" : "bit-identical");
+    /* the ids: the text expanded with the frames' stamps, then tokenized with <bos> */
+    memset(&it, 0, sizeof it);
+    it.n_frames = 2; it.n_soft = n_soft; it.fps = 0;
+    CHECK(g4_tokenizer_load(&tok, tiny(UPROC)) == G4_OK &&
+              g4_mm_expand_videos(&tok, &uc, "Watch <|video|> now", 19, &it, 1, text, sizeof text, &n_text, err) == G4_OK &&
+              g4_tokenize(&tok, text, n_text, G4_ENCODE_ADD_SPECIAL, ids, 1024, &n_ids) == G4_OK,
+          "expand, tokenize: %s %s", err, tok.error);
+    CHECK(n_ids == (size_t)n_want && memcmp(ids, want, sizeof(int32_t) * n_ids) == 0, "ids: %zu, the processor's %d", n_ids,
+          n_want);
+    /* the families */
+    CHECK(g4_video_config_check(&vc, &ec) == G4_ERR_CONFIG && strstr(vc.error, "Gemma4UnifiedVideoProcessor"),
+          "a unified video processor for a Gemma 4 tower: %s", vc.error);
+    CHECK(g4_video_config_load(&vc, path2(g_data, "vision/processor")) == G4_OK && vc.kind == G4_IMAGE_GEMMA4 &&
+              g4_video_config_check(&vc, &uc) == G4_ERR_CONFIG && strstr(vc.error, "Gemma4VideoProcessor"),
+          "a Gemma4VideoProcessor for the 12B: %s", vc.error);
+    CHECK(g4_video_config_parse(&vc, "{\"video_processor\": {\"patch_size\": 4, \"pooling_kernel_size\": 3}}", 64, "t") ==
+              G4_OK && vc.kind == G4_IMAGE_ANY && g4_video_config_check(&vc, &uc) == G4_OK && vc.patch_size == 12 &&
+              vc.pooling_kernel_size == 1, "untyped: %s", vc.error);
+    CHECK(g4_video_config_parse(&vc, "{\"video_processor_type\": \"LlavaVideoProcessor\"}", 47, "t") == G4_ERR_CONFIG &&
+              strstr(vc.error, "video_processor_type"), "another type: %s", vc.error);
+out:
+    free(px); free(frames); free(pv); free(p2); free(scratch);
+    g4_tokenizer_free(&tok);
+    g4_model_free(&vg.m);
+    g4_model_free(&pg.m);
+}
+
 /* ------------------------------------------------------------------ CLI */
 /* gemma4 logits / greedy / image / audio / info on the 12B: the chat's ids
    (one placeholder per file, from the template), a.png and clip_b.wav with
@@ -1133,6 +1213,7 @@ int main(int argc, char **argv) {
     run("unified processor: c.png's pixel values and a clip's frames bit for bit", test_processor_pixels);
     run("unified processor: chats with images and clips give apply_chat_template's ids (g4_mm_expand)", test_processor_ids);
     run("unified processor: a chat with a.png and clip_b through the library: logits vs transformers", test_processor_logits);
+    run("unified processor: a video's merged frames bit for bit, its ids (Gemma4UnifiedVideoProcessor)", test_processor_video);
     run("unified CLI: logits/greedy with --image and --audio, image, audio, info, bad input", test_cli);
     run("unified CLI: template --ids and generate --chat with an image and a clip on a 12B directory", test_cli_chat);
     return finish();

@@ -395,6 +395,10 @@ def make_processor_golden(out_dir, model):
         input_features_mask.<c> I32 [n_aud, T]
         pixel_values.c      F32 [60, 432]   c.png's real rows (case 1's second image; the rest are zero)
         input_features.short F32 [31, 40]   the 1234-sample clip's frames (audio.short F32 [1234] its samples)
+        ids.video           I32 [S]         "Watch <|video|> now" with a.png and its mirror image as two frames
+                                            (do_sample_frames False, no metadata: 24 fps, both stamped 00:00)
+        video_position_ids  I32 [2, 70, 2], video_rows I32 [1] (soft tokens a frame),
+        pixel_values_videos.1 F32 [16, 432] the second frame's first 16 merged patches
         logits.0            F32 [R, V]      unified_like on case 0 (with mm_token_type_ids), rows logit_rows.0
         logit_rows.0        I32 [R]         a stride through the prompt and its last row
     Case 0: a user turn "Describe <image a.png> and <audio clip_b.wav>." (the CLI test's). Case 1: a system
@@ -472,6 +476,25 @@ def make_processor_golden(out_dir, model):
             gold["logit_rows.0"] = torch.tensor(rows, dtype=torch.int32)
             summary.append(f"processor case 0 logits: {len(rows)} rows, max|logit| {float(lg.abs().max()):.3f}")
             print(summary[-1])
+    # a video: a.png and its mirror image as two pre-sampled frames (no metadata: transformers assumes 24 fps)
+    from transformers.models.gemma4.video_processing_gemma4 import Gemma4VideoProcessor
+    rgb = np.array(a.convert("RGB"))
+    video = np.stack([rgb, rgb[:, ::-1]])
+    out = proc(text=["Watch <|video|> now"], videos=[video], do_sample_frames=False, return_tensors="pt")
+    n_v = int(out["num_soft_tokens_per_video"][0]) if "num_soft_tokens_per_video" in out else \
+        int((out["video_position_ids"][0, :, 0] >= 0).sum())
+    pvv = out["pixel_values_videos"]
+    assert pvv.shape[0] == 2 and float(pvv[1, n_v:].abs().max()) == 0.0
+    gold["ids.video"] = out["input_ids"][0].to(torch.int32)
+    gold["video_position_ids"] = out["video_position_ids"].to(torch.int32)
+    gold["pixel_values_videos.1"] = pvv[1, :16].float()  # frame 1's first 16 merged patches (lean: ~28 KB)
+    gold["video_rows"] = torch.tensor([n_v], dtype=torch.int32)
+    g4v = Gemma4VideoProcessor(patch_size=VISION["patch_size"] * VISION["pooling_kernel_size"], pooling_kernel_size=1,
+                               max_soft_tokens=PROC_MAX_SOFT)(videos=[video], do_sample_frames=False, return_tensors="pt")
+    same = torch.equal(g4v["pixel_values_videos"], pvv) and torch.equal(g4v["video_position_ids"], out["video_position_ids"])
+    summary.append(f"processor video: 2 frames of 37x50, {n_v} soft tokens a frame, S {out['input_ids'].shape[1]}; "
+                   f"Gemma4VideoProcessor at patch 12, pooling 1 gives the same pixel values and positions: {same}")
+    print(summary[-1])
     save_file({k: v.contiguous() for k, v in gold.items()}, os.path.join(out_dir, "processor_golden.safetensors"))
     return summary
 
