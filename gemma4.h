@@ -200,8 +200,8 @@
      E2B/E4B audio tower (g4_audio_encode, >>audio), their soft tokens merged
      into the decoder by g4_forward_mm (images, video frames, audio), and the
      12B unified model's decoder and encoder-free embedders (>>unified; not
-     its video processor). The audio tower and the 12B embedders run on one
-     thread. Batch size 1 per session.
+     its video processor). The 12B embedders run on one thread. Batch size 1
+     per session.
      The bf16 mode and the CUDA twin do not cover the towers; g4_forward_mm runs
      on the CPU. Drafters (gemma4_assistant) run on the CPU only.
 
@@ -779,7 +779,7 @@ G4_API g4_result g4_forward_mm(g4_session *s, const int32_t *ids, int n, const f
 typedef struct {
     int max_patches;     /* most patches per image, padding included (required): the
                             processor's max_soft_tokens * k^2 */
-    g4_pool *pool;       /* threads for the matmuls, or NULL */
+    g4_pool *pool;       /* threads for the matmuls and the attention, or NULL (any pool: the same bits) */
     g4_tap_fn tap; void *tap_user; /* module outputs: vision_tower.patch_embedder,
                             vision_tower.encoder.layers.<i>[.input_layernorm|.self_attn.q_proj|
                             .self_attn.k_proj|.self_attn.v_proj|.self_attn|.post_attention_layernorm|
@@ -794,7 +794,8 @@ typedef struct {
     float *x, *xn, *cin;       /* [max_patches][Hv], [..][Hv], [..][max(Hv, NHv*Dv, Iv, H, 3 p^2)] */
     float *q, *k, *v, *att;    /* [max_patches][NHv*Dv] (k, v: KVHv*Dv) */
     float *gate, *up;          /* [max_patches][Iv] */
-    float *scores;             /* [threads][max_patches] */
+    float *scores;             /* [max(threads, G4_VISION_QBLOCK)][max_patches]: per thread (the reference
+                                  attention), or a block of queries' rows (the GEMM attention) */
     float *pooled;             /* [max_patches / k^2][Hv] */
     float *inv_freq;           /* [Dv/4] */
     int *kernel;               /* [max_patches] each patch's pooled row */
@@ -933,13 +934,17 @@ G4_API const g4_grad_entry *g4_train_grad(const g4_train *t, const char *name);
    `layer` is the conformer layer or -1. */
 typedef struct {
     g4_tap_fn tap; void *tap_user;     /* optional */
+    g4_pool *pool;                     /* threads (NULL: one); the arena must be sized for them
+                                          (g4_audio_size_pool), else the tower runs on one thread.
+                                          Any pool gives the same bits. */
     char error[G4_ERROR_MAX];          /* set when g4_audio_encode fails */
 } g4_audio_run;
 
 /* The tower's frames for n_frames feature frames: two stride-2 convolutions,
    ceil(ceil(n / 2) / 2) (0 when n < 1). */
 G4_API int g4_audio_tokens_max(int n_frames);
-G4_API g4_result g4_audio_size(const g4_model *m, int max_frames, size_t *bytes);
+G4_API g4_result g4_audio_size(const g4_model *m, int max_frames, size_t *bytes); /* one thread */
+G4_API g4_result g4_audio_size_pool(const g4_model *m, int max_frames, const g4_pool *pool, size_t *bytes);
 G4_API g4_result g4_audio_encode(const g4_model *m, const float *features, const unsigned char *mask, int n_frames,
                                  void *arena, size_t arena_bytes, g4_audio_run *run, float *soft, int *n_soft);
 
@@ -3917,6 +3922,11 @@ static size_t g4__pack_thread_floats(void); /* G4__PACK_THREAD: one thread's GEM
 static void g4__attend_blocked(float *out, const float *q, int G, const g4_kv_slot *sl, int kvh, int lo, int hi,
                                float *scores); /* = g4__attend (>>ops), the same bits */
 static void g4__matmul_rows(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1, float *ws);
+/* C [n][N] += A [n][K] B threaded (g4__gemm_acc; >>backward) */
+static void g4__bwd_mm(const g4_session *s, float *C, size_t ldc, const float *A, size_t lda, const unsigned char *B,
+                       g4_dtype bdt, size_t ldb, int kmajor, int K, int n, int N);
+static void g4__expf_n(float *y, const float *x, size_t n); /* y[i] = g4__expf(x[i]), the same bits */
+static void g4__softmax_n(float *x, int n);                 /* = g4__softmax (>>ops), the same bits */
 
 /* ------------------------------------------------------- model ops >>ops */
 /* The Gemma ops the forward pass is made of, one module each: the cast to the
@@ -5427,7 +5437,8 @@ static g4_result g4__cfg_vision(const g4__cfg *c, g4_vision_config *v) {
 /* The tower's tensors (model.vision_tower.*, model.embed_vision.*): all or
    nothing. A checkpoint without them still loads (vision.loaded 0, the reason
    in vision.error); a tensor of the wrong shape or dtype is a load error. */
-static g4_result g4__bind_clip(g4_model *m, g4_clippable_linear *cl, const char *name, int64_t out, int64_t in, int clipped) {
+static g4_result g4__bind_clip(g4_model *m, g4__weight_fn fn, void *user, g4_clippable_linear *cl, const char *name,
+                                int64_t out, int64_t in, int clipped) {
     char nm[256];
     int64_t dims[2];
     g4_tensor b;
@@ -5437,14 +5448,14 @@ static g4_result g4__bind_clip(g4_model *m, g4_clippable_linear *cl, const char 
     int i;
     dims[0] = out; dims[1] = in;
     snprintf(nm, sizeof nm, "%s.linear.weight", name);
-    if ((r = g4__bind(m, NULL, &cl->linear, nm, 2, dims)) != G4_OK) return r;
+    if ((r = fn(m, user, &cl->linear, nm, 2, dims)) != G4_OK) return r;
     dst[0] = &cl->input_min; dst[1] = &cl->input_max; dst[2] = &cl->output_min; dst[3] = &cl->output_max;
     for (i = 0; i < 4; i++) {
         *dst[i] = i % 2 ? INFINITY : -INFINITY;
         if (!clipped) continue;
         snprintf(nm, sizeof nm, "%s.%s", name, bounds[i]);
         if (!g4__st_find(m, nm)) continue; /* absent: infinite, as transformers initialises a missing buffer */
-        if ((r = g4__bind(m, NULL, &b, nm, 0, dims)) != G4_OK) return r;
+        if ((r = fn(m, user, &b, nm, 0, dims)) != G4_OK) return r;
         *dst[i] = g4__get(&b, 0);
         if (*dst[i] != *dst[i]) {
             g4__seterr(m->error, "tensor '%s' is NaN", nm);
@@ -5454,7 +5465,10 @@ static g4_result g4__bind_clip(g4_model *m, g4_clippable_linear *cl, const char 
     return G4_OK;
 }
 
-static g4_result g4__bind_vision(g4_model *m) {
+/* Every tensor of the tower, by name and shape, through fn: g4__bind when
+   loading (g4__bind_vision), or a caller's (make bench's random tower). A
+   clipped linear's bounds are looked up in the checkpoint only. */
+static g4_result g4__vision_walk(g4_model *m, g4__weight_fn fn, void *user) {
     const g4_vision_config *v = &m->config.vision;
     g4_vision_weights *w = &m->vision;
     int64_t Hv = v->hidden_size, Dv = v->head_dim, I = v->intermediate_size, dims[3];
@@ -5463,9 +5477,6 @@ static g4_result g4__bind_vision(g4_model *m) {
     char nm[256], saved[G4_ERROR_MAX];
     int l, cl = v->use_clipped_linears;
     g4_result r = G4_OK;
-    if (!v->present) { g4__seterr(w->error, "config.json has no vision_config"); return G4_OK; }
-    snprintf(nm, sizeof nm, "%spatch_embedder.input_proj.weight", pre);
-    if (!g4__st_find(m, nm)) { g4__seterr(w->error, "checkpoint has no vision tower (no tensor '%s')", nm); return G4_OK; }
     memcpy(saved, m->error, G4_ERROR_MAX);
     if (!(w->layers = (g4_vision_layer *)G4_MALLOC(sizeof(g4_vision_layer) * (size_t)v->num_hidden_layers))) {
         g4__seterr(m->error, "out of memory");
@@ -5476,7 +5487,7 @@ static g4_result g4__bind_vision(g4_model *m) {
     do {                                                                          \
         dims[0] = a; dims[1] = b; dims[2] = c;                                    \
         snprintf(nm, sizeof nm, "%s%s", pre, suffix);                             \
-        if ((r = g4__bind(m, NULL, dst, nm, nd, dims)) != G4_OK) goto fail;       \
+        if ((r = fn(m, user, dst, nm, nd, dims)) != G4_OK) goto fail;             \
     } while (0)
     G4__V(&w->input_proj, "patch_embedder.input_proj.weight", 2, Hv, 3 * (int64_t)v->patch_size * v->patch_size, 0);
     G4__V(&w->position_embedding_table, "patch_embedder.position_embedding_table", 3, 2, v->position_embedding_size, Hv);
@@ -5488,7 +5499,7 @@ static g4_result g4__bind_vision(g4_model *m) {
 #define G4__VC(dst, what, o, i)                                                                         \
         do {                                                                                            \
             snprintf(nm, sizeof nm, "%s%s%s", pre, lp, what);                                           \
-            if ((r = g4__bind_clip(m, dst, nm, o, i, cl)) != G4_OK) goto fail;                          \
+            if ((r = g4__bind_clip(m, fn, user, dst, nm, o, i, cl)) != G4_OK) goto fail;                \
         } while (0)
         G4__VLN(&L->input_layernorm, "input_layernorm.weight", Hv);
         G4__VC(&L->q_proj, "self_attn.q_proj", NHD, Hv);
@@ -5521,6 +5532,14 @@ fail:
     w->layers = NULL;
     memcpy(w->error, m->error, G4_ERROR_MAX);
     return r;
+}
+
+static g4_result g4__bind_vision(g4_model *m) {
+    char nm[256];
+    if (!m->config.vision.present) { g4__seterr(m->vision.error, "config.json has no vision_config"); return G4_OK; }
+    snprintf(nm, sizeof nm, "model.vision_tower.patch_embedder.input_proj.weight");
+    if (!g4__st_find(m, nm)) { g4__seterr(m->vision.error, "checkpoint has no vision tower (no tensor '%s')", nm); return G4_OK; }
+    return g4__vision_walk(m, g4__bind, NULL);
 }
 
 /* ---- the merge into the decoder (Gemma4Model.forward) */
@@ -5666,6 +5685,10 @@ G4__DEF g4_result g4_forward_mm(g4_session *s, const int32_t *ids, int n, const 
 
 /* ---- the tower (Gemma4VisionModel, embed_vision) */
 
+#ifndef G4_VISION_QBLOCK
+#define G4_VISION_QBLOCK 128 /* queries per block of the GEMM attention (g4__vattn_gemm) */
+#endif
+
 static void g4__vcarve(g4_vision_session *vs, const g4_model *m, const g4_vision_session_config *cfg, g4__carver *cv) {
     const g4_vision_config *v = &m->config.vision;
     uint64_t n = (uint64_t)cfg->max_patches, Hv = (uint64_t)v->hidden_size, I = (uint64_t)v->intermediate_size;
@@ -5685,7 +5708,7 @@ static void g4__vcarve(g4_vision_session *vs, const g4_model *m, const g4_vision
     vs->v = g4__take(cv, n * KVD, sizeof(float));
     vs->gate = g4__take(cv, n * I, sizeof(float));
     vs->up = g4__take(cv, n * I, sizeof(float));
-    vs->scores = g4__take(cv, (uint64_t)threads * n, sizeof(float));
+    vs->scores = g4__take(cv, (uint64_t)(threads > G4_VISION_QBLOCK ? threads : G4_VISION_QBLOCK) * n, sizeof(float));
     vs->pooled = g4__take(cv, n * Hv, sizeof(float));
     vs->inv_freq = g4__take(cv, (uint64_t)v->head_dim / 4, sizeof(float));
     vs->kernel = (int *)(void *)g4__take(cv, n, sizeof(int));
@@ -5818,8 +5841,8 @@ static void g4__vattn_part(void *ctx, int part, int n_parts) {
         sl.kv_heads = KVH; sl.head_dim = D; sl.capacity = n; sl.n_pos = n; sl.k = vs->k; sl.v = vs->v;
         for (t = t0; t < t1; t++)
             for (h = 0; h < NH; h++)
-                g4__attend(vs->att + ((size_t)t * NH + h) * D, vs->q + ((size_t)t * NH + h) * D, 1, &sl, h / (NH / KVH), 0,
-                           j->real - 1, sc);
+                g4__attend_blocked(vs->att + ((size_t)t * NH + h) * D, vs->q + ((size_t)t * NH + h) * D, 1, &sl, h / (NH / KVH), 0,
+                                   j->real - 1, sc);
         return;
     }
     for (t = t0; t < t1; t++) /* any other layout: every key, padding masked */
@@ -5842,6 +5865,49 @@ static void g4__vattn_part(void *ctx, int part, int n_parts) {
                 g4__axpy(out, sc[k] / sum, val, D);
             }
         }
+}
+
+/* The attention the tower runs when the padding patches come last (as the
+   processor lays them out): per head, blocks of G4_VISION_QBLOCK queries
+   against the `real` keys on the decoder's packed GEMM (g4__bwd_mm, threaded
+   over its columns):
+     scores = Q K^T        each score summed as g4__dot sums it (VL lane FMA
+                           chains, their horizontal sum, the tail): the same
+                           bits as the reference's
+     p = softmax(scores)   g4__softmax_n: g4__softmax's bits, its exps in SIMD
+     out = p V             the GEMM's order: VL lane FMA chains over the keys,
+                           not the reference's key-by-key sum from zero, so
+                           out differs from g4__vattn_part's by float32
+                           rounding (tests/test_vision.c bounds it: 2e-6 of
+                           max |out| on the goldens and on random heads).
+   g4__vattn_part stays the reference and runs any other layout. */
+typedef struct { float *s; int real; } g4__vsm_job;
+static void g4__vsoftmax_rows(void *ctx, size_t r0, size_t r1) {
+    const g4__vsm_job *j = (const g4__vsm_job *)ctx;
+    size_t r;
+    for (r = r0; r < r1; r++) g4__softmax_n(j->s + r * (size_t)j->real, j->real);
+}
+
+static void g4__vattn_gemm(g4_vision_session *vs, int n, int real) {
+    const g4_vision_config *v = &vs->model->config.vision;
+    int D = v->head_dim, NH = v->num_attention_heads, KVH = v->num_key_value_heads, h, t0, t;
+    size_t NHD = (size_t)NH * (size_t)D, KVD = (size_t)KVH * (size_t)D;
+    g4__vsm_job sj;
+    sj.s = vs->scores;
+    sj.real = real;
+    for (h = 0; h < NH; h++) {
+        size_t kv = (size_t)(h / (NH / KVH)) * (size_t)D;
+        for (t0 = 0; t0 < n; t0 += G4_VISION_QBLOCK) {
+            int m = n - t0 < G4_VISION_QBLOCK ? n - t0 : G4_VISION_QBLOCK;
+            float *out = vs->att + (size_t)t0 * NHD + (size_t)h * (size_t)D;
+            memset(vs->scores, 0, sizeof(float) * (size_t)m * (size_t)real);
+            g4__bwd_mm(&vs->mm, vs->scores, (size_t)real, vs->q + (size_t)t0 * NHD + (size_t)h * (size_t)D, NHD,
+                       (const unsigned char *)(vs->k + kv), G4_F32, KVD, 0, D, m, real);
+            g4__parallel_range(&vs->mm, (size_t)m, (size_t)real * 8, g4__vsoftmax_rows, &sj);
+            for (t = 0; t < m; t++) memset(out + (size_t)t * NHD, 0, sizeof(float) * (size_t)D);
+            g4__bwd_mm(&vs->mm, out, NHD, vs->scores, (size_t)real, (const unsigned char *)(vs->v + kv), G4_F32, KVD, 1, real, m, D);
+        }
+    }
 }
 
 /* Gemma4VisionEncoderLayer l on vs->x (n patches) */
@@ -5879,7 +5945,8 @@ static void g4__vlayer(g4_vision_session *vs, int l, const int32_t *pos, int n) 
     for (aj.real = 0; aj.real < n && !(pos[2 * aj.real] == -1 && pos[2 * aj.real + 1] == -1); aj.real++) {}
     for (t = aj.real; t < n; t++) /* real patches after padding: the general loop */
         if (!(pos[2 * t] == -1 && pos[2 * t + 1] == -1)) aj.real = 0;
-    g4__parallel(vs->cfg.pool, g4__vattn_part, &aj);
+    if (aj.real > 0) g4__vattn_gemm(vs, n, aj.real);
+    else g4__parallel(vs->cfg.pool, g4__vattn_part, &aj);
     g4__clip_linear(vs, vs->xn, vs->att, &L->o_proj, n);
     g4__vtap(vs, l, "self_attn", vs->xn, n, Hv);
     g4__vnorm(vs, vs->xn, vs->xn, &L->post_attention_layernorm, n, Hv);
@@ -7555,10 +7622,13 @@ G4__DEF g4_result g4_spec_round(g4_spec *sp, g4_sampler *sampler, int32_t *out, 
    Numerics: float32 activations, weights as stored; the reductions (matmul,
    convolution, LayerNorm) sum in their own order, so the soft tokens match
    transformers' float32 ones to about 1e-6 relative, not bit for bit.
-   The matmuls use the decoder's kernel (g4__matmul_rows: the packed SIMD
-   GEMM, or g4__matmul_ref, the scalar reference, in a G4_NO_SIMD build; both
-   builds are tested against transformers), on one thread; the convolutions,
-   norms and attention are plain loops. */
+   The matmuls use the decoder's (g4__matmul: the packed SIMD GEMM, or
+   g4__matmul_ref, the scalar reference, in a G4_NO_SIMD build; both builds
+   are tested against transformers), their rows split across the run's pool;
+   the convolutions (by output time row) and the attention (by query) are
+   plain loops split across it too, each row computed as on one thread, so
+   any pool gives the same bits. exp and tanh are the decoder's (g4__expf,
+   g4__tanhf), not libm's. */
 
 /* audio_config -> g4_audio_config (called by g4__config_from_json) */
 static g4_result g4__audio_config_parse(const g4__json *j, int root, const char *name, g4_audio_config *a, char *err) {
@@ -7661,13 +7731,14 @@ static void g4__audio_geo(g4__ageo *g, const g4_model *m, int T) {
 }
 
 /* Bind one tensor of the tower; failures go to m->audio.error. */
-static int g4__audio_w(g4_model *m, g4_tensor *t, const char *name, int ndim, int64_t a, int64_t b, int64_t c, int64_t d) {
+static int g4__audio_w(g4_model *m, g4__weight_fn fn, void *user, g4_tensor *t, const char *name, int ndim, int64_t a,
+                       int64_t b, int64_t c, int64_t d) {
     int64_t dims[4];
     char save[G4_ERROR_MAX];
     g4_result r;
     dims[0] = a; dims[1] = b; dims[2] = c; dims[3] = d;
     memcpy(save, m->error, G4_ERROR_MAX);
-    r = g4__bind(m, NULL, t, name, ndim, dims);
+    r = fn(m, user, t, name, ndim, dims);
     if (r != G4_OK) memcpy(m->audio.error, m->error, G4_ERROR_MAX);
     memcpy(m->error, save, G4_ERROR_MAX);
     return r == G4_OK;
@@ -7676,7 +7747,8 @@ static int g4__audio_w(g4_model *m, g4_tensor *t, const char *name, int ndim, in
 /* A Gemma4ClippableLinear: the weight and, with use_clipped_linears, its four
    scalar buffers (absent ones stay infinite, as transformers initialises a
    missing buffer). */
-static int g4__audio_cl(g4_model *m, g4_clippable_linear *l, const char *mod, int64_t out, int64_t in) {
+static int g4__audio_cl(g4_model *m, g4__weight_fn fn, void *user, g4_clippable_linear *l, const char *mod, int64_t out,
+                        int64_t in) {
     static const char *bn[4] = {"input_min", "input_max", "output_min", "output_max"};
     float *dst[4];
     char name[224];
@@ -7684,14 +7756,14 @@ static int g4__audio_cl(g4_model *m, g4_clippable_linear *l, const char *mod, in
     l->input_min = l->output_min = -INFINITY;
     l->input_max = l->output_max = INFINITY;
     snprintf(name, sizeof name, "%s.linear.weight", mod);
-    if (!g4__audio_w(m, &l->linear, name, 2, out, in, 0, 0)) return 0;
+    if (!g4__audio_w(m, fn, user, &l->linear, name, 2, out, in, 0, 0)) return 0;
     if (!m->config.audio.use_clipped_linears) return 1;
     dst[0] = &l->input_min; dst[1] = &l->input_max; dst[2] = &l->output_min; dst[3] = &l->output_max;
     for (k = 0; k < 4; k++) {
         g4_tensor t;
         snprintf(name, sizeof name, "%s.%s", mod, bn[k]);
         if (!g4__st_find(m, name)) continue;
-        if (!g4__audio_w(m, &t, name, 0, 0, 0, 0, 0)) return 0;
+        if (!g4__audio_w(m, fn, user, &t, name, 0, 0, 0, 0, 0)) return 0;
         *dst[k] = g4__get(&t, 0);
     }
     return 1;
@@ -7699,8 +7771,10 @@ static int g4__audio_cl(g4_model *m, g4_clippable_linear *l, const char *mod, in
 
 /* g4_model_load's part: every tensor of the tower when the config has an
    audio_config. A missing or misshapen tensor leaves the model loaded for
-   text, with m->audio.error naming it (g4_audio_encode refuses then). */
-static g4_result g4__audio_bind(g4_model *m) {
+   text, with m->audio.error naming it (g4_audio_encode refuses then). The
+   tensors go through fn: g4__bind when loading, or a caller's (make bench's
+   random tower). */
+static g4_result g4__audio_walk(g4_model *m, g4__weight_fn fn, void *user) {
     const g4_audio_config *a = &m->config.audio;
     g4__ageo g;
     char p[160], q[96];
@@ -7711,7 +7785,7 @@ static g4_result g4__audio_bind(g4_model *m) {
     m->audio.layers = (g4_audio_layer_weights *)G4_MALLOC(sizeof(g4_audio_layer_weights) * (size_t)g.La);
     if (!m->audio.layers) { g4__seterr(m->error, "out of memory"); return G4_ERR_NOMEM; }
     memset(m->audio.layers, 0, sizeof(g4_audio_layer_weights) * (size_t)g.La);
-#define G4__AW(t, nm, nd, a0, a1, a2, a3) (ok = ok && g4__audio_w(m, t, nm, nd, a0, a1, a2, a3))
+#define G4__AW(t, nm, nd, a0, a1, a2, a3) (ok = ok && g4__audio_w(m, fn, user, t, nm, nd, a0, a1, a2, a3))
 #define G4__AP(fmt, x) (snprintf(p, sizeof p, fmt, x), p)
     G4__AW(&m->audio.layer0_conv, "model.audio_tower.subsample_conv_projection.layer0.conv.weight", 4, g.C0, 1, 3, 3);
     G4__AW(&m->audio.layer0_norm, "model.audio_tower.subsample_conv_projection.layer0.norm.weight", 1, g.C0, 0, 0, 0);
@@ -7727,26 +7801,26 @@ static g4_result g4__audio_bind(g4_model *m) {
             snprintf(q, sizeof q, "model.audio_tower.layers.%d.feed_forward%d", i, f + 1);
             G4__AW(&ff->pre_layer_norm, G4__AP("%s.pre_layer_norm.weight", q), 1, g.Ha, 0, 0, 0);
             G4__AW(&ff->post_layer_norm, G4__AP("%s.post_layer_norm.weight", q), 1, g.Ha, 0, 0, 0);
-            ok = ok && g4__audio_cl(m, &ff->ffw_layer_1, G4__AP("%s.ffw_layer_1", q), 4 * (int64_t)g.Ha, g.Ha);
-            ok = ok && g4__audio_cl(m, &ff->ffw_layer_2, G4__AP("%s.ffw_layer_2", q), g.Ha, 4 * (int64_t)g.Ha);
+            ok = ok && g4__audio_cl(m, fn, user, &ff->ffw_layer_1, G4__AP("%s.ffw_layer_1", q), 4 * (int64_t)g.Ha, g.Ha);
+            ok = ok && g4__audio_cl(m, fn, user, &ff->ffw_layer_2, G4__AP("%s.ffw_layer_2", q), g.Ha, 4 * (int64_t)g.Ha);
         }
         snprintf(q, sizeof q, "model.audio_tower.layers.%d", i);
         G4__AW(&lw->norm_pre_attn, G4__AP("%s.norm_pre_attn.weight", q), 1, g.Ha, 0, 0, 0);
         G4__AW(&lw->norm_post_attn, G4__AP("%s.norm_post_attn.weight", q), 1, g.Ha, 0, 0, 0);
         G4__AW(&lw->norm_out, G4__AP("%s.norm_out.weight", q), 1, g.Ha, 0, 0, 0);
         snprintf(q, sizeof q, "model.audio_tower.layers.%d.self_attn", i);
-        ok = ok && g4__audio_cl(m, &lw->q_proj, G4__AP("%s.q_proj", q), g.Ha, g.Ha);
-        ok = ok && g4__audio_cl(m, &lw->k_proj, G4__AP("%s.k_proj", q), g.Ha, g.Ha);
-        ok = ok && g4__audio_cl(m, &lw->v_proj, G4__AP("%s.v_proj", q), g.Ha, g.Ha);
-        ok = ok && g4__audio_cl(m, &lw->post, G4__AP("%s.post", q), g.Ha, g.Ha);
+        ok = ok && g4__audio_cl(m, fn, user, &lw->q_proj, G4__AP("%s.q_proj", q), g.Ha, g.Ha);
+        ok = ok && g4__audio_cl(m, fn, user, &lw->k_proj, G4__AP("%s.k_proj", q), g.Ha, g.Ha);
+        ok = ok && g4__audio_cl(m, fn, user, &lw->v_proj, G4__AP("%s.v_proj", q), g.Ha, g.Ha);
+        ok = ok && g4__audio_cl(m, fn, user, &lw->post, G4__AP("%s.post", q), g.Ha, g.Ha);
         G4__AW(&lw->relative_k_proj, G4__AP("%s.relative_k_proj.weight", q), 2, g.Ha, g.Ha, 0, 0);
         G4__AW(&lw->per_dim_scale, G4__AP("%s.per_dim_scale", q), 1, g.D, 0, 0, 0);
         snprintf(q, sizeof q, "model.audio_tower.layers.%d.lconv1d", i);
         G4__AW(&lw->lconv_pre_layer_norm, G4__AP("%s.pre_layer_norm.weight", q), 1, g.Ha, 0, 0, 0);
         G4__AW(&lw->conv_norm, G4__AP("%s.conv_norm.weight", q), 1, g.Ha, 0, 0, 0);
-        ok = ok && g4__audio_cl(m, &lw->linear_start, G4__AP("%s.linear_start", q), 2 * (int64_t)g.Ha, g.Ha);
+        ok = ok && g4__audio_cl(m, fn, user, &lw->linear_start, G4__AP("%s.linear_start", q), 2 * (int64_t)g.Ha, g.Ha);
         G4__AW(&lw->depthwise_conv1d, G4__AP("%s.depthwise_conv1d.weight", q), 3, g.Ha, 1, g.K, 0);
-        ok = ok && g4__audio_cl(m, &lw->linear_end, G4__AP("%s.linear_end", q), g.Ha, g.Ha);
+        ok = ok && g4__audio_cl(m, fn, user, &lw->linear_end, G4__AP("%s.linear_end", q), g.Ha, g.Ha);
     }
     G4__AW(&m->audio.output_proj, "model.audio_tower.output_proj.weight", 2, g.Pa, g.Ha, 0, 0);
     G4__AW(&m->audio.output_proj_bias, "model.audio_tower.output_proj.bias", 1, g.Pa, 0, 0, 0);
@@ -7756,6 +7830,8 @@ static g4_result g4__audio_bind(g4_model *m) {
     m->audio.loaded = ok;
     return G4_OK;
 }
+
+static g4_result g4__audio_bind(g4_model *m) { return g4__audio_walk(m, g4__bind, NULL); }
 
 G4__DEF int g4_audio_tokens_max(int n_frames) {
     return n_frames < 1 ? 0 : ((n_frames + 1) / 2 + 1) / 2;
@@ -7774,15 +7850,18 @@ typedef struct {
     float *k, *v;   /* [T2][Ha] */
     float *pe;      /* [P][Ha] rel_pos_enc */
     float *rk;      /* [P][Ha] relative_k_proj(pe) */
-    float *logit;   /* [ctx] one query head's logits */
+    float *logit;   /* [threads][ctx] one query head's logits, per thread */
     float *out;     /* [T2][max(Pa, H)] output_proj's rows, then embed_audio's */
     float *outn;    /* [T2][Pa] the embedder's norm */
-    float *pack;    /* [g4__pack_thread_floats()] the GEMM's packed weights (one thread) */
+    float *pd;      /* [D] softplus(per_dim_scale) of the layer */
+    float *pack;    /* [threads][g4__pack_thread_floats()] the GEMM's packed weights */
+    int threads;    /* the threads the arena was carved for */
+    g4_session mm;  /* the decoder's matmul on the run's pool (only its matmul fields are set) */
 } g4__aarena;
 
 /* The arena's parts, carved as the session's (64-byte aligned, red zones
    under G4_ASAN_ARENA); base NULL only sizes it. */
-static uint64_t g4__audio_carve(g4__aarena *A, const g4__ageo *g, unsigned char *base) {
+static uint64_t g4__audio_carve(g4__aarena *A, const g4__ageo *g, int threads, unsigned char *base) {
     g4__carver cv;
     int wide_out = g->Pa > g->Ht ? g->Pa : g->Ht;
     cv.base = base;
@@ -7803,29 +7882,36 @@ static uint64_t g4__audio_carve(g4__aarena *A, const g4__ageo *g, unsigned char 
     A->v = g4__take(&cv, (uint64_t)g->T2 * g->Ha, sizeof(float));
     A->pe = g4__take(&cv, (uint64_t)g->P * g->Ha, sizeof(float));
     A->rk = g4__take(&cv, (uint64_t)g->P * g->Ha, sizeof(float));
-    A->logit = g4__take(&cv, (uint64_t)g->ctx, sizeof(float));
+    A->logit = g4__take(&cv, (uint64_t)threads * (uint64_t)g->ctx, sizeof(float));
     A->out = g4__take(&cv, (uint64_t)g->T2 * wide_out, sizeof(float));
     A->outn = g4__take(&cv, (uint64_t)g->T2 * g->Pa, sizeof(float));
-    A->pack = g4__take(&cv, (uint64_t)g4__pack_thread_floats(), sizeof(float));
+    A->pd = g4__take(&cv, (uint64_t)g->D, sizeof(float));
+    A->pack = g4__take(&cv, (uint64_t)threads * (uint64_t)g4__pack_thread_floats(), sizeof(float));
+    A->threads = threads;
     return cv.overflow ? UINT64_MAX : cv.off;
 }
 
-/* y = x W^T on n rows: the decoder's matmul kernel (the GEMM with SIMD, else
-   g4__matmul_ref), one thread. */
+/* y = x W^T on n rows: the decoder's matmul (g4__matmul: the packed SIMD GEMM
+   with its rows split across the run's pool, else g4__matmul_ref), as the
+   vision tower runs its linears. */
 static void g4__amm(float *y, const float *x, const g4_tensor *w, int n, g4__aarena *A) {
-    g4__matmul_rows(y, x, w, n, 0, (int)w->shape[0], A->pack);
+    g4__matmul(&A->mm, y, x, w, n);
 }
 
-G4__DEF g4_result g4_audio_size(const g4_model *m, int max_frames, size_t *bytes) {
+G4__DEF g4_result g4_audio_size_pool(const g4_model *m, int max_frames, const g4_pool *pool, size_t *bytes) {
     g4__ageo g;
     g4__aarena A;
     uint64_t need;
     if (!m || !bytes || !m->config.audio.present || max_frames < 1 || max_frames > (1 << 22)) return G4_ERR_INPUT;
     g4__audio_geo(&g, m, max_frames);
-    need = g4__audio_carve(&A, &g, NULL);
+    need = g4__audio_carve(&A, &g, g4_pool_threads(pool), NULL);
     if (need > (uint64_t)SIZE_MAX) return G4_ERR_INPUT;
     *bytes = (size_t)need;
     return G4_OK;
+}
+
+G4__DEF g4_result g4_audio_size(const g4_model *m, int max_frames, size_t *bytes) {
+    return g4_audio_size_pool(m, max_frames, NULL, bytes);
 }
 
 /* ---- the tower's ops (scalar) ---- */
@@ -7860,15 +7946,26 @@ static void g4__armsnorm(float *y, const float *x, const g4_tensor *w, int n, in
     for (t = 0; t < n; t++) g4__rmsnorm(y + (size_t)t * cols, x + (size_t)t * cols, w, cols, eps);
 }
 
-static float g4__silu(float x) { return x / (1.0f + expf(-x)); }
+static float g4__silu(float x) { return x / (1.0f + g4__expf(-x)); }
 
 /* Gemma4AudioSubSampleConvProjectionLayer: y [To][Fo][Co] from x [Ti][Fi][Ci]
    (time rows whose mask is 0 read as zeros): Conv2d 3x3, stride 2, padding 1,
    no bias; LayerNorm over Co (no bias); ReLU. */
-static void g4__asub_layer(float *y, const float *x, const unsigned char *mask, int Ti, int Fi, int Ci,
-                           const g4_tensor *conv, const g4_tensor *norm, int Co, float eps) {
-    int To = (Ti + 1) / 2, Fo = (Fi + 1) / 2, t, f, c, ci, dt, df;
-    for (t = 0; t < To; t++)
+typedef struct {
+    float *y; const float *x; const unsigned char *mask; int Ti, Fi, Ci; const g4_tensor *conv, *norm; int Co; float eps;
+} g4__asub_job;
+
+/* output time rows [t0, t1) (a range job: rows are independent, so the
+   split across threads changes no bit) */
+static void g4__asub_rows(void *ctx, size_t t0, size_t t1) {
+    const g4__asub_job *j = (const g4__asub_job *)ctx;
+    float *y = j->y;
+    const float *x = j->x;
+    const unsigned char *mask = j->mask;
+    const g4_tensor *conv = j->conv, *norm = j->norm;
+    int Ti = j->Ti, Fi = j->Fi, Ci = j->Ci, Co = j->Co, Fo = (Fi + 1) / 2, t, f, c, ci, dt, df;
+    float eps = j->eps;
+    for (t = (int)t0; t < (int)t1; t++)
         for (f = 0; f < Fo; f++) {
             float *yc = y + ((size_t)t * Fo + f) * Co;
             double mean = 0.0, var = 0.0;
@@ -7901,6 +7998,13 @@ static void g4__asub_layer(float *y, const float *x, const unsigned char *mask, 
         }
 }
 
+static void g4__asub_layer(float *y, const float *x, const unsigned char *mask, int Ti, int Fi, int Ci,
+                           const g4_tensor *conv, const g4_tensor *norm, int Co, float eps, const g4__aarena *A) {
+    g4__asub_job j;
+    j.y = y; j.x = x; j.mask = mask; j.Ti = Ti; j.Fi = Fi; j.Ci = Ci; j.conv = conv; j.norm = norm; j.Co = Co; j.eps = eps;
+    g4__parallel_range(&A->mm, (size_t)(Ti + 1) / 2, (size_t)((Fi + 1) / 2) * (size_t)Co * (size_t)Ci * 9, g4__asub_rows, &j);
+}
+
 /* Gemma4AudioFeedForward on x (in place): x + residual_weight *
    post_layer_norm(clamp(ffw_layer_2(silu(ffw_layer_1(pre_layer_norm(clamp(x))))))). */
 static void g4__affn(const g4_audio_ffn *ff, float *x, int n, const g4__ageo *g, const g4_audio_config *a,
@@ -7931,14 +8035,68 @@ static void g4__affn(const g4_audio_ffn *ff, float *x, int n, const g4__ageo *g,
    past the window, so at a masked logit), then soft-capped;
    masked as transformers' 5-D mask: the key must be a valid frame in
    [0, T2) at a distance q - k in [0, past) or (-future, 0). */
+typedef struct {
+    const g4__ageo *g; const g4_audio_config *a; g4__aarena *A; const unsigned char *valid; float *att; int n;
+} g4__aatt_job;
+
+/* the queries of part `part` of n_parts (rows of the flat block order b * chunk + i),
+   each head on its own: a part's rows are independent, so the split changes no bit */
+static void g4__aatt_part(void *ctx, int part, int n_parts) {
+    const g4__aatt_job *jb = (const g4__aatt_job *)ctx;
+    const g4__ageo *g = jb->g;
+    const g4_audio_config *a = jb->a;
+    g4__aarena *A = jb->A;
+    const int Ha = g->Ha, D = g->D, ctx_n = g->ctx, n = jb->n;
+    const float cap = a->attention_logit_cap;
+    float *logit = A->logit + (size_t)part * (size_t)ctx_n;
+    int q0 = (int)((int64_t)n * part / n_parts), q1 = (int)((int64_t)n * (part + 1) / n_parts), qpos, hd, j, d;
+    for (qpos = q0; qpos < q1; qpos++) {
+        int b = qpos / g->chunk, i = qpos % g->chunk;
+        for (hd = 0; hd < g->NH; hd++) {
+            const float *qv = A->q + (size_t)qpos * Ha + (size_t)hd * D;
+            float mx = -INFINITY, sum = 0.0f, *o = jb->att + (size_t)qpos * Ha + (size_t)hd * D;
+            for (j = 0; j < ctx_n; j++) {
+                int kpos = b * g->chunk + j - g->past, dist = qpos - kpos;
+                int f = i * ctx_n + j, r = f / (ctx_n + 1), c = f % (ctx_n + 1);
+                float ac = 0.0f, bd = 0.0f, lg;
+                if (kpos >= 0 && kpos < n) {
+                    const float *kv = A->k + (size_t)kpos * Ha + (size_t)hd * D;
+                    for (d = 0; d < D; d++) ac += qv[d] * kv[d];
+                }
+                if (c < g->P) {
+                    const float *qr = A->q + ((size_t)b * g->chunk + r) * Ha + (size_t)hd * D;
+                    const float *rk = A->rk + (size_t)c * Ha + (size_t)hd * D;
+                    for (d = 0; d < D; d++) bd += qr[d] * rk[d];
+                }
+                lg = g4__tanhf((ac + bd) / cap) * cap;
+                if (!(kpos >= 0 && kpos < n && jb->valid[kpos] &&
+                      ((dist >= 0 && dist < g->past) || (dist < 0 && -dist < g->future))))
+                    lg = a->attention_invalid_logits_value;
+                logit[j] = lg;
+                if (lg > mx) mx = lg;
+            }
+            for (j = 0; j < ctx_n; j++) {
+                logit[j] = g4__expf(logit[j] - mx);
+                sum += logit[j];
+            }
+            for (d = 0; d < D; d++) o[d] = 0.0f;
+            for (j = 0; j < ctx_n; j++) {
+                int kpos = b * g->chunk + j - g->past;
+                float p = logit[j] / sum;
+                if (kpos < 0 || kpos >= n) continue; /* a zero value row */
+                for (d = 0; d < D; d++) o[d] += p * A->v[(size_t)kpos * Ha + (size_t)hd * D + d];
+            }
+        }
+    }
+}
+
 static void g4__aattention(const g4_audio_layer_weights *lw, const float *h, int n, const unsigned char *valid,
                            const g4__ageo *g, const g4_audio_config *a, g4__aarena *A, g4_audio_run *run, int layer) {
-    const int Ha = g->Ha, D = g->D, ctx = g->ctx;
+    const int Ha = g->Ha, D = g->D;
     const float q_scale = (float)(pow((double)D, -0.5) / log(2.0));
     const float k_scale = (float)(log(1.0 + exp(1.0)) / log(2.0));
-    const float cap = a->attention_logit_cap;
-    float *att = A->wide; /* [T2][Ha] the attention's output before post */
-    int t, d, hd, b, i, j;
+    g4__aatt_job jb;
+    int t, d, hd;
     g4__aclip_linear(A->q, h, &lw->q_proj, n, A);
     g4__atap(run, "self_attn.q_proj", layer, A->q, n, Ha);
     g4__aclip_linear(A->k, h, &lw->k_proj, n, A);
@@ -7946,59 +8104,22 @@ static void g4__aattention(const g4_audio_layer_weights *lw, const float *h, int
     g4__aclip_linear(A->v, h, &lw->v_proj, n, A);
     g4__atap(run, "self_attn.v_proj", layer, A->v, n, Ha);
     memset(A->q + (size_t)n * Ha, 0, sizeof(float) * (size_t)(g->nb * g->chunk - n) * Ha);
+    for (d = 0; d < D; d++) { /* F.softplus(per_dim_scale), with its threshold 20 */
+        float pds = g4__get(&lw->per_dim_scale, (size_t)d);
+        A->pd[d] = pds > 20.0f ? pds : log1pf(expf(pds));
+    }
     for (t = 0; t < n; t++)
         for (hd = 0; hd < g->NH; hd++)
             for (d = 0; d < D; d++) {
-                float sp = log1pf(expf(g4__get(&lw->per_dim_scale, (size_t)d)));
-                float pds = g4__get(&lw->per_dim_scale, (size_t)d);
                 size_t o = (size_t)t * Ha + (size_t)hd * D + d;
-                if (pds > 20.0f) sp = pds; /* F.softplus's threshold */
-                A->q[o] = A->q[o] * q_scale * sp;
+                A->q[o] = A->q[o] * q_scale * A->pd[d];
                 A->k[o] = A->k[o] * k_scale;
             }
     g4__amm(A->rk, A->pe, &lw->relative_k_proj, g->P, A);
     g4__atap(run, "self_attn.relative_k_proj", layer, A->rk, g->P, Ha);
-    for (b = 0; b < g->nb; b++)
-        for (i = 0; i < g->chunk; i++) {
-            int qpos = b * g->chunk + i;
-            if (qpos >= n) break; /* rows past T2 are cut off after the attention */
-            for (hd = 0; hd < g->NH; hd++) {
-                const float *qv = A->q + (size_t)qpos * Ha + (size_t)hd * D;
-                float mx = -INFINITY, sum = 0.0f, *o = att + (size_t)qpos * Ha + (size_t)hd * D;
-                for (j = 0; j < ctx; j++) {
-                    int kpos = b * g->chunk + j - g->past, dist = qpos - kpos;
-                    int f = i * ctx + j, r = f / (ctx + 1), c = f % (ctx + 1);
-                    float ac = 0.0f, bd = 0.0f, lg;
-                    if (kpos >= 0 && kpos < n) {
-                        const float *kv = A->k + (size_t)kpos * Ha + (size_t)hd * D;
-                        for (d = 0; d < D; d++) ac += qv[d] * kv[d];
-                    }
-                    if (c < g->P) {
-                        const float *qr = A->q + ((size_t)b * g->chunk + r) * Ha + (size_t)hd * D;
-                        const float *rk = A->rk + (size_t)c * Ha + (size_t)hd * D;
-                        for (d = 0; d < D; d++) bd += qr[d] * rk[d];
-                    }
-                    lg = tanhf((ac + bd) / cap) * cap;
-                    if (!(kpos >= 0 && kpos < n && valid[kpos] &&
-                          ((dist >= 0 && dist < g->past) || (dist < 0 && -dist < g->future))))
-                        lg = a->attention_invalid_logits_value;
-                    A->logit[j] = lg;
-                    if (lg > mx) mx = lg;
-                }
-                for (j = 0; j < ctx; j++) {
-                    A->logit[j] = expf(A->logit[j] - mx);
-                    sum += A->logit[j];
-                }
-                for (d = 0; d < D; d++) o[d] = 0.0f;
-                for (j = 0; j < ctx; j++) {
-                    int kpos = b * g->chunk + j - g->past;
-                    float p = A->logit[j] / sum;
-                    if (kpos < 0 || kpos >= n) continue; /* a zero value row */
-                    for (d = 0; d < D; d++) o[d] += p * A->v[(size_t)kpos * Ha + (size_t)hd * D + d];
-                }
-            }
-        }
-    g4__aclip_linear(A->h, att, &lw->post, n, A);
+    jb.g = g; jb.a = a; jb.A = A; jb.valid = valid; jb.att = A->wide; jb.n = n; /* att [T2][Ha]: before post */
+    g4__parallel(A->mm.cfg.pool, g4__aatt_part, &jb);
+    g4__aclip_linear(A->h, A->wide, &lw->post, n, A);
     g4__atap(run, "self_attn.post", layer, A->h, n, Ha);
     g4__atap(run, "self_attn", layer, A->h, n, Ha);
 }
@@ -8017,7 +8138,7 @@ static void g4__alconv(const g4_audio_layer_weights *lw, float *x, int n, const 
     for (t = 0; t < n; t++) /* glu: first half * sigmoid(second half) */
         for (c = 0; c < Ha; c++) {
             float u = A->wide[(size_t)t * 2 * Ha + c], gt = A->wide[(size_t)t * 2 * Ha + Ha + c];
-            A->r[(size_t)t * Ha + c] = u * (1.0f / (1.0f + expf(-gt)));
+            A->r[(size_t)t * Ha + c] = u * (1.0f / (1.0f + g4__expf(-gt)));
         }
     for (t = 0; t < n; t++) /* left-padded by K - 1: output t reads inputs t - K + 1 .. t */
         for (c = 0; c < Ha; c++) {
@@ -8048,7 +8169,7 @@ G4__DEF g4_result g4_audio_encode(const g4_model *m, const float *features, cons
     g4__aarena A;
     uint64_t need;
     size_t i;
-    int t, f, l, n, k;
+    int t, f, l, n, k, threads;
     if (n_soft) *n_soft = 0;
     if (!m || !n_soft || !soft) { g4__seterr(err, "g4_audio_encode: NULL model, soft or n_soft"); return G4_ERR_INPUT; }
     a = &m->config.audio;
@@ -8062,7 +8183,9 @@ G4__DEF g4_result g4_audio_encode(const g4_model *m, const float *features, cons
     if (n_frames < 1 || n_frames > (1 << 22)) { g4__seterr(err, "g4_audio_encode: %d feature frames", n_frames); return G4_ERR_INPUT; }
     if (!arena || ((uintptr_t)arena & 15)) { g4__seterr(err, "g4_audio_encode: the arena must be 16-byte aligned"); return G4_ERR_ARENA; }
     g4__audio_geo(&g, m, n_frames);
-    if ((need = g4__audio_carve(&A, &g, NULL)) > (uint64_t)arena_bytes) {
+    threads = run ? g4_pool_threads(run->pool) : 1;
+    if (threads > 1 && g4__audio_carve(&A, &g, threads, NULL) > (uint64_t)arena_bytes) threads = 1; /* sized for one */
+    if ((need = g4__audio_carve(&A, &g, threads, NULL)) > (uint64_t)arena_bytes) {
         g4__seterr(err, "g4_audio_encode: %d frames need an arena of %llu bytes, got %zu", n_frames,
                    (unsigned long long)need, arena_bytes);
         return G4_ERR_ARENA;
@@ -8073,14 +8196,20 @@ G4__DEF g4_result g4_audio_encode(const g4_model *m, const float *features, cons
             return G4_ERR_INPUT;
         }
     G4__ASAN_UNPOISON(arena, arena_bytes); /* red zones of an earlier carve of this memory */
-    g4__audio_carve(&A, &g, (unsigned char *)arena);
+    g4__audio_carve(&A, &g, threads, (unsigned char *)arena);
+    memset(&A.mm, 0, sizeof A.mm); /* the decoder's matmul reads only these of its session */
+    A.mm.model = m;
+    A.mm.cfg = g4_session_config_init();
+    A.mm.cfg.pool = threads > 1 ? run->pool : NULL;
+    A.mm.pack = A.pack;
+    A.mm.pack_parts = threads;
     n = g.T2;
 
     /* subsample_conv_projection: the features are one channel ([T][F][1]) */
-    g4__asub_layer(A.a0, features, mask, g.T, g.F, 1, &m->audio.layer0_conv, &m->audio.layer0_norm, g.C0, a->rms_norm_eps);
+    g4__asub_layer(A.a0, features, mask, g.T, g.F, 1, &m->audio.layer0_conv, &m->audio.layer0_norm, g.C0, a->rms_norm_eps, &A);
     for (t = 0; t < g.T1; t++) A.m1[t] = mask[2 * t] != 0;
     g4__atap(run, "audio_tower.subsample_conv_projection.layer0", -1, A.a0, g.T1, g.F1 * g.C0);
-    g4__asub_layer(A.a1, A.a0, A.m1, g.T1, g.F1, g.C0, &m->audio.layer1_conv, &m->audio.layer1_norm, g.C1, a->rms_norm_eps);
+    g4__asub_layer(A.a1, A.a0, A.m1, g.T1, g.F1, g.C0, &m->audio.layer1_conv, &m->audio.layer1_norm, g.C1, a->rms_norm_eps, &A);
     for (t = 0; t < g.T2; t++) A.m2[t] = A.m1[2 * t];
     g4__atap(run, "audio_tower.subsample_conv_projection.layer1", -1, A.a1, g.T2, g.F2 * g.C1);
     g4__amm(A.x, A.a1, &m->audio.input_proj_linear, n, &A);
@@ -9284,6 +9413,83 @@ static G4__NOINLINE void g4__tile_torch(float *wp, const unsigned char *const *w
         }
 }
 #endif
+
+/* The float32 forward's exp on a row (g4__expf, >>kernels), SIMD: the same
+   IEEE double operations (x in double, k = nearest(x / ln 2) by the 1.5 *
+   2^52 trick, r in two steps, the degree-16 polynomial, times 2^k, one
+   rounding to float), 8 (AVX-512F) or 4 (AVX2) values at a time, so the same
+   bits as g4__expf (tested on every float in [-110, 95] at a stride, and its
+   special cases: NaN, +-inf, the cut-offs). The emulated and other builds
+   run g4__expf. In place is fine. */
+#if !defined(G4_NO_SIMD) && !defined(G4__SIMD_EMULATED) && defined(__AVX512F__)
+#define G4__EXPD_W 8
+typedef __m512d g4__dvec;
+#define g4__dset1(f) _mm512_set1_pd(f)
+#define g4__dadd(a, b) _mm512_add_pd(a, b)
+#define g4__dsub(a, b) _mm512_sub_pd(a, b)
+#define g4__dmul(a, b) _mm512_mul_pd(a, b)
+#define g4__dload(p) _mm512_cvtps_pd(_mm256_loadu_ps(p))
+#define g4__dpow2(t, shift) /* 2^k from t = k + 1.5 * 2^52 */                                                   \
+    _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_add_epi64(_mm512_sub_epi64(_mm512_castpd_si512(t), \
+                        _mm512_castpd_si512(shift)), _mm512_set1_epi64(1023)), 52))
+#define g4__dstore(p, v) _mm256_storeu_ps(p, _mm512_cvtpd_ps(v))
+#elif !defined(G4_NO_SIMD) && !defined(G4__SIMD_EMULATED) && defined(__AVX2__)
+#define G4__EXPD_W 4
+typedef __m256d g4__dvec;
+#define g4__dset1(f) _mm256_set1_pd(f)
+#define g4__dadd(a, b) _mm256_add_pd(a, b)
+#define g4__dsub(a, b) _mm256_sub_pd(a, b)
+#define g4__dmul(a, b) _mm256_mul_pd(a, b)
+#define g4__dload(p) _mm256_cvtps_pd(_mm_loadu_ps(p))
+#define g4__dpow2(t, shift)                                                                                   \
+    _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(_mm256_sub_epi64(_mm256_castpd_si256(t), \
+                        _mm256_castpd_si256(shift)), _mm256_set1_epi64x(1023)), 52))
+#define g4__dstore(p, v) _mm_storeu_ps(p, _mm256_cvtpd_ps(v))
+#endif
+
+static void g4__expf_n(float *y, const float *x, size_t n) {
+    size_t i = 0;
+#ifdef G4__EXPD_W
+    const double c[15] = {0.5, 0.16666666666666666, 0.041666666666666664, 0.008333333333333333,
+                          0.001388888888888889, 0.0001984126984126984, 2.48015873015873e-05,
+                          2.7557319223985893e-06, 2.755731922398589e-07, 2.505210838544172e-08,
+                          2.08767569878681e-09, 1.6059043836821613e-10, 1.1470745597729725e-11,
+                          7.647163731819816e-13, 4.779477332387385e-14}; /* g4__expm1_small's */
+    const g4__dvec shift = g4__dset1(6755399441055744.0), one = g4__dset1(1.0);
+    int j;
+    for (; i + G4__EXPD_W <= n; i += G4__EXPD_W) {
+        int ok = 1, l;
+        for (l = 0; l < G4__EXPD_W; l++) /* the cut-offs and NaN: g4__expf's own branches */
+            ok &= x[i + l] >= -104.0f && x[i + l] < 88.72283935546875f;
+        if (!ok) {
+            for (l = 0; l < G4__EXPD_W; l++) y[i + l] = g4__expf(x[i + l]);
+            continue;
+        }
+        {
+            g4__dvec xd = g4__dload(x + i), t = g4__dadd(g4__dmul(xd, g4__dset1(1.4426950408889634)), shift);
+            g4__dvec kd = g4__dsub(t, shift), e = g4__dpow2(t, shift), r, q;
+            r = g4__dsub(g4__dsub(xd, g4__dmul(kd, g4__dset1(0.6931471803691238))), g4__dmul(kd, g4__dset1(1.9082149292705877e-10)));
+            q = g4__dset1(c[14]);
+            for (j = 13; j >= 0; j--) q = g4__dadd(g4__dmul(q, r), g4__dset1(c[j]));
+            q = g4__dadd(r, g4__dmul(g4__dmul(r, r), q));
+            g4__dstore(y + i, g4__dmul(g4__dadd(one, q), e));
+        }
+    }
+#endif
+    for (; i < n; i++) y[i] = g4__expf(x[i]);
+}
+
+/* g4__softmax (>>ops) with its exps through g4__expf_n: max, x - max, exp,
+   the sum in order, / sum; the same bits */
+static void g4__softmax_n(float *x, int n) {
+    float mx = x[0], sum = 0.0f;
+    int i;
+    for (i = 1; i < n; i++) if (x[i] > mx) mx = x[i];
+    for (i = 0; i < n; i++) x[i] = x[i] - mx;
+    g4__expf_n(x, x, (size_t)n);
+    for (i = 0; i < n; i++) sum += x[i];
+    for (i = 0; i < n; i++) x[i] /= sum;
+}
 
 /* ----------------------------------------------------- threads >>threads */
 /* A caller-owned pool: n-1 worker threads plus the calling thread. A job is

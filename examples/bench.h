@@ -569,4 +569,203 @@ done:
     return rc;
 }
 
+/* --------------------------------------------------------- bench-towers */
+/* The towers' cost on random weights of a config's shapes, held in memory
+   (no checkpoint written): each tensor the library's own walk names
+   (g4__vision_walk, g4__audio_walk: the names and shapes g4_model_load
+   binds) gets random bf16 values as synth makes them. A clipped linear's
+   bounds stay infinite (its clamps still run). */
+typedef struct { uint64_t rng; void **blocks; int n, cap; size_t bytes; } g4b_mem;
+
+static g4_result g4b_mem_tensor(g4_model *m, void *user, g4_tensor *dst, const char *name, int ndim, const int64_t *dims) {
+    g4b_mem *mm = (g4b_mem *)user;
+    g4b_synth y;
+    uint64_t numel = 1, i;
+    uint16_t *data;
+    int k, matrix = ndim >= 2;
+    float scale, base;
+    (void)name;
+    for (k = 0; k < ndim; k++) numel *= (uint64_t)dims[k];
+    if (mm->n == mm->cap) {
+        void **nb = (void **)realloc(mm->blocks, sizeof(void *) * (size_t)(mm->cap ? 2 * mm->cap : 256));
+        if (!nb) { g4__seterr(m->error, "out of memory"); return G4_ERR_NOMEM; }
+        mm->blocks = nb;
+        mm->cap = mm->cap ? 2 * mm->cap : 256;
+    }
+    if (!(data = (uint16_t *)malloc(2 * (size_t)(numel ? numel : 1)))) { g4__seterr(m->error, "out of memory"); return G4_ERR_NOMEM; }
+    mm->blocks[mm->n++] = data;
+    mm->bytes += 2 * (size_t)numel;
+    memset(&y, 0, sizeof y);
+    y.rng = mm->rng;
+    scale = matrix ? 1.0f / sqrtf((float)dims[ndim - 1]) : 0.1f;
+    base = matrix ? 0.0f : 1.0f;
+    for (i = 0; i < numel; i++) {
+        float v = base + scale * g4b_rand(&y);
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        data[i] = (uint16_t)(u >> 16);
+    }
+    mm->rng = y.rng;
+    memset(dst, 0, sizeof *dst);
+    dst->data = data;
+    dst->dtype = G4_BF16;
+    dst->ndim = ndim;
+    for (k = 0; k < ndim; k++) dst->shape[k] = dims[k];
+    return G4_OK;
+}
+
+static void g4b_mem_free(g4b_mem *mm) {
+    int i;
+    for (i = 0; i < mm->n; i++) free(mm->blocks[i]);
+    free(mm->blocks);
+    memset(mm, 0, sizeof *mm);
+}
+
+/* one image of `patches` patches (a grid of w x h, multiples of the pooling
+   kernel, padding after) through the vision tower: ms, best of `reps` */
+static int g4b_bench_vision(g4_model *m, g4_pool *pool, int patches, int reps) {
+    const g4_vision_config *v = &m->config.vision;
+    int k = v->pooling_kernel_size, P = 3 * v->patch_size * v->patch_size, gw, gh, t, n_soft = 0, i, rc = 1;
+    g4_vision_session_config vc;
+    g4_vision_session vs;
+    size_t bytes = 0;
+    void *arena = NULL;
+    float *pix = NULL, *soft = NULL;
+    int32_t *pos = NULL;
+    double best = 1e30, best_cpu = 1e30, t0, c0;
+    g4b_synth y;
+    /* the most square grid of k x k blocks holding `patches` (the processor's aspect-preserving size of a square image) */
+    for (gw = (int)sqrt((double)(patches / (k * k))); gw > 1 && (patches / (k * k)) % gw; gw--) {}
+    gh = patches / (k * k) / gw;
+    gw *= k;
+    gh *= k;
+    memset(&vc, 0, sizeof vc);
+    vc.max_patches = patches;
+    vc.pool = pool;
+    if (g4_vision_session_size(m, &vc, &bytes) != G4_OK || posix_memalign(&arena, 64, bytes) != 0 ||
+        !(pix = (float *)malloc(sizeof(float) * (size_t)patches * (size_t)P)) ||
+        !(pos = (int32_t *)malloc(sizeof(int32_t) * 2 * (size_t)patches)) ||
+        !(soft = (float *)malloc(sizeof(float) * (size_t)patches * (size_t)m->config.hidden_size))) {
+        fprintf(stderr, "gemma4: out of memory for the vision tower's arena\n");
+        goto done;
+    }
+    if (g4_vision_session_init(&vs, m, &vc, arena, bytes) != G4_OK) { fprintf(stderr, "gemma4: %s\n", vs.error); goto done; }
+    memset(&y, 0, sizeof y);
+    y.rng = 0x2545F4914F6CDD1Dull;
+    for (i = 0; i < patches * P; i++) pix[i] = 0.5f + 0.5f * g4b_rand(&y);
+    for (t = 0; t < patches; t++) {
+        int real = t < gw * gh;
+        pos[2 * t] = real ? t % gw : -1;
+        pos[2 * t + 1] = real ? t / gw : -1;
+    }
+    for (i = 0; i < reps; i++) {
+        t0 = g4b_now();
+        c0 = g4b_cpu();
+        if (g4_vision_encode(&vs, pix, pos, patches, soft, &n_soft) != G4_OK) { fprintf(stderr, "gemma4: %s\n", vs.error); goto done; }
+        if (g4b_now() - t0 < best) best = g4b_now() - t0;
+        if (g4b_cpu() - c0 < best_cpu) best_cpu = g4b_cpu() - c0;
+    }
+    printf("vision: %d layers, %d wide, %d heads of %d, MLP %d; %d patches (%d x %d) -> %d soft tokens: %.0f ms per image "
+           "(%.0f CPU-ms; best of %d)\n", v->num_hidden_layers, v->hidden_size, v->num_attention_heads, v->head_dim,
+           v->intermediate_size, patches, gw, gh, n_soft, 1e3 * best, 1e3 * best_cpu, reps);
+    rc = 0;
+done:
+    free(arena); free(pix); free(pos); free(soft);
+    return rc;
+}
+
+/* `seconds` of random log-mel features (100 frames a second, all valid) through the audio tower */
+static int g4b_bench_audio(g4_model *m, g4_pool *pool, double seconds, int reps) {
+    const g4_audio_config *a = &m->config.audio;
+    int nf = (int)(seconds * 100.0 + 0.5), F = a->subsampling_conv_channels[0], n_soft = 0, i, rc = 1;
+    size_t bytes = 0;
+    void *arena = NULL;
+    float *feat = NULL, *soft = NULL;
+    unsigned char *mask = NULL;
+    double best = 1e30, best_cpu = 1e30, t0, c0;
+    g4_audio_run run;
+    g4b_synth y;
+    if (nf < 1) nf = 1;
+    if (g4_audio_size_pool(m, nf, pool, &bytes) != G4_OK || posix_memalign(&arena, 64, bytes) != 0 ||
+        !(feat = (float *)malloc(sizeof(float) * (size_t)nf * (size_t)F)) || !(mask = (unsigned char *)malloc((size_t)nf)) ||
+        !(soft = (float *)malloc(sizeof(float) * (size_t)g4_audio_tokens_max(nf) * (size_t)m->config.hidden_size))) {
+        fprintf(stderr, "gemma4: out of memory for the audio tower's arena\n");
+        goto done;
+    }
+    memset(&y, 0, sizeof y);
+    y.rng = 0x2545F4914F6CDD1Dull;
+    for (i = 0; i < nf * F; i++) feat[i] = 2.0f * g4b_rand(&y); /* log-mel values are of order 1 */
+    memset(mask, 1, (size_t)nf);
+    memset(&run, 0, sizeof run);
+    run.pool = pool;
+    for (i = 0; i < reps; i++) {
+        t0 = g4b_now();
+        c0 = g4b_cpu();
+        if (g4_audio_encode(m, feat, mask, nf, arena, bytes, &run, soft, &n_soft) != G4_OK) {
+            fprintf(stderr, "gemma4: %s\n", run.error);
+            goto done;
+        }
+        if (g4b_now() - t0 < best) best = g4b_now() - t0;
+        if (g4b_cpu() - c0 < best_cpu) best_cpu = g4b_cpu() - c0;
+    }
+    printf("audio: %d layers, %d wide; %.1f s (%d frames -> %d soft tokens): %.0f ms per second of audio (%.0f CPU-ms; "
+           "best of %d)\n", a->num_hidden_layers, a->hidden_size, (double)nf / 100.0, nf, n_soft, 1e3 * best * 100.0 / nf,
+           1e3 * best_cpu * 100.0 / nf, reps);
+    rc = 0;
+done:
+    free(arena); free(feat); free(mask); free(soft);
+    return rc;
+}
+
+/* gemma4 bench-towers --config CONFIG.json [--threads N] [--patches N] [--seconds S] [--layers N] [--reps N] */
+static int g4b_cmd_bench_towers(int argc, char **argv) {
+    const char *cfg_path = NULL, *pos[1];
+    int patches = 2520, layers = 0, reps = 1, np, rc;
+    double seconds = 10.0;
+    g4_model m;
+    g4b_mem mem;
+    g4_pool *pool = NULL;
+    g4a_opt opts[] = {
+        G4A_SR("--config", &cfg_path, "CONFIG.json", "a Gemma4Config (vision_config, audio_config) whose shapes the towers take"),
+        OPT_THREADS,
+        G4A_I("--patches", &patches, "N", 1, 1 << 20, "patches of the image, padding included (default 2520: 280 soft tokens)"),
+        G4A_D("--seconds", &seconds, "S", 0.01, 30.0, 0, "seconds of audio (default 10)"),
+        G4A_I("--layers", &layers, "N", 1, INT_MAX, "keep the first N layers of each tower"),
+        G4A_I("--reps", &reps, "N", 1, 100, "runs of each, the best reported (default 1)"),
+    };
+    g4a_cmd cmd = {"bench-towers", "", 0, 0,
+                   "The vision and audio towers' speed on random bf16 weights of the config's shapes, held in\n"
+                   "memory: ms per image and per second of audio (a benchmark, not a test).", opts, G4A_N_OPTS(opts)};
+    if ((rc = g4a_parse(&cmd, argc, argv, 2, pos, &np)) != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
+    rc = 1;
+    memset(&m, 0, sizeof m);
+    memset(&mem, 0, sizeof mem);
+    mem.rng = 0x9E3779B97F4A7C15ull;
+    if (g4_config_load(&m.config, cfg_path) != G4_OK) { print_error(m.config.error); return 1; }
+    if (get_pool(&pool)) return 1;
+    if (layers > 0 && m.config.vision.present && layers < m.config.vision.num_hidden_layers) m.config.vision.num_hidden_layers = layers;
+    if (layers > 0 && m.config.audio.present && layers < m.config.audio.num_hidden_layers) m.config.audio.num_hidden_layers = layers;
+    printf("towers: %s, %s kernels, %d threads\n", cfg_path, g4_simd_name(), n_threads);
+    if (m.config.vision.present) {
+        if (patches % (m.config.vision.pooling_kernel_size * m.config.vision.pooling_kernel_size))
+            return g4a_fail(&cmd, "--patches %d: must be a multiple of pooling_kernel_size^2 (%d)", patches,
+                            m.config.vision.pooling_kernel_size * m.config.vision.pooling_kernel_size);
+        if (g4__vision_walk(&m, g4b_mem_tensor, &mem) != G4_OK || !m.vision.loaded) { fprintf(stderr, "gemma4: %s\n", m.error); goto done; }
+        if (g4b_bench_vision(&m, pool, patches, reps)) goto done;
+    } else printf("vision: the config has no vision_config\n");
+    if (m.config.audio.present) {
+        if (g4__audio_walk(&m, g4b_mem_tensor, &mem) != G4_OK || !m.audio.loaded) {
+            fprintf(stderr, "gemma4: %s\n", m.audio.error);
+            goto done;
+        }
+        if (g4b_bench_audio(&m, pool, seconds, reps)) goto done;
+    } else printf("audio: the config has no audio_config\n");
+    rc = 0;
+done:
+    free(m.vision.layers);
+    free(m.audio.layers);
+    g4b_mem_free(&mem);
+    return rc;
+}
+
 #endif /* G4_BENCH_H */

@@ -422,6 +422,50 @@ static void test_logits(void) {
 
 /* ---------------------------------------------------------- bad inputs */
 
+/* threads (g4_audio_run.pool): a 3-thread pool, with the arena of
+   g4_audio_size_pool, gives the same bits as one thread; with an arena sized
+   for one thread (g4_audio_size) the pool is not used, and the bits are the same */
+static void test_threads(void) {
+    golden g;
+    g4_model m;
+    g4_audio_run run;
+    g4_pool *pool = NULL;
+    unsigned char *mask = NULL;
+    const float *feat;
+    float *one = NULL, *three = NULL;
+    void *a1 = NULL, *a3 = NULL;
+    size_t b1 = 0, b3 = 0, rows;
+    int nf = 0, n1 = 0, n3 = 0, c;
+    if (!golden_open(&g, MODEL)) { CHECK(0, "golden"); return; }
+    if (g4_model_load(&m, tiny(MODEL)) != G4_OK) { CHECK(0, "load: %s", m.error); g4_model_free(&g.m); return; }
+    if (g4_pool_create(&pool, 3) != G4_OK) { skip("no threads in this build"); g4_model_free(&m); g4_model_free(&g.m); return; }
+    feat = golden_features(&g, "a", &mask, &nf);
+    CHECK(feat != NULL, "golden features");
+    a1 = arena_for(&m, nf, &b1);
+    CHECK(g4_audio_size_pool(&m, nf, pool, &b3) == G4_OK && b3 > b1, "size for 3 threads: %zu bytes, one %zu", b3, b1);
+    if (posix_memalign(&a3, 64, b3)) a3 = NULL;
+    rows = (size_t)g4_audio_tokens_max(nf > 0 ? nf : 1) * (size_t)m.config.hidden_size;
+    one = (float *)malloc(sizeof(float) * rows);
+    three = (float *)malloc(sizeof(float) * rows);
+    if (feat && a1 && a3 && one && three) {
+        memset(&run, 0, sizeof run);
+        CHECK(g4_audio_encode(&m, feat, mask, nf, a1, b1, &run, one, &n1) == G4_OK, "%s", run.error);
+        for (c = 0; c < 2; c++) {
+            run.pool = pool;
+            memset(three, 0, sizeof(float) * rows);
+            CHECK(g4_audio_encode(&m, feat, mask, nf, c ? a1 : a3, c ? b1 : b3, &run, three, &n3) == G4_OK, "%s", run.error);
+            CHECK(n3 == n1 && n1 > 0 && memcmp(one, three, sizeof(float) * (size_t)n1 * m.config.hidden_size) == 0,
+                  "3 threads%s: %d soft tokens, one thread %d, max difference %.3g", c ? " (arena for one)" : "", n3, n1,
+                  max_diff(one, three, (size_t)n1 * m.config.hidden_size));
+        }
+    }
+    free(one); free(three); free(a1); free(a3); free(mask);
+    g4_pool_free(pool);
+    g4_model_free(&m);
+    g4_model_free(&g.m);
+}
+
+
 static void test_bad_encode(void) {
     g4_model m, text;
     g4_audio_run run;
@@ -737,6 +781,7 @@ int main(int argc, char **argv) {
     run("soft tokens: clip a from its PCM16 WAV = transformers", test_soft_wav_a);
     run("soft tokens: clip b from its float32 WAV = transformers", test_soft_wav_b);
     run("soft tokens: invalid padding frames change nothing", test_padding_invariance);
+    run("tower: a 3-thread pool gives the same bits (and an arena for one thread runs on one)", test_threads);
     run("logits: both clips' WAVs merged into the decoder = transformers", test_logits);
     run("encode: bad inputs are errors", test_bad_encode);
     run("load: a missing tower tensor leaves the text model usable", test_missing_tensor);

@@ -329,6 +329,117 @@ static void test_patch_order(void) {
     fixture_close(&f);
 }
 
+/* the tower's fast paths against their references: g4__expf_n and
+   g4__softmax_n give g4__expf's and g4__softmax's bits; the GEMM attention
+   (g4__vattn_gemm) gives the reference's scores bit for bit (g4__dot's order)
+   and its output within 2e-6 of max |out| of the reference (g4__vattn_part:
+   p V summed key by key from zero, the GEMM in VL lane chains), with one
+   thread and with three */
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static float urand(void) { /* uniform in [-1, 1) */
+    g_rng ^= g_rng >> 12; g_rng ^= g_rng << 25; g_rng ^= g_rng >> 27;
+    return (float)((double)((g_rng * 0x2545F4914F6CDD1Dull) >> 40) / (double)(1ull << 23)) - 1.0f;
+}
+
+static void test_fast_paths(void) {
+    static float x[4096], y[4096], z[4096];
+    static const float special[12] = {0.0f, -0.0f, -104.0f, -103.99999f, -104.00001f, 88.72283935546875f, 88.72283f,
+                                      -87.3f, 1e-30f, -1e-30f, 100.0f, -200.0f};
+    uint32_t u;
+    long checked = 0, bad = 0;
+    int i, n, len, k;
+    fixture f;
+    g4_pool *pool = NULL;
+    /* exp: every 61st float in [-110, 95] (both signs), the cut-offs, NaN and infinities */
+    for (n = 0, u = 0; u < 0xffffffffu - 61; u += 61) {
+        float v;
+        memcpy(&v, &u, 4);
+        if (!(v >= -110.0f && v <= 95.0f)) continue;
+        x[n++] = v;
+        if (n == 4096 || u + 122 < u || u + 122 >= 0xffffffffu - 61) {
+            g4__expf_n(y, x, (size_t)n);
+            for (i = 0; i < n; i++) { z[i] = g4__expf(x[i]); bad += memcmp(&y[i], &z[i], 4) != 0; }
+            checked += n;
+            n = 0;
+        }
+    }
+    for (i = 0; i < 12; i++) x[i] = special[i];
+    x[12] = NAN; x[13] = INFINITY; x[14] = -INFINITY; x[15] = 0.5f;
+    g4__expf_n(y, x, 16);
+    for (i = 0; i < 16; i++) {
+        z[i] = g4__expf(x[i]);
+        bad += !(memcmp(&y[i], &z[i], 4) == 0 || (y[i] != y[i] && z[i] != z[i]));
+    }
+    checked += 16;
+    CHECK(bad == 0 && checked > 1000000, "g4__expf_n: %ld of %ld differ from g4__expf", bad, checked);
+    printf("  g4__expf_n = g4__expf on %ld inputs\n", checked);
+    for (bad = 0, len = 1; len <= 300; len += 7) { /* softmax rows */
+        for (i = 0; i < len; i++) y[i] = z[i] = 30.0f * urand();
+        g4__softmax_n(y, len);
+        g4__softmax(z, len);
+        bad += memcmp(y, z, sizeof(float) * (size_t)len) != 0;
+    }
+    CHECK(bad == 0, "g4__softmax_n: %ld rows differ from g4__softmax", bad);
+    /* the attention on random heads of e2b_mm's tower shapes: 280 patches, the last 37 padding */
+    if (!fixture_open(&f, "e2b_mm", NULL, NULL)) { fixture_close(&f); return; }
+    if (g4_pool_create(&pool, 3) != G4_OK) pool = NULL;
+    for (k = 0; k < 2; k++) {
+        g4_vision_session *vs = &f.vs, vs3;
+        const g4_vision_config *v = &f.m.config.vision;
+        int NH = v->num_attention_heads, KVH = v->num_key_value_heads, D = v->head_dim, np = 280, real = 243, t, h, c;
+        size_t nq = (size_t)np * NH * D, nk = (size_t)np * KVH * D;
+        static int32_t pos[280 * 2];
+        float *ref = (float *)malloc(sizeof(float) * nq), *one = (float *)malloc(sizeof(float) * nq);
+        g4__vattn_job aj;
+        double worst = 0.0, m = 0.0;
+        void *arena3 = NULL;
+        long sbad = 0;
+        for (i = 0; i < (int)nq; i++) vs->q[i] = 2.0f * urand();
+        for (i = 0; i < (int)nk; i++) { vs->k[i] = 2.0f * urand(); vs->v[i] = urand(); }
+        if (k == 1) for (i = 0; i < (int)nk; i++) vs->k[i] *= 8.0f; /* peaked softmax rows */
+        for (t = 0; t < np; t++) { pos[2 * t] = t < real ? t % 17 : -1; pos[2 * t + 1] = t < real ? t / 17 : -1; }
+        aj.vs = vs; aj.pos = pos; aj.n = np; aj.real = 0; /* the general loop: every key, padding masked */
+        g4__vattn_part(&aj, 0, 1);
+        memcpy(ref, vs->att, sizeof(float) * nq);
+        g4__vattn_gemm(vs, np, real);
+        memcpy(one, vs->att, sizeof(float) * nq);
+        m = max_abs(ref, nq);
+        worst = max_diff(one, ref, nq) / (m > 0 ? m : 1.0);
+        CHECK(worst <= 2e-6, "GEMM attention (%s rows): %.3g of max |out| from the reference", k ? "peaked" : "flat", worst);
+        printf("  GEMM attention, %s softmax rows: within %.2g of max |out| of the reference\n", k ? "peaked" : "flat", worst);
+        /* its scores: q . k as g4__dot sums it, bit for bit (first block of head 1) */
+        memset(vs->scores, 0, sizeof(float) * 4 * (size_t)real);
+        h = 1 % NH;
+        g4__bwd_mm(&vs->mm, vs->scores, (size_t)real, vs->q + (size_t)h * D, (size_t)NH * D,
+                   (const unsigned char *)(vs->k + (size_t)(h / (NH / KVH)) * D), G4_F32, (size_t)KVH * D, 0, D, 4, real);
+        for (t = 0; t < 4; t++)
+            for (c = 0; c < real; c++)
+                sbad += vs->scores[(size_t)t * real + c] !=
+                        g4__dot(vs->q + ((size_t)t * NH + h) * D, vs->k + ((size_t)c * KVH + h / (NH / KVH)) * D, D);
+        CHECK(sbad == 0, "GEMM scores: %ld of %d differ from g4__dot", sbad, 4 * real);
+        if (pool) { /* three threads: the same bits as one */
+            g4_vision_session_config vc;
+            size_t bytes;
+            memset(&vc, 0, sizeof vc);
+            vc.max_patches = 280;
+            vc.pool = pool;
+            CHECK(g4_vision_session_size(&f.m, &vc, &bytes) == G4_OK, "size");
+            arena3 = malloc(bytes);
+            CHECK(g4_vision_session_init(&vs3, &f.m, &vc, arena3, bytes) == G4_OK, "%s", vs3.error);
+            memcpy(vs3.q, vs->q, sizeof(float) * nq);
+            memcpy(vs3.k, vs->k, sizeof(float) * nk);
+            memcpy(vs3.v, vs->v, sizeof(float) * nk);
+            g4__vattn_gemm(&vs3, np, real);
+            CHECK(memcmp(vs3.att, one, sizeof(float) * nq) == 0, "GEMM attention: 3 threads differ from one");
+            free(arena3);
+        }
+        free(ref);
+        free(one);
+    }
+    if (pool) g4_pool_free(pool);
+    fixture_close(&f);
+}
+
 /* the final norm of case 0 (every row) */
 static void test_norm_rows(void) {
     int k;
@@ -1317,6 +1428,7 @@ int main(int argc, char **argv) {
     run("vision tower: soft tokens of 4 cases (resize, none, RGBA, two images)", test_soft_tokens);
     run("vision tower: a 3-thread pool gives the same bits", test_threads);
     run("vision tower: padding before a real patch (the general attention loop) gives the same soft tokens", test_patch_order);
+    run("vision tower: the fast paths against their references (exp, softmax, the GEMM attention)", test_fast_paths);
     run("merge: logits with images, one call (e2b_mm, 31b_mm)", test_logits);
     run("merge: final norm rows of case 0", test_norm_rows);
     run("merge: chunked steps and two calls give the same logits", test_chunks);
