@@ -460,7 +460,8 @@ bench: build/gemma4 build/membw build/fmapeak
 # (not a timing; tests/test_cli.c runs the same in make test).
 bench-smoke: build/gemma4 build/membw build/fmapeak
 	rm -rf build/bench-smoke-model
-	BENCH_CONFIG=$(DEMO)/config.json BENCH_DIR=build/bench-smoke-model THREADS=2 PROMPT=4 PROMPT2=8 GEN=2 MEMBW_MIB=16 sh bench/run.sh
+	BENCH_CONFIG=$(DEMO)/config.json BENCH_DIR=build/bench-smoke-model THREADS=2 PROMPT=4 PROMPT2=8 GEN=2 MEMBW_MIB=16 \
+	  TOWER_CONFIGS="data/vision/e2b_mm/config.json data/tiny/e2b_audio/config.json" TOWER_ARGS="--patches 64 --seconds 1" sh bench/run.sh
 
 clean:
 	rm -rf build

@@ -9,6 +9,9 @@
 #   MEMBW_MIB     the bandwidth probe's buffer (default 2048 MiB; make bench-smoke: 16)
 #   BENCH_PY      a python with torch + transformers for the PyTorch peer
 #   LLAMA_BENCH   a llama.cpp llama-bench binary and BENCH_GGUF its model, for that peer
+#   TOWER_CONFIGS the multimodal configs whose towers bench-towers times (random weights in
+#                 memory; with the default BENCH_CONFIG the E2B and 31B configs, else none;
+#                 "none" skips them); TOWER_ARGS more options for it (make bench-smoke: fewer patches)
 set -e
 CONFIG=${BENCH_CONFIG:-data/configs/gemma-4-E2B.json}
 DIR=${BENCH_DIR:-build/bench-model}
@@ -58,6 +61,21 @@ if grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null; then
   f_pre=$(sed -n 's/^prefill: \([0-9.]*\) tok\/s.*/\1/p' build/bench-g4bf16fast.txt)
   f_dec=$(sed -n 's/^decode: \([0-9.]*\) tok\/s.*/\1/p' build/bench-g4bf16fast.txt)
 fi
+# the towers: ms per image at 280 soft tokens (2520 patches) and per second of audio
+if [ -z "$TOWER_CONFIGS" ]; then
+  TOWER_CONFIGS=none
+  [ "$CONFIG" = data/configs/gemma-4-E2B.json ] && TOWER_CONFIGS="data/configs/gemma-4-E2B.json data/configs/gemma-4-31B.json"
+fi
+: > build/bench-towers.txt
+if [ "$TOWER_CONFIGS" != none ]; then
+  for tc in $TOWER_CONFIGS; do
+    tn=$(basename "$tc" .json)
+    [ "$tn" = config ] && tn=$(basename "$(dirname "$tc")") # a model directory's config.json: the directory's name
+    echo "== gemma4.h towers, $tn-shaped, random bf16 weights"
+    ./build/gemma4 bench-towers --config "$tc" --threads "$THREADS" $TOWER_ARGS | tee build/bench-tower.txt
+    sed "s/^/$tn /" build/bench-tower.txt >> build/bench-towers.txt
+  done
+fi
 t_pre="-"; t_dec="-"
 if [ -n "$BENCH_PY" ]; then
   echo "== PyTorch eager (transformers), bf16"
@@ -96,6 +114,12 @@ printf "%-28s %14s %14s\n" "gemma4.h bf16_fast" "$f_pre" "$f_dec"
 printf "%-28s %14s %14s\n" "PyTorch eager bf16" "$t_pre" "$t_dec"
 printf "%-28s %14s %14s\n" "llama.cpp bf16" "${l_pre:--}" "${l_dec:--}"
 printf "%-28s %14s %14s\n" "llama.cpp, $PROMPT2-token prompt" "${l_long:--}" "-"
+if [ -s build/bench-towers.txt ]; then
+  echo
+  echo "== towers, $THREADS threads (random bf16 weights of each config's shapes)"
+  sed -n 's/^\([^ ]*\) vision: .* -> \([0-9]*\) soft tokens: \([0-9.]*\) ms per image (\([0-9.]*\) CPU-ms.*/\1 vision tower: \3 ms per image of \2 soft tokens (\4 CPU-ms)/p
+         s/^\([^ ]*\) audio: .*: \([0-9.]*\) ms per second of audio (\([0-9.]*\) CPU-ms.*/\1 audio tower: \2 ms per second of audio (\3 CPU-ms)/p' build/bench-towers.txt
+fi
 echo
 # the ranking against the peers depends on the CPU and its ISA: name them beside the figures
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)

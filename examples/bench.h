@@ -665,8 +665,8 @@ static int g4b_bench_vision(g4_model *m, g4_pool *pool, int patches, int reps) {
         if (g4b_now() - t0 < best) best = g4b_now() - t0;
         if (g4b_cpu() - c0 < best_cpu) best_cpu = g4b_cpu() - c0;
     }
-    printf("vision: %d layers, %d wide, %d heads of %d, MLP %d; %d patches (%d x %d) -> %d soft tokens: %.0f ms per image "
-           "(%.0f CPU-ms; best of %d)\n", v->num_hidden_layers, v->hidden_size, v->num_attention_heads, v->head_dim,
+    printf("vision: %d layers, %d wide, %d heads of %d, MLP %d; %d patches (%d x %d) -> %d soft tokens: %.1f ms per image "
+           "(%.1f CPU-ms; best of %d)\n", v->num_hidden_layers, v->hidden_size, v->num_attention_heads, v->head_dim,
            v->intermediate_size, patches, gw, gh, n_soft, 1e3 * best, 1e3 * best_cpu, reps);
     rc = 0;
 done:
@@ -708,7 +708,7 @@ static int g4b_bench_audio(g4_model *m, g4_pool *pool, double seconds, int reps)
         if (g4b_now() - t0 < best) best = g4b_now() - t0;
         if (g4b_cpu() - c0 < best_cpu) best_cpu = g4b_cpu() - c0;
     }
-    printf("audio: %d layers, %d wide; %.1f s (%d frames -> %d soft tokens): %.0f ms per second of audio (%.0f CPU-ms; "
+    printf("audio: %d layers, %d wide; %.1f s (%d frames -> %d soft tokens): %.1f ms per second of audio (%.1f CPU-ms; "
            "best of %d)\n", a->num_hidden_layers, a->hidden_size, (double)nf / 100.0, nf, n_soft, 1e3 * best * 100.0 / nf,
            1e3 * best_cpu * 100.0 / nf, reps);
     rc = 0;

@@ -476,9 +476,12 @@ static void test_bench_smoke(void) {
         return;
     }
     st = sh("BENCH_CONFIG=%s/config.json BENCH_DIR=%s/bench-model THREADS=2 PROMPT=4 PROMPT2=8 GEN=2 MEMBW_MIB=16 "
-            "sh bench/run.sh", tiny("e2b_like"), g_tmp);
-    CHECK(st == 0 && strstr(g_out, "cpu: ") && strstr(g_out, "machine: read bandwidth") && strstr(g_out, "prefill, 8 tokens"),
-          "bench/run.sh: exit %d; stdout %.2000s; stderr %.500s", st, g_out, g_err);
+            "TOWER_CONFIGS='%s/vision/e2b_mm/config.json %s/tiny/e2b_audio/config.json' TOWER_ARGS='--patches 64 --seconds 1' "
+            "sh bench/run.sh", tiny("e2b_like"), g_tmp, g_data, g_data);
+    CHECK(st == 0 && strstr(g_out, "cpu: ") && strstr(g_out, "machine: read bandwidth") && strstr(g_out, "prefill, 8 tokens") &&
+              strstr(g_out, "e2b_mm vision tower: ") && strstr(g_out, "ms per image of 16 soft tokens") &&
+              strstr(g_out, "e2b_audio audio tower: ") && strstr(g_out, "ms per second of audio ("),
+          "bench/run.sh: exit %d; stdout %.3000s; stderr %.500s", st, g_out, g_err);
 }
 
 /* bench/peers_check.py: llama.cpp is judged against the model's own float32-to-bf16 gap */
