@@ -1721,6 +1721,7 @@ static const struct {
     {"grad", g4t_cmd_grad, "DIR --ids ... --out FILE: the loss and every gradient"},
     {"bench", g4t_cmd_bench, "DIR: prefill and decode speed (--grad: training speed)"},
     {"synth", g4b_cmd_synth, "--config CONFIG.json --out DIR: a random checkpoint of a config's shape"},
+    {"bench-towers", g4b_cmd_bench_towers, "--config CONFIG.json: the vision and audio towers' speed"},
     {"tokenize", cmd_tokenize, "TOKENIZER_JSON_OR_MODEL_DIR [TEXT]: token ids"},
     {"template", cmd_template, "DIR --messages FILE.json: a chat template rendered as transformers renders it"},
     {"generate", cmd_generate, "DIR --prompt TEXT: a sampled answer, streamed"},
