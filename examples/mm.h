@@ -198,7 +198,8 @@ static int g4mm_unified_clip(g4mm *mm, g4mm_file *f) {
 
 /* g4mm_encode for a 12B: every file through its embedder into buf, in mm->f's order. */
 static int g4mm_unified_encode(g4mm *mm, const g4_model *m, float *buf) {
-    int k, used = 0, rows = mm->max_patches > mm->max_nf ? mm->max_patches : mm->max_nf, rc = 1;
+    int k, used = 0, rows = mm->max_patches > mm->max_nf ? mm->max_patches : mm->max_nf, rc = 1, fr;
+    if (mm->vmax_patches > rows) rows = mm->vmax_patches;
     size_t bytes = 0;
     void *arena = NULL;
     g4_unified_run run;
@@ -211,11 +212,22 @@ static int g4mm_unified_encode(g4mm *mm, const g4_model *m, float *buf) {
         g4mm_file *f = &mm->f[k];
         int got = 0;
         float *out = buf + (size_t)used * m->config.hidden_size;
-        if (f->kind != G4_MM_IMAGE && f->kind != G4_MM_AUDIO) {
-            fprintf(stderr, "gemma4: %s: the 12B takes images and audio here, not this kind of file\n", f->path);
+        if (f->kind == G4_MM_VIDEO) { /* each frame as an image through embed_vision (get_video_features) */
+            size_t P = (size_t)3 * mm->vc.patch_size * mm->vc.patch_size;
+            for (fr = 0, got = 0; fr < f->n_frames; fr++) {
+                int g = 0;
+                if (g4_unified_embed_image(m, f->pv + (size_t)fr * mm->vmax_patches * P, f->pos + (size_t)fr * mm->vmax_patches * 2,
+                                           mm->vmax_patches, arena, bytes, &run, out + (size_t)got * m->config.hidden_size,
+                                           &g) != G4_OK) {
+                    fprintf(stderr, "gemma4: %s: %s\n", f->path, run.error);
+                    goto done;
+                }
+                got += g;
+            }
+        } else if (f->kind != G4_MM_IMAGE && f->kind != G4_MM_AUDIO) {
+            fprintf(stderr, "gemma4: %s: the 12B takes images, videos and audio, not this kind of file\n", f->path);
             goto done;
-        }
-        if ((f->kind == G4_MM_IMAGE ? g4_unified_embed_image(m, f->pv, f->pos, mm->max_patches, arena, bytes, &run, out, &got)
+        } else if ((f->kind == G4_MM_IMAGE ? g4_unified_embed_image(m, f->pv, f->pos, mm->max_patches, arena, bytes, &run, out, &got)
                                     : g4_unified_embed_audio(m, f->feat, f->mask, f->nf, arena, bytes, &run, out, &got)) != G4_OK) {
             fprintf(stderr, "gemma4: %s: %s\n", f->path, run.error);
             goto done;
@@ -396,7 +408,7 @@ static int g4mm_prepare(g4mm *mm, const g4_config *c, const char *dir, const cha
         mm->n++;
         if (f->kind == G4_MM_VIDEO) {
             if (!mm->n_video) {
-                if (!c->vision.present || c->video_token_id < 0) {
+                if (!(c->unified ? c->unified_vision.present : c->vision.present) || c->video_token_id < 0) {
                     fprintf(stderr, "gemma4: %s: --video: the model has no vision tower (config.json has no vision_config "
                             "or no video_token_id)\n", dir);
                     return 1;

@@ -875,7 +875,9 @@ out:
    positions and (the stored 16 merged patches of frame 1) its pixel values
    bit for bit, the fused float32(v) / 255 rescale included; the text
    expansion (g4_mm_expand_videos, 24 fps, both frames 00:00) tokenized is
-   Gemma4UnifiedProcessor's ids; the family checks refuse the other's. */
+   Gemma4UnifiedProcessor's ids; the frames through g4_unified_embed_image and
+   g4_forward_mm (a block per frame) give transformers' logits on unified_like
+   (1e-4 x max |logit|); the family checks refuse the other's. */
 static void test_processor_video(void) {
     golden pg, vg;
     g4_video_config vc;
@@ -932,6 +934,47 @@ static void test_processor_video(void) {
           "expand, tokenize: %s %s", err, tok.error);
     CHECK(n_ids == (size_t)n_want && memcmp(ids, want, sizeof(int32_t) * n_ids) == 0, "ids: %zu, the processor's %d", n_ids,
           n_want);
+    { /* the frames through the embedder and the merge (each frame a bidirectional block): transformers' logits */
+        g4_model m;
+        g4_session s;
+        g4_session_config sc = g4_session_config_init();
+        g4_unified_run run;
+        const int32_t *lrows;
+        const float *lwant;
+        int64_t numel = 0;
+        int n_lrows = 0, f, got = 0, n_v = 0;
+        size_t bytes = 0;
+        void *arena = NULL;
+        float *soft = (float *)malloc(sizeof(float) * 2 * 70 * 32), *logits = (float *)malloc(sizeof(float) * 1024 * 512);
+        double worst = 0, scale = 1;
+        memset(&run, 0, sizeof run);
+        lrows = golden_ids(&pg, "logit_rows.video", &n_lrows);
+        lwant = golden_f32(&pg, "logits.video", &numel);
+        if (lrows && lwant && soft && logits && g4_model_load(&m, tiny("unified_like")) == G4_OK) {
+            CHECK(g4_unified_size(&m, 70, &bytes) == G4_OK && (arena = arena_alloc(bytes)) != NULL, "arena");
+            for (f = 0; arena && f < 2; f++) {
+                CHECK(g4_unified_embed_image(&m, pv + (size_t)f * 70 * 432, p2 + (size_t)f * 70 * 2, 70, arena, bytes, &run,
+                                             soft + (size_t)n_v * 32, &got) == G4_OK, "frame %d: %s", f, run.error);
+                n_v += got;
+            }
+            sc.max_context = (int)n_ids;
+            if (g4_session_create(&s, &m, &sc) == G4_OK) {
+                CHECK(g4_forward_mm(&s, ids, (int)n_ids, soft, n_v, logits, G4_LOGITS_ALL, NULL) == G4_OK, "forward_mm: %s",
+                      s.error);
+                scale = max_abs(lwant, (size_t)numel);
+                for (k = 0; k < n_lrows; k++) {
+                    double d = max_diff(logits + (size_t)lrows[k] * 512, lwant + (size_t)k * 512, 512);
+                    if (d > worst) worst = d;
+                }
+                printf("  the video prompt (%zu ids, %d soft tokens): %d logit rows within %.3g x max |logit| %.3g\n", n_ids,
+                       n_v, n_lrows, worst / scale, scale);
+                CHECK(n_v == 2 * n_soft && worst <= 1e-4 * scale, "video logits %.3g relative", worst / scale);
+                g4_session_destroy(&s);
+            } else CHECK(0, "session: %s", s.error);
+            g4_model_free(&m);
+        } else CHECK(0, "golden video logits, model");
+        free(arena); free(soft); free(logits);
+    }
     /* the families */
     CHECK(g4_video_config_check(&vc, &ec) == G4_ERR_CONFIG && strstr(vc.error, "Gemma4UnifiedVideoProcessor"),
           "a unified video processor for a Gemma 4 tower: %s", vc.error);
@@ -1184,6 +1227,29 @@ static void test_cli_chat(void) {
         CHECK(pclose(p) == 0 && strcmp(text, want_text) == 0, "generate: '%s', transformers' argmax %d is '%s'", text,
               (int)next, want_text);
     }
+    { /* generate --prompt with a video of two frame files: the text of transformers' argmax on the video prompt */
+        const int32_t *vrows;
+        const float *vlog;
+        int n_vrows = 0;
+        int64_t vnum = 0;
+        int32_t vnext;
+        char vwant[256] = "";
+        vrows = golden_ids(&pg, "logit_rows.video", &n_vrows);
+        vlog = golden_f32(&pg, "logits.video", &vnum);
+        if (vrows && vlog && n_vrows > 0) {
+            vnext = (int32_t)g4_argmax(vlog + (size_t)(n_vrows - 1) * 512, 512);
+            CHECK(g4_detokenize(&tok, &vnext, 1, 0, vwant, sizeof vwant, &len) == G4_OK, "decode");
+            snprintf(cmd, sizeof cmd, "%s generate %s --prompt 'Watch <|video|> now' --video %s,%s --temp 0 --max-tokens 1 "
+                     "2> /dev/null", g_cli, dir, path2(g_data, "vision/images/a.png"), tiny(UPROC "/a_mirror.png"));
+            if (ok && (p = popen(cmd, "r")) != NULL) {
+                size_t got = fread(text, 1, sizeof text - 1, p);
+                text[got] = 0;
+                while (got && text[got - 1] == '\n') text[--got] = 0;
+                CHECK(pclose(p) == 0 && strcmp(text, vwant) == 0, "generate --video: '%s', transformers' argmax %d is '%s'",
+                      text, (int)vnext, vwant);
+            }
+        } else CHECK(0, "golden video logits");
+    }
     for (k = 0; k < 6; k++) {
         char link[1024];
         snprintf(link, sizeof link, "%s/%s", dir, names[k]);
@@ -1213,8 +1279,10 @@ int main(int argc, char **argv) {
     run("unified processor: c.png's pixel values and a clip's frames bit for bit", test_processor_pixels);
     run("unified processor: chats with images and clips give apply_chat_template's ids (g4_mm_expand)", test_processor_ids);
     run("unified processor: a chat with a.png and clip_b through the library: logits vs transformers", test_processor_logits);
-    run("unified processor: a video's merged frames bit for bit, its ids (Gemma4UnifiedVideoProcessor)", test_processor_video);
+    run("unified processor: a video's merged frames bit for bit, its ids, its logits (Gemma4UnifiedVideoProcessor)",
+        test_processor_video);
     run("unified CLI: logits/greedy with --image and --audio, image, audio, info, bad input", test_cli);
-    run("unified CLI: template --ids and generate --chat with an image and a clip on a 12B directory", test_cli_chat);
+    run("unified CLI: template --ids, generate --chat with an image and a clip, generate --video, on a 12B directory",
+        test_cli_chat);
     return finish();
 }

@@ -399,6 +399,8 @@ def make_processor_golden(out_dir, model):
                                             (do_sample_frames False, no metadata: 24 fps, both stamped 00:00)
         video_position_ids  I32 [2, 70, 2], video_rows I32 [1] (soft tokens a frame),
         pixel_values_videos.1 F32 [16, 432] the second frame's first 16 merged patches
+        logits.video, logit_rows.video      unified_like's logits on that prompt (a stride and the last row)
+    and out_dir/processor/a_mirror.png, the second frame as a file (for the CLI's --video)
         logits.0            F32 [R, V]      unified_like on case 0 (with mm_token_type_ids), rows logit_rows.0
         logit_rows.0        I32 [R]         a stride through the prompt and its last row
     Case 0: a user turn "Describe <image a.png> and <audio clip_b.wav>." (the CLI test's). Case 1: a system
@@ -489,6 +491,15 @@ def make_processor_golden(out_dir, model):
     gold["video_position_ids"] = out["video_position_ids"].to(torch.int32)
     gold["pixel_values_videos.1"] = pvv[1, :16].float()  # frame 1's first 16 merged patches (lean: ~28 KB)
     gold["video_rows"] = torch.tensor([n_v], dtype=torch.int32)
+    Image.fromarray(video[1]).save(os.path.join(pdir, "a_mirror.png"), optimize=False)  # the CLI's second frame file
+    assert np.array_equal(np.array(Image.open(os.path.join(pdir, "a_mirror.png"))), video[1])
+    with torch.no_grad():  # unified_like on the video prompt: its frames through embed_vision, blocks per frame
+        lg = model(input_ids=out["input_ids"], pixel_values_videos=pvv, video_position_ids=out["video_position_ids"],
+                   num_frames_per_video=torch.tensor([2]), mm_token_type_ids=out["mm_token_type_ids"],
+                   use_cache=False).logits[0]
+    vrows = sorted(set(range(0, lg.shape[0], LOGIT_STRIDE)) | {lg.shape[0] - 1})
+    gold["logits.video"] = lg[vrows].float()
+    gold["logit_rows.video"] = torch.tensor(vrows, dtype=torch.int32)
     g4v = Gemma4VideoProcessor(patch_size=VISION["patch_size"] * VISION["pooling_kernel_size"], pooling_kernel_size=1,
                                max_soft_tokens=PROC_MAX_SOFT)(videos=[video], do_sample_frames=False, return_tensors="pt")
     same = torch.equal(g4v["pixel_values_videos"], pvv) and torch.equal(g4v["video_position_ids"], out["video_position_ids"])
