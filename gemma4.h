@@ -202,6 +202,7 @@
      12B unified model's decoder and encoder-free embedders (>>unified; not
      its video processor). The 12B embedders run on one thread. Batch size 1
      per session.
+     A LoRA adapter may target the towers' linears (g4_model_load_adapter).
      The bf16 mode and the CUDA twin do not cover the towers; g4_forward_mm runs
      on the CPU. Drafters (gemma4_assistant) run on the CPU only.
 
@@ -556,7 +557,7 @@ typedef struct {
     /* the LoRA adapter (g4_model_load_adapter), if any */
     g4_lora *lora; int n_lora;
     int lora_rmax;           /* the largest rank (sizes the sessions' adapter scratch) */
-    int lora_ignored;        /* adapter tensors of the vision/audio towers (not run) */
+    int lora_ignored;        /* adapter tensors of a vision/audio tower this model has not loaded (not run) */
     g4_vision_weights vision; /* the vision tower, if the checkpoint has one (vision.loaded) */
     /* private */
     g4__file *files; int n_files;
@@ -579,8 +580,14 @@ G4_API const g4_tensor *g4_model_tensor(const g4_model *m, const char *name);
    chosen as peft chooses them: every nn.Linear of the text model the config
    targets (a module this model lacks - v_proj on an attention_k_eq_v full
    layer, k_proj/v_proj of a KV-shared layer - is not there to target), and
-   each must have its A [r, in] and B [out, r]; every tensor must belong to
-   one (the vision/audio towers' are counted in lora_ignored). Refused, naming
+   of the loaded towers: a Gemma4ClippableLinear through its inner nn.Linear
+   ("...self_attn.q_proj.linear": peft cannot wrap the clippable module
+   itself), the patch embedder's input_proj, the audio tower's
+   relative_k_proj, input_proj_linear and output_proj, the embedders'
+   embedding_projection; each must have its A [r, in] and B [out, r]; every
+   tensor must belong to one (a tower the model has not loaded: counted in
+   lora_ignored). Tower sessions (g4_vision_session_init, g4_audio_size)
+   size the adapter's scratch: load it before them too. Refused, naming
    the field: other peft types, DoRA, lora_bias, bias other than "none",
    fan_in_fan_out, modules_to_save, target_parameters, layer_replication,
    trainable tokens and the other variants. Allocates the adapter (float32)
@@ -800,6 +807,7 @@ typedef struct {
     float *inv_freq;           /* [Dv/4] */
     int *kernel;               /* [max_patches] each patch's pooled row */
     g4_session mm;             /* private: the decoder's matmul on the pool */
+    int lora_rmax;             /* the adapter rank its scratch holds (the model's when it was made) */
     char error[G4_ERROR_MAX];
 } g4_vision_session;
 
@@ -3353,7 +3361,83 @@ static int g4__acfg_pattern(const g4__acfg *a, int obj, const char *field, const
 }
 
 /* ---- binding ---- */
-typedef struct { int layer, on; const char *module; g4_tensor *w; } g4__linear; /* on: the adapter targets it */
+typedef struct {
+    int layer, on;           /* on: the adapter targets it */
+    const char *module;
+    g4_tensor *w;
+    char tkey[112];          /* a tower's linear: its peft module key (else empty) */
+    char tname[48];          /* and its short name (g4_lora.module): "vision_tower.3.self_attn.q_proj" */
+} g4__linear;
+
+/* room for g4__linears: the text model's, then the towers' (vision: 7 a layer + 2; audio: 11 a layer + 3) */
+static int g4__linears_cap(const g4_model *m) {
+    return 10 * m->plan.n_layers + 2 + (m->vision.loaded ? 7 * m->config.vision.num_hidden_layers + 2 : 0) +
+           (m->audio.loaded ? 11 * m->config.audio.num_hidden_layers + 3 : 0);
+}
+
+/* The towers' nn.Linear modules as peft keys them: a Gemma4ClippableLinear
+   through its inner nn.Linear (peft wraps only that: "<module>.linear"), the
+   plain ones by their own names. The short name (g4_lora.module): the tower,
+   the layer (l >= 0), the module. */
+static int g4__tower_linear(g4__linear *o, g4_tensor *w, const char *key, const char *tower, int l, const char *module) {
+    o->layer = -1;
+    o->on = 0;
+    o->w = w;
+    snprintf(o->tkey, sizeof o->tkey, "%s", key);
+    if (l >= 0) snprintf(o->tname, sizeof o->tname, "%s.%d.%s", tower, l, module);
+    else snprintf(o->tname, sizeof o->tname, "%s.%s", tower, module);
+    o->module = o->tname;
+    return 1;
+}
+
+static int g4__tower_linears(g4_model *m, g4__linear *out) {
+    static const char *const vnames[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                          "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+    static const char *const anames[11] = {"feed_forward1.ffw_layer_1", "feed_forward1.ffw_layer_2", "feed_forward2.ffw_layer_1",
+                                           "feed_forward2.ffw_layer_2", "self_attn.q_proj", "self_attn.k_proj",
+                                           "self_attn.v_proj", "self_attn.post", "lconv1d.linear_start", "lconv1d.linear_end",
+                                           "self_attn.relative_k_proj"};
+    char key[112];
+    int n = 0, l, k;
+    if (m->vision.loaded) {
+        for (l = 0; l < m->config.vision.num_hidden_layers; l++) {
+            g4_vision_layer *L = &m->vision.layers[l];
+            g4_clippable_linear *c[7];
+            c[0] = &L->q_proj; c[1] = &L->k_proj; c[2] = &L->v_proj; c[3] = &L->o_proj;
+            c[4] = &L->gate_proj; c[5] = &L->up_proj; c[6] = &L->down_proj;
+            for (k = 0; k < 7; k++) {
+                snprintf(key, sizeof key, "model.vision_tower.encoder.layers.%d.%s.linear", l, vnames[k]);
+                n += g4__tower_linear(&out[n], &c[k]->linear, key, "vision_tower", l, vnames[k]);
+            }
+        }
+        n += g4__tower_linear(&out[n], &m->vision.input_proj, "model.vision_tower.patch_embedder.input_proj", "vision_tower", -1,
+                              "patch_embedder.input_proj");
+        n += g4__tower_linear(&out[n], &m->vision.embedding_projection, "model.embed_vision.embedding_projection", "embed_vision",
+                              -1, "embedding_projection");
+    }
+    if (m->audio.loaded) {
+        for (l = 0; l < m->config.audio.num_hidden_layers; l++) {
+            g4_audio_layer_weights *lw = &m->audio.layers[l];
+            g4_clippable_linear *c[10];
+            c[0] = &lw->feed_forward1.ffw_layer_1; c[1] = &lw->feed_forward1.ffw_layer_2;
+            c[2] = &lw->feed_forward2.ffw_layer_1; c[3] = &lw->feed_forward2.ffw_layer_2;
+            c[4] = &lw->q_proj; c[5] = &lw->k_proj; c[6] = &lw->v_proj; c[7] = &lw->post;
+            c[8] = &lw->linear_start; c[9] = &lw->linear_end;
+            for (k = 0; k < 10; k++) {
+                snprintf(key, sizeof key, "model.audio_tower.layers.%d.%s.linear", l, anames[k]);
+                n += g4__tower_linear(&out[n], &c[k]->linear, key, "audio_tower", l, anames[k]);
+            }
+            snprintf(key, sizeof key, "model.audio_tower.layers.%d.%s", l, anames[10]);
+            n += g4__tower_linear(&out[n], &lw->relative_k_proj, key, "audio_tower", l, anames[10]);
+        }
+        n += g4__tower_linear(&out[n], &m->audio.input_proj_linear, "model.audio_tower.subsample_conv_projection.input_proj_linear",
+                              "audio_tower", -1, "input_proj_linear");
+        n += g4__tower_linear(&out[n], &m->audio.output_proj, "model.audio_tower.output_proj", "audio_tower", -1, "output_proj");
+        n += g4__tower_linear(&out[n], &m->audio.embedding_projection, "model.embed_audio.embedding_projection", "embed_audio",
+                              -1, "embedding_projection");
+    }
+    return n;
+}
 
 /* Every nn.Linear of the text model, as peft sees them: [n] into out (room for 10 L + 2). */
 static int g4__linears(g4_model *m, g4__linear *out) {
@@ -3368,17 +3452,19 @@ static int g4__linears(g4_model *m, g4__linear *out) {
         w[5] = &lw->up_proj; w[6] = &lw->down_proj; w[7] = &lw->router_proj; w[8] = &lw->per_layer_input_gate;
         w[9] = &lw->per_layer_projection;
         for (k = 0; k < 10; k++)
-            if (w[k]->data) { out[n].layer = l; out[n].on = 0; out[n].module = names[k]; out[n].w = w[k]; n++; }
+            if (w[k]->data) { out[n].layer = l; out[n].on = 0; out[n].module = names[k]; out[n].w = w[k]; out[n].tkey[0] = 0; n++; }
     }
     if (m->w.per_layer_model_projection.data) {
-        out[n].layer = -1; out[n].on = 0; out[n].module = "per_layer_model_projection"; out[n].w = &m->w.per_layer_model_projection; n++;
+        out[n].layer = -1; out[n].on = 0; out[n].module = "per_layer_model_projection"; out[n].w = &m->w.per_layer_model_projection;
+        out[n].tkey[0] = 0; n++;
     }
-    out[n].layer = -1; out[n].on = 0; out[n].module = "lm_head"; out[n].w = &m->w.lm_head; n++;
-    return n;
+    out[n].layer = -1; out[n].on = 0; out[n].module = "lm_head"; out[n].w = &m->w.lm_head; out[n].tkey[0] = 0; n++;
+    return n + g4__tower_linears(m, out + n); /* then the towers' */
 }
 
 static void g4__linear_key(const g4_model *m, const g4__linear *li, char *key, size_t cap) {
-    if (li->layer >= 0) snprintf(key, cap, "%slayers.%d.%s", m->prefix, li->layer, li->module);
+    if (li->tkey[0]) snprintf(key, cap, "%s", li->tkey);
+    else if (li->layer >= 0) snprintf(key, cap, "%slayers.%d.%s", m->prefix, li->layer, li->module);
     else if (!strcmp(li->module, "lm_head")) snprintf(key, cap, "lm_head");
     else snprintf(key, cap, "%s%s", m->prefix, li->module);
 }
@@ -3420,8 +3506,10 @@ static int g4__lora_stray(const g4_model *m, const g4__linear *lin, int n_lin, c
         return 0;
     }
     mod = name + strlen(pre);
-    for (k = 0; k < 4; k++)
-        if (!strncmp(mod, "model.", 6) && !strncmp(mod + 6, towers[k], strlen(towers[k]))) return 1;
+    for (k = 0; k < 4; k++) /* a tower this model has not loaded: ignored (counted in lora_ignored) */
+        if (!strncmp(mod, "model.", 6) && !strncmp(mod + 6, towers[k], strlen(towers[k])) &&
+            !(k % 2 ? m->audio.loaded : m->vision.loaded))
+            return 1;
     if (len > 14 && strstr(name, ".lora_embedding_")) {
         g4__seterr(err, "%s: tensor '%.200s': LoRA on an embedding is not supported", path, name);
         return 0;
@@ -3440,6 +3528,12 @@ static int g4__lora_stray(const g4_model *m, const g4__linear *lin, int n_lin, c
             return 0;
         }
     }
+    for (k = 0; k < 4; k++)
+        if (!strncmp(key, "model.", 6) && !strncmp(key + 6, towers[k], strlen(towers[k]))) {
+            g4__seterr(err, "%s: tensor '%.200s': the %s has no nn.Linear module '%s' (a clipped linear is adapted through "
+                       "its inner '.linear')", path, name, k % 2 ? "audio tower" : "vision tower", key);
+            return 0;
+        }
     if (!strncmp(key, "model.", 6) && !strncmp(key, "model.language_model.", 21) != !strcmp(m->prefix, "model.language_model.")) {
         g4__seterr(err, "%s: tensor '%.200s' names module '%s', but this checkpoint's text model is '%s*' (an adapter of "
                    "the %s)", path, name, key, m->prefix,
@@ -3472,7 +3566,7 @@ G4__DEF g4_result g4_model_load_adapter(g4_model *m, const char *dir) {
     cpath = g4__join(dir, "adapter_config.json");
     spath = g4__join(dir, "adapter_model.safetensors");
     a.re = (g4__re *)G4_MALLOC(sizeof(g4__re));
-    lin = (g4__linear *)G4_MALLOC(sizeof(g4__linear) * (size_t)(10 * m->plan.n_layers + 2));
+    lin = (g4__linear *)G4_MALLOC(sizeof(g4__linear) * (size_t)g4__linears_cap(m));
     if (!cpath || !spath || !a.re || !lin) { g4__seterr(m->error, "out of memory"); r = G4_ERR_NOMEM; goto done; }
     if ((r = g4__read_file(cpath, &text, &len, 16u << 20, m->error)) != G4_OK) goto done;
     if ((r = g4__json_parse_python(&j, text, len, cpath, m->error)) != G4_OK) goto done;
@@ -3523,7 +3617,7 @@ G4__DEF g4_result g4_model_load_adapter(g4_model *m, const char *dir) {
         ignored++;
     }
     if (!n_lora) {
-        g4__seterr(m->error, "%s: the adapter changes no module of this model's text decoder", dir);
+        g4__seterr(m->error, "%s: the adapter changes no module of this model (its text decoder or towers)", dir);
         r = G4_ERR_CONFIG;
         goto done;
     }
@@ -5714,6 +5808,8 @@ static void g4__vcarve(g4_vision_session *vs, const g4_model *m, const g4_vision
     vs->kernel = (int *)(void *)g4__take(cv, n, sizeof(int));
     vs->mm.pack_parts = threads;
     vs->mm.pack = g4__take(cv, (uint64_t)threads * g4__pack_thread_floats(), sizeof(float));
+    vs->mm.lora_u = g4__take(cv, n * (uint64_t)m->lora_rmax, sizeof(float)); /* a LoRA adapter's A x (>>adapter) */
+    vs->lora_rmax = m->lora_rmax;
 }
 
 static g4_result g4__vcheck(const g4_model *m, const g4_vision_session_config *cfg, char *err) {
@@ -5983,6 +6079,11 @@ G4__DEF g4_result g4_vision_encode(g4_vision_session *vs, const float *pixel_val
     if (n_soft) *n_soft = 0;
     if (!vs->model) { g4__seterr(vs->error, "vision session is not initialised"); return G4_ERR_INPUT; }
     m = vs->model; v = &m->config.vision; w = &m->vision;
+    if (m->lora_rmax > vs->lora_rmax) {
+        g4__seterr(vs->error, "the model's LoRA adapter (rank %d) was loaded after this vision session was made: make it again",
+                   m->lora_rmax);
+        return G4_ERR_INPUT;
+    }
     Hv = v->hidden_size; H = m->config.hidden_size; K = v->pooling_kernel_size; kk = K * K;
     P = (size_t)3 * (size_t)v->patch_size * (size_t)v->patch_size;
     if (!pixel_values || !positions || !soft || !n_soft) {
@@ -7703,6 +7804,7 @@ typedef struct {
     int F, F1, F2;         /* mel bins (C0), after layer0, after layer1 */
     int C0, C1, Ha, NH, D, K, Pa, Ht, La;
     int chunk, past, future, ctx, P, nb; /* chunk, context_left - 1, context_right, context_size, positions, blocks */
+    int lora_rmax;         /* the model's LoRA adapter's largest rank (0: none) */
 } g4__ageo;
 
 static void g4__audio_geo(g4__ageo *g, const g4_model *m, int T) {
@@ -7728,6 +7830,7 @@ static void g4__audio_geo(g4__ageo *g, const g4_model *m, int T) {
     g->ctx = g->chunk + g->past + g->future;
     g->P = g->ctx / 2 + 1;
     g->nb = (g->T2 + g->chunk - 1) / g->chunk;
+    g->lora_rmax = m->lora_rmax;
 }
 
 /* Bind one tensor of the tower; failures go to m->audio.error. */
@@ -7854,6 +7957,7 @@ typedef struct {
     float *out;     /* [T2][max(Pa, H)] output_proj's rows, then embed_audio's */
     float *outn;    /* [T2][Pa] the embedder's norm */
     float *pd;      /* [D] softplus(per_dim_scale) of the layer */
+    float *lora_u;  /* [max(T2, P)][lora_rmax] a LoRA adapter's A x (>>adapter) */
     float *pack;    /* [threads][g4__pack_thread_floats()] the GEMM's packed weights */
     int threads;    /* the threads the arena was carved for */
     g4_session mm;  /* the decoder's matmul on the run's pool (only its matmul fields are set) */
@@ -7886,6 +7990,7 @@ static uint64_t g4__audio_carve(g4__aarena *A, const g4__ageo *g, int threads, u
     A->out = g4__take(&cv, (uint64_t)g->T2 * wide_out, sizeof(float));
     A->outn = g4__take(&cv, (uint64_t)g->T2 * g->Pa, sizeof(float));
     A->pd = g4__take(&cv, (uint64_t)g->D, sizeof(float));
+    A->lora_u = g4__take(&cv, (uint64_t)(g->T2 > g->P ? g->T2 : g->P) * (uint64_t)g->lora_rmax, sizeof(float));
     A->pack = g4__take(&cv, (uint64_t)threads * (uint64_t)g4__pack_thread_floats(), sizeof(float));
     A->threads = threads;
     return cv.overflow ? UINT64_MAX : cv.off;
@@ -8203,6 +8308,7 @@ G4__DEF g4_result g4_audio_encode(const g4_model *m, const float *features, cons
     A.mm.cfg.pool = threads > 1 ? run->pool : NULL;
     A.mm.pack = A.pack;
     A.mm.pack_parts = threads;
+    A.mm.lora_u = A.lora_u;
     n = g.T2;
 
     /* subsample_conv_projection: the features are one channel ([T][F][1]) */

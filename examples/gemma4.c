@@ -311,7 +311,7 @@ static int cmd_info(int argc, char **argv) {
         if (path != buf) { fprintf(stderr, "gemma4 info: --adapter needs the model directory, not %s\n", pos[0]); return 1; }
         if (load_model(&m, pos[0])) return 1;
         printf("adapter %s: %d modules, largest rank %d%s\n", adapter_dir, m.n_lora, m.lora_rmax,
-               m.lora_ignored ? " (plus vision/audio tower tensors, not run)" : "");
+               m.lora_ignored ? " (plus tensors of a tower this checkpoint lacks, not run)" : "");
         for (k = 0; k < m.n_lora; k++) {
             const g4_lora *lo = &m.lora[k];
             if (lo->layer >= 0) printf("  layer %-3d %-24s", lo->layer, lo->module);

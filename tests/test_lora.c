@@ -18,6 +18,9 @@
    bf16 (data/lora/e2b_all/bf16_dump.safetensors: transformers + peft with the
    model in bfloat16, peft's float32 adapter): every tap and the logits bit for
    bit, in the library and through `gemma4 logits/compare --bf16 --adapter`.
+   Towers (data/lora/{vision_e2b,vision_31b,audio_e2b}, tools/make_tower_lora_goldens.py):
+   the soft tokens within 1e-4 of max |soft| of peft's (the towers' tolerance;
+   measured 9.4e-7 to 2.3e-6).
    Chunked prefill, two sessions sharing one adapted model, and threads are
    exact (bit for bit); the threads + SIMD adapter kernels are tested against
    the scalar one (test_kernels).
@@ -99,6 +102,7 @@ static double slice_diff(const float *a, int V, const float *ref, int cols, int 
     }
     return d;
 }
+
 
 /* every golden adapter: logits within tolerance, greedy token for token, chunked/threads bit for bit */
 static void test_goldens(void) {
@@ -681,6 +685,158 @@ static void test_bf16_goldens(void) {
     CHECK(cli("logits data/tiny/e2b_like --ids 2 --out /dev/null --adapter-bf16", NULL, NULL, 0) == 1, "--adapter-bf16 alone must exit 1");
 }
 
+/* LoRA on the towers' linears (data/lora/{vision_e2b, vision_31b, audio_e2b},
+   tools/make_tower_lora_goldens.py): peft's adapter on the tiny vision and
+   audio models, the soft tokens of PeftModel.from_pretrained's
+   get_image_features / get_audio_features. Tolerance: the towers' own, 1e-4
+   of max |soft| (float32 both sides, other summation orders; measured in the
+   output). The adapter must matter (its goldens move the soft tokens by more
+   than 1; ours from the base golden too). A rank that differs from a tower
+   tensor's (rank_pattern on one module) is an error naming that tensor. */
+static const float *gf32(golden *g, const char *name, int64_t *numel) {
+    const g4_tensor *t = g4_model_tensor(&g->m, name);
+    int k;
+    *numel = 0;
+    if (!t || t->dtype != G4_F32) return NULL;
+    for (*numel = 1, k = 0; k < t->ndim; k++) *numel *= t->shape[k];
+    return (const float *)t->data;
+}
+
+static void tower_lora_case(const char *adapter, const char *model_dir, int audio, int modules) {
+    g4_model m;
+    golden g, in;
+    int64_t ns = 0, nb = 0, nx = 0;
+    const float *ref, *base;
+    float *soft = NULL;
+    void *arena = NULL;
+    size_t bytes = 0;
+    int n_soft = 0, H;
+    double d, moved;
+    memset(&m, 0, sizeof m);
+    if (g4_model_load(&m, model_dir) != G4_OK) { skip(m.error); return; }
+    if (!lora_golden(&g, adapter)) { g4_model_free(&m); return; }
+    CHECK(g4_model_load_adapter(&m, lora_dir(adapter)) == G4_OK, "%s: %s", adapter, m.error);
+    CHECK(m.n_lora == modules && m.lora_ignored == 0, "%s: %d modules (%d ignored), peft chose %d", adapter, m.n_lora,
+          m.lora_ignored, modules);
+    if (audio) CHECK(m.audio.layers[1].lconv_pre_layer_norm.data && m.audio.layers[1].linear_start.linear.lora &&
+                         !strcmp(m.audio.layers[1].linear_start.linear.lora->module, "audio_tower.1.lconv1d.linear_start") &&
+                         m.audio.output_proj.lora && !m.audio.layers[1].k_proj.linear.lora,
+                     "audio adapter bound to the wrong modules");
+    else CHECK(m.vision.layers[1].up_proj.linear.lora == NULL || !strcmp(m.vision.layers[1].up_proj.linear.lora->module,
+                                                                           "vision_tower.1.mlp.up_proj"),
+               "vision adapter's module name: %s", m.vision.layers[1].up_proj.linear.lora ? m.vision.layers[1].up_proj.linear.lora->module : "-");
+    H = m.config.hidden_size;
+    ref = gf32(&g, audio ? "soft.a" : "soft.0", &ns);
+    base = gf32(&g, audio ? "base.a" : "base.0", &nb);
+    memset(&in, 0, sizeof in);
+    if (audio) {
+        if (g4__add_file(&in.m, model_dir, "golden.safetensors") == G4_OK && g4__st_finish(&in.m) == G4_OK) in.ok = 1;
+    } else if (g4__add_file(&in.m, path2(g_data, "vision"), "processor.safetensors") == G4_OK && g4__st_finish(&in.m) == G4_OK) {
+        in.ok = 1;
+    }
+    CHECK(ref && base && ns == nb && in.ok, "%s: goldens", adapter);
+    if (ref && base && ns == nb && in.ok) {
+        soft = (float *)malloc(sizeof(float) * 1024 * (size_t)H);
+        if (audio) {
+            const float *feat = gf32(&in, "a.input_features", &nx);
+            const g4_tensor *mt = g4_model_tensor(&in.m, "a.input_features_mask");
+            int nf = (int)(nx / m.config.audio.subsampling_conv_channels[0]), i;
+            unsigned char *mask = (unsigned char *)malloc((size_t)nf);
+            g4_audio_run run;
+            for (i = 0; i < nf; i++) mask[i] = mt && ((const int32_t *)mt->data)[i] != 0;
+            memset(&run, 0, sizeof run);
+            if (feat && g4_audio_size(&m, nf, &bytes) == G4_OK && !posix_memalign(&arena, 64, bytes))
+                CHECK(g4_audio_encode(&m, feat, mask, nf, arena, bytes, &run, soft, &n_soft) == G4_OK, "%s", run.error);
+            free(mask);
+        } else {
+            const float *pv = gf32(&in, "pixel_values.0", &nx);
+            const g4_tensor *pt = g4_model_tensor(&in.m, "positions.0");
+            g4_vision_session vs;
+            g4_vision_session_config vc;
+            memset(&vc, 0, sizeof vc);
+            vc.max_patches = (int)pt->shape[1];
+            if (pv && g4_vision_session_size(&m, &vc, &bytes) == G4_OK && !posix_memalign(&arena, 64, bytes) &&
+                g4_vision_session_init(&vs, &m, &vc, arena, bytes) == G4_OK)
+                CHECK(g4_vision_encode(&vs, pv, (const int32_t *)pt->data, vc.max_patches, soft, &n_soft) == G4_OK, "%s", vs.error);
+        }
+        CHECK((int64_t)n_soft * H == ns, "%s: %d soft tokens, peft %lld", adapter, n_soft, (long long)(ns / H));
+        if ((int64_t)n_soft * H == ns) {
+            d = max_diff(soft, ref, (size_t)ns) / max_abs(ref, (size_t)ns);
+            moved = max_diff(soft, base, (size_t)ns);
+            printf("  %s: %d soft tokens within %.2g x max|soft| of peft's (the adapter moves them by %.3g)\n", adapter, n_soft, d,
+                   moved);
+            CHECK(d <= 1e-4 && moved > 0.5, "%s: %.3g of max|soft| from peft (1e-4 allowed); %.3g from the base model", adapter, d, moved);
+        }
+    }
+    free(soft);
+    free(arena);
+    if (in.ok) g4_model_free(&in.m);
+    g4_model_free(&g.m);
+    g4_model_free(&m);
+}
+
+static void test_towers(void) {
+    char dir[600], *text = NULL, err[G4_ERROR_MAX], a[700];
+    const char *at;
+    size_t len;
+    FILE *f;
+    g4_model m;
+    tower_lora_case("vision_e2b", path2(g_data, "vision/e2b_mm"), 0, 16);
+    tower_lora_case("vision_31b", path2(g_data, "vision/31b_mm"), 0, 6);
+    tower_lora_case("audio_e2b", tiny("e2b_audio"), 1, 13);
+    /* tower arenas sized before the adapter was loaded: refused, not overrun */
+    memset(&m, 0, sizeof m);
+    if (g4_model_load(&m, path2(g_data, "vision/e2b_mm")) == G4_OK) {
+        g4_vision_session vs;
+        g4_vision_session_config vc;
+        size_t bytes = 0;
+        void *arena = NULL;
+        static float pv[36 * 48], soft[9 * 64];
+        static int32_t pos[36 * 2];
+        int i, n_soft = 0;
+        memset(&vc, 0, sizeof vc);
+        vc.max_patches = 36;
+        for (i = 0; i < 36; i++) { pos[2 * i] = i % 6; pos[2 * i + 1] = i / 6; }
+        CHECK(g4_vision_session_size(&m, &vc, &bytes) == G4_OK && !posix_memalign(&arena, 64, bytes) &&
+                  g4_vision_session_init(&vs, &m, &vc, arena, bytes) == G4_OK, "vision session");
+        CHECK(g4_model_load_adapter(&m, lora_dir("vision_e2b")) == G4_OK, "%s", m.error);
+        CHECK(g4_vision_encode(&vs, pv, pos, 36, soft, &n_soft) == G4_ERR_INPUT && strstr(vs.error, "loaded after"),
+              "a vision session made before the adapter: %s", vs.error);
+        free(arena);
+        g4_model_free(&m);
+    }
+    memset(&m, 0, sizeof m);
+    if (g4_model_load(&m, tiny("e2b_audio")) == G4_OK) {
+        size_t before = 0, after = 0;
+        CHECK(g4_audio_size(&m, 40, &before) == G4_OK, "audio size");
+        CHECK(g4_model_load_adapter(&m, lora_dir("audio_e2b")) == G4_OK, "%s", m.error);
+        CHECK(g4_audio_size(&m, 40, &after) == G4_OK && after > before, "the adapter's scratch: %zu bytes, %zu before", after, before);
+        g4_model_free(&m);
+    }
+    /* a rank that does not fit one tower module's tensors */
+    snprintf(dir, sizeof dir, "%s/tower_rank", g_tmp);
+    mkdir(dir, 0755);
+    copy_file(path2(lora_dir("vision_31b"), "adapter_model.safetensors"), path2(dir, "adapter_model.safetensors"));
+    snprintf(a, sizeof a, "%s", path2(lora_dir("vision_31b"), "adapter_config.json"));
+    if (g4__read_file(a, &text, &len, 1 << 20, err) != G4_OK) { CHECK(0, "%s", err); return; }
+    at = strstr(text, "\"rank_pattern\": {}");
+    CHECK(at != NULL, "the adapter's config has no empty rank_pattern to replace");
+    if (at && (f = fopen(path2(dir, "adapter_config.json"), "wb"))) {
+        fprintf(f, "%.*s\"rank_pattern\": {\"model.vision_tower.encoder.layers.1.mlp.up_proj.linear\": 3}%s", (int)(at - text), text,
+                at + strlen("\"rank_pattern\": {}"));
+        fclose(f);
+    }
+    free(text);
+    memset(&m, 0, sizeof m);
+    if (g4_model_load(&m, path2(g_data, "vision/31b_mm")) != G4_OK) { skip(m.error); return; }
+    CHECK(g4_model_load_adapter(&m, dir) == G4_ERR_WEIGHTS &&
+              strstr(m.error, "'base_model.model.model.vision_tower.encoder.layers.1.mlp.up_proj.linear.lora_A.weight' has shape [4, ") &&
+              strstr(m.error, "expected [3, ") && strstr(m.error, "rank 3 from rank_pattern"),
+          "a tower tensor of the wrong rank: %s", m.error);
+    printf("  %s\n", m.error);
+    g4_model_free(&m);
+}
+
 int main(int argc, char **argv) {
     char tmpl[] = "/tmp/gemma4-lora-XXXXXX";
     if (argc > 1) g_data = argv[1];
@@ -695,6 +851,7 @@ int main(int argc, char **argv) {
     run("two sessions share one adapted model", test_shared_sessions);
     run("adapter after a session; a second adapter", test_order);
     run("bf16 adapter goldens (float32 and bf16 adapter): library, logits --bf16 and compare --adapter to the bit", test_bf16_goldens);
+    run("towers: LoRA on vision and audio tower linears = peft; a wrong rank on a tower tensor is an error", test_towers);
     remove_tree(g_tmp);
     return finish();
 }
