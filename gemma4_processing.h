@@ -5977,6 +5977,39 @@ static int g4__jstr_prefix(const g4__jnode *n, const char *lit) {
     return n->type == G4__JSTR && n->len >= k && memcmp(n->str, lit, k) == 0;
 }
 
+/* A processor config's opening: the JSON text (Python's json: NaN, Infinity), a
+   top-level object and, in a processor_config.json, the processor's own object
+   `key` (then c->obj and c->scope point there). j is freed on an error. */
+static g4_result g4__proc_json_open(g4__json *j, g4__cfg *c, const char *json, size_t len, const char *name,
+                                    const char *key, const char *scope, char *error) {
+    g4_result r = G4_OK;
+    int n;
+    if (!json) { g4__seterr(error, "%s: NULL text", name); return G4_ERR_INPUT; }
+    if ((r = g4__json_parse_python(j, json, len, name, error)) != G4_OK) return r;
+    c->j = j; c->obj = 0; c->name = name; c->scope = ""; c->err = error;
+    if (j->nodes[0].type != G4__JOBJ) {
+        g4__seterr(error, "%s: the top level must be a JSON object", name);
+        r = G4_ERR_CONFIG;
+    } else if ((n = g4__jget(j, 0, key)) >= 0 && j->nodes[n].type != G4__JNULL) {
+        if (j->nodes[n].type != G4__JOBJ) {
+            g4__seterr(error, "%s: field '%s' must be an object", name, key);
+            r = G4_ERR_CONFIG;
+        } else {
+            c->obj = n;
+            c->scope = scope;
+        }
+    }
+    if (r != G4_OK) g4__json_free(j);
+    return r;
+}
+
+/* transformers' _SUPPORTED_SOFT_TOKENS */
+static g4_result g4__soft_tokens_check(int n, const g4__cfg *c, const char *cls, char *error) {
+    if (n == 70 || n == 140 || n == 280 || n == 560 || n == 1120) return G4_OK;
+    g4__seterr(error, "%s: field '%smax_soft_tokens' is %d; %s accepts 70, 140, 280, 560 or 1120", c->name, c->scope, n, cls);
+    return G4_ERR_CONFIG;
+}
+
 static g4_result g4__img_kind(const g4__cfg *c, const g4__json *j, g4_image_config *ic) {
     int n = g4__jget(j, c->obj, "image_processor_type"), pc = g4__jget(j, 0, "processor_class");
     if (n >= 0 && j->nodes[n].type != G4__JNULL) {
@@ -5998,49 +6031,85 @@ static g4_result g4__img_kind(const g4__cfg *c, const g4__json *j, g4_image_conf
     return G4_OK;
 }
 
-/* Gemma4UnifiedImageProcessor as Gemma4ImageProcessor's steps: patches of k p
+/* The patch settings Gemma4ImageProcessor and Gemma4VideoProcessor share, by
+   reference, so one function serves both; kind names them in messages ("Image",
+   "Video": the classes Gemma4<kind>Processor and Gemma4Unified<kind>Processor). */
+typedef struct { int *patch_size, *pooling_kernel_size, *kind; char *error; const char *what; } g4__patches;
+
+/* Gemma4Unified<kind>Processor as Gemma4<kind>Processor's steps: patches of k p
    pixels, no pooling (the same target size: side k p, budget max_soft (k p)^2) */
-static g4_result g4__img_unify(g4_image_config *ic, const char *name) {
-    int64_t ps = (int64_t)ic->patch_size * ic->pooling_kernel_size;
+static g4_result g4__patches_unify(const g4__patches *g, const char *name) {
+    int64_t ps = (int64_t)*g->patch_size * *g->pooling_kernel_size;
     if (ps > 1024) {
-        g4__seterr(ic->error, "%s: a merged patch of patch_size %d x pooling_kernel_size %d pixels is more than 1024 a side",
-                   name ? name : "image processor", ic->patch_size, ic->pooling_kernel_size);
+        g4__seterr(g->error, "%s: a merged patch of patch_size %d x pooling_kernel_size %d pixels is more than 1024 a side",
+                   name ? name : (g->what[0] == 'I' ? "image processor" : "video processor"), *g->patch_size,
+                   *g->pooling_kernel_size);
         return G4_ERR_CONFIG;
     }
-    ic->patch_size = (int)ps;
-    ic->pooling_kernel_size = 1;
-    ic->kind = G4_IMAGE_UNIFIED;
+    *g->patch_size = (int)ps;
+    *g->pooling_kernel_size = 1;
+    *g->kind = G4_IMAGE_UNIFIED;
     return G4_OK;
 }
 
+/* g4_image_config_check and g4_video_config_check: the processor against the model's vision_config */
+static g4_result g4__patches_check(const g4__patches *g, const g4_config *c) {
+    const char *w = g->what[0] == 'I' ? "image" : "video";
+    if (c && c->unified) { /* the 12B: Gemma4Unified<kind>Processor's merged patches */
+        const g4_unified_vision_config *u = &c->unified_vision;
+        g4_result r;
+        if (!u->present) { g4__seterr(g->error, "the gemma4_unified model has no vision_config"); return G4_ERR_CONFIG; }
+        if (*g->kind == G4_IMAGE_GEMMA4) {
+            g4__seterr(g->error, "the %s processor is a Gemma4%sProcessor, but the model is a gemma4_unified one "
+                       "(its processor is Gemma4Unified%sProcessor: merged patches, no tower)", w, g->what, g->what);
+            return G4_ERR_CONFIG;
+        }
+        if (*g->kind == G4_IMAGE_ANY && (r = g4__patches_unify(g, NULL)) != G4_OK) return r;
+        if ((int64_t)*g->patch_size != (int64_t)u->patch_size * u->pooling_kernel_size || *g->pooling_kernel_size != 1) {
+            g4__seterr(g->error, "the %s processor's merged patches of %d pixels contradict the model's vision_config "
+                       "(patch_size %d x pooling_kernel_size %d)", w, *g->patch_size, u->patch_size, u->pooling_kernel_size);
+            return G4_ERR_CONFIG;
+        }
+        return G4_OK;
+    }
+    if (*g->kind == G4_IMAGE_UNIFIED) {
+        g4__seterr(g->error, "the %s processor is the 12B's Gemma4Unified%sProcessor, but the model is not a "
+                   "gemma4_unified one", w, g->what);
+        return G4_ERR_CONFIG;
+    }
+    if (!c || !c->vision.present) { g4__seterr(g->error, "the model has no vision_config"); return G4_ERR_CONFIG; }
+    if (*g->patch_size != c->vision.patch_size || *g->pooling_kernel_size != c->vision.pooling_kernel_size) {
+        g4__seterr(g->error, "the %s processor's patch_size %d and pooling_kernel_size %d contradict the model's "
+                   "vision_config (%d, %d)", w, *g->patch_size, *g->pooling_kernel_size, c->vision.patch_size,
+                   c->vision.pooling_kernel_size);
+        return G4_ERR_CONFIG;
+    }
+    return G4_OK;
+}
+
+static g4__patches g4__image_patches(g4_image_config *ic) {
+    g4__patches g;
+    g.patch_size = &ic->patch_size; g.pooling_kernel_size = &ic->pooling_kernel_size; g.kind = &ic->kind;
+    g.error = ic->error; g.what = "Image";
+    return g;
+}
+
+
 G4__DEF g4_result g4_image_config_parse(g4_image_config *ic, const char *json, size_t len, const char *name) {
     g4__json j;
-    g4__cfg c;
+    g4__cfg c, top;
     g4_result r;
-    int n, resample, norm;
+    int resample, norm;
     if (!ic) return G4_ERR_INPUT;
     *ic = g4_image_config_init();
     if (!name) name = "processor_config.json";
-    if (!json) { g4__seterr(ic->error, "%s: NULL text", name); return G4_ERR_INPUT; }
-    if ((r = g4__json_parse_python(&j, json, len, name, ic->error)) != G4_OK) return r;
-    c.j = &j; c.obj = 0; c.name = name; c.scope = ""; c.err = ic->error;
+    if ((r = g4__proc_json_open(&j, &c, json, len, name, "image_processor", "image_processor.", ic->error)) != G4_OK)
+        return r;
 #define G4__TRY(x) do { if ((r = (x)) != G4_OK) goto done; } while (0)
-    if (j.nodes[0].type != G4__JOBJ) {
-        g4__seterr(ic->error, "%s: the top level must be a JSON object", name);
-        r = G4_ERR_CONFIG;
-        goto done;
-    }
-    G4__TRY(g4__cfg_int(&c, "image_seq_length", &ic->image_seq_length, 280, 0, 1, 1 << 20));
-    n = g4__jget(&j, 0, "image_processor");
-    if (n >= 0 && j.nodes[n].type != G4__JNULL) { /* processor_config.json: the image processor's own object */
-        if (j.nodes[n].type != G4__JOBJ) {
-            g4__seterr(ic->error, "%s: field 'image_processor' must be an object", name);
-            r = G4_ERR_CONFIG;
-            goto done;
-        }
-        c.obj = n;
-        c.scope = "image_processor.";
-    }
+    top = c;
+    top.obj = 0;
+    top.scope = "";
+    G4__TRY(g4__cfg_int(&top, "image_seq_length", &ic->image_seq_length, 280, 0, 1, 1 << 20));
     G4__TRY(g4__img_kind(&c, &j, ic));
     G4__TRY(g4__cfg_int(&c, "patch_size", &ic->patch_size, 16, 0, 1, 1024));
     G4__TRY(g4__cfg_int(&c, "max_soft_tokens", &ic->max_soft_tokens, 280, 0, 1, 1120));
@@ -6052,11 +6121,8 @@ G4__DEF g4_result g4_image_config_parse(g4_image_config *ic, const char *json, s
     G4__TRY(g4__cfg_float(&c, "rescale_factor", &ic->rescale_factor, (float)(1.0 / 255.0), 1e-30, 1e30));
     G4__TRY(g4__cfg_int(&c, "resample", &resample, 3, 0, 0, 5));
 #undef G4__TRY
-    if (ic->max_soft_tokens != 70 && ic->max_soft_tokens != 140 && ic->max_soft_tokens != 280 &&
-        ic->max_soft_tokens != 560 && ic->max_soft_tokens != 1120) { /* _SUPPORTED_SOFT_TOKENS */
-        g4__seterr(ic->error, "%s: field '%smax_soft_tokens' is %d; Gemma4ImageProcessor accepts 70, 140, 280, 560 or 1120",
-                   name, c.scope, ic->max_soft_tokens);
-        r = G4_ERR_CONFIG;
+    r = g4__soft_tokens_check(ic->max_soft_tokens, &c, "Gemma4ImageProcessor", ic->error);
+    if (r != G4_OK) { /* its message is set */
     } else if (norm) {
         g4__seterr(ic->error, "%s: field '%sdo_normalize' is true; Gemma 4 images are not normalised (gemma4.h supports "
                    "only false)", name, c.scope);
@@ -6065,72 +6131,58 @@ G4__DEF g4_result g4_image_config_parse(g4_image_config *ic, const char *json, s
         g4__seterr(ic->error, "%s: field '%sresample' is %d; gemma4.h supports only 3 (bicubic)", name, c.scope, resample);
         r = G4_ERR_CONFIG;
     } else if (ic->kind == G4_IMAGE_UNIFIED) {
-        r = g4__img_unify(ic, name);
+        g4__patches g = g4__image_patches(ic);
+        r = g4__patches_unify(&g, name);
     }
 done:
     g4__json_free(&j);
     return r;
 }
 
-G4__DEF g4_result g4_image_config_load(g4_image_config *ic, const char *path) {
+/* The processors' files: PATH a .json file, or a directory holding
+   processor_config.json, else `fallback` (neither: G4_OK with nothing parsed,
+   the defaults stay). parse(cfg, text, len, file) reads the one found. */
+typedef g4_result (*g4__proc_parse_fn)(void *cfg, const char *json, size_t len, const char *name);
+static g4_result g4__proc_config_load(void *cfg, g4__proc_parse_fn parse, const char *path, const char *fallback,
+                                      char *error) {
     char *text = NULL, *p = NULL;
     size_t len;
     g4_result r;
-    if (!ic) return G4_ERR_INPUT;
-    *ic = g4_image_config_init();
-    if (!path) { g4__seterr(ic->error, "NULL path"); return G4_ERR_INPUT; }
+    if (!path) { g4__seterr(error, "NULL path"); return G4_ERR_INPUT; }
     if (strlen(path) > 5 && strcmp(path + strlen(path) - 5, ".json") == 0) {
-        if ((r = g4__read_file(path, &text, &len, 16u << 20, ic->error)) != G4_OK) return r;
-        r = g4_image_config_parse(ic, text, len, path);
+        if ((r = g4__read_file(path, &text, &len, 16u << 20, error)) != G4_OK) return r;
+        r = parse(cfg, text, len, path);
         G4_FREE(text);
         return r;
     }
-    if (!(p = g4__join(path, "processor_config.json"))) { g4__seterr(ic->error, "out of memory"); return G4_ERR_NOMEM; }
+    if (!(p = g4__join(path, "processor_config.json"))) { g4__seterr(error, "out of memory"); return G4_ERR_NOMEM; }
     if (!g4__exists(p)) {
         G4_FREE(p);
-        if (!(p = g4__join(path, "preprocessor_config.json"))) { g4__seterr(ic->error, "out of memory"); return G4_ERR_NOMEM; }
+        if (!(p = g4__join(path, fallback))) { g4__seterr(error, "out of memory"); return G4_ERR_NOMEM; }
         if (!g4__exists(p)) { G4_FREE(p); return G4_OK; } /* neither: the defaults */
     }
-    r = g4__read_file(p, &text, &len, 16u << 20, ic->error);
-    if (r == G4_OK) r = g4_image_config_parse(ic, text, len, p);
+    r = g4__read_file(p, &text, &len, 16u << 20, error);
+    if (r == G4_OK) r = parse(cfg, text, len, p);
     G4_FREE(text);
     G4_FREE(p);
     return r;
 }
 
-G4__DEF g4_result g4_image_config_check(g4_image_config *ic, const g4_config *c) {
-    const g4_vision_config *v;
+static g4_result g4__image_config_parse_cb(void *cfg, const char *json, size_t len, const char *name) {
+    return g4_image_config_parse((g4_image_config *)cfg, json, len, name);
+}
+
+G4__DEF g4_result g4_image_config_load(g4_image_config *ic, const char *path) {
     if (!ic) return G4_ERR_INPUT;
-    if (c && c->unified) { /* the 12B: Gemma4UnifiedImageProcessor's merged patches */
-        const g4_unified_vision_config *u = &c->unified_vision;
-        g4_result r;
-        if (!u->present) { g4__seterr(ic->error, "the gemma4_unified model has no vision_config"); return G4_ERR_CONFIG; }
-        if (ic->kind == G4_IMAGE_GEMMA4) {
-            g4__seterr(ic->error, "the image processor is a Gemma4ImageProcessor, but the model is a gemma4_unified one "
-                       "(its processor is Gemma4UnifiedImageProcessor: merged patches, no tower)");
-            return G4_ERR_CONFIG;
-        }
-        if (ic->kind == G4_IMAGE_ANY && (r = g4__img_unify(ic, NULL)) != G4_OK) return r;
-        if ((int64_t)ic->patch_size != (int64_t)u->patch_size * u->pooling_kernel_size || ic->pooling_kernel_size != 1) {
-            g4__seterr(ic->error, "the image processor's merged patches of %d pixels contradict the model's vision_config "
-                       "(patch_size %d x pooling_kernel_size %d)", ic->patch_size, u->patch_size, u->pooling_kernel_size);
-            return G4_ERR_CONFIG;
-        }
-        return G4_OK;
-    }
-    if (ic->kind == G4_IMAGE_UNIFIED) {
-        g4__seterr(ic->error, "the image processor is the 12B's Gemma4UnifiedImageProcessor, but the model is not a "
-                   "gemma4_unified one");
-        return G4_ERR_CONFIG;
-    }
-    if (!c || !c->vision.present) { g4__seterr(ic->error, "the model has no vision_config"); return G4_ERR_CONFIG; }
-    v = &c->vision;
-    if (ic->patch_size != v->patch_size || ic->pooling_kernel_size != v->pooling_kernel_size) {
-        g4__seterr(ic->error, "the image processor's patch_size %d and pooling_kernel_size %d contradict the model's "
-                   "vision_config (%d, %d)", ic->patch_size, ic->pooling_kernel_size, v->patch_size, v->pooling_kernel_size);
-        return G4_ERR_CONFIG;
-    }
-    return G4_OK;
+    *ic = g4_image_config_init();
+    return g4__proc_config_load(ic, g4__image_config_parse_cb, path, "preprocessor_config.json", ic->error);
+}
+
+G4__DEF g4_result g4_image_config_check(g4_image_config *ic, const g4_config *c) {
+    g4__patches g;
+    if (!ic) return G4_ERR_INPUT;
+    g = g4__image_patches(ic);
+    return g4__patches_check(&g, c);
 }
 
 #define G4__IMG_MAX_SIDE 32768
@@ -6547,47 +6599,25 @@ static g4_result g4__video_kind(const g4__cfg *c, const g4__json *j, g4_video_co
     return G4_OK;
 }
 
-static g4_result g4__video_unify(g4_video_config *vc, const char *name) {
-    int64_t ps = (int64_t)vc->patch_size * vc->pooling_kernel_size;
-    if (ps > 1024) {
-        g4__seterr(vc->error, "%s: a merged patch of patch_size %d x pooling_kernel_size %d pixels is more than 1024 a side",
-                   name ? name : "video processor", vc->patch_size, vc->pooling_kernel_size);
-        return G4_ERR_CONFIG;
-    }
-    vc->patch_size = (int)ps;
-    vc->pooling_kernel_size = 1;
-    vc->kind = G4_IMAGE_UNIFIED;
-    return G4_OK;
+static g4__patches g4__video_patches(g4_video_config *vc) {
+    g4__patches g;
+    g.patch_size = &vc->patch_size; g.pooling_kernel_size = &vc->pooling_kernel_size; g.kind = &vc->kind;
+    g.error = vc->error; g.what = "Video";
+    return g;
 }
 
 G4__DEF g4_result g4_video_config_parse(g4_video_config *vc, const char *json, size_t len, const char *name) {
     g4__json j;
     g4__cfg c;
     g4_result r;
-    int n, resample, nf_null = 0, k;
+    int resample, nf_null = 0, k;
     double nf;
     if (!vc) return G4_ERR_INPUT;
     *vc = g4_video_config_init();
     if (!name) name = "processor_config.json";
-    if (!json) { g4__seterr(vc->error, "%s: NULL text", name); return G4_ERR_INPUT; }
-    if ((r = g4__json_parse_python(&j, json, len, name, vc->error)) != G4_OK) return r;
-    c.j = &j; c.obj = 0; c.name = name; c.scope = ""; c.err = vc->error;
+    if ((r = g4__proc_json_open(&j, &c, json, len, name, "video_processor", "video_processor.", vc->error)) != G4_OK)
+        return r;
 #define G4__TRY(x) do { if ((r = (x)) != G4_OK) goto done; } while (0)
-    if (j.nodes[0].type != G4__JOBJ) {
-        g4__seterr(vc->error, "%s: the top level must be a JSON object", name);
-        r = G4_ERR_CONFIG;
-        goto done;
-    }
-    n = g4__jget(&j, 0, "video_processor");
-    if (n >= 0 && j.nodes[n].type != G4__JNULL) { /* processor_config.json: the video processor's own object */
-        if (j.nodes[n].type != G4__JOBJ) {
-            g4__seterr(vc->error, "%s: field 'video_processor' must be an object", name);
-            r = G4_ERR_CONFIG;
-            goto done;
-        }
-        c.obj = n;
-        c.scope = "video_processor.";
-    }
     G4__TRY(g4__video_kind(&c, &j, vc));
     G4__TRY(g4__cfg_int(&c, "patch_size", &vc->patch_size, 16, 0, 1, 1024));
     G4__TRY(g4__cfg_int(&c, "max_soft_tokens", &vc->max_soft_tokens, 70, 0, 1, 1120));
@@ -6610,11 +6640,8 @@ G4__DEF g4_result g4_video_config_parse(g4_video_config *vc, const char *json, s
         goto done;
     }
     vc->num_frames = nf_null ? 0 : (int)nf; /* null: None, frames by fps (or all) */
-    if (vc->max_soft_tokens != 70 && vc->max_soft_tokens != 140 && vc->max_soft_tokens != 280 &&
-        vc->max_soft_tokens != 560 && vc->max_soft_tokens != 1120) { /* _SUPPORTED_SOFT_TOKENS */
-        g4__seterr(vc->error, "%s: field '%smax_soft_tokens' is %d; Gemma4VideoProcessor accepts 70, 140, 280, 560 or 1120",
-                   name, c.scope, vc->max_soft_tokens);
-        r = G4_ERR_CONFIG;
+    r = g4__soft_tokens_check(vc->max_soft_tokens, &c, "Gemma4VideoProcessor", vc->error);
+    if (r != G4_OK) { /* its message is set */
     } else if (resample != 3) {
         g4__seterr(vc->error, "%s: field '%sresample' is %d; gemma4.h supports only 3 (bicubic)", name, c.scope, resample);
         r = G4_ERR_CONFIG;
@@ -6624,71 +6651,31 @@ G4__DEF g4_result g4_video_config_parse(g4_video_config *vc, const char *json, s
             g4__seterr(vc->error, "%s: field '%simage_std' has a zero: the normalisation would divide by it", name, c.scope);
             r = G4_ERR_CONFIG;
         }
-    if (r == G4_OK && vc->kind == G4_IMAGE_UNIFIED) r = g4__video_unify(vc, name);
+    if (r == G4_OK && vc->kind == G4_IMAGE_UNIFIED) {
+        g4__patches g = g4__video_patches(vc);
+        r = g4__patches_unify(&g, name);
+    }
 done:
     g4__json_free(&j);
     return r;
 }
 
+static g4_result g4__video_config_parse_cb(void *cfg, const char *json, size_t len, const char *name) {
+    return g4_video_config_parse((g4_video_config *)cfg, json, len, name);
+}
+
 G4__DEF g4_result g4_video_config_load(g4_video_config *vc, const char *path) {
-    char *text = NULL, *p = NULL;
-    size_t len;
-    g4_result r;
     if (!vc) return G4_ERR_INPUT;
     *vc = g4_video_config_init();
-    if (!path) { g4__seterr(vc->error, "NULL path"); return G4_ERR_INPUT; }
-    if (strlen(path) > 5 && strcmp(path + strlen(path) - 5, ".json") == 0) {
-        if ((r = g4__read_file(path, &text, &len, 16u << 20, vc->error)) != G4_OK) return r;
-        r = g4_video_config_parse(vc, text, len, path);
-        G4_FREE(text);
-        return r;
-    }
-    if (!(p = g4__join(path, "processor_config.json"))) { g4__seterr(vc->error, "out of memory"); return G4_ERR_NOMEM; }
-    if (!g4__exists(p)) {
-        G4_FREE(p);
-        if (!(p = g4__join(path, "video_preprocessor_config.json"))) { g4__seterr(vc->error, "out of memory"); return G4_ERR_NOMEM; }
-        if (!g4__exists(p)) { G4_FREE(p); return G4_OK; } /* neither: the defaults */
-    }
-    r = g4__read_file(p, &text, &len, 16u << 20, vc->error);
-    if (r == G4_OK) r = g4_video_config_parse(vc, text, len, p);
-    G4_FREE(text);
-    G4_FREE(p);
-    return r;
+    return g4__proc_config_load(vc, g4__video_config_parse_cb, path, "video_preprocessor_config.json", vc->error);
 }
 
 G4__DEF g4_result g4_video_config_check(g4_video_config *vc, const g4_config *c) {
-    const g4_vision_config *v;
+    g4__patches g;
+    g4_result r;
     if (!vc) return G4_ERR_INPUT;
-    if (c && c->unified) { /* the 12B: Gemma4UnifiedVideoProcessor's merged patches */
-        const g4_unified_vision_config *u = &c->unified_vision;
-        g4_result r;
-        if (!u->present) { g4__seterr(vc->error, "the gemma4_unified model has no vision_config"); return G4_ERR_CONFIG; }
-        if (vc->kind == G4_IMAGE_GEMMA4) {
-            g4__seterr(vc->error, "the video processor is a Gemma4VideoProcessor, but the model is a gemma4_unified one "
-                       "(its processor is Gemma4UnifiedVideoProcessor: merged patches, no tower)");
-            return G4_ERR_CONFIG;
-        }
-        if (vc->kind == G4_IMAGE_ANY && (r = g4__video_unify(vc, NULL)) != G4_OK) return r;
-        if ((int64_t)vc->patch_size != (int64_t)u->patch_size * u->pooling_kernel_size || vc->pooling_kernel_size != 1) {
-            g4__seterr(vc->error, "the video processor's merged patches of %d pixels contradict the model's vision_config "
-                       "(patch_size %d x pooling_kernel_size %d)", vc->patch_size, u->patch_size, u->pooling_kernel_size);
-            return G4_ERR_CONFIG;
-        }
-        if (c->video_token_id < 0) { g4__seterr(vc->error, "the model's config has no video_token_id"); return G4_ERR_CONFIG; }
-        return G4_OK;
-    }
-    if (vc->kind == G4_IMAGE_UNIFIED) {
-        g4__seterr(vc->error, "the video processor is the 12B's Gemma4UnifiedVideoProcessor, but the model is not a "
-                   "gemma4_unified one");
-        return G4_ERR_CONFIG;
-    }
-    if (!c || !c->vision.present) { g4__seterr(vc->error, "the model has no vision_config"); return G4_ERR_CONFIG; }
-    v = &c->vision;
-    if (vc->patch_size != v->patch_size || vc->pooling_kernel_size != v->pooling_kernel_size) {
-        g4__seterr(vc->error, "the video processor's patch_size %d and pooling_kernel_size %d contradict the model's "
-                   "vision_config (%d, %d)", vc->patch_size, vc->pooling_kernel_size, v->patch_size, v->pooling_kernel_size);
-        return G4_ERR_CONFIG;
-    }
+    g = g4__video_patches(vc);
+    if ((r = g4__patches_check(&g, c)) != G4_OK) return r;
     if (c->video_token_id < 0) { g4__seterr(vc->error, "the model's config has no video_token_id"); return G4_ERR_CONFIG; }
     return G4_OK;
 }
@@ -7208,24 +7195,8 @@ G4__DEF g4_result g4_unified_fe_parse(g4_unified_fe *fe, const char *json, size_
     if (!fe) return G4_ERR_INPUT;
     *fe = g4_unified_fe_init();
     if (!name) name = "processor_config.json";
-    if (!json) { g4__seterr(fe->error, "%s: NULL text", name); return G4_ERR_INPUT; }
-    if ((r = g4__json_parse_python(&j, json, len, name, fe->error)) != G4_OK) return r;
-    c.j = &j; c.obj = 0; c.name = name; c.scope = ""; c.err = fe->error;
-    if (j.nodes[0].type != G4__JOBJ) {
-        g4__seterr(fe->error, "%s: the top level must be a JSON object", name);
-        r = G4_ERR_CONFIG;
-        goto done;
-    }
-    n = g4__jget(&j, 0, "feature_extractor");
-    if (n >= 0 && j.nodes[n].type != G4__JNULL) { /* processor_config.json: the feature extractor's own object */
-        if (j.nodes[n].type != G4__JOBJ) {
-            g4__seterr(fe->error, "%s: field 'feature_extractor' must be an object", name);
-            r = G4_ERR_CONFIG;
-            goto done;
-        }
-        c.obj = n;
-        c.scope = "feature_extractor.";
-    }
+    if ((r = g4__proc_json_open(&j, &c, json, len, name, "feature_extractor", "feature_extractor.", fe->error)) != G4_OK)
+        return r;
     n = g4__jget(&j, c.obj, "feature_extractor_type");
     if (n >= 0 && j.nodes[n].type != G4__JNULL && !g4__jis(&j.nodes[n], "Gemma4UnifiedAudioFeatureExtractor")) {
         g4__seterr(fe->error, "%s: field '%sfeature_extractor_type' is %s%.64s%s; the 12B's is Gemma4UnifiedAudioFeatureExtractor",
@@ -7248,30 +7219,14 @@ done:
     return r;
 }
 
+static g4_result g4__unified_fe_parse_cb(void *cfg, const char *json, size_t len, const char *name) {
+    return g4_unified_fe_parse((g4_unified_fe *)cfg, json, len, name);
+}
+
 G4__DEF g4_result g4_unified_fe_load(g4_unified_fe *fe, const char *path) {
-    char *text = NULL, *p = NULL;
-    size_t len;
-    g4_result r;
     if (!fe) return G4_ERR_INPUT;
     *fe = g4_unified_fe_init();
-    if (!path) { g4__seterr(fe->error, "NULL path"); return G4_ERR_INPUT; }
-    if (strlen(path) > 5 && strcmp(path + strlen(path) - 5, ".json") == 0) {
-        if ((r = g4__read_file(path, &text, &len, 16u << 20, fe->error)) != G4_OK) return r;
-        r = g4_unified_fe_parse(fe, text, len, path);
-        G4_FREE(text);
-        return r;
-    }
-    if (!(p = g4__join(path, "processor_config.json"))) { g4__seterr(fe->error, "out of memory"); return G4_ERR_NOMEM; }
-    if (!g4__exists(p)) {
-        G4_FREE(p);
-        if (!(p = g4__join(path, "preprocessor_config.json"))) { g4__seterr(fe->error, "out of memory"); return G4_ERR_NOMEM; }
-        if (!g4__exists(p)) { G4_FREE(p); return G4_OK; } /* neither: the defaults */
-    }
-    r = g4__read_file(p, &text, &len, 16u << 20, fe->error);
-    if (r == G4_OK) r = g4_unified_fe_parse(fe, text, len, p);
-    G4_FREE(text);
-    G4_FREE(p);
-    return r;
+    return g4__proc_config_load(fe, g4__unified_fe_parse_cb, path, "preprocessor_config.json", fe->error);
 }
 
 G4__DEF g4_result g4_unified_fe_check(g4_unified_fe *fe, const g4_config *c) {
