@@ -115,6 +115,14 @@ H_UNUSED static void h_jsonl_close(h_jsonl *f) {
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* A fresh directory /tmp/gemma4-<tag>-XXXXXX for a suite's files, its path in dir[0..cap); 0 (said on
+   stdout) when it cannot be made. */
+H_UNUSED static int h_tmpdir(char *dir, size_t cap, const char *tag) {
+    if ((size_t)snprintf(dir, cap, "/tmp/gemma4-%s-XXXXXX", tag) < cap && mkdtemp(dir)) return 1;
+    printf("cannot create a temporary directory\n");
+    return 0;
+}
+
 /* Reads at most cap - 1 bytes of the file at fd into buf, NUL-terminated; the count read. */
 H_UNUSED static size_t h_read_fd(int fd, char *buf, size_t cap) {
     size_t n = 0;
@@ -158,6 +166,28 @@ H_UNUSED static void remove_tree(const char *path) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
     if (system(cmd) != 0) printf("  (could not remove %s)\n", path);
 }
+
+#ifdef H_CLI_OUTPUT
+/* For the suites that drive the CLI (define H_CLI_OUTPUT first): the last run's stdout and stderr, and
+   h_run: `prog args` (prog NULL: the line is a whole shell command, a pipe say) with printf-style args,
+   its exit status; every run is checked to leave no sanitizer report (the _san builds). */
+static char g_out[1 << 16], g_err[1 << 16];
+
+H_UNUSED static int h_clean(int st, const char *what) {
+    CHECK(!strstr(g_err, "Sanitizer") && !strstr(g_err, "runtime error"), "%s: sanitizer report: %s", what, g_err);
+    return st;
+}
+
+static int h_run(const char *prog, const char *fmt, ...) G4__PRINTF(2, 3);
+H_UNUSED static int h_run(const char *prog, const char *fmt, ...) {
+    char line[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    return h_clean(run_cli(prog ? prog : "", line, g_out, sizeof g_out, NULL, g_err, sizeof g_err), line);
+}
+#endif
 #endif
 
 #endif /* G4_TEST_HARNESS_H */

@@ -768,11 +768,9 @@ static void test_cli(void) {
 }
 
 int main(int argc, char **argv) {
-    char tmpl[] = "/tmp/gemma4-audio-XXXXXX";
     if (argc > 1) g_cli = argv[1];
     if (argc > 2) g_only = argv[2];
-    if (!mkdtemp(tmpl)) { printf("cannot create a temporary directory\n"); return 1; }
-    snprintf(g_tmp, sizeof g_tmp, "%s", tmpl);
+    if (!h_tmpdir(g_tmp, sizeof g_tmp, "audio")) return 1;
     run("features: both clips' WAVs = Gemma4AudioFeatureExtractor", test_features);
     run("tower: every tap of clip a = transformers", test_taps);
     run("tower: another geometry (chunk 8, one future frame, no clipped linears) = transformers", test_geom);

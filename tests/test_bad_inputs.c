@@ -1570,11 +1570,9 @@ static void test_cli_cases(void) {
 }
 
 int main(int argc, char **argv) {
-    char tmpl[] = "/tmp/gemma4-bad-XXXXXX";
     if (argc > 1) g_data = argv[1];
     if (argc > 2) g_cli = argv[2];
-    if (!mkdtemp(tmpl)) { printf("cannot create a temporary directory\n"); return 1; }
-    snprintf(g_tmp, sizeof g_tmp, "%s", tmpl);
+    if (!h_tmpdir(g_tmp, sizeof g_tmp, "bad")) return 1;
     if (access(g_cli, X_OK) != 0) printf("warning: %s is not built; every CLI check will fail\n", g_cli);
 
     test_config_cases();

@@ -23,37 +23,13 @@
 static const char *g_data = "data", *g_cli = "build/gemma4";
 static char g_tmp[256];
 
+#define H_CLI_OUTPUT /* g_out, g_err, h_run */
 #include "harness.h"
 
-static char g_out[1 << 16], g_err[1 << 16];
 
-/* after every run: no sanitizer report (the _san build) */
-static int clean(int st, const char *what) {
-    CHECK(!strstr(g_err, "Sanitizer") && !strstr(g_err, "runtime error"), "%s: sanitizer report: %s", what, g_err);
-    return st;
-}
-
-/* `CLI args`: the status; stdout in g_out, stderr in g_err */
-static int cli(const char *fmt, ...) G4__PRINTF(1, 2);
-static int cli(const char *fmt, ...) {
-    char args[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    return clean(run_cli(g_cli, args, g_out, sizeof g_out, NULL, g_err, sizeof g_err), args);
-}
-
-/* a whole shell line (pipes, redirections): the status; stdout in g_out, stderr in g_err */
-static int sh(const char *fmt, ...) G4__PRINTF(1, 2);
-static int sh(const char *fmt, ...) {
-    char line[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    return clean(run_cli("", line, g_out, sizeof g_out, NULL, g_err, sizeof g_err), line);
-}
+/* `CLI args`, or a whole shell line (pipes, redirections): the status; stdout in g_out, stderr in g_err */
+#define cli(...) h_run(g_cli, __VA_ARGS__)
+#define sh(...) h_run(NULL, __VA_ARGS__)
 
 static int count_lines(const char *s) {
     int n = 0;
@@ -100,7 +76,7 @@ static void bad(const char *needle, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    st = clean(run_cli(g_cli, args, g_out, sizeof g_out, NULL, g_err, sizeof g_err), args);
+    st = h_clean(run_cli(g_cli, args, g_out, sizeof g_out, NULL, g_err, sizeof g_err), args);
     CHECK(st == 1, "%s: exit %d, want 1; stderr: %s", args, st, g_err);
     CHECK(count_lines(g_err) == 1 && strstr(g_err, needle), "%s: stderr \"%s\" is not one line holding \"%s\"", args, g_err,
           needle);
@@ -528,11 +504,9 @@ static void test_peers_check(void) {
 }
 
 int main(int argc, char **argv) {
-    char tmpl[] = "/tmp/gemma4-cli-XXXXXX";
     if (argc > 1) g_data = argv[1];
     if (argc > 2) g_cli = argv[2];
-    if (!mkdtemp(tmpl)) { printf("cannot create a temporary directory\n"); return 1; }
-    snprintf(g_tmp, sizeof g_tmp, "%s", tmpl);
+    if (!h_tmpdir(g_tmp, sizeof g_tmp, "cli")) return 1;
     if (access(g_cli, X_OK) != 0) printf("warning: %s is not built; every check will fail\n", g_cli);
     if (argc > 3) g_only = argv[3];
     run("cli: help and --help on stdout, exit 0", test_help);

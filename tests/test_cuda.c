@@ -1122,7 +1122,7 @@ static void test_every_kernel_ran(void) {
 #endif
 
 int main(int argc, char **argv) {
-    char tmpl[] = "/tmp/gemma4-cuda-test-XXXXXX", desc[256], err[G4_ERROR_MAX];
+    char desc[256], err[G4_ERROR_MAX];
     if (argc > 1) g_data = argv[1];
     if (argc > 2) g_only = argv[2];
     { /* G4_CUDA_SUITE=sized: the sanitizer-sized run (tests/cuda_device.sh, docs/cuda.md) */
@@ -1136,8 +1136,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     printf("device: %s%s\n", desc, g4i_sized ? "; the sized suite (G4_CUDA_SUITE=sized): fewer models and inputs" : "");
-    if (!mkdtemp(tmpl)) { printf("cannot create a temporary directory\n"); return 1; }
-    snprintf(g_tmp, sizeof g_tmp, "%s", tmpl);
+    if (!h_tmpdir(g_tmp, sizeof g_tmp, "cuda-test")) return 1;
 
     /* tests/invariants.h: the goldens (each layer also against the scalar CPU
        path, g4i_cpu), greedy decode, chunking, the shared-KV table, sessions,

@@ -706,12 +706,10 @@ static void test_cli(void) {
 }
 
 int main(int argc, char **argv) {
-    char tmpl[] = "/tmp/gemma4-drafter-XXXXXX";
     int rc;
     if (argc > 1) g_data = argv[1];
     if (argc > 2) g_cli = argv[2];
-    if (!mkdtemp(tmpl)) { printf("cannot create a temporary directory\n"); return 1; }
-    snprintf(g_tmp, sizeof g_tmp, "%s", tmpl);
+    if (!h_tmpdir(g_tmp, sizeof g_tmp, "drafter")) return 1;
     run("drafter: first-round logits and drafts = transformers 5.20.2", test_first_round_goldens);
     run("drafter: bf16 mode's first-round logits = transformers 5.20.2 in bf16", test_first_round_bf16_golden);
     run("drafter: a 5-step chained round for an E4B-shaped target (f32 and bf16) and its assisted output", test_chained_golden);

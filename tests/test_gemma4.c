@@ -1326,10 +1326,8 @@ static void test_unified_all(void) {
 }
 
 int main(int argc, char **argv) {
-    char tmpl[] = "/tmp/gemma4-test-XXXXXX";
     if (argc > 1) g_data = argv[1];
-    if (!mkdtemp(tmpl)) { printf("cannot create a temporary directory\n"); return 1; }
-    snprintf(g_tmp, sizeof g_tmp, "%s", tmpl);
+    if (!h_tmpdir(g_tmp, sizeof g_tmp, "test")) return 1;
 
     g4i_run_all(&g4i_cpu, NULL, 0, NULL); /* tests/invariants.h */
     run("golden ple_wide: per-layer inputs wider than the hidden size (P 24 > H 16)", test_ple_wider_than_hidden);

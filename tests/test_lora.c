@@ -838,11 +838,9 @@ static void test_towers(void) {
 }
 
 int main(int argc, char **argv) {
-    char tmpl[] = "/tmp/gemma4-lora-XXXXXX";
     if (argc > 1) g_data = argv[1];
     if (argc > 2) g_cli = argv[2];
-    if (!mkdtemp(tmpl)) { printf("cannot create a temporary directory\n"); return 1; }
-    snprintf(g_tmp, sizeof g_tmp, "%s", tmpl);
+    if (!h_tmpdir(g_tmp, sizeof g_tmp, "lora")) return 1;
     run("regex: g4__re against Python's re.fullmatch", test_regex);
     run("adapter kernels: fast vs scalar on odd sizes; splits and decode bit for bit", test_kernels);
     run("binding: the modules peft chose, ranks, scales", test_binding);

@@ -18,6 +18,7 @@
 #define GEMMA4_IMPLEMENTATION
 #include "../gemma4.h"
 #include "../gemma4_processing.h"
+#define H_CLI_OUTPUT /* g_out, g_err, h_run */
 #include "harness.h"
 #include "fixtures.h"
 #define G4_IMAGE_NO_CLI /* (the decoders, not the command) */
@@ -25,25 +26,10 @@
 #include <unistd.h>
 
 static const char *g_cli = "build/gemma4";
-static char g_out[1 << 16], g_err[1 << 16];
 #define V 520 /* the tiny vocabulary */
 
-/* after every run: no sanitizer report (the _san build) */
-static int clean(int st, const char *what) {
-    CHECK(!strstr(g_err, "Sanitizer") && !strstr(g_err, "runtime error"), "%s: sanitizer report: %s", what, g_err);
-    return st;
-}
-
 /* `CLI args` (a shell line after the CLI's path): the status; stdout in g_out, stderr in g_err */
-static int cli(const char *fmt, ...) G4__PRINTF(1, 2);
-static int cli(const char *fmt, ...) {
-    char args[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    return clean(run_cli(g_cli, args, g_out, sizeof g_out, NULL, g_err, sizeof g_err), args);
-}
+#define cli(...) h_run(g_cli, __VA_ARGS__)
 
 static int count_of(const char *s, const char *needle) {
     int n = 0;
@@ -484,15 +470,13 @@ static void test_info(void) {
 }
 
 int main(int argc, char **argv) {
-    char tmpl[] = "/tmp/gemma4-mm-XXXXXX";
     int i, n_pos;
     for (i = 1, n_pos = 0; i < argc; i++) {
         if (!strcmp(argv[i], "-k") && i + 1 < argc) g_only = argv[++i];
         else if (n_pos++ == 0) g_data = argv[i];
         else g_cli = argv[i];
     }
-    if (!mkdtemp(tmpl)) { printf("cannot create a temporary directory\n"); return 1; }
-    snprintf(g_tmp, sizeof g_tmp, "%s", tmpl);
+    if (!h_tmpdir(g_tmp, sizeof g_tmp, "mm")) return 1;
     snprintf(g_model, sizeof g_model, "%s/mm/e2b_av", g_data);
     run("logits: audio, image, image in one prompt = transformers and = g4_forward_mm's bits; greedy shows the processor's "
         "ids", test_logits_interleaved);

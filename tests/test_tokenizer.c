@@ -996,9 +996,7 @@ static void test_cand_sort(void) {
 }
 
 int main(void) {
-    char tmpl[] = "/tmp/gemma4-tok-XXXXXX";
-    if (!mkdtemp(tmpl)) { printf("cannot create a temporary directory\n"); return 1; }
-    snprintf(g_tmp, sizeof g_tmp, "%s", tmpl);
+    if (!h_tmpdir(g_tmp, sizeof g_tmp, "tok")) return 1;
 
     run("tiny tokenizer: encode/decode = tokenizers goldens", test_tiny_goldens);
     run("full Gemma tokenizer: encode/decode = tokenizers goldens", test_full_goldens);

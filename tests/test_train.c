@@ -1050,11 +1050,9 @@ static void test_cli_errors(void) {
 }
 
 int main(int argc, char **argv) {
-    char tmpl[] = "/tmp/gemma4-train-XXXXXX";
     if (argc > 1) g_data = argv[1];
     if (argc > 2) g_cli = argv[2];
-    if (!mkdtemp(tmpl)) { printf("cannot create a temporary directory\n"); return 1; }
-    snprintf(g_tmp, sizeof g_tmp, "%s", tmpl);
+    if (!h_tmpdir(g_tmp, sizeof g_tmp, "train")) return 1;
     run("rmsnorm backward = finite differences (weighted, weightless, in place)", test_rmsnorm_backward);
     run("rope backward = the forward's transpose (proportional pairs)", test_rope_backward);
     run("softmax and gelu_pytorch_tanh backward = finite differences", test_softmax_gelu_backward);
