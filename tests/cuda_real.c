@@ -327,11 +327,10 @@ static void test_long(int positions, int exact) {
 /* ---------------------------------------------------------------- attn */
 static void test_attn(int N) {
     const g4_layer_plan *lp = NULL;
-    int G, D, i, h, j, d, sp[3] = {1, 16, 256};
+    int G, D, i, j, sp[3] = {1, 16, 256};
     uint64_t rng = 88172645463325252ull;
     float *q, *k, *v, *ex, *scores, *out;
     double *ref, *p, sigma, e_ex = 0, mx = 0, e_fast[3];
-    g4_kv_slot sl;
     char err[G4_ERROR_MAX];
     for (i = 0; i < g_m.plan.n_layers && !lp; i++)
         if (g_m.plan.layer[i].type == G4_FULL && g_m.plan.layer[i].reads < 0) lp = &g_m.plan.layer[i];
@@ -348,37 +347,7 @@ static void test_attn(int N) {
     scores = (float *)malloc(sizeof(float) * (size_t)G * N);
     ref = (double *)calloc((size_t)G * D, sizeof(double));
     p = (double *)malloc(sizeof(double) * (size_t)N);
-    for (i = 0; i < G * D + 2 * N * D; i++) { /* normals by Box-Muller from an xorshift */
-        double u1, u2, z;
-        rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-        u1 = ((rng >> 11) + 0.5) / 9007199254740992.0;
-        rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-        u2 = ((rng >> 11) + 0.5) / 9007199254740992.0;
-        z = sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
-        if (i < G * D) q[i] = (float)(z * sigma);
-        else if (i < G * D + N * D) k[i - G * D] = (float)(z * sigma);
-        else v[i - G * D - N * D] = (float)(z + 1.0); /* mean 1: no cancellation to hide the sums' rounding */
-    }
-    for (h = 0; h < G; h++) {
-        double m = -INFINITY, sum = 0;
-        for (j = 0; j < N; j++) {
-            double sc = 0;
-            for (d = 0; d < D; d++) sc += (double)q[h * D + d] * k[(size_t)j * D + d];
-            p[j] = sc;
-            if (sc > m) m = sc;
-        }
-        for (j = 0; j < N; j++) sum += (p[j] = exp(p[j] - m));
-        for (j = 0; j < N; j++)
-            for (d = 0; d < D; d++) ref[h * D + d] += p[j] / sum * v[(size_t)j * D + d];
-    }
-    memset(&sl, 0, sizeof sl);
-    sl.kv_heads = 1;
-    sl.head_dim = D;
-    sl.capacity = N;
-    sl.n_pos = N;
-    sl.k = k;
-    sl.v = v;
-    g4__attend(ex, q, G, &sl, 0, 0, N - 1, scores);
+    attention_case(&rng, G, N, D, sigma, q, k, v, p, ref, ex, scores);
     for (i = 0; i < G * D; i++) {
         if (fabs(ref[i]) > mx) mx = fabs(ref[i]);
         if (fabs(ex[i] - ref[i]) > e_ex) e_ex = fabs(ex[i] - ref[i]);

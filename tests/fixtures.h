@@ -163,4 +163,46 @@ H_UNUSED static int rewrite_checkpoint(const char *model, const char *dir, const
 }
 
 
+/* One KV head's attention, the long-context checks' case: q [G][D], k and v [N][D] normal draws
+   (Box-Muller from the xorshift *rng; q and k of standard deviation sigma, v of mean 1, so no
+   cancellation hides the sums' rounding); ref [G][D] the float64 softmax(q k^T) v (p: N doubles of
+   scratch, ref zeroed by the caller) and ex [G][D] gemma4.h's exact g4__attend over one slot
+   (scores: G N floats). */
+H_UNUSED static void attention_case(uint64_t *rng, int G, int N, int D, double sigma, float *q, float *k, float *v,
+                                    double *p, double *ref, float *ex, float *scores) {
+    g4_kv_slot sl;
+    int i, h, j, d;
+    for (i = 0; i < G * D + 2 * N * D; i++) {
+        double u1, u2, z;
+        *rng ^= *rng << 13; *rng ^= *rng >> 7; *rng ^= *rng << 17;
+        u1 = ((*rng >> 11) + 0.5) / 9007199254740992.0;
+        *rng ^= *rng << 13; *rng ^= *rng >> 7; *rng ^= *rng << 17;
+        u2 = ((*rng >> 11) + 0.5) / 9007199254740992.0;
+        z = sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
+        if (i < G * D) q[i] = (float)(z * sigma);
+        else if (i < G * D + N * D) k[i - G * D] = (float)(z * sigma);
+        else v[i - G * D - N * D] = (float)(z + 1.0);
+    }
+    for (h = 0; h < G; h++) {
+        double m = -INFINITY, sum = 0;
+        for (j = 0; j < N; j++) {
+            double sc = 0;
+            for (d = 0; d < D; d++) sc += (double)q[h * D + d] * k[(size_t)j * D + d];
+            p[j] = sc;
+            if (sc > m) m = sc;
+        }
+        for (j = 0; j < N; j++) sum += (p[j] = exp(p[j] - m));
+        for (j = 0; j < N; j++)
+            for (d = 0; d < D; d++) ref[h * D + d] += p[j] / sum * v[(size_t)j * D + d];
+    }
+    memset(&sl, 0, sizeof sl);
+    sl.kv_heads = 1;
+    sl.head_dim = D;
+    sl.capacity = N;
+    sl.n_pos = N;
+    sl.k = k;
+    sl.v = v;
+    g4__attend(ex, q, G, &sl, 0, 0, N - 1, scores); /* the exact mode's bits */
+}
+
 #endif /* G4_TEST_FIXTURES_H */
