@@ -1562,9 +1562,11 @@ static int cmd_audio(int argc, char **argv) {
     float *soft = NULL;
     int np, rc, ret = 1;
     const char *pdir = NULL;
+    g4_pool *pool;
     g4a_opt opts[] = {
         G4A_SR("--out", &out_path, "FILE", "where the float32 [n][hidden] soft tokens go"),
         G4A_S("--processor", &pdir, "DIR", "a 12B's processor_config.json directory (default: the model's)"),
+        OPT_THREADS,
     };
     g4a_cmd cmd = {"audio", "DIR CLIP.wav", 2, 2,
                    "One clip's soft tokens as they enter the decoder: the WAV (PCM16 or float32, mono, 16 kHz, at most\n"
@@ -1577,7 +1579,8 @@ static int cmd_audio(int argc, char **argv) {
     one.tag[0] = G4MM_AUDIO;
     one.n = 1;
     if (load_model(&m, pos[0])) return 1;
-    if (g4mm_prepare(&mm, &m.config, pos[0], pdir, &one) == 0 && g4mm_encode(&mm, &m, pos[0], NULL, &soft) == 0 &&
+    if (g4mm_prepare(&mm, &m.config, pos[0], pdir, &one) == 0 && get_pool(&pool) == 0 &&
+        g4mm_encode(&mm, &m, pos[0], pool, &soft) == 0 &&
         write_floats(out_path, soft, (size_t)mm.total_soft * (size_t)m.config.hidden_size) == 0) {
         printf("%s: %d feature frames, %d soft tokens\nwrote %d x %d float32 soft tokens to %s\n", pos[1], mm.f[0].nf,
                mm.total_soft, mm.total_soft, m.config.hidden_size, out_path);

@@ -134,11 +134,13 @@ static int g4mm_audio_count(const unsigned char *mask, int nf) {
 }
 
 /* The clip's soft tokens through m's audio tower into soft (room for
-   g4_audio_tokens_max(nf) rows), in an arena of arena_bytes; 1 after a message. */
+   g4_audio_tokens_max(nf) rows), in an arena of arena_bytes sized for pool
+   (NULL: one thread); 1 after a message. */
 static int g4mm_audio_encode(const g4_model *m, const char *wav, const float *feat, const unsigned char *mask, int nf,
-                             void *arena, size_t arena_bytes, float *soft, int *n_soft) {
+                             g4_pool *pool, void *arena, size_t arena_bytes, float *soft, int *n_soft) {
     g4_audio_run run;
     memset(&run, 0, sizeof run);
+    run.pool = pool;
     if (g4_audio_encode(m, feat, mask, nf, arena, arena_bytes, &run, soft, n_soft) != G4_OK) {
         fprintf(stderr, "gemma4: %s: %s\n", wav, run.error);
         return 1;
@@ -662,7 +664,7 @@ static int g4mm_encode(g4mm *mm, const g4_model *m, const char *dir, g4_pool *po
     }
     if (mm->n_audio) {
         if (g4mm_audio_ready(m, dir, &mm->fe)) goto done;
-        if (g4_audio_size(m, mm->max_nf, &abytes) != G4_OK || posix_memalign(&aarena, 64, abytes) != 0) {
+        if (g4_audio_size_pool(m, mm->max_nf, pool, &abytes) != G4_OK || posix_memalign(&aarena, 64, abytes) != 0) {
             aarena = NULL;
             fprintf(stderr, "gemma4: out of memory for the audio tower's arena\n");
             goto done;
@@ -681,7 +683,8 @@ static int g4mm_encode(g4mm *mm, const g4_model *m, const char *dir, g4_pool *po
                 fprintf(stderr, "gemma4: --video %s: %s\n", f->path, vs.error);
                 goto done;
             }
-        } else if (g4mm_audio_encode(m, f->path, f->feat, f->mask, f->nf, aarena, abytes, buf + (size_t)used * H, &got)) {
+        } else if (g4mm_audio_encode(m, f->path, f->feat, f->mask, f->nf, pool, aarena, abytes, buf + (size_t)used * H,
+                                     &got)) {
             goto done;
         }
         if (got != f->n_soft) {

@@ -712,6 +712,22 @@ static void test_cli(void) {
         }
         free(bytes);
     }
+    { /* --threads: the tower on a pool of 3 writes the same bytes as one thread */
+        char p1[300], *b1 = NULL, *b3 = NULL, e2[G4_ERROR_MAX];
+        size_t l1 = 0, l3 = 0;
+        int t;
+        for (t = 1; t <= 3; t += 2) {
+            snprintf(p1, sizeof p1, "%s/soft%d.f32", g_tmp, t);
+            snprintf(args, sizeof args, "audio %s %s --out %s --threads %d", tiny(MODEL), path2(tiny(MODEL), "clip_b.wav"),
+                     p1, t);
+            st = run_cli(g_cli, args, out, sizeof out, NULL, err, sizeof err);
+            CHECK(st == 0, "audio --threads %d: exit %d: %s%s", t, st, out, err);
+            if (st == 0) g4__read_file(p1, t == 1 ? &b1 : &b3, t == 1 ? &l1 : &l3, 1 << 20, e2);
+        }
+        CHECK(b1 && b3 && l1 == l3 && l1 > 0 && memcmp(b1, b3, l1) == 0, "audio --threads 3 differs from --threads 1");
+        free(b1);
+        free(b3);
+    }
     { /* logits --audio: the ids' one <|audio|> expanded and filled, against transformers with clip b alone */
         const float *lref = golden_f32(&g, "one.logits", &numel);
         int64_t ln = numel;
