@@ -160,6 +160,20 @@ static int compare_soft(golden *g, const char *key, const float *soft, int n_sof
     return rel <= EMB_TOL;
 }
 
+/* An embedder call over n rows: its arena (*bytes) and soft-token buffer, and
+   run's taps compared with g's through tc */
+static void embed_prepare(const g4_model *m, golden *g, int n, void **arena, size_t *bytes, float **soft,
+                          g4_unified_run *run, tapcheck *tc) {
+    CHECK(g4_unified_size(m, n, bytes) == G4_OK, "size");
+    *arena = arena_alloc(*bytes);
+    *soft = (float *)malloc(sizeof(float) * (size_t)n * m->config.hidden_size);
+    memset(run, 0, sizeof *run);
+    memset(tc, 0, sizeof *tc);
+    tc->g = g;
+    run->tap = check_tap;
+    run->tap_user = tc;
+}
+
 static void test_embed_image(void) {
     golden g;
     g4_model m;
@@ -178,14 +192,7 @@ static void test_embed_image(void) {
     if (!pv || !pos) { g4_model_free(&m); g4_model_free(&g.m); return; }
     n = (int)(pv->shape[0] * pv->shape[1]); /* both images' rows in one call: each row is independent */
     H = m.config.hidden_size;
-    CHECK(g4_unified_size(&m, n, &bytes) == G4_OK, "size");
-    arena = arena_alloc(bytes);
-    soft = (float *)malloc(sizeof(float) * (size_t)n * H);
-    memset(&run, 0, sizeof run);
-    memset(&tc, 0, sizeof tc);
-    tc.g = &g;
-    run.tap = check_tap;
-    run.tap_user = &tc;
+    embed_prepare(&m, &g, n, &arena, &bytes, &soft, &run, &tc);
     CHECK(g4_unified_embed_image(&m, (const float *)pv->data, (const int32_t *)pos->data, n, arena, bytes, &run, soft,
                                  &n_soft) == G4_OK, "embed: %s", run.error);
     printf("  %d patches, %d taps, worst %.3g\n", n, tc.seen, tc.worst);
@@ -256,14 +263,7 @@ static void test_embed_audio(void) {
     n = (int)(fe->shape[0] * fe->shape[1]);
     for (t = 0; t < n; t++) valid[t] = ((const int32_t *)mask->data)[t] != 0;
     H = m.config.hidden_size;
-    CHECK(g4_unified_size(&m, n, &bytes) == G4_OK, "size");
-    arena = arena_alloc(bytes);
-    soft = (float *)malloc(sizeof(float) * (size_t)n * H);
-    memset(&run, 0, sizeof run);
-    memset(&tc, 0, sizeof tc);
-    tc.g = &g;
-    run.tap = check_tap;
-    run.tap_user = &tc;
+    embed_prepare(&m, &g, n, &arena, &bytes, &soft, &run, &tc);
     CHECK(g4_unified_embed_audio(&m, (const float *)fe->data, valid, n, arena, bytes, &run, soft, &n_soft) == G4_OK,
           "embed: %s", run.error);
     printf("  %d frames, %d taps, worst %.3g\n", n, tc.seen, tc.worst);
