@@ -1243,6 +1243,7 @@ G4_CUDA_API g4_result g4__cuda_fast_attention_testing(float *out, const float *q
 #error "gemma4.h: built with -ffast-math (or -Ofast); its exact arithmetic needs IEEE semantics: build without it"
 #endif
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -1415,7 +1416,7 @@ static g4_result g4__read_file(const char *path, char **out, size_t *len, size_t
     }
 #endif
     f = fopen(path, "rb");
-    if (!f) { g4__seterr(err, "%s: cannot open", path); return G4_ERR_IO; }
+    if (!f) { g4__seterr(err, "%s: cannot open (%s)", path, strerror(errno)); return G4_ERR_IO; }
     if (getc(f) == EOF && ferror(f)) { /* fopen succeeds on a directory; reading it fails */
         fclose(f);
         g4__seterr(err, "%s: cannot read (is it a directory?)", path);
@@ -2509,7 +2510,7 @@ static g4_result g4__file_open(g4__file *f, const char *path, char *err) {
         struct stat st;
         void *p;
         int fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO must not block: fstat refuses it below */
-        if (fd < 0) { g4__seterr(err, "%s: cannot open", path); return G4_ERR_IO; }
+        if (fd < 0) { g4__seterr(err, "%s: cannot open (%s)", path, strerror(errno)); return G4_ERR_IO; }
         if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
             close(fd);
             g4__seterr(err, "%s: not a regular file", path);

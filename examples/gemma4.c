@@ -98,22 +98,10 @@ static int is_file(const char *path) {
 }
 
 /* An error message on one line of stderr (a template's raise_exception text
-   may hold newlines). A library message "PATH: cannot open" gets the reason
-   (the library says no more): the CLI opens PATH itself to learn it. */
+   may hold newlines). */
 static void print_error(const char *msg) {
-    const char *tail = ": cannot open";
-    size_t n = strlen(msg), t = strlen(tail);
     fputs("gemma4: ", stderr);
     for (const char *p = msg; *p; p++) fputc(*p == '\n' || *p == '\r' ? ' ' : *p, stderr);
-    if (n > t && strcmp(msg + n - t, tail) == 0 && n - t < 4096) {
-        char path[4096];
-        FILE *f;
-        memcpy(path, msg, n - t);
-        path[n - t] = 0;
-        errno = 0;
-        if ((f = fopen(path, "rb")) != NULL) fclose(f);
-        else if (errno) fprintf(stderr, " (%s)", strerror(errno));
-    }
     fputc('\n', stderr);
 }
 
