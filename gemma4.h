@@ -1252,7 +1252,19 @@ G4_CUDA_API g4_result g4__cuda_fast_attention_testing(float *out, const float *q
 #if defined(G4_X86_EMU) && !defined(G4_NO_SIMD) /* tests only: the AVX-512 intrinsics in plain C (tests/x86_emu.h) */
 #include G4_X86_EMU
 #elif !defined(G4_NO_SIMD) && (defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)))
+#if defined(__cplusplus) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
+/* g++ 12 at -O1 and above warns inside its own avx512fintrin.h (the
+   self-initialised "__Y = __Y" of _mm512_undefined_*, GCC bug 105593, fixed in
+   13); the warnings are located in the header, so silencing them around the
+   include leaves this file's own diagnostics on. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
+#else
+#include <immintrin.h>
+#endif
 #elif !defined(G4_NO_SIMD) && defined(__aarch64__) && defined(__ARM_NEON)
 #include <arm_neon.h>
 #endif
