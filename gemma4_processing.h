@@ -6034,7 +6034,34 @@ static g4_result g4__img_kind(const g4__cfg *c, const g4__json *j, g4_image_conf
 /* The patch settings Gemma4ImageProcessor and Gemma4VideoProcessor share, by
    reference, so one function serves both; kind names them in messages ("Image",
    "Video": the classes Gemma4<kind>Processor and Gemma4Unified<kind>Processor). */
-typedef struct { int *patch_size, *pooling_kernel_size, *kind; char *error; const char *what; } g4__patches;
+typedef struct {
+    int *patch_size, *max_soft_tokens, *pooling_kernel_size, *do_resize, *do_rescale, *kind;
+    char *error;
+    const char *what;
+} g4__patches;
+
+static g4__patches g4__image_patches(g4_image_config *ic) {
+    g4__patches g = {&ic->patch_size, &ic->max_soft_tokens, &ic->pooling_kernel_size, &ic->do_resize, &ic->do_rescale,
+                     &ic->kind, ic->error, "Image"};
+    return g;
+}
+
+static g4__patches g4__video_patches(g4_video_config *vc) {
+    g4__patches g = {&vc->patch_size, &vc->max_soft_tokens, &vc->pooling_kernel_size, &vc->do_resize, &vc->do_rescale,
+                     &vc->kind, vc->error, "Video"};
+    return g;
+}
+
+/* The fields both processors read first, in their order */
+static g4_result g4__patches_fields(const g4__patches *g, const g4__cfg *c, int max_soft_tokens) {
+    g4_result r;
+    if ((r = g4__cfg_int(c, "patch_size", g->patch_size, 16, 0, 1, 1024)) != G4_OK ||
+        (r = g4__cfg_int(c, "max_soft_tokens", g->max_soft_tokens, max_soft_tokens, 0, 1, 1120)) != G4_OK ||
+        (r = g4__cfg_int(c, "pooling_kernel_size", g->pooling_kernel_size, 3, 0, 1, 64)) != G4_OK ||
+        (r = g4__cfg_bool(c, "do_resize", g->do_resize, 1)) != G4_OK)
+        return r;
+    return g4__cfg_bool(c, "do_rescale", g->do_rescale, 1);
+}
 
 /* Gemma4Unified<kind>Processor as Gemma4<kind>Processor's steps: patches of k p
    pixels, no pooling (the same target size: side k p, budget max_soft (k p)^2) */
@@ -6087,71 +6114,89 @@ static g4_result g4__patches_check(const g4__patches *g, const g4_config *c) {
     return G4_OK;
 }
 
-static g4__patches g4__image_patches(g4_image_config *ic) {
-    g4__patches g;
-    g.patch_size = &ic->patch_size; g.pooling_kernel_size = &ic->pooling_kernel_size; g.kind = &ic->kind;
-    g.error = ic->error; g.what = "Image";
-    return g;
-}
 
 
-G4__DEF g4_result g4_image_config_parse(g4_image_config *ic, const char *json, size_t len, const char *name) {
-    g4__json j;
-    g4__cfg c, top;
+/* Gemma4ImageProcessor's fields (g4__proc_parse opened c on its object) */
+static g4_result g4__image_config_fields(g4_image_config *ic, const g4__cfg *c) {
+    g4__cfg top = *c;
     g4_result r;
     int resample, norm;
-    if (!ic) return G4_ERR_INPUT;
-    *ic = g4_image_config_init();
-    if (!name) name = "processor_config.json";
-    if ((r = g4__proc_json_open(&j, &c, json, len, name, "image_processor", "image_processor.", ic->error)) != G4_OK)
-        return r;
-#define G4__TRY(x) do { if ((r = (x)) != G4_OK) goto done; } while (0)
-    top = c;
+    g4__patches g = g4__image_patches(ic);
+#define G4__TRY(x) do { if ((r = (x)) != G4_OK) return r; } while (0)
     top.obj = 0;
     top.scope = "";
     G4__TRY(g4__cfg_int(&top, "image_seq_length", &ic->image_seq_length, 280, 0, 1, 1 << 20));
-    G4__TRY(g4__img_kind(&c, &j, ic));
-    G4__TRY(g4__cfg_int(&c, "patch_size", &ic->patch_size, 16, 0, 1, 1024));
-    G4__TRY(g4__cfg_int(&c, "max_soft_tokens", &ic->max_soft_tokens, 280, 0, 1, 1120));
-    G4__TRY(g4__cfg_int(&c, "pooling_kernel_size", &ic->pooling_kernel_size, 3, 0, 1, 64));
-    G4__TRY(g4__cfg_bool(&c, "do_resize", &ic->do_resize, 1));
-    G4__TRY(g4__cfg_bool(&c, "do_rescale", &ic->do_rescale, 1));
-    G4__TRY(g4__cfg_bool(&c, "do_convert_rgb", &ic->do_convert_rgb, 1));
-    G4__TRY(g4__cfg_bool(&c, "do_normalize", &norm, 0));
-    G4__TRY(g4__cfg_float(&c, "rescale_factor", &ic->rescale_factor, (float)(1.0 / 255.0), 1e-30, 1e30));
-    G4__TRY(g4__cfg_int(&c, "resample", &resample, 3, 0, 0, 5));
+    G4__TRY(g4__img_kind(c, c->j, ic));
+    G4__TRY(g4__patches_fields(&g, c, 280));
+    G4__TRY(g4__cfg_bool(c, "do_convert_rgb", &ic->do_convert_rgb, 1));
+    G4__TRY(g4__cfg_bool(c, "do_normalize", &norm, 0));
+    G4__TRY(g4__cfg_float(c, "rescale_factor", &ic->rescale_factor, (float)(1.0 / 255.0), 1e-30, 1e30));
+    G4__TRY(g4__cfg_int(c, "resample", &resample, 3, 0, 0, 5));
 #undef G4__TRY
-    r = g4__soft_tokens_check(ic->max_soft_tokens, &c, "Gemma4ImageProcessor", ic->error);
+    r = g4__soft_tokens_check(ic->max_soft_tokens, c, "Gemma4ImageProcessor", ic->error);
     if (r != G4_OK) { /* its message is set */
     } else if (norm) {
         g4__seterr(ic->error, "%s: field '%sdo_normalize' is true; Gemma 4 images are not normalised (gemma4.h supports "
-                   "only false)", name, c.scope);
+                   "only false)", c->name, c->scope);
         r = G4_ERR_CONFIG;
     } else if (resample != 3) {
-        g4__seterr(ic->error, "%s: field '%sresample' is %d; gemma4.h supports only 3 (bicubic)", name, c.scope, resample);
+        g4__seterr(ic->error, "%s: field '%sresample' is %d; gemma4.h supports only 3 (bicubic)", c->name, c->scope, resample);
         r = G4_ERR_CONFIG;
     } else if (ic->kind == G4_IMAGE_UNIFIED) {
-        g4__patches g = g4__image_patches(ic);
-        r = g4__patches_unify(&g, name);
+        r = g4__patches_unify(&g, c->name);
     }
-done:
+    return r;
+}
+
+/* The processor configs g4_*_parse and g4_*_load read, each into its struct */
+typedef enum { G4__PROC_IMAGE, G4__PROC_VIDEO, G4__PROC_UNIFIED_FE } g4__proc_kind;
+static g4_result g4__video_config_fields(g4_video_config *vc, const g4__cfg *c);
+static g4_result g4__unified_fe_fields(g4_unified_fe *fe, const g4__cfg *c);
+
+/* cfg set to its kind's defaults (its _init); its error buffer */
+static char *g4__proc_reset(g4__proc_kind k, void *cfg) {
+    g4_image_config *ic = (g4_image_config *)cfg;
+    g4_video_config *vc = (g4_video_config *)cfg;
+    g4_unified_fe *fe = (g4_unified_fe *)cfg;
+    if (k == G4__PROC_IMAGE) return (*ic = g4_image_config_init()).error;
+    if (k == G4__PROC_VIDEO) return (*vc = g4_video_config_init()).error;
+    return (*fe = g4_unified_fe_init()).error;
+}
+
+/* g4_*_parse: the defaults, then the fields of the JSON text `json` (in a
+   processor_config.json, of the processor's own object) */
+static g4_result g4__proc_parse(g4__proc_kind k, void *cfg, const char *json, size_t len, const char *name) {
+    static const char *const key[] = {"image_processor", "video_processor", "feature_extractor"};
+    static const char *const scope[] = {"image_processor.", "video_processor.", "feature_extractor."};
+    g4__json j;
+    g4__cfg c;
+    g4_result r;
+    char *error;
+    if (!cfg) return G4_ERR_INPUT;
+    error = g4__proc_reset(k, cfg);
+    if (!name) name = "processor_config.json";
+    if ((r = g4__proc_json_open(&j, &c, json, len, name, key[k], scope[k], error)) != G4_OK) return r;
+    if (k == G4__PROC_IMAGE) r = g4__image_config_fields((g4_image_config *)cfg, &c);
+    else if (k == G4__PROC_VIDEO) r = g4__video_config_fields((g4_video_config *)cfg, &c);
+    else r = g4__unified_fe_fields((g4_unified_fe *)cfg, &c);
     g4__json_free(&j);
     return r;
 }
 
-/* The processors' files: PATH a .json file, or a directory holding
-   processor_config.json, else `fallback` (neither: G4_OK with nothing parsed,
-   the defaults stay). parse(cfg, text, len, file) reads the one found. */
-typedef g4_result (*g4__proc_parse_fn)(void *cfg, const char *json, size_t len, const char *name);
-static g4_result g4__proc_config_load(void *cfg, g4__proc_parse_fn parse, const char *path, const char *fallback,
-                                      char *error) {
-    char *text = NULL, *p = NULL;
+/* g4_*_load: the defaults, then PATH a .json file, or a directory holding
+   processor_config.json, else the kind's own file (video_preprocessor_config.json
+   or preprocessor_config.json; neither: G4_OK with nothing parsed, the defaults stay). */
+static g4_result g4__proc_config_load(g4__proc_kind k, void *cfg, const char *path) {
+    const char *fallback = k == G4__PROC_VIDEO ? "video_preprocessor_config.json" : "preprocessor_config.json";
+    char *text = NULL, *p = NULL, *error;
     size_t len;
     g4_result r;
+    if (!cfg) return G4_ERR_INPUT;
+    error = g4__proc_reset(k, cfg);
     if (!path) { g4__seterr(error, "NULL path"); return G4_ERR_INPUT; }
     if (strlen(path) > 5 && strcmp(path + strlen(path) - 5, ".json") == 0) {
         if ((r = g4__read_file(path, &text, &len, 16u << 20, error)) != G4_OK) return r;
-        r = parse(cfg, text, len, path);
+        r = g4__proc_parse(k, cfg, text, len, path);
         G4_FREE(text);
         return r;
     }
@@ -6162,20 +6207,29 @@ static g4_result g4__proc_config_load(void *cfg, g4__proc_parse_fn parse, const 
         if (!g4__exists(p)) { G4_FREE(p); return G4_OK; } /* neither: the defaults */
     }
     r = g4__read_file(p, &text, &len, 16u << 20, error);
-    if (r == G4_OK) r = parse(cfg, text, len, p);
+    if (r == G4_OK) r = g4__proc_parse(k, cfg, text, len, p);
     G4_FREE(text);
     G4_FREE(p);
     return r;
 }
 
-static g4_result g4__image_config_parse_cb(void *cfg, const char *json, size_t len, const char *name) {
-    return g4_image_config_parse((g4_image_config *)cfg, json, len, name);
+G4__DEF g4_result g4_image_config_parse(g4_image_config *ic, const char *json, size_t len, const char *name) {
+    return g4__proc_parse(G4__PROC_IMAGE, ic, json, len, name);
 }
-
 G4__DEF g4_result g4_image_config_load(g4_image_config *ic, const char *path) {
-    if (!ic) return G4_ERR_INPUT;
-    *ic = g4_image_config_init();
-    return g4__proc_config_load(ic, g4__image_config_parse_cb, path, "preprocessor_config.json", ic->error);
+    return g4__proc_config_load(G4__PROC_IMAGE, ic, path);
+}
+G4__DEF g4_result g4_video_config_parse(g4_video_config *vc, const char *json, size_t len, const char *name) {
+    return g4__proc_parse(G4__PROC_VIDEO, vc, json, len, name);
+}
+G4__DEF g4_result g4_video_config_load(g4_video_config *vc, const char *path) {
+    return g4__proc_config_load(G4__PROC_VIDEO, vc, path);
+}
+G4__DEF g4_result g4_unified_fe_parse(g4_unified_fe *fe, const char *json, size_t len, const char *name) {
+    return g4__proc_parse(G4__PROC_UNIFIED_FE, fe, json, len, name);
+}
+G4__DEF g4_result g4_unified_fe_load(g4_unified_fe *fe, const char *path) {
+    return g4__proc_config_load(G4__PROC_UNIFIED_FE, fe, path);
 }
 
 G4__DEF g4_result g4_image_config_check(g4_image_config *ic, const g4_config *c) {
@@ -6599,75 +6653,45 @@ static g4_result g4__video_kind(const g4__cfg *c, const g4__json *j, g4_video_co
     return G4_OK;
 }
 
-static g4__patches g4__video_patches(g4_video_config *vc) {
-    g4__patches g;
-    g.patch_size = &vc->patch_size; g.pooling_kernel_size = &vc->pooling_kernel_size; g.kind = &vc->kind;
-    g.error = vc->error; g.what = "Video";
-    return g;
-}
 
-G4__DEF g4_result g4_video_config_parse(g4_video_config *vc, const char *json, size_t len, const char *name) {
-    g4__json j;
-    g4__cfg c;
+/* Gemma4VideoProcessor's fields (g4__proc_parse opened c on its object) */
+static g4_result g4__video_config_fields(g4_video_config *vc, const g4__cfg *c) {
+    g4__patches g = g4__video_patches(vc);
     g4_result r;
     int resample, nf_null = 0, k;
     double nf;
-    if (!vc) return G4_ERR_INPUT;
-    *vc = g4_video_config_init();
-    if (!name) name = "processor_config.json";
-    if ((r = g4__proc_json_open(&j, &c, json, len, name, "video_processor", "video_processor.", vc->error)) != G4_OK)
-        return r;
-#define G4__TRY(x) do { if ((r = (x)) != G4_OK) goto done; } while (0)
-    G4__TRY(g4__video_kind(&c, &j, vc));
-    G4__TRY(g4__cfg_int(&c, "patch_size", &vc->patch_size, 16, 0, 1, 1024));
-    G4__TRY(g4__cfg_int(&c, "max_soft_tokens", &vc->max_soft_tokens, 70, 0, 1, 1120));
-    G4__TRY(g4__cfg_int(&c, "pooling_kernel_size", &vc->pooling_kernel_size, 3, 0, 1, 64));
-    G4__TRY(g4__cfg_bool(&c, "do_resize", &vc->do_resize, 1));
-    G4__TRY(g4__cfg_bool(&c, "do_rescale", &vc->do_rescale, 1));
-    G4__TRY(g4__cfg_bool(&c, "do_normalize", &vc->do_normalize, 1));
-    G4__TRY(g4__cfg_bool(&c, "do_convert_rgb", &vc->do_convert_rgb, 1));
-    G4__TRY(g4__cfg_bool(&c, "do_sample_frames", &vc->do_sample_frames, 1));
-    G4__TRY(g4__vcfg_num(&c, "rescale_factor", &vc->rescale_factor, 1.0 / 255.0, 1e-30, 1e30, NULL));
-    G4__TRY(g4__vcfg_triple(&c, "image_mean", vc->image_mean));
-    G4__TRY(g4__vcfg_triple(&c, "image_std", vc->image_std));
-    G4__TRY(g4__vcfg_num(&c, "num_frames", &nf, 32, 1, G4_VIDEO_MAX_FRAMES, &nf_null));
-    G4__TRY(g4__vcfg_num(&c, "fps", &vc->fps, 0, 1e-9, 1e9, NULL));
-    G4__TRY(g4__cfg_int(&c, "resample", &resample, 3, 0, 0, 5));
+#define G4__TRY(x) do { if ((r = (x)) != G4_OK) return r; } while (0)
+    G4__TRY(g4__video_kind(c, c->j, vc));
+    G4__TRY(g4__patches_fields(&g, c, 70));
+    G4__TRY(g4__cfg_bool(c, "do_normalize", &vc->do_normalize, 1));
+    G4__TRY(g4__cfg_bool(c, "do_convert_rgb", &vc->do_convert_rgb, 1));
+    G4__TRY(g4__cfg_bool(c, "do_sample_frames", &vc->do_sample_frames, 1));
+    G4__TRY(g4__vcfg_num(c, "rescale_factor", &vc->rescale_factor, 1.0 / 255.0, 1e-30, 1e30, NULL));
+    G4__TRY(g4__vcfg_triple(c, "image_mean", vc->image_mean));
+    G4__TRY(g4__vcfg_triple(c, "image_std", vc->image_std));
+    G4__TRY(g4__vcfg_num(c, "num_frames", &nf, 32, 1, G4_VIDEO_MAX_FRAMES, &nf_null));
+    G4__TRY(g4__vcfg_num(c, "fps", &vc->fps, 0, 1e-9, 1e9, NULL));
+    G4__TRY(g4__cfg_int(c, "resample", &resample, 3, 0, 0, 5));
 #undef G4__TRY
     if (nf != floor(nf)) {
-        g4__seterr(vc->error, "%s: field '%snum_frames' must be an integer, got %g", name, c.scope, nf);
-        r = G4_ERR_CONFIG;
-        goto done;
+        g4__seterr(vc->error, "%s: field '%snum_frames' must be an integer, got %g", c->name, c->scope, nf);
+        return G4_ERR_CONFIG;
     }
     vc->num_frames = nf_null ? 0 : (int)nf; /* null: None, frames by fps (or all) */
-    r = g4__soft_tokens_check(vc->max_soft_tokens, &c, "Gemma4VideoProcessor", vc->error);
+    r = g4__soft_tokens_check(vc->max_soft_tokens, c, "Gemma4VideoProcessor", vc->error);
     if (r != G4_OK) { /* its message is set */
     } else if (resample != 3) {
-        g4__seterr(vc->error, "%s: field '%sresample' is %d; gemma4.h supports only 3 (bicubic)", name, c.scope, resample);
+        g4__seterr(vc->error, "%s: field '%sresample' is %d; gemma4.h supports only 3 (bicubic)", c->name, c->scope, resample);
         r = G4_ERR_CONFIG;
     }
     for (k = 0; k < 3 && r == G4_OK; k++)
         if (vc->do_normalize && vc->image_std[k] == 0.0f) {
-            g4__seterr(vc->error, "%s: field '%simage_std' has a zero: the normalisation would divide by it", name, c.scope);
+            g4__seterr(vc->error, "%s: field '%simage_std' has a zero: the normalisation would divide by it", c->name,
+                       c->scope);
             r = G4_ERR_CONFIG;
         }
-    if (r == G4_OK && vc->kind == G4_IMAGE_UNIFIED) {
-        g4__patches g = g4__video_patches(vc);
-        r = g4__patches_unify(&g, name);
-    }
-done:
-    g4__json_free(&j);
+    if (r == G4_OK && vc->kind == G4_IMAGE_UNIFIED) r = g4__patches_unify(&g, c->name);
     return r;
-}
-
-static g4_result g4__video_config_parse_cb(void *cfg, const char *json, size_t len, const char *name) {
-    return g4_video_config_parse((g4_video_config *)cfg, json, len, name);
-}
-
-G4__DEF g4_result g4_video_config_load(g4_video_config *vc, const char *path) {
-    if (!vc) return G4_ERR_INPUT;
-    *vc = g4_video_config_init();
-    return g4__proc_config_load(vc, g4__video_config_parse_cb, path, "video_preprocessor_config.json", vc->error);
 }
 
 G4__DEF g4_result g4_video_config_check(g4_video_config *vc, const g4_config *c) {
@@ -7187,46 +7211,27 @@ G4__DEF g4_unified_fe g4_unified_fe_init(void) {
     return fe;
 }
 
-G4__DEF g4_result g4_unified_fe_parse(g4_unified_fe *fe, const char *json, size_t len, const char *name) {
-    g4__json j;
-    g4__cfg c;
+/* Gemma4UnifiedAudioFeatureExtractor's fields (g4__proc_parse opened c on its object) */
+static g4_result g4__unified_fe_fields(g4_unified_fe *fe, const g4__cfg *c) {
+    const g4__json *j = c->j;
     g4_result r;
-    int n, feature_size;
-    if (!fe) return G4_ERR_INPUT;
-    *fe = g4_unified_fe_init();
-    if (!name) name = "processor_config.json";
-    if ((r = g4__proc_json_open(&j, &c, json, len, name, "feature_extractor", "feature_extractor.", fe->error)) != G4_OK)
-        return r;
-    n = g4__jget(&j, c.obj, "feature_extractor_type");
-    if (n >= 0 && j.nodes[n].type != G4__JNULL && !g4__jis(&j.nodes[n], "Gemma4UnifiedAudioFeatureExtractor")) {
+    int n = g4__jget(j, c->obj, "feature_extractor_type"), feature_size;
+    if (n >= 0 && j->nodes[n].type != G4__JNULL && !g4__jis(&j->nodes[n], "Gemma4UnifiedAudioFeatureExtractor")) {
         g4__seterr(fe->error, "%s: field '%sfeature_extractor_type' is %s%.64s%s; the 12B's is Gemma4UnifiedAudioFeatureExtractor",
-                   name, c.scope, j.nodes[n].type == G4__JSTR ? "\"" : "", j.nodes[n].type == G4__JSTR ? j.nodes[n].str :
-                   "not a string", j.nodes[n].type == G4__JSTR ? "\"" : "");
-        r = G4_ERR_CONFIG;
-        goto done;
+                   c->name, c->scope, j->nodes[n].type == G4__JSTR ? "\"" : "", j->nodes[n].type == G4__JSTR ? j->nodes[n].str :
+                   "not a string", j->nodes[n].type == G4__JSTR ? "\"" : "");
+        return G4_ERR_CONFIG;
     }
-    if ((r = g4__cfg_int(&c, "audio_samples_per_token", &fe->audio_samples_per_token, 640, 0, 1, 1 << 20)) != G4_OK ||
-        (r = g4__cfg_int(&c, "feature_size", &feature_size, fe->audio_samples_per_token, 0, 1, 1 << 20)) != G4_OK ||
-        (r = g4__cfg_int(&c, "sampling_rate", &fe->sampling_rate, 16000, 0, 1, 1 << 24)) != G4_OK)
-        goto done;
+    if ((r = g4__cfg_int(c, "audio_samples_per_token", &fe->audio_samples_per_token, 640, 0, 1, 1 << 20)) != G4_OK ||
+        (r = g4__cfg_int(c, "feature_size", &feature_size, fe->audio_samples_per_token, 0, 1, 1 << 20)) != G4_OK ||
+        (r = g4__cfg_int(c, "sampling_rate", &fe->sampling_rate, 16000, 0, 1, 1 << 24)) != G4_OK)
+        return r;
     if (feature_size != fe->audio_samples_per_token) {
         g4__seterr(fe->error, "%s: field '%sfeature_size' is %d but '%saudio_samples_per_token' %d: the frames are "
-                   "audio_samples_per_token samples wide", name, c.scope, feature_size, c.scope, fe->audio_samples_per_token);
-        r = G4_ERR_CONFIG;
+                   "audio_samples_per_token samples wide", c->name, c->scope, feature_size, c->scope, fe->audio_samples_per_token);
+        return G4_ERR_CONFIG;
     }
-done:
-    g4__json_free(&j);
-    return r;
-}
-
-static g4_result g4__unified_fe_parse_cb(void *cfg, const char *json, size_t len, const char *name) {
-    return g4_unified_fe_parse((g4_unified_fe *)cfg, json, len, name);
-}
-
-G4__DEF g4_result g4_unified_fe_load(g4_unified_fe *fe, const char *path) {
-    if (!fe) return G4_ERR_INPUT;
-    *fe = g4_unified_fe_init();
-    return g4__proc_config_load(fe, g4__unified_fe_parse_cb, path, "preprocessor_config.json", fe->error);
+    return G4_OK;
 }
 
 G4__DEF g4_result g4_unified_fe_check(g4_unified_fe *fe, const g4_config *c) {
