@@ -200,8 +200,8 @@
      E2B/E4B audio tower (g4_audio_encode, >>audio), their soft tokens merged
      into the decoder by g4_forward_mm (images, video frames, audio), and the
      12B unified model's decoder and encoder-free embedders (>>unified; not
-     its video processor). The 12B embedders run on one thread. Batch size 1
-     per session.
+     its video processor; threaded, with the bf16 mode). Batch size 1 per
+     session.
      A LoRA adapter may target the towers' linears (g4_model_load_adapter).
      The bf16 mode and the CUDA twin do not cover the towers; g4_forward_mm runs
      on the CPU. Drafters (gemma4_assistant) run on the CPU only.
@@ -1075,7 +1075,9 @@ G4_API g4_result g4_spec_round(g4_spec *sp, g4_sampler *sampler, int32_t *out, i
             (input_features_mask), dropped from soft.
    soft gets the kept rows, [n_soft][H] (room for n rows), in order. The arena
    (caller-owned, 64-byte aligned) holds every intermediate: size it with
-   g4_unified_size for the most rows one call takes. Nothing is allocated.
+   g4_unified_size (g4_unified_size_pool for run->pool's threads) for the most
+   rows one call takes. Nothing is allocated. The linears run on the decoder's
+   packed GEMM with output rows split across run->pool, the norms by rows.
    Taps (run->tap, optional), every row including padding, layer -1, pos0 0:
      embed_vision.patch_ln1 [n, Pd], .patch_dense, .patch_ln2, .pos_norm [n, D]
        (pos_norm: after adding the position embedding),
@@ -1085,9 +1087,17 @@ G4_API g4_result g4_spec_round(g4_spec *sp, g4_sampler *sampler, int32_t *out, i
    Errors (G4_ERR_INPUT, G4_ERR_ARENA) are explained in run->error. */
 typedef struct {
     g4_tap_fn tap; void *tap_user;
+    g4_pool *pool;     /* threads (NULL: one); the arena must be sized for them
+                          (g4_unified_size_pool), else the embedder runs on one
+                          thread. Any pool gives the same bits. */
+    int bf16;          /* 1: the bf16-faithful mode, transformers' embedders run in
+                          torch.bfloat16 (the input cast to bf16, every module's
+                          output rounded to bf16 as torch's CPU kernels round it);
+                          the soft tokens are bf16 values (>>unified) */
     char error[G4_ERROR_MAX];
 } g4_unified_run;
-G4_API g4_result g4_unified_size(const g4_model *m, int max_rows, size_t *bytes);
+G4_API g4_result g4_unified_size(const g4_model *m, int max_rows, size_t *bytes); /* one thread */
+G4_API g4_result g4_unified_size_pool(const g4_model *m, int max_rows, const g4_pool *pool, size_t *bytes);
 G4_API g4_result g4_unified_embed_image(const g4_model *m, const float *pixel_values, const int32_t *positions,
                                         int n, void *arena, size_t bytes, g4_unified_run *run, float *soft,
                                         int *n_soft);
@@ -10494,9 +10504,20 @@ static void g4__layernorm(float *y, const float *x, const g4_tensor *w, const g4
 
 #define G4__LAYERNORM_EPS 1e-5f /* nn.LayerNorm's default eps: the embedder builds its LayerNorms without one */
 
-/* The arena's buffers for `rows` rows (base NULL: count only); returns the bytes needed. */
-static uint64_t g4__unified_carve(const g4_model *m, int rows, void *base, float **a, float **b, float **c,
-                                  float **ws) {
+/* The embedders' working state. They run on the decoder's backend as the towers
+   do: each linear is g4__matmul (the packed SIMD GEMM, output rows split across
+   the run's pool), each per-row norm a row loop split across the pool (rows are
+   independent, so any split gives the same bits). scalar 1 is the oracle the
+   tests compare with: g4__matmul_ref and the same row loops on one thread. */
+typedef struct {
+    float *a, *b, *c;  /* [rows][wa], [rows][wb], [rows][D] */
+    g4_session mm;     /* the decoder's matmul on the run's pool (only its matmul fields are set) */
+    int scalar, bf16;
+} g4__uarena;
+
+/* The arena's buffers for `rows` rows and `threads` packing buffers (base NULL:
+   count only); returns the bytes needed. */
+static uint64_t g4__unified_carve(const g4_model *m, int rows, int threads, void *base, g4__uarena *U) {
     const g4_config *cf = &m->config;
     g4__carver cv;
     int64_t Pd = 0, D = 0, A = cf->unified_audio.present ? cf->unified_audio.audio_embed_dim : 0, wa, wb;
@@ -10508,32 +10529,39 @@ static uint64_t g4__unified_carve(const g4_model *m, int rows, void *base, float
     wa = Pd > cf->hidden_size ? Pd : cf->hidden_size; /* patch_ln1 [Pd], multimodal_embedder [H] */
     if (A > wa) wa = A;
     wb = D > cf->hidden_size ? D : cf->hidden_size;    /* the D-wide steps; embed_audio [H] */
+    if (A > wb) wb = A;                                /* embed_audio's input cast to bf16 (bf16 mode) */
     memset(&cv, 0, sizeof cv);
     cv.base = (unsigned char *)base;
     cv.poison = 1;
-    *a = g4__take(&cv, (uint64_t)rows * (uint64_t)wa, sizeof(float));
-    *b = g4__take(&cv, (uint64_t)rows * (uint64_t)wb, sizeof(float));
-    *c = g4__take(&cv, (uint64_t)rows * (uint64_t)(D > 0 ? D : 1), sizeof(float));
-    *ws = g4__take(&cv, (uint64_t)G4__PACK_THREAD + 1, sizeof(float));
+    U->a = g4__take(&cv, (uint64_t)rows * (uint64_t)wa, sizeof(float));
+    U->b = g4__take(&cv, (uint64_t)rows * (uint64_t)wb, sizeof(float));
+    U->c = g4__take(&cv, (uint64_t)rows * (uint64_t)(D > 0 ? D : 1), sizeof(float));
+    U->mm.pack = g4__take(&cv, (uint64_t)threads * g4__pack_thread_floats() + 1, sizeof(float));
+    U->mm.pack_parts = threads;
     return cv.overflow ? UINT64_MAX : cv.off;
 }
 
-G4__DEF g4_result g4_unified_size(const g4_model *m, int max_rows, size_t *bytes) {
-    float *a, *b, *c, *ws;
+G4__DEF g4_result g4_unified_size_pool(const g4_model *m, int max_rows, const g4_pool *pool, size_t *bytes) {
+    g4__uarena U;
     uint64_t need;
     if (!m || !bytes || max_rows < 1 || !m->config.unified) return G4_ERR_INPUT;
-    need = g4__unified_carve(m, max_rows, NULL, &a, &b, &c, &ws);
+    need = g4__unified_carve(m, max_rows, g4_pool_threads(pool), NULL, &U);
     if (need == UINT64_MAX || need > (uint64_t)SIZE_MAX) return G4_ERR_INPUT;
     *bytes = (size_t)need;
     return G4_OK;
 }
 
-/* the checks both embedders share; carves the arena */
+G4__DEF g4_result g4_unified_size(const g4_model *m, int max_rows, size_t *bytes) {
+    return g4_unified_size_pool(m, max_rows, NULL, bytes);
+}
+
+/* the checks both embedders share; carves the arena for the run's pool (one
+   thread when the arena was sized for fewer) */
 static g4_result g4__unified_begin(const g4_model *m, const void *in, int n, void *arena, size_t bytes,
-                                   g4_unified_run *run, float *soft, int *n_soft, int vision, float **a, float **b,
-                                   float **c, float **ws) {
+                                   g4_unified_run *run, float *soft, int *n_soft, int vision, int scalar, g4__uarena *U) {
     const char *what = vision ? "image" : "audio";
     uint64_t need;
+    int threads;
     if (!run) return G4_ERR_INPUT;
     run->error[0] = 0;
     if (!m || !in || !soft || !n_soft || !arena) {
@@ -10554,14 +10582,22 @@ static g4_result g4__unified_begin(const g4_model *m, const void *in, int n, voi
         g4__seterr(run->error, "g4_unified_embed_%s: the arena must be 64-byte aligned", what);
         return G4_ERR_ARENA;
     }
-    need = g4__unified_carve(m, n, NULL, a, b, c, ws);
+    threads = scalar ? 1 : g4_pool_threads(run->pool);
+    if (threads > 1 && g4__unified_carve(m, n, threads, NULL, U) > (uint64_t)bytes) threads = 1; /* sized for one */
+    need = g4__unified_carve(m, n, threads, NULL, U);
     if (need > (uint64_t)bytes) {
         g4__seterr(run->error, "g4_unified_embed_%s: %d rows need an arena of %llu bytes, got %llu (g4_unified_size)",
                    what, n, (unsigned long long)need, (unsigned long long)bytes);
         return G4_ERR_ARENA;
     }
     G4__ASAN_UNPOISON(arena, bytes);
-    g4__unified_carve(m, n, arena, a, b, c, ws);
+    memset(&U->mm, 0, sizeof U->mm); /* the decoder's matmul reads only these of its session */
+    U->mm.model = m;
+    U->mm.cfg = g4_session_config_init();
+    U->mm.cfg.pool = threads > 1 ? run->pool : NULL;
+    U->mm.cfg.bf16 = U->bf16 = run->bf16 != 0;
+    U->scalar = scalar;
+    g4__unified_carve(m, n, threads, arena, U);
     return G4_OK;
 }
 
@@ -10569,24 +10605,127 @@ static void g4__unified_tap(const g4_unified_run *run, const char *name, const f
     if (run->tap) run->tap(run->tap_user, name, -1, x, n, cols, 0);
 }
 
+/* The per-row steps, split across the pool by rows (g4__parallel_range); the
+   oracle runs them on one thread. */
+typedef struct {
+    float *y; const float *x; const g4_tensor *w, *b; int width; float eps;
+    const int32_t *pos; const g4_tensor *pe; /* the position step */
+    int bf16;
+} g4__urow_job;
+
+static void g4__urows(const g4__uarena *U, int n, void (*fn)(void *, size_t, size_t), g4__urow_job *j) {
+    if (U->scalar) fn(j, 0, (size_t)n);
+    else g4__parallel_range(&U->mm, (size_t)n, (size_t)j->width, fn, j);
+}
+
+/* nn.LayerNorm in bfloat16 on one row of bf16 values, as torch's CPU kernel
+   (layer_norm_kernel_mixed_type) runs it: mean and variance in float, rstd =
+   1 / sqrt(var + eps) and bias = -rstd * mean in float, then per element
+   bf16((x * rstd + bias) * w + b), each a fused multiply-add as torch's compiled
+   kernel does it. Not reproduced: torch sums the moments by a vectorized
+   Welford cascade (moments_utils.h) whose float roundings this does not follow
+   (it sums in double and rounds); the variance then differs by an ulp or two
+   in some rows, which moves about 1 output in 10^4 (uniform rows) to 10^5
+   (normal rows) by one bf16 ulp, up to 2 in 10^3 on rows whose mean is large
+   against their spread (measured in Python on random rows of 24 to 6912
+   values; none in the goldens, which match bit for bit). In place is fine. */
+static void g4__layernorm_bf16(float *y, const float *x, const g4_tensor *w, const g4_tensor *b, int n, float eps) {
+    double mean = 0, var = 0;
+    float rstd, bias;
+    int i;
+    for (i = 0; i < n; i++) mean += x[i];
+    mean /= n;
+    for (i = 0; i < n; i++) var += ((double)x[i] - mean) * ((double)x[i] - mean);
+    var /= n;
+    rstd = 1.0f / sqrtf((float)var + eps);
+    bias = -rstd * (float)mean;
+    for (i = 0; i < n; i++)
+        y[i] = g4__bf16_round(fmaf(fmaf(x[i], rstd, bias), g4__get(w, (size_t)i), g4__get(b, (size_t)i)));
+}
+
+static void g4__ulayernorm_rows(void *ctx, size_t t0, size_t t1) {
+    const g4__urow_job *j = (const g4__urow_job *)ctx;
+    size_t t, W = (size_t)j->width;
+    for (t = t0; t < t1; t++)
+        if (j->bf16) g4__layernorm_bf16(j->y + t * W, j->x + t * W, j->w, j->b, j->width, j->eps);
+        else g4__layernorm(j->y + t * W, j->x + t * W, j->w, j->b, j->width, j->eps);
+}
+
+/* Gemma4UnifiedRMSNorm without scale: in float32 (hidden_states.float()), then
+   type_as the input: bf16 in the bf16 mode */
+static void g4__urmsnorm_rows(void *ctx, size_t t0, size_t t1) {
+    const g4__urow_job *j = (const g4__urow_job *)ctx;
+    size_t t, W = (size_t)j->width;
+    for (t = t0; t < t1; t++) {
+        g4__rmsnorm(j->y + t * W, j->x + t * W, NULL, j->width, j->eps);
+        if (j->bf16) g4__bf16_round_range(j->y + t * W, 0, W);
+    }
+}
+
+/* the bf16 mode's input cast (pixel_values.to(bf16), inputs_embeds.to(bf16)) */
+static void g4__ucast_rows(void *ctx, size_t t0, size_t t1) {
+    const g4__urow_job *j = (const g4__urow_job *)ctx;
+    size_t i, W = (size_t)j->width;
+    for (i = t0 * W; i < t1 * W; i++) j->y[i] = g4__bf16_round(j->x[i]);
+}
+
+/* h + (pos_embedding[x][0] * (x != -1) + pos_embedding[y][1] * (y != -1)) in place
+   (x on axis 0, y on axis 1; the two terms summed first, as
+   (pos_embedding[clamped, axes] * valid).sum(-2) does) */
+static void g4__upos_rows(void *ctx, size_t t0, size_t t1) {
+    const g4__urow_job *j = (const g4__urow_job *)ctx;
+    size_t t, i, D = (size_t)j->width;
+    for (t = t0; t < t1; t++) {
+        int x = j->pos[2 * t], y = j->pos[2 * t + 1];
+        float *h = j->y + t * D;
+        for (i = 0; i < D; i++) {
+            float px = x >= 0 ? g4__get(j->pe, ((size_t)x * 2 + 0) * D + i) : 0.0f;
+            float py = y >= 0 ? g4__get(j->pe, ((size_t)y * 2 + 1) * D + i) : 0.0f;
+            h[i] = j->bf16 ? g4__bf16_round(h[i] + g4__bf16_round(px + py)) : h[i] + (px + py);
+        }
+    }
+}
+
+/* nn.Linear: y = x W^T (+ bias) on n rows. bf16 mode: the float sums in torch's
+   order (g4__matmul_torch_ref, the decoder's bf16 matmul), plus the bias in
+   float, then rounded to bf16 once, as torch's bf16 addmm does (rounding the
+   product before adding the bias moved 102 of patch_dense's 384 outputs). */
+static void g4__ulinear(g4__uarena *U, float *y, const float *x, const g4_tensor *w, const g4_tensor *bias, int n) {
+    int out = (int)w->shape[0], t, i;
+    if (U->scalar && U->bf16 && w->dtype == G4_BF16) g4__matmul_torch_ref(y, x, w, n, 0, out);
+    else if (U->scalar) g4__matmul_ref(y, x, w, n, 0, out);
+    else g4__matmul_cast(&U->mm, y, x, w, n, 0); /* the raw float sums, cast below */
+    if (bias || U->bf16)
+        for (t = 0; t < n; t++)
+            for (i = 0; i < out; i++) {
+                float *o = y + (size_t)t * out + i;
+                if (bias) *o += g4__get(bias, (size_t)i);
+                if (U->bf16) *o = g4__bf16_round(*o);
+            }
+}
+
 /* Gemma4UnifiedMultimodalEmbedder: RMSNorm without weight, then embedding_projection (no bias) */
-static void g4__unified_mm_embed(const g4_unified_run *run, const char *norm_tap, const char *out_tap, float *normed,
-                                 float *out, const float *x, const g4_tensor *proj, int n, int in, float eps, float *ws) {
-    int t;
-    for (t = 0; t < n; t++) g4__rmsnorm(normed + (size_t)t * in, x + (size_t)t * in, NULL, in, eps);
+static void g4__unified_mm_embed(g4__uarena *U, const g4_unified_run *run, const char *norm_tap, const char *out_tap,
+                                 float *normed, float *out, const float *x, const g4_tensor *proj, int n, int in,
+                                 float eps) {
+    g4__urow_job j;
+    memset(&j, 0, sizeof j);
+    j.y = normed; j.x = x; j.width = in; j.eps = eps; j.bf16 = U->bf16;
+    g4__urows(U, n, g4__urmsnorm_rows, &j);
     g4__unified_tap(run, norm_tap, normed, n, in);
-    g4__matmul_rows(out, normed, proj, n, 0, (int)proj->shape[0], ws);
+    g4__ulinear(U, out, normed, proj, NULL, n);
     g4__unified_tap(run, out_tap, out, n, (int)proj->shape[0]);
 }
 
-G4__DEF g4_result g4_unified_embed_image(const g4_model *m, const float *pixel_values, const int32_t *positions,
-                                         int n, void *arena, size_t bytes, g4_unified_run *run, float *soft,
-                                         int *n_soft) {
+static g4_result g4__unified_image(const g4_model *m, const float *pixel_values, const int32_t *positions, int n,
+                                   void *arena, size_t bytes, g4_unified_run *run, float *soft, int *n_soft,
+                                   int scalar) {
     const g4_unified_vision_config *vc;
     const g4_unified_weights *u;
-    float *a, *b, *c, *ws;
-    int t, k, i, Pd, D, H, NP;
-    g4_result r = g4__unified_begin(m, pixel_values, n, arena, bytes, run, soft, n_soft, 1, &a, &b, &c, &ws);
+    g4__uarena U;
+    g4__urow_job j;
+    int t, k, Pd, D, H, NP;
+    g4_result r = g4__unified_begin(m, pixel_values, n, arena, bytes, run, soft, n_soft, 1, scalar, &U);
     if (r != G4_OK) return r;
     vc = &m->config.unified_vision;
     u = &m->w.unified;
@@ -10605,41 +10744,45 @@ G4__DEF g4_result g4_unified_embed_image(const g4_model *m, const float *pixel_v
                            "(padding) or in [0, mm_posemb_size %d)", t, k ? 'y' : 'x', (int)positions[2 * t + k], NP);
                 return G4_ERR_INPUT;
             }
-    /* Step 1: patch embedding, LN -> Dense -> LN */
-    for (t = 0; t < n; t++)
-        g4__layernorm(a + (size_t)t * Pd, pixel_values + (size_t)t * Pd, &u->patch_ln1_weight, &u->patch_ln1_bias,
-                      Pd, G4__LAYERNORM_EPS);
-    g4__unified_tap(run, "embed_vision.patch_ln1", a, n, Pd);
-    g4__matmul_rows(b, a, &u->patch_dense_weight, n, 0, D, ws);
-    for (t = 0; t < n; t++)
-        for (i = 0; i < D; i++) b[(size_t)t * D + i] += g4__get(&u->patch_dense_bias, (size_t)i);
-    g4__unified_tap(run, "embed_vision.patch_dense", b, n, D);
-    for (t = 0; t < n; t++)
-        g4__layernorm(c + (size_t)t * D, b + (size_t)t * D, &u->patch_ln2_weight, &u->patch_ln2_bias, D,
-                      G4__LAYERNORM_EPS);
-    g4__unified_tap(run, "embed_vision.patch_ln2", c, n, D);
-    /* Step 2: the factorized 2-D position embedding (x on axis 0, y on axis 1; the two terms summed
-       first, as (pos_embedding[clamped, axes] * valid).sum(-2) does), then LN */
-    for (t = 0; t < n; t++) {
-        int x = positions[2 * t], y = positions[2 * t + 1];
-        float *h = c + (size_t)t * D;
-        for (i = 0; i < D; i++) {
-            float px = x >= 0 ? g4__get(&u->pos_embedding, ((size_t)x * 2 + 0) * (size_t)D + (size_t)i) : 0.0f;
-            float py = y >= 0 ? g4__get(&u->pos_embedding, ((size_t)y * 2 + 1) * (size_t)D + (size_t)i) : 0.0f;
-            h[i] = h[i] + (px + py);
-        }
-        g4__layernorm(b + (size_t)t * D, h, &u->pos_norm_weight, &u->pos_norm_bias, D, G4__LAYERNORM_EPS);
+    memset(&j, 0, sizeof j);
+    j.eps = G4__LAYERNORM_EPS;
+    j.bf16 = U.bf16;
+    j.x = pixel_values; j.width = Pd;
+    if (U.bf16) { /* pixel_values.to(the weights' dtype), then the norm in place */
+        j.y = U.a;
+        g4__urows(&U, n, g4__ucast_rows, &j);
+        j.x = U.a;
     }
-    g4__unified_tap(run, "embed_vision.pos_norm", b, n, D);
+    /* Step 1: patch embedding, LN -> Dense -> LN */
+    j.y = U.a; j.w = &u->patch_ln1_weight; j.b = &u->patch_ln1_bias;
+    g4__urows(&U, n, g4__ulayernorm_rows, &j);
+    g4__unified_tap(run, "embed_vision.patch_ln1", U.a, n, Pd);
+    g4__ulinear(&U, U.b, U.a, &u->patch_dense_weight, &u->patch_dense_bias, n);
+    g4__unified_tap(run, "embed_vision.patch_dense", U.b, n, D);
+    j.y = U.c; j.x = U.b; j.w = &u->patch_ln2_weight; j.b = &u->patch_ln2_bias; j.width = D;
+    g4__urows(&U, n, g4__ulayernorm_rows, &j);
+    g4__unified_tap(run, "embed_vision.patch_ln2", U.c, n, D);
+    /* Step 2: the factorized 2-D position embedding, then LN */
+    j.y = U.c; j.pos = positions; j.pe = &u->pos_embedding;
+    g4__urows(&U, n, g4__upos_rows, &j);
+    j.y = U.b; j.x = U.c; j.w = &u->pos_norm_weight; j.b = &u->pos_norm_bias;
+    g4__urows(&U, n, g4__ulayernorm_rows, &j);
+    g4__unified_tap(run, "embed_vision.pos_norm", U.b, n, D);
     /* Step 3: the multimodal embedder, RMSNorm -> Linear */
-    g4__unified_mm_embed(run, "embed_vision.multimodal_embedder.embedding_pre_projection_norm",
-                         "embed_vision.multimodal_embedder", c, a, b, &u->vision_projection, n, D, vc->rms_norm_eps, ws);
+    g4__unified_mm_embed(&U, run, "embed_vision.multimodal_embedder.embedding_pre_projection_norm",
+                         "embed_vision.multimodal_embedder", U.c, U.a, U.b, &u->vision_projection, n, D, vc->rms_norm_eps);
     /* padding (both positions -1) is stripped before the merge */
     for (t = 0; t < n; t++)
         if (!(positions[2 * t] == -1 && positions[2 * t + 1] == -1))
-            memcpy(soft + (size_t)(*n_soft)++ * H, a + (size_t)t * H, sizeof(float) * (size_t)H);
+            memcpy(soft + (size_t)(*n_soft)++ * H, U.a + (size_t)t * H, sizeof(float) * (size_t)H);
     G4__ASAN_UNPOISON(arena, bytes);
     return G4_OK;
+}
+
+G4__DEF g4_result g4_unified_embed_image(const g4_model *m, const float *pixel_values, const int32_t *positions,
+                                         int n, void *arena, size_t bytes, g4_unified_run *run, float *soft,
+                                         int *n_soft) {
+    return g4__unified_image(m, pixel_values, positions, n, arena, bytes, run, soft, n_soft, 0);
 }
 
 /* _extract_waveform_features: np.pad to a multiple of A with zeros, reshape, float32 */
@@ -10670,21 +10813,33 @@ G4__DEF g4_result g4_unified_audio_frames(const g4_model *m, const float *pcm, s
     return G4_OK;
 }
 
-G4__DEF g4_result g4_unified_embed_audio(const g4_model *m, const float *frames, const unsigned char *valid, int n,
-                                         void *arena, size_t bytes, g4_unified_run *run, float *soft, int *n_soft) {
-    float *a, *b, *c, *ws;
+static g4_result g4__unified_audio(const g4_model *m, const float *frames, const unsigned char *valid, int n,
+                                   void *arena, size_t bytes, g4_unified_run *run, float *soft, int *n_soft,
+                                   int scalar) {
+    g4__uarena U;
+    g4__urow_job j;
     int t, A, H;
-    g4_result r = g4__unified_begin(m, frames, n, arena, bytes, run, soft, n_soft, 0, &a, &b, &c, &ws);
+    g4_result r = g4__unified_begin(m, frames, n, arena, bytes, run, soft, n_soft, 0, scalar, &U);
     if (r != G4_OK) return r;
     A = m->config.unified_audio.audio_embed_dim;
     H = m->config.hidden_size;
-    g4__unified_mm_embed(run, "embed_audio.embedding_pre_projection_norm", "embed_audio", a, b, frames,
-                         &m->w.unified.audio_projection, n, A, m->config.unified_audio.rms_norm_eps, ws);
+    if (U.bf16) { /* inputs_embeds.to(the projection's dtype): the frames as bf16, in b until the norm has read them */
+        memset(&j, 0, sizeof j);
+        j.y = U.b; j.x = frames; j.width = A;
+        g4__urows(&U, n, g4__ucast_rows, &j);
+        frames = U.b;
+    }
+    g4__unified_mm_embed(&U, run, "embed_audio.embedding_pre_projection_norm", "embed_audio", U.a, U.b, frames,
+                         &m->w.unified.audio_projection, n, A, m->config.unified_audio.rms_norm_eps);
     for (t = 0; t < n; t++)
-        if (!valid || valid[t]) memcpy(soft + (size_t)(*n_soft)++ * H, b + (size_t)t * H, sizeof(float) * (size_t)H);
-    (void)c;
+        if (!valid || valid[t]) memcpy(soft + (size_t)(*n_soft)++ * H, U.b + (size_t)t * H, sizeof(float) * (size_t)H);
     G4__ASAN_UNPOISON(arena, bytes);
     return G4_OK;
+}
+
+G4__DEF g4_result g4_unified_embed_audio(const g4_model *m, const float *frames, const unsigned char *valid, int n,
+                                         void *arena, size_t bytes, g4_unified_run *run, float *soft, int *n_soft) {
+    return g4__unified_audio(m, frames, valid, n, arena, bytes, run, soft, n_soft, 0);
 }
 
 #endif /* GEMMA4_IMPLEMENTATION_DONE */

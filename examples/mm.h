@@ -198,15 +198,16 @@ static int g4mm_unified_clip(g4mm *mm, g4mm_file *f) {
     return rc;
 }
 
-/* g4mm_encode for a 12B: every file through its embedder into buf, in mm->f's order. */
-static int g4mm_unified_encode(g4mm *mm, const g4_model *m, float *buf) {
+/* g4mm_encode for a 12B: every file through its embedder into buf, in mm->f's order, on pool's threads. */
+static int g4mm_unified_encode(g4mm *mm, const g4_model *m, g4_pool *pool, float *buf) {
     int k, used = 0, rows = mm->max_patches > mm->max_nf ? mm->max_patches : mm->max_nf, rc = 1, fr;
     if (mm->vmax_patches > rows) rows = mm->vmax_patches;
     size_t bytes = 0;
     void *arena = NULL;
     g4_unified_run run;
     memset(&run, 0, sizeof run);
-    if (g4_unified_size(m, rows > 0 ? rows : 1, &bytes) != G4_OK || posix_memalign(&arena, 64, bytes) != 0) {
+    run.pool = pool;
+    if (g4_unified_size_pool(m, rows > 0 ? rows : 1, pool, &bytes) != G4_OK || posix_memalign(&arena, 64, bytes) != 0) {
         fprintf(stderr, "gemma4: out of memory for the embedders' arena\n");
         return 1;
     }
@@ -250,7 +251,8 @@ static int g4mm_prepare(g4mm *mm, const g4_config *c, const char *dir, const cha
 static int g4mm_encode(g4mm *mm, const g4_model *m, const char *dir, g4_pool *pool, float **soft);
 
 /* `gemma4 image` on a 12B (image.h): the file's soft tokens, float32 [n][H] to out; 1 after a message. */
-static int g4mm_unified_image_cmd(const g4_model *m, const char *dir, const char *pdir, const char *path, const char *out) {
+static int g4mm_unified_image_cmd(const g4_model *m, const char *dir, const char *pdir, const char *path, const char *out,
+                                  g4_pool *pool) {
     g4mm mm;
     g4a_list one;
     float *soft = NULL;
@@ -261,7 +263,7 @@ static int g4mm_unified_image_cmd(const g4_model *m, const char *dir, const char
     one.value[0] = path;
     one.tag[0] = G4MM_IMAGE;
     one.n = 1;
-    if (g4mm_prepare(&mm, &m->config, dir, pdir, &one) == 0 && g4mm_encode(&mm, m, dir, NULL, &soft) == 0) {
+    if (g4mm_prepare(&mm, &m->config, dir, pdir, &one) == 0 && g4mm_encode(&mm, m, dir, pool, &soft) == 0) {
         n = (size_t)mm.total_soft * (size_t)m->config.hidden_size;
         if (!(fo = fopen(out, "wb")) || fwrite(soft, sizeof(float), n, fo) != n || fclose(fo) != 0)
             fprintf(stderr, "gemma4: %s: cannot write (%s)\n", out, strerror(errno));
@@ -645,7 +647,7 @@ static int g4mm_encode(g4mm *mm, const g4_model *m, const char *dir, g4_pool *po
         return 1;
     }
     if (m->config.unified) { /* the 12B: the encoder-free embedders */
-        if (g4mm_unified_encode(mm, m, buf)) { free(buf); return 1; }
+        if (g4mm_unified_encode(mm, m, pool, buf)) { free(buf); return 1; }
         *soft = buf;
         return 0;
     }

@@ -278,6 +278,175 @@ static void test_embed_audio(void) {
     g4_model_free(&g.m);
 }
 
+/* The embedders on the decoder's backend (the packed GEMM with output rows split
+   across a pool, the norms split by rows) against the scalar oracle
+   (g4__unified_image / g4__unified_audio with scalar 1: g4__matmul_ref and the
+   row loops on one thread), on 64 rows of random patches (some padding, some
+   with one axis -1) and 64 random frames, enough that every matmul and row
+   the image's row loops split across 2 and 3 threads (G4_PARALLEL_MIN). Any pool gives the
+   same bits as no pool, and an arena sized for one thread runs a pool on one;
+   the oracle differs only in the matmuls' summation order (K = 432 and 40 in
+   float32): within 1e-5 x max |soft| (measured 5.3e-7 and 1.4e-7, AVX-512). */
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static float rnd(void) {
+    g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
+    return (float)((double)(g_rng >> 11) / 9007199254740992.0) * 2.0f - 1.0f;
+}
+
+static void test_embed_pool(void) {
+    enum { N = 64 };
+    g4_model m;
+    g4_unified_run run;
+    g4_pool *pools[3] = {NULL, NULL, NULL};
+    float *pv, *fr, *ref, *got;
+    int32_t pos[2 * N];
+    size_t bytes1 = 0, bytes3 = 0, i;
+    void *arena;
+    int t, p, H, Pd, A, kind;
+    if (g4_model_load(&m, tiny("unified_like")) != G4_OK) { CHECK(0, "load: %s", m.error); return; }
+    H = m.config.hidden_size;
+    Pd = 3 * 12 * 12;
+    A = m.config.unified_audio.audio_embed_dim;
+    CHECK(Pd == 3 * m.config.unified_vision.patch_size * m.config.unified_vision.pooling_kernel_size *
+                   m.config.unified_vision.patch_size * m.config.unified_vision.pooling_kernel_size, "Pd");
+    pv = (float *)malloc(sizeof(float) * N * Pd);
+    fr = (float *)malloc(sizeof(float) * N * A);
+    ref = (float *)malloc(sizeof(float) * N * H);
+    got = (float *)malloc(sizeof(float) * N * H);
+    for (i = 0; i < (size_t)N * Pd; i++) pv[i] = 0.5f + 0.5f * rnd();
+    for (i = 0; i < (size_t)N * A; i++) fr[i] = 0.3f * rnd();
+    for (t = 0; t < N; t++) {
+        pos[2 * t] = t % 11 == 10 ? -1 : t % 10;       /* some rows with x = -1 */
+        pos[2 * t + 1] = t % 7 == 6 ? -1 : (t / 10) % 10;
+    }
+    pos[2 * 5] = pos[2 * 5 + 1] = -1; /* padding rows */
+    pos[2 * 40] = pos[2 * 40 + 1] = -1;
+    CHECK(g4_pool_create(&pools[1], 2) == G4_OK && g4_pool_create(&pools[2], 3) == G4_OK, "pools");
+    CHECK(g4_unified_size(&m, N, &bytes1) == G4_OK && g4_unified_size_pool(&m, N, pools[2], &bytes3) == G4_OK &&
+              bytes3 >= bytes1, "size_pool: %zu for 3 threads, %zu for one", bytes3, bytes1);
+    arena = arena_alloc(bytes3);
+    memset(&run, 0, sizeof run);
+    for (kind = 0; kind < 2; kind++) {
+        int n_ref = 0, n_got = 0, same = 1;
+        double d, scale;
+        g4_result r = kind ? g4__unified_audio(&m, fr, NULL, N, arena, bytes3, &run, ref, &n_ref, 1)
+                           : g4__unified_image(&m, pv, pos, N, arena, bytes3, &run, ref, &n_ref, 1);
+        CHECK(r == G4_OK && n_ref == (kind ? N : N - 2), "%s oracle: %s", kind ? "audio" : "image", run.error);
+        for (p = 0; p < 4; p++) {
+            run.pool = pools[p < 3 ? p : 2];
+            memset(got, 0, sizeof(float) * N * H);
+            r = kind ? g4_unified_embed_audio(&m, fr, NULL, N, arena, p < 3 ? bytes3 : bytes1, &run, got, &n_got)
+                     : g4_unified_embed_image(&m, pv, pos, N, arena, p < 3 ? bytes3 : bytes1, &run, got, &n_got);
+            CHECK(r == G4_OK && n_got == n_ref, "%s pool %d: %s", kind ? "audio" : "image", p, run.error);
+            if (p == 0) {
+                d = max_diff(got, ref, (size_t)n_ref * H);
+                scale = max_abs(ref, (size_t)n_ref * H);
+                printf("  %s: SIMD vs scalar oracle %.3g x max|soft|\n", kind ? "audio" : "image", d / scale);
+                CHECK(d <= 1e-5 * scale, "%s: %.3g from the oracle", kind ? "audio" : "image", d / scale);
+                memcpy(ref, got, sizeof(float) * N * H); /* the pools against no pool, bit for bit */
+            } else {
+                for (i = 0; i < (size_t)n_ref * H; i++) same &= got[i] == ref[i];
+            }
+        }
+        CHECK(same, "%s: pools of 2 and 3 threads (and 3 on a one-thread arena) give no-pool's bits",
+              kind ? "audio" : "image");
+    }
+    free(arena);
+    free(pv); free(fr); free(ref); free(got);
+    g4_pool_free(pools[1]);
+    g4_pool_free(pools[2]);
+    g4_model_free(&m);
+}
+
+/* The bf16-faithful mode (run.bf16) against transformers' embedders run in
+   torch.bfloat16 (embed_bf16_golden.safetensors: the checkpoint loaded with
+   dtype=bfloat16, on mm_golden's float32 inputs): every tap and the soft tokens
+   bit for bit (tolerance 0), from the scalar oracle, on no pool and on 3
+   threads. */
+typedef struct { golden *g; int taps, seen, off; } bf16check;
+
+static void check_tap_bf16(void *user, const char *name, int layer, const float *data, int rows, int cols, int pos0) {
+    bf16check *bc = (bf16check *)user;
+    int64_t numel = 0, i, off = 0;
+    const float *want = golden_f32(bc->g, name, &numel);
+    (void)layer;
+    bc->taps++;
+    if (!want || pos0 != 0 || numel != (int64_t)rows * cols) {
+        printf("  %s: %d x %d, golden %lld values\n", name, rows, cols, (long long)numel);
+        bc->off++;
+        return;
+    }
+    for (i = 0; i < numel; i++) off += data[i] != want[i];
+    if (off) printf("  %s: %lld of %lld values differ from transformers' bf16\n", name, (long long)off, (long long)numel);
+    bc->off += off != 0;
+    bc->seen++;
+}
+
+static void test_embed_bf16(void) {
+    golden g, gb;
+    g4_model m;
+    g4_unified_run run;
+    g4_pool *pool = NULL;
+    const g4_tensor *pv, *pos, *fe, *mask;
+    unsigned char valid[64];
+    float *soft;
+    void *arena;
+    size_t bytes = 0;
+    int n_img, n_aud, t, H, pass, kind;
+    if (!golden_open_file(&g, "unified_like", "mm_golden.safetensors")) { CHECK(0, "mm golden"); return; }
+    if (!golden_open_file(&gb, "unified_like", "embed_bf16_golden.safetensors")) { CHECK(0, "bf16 golden"); g4_model_free(&g.m); return; }
+    if (g4_model_load(&m, tiny("unified_like")) != G4_OK) { CHECK(0, "load: %s", m.error); goto out; }
+    pv = g4_model_tensor(&g.m, "pixel_values");
+    pos = g4_model_tensor(&g.m, "image_position_ids");
+    fe = g4_model_tensor(&g.m, "input_features");
+    mask = g4_model_tensor(&g.m, "input_features_mask");
+    CHECK(pv && pos && fe && mask && fe->shape[0] * fe->shape[1] <= 64, "golden inputs");
+    if (!pv || !pos || !fe || !mask || fe->shape[0] * fe->shape[1] > 64) { g4_model_free(&m); goto out; }
+    n_img = (int)(pv->shape[0] * pv->shape[1]);
+    n_aud = (int)(fe->shape[0] * fe->shape[1]);
+    for (t = 0; t < n_aud; t++) valid[t] = ((const int32_t *)mask->data)[t] != 0;
+    H = m.config.hidden_size;
+    CHECK(g4_pool_create(&pool, 3) == G4_OK, "pool");
+    CHECK(g4_unified_size_pool(&m, n_img > n_aud ? n_img : n_aud, pool, &bytes) == G4_OK, "size");
+    arena = arena_alloc(bytes);
+    soft = (float *)malloc(sizeof(float) * (size_t)n_img * H);
+    for (pass = 0; pass < 3; pass++) /* the scalar oracle, no pool, 3 threads */
+        for (kind = 0; kind < 2; kind++) {
+            bf16check bc;
+            int ns = 0;
+            g4_result r;
+            memset(&run, 0, sizeof run);
+            memset(&bc, 0, sizeof bc);
+            bc.g = &gb;
+            run.tap = check_tap_bf16;
+            run.tap_user = &bc;
+            run.bf16 = 1;
+            run.pool = pass == 2 ? pool : NULL;
+            r = kind ? g4__unified_audio(&m, (const float *)fe->data, valid, n_aud, arena, bytes, &run, soft, &ns, pass == 0)
+                     : g4__unified_image(&m, (const float *)pv->data, (const int32_t *)pos->data, n_img, arena, bytes, &run,
+                                         soft, &ns, pass == 0);
+            CHECK(r == G4_OK, "%s: %s", kind ? "audio" : "image", run.error);
+            {
+                int64_t numel = 0, i, off = 0;
+                const float *want = golden_f32(&gb, kind ? "audio_soft" : "image_soft", &numel);
+                if (want && numel == (int64_t)ns * H)
+                    for (i = 0; i < numel; i++) off += soft[i] != want[i];
+                printf("  %s, %s: %d taps bit-identical of %d; %d soft tokens, %lld values differ\n",
+                       pass == 0 ? "scalar oracle" : pass == 1 ? "no pool" : "3 threads", kind ? "audio" : "image",
+                       bc.seen - bc.off, bc.taps, ns, (long long)off);
+                CHECK(want && numel == (int64_t)ns * H && off == 0 && bc.off == 0 && bc.seen == (kind ? 2 : 6),
+                      "%s pass %d: %d taps off, %lld soft values off", kind ? "audio" : "image", pass, bc.off, (long long)off);
+            }
+        }
+    free(arena);
+    free(soft);
+    g4_pool_free(pool);
+    g4_model_free(&m);
+out:
+    g4_model_free(&g.m);
+    g4_model_free(&gb.m);
+}
+
 /* The whole 12B path: both images' and the clip's soft tokens from the C
    embedders, merged into the prompt by g4_forward_mm (>>vision): the merged
    rows (inputs_embeds tap) and the logits against transformers'
@@ -1078,8 +1247,8 @@ static void test_cli(void) {
         CHECK(rc == 0 && last && atoi(last + 1) == want_tok, "greedy: status %d, last token %s, want %d", rc,
               last ? last + 1 : "none", want_tok);
     } else CHECK(0, "popen");
-    /* image: the library's embedding of the same file */
-    snprintf(cmd, sizeof cmd, "%s image %s %s --processor %s --out %s > /dev/null", g_cli, tiny("unified_like"),
+    /* image: the library's embedding of the same file (one thread; the CLI on 3: the same bits) */
+    snprintf(cmd, sizeof cmd, "%s image %s %s --processor %s --threads 3 --out %s > /dev/null", g_cli, tiny("unified_like"),
              path2(g_data, "vision/images/a.png"), tiny(UPROC), out);
     CHECK(run_quiet(cmd) == 0, "%s: exit status", cmd);
     free(got);
@@ -1092,7 +1261,7 @@ static void test_cli(void) {
               n == 63, "library image: %s", run.error);
     CHECK(got && memcmp(got, lib, sizeof(float) * 63 * (size_t)H) == 0, "image: the CLI's soft tokens differ from the library's");
     /* audio: the same */
-    snprintf(cmd, sizeof cmd, "%s audio %s %s --processor %s --out %s > /dev/null", g_cli, tiny("unified_like"),
+    snprintf(cmd, sizeof cmd, "%s audio %s %s --processor %s --threads 3 --out %s > /dev/null", g_cli, tiny("unified_like"),
              path2(g_data, "tiny/e2b_audio/clip_b.wav"), tiny(UPROC), out);
     CHECK(run_quiet(cmd) == 0, "%s: exit status", cmd);
     free(got);
@@ -1270,6 +1439,8 @@ int main(int argc, char **argv) {
     run("unified config: errors name the field", test_config_errors);
     run("unified embed_vision: every tap and the soft tokens vs transformers", test_embed_image);
     run("unified embed_audio: every tap and the soft tokens vs transformers", test_embed_audio);
+    run("unified: the embedders on a pool = no pool bit for bit, and the scalar oracle", test_embed_pool);
+    run("unified: the embedders' bf16 mode = transformers in torch.bfloat16, every tap bit for bit", test_embed_bf16);
     run("unified: the embedders refuse a model without them", test_missing_embedder);
     run("unified: two images and a clip merged (g4_forward_mm): logits vs transformers", test_merge_logits);
     run("unified: \"all\" is refused by the training reference", test_all_refused_by_training);

@@ -117,3 +117,25 @@ def greedy_check(model, prompt, new_tokens):
             ids = torch.cat([ids, logits.argmax()[None]])
     assert torch.equal(ids, seq), (ids.tolist(), seq.tolist())
     return seq, step_logits, gap
+
+
+def record_outputs(modules, fn):
+    """Run fn() with a forward hook on each module of `modules` (tap name -> module): returns
+    (fn's result, {tap: the module's output as float32 rows [-1, last dim]}). The hooks are
+    removed whatever happens. Outputs of a bfloat16 model are bf16 values, exact in float32."""
+    taps, hooks = {}, []
+
+    def grab(key):
+        def hook(_m, _i, o):
+            taps[key] = o.detach().reshape(-1, o.shape[-1]).float().clone()
+        return hook
+
+    for key, mod in modules.items():
+        hooks.append(mod.register_forward_hook(grab(key)))
+    try:
+        with torch.no_grad():
+            res = fn()
+    finally:
+        for h in hooks:
+            h.remove()
+    return res, taps

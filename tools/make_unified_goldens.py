@@ -37,6 +37,12 @@ save_pretrained, reloads it with from_pretrained(dtype=float32) and records:
                                                             logits on the first (see make_processor_golden)
     data/tiny/UNIFIED_PROCESSOR_VERSIONS.txt                the versions behind those two
     (--processor-only remakes just those, from the committed unified_like checkpoint)
+    data/tiny/unified_like/embed_bf16_golden.safetensors    the embedders run in torch.bfloat16 (the
+                                                            checkpoint loaded with dtype=bfloat16) on
+                                                            mm_golden's inputs: every tap above and
+                                                            image_soft, audio_soft, F32 holding bf16 values
+    data/tiny/UNIFIED_BF16_VERSIONS.txt                     the versions behind it
+    (--embed-bf16-only remakes just those two, from the committed checkpoint and mm_golden)
 
 Float32 CPU, attn_implementation="eager", torch.set_num_threads(1); deterministic (fixed seeds).
 Usage (from the repository root, with the venv of docs/verification.md):
@@ -53,6 +59,7 @@ import sys
 
 import numpy as np
 import safetensors
+import safetensors.torch
 import torch
 import transformers
 from safetensors.torch import save_file
@@ -515,9 +522,14 @@ def main():
     ap.add_argument("--out", default="data/tiny")
     ap.add_argument("--seed", type=int, default=SEED)
     ap.add_argument("--all-seed", type=int, default=ALL_SEED)
+    ap.add_argument("--embed-bf16-only", action="store_true",
+                    help="remake only embed_bf16_golden.safetensors and UNIFIED_BF16_VERSIONS.txt")
     ap.add_argument("--processor-only", action="store_true",
                     help="only the processor's files (unified_like/processor/, processor_golden.safetensors)")
     args = ap.parse_args()
+    if args.embed_bf16_only:
+        make_embed_bf16_golden(args.out)
+        return
     if args.processor_only:
         summary = make_processor_golden(os.path.join(args.out, NAME), load(os.path.join(args.out, NAME)))
         write_processor_versions(args.out, summary)
@@ -577,6 +589,46 @@ def main():
         f.write(f"model unified_all class Gemma4UnifiedForConditionalGeneration stored bfloat16  S {S}  "
                 f"logits_std {all_std:.3f}  min_greedy_gap {all_gap:.3g}  use_bidirectional_attention all\n")
     write_processor_versions(args.out, proc_summary)
+    make_embed_bf16_golden(args.out)
+
+
+EMBED_TAPS_VISION = ("patch_ln1", "patch_dense", "patch_ln2", "pos_norm",
+                     "multimodal_embedder.embedding_pre_projection_norm", "multimodal_embedder")
+
+
+def make_embed_bf16_golden(out_root):
+    """The embedders of the committed unified_like run in torch.bfloat16 (from_pretrained with
+    dtype=bfloat16, as transformers runs the released checkpoint) on mm_golden's pixel_values,
+    image_position_ids, input_features and input_features_mask (float32, cast to bf16 by the
+    embedders themselves): every tap, image_soft and audio_soft, stored as float32 (bf16 values)."""
+    out_dir = os.path.join(out_root, NAME)
+    model = Gemma4UnifiedForConditionalGeneration.from_pretrained(out_dir, dtype=torch.bfloat16,
+                                                                  attn_implementation="eager").eval()
+    f32 = safetensors.torch.load_file(os.path.join(out_dir, "mm_golden.safetensors"))
+    pv, pos = f32["pixel_values"], f32["image_position_ids"].long()
+    feats, fmask = f32["input_features"], f32["input_features_mask"].bool()
+    ev, ea = model.model.embed_vision, model.model.embed_audio
+    mods = {"embed_vision." + n: ev.get_submodule(n) for n in EMBED_TAPS_VISION}
+    mods["embed_audio.embedding_pre_projection_norm"] = ea.embedding_pre_projection_norm
+    mods["embed_audio"] = ea
+    (img, aud), taps = golden_common.record_outputs(
+        mods, lambda: (model.model.get_image_features(pv, pos, return_dict=True),
+                       model.model.get_audio_features(feats, fmask, return_dict=True)))
+    out = {"image_soft": torch.cat(img.pooler_output, 0).float(), "audio_soft": aud.pooler_output[aud.attention_mask].float()}
+    out.update(taps)
+    for k in sorted(out):
+        assert torch.equal(out[k], out[k].to(torch.bfloat16).float()), k
+        d = float((out[k] - f32[k]).abs().max()) / float(f32[k].abs().max())
+        print(f"bf16 {k}: {tuple(out[k].shape)}, {d:.3g} x max|float32| from the float32 golden")
+    save_file({k: v.contiguous() for k, v in out.items()}, os.path.join(out_dir, "embed_bf16_golden.safetensors"))
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    with open(os.path.join(out_root, "UNIFIED_BF16_VERSIONS.txt"), "w") as f:
+        f.write(f"torch {torch.__version__}\ntransformers {transformers.__version__}\n"
+                f"safetensors {safetensors.__version__}\nnumpy {np.__version__}\npython {platform.python_version()}\n"
+                f"platform {platform.platform()}\ndate {now}\n"
+                "command venv/bin/python " + " ".join(["tools/" + os.path.basename(sys.argv[0])] + sys.argv[1:]) + "\n"
+                f"embed_bf16_golden: {NAME} loaded dtype=bfloat16, CPU, torch.set_num_threads(1); the embedders on "
+                "mm_golden's inputs\n")
 
 
 def write_processor_versions(out_root, summary):
