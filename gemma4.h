@@ -203,8 +203,9 @@
      its video processor; threaded, with the bf16 mode). Batch size 1 per
      session.
      A LoRA adapter may target the towers' linears (g4_model_load_adapter).
-     The bf16 mode and the CUDA twin do not cover the towers; g4_forward_mm runs
-     on the CPU. Drafters (gemma4_assistant) run on the CPU only.
+     The vision tower has the bf16 mode (g4_vision_session_config.bf16); the
+     CUDA twin does not cover the towers, and g4_forward_mm runs on the CPU.
+     Drafters (gemma4_assistant) run on the CPU only.
 
    ERRORS
      Functions return a g4_result (G4_OK = 0, errors negative); the object that
@@ -787,6 +788,8 @@ typedef struct {
     int max_patches;     /* most patches per image, padding included (required): the
                             processor's max_soft_tokens * k^2 */
     g4_pool *pool;       /* threads for the matmuls and the attention, or NULL (any pool: the same bits) */
+    int bf16;            /* numerics: 0 = float32 (default); 1 = round to bfloat16 wherever transformers
+                            running the tower in bf16 does, in torch's summation orders (docs/bf16.md) */
     g4_tap_fn tap; void *tap_user; /* module outputs: vision_tower.patch_embedder,
                             vision_tower.encoder.layers.<i>[.input_layernorm|.self_attn.q_proj|
                             .self_attn.k_proj|.self_attn.v_proj|.self_attn|.post_attention_layernorm|
@@ -5888,6 +5891,7 @@ G4__DEF g4_result g4_vision_session_init(g4_vision_session *vs, const g4_model *
     vs->mm.model = m;
     vs->mm.cfg = g4_session_config_init();
     vs->mm.cfg.pool = cfg->pool;
+    vs->mm.cfg.bf16 = cfg->bf16; /* its matmul then sums in torch's bf16 order and rounds (>>kernels) */
     v = &m->config.vision;
     /* Gemma4VisionRotaryEmbedding.compute_axial_rope_parameters: 1 / theta^(2j / (Dv/2)) */
     for (j = 0; j < v->head_dim / 4; j++)
@@ -5902,6 +5906,12 @@ static void g4__vtap(const g4_vision_session *vs, int layer, const char *what, c
     else if (!*what) snprintf(name, sizeof name, "vision_tower.encoder.layers.%d", layer);
     else snprintf(name, sizeof name, "vision_tower.encoder.layers.%d.%s", layer, what);
     vs->cfg.tap(vs->cfg.tap_user, name, layer, data, rows, cols, 0);
+}
+
+/* bf16 mode: x[0, n) cast to bf16 (the dtype of every tensor a bf16 tower
+   op writes); float32 mode: nothing */
+static void g4__vcast(const g4_vision_session *vs, float *x, size_t n) {
+    if (vs->cfg.bf16) g4__bf16_round_range(x, 0, n);
 }
 
 /* Gemma4ClippableLinear: clamp(linear(clamp(x, input_min, input_max)), output_min, output_max) */
@@ -5919,25 +5929,26 @@ static void g4__clip_linear(g4_vision_session *vs, float *y, const float *x, con
             y[i] = y[i] < cl->output_min ? cl->output_min : y[i] > cl->output_max ? cl->output_max : y[i];
 }
 
-/* Gemma4RMSNorm over rows of `width` (w NULL: with_scale False) */
+/* Gemma4RMSNorm over rows of `width` (w NULL: with_scale False), cast */
 static void g4__vnorm(const g4_vision_session *vs, float *y, const float *x, const g4_tensor *w, int rows, int width) {
     int r;
     for (r = 0; r < rows; r++)
         g4__rmsnorm(y + (size_t)r * (size_t)width, x + (size_t)r * (size_t)width, w, width, vs->model->config.vision.rms_norm_eps);
+    g4__vcast(vs, y, (size_t)rows * (size_t)width);
 }
 
 /* apply_multidimensional_rope on one head x [Dv] at patch position (px, py):
    the first Dv/2 channels turn by px, the rest by py, each half as
-   apply_rotary_pos_emb (rotate_half) with cos/sin of pos * inv_freq */
-static void g4__vrope(float *x, const float *inv_freq, int D, int px, int py) {
+   apply_rotary_pos_emb (rotate_half) with cos/sin of pos * inv_freq
+   (bf16: cos, sin, each product and the sum rounded, g4__rope_pair) */
+static void g4__vrope(float *x, const float *inv_freq, int D, int px, int py, int bf16) {
     int part, j, h = D / 4;
     for (part = 0; part < 2; part++) {
         float *xp = x + part * (D / 2);
         float pos = (float)(part ? py : px);
         for (j = 0; j < h; j++) {
-            float f = pos * inv_freq[j], c = cosf(f), s = sinf(f), a = xp[j], b = xp[j + h];
-            xp[j] = a * c + (-b) * s;
-            xp[j + h] = b * c + a * s;
+            float f = pos * inv_freq[j];
+            g4__rope_pair(xp, j, h, cosf(f), sinf(f), bf16);
         }
     }
 }
@@ -5946,6 +5957,42 @@ static void g4__vrope(float *x, const float *inv_freq, int D, int px, int py) {
    real patches' keys (padding keys masked); split across threads by query */
 typedef struct { g4_vision_session *vs; const int32_t *pos; int n, real; } g4__vattn_job;
 
+/* The bf16 mode's attention, eager_attention_forward in bfloat16 as torch
+   runs it on the CPU, for queries [t0, t1) of one thread (any layout):
+     scores = q . k over all n keys, summed as torch's bmm sums them (its naive
+              loop in order when D n n < 400, else g4__dot_torch), cast; the
+              padding keys get the mask's bf16 minimum, so exp gives 0 there
+     p = torch's float32 softmax over the n entries (g4__softmax_torch: the
+         lanes go by key position, the masked ones add 0), cast
+     out = p @ v as cpublas' gemm_notrans_ (the naive loop: in order): 4
+           partial sums by key position, then ((0 + 1) + 2) + 3, cast
+   the orders of the decoder's g4__attend_torch, over keys any patch may mask. */
+static void g4__vattn_torch(const g4__vattn_job *j, float *sc, int t0, int t1) {
+    const g4_vision_config *v = &j->vs->model->config.vision;
+    const g4_vision_session *vs = j->vs;
+    int D = v->head_dim, NH = v->num_attention_heads, KVH = v->num_key_value_heads, n = j->n, t, h, k, d;
+    int naive = (int64_t)D * n * n < 400, tail4 = naive ? 0 : n & ~3;
+    for (t = t0; t < t1; t++)
+        for (h = 0; h < NH; h++) {
+            const float *q = vs->q + ((size_t)t * NH + h) * D;
+            float *out = vs->att + ((size_t)t * NH + h) * D;
+            int kvh = h / (NH / KVH);
+            for (k = 0; k < n; k++) {
+                const float *key = vs->k + ((size_t)k * KVH + kvh) * D;
+                if (j->pos[2 * k] == -1 && j->pos[2 * k + 1] == -1) sc[k] = -INFINITY;
+                else sc[k] = g4__bf16_round(naive ? g4__dot_ref(q, key, D) : g4__dot_torch(q, key, D));
+            }
+            g4__softmax_torch(sc, n, 0, n);
+            for (k = 0; k < n; k++) sc[k] = g4__bf16_round(sc[k]);
+            for (d = 0; d < D; d++) {
+                float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                for (k = 0; k < n; k++) part[k < tail4 ? k % 4 : 0] += sc[k] * vs->v[((size_t)k * KVH + kvh) * D + d];
+                out[d] = g4__bf16_round(((part[0] + part[1]) + part[2]) + part[3]);
+            }
+        }
+}
+
+
 static void g4__vattn_part(void *ctx, int part, int n_parts) {
     const g4__vattn_job *j = (const g4__vattn_job *)ctx;
     g4_vision_session *vs = j->vs;
@@ -5953,6 +6000,7 @@ static void g4__vattn_part(void *ctx, int part, int n_parts) {
     int D = v->head_dim, NH = v->num_attention_heads, KVH = v->num_key_value_heads, n = j->n, t, h, k, d;
     int t0 = (int)((int64_t)n * part / n_parts), t1 = (int)((int64_t)n * (part + 1) / n_parts);
     float *sc = vs->scores + (size_t)part * (size_t)vs->cfg.max_patches;
+    if (vs->cfg.bf16) { g4__vattn_torch(j, sc, t0, t1); return; }
     if (j->real > 0) { /* the real patches first, the padding after (as the processor lays them out): the
                           decoder's attention over keys [0, real) of a slot that is this layer's K/V */
         g4_kv_slot sl;
@@ -6029,13 +6077,14 @@ static void g4__vattn_gemm(g4_vision_session *vs, int n, int real) {
     }
 }
 
-/* Gemma4VisionEncoderLayer l on vs->x (n patches) */
-static void g4__vlayer(g4_vision_session *vs, int l, const int32_t *pos, int n) {
+/* Gemma4VisionEncoderLayer l on vs->x (n patches; frame `frame` of a batch of
+   `frames` images, which only the bf16 mode's gelu sees) */
+static void g4__vlayer(g4_vision_session *vs, int l, const int32_t *pos, int n, int frame, int frames) {
     const g4_vision_config *v = &vs->model->config.vision;
     const g4_vision_layer *L = &vs->model->vision.layers[l];
     int Hv = v->hidden_size, D = v->head_dim, NH = v->num_attention_heads, KVH = v->num_key_value_heads, I = v->intermediate_size;
     size_t nh = (size_t)n * (size_t)Hv, i;
-    int t, h;
+    int t, h, bf = vs->cfg.bf16;
     g4__vattn_job aj;
 
     /* 1. h = x + post_attention_layernorm(self_attn(input_layernorm(x))) */
@@ -6051,26 +6100,30 @@ static void g4__vlayer(g4_vision_session *vs, int l, const int32_t *pos, int n) 
         for (h = 0; h < NH; h++) {
             float *q = vs->q + ((size_t)t * NH + h) * D;
             g4__rmsnorm(q, q, &L->q_norm, D, v->rms_norm_eps);
-            g4__vrope(q, vs->inv_freq, D, pos[2 * t], pos[2 * t + 1]);
+            g4__vcast(vs, q, (size_t)D);
+            g4__vrope(q, vs->inv_freq, D, pos[2 * t], pos[2 * t + 1], bf);
         }
         for (h = 0; h < KVH; h++) {
             float *k = vs->k + ((size_t)t * KVH + h) * D, *vv = vs->v + ((size_t)t * KVH + h) * D;
             g4__rmsnorm(k, k, &L->k_norm, D, v->rms_norm_eps);
-            g4__vrope(k, vs->inv_freq, D, pos[2 * t], pos[2 * t + 1]);
+            g4__vcast(vs, k, (size_t)D);
+            g4__vrope(k, vs->inv_freq, D, pos[2 * t], pos[2 * t + 1], bf);
             g4__rmsnorm(vv, vv, NULL, D, v->rms_norm_eps);
+            g4__vcast(vs, vv, (size_t)D);
         }
     }
     aj.vs = vs; aj.pos = pos; aj.n = n;
     for (aj.real = 0; aj.real < n && !(pos[2 * aj.real] == -1 && pos[2 * aj.real + 1] == -1); aj.real++) {}
     for (t = aj.real; t < n; t++) /* real patches after padding: the general loop */
         if (!(pos[2 * t] == -1 && pos[2 * t + 1] == -1)) aj.real = 0;
-    if (aj.real > 0) g4__vattn_gemm(vs, n, aj.real);
+    if (aj.real > 0 && !bf) g4__vattn_gemm(vs, n, aj.real);
     else g4__parallel(vs->cfg.pool, g4__vattn_part, &aj);
     g4__clip_linear(vs, vs->xn, vs->att, &L->o_proj, n);
     g4__vtap(vs, l, "self_attn", vs->xn, n, Hv);
     g4__vnorm(vs, vs->xn, vs->xn, &L->post_attention_layernorm, n, Hv);
     g4__vtap(vs, l, "post_attention_layernorm", vs->xn, n, Hv);
     for (i = 0; i < nh; i++) vs->x[i] += vs->xn[i];
+    g4__vcast(vs, vs->x, nh);
 
     /* 2. h = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h))),
           mlp = down_proj(gelu_tanh(gate_proj(x)) * up_proj(x)) */
@@ -6080,18 +6133,26 @@ static void g4__vlayer(g4_vision_session *vs, int l, const int32_t *pos, int n) 
     g4__vtap(vs, l, "mlp.gate_proj", vs->gate, n, I);
     g4__clip_linear(vs, vs->up, vs->xn, &L->up_proj, n);
     g4__vtap(vs, l, "mlp.up_proj", vs->up, n, I);
-    g4__gelu_n(vs->gate, vs->gate, (size_t)n * (size_t)I);
+    if (bf) { /* torch's bf16 gelu: the place of an element in the batch's [frames][n][I] tensor picks its path */
+        size_t nI = (size_t)n * (size_t)I;
+        g4__gelu_torch_n(vs->gate, vs->gate, nI, (size_t)frame * nI, (size_t)frames * nI);
+        g4__vcast(vs, vs->gate, nI);
+    } else g4__gelu_n(vs->gate, vs->gate, (size_t)n * (size_t)I);
     for (i = 0; i < (size_t)n * (size_t)I; i++) vs->gate[i] *= vs->up[i];
+    g4__vcast(vs, vs->gate, (size_t)n * (size_t)I);
     g4__clip_linear(vs, vs->xn, vs->gate, &L->down_proj, n);
     g4__vtap(vs, l, "mlp", vs->xn, n, Hv);
     g4__vnorm(vs, vs->xn, vs->xn, &L->post_feedforward_layernorm, n, Hv);
     g4__vtap(vs, l, "post_feedforward_layernorm", vs->xn, n, Hv);
     for (i = 0; i < nh; i++) vs->x[i] += vs->xn[i];
+    g4__vcast(vs, vs->x, nh);
     g4__vtap(vs, l, "", vs->x, n, Hv);
 }
 
-G4__DEF g4_result g4_vision_encode(g4_vision_session *vs, const float *pixel_values, const int32_t *positions,
-                                   int n_patches, float *soft, int *n_soft) {
+/* g4_vision_encode on frame `frame` of a batch of `frames` same-sized images
+   (get_video_features' one tower call; an image alone is frame 0 of 1) */
+static g4_result g4__vision_encode(g4_vision_session *vs, const float *pixel_values, const int32_t *positions, int n_patches,
+                                   float *soft, int *n_soft, int frame, int frames) {
     const g4_model *m;
     const g4_vision_config *v;
     const g4_vision_weights *w;
@@ -6138,21 +6199,26 @@ G4__DEF g4_result g4_vision_encode(g4_vision_session *vs, const float *pixel_val
 
     /* Gemma4VisionPatchEmbedder: input_proj(2 (x - 0.5)) + table[0][px] + table[1][py] (0 for padding) */
     for (i = 0; i < (size_t)n * P; i++) vs->cin[i] = 2.0f * (pixel_values[i] - 0.5f);
+    g4__vcast(vs, vs->cin, (size_t)n * P); /* (pixel_values.to(input_proj's dtype)) */
     g4__matmul(&vs->mm, vs->x, vs->cin, &w->input_proj, n);
     for (t = 0; t < n; t++) {
         int32_t px = positions[2 * t], py = positions[2 * t + 1];
         if (px == -1 && py == -1) continue;
-        for (j = 0; j < Hv; j++)
-            vs->x[(size_t)t * Hv + j] += g4__get(&w->position_embedding_table, (size_t)px * Hv + j) +
-                                         g4__get(&w->position_embedding_table, ((size_t)v->position_embedding_size + py) * Hv + j);
+        for (j = 0; j < Hv; j++) {
+            float pe = g4__get(&w->position_embedding_table, (size_t)px * Hv + j) +
+                       g4__get(&w->position_embedding_table, ((size_t)v->position_embedding_size + py) * Hv + j);
+            vs->x[(size_t)t * Hv + j] += vs->cfg.bf16 ? g4__bf16_round(pe) : pe;
+        }
     }
+    g4__vcast(vs, vs->x, (size_t)n * (size_t)Hv);
     g4__vtap(vs, -1, "vision_tower.patch_embedder", vs->x, n, Hv);
 
     /* Gemma4VisionEncoder */
-    for (l = 0; l < v->num_hidden_layers; l++) g4__vlayer(vs, l, positions, n);
+    for (l = 0; l < v->num_hidden_layers; l++) g4__vlayer(vs, l, positions, n, frame, frames);
 
     /* Gemma4VisionPooler: padding zeroed; the mean of each k x k block of
-       positions (block bx + (max_x + 1) / k * by), in float32, * sqrt(Hv) */
+       positions (block bx + (max_x + 1) / k * by), in float32 (cast: bf16
+       mode), * sqrt(Hv) in float32 */
     length = n / kk;
     inv_k2 = 1.0f / (float)kk;
     root = (float)sqrt((double)Hv);
@@ -6172,6 +6238,7 @@ G4__DEF g4_result g4_vision_encode(g4_vision_session *vs, const float *pixel_val
         float *dst = vs->pooled + (size_t)vs->kernel[t] * Hv;
         for (j = 0; j < Hv; j++) dst[j] += (pad ? 0.0f : vs->x[(size_t)t * Hv + j]) * inv_k2;
     }
+    g4__vcast(vs, vs->pooled, (size_t)length * (size_t)Hv); /* output.to(hidden_states.dtype) */
     /* strip the rows no patch pooled into (padding positions pool into row 0, which a real patch holds too) */
     for (j = 0; j < length; j++) vs->kernel[j] = 0;
     for (t = 0; t < n; t++) {
@@ -6189,6 +6256,7 @@ G4__DEF g4_result g4_vision_encode(g4_vision_session *vs, const float *pixel_val
         }
         out++;
     }
+    g4__vcast(vs, vs->x, (size_t)out * (size_t)Hv); /* hidden_states.to(inputs_embeds.dtype) */
     g4__vtap(vs, -1, "vision_tower", vs->x, out, Hv);
 
     /* embed_vision: embedding_projection(RMSNorm without scale) */
@@ -6197,6 +6265,11 @@ G4__DEF g4_result g4_vision_encode(g4_vision_session *vs, const float *pixel_val
     g4__vtap(vs, -1, "embed_vision", soft, out, H);
     *n_soft = out;
     return G4_OK;
+}
+
+G4__DEF g4_result g4_vision_encode(g4_vision_session *vs, const float *pixel_values, const int32_t *positions,
+                                   int n_patches, float *soft, int *n_soft) {
+    return g4__vision_encode(vs, pixel_values, positions, n_patches, soft, n_soft, 0, 1);
 }
 
 /* get_video_features: the frames are images to the tower (Gemma4VisionModel
@@ -6217,8 +6290,8 @@ G4__DEF g4_result g4_video_encode(g4_vision_session *vs, const float *pixel_valu
     P = (size_t)3 * (size_t)vs->model->config.vision.patch_size * (size_t)vs->model->config.vision.patch_size;
     H = (size_t)vs->model->config.hidden_size;
     for (f = 0; f < n_frames; f++) {
-        r = g4_vision_encode(vs, pixel_values + (size_t)f * (size_t)n_patches * P, positions + (size_t)f * (size_t)n_patches * 2,
-                             n_patches, soft + (size_t)total * H, &got);
+        r = g4__vision_encode(vs, pixel_values + (size_t)f * (size_t)n_patches * P, positions + (size_t)f * (size_t)n_patches * 2,
+                              n_patches, soft + (size_t)total * H, &got, f, n_frames);
         if (r != G4_OK) {
             char msg[G4_ERROR_MAX];
             memcpy(msg, vs->error, G4_ERROR_MAX);

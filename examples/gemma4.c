@@ -1092,7 +1092,7 @@ static int cmd_generate(int argc, char **argv) {
     if (mm.max_run > 64) o.chunk = mm.max_run;
     g4_tokenizer_free(&probe);
     if (!gen_open(&g, dir[0], &o, (int)n + o.max_tokens + 1 + (o.drafter ? o.draft_tokens + 2 : 0)) &&
-        (!mm.n || (!get_pool(&pool) && !g4mm_encode(&mm, &g.m, dir[0], pool, &soft)))) {
+        (!mm.n || (mm.bf16 = g.s.cfg.bf16, !get_pool(&pool) && !g4mm_encode(&mm, &g.m, dir[0], pool, &soft)))) {
         g.soft = soft;
         g.n_soft = mm.total_soft;
         if (!o.seed_given && o.sc.temperature > 0) fprintf(stderr, "seed %llu\n", (unsigned long long)o.sc.seed);
@@ -1266,6 +1266,7 @@ static int cmd_chat(int argc, char **argv) {
             if (g.has_tpl) turn++;
             break;
         }
+        mm.bf16 = g.s.cfg.bf16;
         if (mm.n && (get_pool(&pool) || g4mm_encode(&mm, &g.m, dir[0], pool, &soft))) {
             free(ids);
             if (g.has_tpl) turn++;
@@ -1519,6 +1520,7 @@ static int cmd_logits(int argc, char **argv) {
     PARSE_RUN_OPTS(o);
     if (media_pre(&o, &mm, &chunk)) { g4mm_free(&mm); free(o.ids); return 1; }
     if (open_session(o.dir, o.n, chunk, o.bf16, &m, &s)) { g4mm_free(&mm); free(o.ids); return 1; }
+    mm.bf16 = s.cfg.bf16;
     if (mm.n && (get_pool(&pool) || g4mm_encode(&mm, &m, o.dir, pool, &soft))) goto done;
     V = m.config.vocab_size;
     logits = (float *)malloc(sizeof(float) * (size_t)o.n * (size_t)V);
@@ -1666,6 +1668,7 @@ static int cmd_greedy(int argc, char **argv) {
     if (o.drafter) return greedy_spec(&o);
     if (media_pre(&o, &mm, &chunk)) { g4mm_free(&mm); free(o.ids); return 1; }
     if (open_session(o.dir, o.n + o.n_new, chunk, o.bf16, &m, &s)) { g4mm_free(&mm); free(o.ids); return 1; }
+    mm.bf16 = s.cfg.bf16;
     if (mm.n && (get_pool(&pool) || g4mm_encode(&mm, &m, o.dir, pool, &soft))) goto done;
     V = m.config.vocab_size;
     if (!(logits = (float *)malloc(sizeof(float) * (size_t)V))) { fprintf(stderr, "gemma4: out of memory\n"); goto done; }

@@ -160,7 +160,8 @@ static int g4img_read(const char *path, uint8_t **pixels, int *h, int *w, int *c
 }
 
 /* The vision side of a model directory: the processor's settings (checked
-   against the model) and a tower session for one image at a time. */
+   against the model) and a tower session for one image at a time (bf16: in
+   the bf16-faithful mode). */
 typedef struct {
     g4_image_config ic;
     g4_vision_session vs;
@@ -168,7 +169,7 @@ typedef struct {
     int max_patches;
 } g4img_ctx;
 
-G4__MAYBE_UNUSED static int g4img_open(g4img_ctx *c, const g4_model *m, const char *dir, g4_pool *pool) {
+G4__MAYBE_UNUSED static int g4img_open(g4img_ctx *c, const g4_model *m, const char *dir, g4_pool *pool, int bf16) {
     g4_vision_session_config vc;
     size_t bytes;
     memset(c, 0, sizeof *c);
@@ -180,6 +181,7 @@ G4__MAYBE_UNUSED static int g4img_open(g4img_ctx *c, const g4_model *m, const ch
     memset(&vc, 0, sizeof vc);
     c->max_patches = vc.max_patches = c->ic.max_soft_tokens * c->ic.pooling_kernel_size * c->ic.pooling_kernel_size;
     vc.pool = pool;
+    vc.bf16 = bf16;
     if (g4_vision_session_size(m, &vc, &bytes) != G4_OK || !(c->arena = malloc(bytes)) ||
         g4_vision_session_init(&c->vs, m, &vc, c->arena, bytes) != G4_OK) {
         fprintf(stderr, "gemma4: %s: vision session: %s\n", dir, c->vs.error[0] ? c->vs.error : "out of memory");
@@ -273,12 +275,13 @@ static int g4img_cmd_image(int argc, char **argv) {
     g4_model m;
     g4img_ctx c;
     float *soft = NULL;
-    int n = 0, H, rc = 1, np;
+    int n = 0, H, rc = 1, np, bf16 = 0;
     FILE *f;
     g4_pool *pool;
     g4a_opt opts[] = {
         G4A_SR("--out", &out, "FILE", "where the soft tokens go, float32 [n][hidden_size]"),
         G4A_S("--processor", &pdir, "DIR", "the directory of processor_config.json (default: the model's)"),
+        G4A_F("--bf16", &bf16, "the tower in the bf16-faithful mode (as transformers in bfloat16)"),
         OPT_THREADS,
     };
     g4a_cmd cmd = {"image", "DIR IMAGE.png|jpg", 2, 2,
@@ -294,7 +297,7 @@ static int g4img_cmd_image(int argc, char **argv) {
         g4_model_free(&m);
         return rc;
     }
-    if (get_pool(&pool) || g4img_open(&c, &m, pdir ? pdir : dir, pool)) { g4_model_free(&m); return 1; }
+    if (get_pool(&pool) || g4img_open(&c, &m, pdir ? pdir : dir, pool, bf16)) { g4_model_free(&m); return 1; }
     H = m.config.hidden_size;
     if (!(soft = (float *)malloc(sizeof(float) * (size_t)c.ic.max_soft_tokens * H))) fprintf(stderr, "gemma4: out of memory\n");
     else if (!g4img_encode_file(&c, img, soft, &n, H)) {

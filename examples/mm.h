@@ -59,6 +59,8 @@ typedef struct {
     int max_run;               /* the longest image run + 2 (boi, eoi) */
     int total_soft;            /* every file's n_soft */
     g4_unified_fe ufe;         /* a 12B's audio: frames of raw samples (feat [nf][A], mask all 1) */
+    int bf16;                  /* g4mm_encode runs the vision tower in the bf16-faithful mode (the decoder
+                                  session's mode: --bf16); set after g4mm_prepare */
 } g4mm;
 
 /* Does list hold a file of this tag? */
@@ -658,6 +660,7 @@ static int g4mm_encode(g4mm *mm, const g4_model *m, const char *dir, g4_pool *po
         memset(&vc, 0, sizeof vc);
         vc.max_patches = mm->max_patches > mm->vmax_patches ? mm->max_patches : mm->vmax_patches;
         vc.pool = pool;
+        vc.bf16 = mm->bf16;
         if (g4_vision_session_size(m, &vc, &vbytes) != G4_OK || !(varena = malloc(vbytes)) ||
             g4_vision_session_init(&vs, m, &vc, varena, vbytes) != G4_OK) {
             fprintf(stderr, "gemma4: %s: vision session: %s\n", dir, vs.error[0] ? vs.error : "out of memory");

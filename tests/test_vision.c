@@ -13,6 +13,11 @@
        tokens into our decoder (measured 4.3e-5 on e2b_mm, 4.6e-6 on 31b_mm,
        1.2e-5 on 26b_mm; with video 5.8e-5, 5.4e-6, 1.5e-5);
      pixel values (images and video frames) and ids: identical;
+     the bf16 mode (g4_vision_session_config.bf16) against the tower run by
+       transformers in bfloat16 (data/vision/<model>/bf16.safetensors,
+       tools/make_vision_goldens.py --bf16): identical, every bit (taps, soft
+       tokens of images and a video, the logits of case 0 through the bf16
+       decoder, the CLI's image --bf16 and logits --bf16 --image);
      the final norm of every row 1e-4, from transformers' own soft tokens (the
        merge alone: 1.1e-5; from ours the E2B-style model's chaotic tiny decoder
        amplifies the tower's 3e-6 to 1.2e-4 on some rows, while the logits stay
@@ -803,9 +808,9 @@ static void test_image_files(void) {
         int n_soft = 0;
         int64_t ng;
         const float *gold = golden_f32(&f.gold, "soft.0", &ng);
-        CHECK(g4img_open(&c, &f.m, vdir("e2b_mm"), NULL) == 1, "e2b_mm has no processor_config.json of its own: defaults, "
+        CHECK(g4img_open(&c, &f.m, vdir("e2b_mm"), NULL, 0) == 1, "e2b_mm has no processor_config.json of its own: defaults, "
               "which contradict its patch_size");
-        if (g4img_open(&c, &f.m, vdir("processor"), NULL) == 0) {
+        if (g4img_open(&c, &f.m, vdir("processor"), NULL, 0) == 0) {
             CHECK(g4img_encode_file(&c, vdir("images/a.png"), soft, &n_soft, 32) == 0 && gold && (int64_t)n_soft * 32 == ng &&
                       rel_diff(soft, gold, (size_t)ng) <= 1e-4, "a.png: %d soft tokens", n_soft);
             { /* a prompt with an image file: the processor's ids, then transformers' logits */
@@ -1285,6 +1290,205 @@ static void test_video_errors(void) {
     free(pv);
 }
 
+/* ------------------------------------------------------------ bf16 */
+/* The bf16-faithful mode (g4_vision_session_config.bf16) against the tower
+   run by transformers in bfloat16 (data/vision/<model>/bf16.safetensors,
+   tools/make_vision_goldens.py --bf16): every tap, the soft tokens of three
+   images and of a video's three frames, bit for bit (no tolerance). */
+static const char *g_bf16_models[2] = {"e2b_mm", "31b_mm"};
+
+/* a BF16 golden tensor as floats (malloc'd; NULL when absent) */
+static float *golden_bf16(golden *g, const char *name, int64_t *numel) {
+    const g4_tensor *t = g4_model_tensor(&g->m, name);
+    float *out;
+    int64_t i;
+    int k;
+    *numel = 0;
+    if (!t || t->dtype != G4_BF16) return NULL;
+    *numel = 1;
+    for (k = 0; k < t->ndim; k++) *numel *= t->shape[k];
+    out = (float *)malloc(sizeof(float) * (size_t)(*numel > 0 ? *numel : 1));
+    for (i = 0; i < *numel; i++) out[i] = g4__get(t, (size_t)i);
+    return out;
+}
+
+/* values of a that differ in any bit from b */
+static size_t count_diff_bits(const float *a, const float *b, size_t n) {
+    size_t i, c = 0;
+    for (i = 0; i < n; i++) c += memcmp(a + i, b + i, sizeof(float)) != 0;
+    return c;
+}
+
+typedef struct { golden *g; int compared, exact; } bf16cmp;
+
+static void bf16_tap_cb(void *user, const char *name, int layer, const float *data, int rows, int cols, int pos0) {
+    bf16cmp *bc = (bf16cmp *)user;
+    char key[200];
+    float *gold;
+    int64_t numel;
+    size_t bad;
+    (void)layer; (void)pos0;
+    snprintf(key, sizeof key, "tap.%s", !strcmp(name, "embed_vision") ? "soft.0" : strncmp(name, "vision_tower.", 13) == 0 ? name + 13 : name);
+    if (!strcmp(name, "embed_vision")) snprintf(key, sizeof key, "soft.0"); /* (the golden stores it once) */
+    if (!(gold = golden_bf16(bc->g, key, &numel))) { CHECK(0, "no bf16 golden for tap %s", name); return; }
+    if (numel % cols || numel / cols > rows) {
+        CHECK(0, "tap %s: golden %lld values, ours [%d][%d]", name, (long long)numel, rows, cols);
+        free(gold);
+        return;
+    }
+    bad = count_diff_bits(data, gold, (size_t)numel);
+    CHECK(bad == 0, "bf16 tap %s: %zu of %lld values differ (max %.3g)", name, bad, (long long)numel, max_diff(data, gold, (size_t)numel));
+    bc->compared++;
+    bc->exact += bad == 0;
+    free(gold);
+}
+
+/* a bf16 vision session on f's model (pool may be NULL) */
+static int bf16_session(fixture *f, g4_vision_session *vs, void **arena, g4_pool *pool, g4_tap_fn tap, void *tap_user) {
+    g4_vision_session_config vc;
+    size_t bytes;
+    memset(&vc, 0, sizeof vc);
+    vc.max_patches = 280;
+    vc.bf16 = 1;
+    vc.pool = pool;
+    vc.tap = tap; vc.tap_user = tap_user;
+    *arena = NULL;
+    if (g4_vision_session_size(&f->m, &vc, &bytes) != G4_OK) { CHECK(0, "vision size"); return 0; }
+    *arena = malloc(bytes);
+    if (g4_vision_session_init(vs, &f->m, &vc, *arena, bytes) != G4_OK) { CHECK(0, "bf16 vision init: %s", vs->error); return 0; }
+    return 1;
+}
+
+static void test_bf16_taps(void) {
+    int k;
+    for (k = 0; k < 2; k++) {
+        fixture f;
+        golden gb;
+        g4_vision_session vs;
+        void *arena = NULL;
+        bf16cmp bc;
+        float soft[80 * 64];
+        int n_soft;
+        memset(&bc, 0, sizeof bc);
+        if (!fixture_open(&f, g_bf16_models[k], NULL, NULL) || !vgolden(&gb, g_bf16_models[k], "bf16.safetensors")) {
+            CHECK(0, "%s: bf16 golden", g_bf16_models[k]);
+            fixture_close(&f);
+            continue;
+        }
+        bc.g = &gb;
+        if (bf16_session(&f, &vs, &arena, NULL, bf16_tap_cb, &bc)) encode_case(&vs, &f.pg, 0, soft, &n_soft);
+        CHECK(bc.compared == 2 + 12 * f.m.config.vision.num_hidden_layers + 1, "%s: %d taps compared", g_bf16_models[k], bc.compared);
+        printf("  %s: %d of %d taps bit-identical to transformers in bf16\n", g_bf16_models[k], bc.exact, bc.compared);
+        free(arena);
+        g4_model_free(&gb.m);
+        fixture_close(&f);
+    }
+}
+
+/* images 0, 1, 2 alone and video case v0's three frames (one get_video_features batch); with
+   a 3-thread pool too */
+static void test_bf16_soft(void) {
+    golden vpg;
+    g4_pool *pool = NULL;
+    int k, c, threads;
+    if (!vgolden(&vpg, NULL, "video.safetensors")) { CHECK(0, "video golden"); return; }
+    if (g4_pool_create(&pool, 3) != G4_OK) { skip("no threads in this build"); pool = NULL; }
+    for (k = 0; k < 2; k++) {
+        fixture f;
+        golden gb;
+        vframes vf;
+        if (!fixture_open(&f, g_bf16_models[k], NULL, NULL) || !vgolden(&gb, g_bf16_models[k], "bf16.safetensors")) {
+            CHECK(0, "%s: bf16 golden", g_bf16_models[k]);
+            fixture_close(&f);
+            continue;
+        }
+        if (!vcase_frames(&vpg, &g_vcases[0], &vf)) { g4_model_free(&gb.m); fixture_close(&f); continue; }
+        for (threads = 1; threads <= (pool ? 3 : 1); threads += 2) {
+            g4_vision_session vs;
+            void *arena = NULL;
+            if (!bf16_session(&f, &vs, &arena, threads > 1 ? pool : NULL, NULL, NULL)) { free(arena); continue; }
+            for (c = 0; c < 4; c++) {
+                float soft[200 * 64], *gold;
+                char key[32];
+                int n_soft = 0;
+                int64_t numel;
+                g4_result r;
+                size_t bad;
+                snprintf(key, sizeof key, c < 3 ? "soft.%d" : "soft.v0", c);
+                if (!(gold = golden_bf16(&gb, key, &numel))) { CHECK(0, "%s: no %s", g_bf16_models[k], key); continue; }
+                if (c < 3) {
+                    images im;
+                    if (!case_images(&f.pg, c, &im)) { CHECK(0, "case %d", c); free(gold); continue; }
+                    r = g4_vision_encode(&vs, im.pv, im.pos, im.n_patches, soft, &n_soft);
+                } else
+                    r = g4_video_encode(&vs, vf.pv, vf.pos, vf.n_frames, vf.max_patches, soft, &n_soft);
+                CHECK(r == G4_OK && (int64_t)n_soft * f.m.config.hidden_size == numel, "%s %s: %s, %d soft tokens", g_bf16_models[k],
+                      key, vs.error, n_soft);
+                if (r == G4_OK && (int64_t)n_soft * f.m.config.hidden_size == numel) {
+                    bad = count_diff_bits(soft, gold, (size_t)numel);
+                    CHECK(bad == 0, "%s %s (%d threads): %zu of %lld values differ from transformers in bf16 (max %.3g)",
+                          g_bf16_models[k], key, threads, bad, (long long)numel, max_diff(soft, gold, (size_t)numel));
+                    printf("  %s %s, %d thread%s: %d soft tokens, %zu values differ\n", g_bf16_models[k], key, threads,
+                           threads > 1 ? "s" : "", n_soft, bad);
+                }
+                free(gold);
+            }
+            free(arena);
+        }
+        vframes_free(&vf);
+        g4_model_free(&gb.m);
+        fixture_close(&f);
+    }
+    g4_pool_free(pool);
+    g4_model_free(&vpg.m);
+}
+
+/* bf16 end to end: case 0's prompt, our bf16 tower's soft tokens into the bf16
+   decoder (g4_forward_mm), against the whole model run by transformers in
+   bf16 (logits.0 at logit_rows.0), bit for bit; e2b_mm causal, 31b_mm with
+   bidirectional image attention */
+static void test_bf16_logits(void) {
+    int k;
+    for (k = 0; k < 2; k++) {
+        fixture f;
+        golden gb;
+        g4_vision_session vs;
+        g4_session s;
+        g4_session_config sc = g4_session_config_init();
+        void *arena = NULL;
+        float soft[80 * 64], *logits = NULL, *gold = NULL;
+        int n_soft = 0, V, i;
+        int64_t n_ids, n_rows, nl;
+        const int32_t *ids, *rows;
+        size_t bad = 0;
+        if (!fixture_open(&f, g_bf16_models[k], NULL, NULL) || !vgolden(&gb, g_bf16_models[k], "bf16.safetensors")) {
+            CHECK(0, "%s: bf16 golden", g_bf16_models[k]);
+            fixture_close(&f);
+            continue;
+        }
+        V = f.m.config.vocab_size;
+        ids = gi32(&f.pg, "ids.0", &n_ids);
+        rows = gi32(&f.gold, "logit_rows.0", &n_rows);
+        gold = golden_bf16(&gb, "logits.0", &nl);
+        sc.max_context = 128; sc.max_chunk = 128; sc.bf16 = 1;
+        if (ids && rows && gold && nl == n_rows * V && bf16_session(&f, &vs, &arena, NULL, NULL, NULL) && encode_case(&vs, &f.pg, 0, soft, &n_soft) &&
+            g4_session_create(&s, &f.m, &sc) == G4_OK) {
+            logits = (float *)malloc(sizeof(float) * (size_t)n_ids * V);
+            CHECK(g4_forward_mm(&s, ids, (int)n_ids, soft, n_soft, logits, G4_LOGITS_ALL, NULL) == G4_OK, "%s", s.error);
+            for (i = 0; i < n_rows; i++) bad += count_diff_bits(logits + (size_t)rows[i] * V, gold + (size_t)i * V, (size_t)V);
+            CHECK(bad == 0, "%s: %zu of %lld bf16 logits differ from transformers' in bf16", g_bf16_models[k], bad, (long long)nl);
+            printf("  %s case 0: %lld ids, %d soft tokens, %lld logits (%lld rows), %zu differ\n", g_bf16_models[k], (long long)n_ids,
+                   n_soft, (long long)nl, (long long)n_rows, bad);
+            g4_session_destroy(&s);
+        } else CHECK(0, "%s: bf16 logits setup", g_bf16_models[k]);
+        free(logits);
+        free(gold);
+        free(arena);
+        g4_model_free(&gb.m);
+        fixture_close(&f);
+    }
+}
+
 static const char *g_cli = "build/gemma4";
 
 static void test_cli_logits(void) {
@@ -1414,6 +1618,60 @@ static void test_cli_video(void) {
     g4_model_free(&g.m);
 }
 
+/* --bf16 on the CLI: `image --bf16` writes the bf16 golden's soft tokens (the PNG
+   through the processor and the bf16 tower), the same bytes on 3 threads;
+   `logits --bf16 --image` transformers' bf16 logits */
+static void test_cli_bf16(void) {
+    char cmd[1024], out[2][64], lout[64];
+    golden gb, g;
+    float *gold = NULL, *glog = NULL, *got = NULL, *l = NULL;
+    int64_t ng = 0, nl = 0, nr = 0;
+    const int32_t *rows = NULL;
+    int t, i, rc;
+    FILE *f;
+    if (!vgolden(&gb, "e2b_mm", "bf16.safetensors")) { CHECK(0, "bf16 golden"); return; }
+    gold = golden_bf16(&gb, "soft.0", &ng);
+    for (t = 0; t < 2; t++) {
+        snprintf(out[t], sizeof out[t], "/tmp/g4_vision_bf16_%d_%d.bin", (int)getpid(), t);
+        snprintf(cmd, sizeof cmd, "%s image %s %s --processor %s --bf16 --threads %d --out %s > /dev/null", g_cli, vdir("e2b_mm"),
+                 vdir("images/a.png"), vdir("processor"), t ? 3 : 1, out[t]);
+        rc = system(cmd);
+        CHECK(rc == 0, "%s: status %d", cmd, rc);
+    }
+    got = (float *)calloc((size_t)(ng > 0 ? ng : 1) + 1, sizeof(float));
+    for (t = 0; t < 2; t++) {
+        if ((f = fopen(out[t], "rb")) != NULL) {
+            size_t r = fread(got, sizeof(float), (size_t)ng + 1, f);
+            fclose(f);
+            CHECK(gold && r == (size_t)ng && count_diff_bits(got, gold, (size_t)ng) == 0,
+                  "image --bf16 --threads %d: %zu floats, %zu differ from transformers in bf16", t ? 3 : 1, r,
+                  gold && r == (size_t)ng ? count_diff_bits(got, gold, (size_t)ng) : (size_t)0);
+        } else CHECK(0, "no %s", out[t]);
+        remove(out[t]);
+    }
+    snprintf(lout, sizeof lout, "/tmp/g4_vision_bf16_l_%d.bin", (int)getpid());
+    snprintf(cmd, sizeof cmd, "%s logits %s --bf16 --ids 2,310,428,331,350,340,349,513,363,356,381 --image %s --processor %s "
+             "--out %s > /dev/null", g_cli, vdir("e2b_mm"), vdir("images/a.png"), vdir("processor"), lout);
+    rc = system(cmd);
+    CHECK(rc == 0, "%s: status %d", cmd, rc);
+    if (vgolden(&g, "e2b_mm", "golden.safetensors")) {
+        size_t bad = 0;
+        rows = gi32(&g, "logit_rows.0", &nr);
+        glog = golden_bf16(&gb, "logits.0", &nl);
+        l = (float *)calloc(75 * 520, sizeof(float));
+        if ((f = fopen(lout, "rb")) != NULL) {
+            CHECK(fread(l, sizeof(float), 75 * 520, f) == 75 * 520 && fgetc(f) == EOF, "%s: not 75 x 520 floats", lout);
+            fclose(f);
+        } else CHECK(0, "no %s", lout);
+        for (i = 0; rows && glog && nl == nr * 520 && i < nr; i++) bad += count_diff_bits(l + (size_t)rows[i] * 520, glog + (size_t)i * 520, 520);
+        CHECK(rows && glog && bad == 0, "logits --bf16 --image: %zu bf16 logits differ from transformers'", bad);
+        g4_model_free(&g.m);
+    } else CHECK(0, "golden");
+    remove(lout);
+    free(l); free(glog); free(got); free(gold);
+    g4_model_free(&gb.m);
+}
+
 int main(int argc, char **argv) {
     int i, n_pos;
     (void)g_tmp;
@@ -1444,9 +1702,13 @@ int main(int argc, char **argv) {
     run("video: soft tokens and logits against transformers (e2b_mm, 31b_mm, 26b_mm; a video, an image and a video; "
         "chunked)", test_video_logits);
     run("video: bad input is an error", test_video_errors);
+    run("bf16 tower: every tap of case 0 bit-identical to transformers in bf16 (e2b_mm, 31b_mm)", test_bf16_taps);
+    run("bf16 tower: soft tokens of 3 images and a 3-frame video bit-identical; 3 threads the same", test_bf16_soft);
+    run("bf16 merge: case 0's logits, our bf16 tower into the bf16 decoder, bit-identical to transformers in bf16", test_bf16_logits);
     run("cli: logits --image gives transformers' logits, greedy --image its next token; a missing placeholder is an "
         "error", test_cli_logits);
     run("cli: generate --video (an image and two frame files) gives the processor's prompt length and transformers' "
         "first token; bad uses are an error", test_cli_video);
+    run("cli: image --bf16 (1 and 3 threads) and logits --bf16 --image give transformers' bf16 bits", test_cli_bf16);
     return finish();
 }

@@ -44,7 +44,30 @@ Every norm weight, scalar, bound, position table and standardization buffer is r
 
 float32 CPU, attn_implementation="eager", torch.set_num_threads(1), deterministic seeds.
 
+--bf16 writes only the bf16 goldens (nothing else is rebuilt): each committed model (e2b_mm: clipped
+linears, default RoPE; 31b_mm: standardize, axial RoPE) loaded with from_pretrained(dtype=torch.bfloat16, attn_implementation="eager"),
+as a user runs a released checkpoint in bf16 (model.to(torch.bfloat16) would also round the rotary
+embedding's float32 inv_freq, which from_pretrained keeps float32), on the committed pixel values:
+
+    data/vision/<model>/bf16.safetensors   every tensor BF16, as the bf16 model gives it
+        tap.<module>       [BF16_TAP_ROWS, W]  case 0's image: the first rows of each tower module's output
+                                               (the keys of golden.safetensors' taps)
+        tap.vision_tower   [n_soft_0, H_vis]   Gemma4VisionModel's last_hidden_state (every row)
+        soft.<k>           [n_soft, H_text]    get_image_features(image k alone).pooler_output, k = 0, 1, 2
+                                               (the images of cases 0, 1, 2; soft.0 is also the
+                                               embed_vision tap of case 0, not stored twice)
+        soft.v0            [3 n_soft, H_text]  get_video_features on case v0's three frames (video.safetensors'
+                                               real rows, padded to 280 patches as the processor pads them)
+        logits.0           [R, V]              case 0 (image 0 in its prompt): the whole model's logits in bf16 at
+                                               golden.safetensors' logit_rows.0
+    data/vision/BF16_VERSIONS.txt
+
+torch must run its AVX2 kernels (run with ATEN_CPU_CAPABILITY=avx2 on an AVX-512 CPU; the script checks),
+one thread, oneDNN off (the script sets torch.backends.mkldnn.enabled = False): gemma4.h's bf16 mode
+reproduces ATen's summation orders (docs/bf16.md), as torch runs them on an AVX2-only CPU.
+
 Usage (repository root): venv/bin/python tools/make_vision_goldens.py [--out data/vision]
+       ATEN_CPU_CAPABILITY=avx2 venv/bin/python tools/make_vision_goldens.py --bf16 [--out data/vision]
 """
 
 import argparse
@@ -228,11 +251,101 @@ def record_taps(model, inputs, n_real):
     return res
 
 
+BF16_TAP_ROWS = 16
+BF16_MODELS = ["e2b_mm", "31b_mm"]  # the two tower configurations (26b_mm's is 31b_mm's with another theta)
+
+
+def bf16_goldens(out):
+    """The tower in bf16 on the committed models and pixel values (see the top comment: --bf16)."""
+    from safetensors.torch import load_file
+    cap = torch.backends.cpu.get_cpu_capability()
+    assert cap == "AVX2", f"the bf16 goldens need torch's AVX2 kernels (ATEN_CPU_CAPABILITY=avx2), not {cap}"
+    pg = load_file(os.path.join(out, "processor.safetensors"))
+    vg = load_file(os.path.join(out, "video.safetensors"))
+    max_patches = MAX_SOFT * POOL * POOL
+    pv_v = vg["pixel_values.v0"]  # [F, n_real, 3 p^2]: the real rows; the processor pads with zeros at (-1, -1)
+    F, n_real = pv_v.shape[0], pv_v.shape[1]
+    pvv = torch.zeros(F, max_patches, pv_v.shape[2], dtype=torch.float32)
+    posv = torch.full((F, max_patches, 2), -1, dtype=torch.int64)
+    pvv[:, :n_real] = pv_v
+    posv[:, :n_real] = vg["positions.v0"].long()
+    lines = []
+    # oneDNN off: on a CPU with AVX-512 torch hands bf16 matmuls (F.linear, bmm) above 16^3 multiply-adds
+    # to oneDNN, whose summation order is its own; without it (or on an AVX2-only CPU, where torch never
+    # uses oneDNN for bf16) they run ATen's kernels, the orders gemma4.h's bf16 mode reproduces
+    torch.backends.mkldnn.enabled = False
+    for name in BF16_MODELS:
+        mdir = os.path.join(out, name)
+        model = Gemma4ForConditionalGeneration.from_pretrained(mdir, dtype=torch.bfloat16, attn_implementation="eager").eval()
+        vt = model.model.vision_tower
+        assert vt.encoder.rotary_emb.inv_freq.dtype == torch.float32
+        gold = {}
+        names = ["patch_embedder"] + [f"encoder.layers.{i}" + (f".{m}" if m else "")
+                                      for i in range(len(vt.encoder.layers)) for m in TAP_MODULES_LAYER]
+        mods, taps, hooks = dict(vt.named_modules()), {}, []
+
+        def grab(key):
+            def hook(_m, _i, o):
+                h = o[0] if isinstance(o, (tuple, list)) else o
+                taps[key] = h.detach().clone()
+            return hook
+
+        for n in names:
+            hooks.append(mods[n].register_forward_hook(grab("tap." + n)))
+        try:
+            for k in range(3):  # image k is case k's (one image each)
+                pv, pos = pg[f"pixel_values.{k}"], pg[f"positions.{k}"].long()
+                assert pv.shape[0] == 1
+                with torch.no_grad():
+                    feats = model.model.get_image_features(pv, pos)
+                gold[f"soft.{k}"] = torch.cat(list(feats.pooler_output), 0).contiguous()
+                assert gold[f"soft.{k}"].dtype == torch.bfloat16
+                if k == 0:
+                    for key, v in taps.items():
+                        gold[key] = v[0, :BF16_TAP_ROWS].contiguous()
+                    gold["tap.vision_tower"] = feats.last_hidden_state.contiguous()
+        finally:
+            for h in hooks:
+                h.remove()
+        with torch.no_grad():
+            vf = model.model.get_video_features(pvv, posv, torch.tensor([F])).pooler_output
+        gold["soft.v0"] = torch.cat(list(vf), 0).contiguous()
+        g32 = load_file(os.path.join(mdir, "golden.safetensors"))
+        ids0 = pg["ids.0"].long()[None]
+        with torch.no_grad():
+            res = model(input_ids=ids0, pixel_values=pg["pixel_values.0"], image_position_ids=pg["positions.0"].long(),
+                        mm_token_type_ids=pg["mm_types.0"].long()[None], use_cache=False)
+        gold["logits.0"] = res.logits[0, g32["logit_rows.0"].long()].contiguous()
+        assert all(v.dtype == torch.bfloat16 for v in gold.values())
+        save_file(gold, os.path.join(mdir, "bf16.safetensors"))
+        with torch.no_grad():  # how far bf16 is from the float32 goldens (for the docs)
+            m32 = Gemma4ForConditionalGeneration.from_pretrained(mdir, dtype=torch.float32, attn_implementation="eager").eval()
+            s32 = torch.cat(list(m32.model.get_image_features(pg["pixel_values.0"], pg["positions.0"].long()).pooler_output), 0)
+        d = (gold["soft.0"].float() - s32).abs().max().item() / s32.abs().max().item()
+        lines.append(f"model {name}: {len(gold)} tensors; image 0's bf16 soft tokens against float32: max |d| {d:.3g} "
+                     f"of max |soft|; video v0: {gold['soft.v0'].shape[0]} soft tokens")
+        print(lines[-1])
+    with open(os.path.join(out, "BF16_VERSIONS.txt"), "w") as f:
+        f.write(f"torch {torch.__version__} (cpu capability {cap}, 1 thread)\ntransformers {transformers.__version__}\n"
+                f"safetensors {safetensors.__version__}\nnumpy {np.__version__}\npython {platform.python_version()}\n"
+                f"platform {platform.platform()}\n"
+                f"date {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M:%S')} UTC\n"
+                f"command ATEN_CPU_CAPABILITY=avx2 venv/bin/python tools/make_vision_goldens.py --bf16 (oneDNN off)\n"
+                f"goldens: the committed models loaded with from_pretrained(dtype=torch.bfloat16, "
+                f"attn_implementation=eager), the committed pixel values\n")
+        for s_ in lines:
+            f.write(s_ + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="data/vision")
+    ap.add_argument("--bf16", action="store_true", help="write only the bf16 goldens (bf16.safetensors), from the committed models")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if args.bf16:
+        bf16_goldens(args.out)
+        return
 
     tok = make_tokenizer("data/tokenizer/tokenizer.json")
     ids_of = {t: tok.convert_tokens_to_ids(t) for t in MM_TOKENS}

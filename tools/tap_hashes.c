@@ -13,7 +13,12 @@
        build/tap_hashes data/tiny/e2b_like data/tiny/26b_like ... data/tiny/e2b_drafter=data/tiny/e2b_like
 
    A DRAFTER=TARGET argument runs the drafter on its target: the target's
-   prefill, then four drafting steps (float32 and bf16). */
+   prefill, then four drafting steps (float32 and bf16).
+
+   A model with a vision tower also runs it (float32, 1 and 2 threads) on one
+   made-up image (6 x 8 patches and 16 padding patches: every tap and the soft
+   tokens), one with an audio tower runs that on made-up features (37 frames,
+   the last 5 masked). */
 #define GEMMA4_IMPLEMENTATION
 #include "gemma4.h"
 #include <stdlib.h>
@@ -140,6 +145,73 @@ done:
     return 0;
 }
 
+static uint32_t th_lcg = 12345u;
+static float th_rand(void) { th_lcg = th_lcg * 1664525u + 1013904223u; return (float)(th_lcg >> 8) / 16777216.0f; }
+
+static int th_vision(const char *dir, const g4_model *m, int threads) {
+    const g4_vision_config *v = &m->config.vision;
+    int k = v->pooling_kernel_size, gw = 4 * k, gh = 3 * k, real = gw * gh, n = real + 4 * k * k, P = 3 * v->patch_size * v->patch_size;
+    int t, n_soft = 0;
+    g4_vision_session_config vc;
+    g4_vision_session vs;
+    g4_pool *pool = NULL;
+    th_hash taps, out;
+    size_t bytes;
+    void *arena = NULL;
+    float *pv = (float *)malloc(sizeof(float) * (size_t)n * (size_t)P), *soft = (float *)malloc(sizeof(float) * (size_t)n * m->config.hidden_size);
+    int32_t *pos = (int32_t *)malloc(sizeof(int32_t) * 2 * (size_t)n);
+    th_init(&taps); th_init(&out);
+    th_lcg = 12345u;
+    for (t = 0; t < n * P; t++) pv[t] = t < real * P ? th_rand() : 0.0f;
+    for (t = 0; t < n; t++) { pos[2 * t] = t < real ? t % gw : -1; pos[2 * t + 1] = t < real ? t / gw : -1; }
+    if (threads > 1 && g4_pool_create(&pool, threads) != G4_OK) { printf("%s: no pool\n", dir); goto done; }
+    memset(&vc, 0, sizeof vc);
+    vc.max_patches = n; vc.pool = pool; vc.tap = th_tap; vc.tap_user = &taps;
+    if (g4_vision_session_size(m, &vc, &bytes) != G4_OK || !(arena = malloc(bytes)) ||
+        g4_vision_session_init(&vs, m, &vc, arena, bytes) != G4_OK || g4_vision_encode(&vs, pv, pos, n, soft, &n_soft) != G4_OK) {
+        printf("%s: vision: %s\n", dir, vs.error);
+        goto done;
+    }
+    th_mix(&out, soft, sizeof(float) * (size_t)n_soft * m->config.hidden_size);
+    printf("%-24s vision f32  threads %d: %4ld taps %016llx soft %016llx (%d tokens)\n", dir, threads, taps.n,
+           (unsigned long long)taps.h, (unsigned long long)out.h, n_soft);
+done:
+    free(arena); free(pv); free(soft); free(pos);
+    g4_pool_free(pool);
+    return 0;
+}
+
+static int th_audio(const char *dir, const g4_model *m, int threads) {
+    int nf = 37, C0 = m->config.audio.subsampling_conv_channels[0], t, n_soft = 0;
+    g4_audio_run run;
+    g4_pool *pool = NULL;
+    th_hash taps, out;
+    size_t bytes = 0;
+    void *arena = NULL;
+    float *feat = (float *)malloc(sizeof(float) * (size_t)nf * (size_t)C0);
+    float *soft = (float *)malloc(sizeof(float) * (size_t)g4_audio_tokens_max(nf) * m->config.hidden_size);
+    unsigned char mask[37];
+    th_init(&taps); th_init(&out);
+    th_lcg = 777u;
+    for (t = 0; t < nf * C0; t++) feat[t] = 4.0f * th_rand() - 3.0f;
+    for (t = 0; t < nf; t++) mask[t] = t < nf - 5;
+    if (threads > 1 && g4_pool_create(&pool, threads) != G4_OK) { printf("%s: no pool\n", dir); goto done; }
+    memset(&run, 0, sizeof run);
+    run.pool = pool; run.tap = th_tap; run.tap_user = &taps;
+    if (g4_audio_size_pool(m, nf, pool, &bytes) != G4_OK || !(arena = malloc(bytes)) ||
+        g4_audio_encode(m, feat, mask, nf, arena, bytes, &run, soft, &n_soft) != G4_OK) {
+        printf("%s: audio: %s\n", dir, run.error);
+        goto done;
+    }
+    th_mix(&out, soft, sizeof(float) * (size_t)n_soft * m->config.hidden_size);
+    printf("%-24s audio  f32  threads %d: %4ld taps %016llx soft %016llx (%d tokens)\n", dir, threads, taps.n,
+           (unsigned long long)taps.h, (unsigned long long)out.h, n_soft);
+done:
+    free(arena); free(feat); free(soft);
+    g4_pool_free(pool);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     static const int chunks[] = {1, 3, TH_N};
     int a, bf16, threads, c, rc = 0;
@@ -159,6 +231,10 @@ int main(int argc, char **argv) {
                 for (c = 0; c < 3; c++) rc |= th_forward(argv[a], &m, bf16, threads, chunks[c]);
         for (threads = 1; threads <= 2; threads++)
             for (c = 0; c < 2; c++) rc |= th_train(argv[a], &m, threads, c);
+        for (threads = 1; threads <= 2; threads++) {
+            if (m.vision.loaded) rc |= th_vision(argv[a], &m, threads);
+            if (m.audio.loaded) rc |= th_audio(argv[a], &m, threads);
+        }
         g4_model_free(&m);
     }
     return rc;

@@ -24,4 +24,4 @@ for d in $t/*/; do
   grep -q gemma4_assistant "$d/config.json" && continue
   models="$models $d"
 done
-"$tmp/tap_hashes" $models $t/e2b_drafter=$t/e2b_like $t/e2b_drafter_plain=$t/e2b_like $t/31b_drafter=$t/31b_like
+"$tmp/tap_hashes" $models data/vision/e2b_mm data/vision/31b_mm $t/e2b_drafter=$t/e2b_like $t/e2b_drafter_plain=$t/e2b_like $t/31b_drafter=$t/31b_like
