@@ -701,6 +701,9 @@ typedef struct g4_session {
     float *pack;               /* [pack_parts][G4__PACK_THREAD] the GEMM's packed weights
                                   and partial sums, one buffer per thread */
     int pack_parts;
+    int gemm_kc;               /* the float32 GEMM's kc (values of `in` per block), chosen by g4_session_init
+                                  from the L2 size below (g4__gemm_kc, >>gemm); 0: the compiled one */
+    long cache_l1d, cache_l2, cache_l3; /* the data caches the CPU reports (bytes; 0: not reported) */
     unsigned epoch;            /* counts g4_session_reset calls (a drafter checks it) */
     struct g4_train *train;    /* the training reference running this session: it takes the taps
                                   by id (g4__tap); NULL otherwise */
@@ -4039,9 +4042,12 @@ static void g4__parallel_range(const g4_session *s, size_t n, size_t cost, void 
                                void *ctx);
 static void g4__matmul(const g4_session *s, float *y, const float *x, const g4_tensor *w, int n);
 static size_t g4__pack_thread_floats(void); /* G4__PACK_THREAD: one thread's GEMM packing buffer */
+static void g4__cache_sizes(long *l1d, long *l2, long *l3); /* the caches the CPU reports (>>threads) */
+static int g4__gemm_kc(long l2);                            /* the GEMM's kc for that L2 (>>gemm) */
 static void g4__attend_blocked(float *out, const float *q, int G, const g4_kv_slot *sl, int kvh, int lo, int hi,
                                float *scores); /* = g4__attend (>>ops), the same bits */
 static void g4__matmul_rows(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1, float *ws);
+static float g4__dot_torch_v(const float *a, const float *b, int n); /* = g4__dot_torch (>>ops), the same bits */
 /* C [n][N] += A [n][K] B threaded (g4__gemm_acc; >>backward) */
 static void g4__bwd_mm(const g4_session *s, float *C, size_t ldc, const float *A, size_t lda, const unsigned char *B,
                        g4_dtype bdt, size_t ldb, int kmajor, int K, int n, int N);
@@ -4440,7 +4446,7 @@ G4__HD static float g4__dot_torch_rb(const float *a, const float *b, int n) {
 
 /* torch's dot product of two float rows of bf16 values: g4__matmul_torch_ref's
    order (ATen's dot_with_fp32_arith, AVX2) */
-G4__HD static float g4__dot_torch(const float *a, const float *b, int n) {
+G4__HD G4__MAYBE_UNUSED static float g4__dot_torch(const float *a, const float *b, int n) {
     return g4__dot_torch_as(a, b, G4__B_F32, n);
 }
 
@@ -4459,20 +4465,26 @@ G4__HD static float g4__dot_torch(const float *a, const float *b, int n) {
    to 256). */
 static void g4__attend_torch(float *out, const float *q, const g4_kv_slot *sl, int kvh, int lo, int hi, float *scores,
                              int nq, int len) {
-    int D = sl->head_dim, stride = sl->kv_heads * D, k, d, naive = (int64_t)D * nq * len < 400, tail4 = len & ~3;
+    int D = sl->head_dim, stride = sl->kv_heads * D, k, d, d0, naive = (int64_t)D * nq * len < 400, tail4 = len & ~3;
     for (k = lo; k <= hi; k++) {
         const float *key = sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D;
-        scores[k - lo] = g4__bf16_round(naive ? g4__dot_ref(q, key, D) : g4__dot_torch(q, key, D));
+        scores[k - lo] = g4__bf16_round(naive ? g4__dot_ref(q, key, D) : g4__dot_torch_v(q, key, D));
     }
     g4__softmax_torch(scores, hi - lo + 1, lo, len);
     for (k = lo; k <= hi; k++) scores[k - lo] = g4__bf16_round(scores[k - lo]);
-    for (d = 0; d < D; d++) {
-        float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (d0 = 0; d0 < D; d0 += 64) { /* 64 outputs at a time, key by key (each partial's sums in the same order) */
+        int w = D - d0 < 64 ? D - d0 : 64;
+        float part[4][64];
+        memset(part, 0, sizeof part);
         for (k = lo; k <= hi; k++) {
-            const float *val = sl->v + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D;
-            part[k < tail4 ? k % 4 : 0] += scores[k - lo] * val[d];
+            const float *val = sl->v + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D + (size_t)d0;
+            float *pk = part[k < tail4 ? k % 4 : 0], p = scores[k - lo];
+            if (w == 64) /* (a constant count, which GCC -O2 vectorizes) */
+                for (d = 0; d < 64; d++) pk[d] += p * val[d];
+            else
+                for (d = 0; d < w; d++) pk[d] += p * val[d];
         }
-        out[d] = g4__bf16_round(((part[0] + part[1]) + part[2]) + part[3]);
+        for (d = 0; d < w; d++) out[d0 + d] = g4__bf16_round(((part[0][d] + part[1][d]) + part[2][d]) + part[3][d]);
     }
 }
 
@@ -4640,6 +4652,8 @@ static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config 
     s->lora_rmax = m->lora_rmax;
     s->pack_parts = g4_pool_threads(cfg->pool);
     s->pack = g4__take(cv, (uint64_t)s->pack_parts * g4__pack_thread_floats(), sizeof(float));
+    g4__cache_sizes(&s->cache_l1d, &s->cache_l2, &s->cache_l3);
+    s->gemm_kc = g4__gemm_kc(s->cache_l2);
     { /* g4_forward_mm's rows (a config with placeholder ids only) */
         uint64_t mm = c->image_token_id >= 0 || c->video_token_id >= 0 || c->audio_token_id >= 0 ? rows : 0;
         s->mm_ids = (int32_t *)(void *)g4__take(cv, mm, sizeof(int32_t));
@@ -8899,8 +8913,16 @@ typedef struct { int mc, kc, nc; } g4__blocking; /* multiples of G4__TR, G4__VL,
    within a few % of it): a tile's 24 partial sums go through the buffer
    once per kc, and a 1536-wide matmul now has none. AVX2 and NEON keep 512
    (AVX2 measured no gain from 768-1536 on the Zen 3). */
-#ifndef G4_GEMM_KC
+#ifdef G4_GEMM_KC /* given at compile time: no choice at run time */
+#define G4__GEMM_KC_FIXED 1
+#else
 #define G4_GEMM_KC (G4__VL == 16 ? 2048 : 512)
+#endif
+/* AVX-512's kc at run time (g4__gemm_kc): up to 4096, which the buffer is sized for */
+#if G4__VL == 16 && !defined(G4__GEMM_KC_FIXED)
+#define G4__GEMM_KC_MAX 4096
+#else
+#define G4__GEMM_KC_MAX ((G4_GEMM_KC / G4__VL) * G4__VL)
 #endif
 #ifndef G4__GEMM_MC /* AVX2: 32 panels (measured +5% over 8 on E2B's shapes; 2, 4, 16, 64 slower than 32) */
 #define G4__GEMM_MC ((G4__VL == 8 ? 32 : G4__VL == 16 ? 4 : 8) * G4__TR)
@@ -8918,6 +8940,25 @@ typedef struct { int mc, kc, nc; } g4__blocking; /* multiples of G4__TR, G4__VL,
 /* floats of one thread's buffer: the packed W block, then the partial sums */
 #define G4__PACK_FLOATS(mc, kc, nc) ((size_t)(mc) * (size_t)(kc) + (size_t)(mc) * (size_t)(nc) * G4__VL)
 static const g4__blocking g4__gemm_blocks = {G4__GEMM_MC, (G4_GEMM_KC / G4__VL) * G4__VL, G4__GEMM_NC};
+/* kc for an L2 of l2 bytes (0: not reported), chosen once per session
+   (g4_session_init; g4__matmul_part runs it). AVX-512: the largest power of
+   two, 512 to G4__GEMM_KC_MAX, whose packed block (mc x kc floats) takes at
+   most an eighth of L2: 2048 on the Zen 4's 1 MB, where 2048 measured best
+   (kc 1024-3072 within a few %: the figures above), 4096 on a 2 MB L2. AVX2
+   and NEON, an L2 not reported, or G4_GEMM_KC given: the compiled kc (AVX2
+   measured no gain from 768-1536 on the Zen 3's 512 KB). The blocking
+   changes no bit (g4__gemm), so neither does this choice. */
+static int g4__gemm_kc(long l2) {
+#if G4__VL == 16 && !defined(G4__GEMM_KC_FIXED)
+    int kc = 512;
+    if (l2 <= 0) return g4__gemm_blocks.kc;
+    while (2 * kc <= G4__GEMM_KC_MAX && (long)G4__GEMM_MC * 2 * kc * (long)sizeof(float) <= l2 / 8) kc *= 2;
+    return kc;
+#else
+    (void)l2;
+    return g4__gemm_blocks.kc;
+#endif
+}
 /* The bf16-faithful mode's GEMM tile in torch's order (g4__tile_torch; the
    AVX2 and AVX-512 builds): torch's order (g4__matmul_torch_ref) keeps 64
    lane sums per output, so a tile's partial sums are 64 / VL vectors per
@@ -8933,7 +8974,7 @@ static const g4__blocking g4__torch_blocks = {G4__TORCH_MC, G4__TORCH_KC, G4__TO
 #define G4__TORCH_GEMM 0
 #define G4__TORCH_FLOATS 0
 #endif
-#define G4__PACK_FLOAT_MODE G4__PACK_FLOATS(G4__GEMM_MC, (G4_GEMM_KC / G4__VL) * G4__VL, G4__GEMM_NC)
+#define G4__PACK_FLOAT_MODE G4__PACK_FLOATS(G4__GEMM_MC, G4__GEMM_KC_MAX, G4__GEMM_NC)
 /* one thread's share of the session's packing buffers, in 64-byte lines */
 /* The VDPBF16PS tile's blocks (g4__micro_bf16, bf16_fast): its panels are
    bf16 (mc * kc / 2 floats) and a step is 32 values of k, so kc is larger:
@@ -9011,7 +9052,24 @@ static G4__NOINLINE void g4__micro_vs(float *wp, const unsigned char *const *wro
     G4__UNROLL for (u = 0; u < G4__TT; u++) xp[u] = xt[u];
     G4__UNROLL for (r = 0; r < G4__TR; r++)
         G4__UNROLL for (u = 0; u < G4__TT; u++) acc[r][u] = first ? g4__vzero() : g4__vload_x(part + (r * G4__TT + u) * G4__VL);
-    if (wrow)
+    if (wrow && dt == G4_BF16) { /* bf16 weights apart: the dtype's branch and the row pointers out of the loop
+                                    (GCC tested dt and reloaded a row pointer every step) */
+        const unsigned char *wr[G4__TR];
+        size_t i = 0;
+        G4__UNROLL for (r = 0; r < G4__TR; r++) wr[r] = wrow[r] + 2 * (size_t)k0;
+        for (s = 0; s < steps; s++, wp += G4__TR * G4__VL, i += (size_t)vs) {
+            G4__UNROLL for (r = 0; r < G4__TR; r++) {
+                wv[r] = g4__vload_w(wr[r], G4_BF16, i);
+                G4__IN_REGISTER(wv[r]);
+                g4__vstore(wp + r * G4__VL, wv[r]);
+            }
+            G4__UNROLL for (u = 0; u < G4__TT; u++) {
+                xv = g4__vload_x(xp[u] + i);
+                G4__IN_REGISTER(xv);
+                G4__UNROLL for (r = 0; r < G4__TR; r++) acc[r][u] = g4__vfma(wv[r], xv, acc[r][u]);
+            }
+        }
+    } else if (wrow)
         for (s = 0; s < steps; s++, wp += G4__TR * G4__VL) {
             G4__UNROLL for (r = 0; r < G4__TR; r++) {
                 wv[r] = g4__vload_w(wrow[r], dt, (size_t)k0 + (size_t)s * (size_t)vs);
@@ -9281,6 +9339,22 @@ static float g4__dot(const float *a, const float *b, int n) {
     return s;
 }
 
+/* g4__dot_torch (>>ops) on vectors: its 64 lane sums (acc[r][l] holds
+   elements 64 i + 8 r + l) are 64 / VL vectors over consecutive elements,
+   each a product then a sum as the scalar loop; then its own end (tree and
+   tails), so the same bits (the bf16 mode's attention scores) */
+static float g4__dot_torch_v(const float *a, const float *b, int n) {
+    g4__vec acc[64 / G4__VL];
+    float s[8][8];
+    int la = n & ~63, i, j;
+    G4__UNROLL for (j = 0; j < 64 / G4__VL; j++) acc[j] = g4__vzero();
+    for (i = 0; i < la; i += 64)
+        G4__UNROLL for (j = 0; j < 64 / G4__VL; j++)
+            acc[j] = g4__vadd(acc[j], g4__vmul(g4__vload_x(a + i + j * G4__VL), g4__vload_x(b + i + j * G4__VL)));
+    for (j = 0; j < 64 / G4__VL; j++) g4__vstore(&s[0][0] + j * G4__VL, acc[j]);
+    return g4__dot_torch_end(s, a, b, G4__B_F32, n);
+}
+
 /* y[i] += a * x[i], a product then a sum per element as the scalar loop
    (attention's weighted sum of values) */
 static void g4__axpy(float *y, float a, const float *x, int n) {
@@ -9496,11 +9570,13 @@ static void g4__matmul_bf16dot(float *y, const float *x, const uint16_t *xb, con
 #define G4__HAVE_GEMM 0
 #define G4__TORCH_GEMM 0
 #define G4__PACK_THREAD 0 /* no packing buffer */
+static int g4__gemm_kc(long l2) { (void)l2; return 0; }
 static void g4__matmul_rows(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1, float *ws) {
     (void)ws;
     g4__matmul_ref(y, x, w, n, o0, o1);
 }
 static float g4__dot(const float *a, const float *b, int n) { return g4__dot_ref(a, b, n); }
+static float g4__dot_torch_v(const float *a, const float *b, int n) { return g4__dot_torch(a, b, n); }
 static void g4__gelu_n(float *y, const float *x, size_t n) {
     size_t i;
     for (i = 0; i < n; i++) y[i] = g4__gelu(x[i]);
@@ -9685,12 +9761,20 @@ static void g4__expf_n(float *y, const float *x, size_t n) {
    the sum in order, / sum; the same bits */
 static void g4__softmax_n(float *x, int n) {
     float mx = x[0], sum = 0.0f;
-    int i;
+    int i = 0;
     for (i = 1; i < n; i++) if (x[i] > mx) mx = x[i];
-    for (i = 0; i < n; i++) x[i] = x[i] - mx;
+    i = 0;
+#ifdef G4__VL /* (SIMD builds) x - max and / sum lane by lane: one IEEE operation per element either way */
+    for (; i + G4__VL <= n; i += G4__VL) g4__vstore(x + i, g4__vsub(g4__vload_x(x + i), g4__vset1(mx)));
+#endif
+    for (; i < n; i++) x[i] = x[i] - mx;
     g4__expf_n(x, x, (size_t)n);
     for (i = 0; i < n; i++) sum += x[i];
-    for (i = 0; i < n; i++) x[i] /= sum;
+    i = 0;
+#ifdef G4__VL
+    for (; i + G4__VL <= n; i += G4__VL) g4__vstore(x + i, g4__vdiv(g4__vload_x(x + i), g4__vset1(sum)));
+#endif
+    for (; i < n; i++) x[i] /= sum;
 }
 
 /* ----------------------------------------------------- threads >>threads */
@@ -9956,7 +10040,7 @@ static void g4__lora_add(float *y, const float *u, const g4_lora *lo, int n, int
    (g4__act). */
 typedef struct {
     float *y; const float *x; const uint16_t *xb; const g4_tensor *w; float *pack; const float *lu;
-    int n, bf16dot, torch, bf16, bf16mode, lora_bf16;
+    int n, bf16dot, torch, bf16, bf16mode, lora_bf16, kc; /* kc: the session's gemm_kc (0: the compiled one) */
 } g4__mm_job;
 
 static void g4__matmul_part(void *ctx, int part, int n_parts) {
@@ -9976,7 +10060,16 @@ static void g4__matmul_part(void *ctx, int part, int n_parts) {
     else
 #endif
     if (j->torch) g4__matmul_torch(j->y, j->x, j->w, j->n, o0, o1);
-    else g4__matmul_rows(j->y, j->x, j->w, j->n, o0, o1, j->pack + (size_t)part * G4__PACK_THREAD);
+    else
+#if G4__HAVE_GEMM
+    if (j->n > 1 && j->kc > 0) { /* the session's blocking */
+        g4__blocking b = g4__gemm_blocks;
+        b.kc = j->kc;
+        g4__gemm(j->y, (size_t)out, j->x, NULL, (size_t)j->w->shape[1], j->w, j->n, o0, o1, j->pack + (size_t)part * G4__PACK_THREAD, &b,
+                 G4__TILE_F32);
+    } else
+#endif
+        g4__matmul_rows(j->y, j->x, j->w, j->n, o0, o1, j->pack + (size_t)part * G4__PACK_THREAD);
     if (j->w->lora && j->lora_bf16) g4__lora_add_bf16(j->y, j->lu, j->w->lora, j->n, o0, o1);
     else if (j->w->lora) g4__lora_add(j->y, j->lu, j->w->lora, j->n, o0, o1, j->bf16mode);
     if (j->bf16)
@@ -9992,6 +10085,7 @@ static void g4__matmul_cast(const g4_session *s, float *y, const float *x, const
     j.bf16mode = s->cfg.bf16;
     j.lora_bf16 = s->cfg.bf16 && s->cfg.lora_bf16;
     j.pack = s->pack;
+    j.kc = s->gemm_kc;
     j.bf16dot = G4__BF16DOT && s->cfg.bf16 && s->cfg.bf16_fast && w->dtype == G4_BF16; /* opt-in only */
     j.torch = !j.bf16dot && s->cfg.bf16 && w->dtype == G4_BF16; /* torch's summation order */
     j.bf16 = s->cfg.bf16 && cast;
@@ -10066,6 +10160,49 @@ static void g4__bwd_mm(const g4_session *s, float *C, size_t ldc, const float *A
 
 static size_t g4__pack_thread_floats(void) { return G4__PACK_THREAD; }
 
+/* The data caches the CPU reports, in bytes (0: not reported): on Linux
+   sysfs (cpu0's caches by level, instruction caches skipped), elsewhere
+   sysconf where the C library names them (glibc's _SC_LEVEL*_CACHE_SIZE),
+   else none. */
+static void g4__cache_sizes(long *l1d, long *l2, long *l3) {
+    long *at[3];
+    at[0] = l1d; at[1] = l2; at[2] = l3;
+    *l1d = *l2 = *l3 = 0;
+#if defined(__linux__)
+    {
+        char path[80], line[64];
+        int i, lvl;
+        for (i = 0; i < 10; i++) {
+            FILE *f;
+            long v;
+            char *end;
+            snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+            if (!(f = fopen(path, "r"))) break;
+            lvl = fgets(line, sizeof line, f) ? atoi(line) : 0;
+            fclose(f);
+            snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
+            if (!(f = fopen(path, "r"))) continue;
+            if (!fgets(line, sizeof line, f)) line[0] = 0;
+            fclose(f);
+            if (lvl < 1 || lvl > 3 || strncmp(line, "Instruction", 11) == 0) continue;
+            snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+            if (!(f = fopen(path, "r"))) continue;
+            v = fgets(line, sizeof line, f) ? strtol(line, &end, 10) : 0;
+            fclose(f);
+            if (v <= 0) continue;
+            if (*end == 'K') v *= 1024;
+            else if (*end == 'M') v *= 1024 * 1024;
+            *at[lvl - 1] = v;
+        }
+    }
+#endif
+#if defined(_SC_LEVEL1_DCACHE_SIZE) && defined(_SC_LEVEL2_CACHE_SIZE) && defined(_SC_LEVEL3_CACHE_SIZE)
+    if (!*l1d) *l1d = sysconf(_SC_LEVEL1_DCACHE_SIZE) > 0 ? sysconf(_SC_LEVEL1_DCACHE_SIZE) : 0;
+    if (!*l2) *l2 = sysconf(_SC_LEVEL2_CACHE_SIZE) > 0 ? sysconf(_SC_LEVEL2_CACHE_SIZE) : 0;
+    if (!*l3) *l3 = sysconf(_SC_LEVEL3_CACHE_SIZE) > 0 ? sysconf(_SC_LEVEL3_CACHE_SIZE) : 0;
+#endif
+}
+
 /* g4__attend (>>ops), blocked: G query heads of one KV head over keys [lo, hi]
    of a slot, for each: scores = q.k (scale 1.0), softmax in float32, out =
    sum p * v. Head h's q, out
@@ -10093,7 +10230,7 @@ static void g4__attend_blocked(float *out, const float *q, int G, const g4_kv_sl
         }
         for (j = 0; j < L % 8; j++) sh[L - L % 8 + j] = g4__dot(qh, rows[j], D);
     }
-    for (h = 0; h < G; h++) g4__softmax(scores + (size_t)h * (size_t)L, L);
+    for (h = 0; h < G; h++) g4__softmax_n(scores + (size_t)h * (size_t)L, L); /* g4__softmax's bits, its exps in SIMD */
     /* out = 0, then out += p[k] v[k], k in order (g4__wsum_ring: as g4__axpy per key), runs of keys across the heads */
     for (c = lo; c <= hi; c += G4__ATT_KEYS) {
         int m = hi - c + 1 < G4__ATT_KEYS ? hi - c + 1 : G4__ATT_KEYS;

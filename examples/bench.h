@@ -425,39 +425,28 @@ done:
     return rc;
 }
 
-/* The GEMM's blocking (compiled in, >>gemm) and the cache sizes this CPU reports
-   (Linux sysfs, cpu0: L1d, L2, L3), printed beside the figures they explain */
-static void g4b_print_blocking(void) {
-    static const char *names[] = {"L1d", "L2", "L3"};
-    char path[96], line[64], sizes[160] = "";
-    int i, lvl, used = 0;
-    for (i = 0; i < 8; i++) {
-        FILE *f;
-        char type[32] = "";
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
-        if (!(f = fopen(path, "r"))) break;
-        lvl = fgets(line, sizeof line, f) ? atoi(line) : 0;
-        fclose(f);
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
-        if ((f = fopen(path, "r"))) { if (!fgets(type, sizeof type, f)) type[0] = 0; fclose(f); }
-        if (lvl < 1 || lvl > 3 || strncmp(type, "Instruction", 11) == 0) continue;
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
-        if (!(f = fopen(path, "r"))) continue;
-        if (fgets(line, sizeof line, f)) {
-            line[strcspn(line, "\n")] = 0;
-            used += snprintf(sizes + used, sizeof sizes - (size_t)used, "%s%s %s", used ? ", " : "", names[lvl - 1], line);
-            if (used >= (int)sizeof sizes) used = (int)sizeof sizes - 1;
-        }
-        fclose(f);
-    }
+/* The GEMM's blocking (>>gemm: kc chosen by g4_session_init from the L2 size)
+   and the cache sizes the library read (g4__cache_sizes: Linux sysfs, cpu0),
+   printed beside the figures they explain */
+static void g4b_print_blocking(const g4_session *s) {
+    char sizes[160] = "";
+    int used = 0;
+    if (s->cache_l1d) used += snprintf(sizes + used, sizeof sizes - (size_t)used, "L1d %ldK", s->cache_l1d / 1024);
+    if (s->cache_l2) used += snprintf(sizes + used, sizeof sizes - (size_t)used, "%sL2 %ldK", used ? ", " : "", s->cache_l2 / 1024);
+    if (s->cache_l3) used += snprintf(sizes + used, sizeof sizes - (size_t)used, "%sL3 %ldK", used ? ", " : "", s->cache_l3 / 1024);
 #if defined(G4__HAVE_GEMM) && G4__HAVE_GEMM
-    printf("gemm: %s tile %d rows x %d tokens, blocks mc %d rows, kc %d, nc %d tokens (a chunk in equal blocks of at most nc); "
-           "per-thread buffer %.0f KB\n", g4_simd_name(), G4__TR, G4__TT, g4__gemm_blocks.mc, g4__gemm_blocks.kc, g4__gemm_blocks.nc,
-           4.0 * (double)G4__PACK_THREAD / 1024.0);
+    printf("gemm: %s tile %d rows x %d tokens, blocks mc %d rows, kc %d (%s), nc %d tokens (a chunk in equal blocks of at most nc); "
+           "per-thread buffer %.0f KB\n", g4_simd_name(), G4__TR, G4__TT, g4__gemm_blocks.mc, s->gemm_kc ? s->gemm_kc : g4__gemm_blocks.kc,
+#ifdef G4__GEMM_KC_FIXED
+           "G4_GEMM_KC",
+#else
+           G4__VL == 16 && s->cache_l2 ? "from the L2 size" : "compiled",
+#endif
+           g4__gemm_blocks.nc, 4.0 * (double)G4__PACK_THREAD / 1024.0);
 #else
     printf("gemm: none (%s kernels)\n", g4_simd_name());
 #endif
-    printf("caches (cpu0, sysfs): %s\n", used ? sizes : "not reported");
+    printf("caches (cpu0, as the library read them): %s\n", used ? sizes : "not reported");
 }
 
 /* the weights of the KV-reader layers (first_shared and after): a prefill with
@@ -543,7 +532,7 @@ static int g4b_bench(const char *dir, const g4b_opts *o) {
     getrusage(RUSAGE_SELF, &ru);
     printf("model: %s, %d layers, %s kernels, %d threads%s\n", dir, m.config.num_hidden_layers, g4_simd_name(), threads,
            sc.bf16 ? ", bf16-faithful mode" : "");
-    g4b_print_blocking();
+    g4b_print_blocking(&s);
     /* prefill FLOPs: 2 per weight per token, except lm_head and the KV-reader
        layers, which only the last token runs (G4_LOGITS_LAST); attention's own
        FLOPs (< 1% at these lengths) are not counted */

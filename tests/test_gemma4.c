@@ -845,7 +845,98 @@ static void gemm_blocking(g4__tile_kind kind) {
 }
 
 static void test_gemm_blocking(void) { gemm_blocking(G4__TILE_F32); }
+
+/* The kc g4_session_init chooses from the L2 size (g4__gemm_kc): a multiple
+   of the vector, within G4__GEMM_KC_MAX and the per-thread buffer
+   (g4_session_size's G4__PACK_THREAD), never smaller for a larger L2, the
+   compiled kc for an L2 not reported; on AVX-512 (kc not fixed at compile
+   time) the sizes the rule gives (2048 for 1 MB). A matmul at the largest kc
+   (two k blocks and a tail) gives the default blocking's bits and decode's,
+   and stays inside the buffer. */
+static void test_gemm_kc_choice(void) {
+    static const long l2s[] = {0, 64L << 10, 256L << 10, 512L << 10, 1L << 20, 2L << 20, 64L << 20};
+    int a, kc, prev = 0, bad = 0, i, t, in = G4__GEMM_KC_MAX + 37, out = 9, n = 13;
+    g4__blocking big = g4__gemm_blocks;
+    uint16_t *wd = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)in * out);
+    float *x = (float *)malloc(sizeof(float) * (size_t)in * n), *y1 = (float *)malloc(sizeof(float) * (size_t)out * n);
+    float *y2 = (float *)malloc(sizeof(float) * (size_t)out * n), *yd = (float *)malloc(sizeof(float) * out);
+    float *ws = (float *)malloc(sizeof(float) * (G4__PACK_THREAD + 1));
+    unsigned seed = 31;
+    g4_tensor w;
+    for (a = 0; a < 7; a++) {
+        kc = g4__gemm_kc(l2s[a]);
+        if (kc <= 0 || kc % G4__VL || kc > G4__GEMM_KC_MAX || G4__PACK_FLOATS(g4__gemm_blocks.mc, kc, g4__gemm_blocks.nc) > G4__PACK_THREAD ||
+            (a > 1 && kc < prev)) {
+            printf("  L2 %ld bytes: kc %d\n", l2s[a], kc);
+            bad++;
+        }
+        if (a > 0) prev = kc;
+    }
+    CHECK(bad == 0, "%d L2 sizes give a kc outside the rule's bounds", bad);
+    CHECK(g4__gemm_kc(0) == g4__gemm_blocks.kc, "an L2 not reported: kc %d, not the compiled %d", g4__gemm_kc(0), g4__gemm_blocks.kc);
+#if G4__VL == 16 && !defined(G4__GEMM_KC_FIXED)
+    CHECK(g4__gemm_kc(1L << 20) == 2048 && g4__gemm_kc(2L << 20) == 4096 && g4__gemm_kc(256L << 10) == 512 && g4__gemm_kc(64L << 20) == 4096,
+          "AVX-512: kc %d %d %d %d for L2 1 MB, 2 MB, 256 KB, 64 MB (want 2048 4096 512 4096)", g4__gemm_kc(1L << 20), g4__gemm_kc(2L << 20),
+          g4__gemm_kc(256L << 10), g4__gemm_kc(64L << 20));
 #endif
+    for (i = 0; i < in * out; i++) {
+        seed = seed * 1103515245u + 12345u;
+        wd[i] = (uint16_t)(0x3c00 + (seed >> 16) % 0x700 + ((seed >> 8) & 1 ? 0x8000 : 0));
+    }
+    for (i = 0; i < in * n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        x[i] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+    }
+    memset(&w, 0, sizeof w);
+    w.data = wd; w.dtype = G4_BF16; w.ndim = 2; w.shape[0] = out; w.shape[1] = in;
+    big.kc = G4__GEMM_KC_MAX;
+    ws[G4__PACK_THREAD] = 1234.5f;
+    g4__gemm(y1, (size_t)out, x, NULL, (size_t)in, &w, n, 0, out, ws, &big, G4__TILE_F32);
+    CHECK(ws[G4__PACK_THREAD] == 1234.5f, "kc %d wrote past the per-thread buffer", big.kc);
+    g4__gemm(y2, (size_t)out, x, NULL, (size_t)in, &w, n, 0, out, ws, &g4__gemm_blocks, G4__TILE_F32);
+    CHECK(memcmp(y1, y2, sizeof(float) * (size_t)out * n) == 0, "kc %d and the default kc %d differ in bits", big.kc, g4__gemm_blocks.kc);
+    for (t = 0, bad = 0; t < n; t++) {
+        g4__rows1(yd, x + (size_t)t * in, (const unsigned char *)w.data, G4_BF16, 2, in, 0, out);
+        bad += memcmp(yd, y1 + (size_t)t * out, sizeof(float) * out) != 0;
+    }
+    CHECK(bad == 0, "%d of %d token rows at kc %d differ from decode", bad, n, big.kc);
+    printf("  kc for L2 0, 64K, 256K, 512K, 1M, 2M, 64M: %d %d %d %d %d %d %d (max %d; in %d at kc max = default = decode)\n", g4__gemm_kc(0),
+           g4__gemm_kc(l2s[1]), g4__gemm_kc(l2s[2]), g4__gemm_kc(l2s[3]), g4__gemm_kc(l2s[4]), g4__gemm_kc(l2s[5]), g4__gemm_kc(l2s[6]),
+           G4__GEMM_KC_MAX, in);
+    free(wd); free(x); free(y1); free(y2); free(yd); free(ws);
+}
+#endif
+
+/* The bf16 mode's attention scores on vectors (g4__dot_torch_v) give
+   g4__dot_torch's bits: lengths below, at and past its 64-element blocks and
+   16-element tails, bf16 values (as the mode's q and k) and plain floats. */
+static void test_dot_torch_v(void) {
+    static const int ns[] = {1, 7, 15, 16, 17, 63, 64, 65, 100, 128, 129, 200, 256, 257, 512};
+    unsigned seed = 99;
+    int a, i, r, bad = 0, cases = 0;
+    for (r = 0; r < 2; r++)
+        for (a = 0; a < 15; a++) {
+            int n = ns[a];
+            float *x = (float *)malloc(sizeof(float) * n), *y = (float *)malloc(sizeof(float) * n), d1, d2;
+            for (i = 0; i < n; i++) {
+                seed = seed * 1103515245u + 12345u;
+                x[i] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+                seed = seed * 1103515245u + 12345u;
+                y[i] = (float)((seed >> 8) & 0xffff) / 4096.0f - 8.0f;
+                if (r == 0) { x[i] = g4__bf16_round(x[i]); y[i] = g4__bf16_round(y[i]); }
+            }
+            d1 = g4__dot_torch(x, y, n);
+            d2 = g4__dot_torch_v(x, y, n);
+            if (memcmp(&d1, &d2, 4) != 0) {
+                printf("  n %d (%s): %.9g against %.9g\n", n, r ? "floats" : "bf16 values", d2, d1);
+                bad++;
+            }
+            cases++;
+            free(x); free(y);
+        }
+    printf("  %d cases (n 1 to 512, bf16 values and floats)\n", cases);
+    CHECK(bad == 0, "%d of %d dot products differ from g4__dot_torch", bad, cases);
+}
 
 /* Attention's kernels (g4__attend): q.k for 8 keys side by side (g4__dot8,
    outputs adjacent or strided as for 8 heads) gives each key's g4__dot bits,
@@ -1352,9 +1443,11 @@ int main(int argc, char **argv) {
     run("simd matmul tiles vs the scalar reference", test_simd_matmul_vs_scalar);
 #if G4__HAVE_GEMM
     run("packed GEMM: every blocking edge, = reference, = decode bits", test_gemm_blocking);
+    run("packed GEMM: kc from the L2 size, within the buffer; the largest kc = default = decode bits", test_gemm_kc_choice);
 #endif
     run("attention: 8 keys at a time = g4__dot and g4__axpy key by key, bit for bit", test_attention_kernels);
     run("attention: the blocked kernel = the reference loop (g4__attend), bit for bit", test_attend_blocked_vs_reference);
+    run("bf16 attention scores: the SIMD torch-order dot = g4__dot_torch, bit for bit", test_dot_torch_v);
     run("gelu: SIMD = scalar twin, close to the exact formula", test_gelu_vs_scalar);
     run("threads: same bits as one thread, every golden model", test_threads_bit_identical);
     run("KV-reader layers on the asked rows only: LAST, chunks, NONE + decode = ALL's last row", test_reader_rows_sliced);
