@@ -40,8 +40,9 @@
                          settings, sample_frames, each frame as an image with the
                          fused rescale/normalize; the processor's video expansion
                          in text (the frames' mm:ss stamps, g4_mm_expand_videos)
-       >>audio_features  Gemma4AudioFeatureExtractor's log-mel features (g4_audio_fe,
-                         g4_audio_features) and the WAV reader (g4_wav_parse)
+       >>audio_features  Gemma4AudioFeatureExtractor's settings from processor_config.json
+                         (g4_audio_fe_load), its log-mel features (g4_audio_features)
+                         and the WAV reader (g4_wav_parse)
        >>unified_processing the 12B's Gemma4UnifiedProcessor: its audio frames' settings
                          (g4_unified_fe), the framing (g4_unified_fe_frames), token
                          counts; images and placeholders are
@@ -481,24 +482,27 @@ G4_API g4_result g4_mm_expand_videos(const g4_tokenizer *tok, const g4_config *c
                                      char *err);
 
 /* ---------------------------------------------------- audio features */
-/* Gemma4AudioFeatureExtractor with its defaults (the E2B/E4B processor's):
-   16 kHz mono float PCM -> log-mel features and the valid-frame mask.
-   The clip is padded with zeros to a multiple of 128 samples, 160 zeros
-   are put before it (semicausal), and 320-sample frames every 160 samples
-   get a periodic Hann window, a 512-point FFT, the magnitude, 128 HTK mel
-   filters (0-8000 Hz, built in float64) and log(mel + 1e-3); a frame whose
-   window reaches past the clip's real samples is invalid and set to 0.
-   Refused (G4_ERR_INPUT, message in err): a rate other than 16000 (as
+/* Gemma4AudioFeatureExtractor (the E2B/E4B processor's): mono float PCM at
+   sampling_rate -> log-mel features and the valid-frame mask. With the
+   defaults: the clip is padded with zeros to a multiple of 128 samples, 160
+   zeros are put before it (semicausal), and 320-sample frames every 160
+   samples get a periodic Hann window, a 512-point FFT, the magnitude, 128 HTK
+   mel filters (0-8000 Hz, built in float64) and log(mel + 1e-3); a frame
+   whose window reaches past the clip's real samples is invalid and set to 0.
+   Refused (G4_ERR_INPUT, message in err): a rate other than sampling_rate (as
    transformers refuses it), more than 480000 samples (30 s; transformers
    truncates silently: pass the first 480000 to get its result), fewer than
    one frame's worth (129 samples), non-finite samples.
-   g4_audio_fe_init allocates the window and the filters (g4_audio_fe_free);
-   g4_audio_features allocates nothing. */
+   g4_audio_fe_init (the defaults) and g4_audio_fe_load / _parse (the
+   checkpoint's settings) allocate the window and the filters
+   (g4_audio_fe_free); g4_audio_features allocates nothing. */
 typedef struct {
     int sampling_rate, feature_size;   /* 16000, 128 */
-    int frame_length, hop_length, fft_length; /* 320, 160, 512 */
-    int max_length, pad_to_multiple_of;  /* 480000 samples, 128 */
+    int frame_length, hop_length, fft_length; /* 320, 160, 512: from frame_length_ms, hop_length_ms, fft_overdrive */
+    int max_length, pad_to_multiple_of;  /* 480000 samples, 128 (__call__'s defaults, not settings) */
     double min_frequency, max_frequency, mel_floor; /* 0, 8000, 1e-3 */
+    double input_scale_factor;         /* 1: the waveform times it, in float32 */
+    int audio_seq_length;              /* 750: Gemma4Processor's cap on a clip's placeholders */
     float *window;                     /* [frame_length] periodic Hann, float32 as numpy casts it */
     double *mel_filters;               /* [fft_length/2 + 1][feature_size] */
     double *twiddle;                   /* [fft_length] cos, sin of 2 pi k / fft_length */
@@ -506,6 +510,29 @@ typedef struct {
 } g4_audio_fe;
 
 G4_API g4_result g4_audio_fe_init(g4_audio_fe *fe);
+/* The settings of processor_config.json's "feature_extractor" (or a flat
+   preprocessor_config.json) and its audio_seq_length, as
+   Gemma4AudioFeatureExtractor.from_dict reads them: sampling_rate,
+   feature_size, frame_length_ms, hop_length_ms (frame_length = round(sr * ms /
+   1000), half to even), fft_overdrive (the FFT twice the next power of two),
+   min_frequency, max_frequency, mel_floor, input_scale_factor; absent or
+   null: the class's defaults. Refused, naming the field: a wrong type or a
+   value out of range; a stored frame_length, hop_length or fft_length unlike
+   the one transformers computes from the ms settings (it ignores the stored
+   one); a feature_extractor_type other than Gemma4AudioFeatureExtractor;
+   what gemma4.h does not implement: dither > 0 (numpy's random noise),
+   preemphasis > 0, per_bin_mean / per_bin_stddev not null, padding_side
+   "left", return_attention_mask false. padding_value only pads samples in
+   frames the mask drops, so it changes nothing. fe must hold no tables (a
+   fresh struct, or after g4_audio_fe_free); on an error it holds none. */
+G4_API g4_result g4_audio_fe_parse(g4_audio_fe *fe, const char *json, size_t len, const char *name);
+/* PATH: a .json file, or a directory holding processor_config.json (else
+   preprocessor_config.json; with neither, the defaults). */
+G4_API g4_result g4_audio_fe_load(g4_audio_fe *fe, const char *path);
+/* G4_ERR_CONFIG (message in fe->error) when the model has no audio tower, is
+   a gemma4_unified one (its extractor is g4_unified_fe), or its tower takes
+   other than feature_size mel bins (audio_config.subsampling_conv_channels[0]). */
+G4_API g4_result g4_audio_fe_check(g4_audio_fe *fe, const g4_config *c);
 G4_API void g4_audio_fe_free(g4_audio_fe *fe);
 /* The feature frames n_samples give (0 if none), and the scratch floats g4_audio_features needs. */
 G4_API int g4_audio_fe_frames(const g4_audio_fe *fe, int n_samples);
@@ -6149,25 +6176,31 @@ static g4_result g4__image_config_fields(g4_image_config *ic, const g4__cfg *c) 
 }
 
 /* The processor configs g4_*_parse and g4_*_load read, each into its struct */
-typedef enum { G4__PROC_IMAGE, G4__PROC_VIDEO, G4__PROC_UNIFIED_FE } g4__proc_kind;
+typedef enum { G4__PROC_IMAGE, G4__PROC_VIDEO, G4__PROC_UNIFIED_FE, G4__PROC_AUDIO_FE } g4__proc_kind;
 static g4_result g4__video_config_fields(g4_video_config *vc, const g4__cfg *c);
 static g4_result g4__unified_fe_fields(g4_unified_fe *fe, const g4__cfg *c);
+static g4_result g4__audio_fe_fields(g4_audio_fe *fe, const g4__cfg *c);
+static void g4__audio_fe_defaults(g4_audio_fe *fe);
 
 /* cfg set to its kind's defaults (its _init); its error buffer */
 static char *g4__proc_reset(g4__proc_kind k, void *cfg) {
     g4_image_config *ic = (g4_image_config *)cfg;
     g4_video_config *vc = (g4_video_config *)cfg;
     g4_unified_fe *fe = (g4_unified_fe *)cfg;
-    if (k == G4__PROC_IMAGE) return (*ic = g4_image_config_init()).error;
-    if (k == G4__PROC_VIDEO) return (*vc = g4_video_config_init()).error;
-    return (*fe = g4_unified_fe_init()).error;
+    g4_audio_fe *afe = (g4_audio_fe *)cfg;
+    /* (not `return (*ic = ...).error`: an assignment is no lvalue, so that would be a dead temporary's buffer) */
+    if (k == G4__PROC_IMAGE) { *ic = g4_image_config_init(); return ic->error; }
+    if (k == G4__PROC_VIDEO) { *vc = g4_video_config_init(); return vc->error; }
+    if (k == G4__PROC_AUDIO_FE) { g4__audio_fe_defaults(afe); return afe->error; }
+    *fe = g4_unified_fe_init();
+    return fe->error;
 }
 
 /* g4_*_parse: the defaults, then the fields of the JSON text `json` (in a
    processor_config.json, of the processor's own object) */
 static g4_result g4__proc_parse(g4__proc_kind k, void *cfg, const char *json, size_t len, const char *name) {
-    static const char *const key[] = {"image_processor", "video_processor", "feature_extractor"};
-    static const char *const scope[] = {"image_processor.", "video_processor.", "feature_extractor."};
+    static const char *const key[] = {"image_processor", "video_processor", "feature_extractor", "feature_extractor"};
+    static const char *const scope[] = {"image_processor.", "video_processor.", "feature_extractor.", "feature_extractor."};
     g4__json j;
     g4__cfg c;
     g4_result r;
@@ -6178,6 +6211,7 @@ static g4_result g4__proc_parse(g4__proc_kind k, void *cfg, const char *json, si
     if ((r = g4__proc_json_open(&j, &c, json, len, name, key[k], scope[k], error)) != G4_OK) return r;
     if (k == G4__PROC_IMAGE) r = g4__image_config_fields((g4_image_config *)cfg, &c);
     else if (k == G4__PROC_VIDEO) r = g4__video_config_fields((g4_video_config *)cfg, &c);
+    else if (k == G4__PROC_AUDIO_FE) r = g4__audio_fe_fields((g4_audio_fe *)cfg, &c);
     else r = g4__unified_fe_fields((g4_unified_fe *)cfg, &c);
     g4__json_free(&j);
     return r;
@@ -6936,7 +6970,7 @@ G4__DEF g4_result g4_mm_expand_videos(const g4_tokenizer *tok, const g4_config *
 
 /* ---------------------------------------- audio features >>audio_features */
 /* Gemma4AudioFeatureExtractor (feature_extraction_gemma4.py) with its
-   defaults, and a WAV reader. Bits: numpy computes the FFT in complex64 and
+   defaults or a checkpoint's settings, and a WAV reader. Bits: numpy computes the FFT in complex64 and
    everything after it in float64; here the FFT is float64, its magnitude is
    rounded to float32 where numpy's is float32, and the rest is float64 as in
    numpy. So the features differ from transformers' by numpy's own float32 FFT
@@ -6957,10 +6991,8 @@ G4__DEF void g4_audio_fe_free(g4_audio_fe *fe) {
     fe->twiddle = NULL;
 }
 
-G4__DEF g4_result g4_audio_fe_init(g4_audio_fe *fe) {
-    int k, m, nb, nm, M;
-    double mel_min, mel_max, step, *ff, *fft;
-    if (!fe) return G4_ERR_INPUT;
+/* Gemma4AudioFeatureExtractor's defaults, no tables */
+static void g4__audio_fe_defaults(g4_audio_fe *fe) {
     memset(fe, 0, sizeof *fe);
     fe->sampling_rate = 16000;
     fe->feature_size = 128;
@@ -6972,6 +7004,178 @@ G4__DEF g4_result g4_audio_fe_init(g4_audio_fe *fe) {
     fe->min_frequency = 0.0;
     fe->max_frequency = 8000.0;
     fe->mel_floor = 1e-3;
+    fe->input_scale_factor = 1.0;
+    fe->audio_seq_length = 750;
+}
+
+static g4_result g4__audio_fe_tables(g4_audio_fe *fe);
+
+G4__DEF g4_result g4_audio_fe_init(g4_audio_fe *fe) {
+    if (!fe) return G4_ERR_INPUT;
+    g4__audio_fe_defaults(fe);
+    return g4__audio_fe_tables(fe);
+}
+
+G4__DEF g4_result g4_audio_fe_parse(g4_audio_fe *fe, const char *json, size_t len, const char *name) {
+    g4_result r = g4__proc_parse(G4__PROC_AUDIO_FE, fe, json, len, name);
+    return r == G4_OK ? g4__audio_fe_tables(fe) : r;
+}
+
+G4__DEF g4_result g4_audio_fe_load(g4_audio_fe *fe, const char *path) {
+    g4_result r = g4__proc_config_load(G4__PROC_AUDIO_FE, fe, path);
+    return r == G4_OK ? g4__audio_fe_tables(fe) : r;
+}
+
+G4__DEF g4_result g4_audio_fe_check(g4_audio_fe *fe, const g4_config *c) {
+    if (!fe) return G4_ERR_INPUT;
+    if (!c || c->unified) {
+        g4__seterr(fe->error, "the model is %s: its feature extractor is Gemma4UnifiedAudioFeatureExtractor "
+                   "(g4_unified_fe_load)", c ? "a gemma4_unified one" : "NULL");
+        return G4_ERR_CONFIG;
+    }
+    if (!c->audio.present) { g4__seterr(fe->error, "the model has no audio_config"); return G4_ERR_CONFIG; }
+    if (fe->feature_size != c->audio.subsampling_conv_channels[0]) {
+        g4__seterr(fe->error, "the feature extractor's feature_size %d contradicts the model's audio tower, which takes "
+                   "%d mel bins (audio_config.subsampling_conv_channels[0])", fe->feature_size,
+                   c->audio.subsampling_conv_channels[0]);
+        return G4_ERR_CONFIG;
+    }
+    return G4_OK;
+}
+
+/* A number field as a double: absent or null gives def; else in [lo, hi] */
+static g4_result g4__cfg_double(const g4__cfg *c, const char *key, double *out, double def, double lo, double hi) {
+    int n = g4__jget(c->j, c->obj, key);
+    const g4__jnode *nd;
+    if (n < 0 || c->j->nodes[n].type == G4__JNULL) { *out = def; return G4_OK; }
+    nd = &c->j->nodes[n];
+    if (nd->type != G4__JNUM) {
+        g4__seterr(c->err, "%s: field '%s%s' must be a number, got %s", c->name, c->scope, key, g4__jtype_name(nd->type));
+        return G4_ERR_CONFIG;
+    }
+    if (!(nd->num >= lo && nd->num <= hi)) {
+        g4__seterr(c->err, "%s: field '%s%s' is %g, outside [%g, %g]", c->name, c->scope, key, nd->num, lo, hi);
+        return G4_ERR_CONFIG;
+    }
+    *out = nd->num;
+    return G4_OK;
+}
+
+/* a stored sample count (save_pretrained writes frame_length, hop_length, fft_length) must be what
+   transformers computes from the ms settings: it recomputes them and ignores the stored ones */
+static g4_result g4__audio_fe_stored(const g4__cfg *c, const char *key, int want, const char *from) {
+    int got;
+    g4_result r = g4__cfg_int(c, key, &got, want, 0, 0, INT32_MAX);
+    if (r != G4_OK) return r;
+    if (got != want) {
+        g4__seterr(c->err, "%s: field '%s%s' is %d, but %s gives %d (transformers computes it from those and ignores "
+                   "the stored value)", c->name, c->scope, key, got, from, want);
+        return G4_ERR_CONFIG;
+    }
+    return G4_OK;
+}
+
+/* Gemma4AudioFeatureExtractor.__init__'s arguments (g4__proc_parse opened c on its object), and the
+   processor's audio_seq_length and audio_ms_per_token at the top level */
+static g4_result g4__audio_fe_fields(g4_audio_fe *fe, const g4__cfg *c) {
+    const g4__json *j = c->j;
+    g4__cfg top = *c;
+    g4_result r;
+    double frame_ms, hop_ms, v, frame, hop;
+    int n, flag, fft;
+    char from[160];
+    static const char *const refused[] = {"per_bin_mean", "per_bin_stddev"};
+#define G4__TRY(x) do { if ((r = (x)) != G4_OK) return r; } while (0)
+    top.obj = 0;
+    top.scope = "";
+    G4__TRY(g4__cfg_int(&top, "audio_seq_length", &fe->audio_seq_length, 750, 0, 1, 1 << 20));
+    G4__TRY(g4__cfg_int(&top, "audio_ms_per_token", &flag, 40, 0, 1, 1 << 20)); /* documentation only in transformers */
+    n = g4__jget(j, c->obj, "feature_extractor_type");
+    if (n >= 0 && j->nodes[n].type != G4__JNULL && !g4__jis(&j->nodes[n], "Gemma4AudioFeatureExtractor")) {
+        g4__seterr(fe->error, "%s: field '%sfeature_extractor_type' is %s%.64s%s; Gemma 4's is Gemma4AudioFeatureExtractor%s",
+                   c->name, c->scope, j->nodes[n].type == G4__JSTR ? "\"" : "",
+                   j->nodes[n].type == G4__JSTR ? j->nodes[n].str : "not a string", j->nodes[n].type == G4__JSTR ? "\"" : "",
+                   g4__jis(&j->nodes[n], "Gemma4UnifiedAudioFeatureExtractor") ? " (this one is the 12B's: g4_unified_fe_load)" : "");
+        return G4_ERR_CONFIG;
+    }
+    G4__TRY(g4__cfg_int(c, "sampling_rate", &fe->sampling_rate, 16000, 0, 1, 1 << 24));
+    G4__TRY(g4__cfg_int(c, "feature_size", &fe->feature_size, 128, 0, 1, 4096));
+    G4__TRY(g4__cfg_double(c, "frame_length_ms", &frame_ms, 20.0, 0.0, 1e9));
+    G4__TRY(g4__cfg_double(c, "hop_length_ms", &hop_ms, 10.0, 0.0, 1e9));
+    G4__TRY(g4__cfg_bool(c, "fft_overdrive", &flag, 0));
+    /* int(round(sampling_rate * ms / 1000.0)): Python rounds half to even, as rint does by default */
+    frame = rint((double)fe->sampling_rate * frame_ms / 1000.0);
+    hop = rint((double)fe->sampling_rate * hop_ms / 1000.0);
+    if (!(frame >= 2 && frame <= 65536)) {
+        g4__seterr(fe->error, "%s: field '%sframe_length_ms' is %g: %g samples per frame at %d Hz; gemma4.h takes 2 to "
+                   "65536", c->name, c->scope, frame_ms, frame, fe->sampling_rate);
+        return G4_ERR_CONFIG;
+    }
+    if (!(hop >= 1 && hop <= 65536)) {
+        g4__seterr(fe->error, "%s: field '%shop_length_ms' is %g: a hop of %g samples at %d Hz; gemma4.h takes 1 to "
+                   "65536", c->name, c->scope, hop_ms, hop, fe->sampling_rate);
+        return G4_ERR_CONFIG;
+    }
+    fe->frame_length = (int)frame;
+    fe->hop_length = (int)hop;
+    for (fft = 1; fft < fe->frame_length; fft *= 2) {} /* 2 ** ceil(log2(frame_length)) */
+    fe->fft_length = flag ? 2 * fft : fft;
+    if ((int64_t)(fe->fft_length / 2 + 1) * fe->feature_size > (1 << 22)) {
+        g4__seterr(fe->error, "%s: field '%sfeature_size' is %d with an FFT of %d: %lld mel filter weights; gemma4.h takes "
+                   "at most 2^22", c->name, c->scope, fe->feature_size, fe->fft_length,
+                   (long long)(fe->fft_length / 2 + 1) * fe->feature_size);
+        return G4_ERR_CONFIG;
+    }
+    snprintf(from, sizeof from, "frame_length_ms %g at sampling_rate %d", frame_ms, fe->sampling_rate);
+    G4__TRY(g4__audio_fe_stored(c, "frame_length", fe->frame_length, from));
+    snprintf(from, sizeof from, "hop_length_ms %g at sampling_rate %d", hop_ms, fe->sampling_rate);
+    G4__TRY(g4__audio_fe_stored(c, "hop_length", fe->hop_length, from));
+    snprintf(from, sizeof from, "a frame_length of %d with fft_overdrive %s", fe->frame_length, flag ? "true" : "false");
+    G4__TRY(g4__audio_fe_stored(c, "fft_length", fe->fft_length, from));
+    G4__TRY(g4__cfg_double(c, "min_frequency", &fe->min_frequency, 0.0, 0.0, 1e9));
+    G4__TRY(g4__cfg_double(c, "max_frequency", &fe->max_frequency, 8000.0, 0.0, 1e9));
+    if (!(fe->max_frequency > fe->min_frequency)) {
+        g4__seterr(fe->error, "%s: field '%smax_frequency' is %g, not above min_frequency %g", c->name, c->scope,
+                   fe->max_frequency, fe->min_frequency);
+        return G4_ERR_CONFIG;
+    }
+    G4__TRY(g4__cfg_double(c, "mel_floor", &fe->mel_floor, 1e-3, 0.0, 1e30));
+    G4__TRY(g4__cfg_double(c, "input_scale_factor", &fe->input_scale_factor, 1.0, -1e30, 1e30));
+    G4__TRY(g4__cfg_double(c, "padding_value", &v, 0.0, -1e30, 1e30));
+    G4__TRY(g4__cfg_bool(c, "preemphasis_htk_flavor", &flag, 1));
+    G4__TRY(g4__cfg_double(c, "dither", &v, 0.0, -1e30, 1e30));
+    if (v > 0.0) {
+        g4__seterr(fe->error, "%s: field '%sdither' is %g; gemma4.h supports only 0 (transformers adds numpy's random "
+                   "noise, which cannot be reproduced)", c->name, c->scope, v);
+        return G4_ERR_CONFIG;
+    }
+    G4__TRY(g4__cfg_double(c, "preemphasis", &v, 0.0, -1e30, 1e30));
+    if (v > 0.0) {
+        g4__seterr(fe->error, "%s: field '%spreemphasis' is %g; gemma4.h supports only 0", c->name, c->scope, v);
+        return G4_ERR_CONFIG;
+    }
+    for (n = 0; n < 2; n++) {
+        int k = g4__jget(j, c->obj, refused[n]);
+        if (k >= 0 && j->nodes[k].type != G4__JNULL) {
+            g4__seterr(fe->error, "%s: field '%s%s' is set; gemma4.h supports only null", c->name, c->scope, refused[n]);
+            return G4_ERR_CONFIG;
+        }
+    }
+    G4__TRY(g4__cfg_expect_str(c, "padding_side", "right", NULL));
+    G4__TRY(g4__cfg_bool(c, "return_attention_mask", &flag, 1));
+#undef G4__TRY
+    if (!flag) {
+        g4__seterr(fe->error, "%s: field '%sreturn_attention_mask' is false; the audio tower needs input_features_mask "
+                   "(without it transformers skips the audio)", c->name, c->scope);
+        return G4_ERR_CONFIG;
+    }
+    return G4_OK;
+}
+
+/* the window, the mel filters and the FFT's twiddles for fe's settings */
+static g4_result g4__audio_fe_tables(g4_audio_fe *fe) {
+    int k, m, nb, nm, M;
+    double mel_min, mel_max, step, *ff, *fft;
     nb = fe->fft_length / 2 + 1;
     nm = fe->feature_size;
     fe->window = (float *)G4_MALLOC(sizeof(float) * (size_t)fe->frame_length);
@@ -7090,6 +7294,7 @@ G4__DEF g4_result g4_audio_features(g4_audio_fe *fe, const float *pcm, int n_sam
         for (s = 0; s < N; s++) {
             long long j = (long long)i * fe->hop_length + s - pad_left; /* the sample under window slot s */
             float x = s < fe->frame_length && j >= 0 && j < n_samples ? pcm[j] : 0.0f;
+            if (fe->input_scale_factor != 1.0) x *= (float)fe->input_scale_factor; /* float32 waveform * a Python float */
             re[s] = s < fe->frame_length ? (double)(x * fe->window[s]) : 0.0;
             im[s] = 0.0;
         }

@@ -63,7 +63,7 @@ static int bf16_fast;           /* --bf16-fast: --bf16 with g4_session_config.bf
     G4A_L("--audio", &(o)->media, G4MM_AUDIO, "FILE", "a WAV (16 kHz mono): the k-th fills the k-th audio placeholder (<|audio|>)"), \
     G4A_L("--video", &(o)->media, G4MM_VIDEO, "DIR|F1,F2,...", "a video's frames (PNG/JPEG of one size, in order; a directory: " \
           "its image files by name): the k-th fills the k-th <|video|> with its frames' mm:ss stamps (generate --prompt)"), \
-    G4A_S("--processor", &(o)->processor, "DIR", "with --image or --video: the directory of processor_config.json (default DIR)")
+    G4A_S("--processor", &(o)->processor, "DIR", "with --image, --video or --audio: the directory of processor_config.json (default DIR)")
 /* beside every --bf16: the bf16 mode on VDPBF16PS (implies --bf16) */
 #define OPT_BF16_FAST                                                                                          \
     G4A_F("--bf16-fast", &bf16_fast, "--bf16 on VDPBF16PS where the CPU has avx512_bf16: faster, its own summation " \
@@ -230,11 +230,17 @@ static void print_towers(const g4_config *c, const char *dir) {
                a->subsampling_conv_channels[1], a->conv_kernel_size, a->attention_chunk_size, a->attention_context_left,
                a->attention_context_right, (double)a->attention_logit_cap, (double)a->gradient_clipping, a->output_proj_dims,
                a->use_clipped_linears ? ", clipped linears" : "", c->audio_token_id, c->boa_token_id, c->eoa_token_id);
-        if (g4_audio_fe_init(&fe) == G4_OK) {
+        /* the directory's feature extractor settings (processor_config.json; none: the defaults) */
+        if ((dir ? g4_audio_fe_load(&fe, dir) : g4_audio_fe_init(&fe)) != G4_OK)
+            printf("audio features: unusable: %s\n", fe.error);
+        else {
             int nf = g4_audio_fe_frames(&fe, fe.max_length);
-            printf("audio features: %d Hz mono, %d mel bins (%g-%g Hz), %d-sample frames every %d, at most %d samples (%d frames, "
-                   "%d soft tokens)\n", fe.sampling_rate, fe.feature_size, fe.min_frequency, fe.max_frequency, fe.frame_length,
-                   fe.hop_length, fe.max_length, nf, g4_audio_tokens_max(nf));
+            if (g4_audio_fe_check(&fe, c) != G4_OK) printf("audio features: unusable: %s\n", fe.error);
+            else
+                printf("audio features: %d Hz mono, %d mel bins (%g-%g Hz), %d-sample frames every %d, FFT %d, at most %d "
+                       "samples (%d frames, %d soft tokens; placeholders capped at %d)\n", fe.sampling_rate, fe.feature_size,
+                       fe.min_frequency, fe.max_frequency, fe.frame_length, fe.hop_length, fe.fft_length, fe.max_length, nf,
+                       g4_audio_tokens_max(nf), fe.audio_seq_length);
             g4_audio_fe_free(&fe);
         }
     }
@@ -648,8 +654,9 @@ static int parse_gen_opts(int argc, char **argv, gen_opts *o, int is_chat, const
         g4a_fail(&cmd, "--image and --audio do not go with --drafter (a drafter takes no images or audio)");
         return G4A_RESULT_ERR;
     }
-    if (o->processor && !g4a_opt_of(&cmd, "--image")->given && !g4a_opt_of(&cmd, "--video")->given) {
-        g4a_fail(&cmd, "--processor needs --image or --video");
+    if (o->processor && !g4a_opt_of(&cmd, "--image")->given && !g4a_opt_of(&cmd, "--video")->given &&
+        !g4a_opt_of(&cmd, "--audio")->given) {
+        g4a_fail(&cmd, "--processor needs --image, --video or --audio");
         return G4A_RESULT_ERR;
     }
     if (g4a_opt_of(&cmd, "--video")->given && o->chat) {
@@ -1339,8 +1346,9 @@ static int cmd_template(int argc, char **argv) {
     if ((rc = g4a_parse(&cmd, argc, argv, 2, pos, &np)) != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
     rc = 1;
     if (mo.media.n && !ids_out) { g4a_fail(&cmd, "--image and --audio expand the ids: they need --ids"); return 1; }
-    if (mo.processor && !g4a_opt_of(&cmd, "--image")->given && !g4a_opt_of(&cmd, "--video")->given) {
-        g4a_fail(&cmd, "--processor needs --image or --video");
+    if (mo.processor && !g4a_opt_of(&cmd, "--image")->given && !g4a_opt_of(&cmd, "--video")->given &&
+        !g4a_opt_of(&cmd, "--audio")->given) {
+        g4a_fail(&cmd, "--processor needs --image, --video or --audio");
         return 1;
     }
     o.enable_thinking = think;
@@ -1463,8 +1471,9 @@ static int parse_run_opts(int argc, char **argv, run_opts *o) {
         g4a_fail(&cmd, "--image and --audio do not go with --drafter (a drafter takes no images or audio)");
         return G4A_RESULT_ERR;
     }
-    if (!draft && o->processor && !g4a_opt_of(&cmd, "--image")->given && !g4a_opt_of(&cmd, "--video")->given) {
-        g4a_fail(&cmd, "--processor needs --image or --video");
+    if (!draft && o->processor && !g4a_opt_of(&cmd, "--image")->given && !g4a_opt_of(&cmd, "--video")->given &&
+        !g4a_opt_of(&cmd, "--audio")->given) {
+        g4a_fail(&cmd, "--processor needs --image, --video or --audio");
         return G4A_RESULT_ERR;
     }
     return (o->n = parse_ids(o->ids_arg, &o->ids)) < 0 ? G4A_RESULT_ERR : G4A_RESULT_OK;
@@ -1555,7 +1564,7 @@ static int cmd_audio(int argc, char **argv) {
     g4_pool *pool;
     g4a_opt opts[] = {
         G4A_SR("--out", &out_path, "FILE", "where the float32 [n][hidden] soft tokens go"),
-        G4A_S("--processor", &pdir, "DIR", "a 12B's processor_config.json directory (default: the model's)"),
+        G4A_S("--processor", &pdir, "DIR", "the directory of processor_config.json (default: the model's)"),
         OPT_THREADS,
     };
     g4a_cmd cmd = {"audio", "DIR CLIP.wav", 2, 2,

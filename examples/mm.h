@@ -487,13 +487,26 @@ static int g4mm_prepare(g4mm *mm, const g4_config *c, const char *dir, const cha
                             "or no audio, boa or eoa token id)\n", dir);
                     return 1;
                 }
-                if (g4_audio_fe_init(&mm->fe) != G4_OK) { fprintf(stderr, "gemma4: %s\n", mm->fe.error); return 1; }
+                /* the checkpoint's feature extractor settings (processor_config.json), checked against the tower */
+                if (g4_audio_fe_load(&mm->fe, pdir ? pdir : dir) != G4_OK) {
+                    fprintf(stderr, "gemma4: %s: %s\n", pdir ? pdir : dir, mm->fe.error);
+                    return 1;
+                }
                 mm->has_fe = 1;
+                if (g4_audio_fe_check(&mm->fe, c) != G4_OK) {
+                    fprintf(stderr, "gemma4: %s: --audio: %s\n", pdir ? pdir : dir, mm->fe.error);
+                    return 1;
+                }
             }
             mm->n_audio++;
             if (g4mm_audio_features(f->path, &mm->fe, &f->feat, &f->mask, &f->nf, NULL)) return 1;
             f->n_soft = g4mm_audio_count(f->mask, f->nf);
             if (f->n_soft < 1) { fprintf(stderr, "gemma4: %s: the clip gives no soft tokens\n", f->path); return 1; }
+            if (f->n_soft > mm->fe.audio_seq_length) { /* Gemma4Processor caps the placeholders; the tower would not */
+                fprintf(stderr, "gemma4: %s: the clip gives %d soft tokens, but processor_config.json's audio_seq_length "
+                        "caps its placeholders at %d\n", f->path, f->n_soft, mm->fe.audio_seq_length);
+                return 1;
+            }
             if (f->nf > mm->max_nf) mm->max_nf = f->nf;
         }
         mm->total_soft += f->n_soft;

@@ -587,6 +587,122 @@ static void test_bad_config(void) {
           "E2B: %s", c.error);
 }
 
+/* processor_config.json's feature extractor (g4_audio_fe_load): the released
+   layout (data/mm/e2b_av, saved by the real Gemma4Processor) gives the
+   defaults; fe_settings.json (every setting unlike its default: 64 bins,
+   25 ms frames, 12.5 ms hops, fft_overdrive, 50-7000 Hz, mel_floor 1e-5,
+   input_scale_factor 0.5) gives Gemma4AudioFeatureExtractor.from_dict's
+   sizes, mask and features on clip a (FEAT_TOL, the features' bound above;
+   the default settings' features are 101 x 128, so the golden tells the
+   settings apart). */
+static void test_fe_settings(void) {
+    g4_audio_fe fe, def;
+    golden g;
+    char err[G4_ERROR_MAX];
+    size_t n;
+    int rate, nf = 0, ngf = 0, i, same;
+    float *pcm, *feat = NULL, *scratch = NULL;
+    unsigned char *mask = NULL;
+    const int32_t *sizes, *gmask;
+    const float *gf;
+    int64_t numel = 0;
+    CHECK(g4_audio_fe_init(&def) == G4_OK, "init");
+    CHECK(g4_audio_fe_load(&fe, path2(g_data, "mm/e2b_av")) == G4_OK, "released config: %s", fe.error);
+    same = fe.sampling_rate == def.sampling_rate && fe.feature_size == def.feature_size &&
+           fe.frame_length == def.frame_length && fe.hop_length == def.hop_length && fe.fft_length == def.fft_length &&
+           fe.min_frequency == def.min_frequency && fe.max_frequency == def.max_frequency && fe.mel_floor == def.mel_floor &&
+           fe.input_scale_factor == 1.0 && fe.audio_seq_length == 750 && fe.max_length == 480000;
+    for (i = 0; same && i < def.frame_length; i++) same = fe.window[i] == def.window[i];
+    for (i = 0; same && i < (def.fft_length / 2 + 1) * def.feature_size; i++) same = fe.mel_filters[i] == def.mel_filters[i];
+    CHECK(same, "the released processor_config.json gives the defaults and their tables");
+    g4_audio_fe_free(&fe);
+    g4_audio_fe_free(&def);
+
+    if (!golden_open_file(&g, MODEL, "fe_settings_golden.safetensors")) { CHECK(0, "golden"); return; }
+    CHECK(g4_audio_fe_load(&fe, path2(tiny(MODEL), "fe_settings.json")) == G4_OK, "fe_settings.json: %s", fe.error);
+    sizes = golden_ids(&g, "sizes", &i);
+    gmask = golden_ids(&g, "mask", &ngf);
+    gf = golden_f32(&g, "features", &numel);
+    CHECK(sizes && i == 3 && gmask && gf && numel == (int64_t)ngf * 64, "golden tensors");
+    if (!sizes || !gmask || !gf || fe.window == NULL) { g4_audio_fe_free(&fe); g4_model_free(&g.m); return; }
+    CHECK(fe.feature_size == 64 && fe.frame_length == sizes[0] && fe.hop_length == sizes[1] && fe.fft_length == sizes[2],
+          "sizes %d %d %d %d, transformers' %d %d %d", fe.feature_size, fe.frame_length, fe.hop_length, fe.fft_length,
+          sizes[0], sizes[1], sizes[2]);
+    pcm = read_wav(path2(tiny(MODEL), "clip_a.wav"), &n, &rate, err);
+    CHECK(pcm != NULL, "clip_a: %s", err);
+    if (pcm) {
+        nf = g4_audio_fe_frames(&fe, (int)n);
+        feat = (float *)malloc(sizeof(float) * (size_t)(nf > 0 ? nf : 1) * 64);
+        mask = (unsigned char *)malloc((size_t)(nf > 0 ? nf : 1));
+        scratch = (float *)malloc(sizeof(float) * g4_audio_fe_scratch(&fe));
+        CHECK(g4_audio_features(&fe, pcm, (int)n, rate, feat, mask, &nf, scratch) == G4_OK, "features: %s", fe.error);
+        CHECK(nf == ngf, "%d frames, transformers %d", nf, ngf);
+        if (nf == ngf) {
+            double d = max_diff(feat, gf, (size_t)nf * 64);
+            for (i = 0, same = 1; i < nf; i++) same &= mask[i] == (gmask[i] != 0);
+            printf("  fe_settings.json: %d frames of 64: mask %s, features within %.3g of transformers (max |value| %.3g)\n",
+                   nf, same ? "equal" : "differs", d, max_abs(gf, (size_t)nf * 64));
+            CHECK(same && d <= FEAT_TOL, "mask %d, features %g (tolerance %g)", same, d, FEAT_TOL);
+        }
+    }
+    free(pcm); free(feat); free(mask); free(scratch);
+    g4_audio_fe_free(&fe);
+    g4_model_free(&g.m);
+}
+
+/* bad settings are G4_ERR_CONFIG naming the field; the model check */
+static void test_fe_settings_bad(void) {
+    static const struct { const char *json, *needle; } bad[] = {
+        {"{\"feature_extractor\": {\"feature_size\": 0}}", "feature_extractor.feature_size' is 0"},
+        {"{\"feature_extractor\": {\"sampling_rate\": \"16000\"}}", "feature_extractor.sampling_rate' must be an integer"},
+        {"{\"feature_extractor\": {\"frame_length\": 400}}", "'feature_extractor.frame_length' is 400, but frame_length_ms 20"},
+        {"{\"feature_extractor\": {\"frame_length_ms\": 25.0, \"frame_length\": 320}}", "frame_length' is 320"},
+        {"{\"feature_extractor\": {\"hop_length\": 100}}", "'feature_extractor.hop_length' is 100"},
+        {"{\"feature_extractor\": {\"fft_length\": 1024}}", "'feature_extractor.fft_length' is 1024"},
+        {"{\"feature_extractor\": {\"frame_length_ms\": 0.01}}", "frame_length_ms' is 0.01"},
+        {"{\"feature_extractor\": {\"hop_length_ms\": -1}}", "hop_length_ms' is -1"},
+        {"{\"feature_extractor\": {\"min_frequency\": 9000.0}}", "max_frequency' is 8000, not above"},
+        {"{\"feature_extractor\": {\"mel_floor\": -1}}", "mel_floor' is -1"},
+        {"{\"feature_extractor\": {\"dither\": 0.0001}}", "dither' is 0.0001"},
+        {"{\"feature_extractor\": {\"preemphasis\": 0.97}}", "preemphasis' is 0.97"},
+        {"{\"feature_extractor\": {\"per_bin_mean\": [0.0]}}", "per_bin_mean' is set"},
+        {"{\"feature_extractor\": {\"padding_side\": \"left\"}}", "padding_side' is \"left\""},
+        {"{\"feature_extractor\": {\"return_attention_mask\": false}}", "return_attention_mask' is false"},
+        {"{\"feature_extractor\": {\"fft_overdrive\": 1}}", "fft_overdrive' must be true or false"},
+        {"{\"feature_extractor\": {\"feature_extractor_type\": \"Gemma4UnifiedAudioFeatureExtractor\"}}", "12B's"},
+        {"{\"audio_seq_length\": 0}", "'audio_seq_length' is 0"},
+        {"{\"feature_extractor\": 3}", "'feature_extractor' must be an object"},
+        {"[1]", "top level must be a JSON object"},
+        {"{\"feature_extractor\": {", "t.json"},
+    };
+    g4_audio_fe fe;
+    g4_config c;
+    size_t i;
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memset(&fe, 0, sizeof fe);
+        g4_result r = g4_audio_fe_parse(&fe, bad[i].json, strlen(bad[i].json), "t.json");
+        CHECK(r != G4_OK && strstr(fe.error, bad[i].needle) && strstr(fe.error, "t.json") && !fe.window,
+              "%s: %d '%s'", bad[i].json, (int)r, fe.error);
+    }
+    /* a flat preprocessor_config.json and hop rounding half to even: 16000 * 0.03125 / 1000 = 0.5 -> 0 is refused,
+       16000 * 10.03125 / 1000 = 160.5 -> 160 (Python's round) */
+    {
+        const char *j = "{\"hop_length_ms\": 10.03125, \"sampling_rate\": 16000}";
+        CHECK(g4_audio_fe_parse(&fe, j, strlen(j), "t.json") == G4_OK && fe.hop_length == 160, "160.5 -> %d: %s",
+              fe.hop_length, fe.error);
+        g4_audio_fe_free(&fe);
+    }
+    CHECK(g4_audio_fe_load(&fe, path2(tiny(MODEL), "no-such-dir")) == G4_OK && fe.window && fe.feature_size == 128,
+          "a directory without a config: the defaults");
+    CHECK(g4_config_load(&c, path2(tiny(MODEL), "config.json")) == G4_OK, "config: %s", c.error);
+    CHECK(g4_audio_fe_check(&fe, &c) == G4_OK, "the defaults fit e2b_audio: %s", fe.error);
+    g4_audio_fe_free(&fe);
+    CHECK(g4_audio_fe_load(&fe, path2(tiny(MODEL), "fe_settings.json")) == G4_OK &&
+          g4_audio_fe_check(&fe, &c) == G4_ERR_CONFIG && strstr(fe.error, "feature_size 64") &&
+          strstr(fe.error, "subsampling_conv_channels[0]"), "64 bins for a 128-bin tower: %s", fe.error);
+    g4_audio_fe_free(&fe);
+}
+
 static void test_bad_features(void) {
     g4_audio_fe fe;
     float *pcm, *feat, *scratch;
@@ -801,6 +917,9 @@ int main(int argc, char **argv) {
     run("load: a missing tower tensor leaves the text model usable", test_missing_tensor);
     run("config: bad audio_config fields name the field", test_bad_config);
     run("features: bad rate, past 30 s, too short, non-finite", test_bad_features);
+    run("features: processor_config.json's settings (released layout = defaults; every setting changed = transformers)",
+        test_fe_settings);
+    run("features: bad processor_config.json settings name the field; the model check", test_fe_settings_bad);
     run("wav: PCM16 and float32 mono; everything else refused", test_wav);
     run("cli: gemma4 audio and logits --audio = transformers; bad input is one line and exit 1", test_cli);
     {

@@ -24,6 +24,7 @@
 #define G4_IMAGE_NO_CLI /* (the decoders, not the command) */
 #include "../examples/image.h"
 #include <unistd.h>
+#include <sys/stat.h>
 
 static const char *g_cli = "build/gemma4";
 #define V 520 /* the tiny vocabulary */
@@ -416,6 +417,25 @@ static void test_bad_files(void) {
     refused("neither PNG nor JPEG", cli("logits %s --ids 2,513 --image %s --out %s", g_model, txt, out), "text file");
     refused("8000", cli("logits %s --ids 2,516 --audio %s --out %s", g_model, w8, out), "8 kHz WAV");
     refused("stereo.wav", cli("greedy %s --ids 2,516 --audio %s --new 1", g_model, wst), "stereo WAV");
+    { /* --processor with the feature extractor's settings: a bad one, one that contradicts the tower, a cap */
+        char pdir[300], pcfg[340];
+        static const struct { const char *json, *want; } bad[] = {
+            {"{\"feature_extractor\": {\"dither\": 0.5}}", "feature_extractor.dither' is 0.5"},
+            {"{\"feature_extractor\": {\"feature_size\": 64}}", "feature_size 64 contradicts"},
+            {"{\"audio_seq_length\": 3}", "caps its placeholders at 3"},
+        };
+        size_t i;
+        snprintf(pdir, sizeof pdir, "%s/proc", g_tmp);
+        snprintf(pcfg, sizeof pcfg, "%s/processor_config.json", pdir);
+        mkdir(pdir, 0755);
+        for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            write_bytes(pcfg, bad[i].json, strlen(bad[i].json));
+            refused(bad[i].want, cli("logits %s --ids 2,516 --audio %s --processor %s --out %s", g_model, wav("clip_a.wav"),
+                                     pdir, out), bad[i].json);
+        }
+        remove(pcfg);
+        rmdir(pdir);
+    }
     refused("cut.wav", cli("generate %s --prompt x --audio %s", g_model, wcut), "WAV cut short");
     refused("missing.wav", cli("logits %s --ids 2,516 --audio %s/missing.wav --out %s", g_model, g_tmp, out), "missing");
     refused("no audio tower", cli("logits %s/vision/e2b_mm --ids 2,516 --audio %s --out %s", g_data, wav("clip_b.wav"), out),
@@ -454,8 +474,8 @@ static void test_info(void) {
         "audio tower: 2 conformer layers, hidden 24, 3 heads of 8, subsampling channels 128, 4, light conv kernel 5, attention "
         "chunk 12, context left 13 right 0, logit cap 4, gradient_clipping 2.5, output_proj 20, clipped linears; ids: audio 516, "
         "boa 515, eoa 517\n",
-        "audio features: 16000 Hz mono, 128 mel bins (0-8000 Hz), 320-sample frames every 160, at most 480000 samples (2999 "
-        "frames, 750 soft tokens)\n",
+        "audio features: 16000 Hz mono, 128 mel bins (0-8000 Hz), 320-sample frames every 160, FFT 512, at most 480000 "
+        "samples (2999 frames, 750 soft tokens; placeholders capped at 750)\n",
     };
     size_t i;
     CHECK(cli("info %s", g_model) == 0, "%s", g_err);

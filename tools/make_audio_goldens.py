@@ -322,11 +322,55 @@ def make_geom(out, feats_a):
     return int(valid.sum())
 
 
+# Settings unlike every default a released processor_config.json carries (Gemma4AudioFeatureExtractor's
+# __init__ arguments: frame/hop in ms, since transformers recomputes frame_length, hop_length and
+# fft_length from them and ignores stored sample counts), for gemma4_processing.h's g4_audio_fe_load.
+FE_SETTINGS = {"feature_extractor_type": "Gemma4AudioFeatureExtractor", "sampling_rate": 16000, "feature_size": 64,
+               "frame_length_ms": 25.0, "hop_length_ms": 12.5, "fft_overdrive": True, "min_frequency": 50.0,
+               "max_frequency": 7000.0, "mel_floor": 1e-5, "input_scale_factor": 0.5, "padding_value": 0.0,
+               "dither": 0.0, "preemphasis": 0.0, "return_attention_mask": True}
+
+
+def make_fe_settings_golden(out):
+    """clip_a through Gemma4AudioFeatureExtractor(**FE_SETTINGS), loaded as transformers loads a config
+    (from_dict): fe_settings.json (the settings, a flat preprocessor_config), fe_settings_golden.safetensors
+    (features F32 [nf, 64], mask I32 [nf], frame_length/hop_length/fft_length I32 [3]) and
+    FE_SETTINGS_VERSIONS.txt."""
+    with wave.open(os.path.join(out, "clip_a.wav"), "rb") as w:
+        assert w.getframerate() == 16000 and w.getnchannels() == 1 and w.getsampwidth() == 2
+        a16 = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
+    a = (a16.astype(np.float32) / np.float32(32768.0)).astype(np.float32)  # as main() and soundfile read it
+    fe = Gemma4AudioFeatureExtractor.from_dict(dict(FE_SETTINGS))
+    assert (fe.frame_length, fe.hop_length, fe.fft_length) == (400, 200, 1024), (fe.frame_length, fe.hop_length)
+    r = fe([a], return_tensors="np")
+    feats, mask = r["input_features"][0].astype(np.float32), r["input_features_mask"][0].astype(np.int32)
+    plain = Gemma4AudioFeatureExtractor()([a], return_tensors="np")["input_features"][0]
+    print(f"fe_settings: {feats.shape[0]} frames of {feats.shape[1]} ({int(mask.sum())} valid); defaults give "
+          f"{plain.shape}")
+    with open(os.path.join(out, "fe_settings.json"), "w") as f:
+        json.dump(FE_SETTINGS, f, indent=2)
+        f.write("\n")
+    save_file({"features": torch.from_numpy(feats), "mask": torch.from_numpy(mask),
+               "sizes": torch.tensor([fe.frame_length, fe.hop_length, fe.fft_length], dtype=torch.int32)},
+              os.path.join(out, "fe_settings_golden.safetensors"))
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    with open(os.path.join(out, "FE_SETTINGS_VERSIONS.txt"), "w") as f:
+        f.write(f"transformers {transformers.__version__}\nnumpy {np.__version__}\n"
+                f"python {platform.python_version()}\nplatform {platform.platform()}\ndate {now}\n"
+                "command venv/bin/python tools/make_audio_goldens.py --fe-settings-only\n"
+                "Gemma4AudioFeatureExtractor.from_dict(fe_settings.json) on clip_a.wav (PCM16 k / 32768)\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="data/tiny/e2b_audio")
+    ap.add_argument("--fe-settings-only", action="store_true",
+                    help="remake only fe_settings.json, fe_settings_golden.safetensors, FE_SETTINGS_VERSIONS.txt")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if args.fe_settings_only:
+        make_fe_settings_golden(args.out)
+        return
 
     a16, b = waveforms()
     write_wav_pcm16(os.path.join(args.out, "clip_a.wav"), a16)
@@ -458,6 +502,7 @@ def main():
                 f"clip b alone vs batched: max diff {d_batch:.3g}\n"
                 f"{os.path.basename(args.out)}_geom: chunk 8, context_left 3, context_right 2, no clipped "
                 f"linears; clip a's features in, {n_geom} soft tokens\n")
+    make_fe_settings_golden(args.out)
     for f in sorted(os.listdir(args.out)):
         print(f"{f:24s} {os.path.getsize(os.path.join(args.out, f)):8d} bytes")
 

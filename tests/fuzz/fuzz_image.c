@@ -1,7 +1,8 @@
 /* libFuzzer harness: the image and video processors. The first byte picks
    the mode (its value mod 4): 0 and 2 - the rest is a processor_config.json
-   (g4_image_config_parse, and g4_unified_fe_parse for the 12B's feature
-   extractor; 2 also g4_video_config_parse); 1 - the next 5 bytes give
+   (g4_image_config_parse, g4_audio_fe_parse for Gemma 4's feature
+   extractor, and g4_unified_fe_parse for the 12B's; 2 also
+   g4_video_config_parse); 1 - the next 5 bytes give
    height, width (1 .. 256 each, or 0 / huge from a flag) and channels
    (1 .. 5), the rest the pixels (repeated to fill), through
    g4_image_target_size, g4_image_scratch_size and g4_image_preprocess with a
@@ -115,6 +116,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         r = g4_unified_fe_parse(&fe, (const char *)data + 1, size - 1, "fuzz.json");
         if (r != G4_OK && !fe.error[0]) abort();
         if (r == G4_OK && (fe.audio_samples_per_token < 1 || g4_unified_audio_tokens(&fe, 12345) < 1)) abort();
+        { /* Gemma 4's feature extractor: an accepted one has its tables and frames a clip */
+            g4_audio_fe afe;
+            memset(&afe, 0, sizeof afe);
+            r = g4_audio_fe_parse(&afe, (const char *)data + 1, size - 1, "fuzz.json");
+            if (r != G4_OK && (!afe.error[0] || afe.window)) abort();
+            if (r == G4_OK && (!afe.window || !afe.mel_filters || afe.hop_length < 1 || afe.fft_length < afe.frame_length ||
+                               g4_audio_fe_frames(&afe, 16000) < 1)) abort();
+            if (r == G4_OK) g4_audio_fe_free(&afe);
+        }
         if (data[0] % 4 == 2) {
             g4_video_config vc;
             g4_result rv = g4_video_config_parse(&vc, (const char *)data + 1, size - 1, "fuzz.json");
