@@ -743,7 +743,8 @@ static char *user_content(const char *text, const g4a_list *media) {
     memset(&b, 0, sizeof b);
     if (media && media->n) {
         tb_str(&b, "[");
-        for (k = 0; k < media->n; k++) tb_str(&b, media->tag[k] == G4MM_IMAGE ? "{\"type\": \"image\"}, " : "{\"type\": \"audio\"}, ");
+        for (k = 0; k < media->n; k++)
+            tb_str(&b, G4MM_KIND(media->tag[k]) == G4MM_IMAGE ? "{\"type\": \"image\"}, " : "{\"type\": \"audio\"}, ");
         tb_str(&b, "{\"type\": \"text\", \"text\": ");
         tb_json(&b, text);
         tb_str(&b, "}]");
@@ -1017,12 +1018,13 @@ static char *media_text(const g4_tokenizer *t, const g4_config *c, const char *t
     int k;
     memset(&b, 0, sizeof b);
     for (k = 0; k < media->n; k++) {
-        int32_t id = media->tag[k] == G4MM_IMAGE ? c->image_token_id : media->tag[k] == G4MM_VIDEO ? c->video_token_id : c->audio_token_id;
+        int tag = G4MM_KIND(media->tag[k]);
+        int32_t id = tag == G4MM_IMAGE ? c->image_token_id : tag == G4MM_VIDEO ? c->video_token_id : c->audio_token_id;
         char piece[256];
         size_t len = 0;
         if (g4_detokenize(t, &id, 1, 0, piece, sizeof piece, &len) != G4_OK || len == 0) {
             fprintf(stderr, "gemma4: the tokenizer has no string for the %s placeholder id %d\n",
-                    media->tag[k] == G4MM_IMAGE ? "image" : media->tag[k] == G4MM_VIDEO ? "video" : "audio", (int)id);
+                    tag == G4MM_IMAGE ? "image" : tag == G4MM_VIDEO ? "video" : "audio", (int)id);
             free(b.p);
             return NULL;
         }
@@ -1212,7 +1214,7 @@ static int cmd_chat(int argc, char **argv) {
         if (strncmp(line, "/image ", 7) == 0 || strncmp(line, "/audio ", 7) == 0) {
             int tag = line[1] == 'i' ? G4MM_IMAGE : G4MM_AUDIO;
             if (g.has_drafter) { fprintf(stderr, "gemma4: %.6s does not go with --drafter (a drafter takes no images or audio)\n", line); break; }
-            if (media_add(&pend, line + 7, tag)) break;
+            if (media_add(&pend, line + 7, tag | G4MM_TYPED)) break;
             fprintf(stderr, "attached %s to the next turn\n", line + 7);
             continue;
         }

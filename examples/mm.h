@@ -35,6 +35,8 @@
 #define G4MM_IMAGE 1 /* g4a_list tags: G4_MM_IMAGE, G4_MM_VIDEO and G4_MM_AUDIO */
 #define G4MM_VIDEO 2
 #define G4MM_AUDIO 3
+#define G4MM_TYPED 8 /* or'ed into a tag: the file came from a chat line (/image FILE), not a flag */
+#define G4MM_KIND(tag) ((tag) & 7)
 
 typedef struct {
     int kind;                  /* G4_MM_IMAGE, G4_MM_VIDEO or G4_MM_AUDIO */
@@ -61,13 +63,25 @@ typedef struct {
     g4_unified_fe ufe;         /* a 12B's audio: frames of raw samples (feat [nf][A], mask all 1) */
     int bf16;                  /* g4mm_encode runs the vision tower in the bf16-faithful mode (the decoder
                                   session's mode: --bf16); set after g4mm_prepare */
+    int flagged, typed;        /* bit G4MM_x: a file of that kind came from a flag (--image), a chat line (/image) */
 } g4mm;
+
+/* What the user typed for a kind of file, for messages: "--image", "/image" or both */
+static const char *g4mm_word(const g4mm *mm, int tag) {
+    static const char *const word[4][3] = {{"", "", ""},
+                                           {"--image", "/image", "--image and /image"},
+                                           {"--video", "/video", "--video and /video"},
+                                           {"--audio", "/audio", "--audio and /audio"}};
+    int t = G4MM_KIND(tag), typed = mm->typed >> t & 1, flagged = mm->flagged >> t & 1;
+    if (!typed && !flagged) { typed = mm->typed != 0; flagged = mm->flagged != 0; } /* none of this kind: as the others came */
+    return word[t & 3][typed && flagged ? 2 : typed ? 1 : 0];
+}
 
 /* Does list hold a file of this tag? */
 static int g4mm_has(const g4a_list *list, int tag) {
     int k;
     for (k = 0; k < list->n; k++)
-        if (list->tag[k] == tag) return 1;
+        if (G4MM_KIND(list->tag[k]) == tag) return 1;
     return 0;
 }
 
@@ -410,13 +424,16 @@ static int g4mm_prepare(g4mm *mm, const g4_config *c, const char *dir, const cha
     for (k = 0; k < list->n; k++) {
         g4mm_file *f = &mm->f[mm->n];
         f->path = list->value[k];
-        f->kind = list->tag[k] == G4MM_IMAGE ? G4_MM_IMAGE : list->tag[k] == G4MM_VIDEO ? G4_MM_VIDEO : G4_MM_AUDIO;
+        int tag = G4MM_KIND(list->tag[k]);
+        if (list->tag[k] & G4MM_TYPED) mm->typed |= 1 << tag;
+        else mm->flagged |= 1 << tag;
+        f->kind = tag == G4MM_IMAGE ? G4_MM_IMAGE : tag == G4MM_VIDEO ? G4_MM_VIDEO : G4_MM_AUDIO;
         mm->n++;
         if (f->kind == G4_MM_VIDEO) {
             if (!mm->n_video) {
                 if (!(c->unified ? c->unified_vision.present : c->vision.present) || c->video_token_id < 0) {
-                    fprintf(stderr, "gemma4: %s: --video: the model has no vision tower (config.json has no vision_config "
-                            "or no video_token_id)\n", dir);
+                    fprintf(stderr, "gemma4: %s: %s: the model has no vision tower (config.json has no vision_config "
+                            "or no video_token_id)\n", dir, g4mm_word(mm, G4MM_VIDEO));
                     return 1;
                 }
                 if (g4_video_config_load(&mm->vc, pdir ? pdir : dir) != G4_OK || g4_video_config_check(&mm->vc, c) != G4_OK) {
@@ -436,8 +453,8 @@ static int g4mm_prepare(g4mm *mm, const g4_config *c, const char *dir, const cha
             size_t bytes;
             if (!mm->n_image) {
                 if (!(c->unified ? c->unified_vision.present : c->vision.present) || c->image_token_id < 0) {
-                    fprintf(stderr, "gemma4: %s: --image: the model has no vision tower (config.json has no vision_config "
-                            "or no image_token_id)\n", dir);
+                    fprintf(stderr, "gemma4: %s: %s: the model has no vision tower (config.json has no vision_config "
+                            "or no image_token_id)\n", dir, g4mm_word(mm, G4MM_IMAGE));
                     return 1;
                 }
                 if (g4_image_config_load(&mm->ic, pdir ? pdir : dir) != G4_OK || g4_image_config_check(&mm->ic, c) != G4_OK) {
@@ -472,7 +489,7 @@ static int g4mm_prepare(g4mm *mm, const g4_config *c, const char *dir, const cha
                 if (!mm->n_audio && (g4_unified_fe_load(&mm->ufe, pdir ? pdir : dir) != G4_OK ||
                                      g4_unified_fe_check(&mm->ufe, c) != G4_OK || c->audio_token_id < 0 ||
                                      c->boa_token_id < 0 || c->eoa_token_id < 0)) {
-                    fprintf(stderr, "gemma4: %s: --audio: %s\n", pdir ? pdir : dir,
+                    fprintf(stderr, "gemma4: %s: %s: %s\n", pdir ? pdir : dir, g4mm_word(mm, G4MM_AUDIO),
                             mm->ufe.error[0] ? mm->ufe.error : "the config has no audio, boa or eoa token id");
                     return 1;
                 }
@@ -483,8 +500,8 @@ static int g4mm_prepare(g4mm *mm, const g4_config *c, const char *dir, const cha
             }
             if (!mm->n_audio) {
                 if (!c->audio.present || c->audio_token_id < 0 || c->boa_token_id < 0 || c->eoa_token_id < 0) {
-                    fprintf(stderr, "gemma4: %s: --audio: the model has no audio tower (config.json has no audio_config "
-                            "or no audio, boa or eoa token id)\n", dir);
+                    fprintf(stderr, "gemma4: %s: %s: the model has no audio tower (config.json has no audio_config "
+                            "or no audio, boa or eoa token id)\n", dir, g4mm_word(mm, G4MM_AUDIO));
                     return 1;
                 }
                 /* the checkpoint's feature extractor settings (processor_config.json), checked against the tower */
@@ -494,7 +511,7 @@ static int g4mm_prepare(g4mm *mm, const g4_config *c, const char *dir, const cha
                 }
                 mm->has_fe = 1;
                 if (g4_audio_fe_check(&mm->fe, c) != G4_OK) {
-                    fprintf(stderr, "gemma4: %s: --audio: %s\n", pdir ? pdir : dir, mm->fe.error);
+                    fprintf(stderr, "gemma4: %s: %s: %s\n", pdir ? pdir : dir, g4mm_word(mm, G4MM_AUDIO), mm->fe.error);
                     return 1;
                 }
             }
@@ -576,11 +593,13 @@ static int g4mm_expand(g4mm *mm, const g4_config *c, const int32_t *ids, int n, 
     }
     if (n_img != mm->n_image || n_aud != mm->n_audio) {
         if (n_img != mm->n_image)
-            fprintf(stderr, "gemma4: the prompt has %d image placeholder%s (id %d) but %d --image file%s given\n", n_img,
-                    n_img == 1 ? "" : "s", c->image_token_id, mm->n_image, mm->n_image == 1 ? " was" : "s were");
+            fprintf(stderr, "gemma4: the prompt has %d image placeholder%s (id %d) but %d %s file%s given\n", n_img,
+                    n_img == 1 ? "" : "s", c->image_token_id, mm->n_image, g4mm_word(mm, G4MM_IMAGE),
+                    mm->n_image == 1 ? " was" : "s were");
         if (n_aud != mm->n_audio)
-            fprintf(stderr, "gemma4: the prompt has %d audio placeholder%s (id %d) but %d --audio file%s given\n", n_aud,
-                    n_aud == 1 ? "" : "s", c->audio_token_id, mm->n_audio, mm->n_audio == 1 ? " was" : "s were");
+            fprintf(stderr, "gemma4: the prompt has %d audio placeholder%s (id %d) but %d %s file%s given\n", n_aud,
+                    n_aud == 1 ? "" : "s", c->audio_token_id, mm->n_audio, g4mm_word(mm, G4MM_AUDIO),
+                    mm->n_audio == 1 ? " was" : "s were");
         return 1;
     }
     order = (g4mm_file *)malloc(sizeof *order * (size_t)(mm->n > 0 ? mm->n : 1));

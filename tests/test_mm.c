@@ -454,12 +454,15 @@ static void test_bad_files(void) {
         CHECK(st == 1 && strstr(g_err, "trunc.png: not a readable PNG") && g_out[0] == 0, "chat --image trunc.png: exit %d: %s",
               st, g_err);
         if ((f = fopen(input, "w"))) {
-            fprintf(f, "/image %s\nfirst\n/audio %s\n<|image|> x\nhello\n", tpng, wav("clip_b.wav"));
+            fprintf(f, "/image %s\nfirst\n/audio %s\n<|image|> x\n/image %s\n<|image|> <|image|> y\nhello\n", tpng,
+                    wav("clip_b.wav"), img("a.png"));
             fclose(f);
         }
         st = cli("chat %s --temp 0 --max-tokens 2 < %s", g_model, input);
-        CHECK(st == 0 && strstr(g_err, "trunc.png: not a readable PNG") && strstr(g_err, "0 --image files were given") &&
-              count_of(g_err, "the turn was not sent") == 2 && count_lines(g_out) == 1 && count_of(g_err, "generated 2 tokens") == 1,
+        /* the messages name what was typed: /image, not --image */
+        CHECK(st == 0 && strstr(g_err, "trunc.png: not a readable PNG") && strstr(g_err, "0 /image files were given") &&
+              strstr(g_err, "2 image placeholders (id 513) but 1 /image file was given") && !strstr(g_err, "--image") &&
+              count_of(g_err, "the turn was not sent") == 3 && count_lines(g_out) == 1 && count_of(g_err, "generated 2 tokens") == 1,
               "chat with bad attachments: exit %d, stdout '%s', stderr: %s", st, g_out, g_err);
     }
 }
