@@ -203,8 +203,9 @@
      its video processor; threaded, with the bf16 mode). Batch size 1 per
      session.
      A LoRA adapter may target the towers' linears (g4_model_load_adapter).
-     The vision tower has the bf16 mode (g4_vision_session_config.bf16); the
-     CUDA twin does not cover the towers, and g4_forward_mm runs on the CPU.
+     The towers have the bf16 mode (g4_vision_session_config.bf16,
+     g4_audio_run.bf16); the CUDA twin does not cover them, and g4_forward_mm
+     runs on the CPU.
      Drafters (gemma4_assistant) run on the CPU only.
 
    ERRORS
@@ -951,6 +952,8 @@ typedef struct {
     g4_pool *pool;                     /* threads (NULL: one); the arena must be sized for them
                                           (g4_audio_size_pool), else the tower runs on one thread.
                                           Any pool gives the same bits. */
+    int bf16;                          /* numerics: 0 = float32 (default); 1 = round to bfloat16 wherever
+                                          transformers running the tower in bf16 does (docs/bf16.md) */
     char error[G4_ERROR_MAX];          /* set when g4_audio_encode fails */
 } g4_audio_run;
 
@@ -4041,6 +4044,7 @@ static void g4__parallel(g4_pool *p, void (*fn)(void *, int, int), void *ctx);
 static void g4__parallel_range(const g4_session *s, size_t n, size_t cost, void (*fn)(void *, size_t, size_t),
                                void *ctx);
 static void g4__matmul(const g4_session *s, float *y, const float *x, const g4_tensor *w, int n);
+static void g4__matmul_cast(const g4_session *s, float *y, const float *x, const g4_tensor *w, int n, int cast);
 static size_t g4__pack_thread_floats(void); /* G4__PACK_THREAD: one thread's GEMM packing buffer */
 static void g4__cache_sizes(long *l1d, long *l2, long *l3); /* the caches the CPU reports (>>threads) */
 static int g4__gemm_kc(long l2);                            /* the GEMM's kc for that L2 (>>gemm) */
@@ -8070,6 +8074,7 @@ typedef struct {
     float *lora_u;  /* [max(T2, P)][lora_rmax] a LoRA adapter's A x (>>adapter) */
     float *pack;    /* [threads][g4__pack_thread_floats()] the GEMM's packed weights */
     int threads;    /* the threads the arena was carved for */
+    int bf16;       /* the bf16 mode (g4_audio_run.bf16) */
     g4_session mm;  /* the decoder's matmul on the run's pool (only its matmul fields are set) */
 } g4__aarena;
 
@@ -8160,20 +8165,102 @@ static void g4__armsnorm(float *y, const float *x, const g4_tensor *w, int n, in
     int t;
     for (t = 0; t < n; t++) g4__rmsnorm(y + (size_t)t * cols, x + (size_t)t * cols, w, cols, eps);
 }
+/* bf16 mode: x[0, n) cast to bf16; float32 mode: nothing */
+static void g4__acast(const g4__aarena *A, float *x, size_t n) {
+    if (A->bf16) g4__bf16_round_range(x, 0, n);
+}
+
+/* ... cast (bf16 mode: type_as the bf16 input) */
+static void g4__armsnorm_c(const g4__aarena *A, float *y, const float *x, const g4_tensor *w, int n, int cols, float eps) {
+    g4__armsnorm(y, x, w, n, cols, eps);
+    g4__acast(A, y, (size_t)n * (size_t)cols);
+}
 
 static float g4__silu(float x) { return x / (1.0f + g4__expf(-x)); }
+
+/* ---- the bf16 mode's ops, as torch runs them on bf16 tensors (docs/bf16.md) ---- */
+
+static void g4__layernorm_bf16(float *y, const float *x, const g4_tensor *w, const g4_tensor *b, int n, float eps); /* >>unified */
+
+
+/* exp(x) as an ATen elementwise kernel computes it for the element at `place`
+   of a loop of `total`: the vectorised body (32 bf16 values a step, Sleef's
+   expf_u10: g4__expf_sleef) or the scalar tail, the last total % 32 (libm's
+   expf, glibc's on the goldens' machine) */
+static float g4__aexp_at(float x, size_t place, size_t total) {
+    return place < (total & ~(size_t)31) ? g4__expf_sleef(x) : expf(x);
+}
+
+/* torch.clamp(x, -gc, gc) on a bf16 tensor: ATen casts the bounds to bf16 */
+static float g4__agc(const g4__aarena *A, float gc) { return A->bf16 ? g4__bf16_round(gc) : gc; }
+
+/* Gemma4RMSNorm on bf16 rows stored transposed (row t's value c at x[c * n +
+   t]: lconv1d's conv_norm on the depthwise convolution's output, a transposed
+   view): mean(x^2) over the strided dim is ATen's outer reduction, each row's
+   squares summed in order in its cascade of 4 levels of 2^max(4, ceil(log2
+   cols) / 4) terms; then / cols, + eps, 1 / sqrt, x * that * w, cast. y is
+   [n][cols] (in order). */
+static void g4__armsnorm_outer(float *y, const float *xT, const g4_tensor *w, int n, int cols, float eps) {
+    int t, c, p = 4, lg = 0, i, j;
+    while ((1 << lg) < cols) lg++;
+    if (lg / 4 > p) p = lg / 4;
+    for (t = 0; t < n; t++) {
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, inv, v;
+        int step = 1 << p;
+        for (i = 0; i + step <= cols;) {
+            for (j = 0; j < step; j++, i++) { v = xT[(size_t)i * n + t]; acc[0] += v * v; }
+            for (j = 1; j < 4; j++) {
+                acc[j] += acc[j - 1];
+                acc[j - 1] = 0.0f;
+                if (i & ((step - 1) << (j * p))) break;
+            }
+        }
+        for (; i < cols; i++) { v = xT[(size_t)i * n + t]; acc[0] += v * v; }
+        inv = 1.0f / sqrtf((((acc[0] + acc[1]) + acc[2]) + acc[3]) / (float)cols + eps);
+        for (c = 0; c < cols; c++) y[(size_t)t * cols + c] = g4__bf16_round((xT[(size_t)c * n + t] * inv) * g4__get(w, (size_t)c));
+    }
+}
+
 
 /* Gemma4AudioSubSampleConvProjectionLayer: y [To][Fo][Co] from x [Ti][Fi][Ci]
    (time rows whose mask is 0 read as zeros): Conv2d 3x3, stride 2, padding 1,
    no bias; LayerNorm over Co (no bias); ReLU. */
 typedef struct {
     float *y; const float *x; const unsigned char *mask; int Ti, Fi, Ci; const g4_tensor *conv, *norm; int Co; float eps;
+    int bf16;
 } g4__asub_job;
 
 /* output time rows [t0, t1) (a range job: rows are independent, so the
    split across threads changes no bit) */
+/* the bf16 mode's rows: Conv2d in bf16 as ATen's slow path runs it (im2col,
+   then gemm_notrans_: each output's Ci * 9 products, in (ci, dt, df) order,
+   zeros of the padding and masked rows included, summed by g4__sum4), cast;
+   nn.LayerNorm in bf16 (g4__layernorm_bf16, no bias); ReLU */
+static void g4__asub_rows_bf16(const g4__asub_job *j, size_t t0, size_t t1) {
+    int Ti = j->Ti, Fi = j->Fi, Ci = j->Ci, Co = j->Co, Fo = (Fi + 1) / 2, k4 = (Ci * 9) & ~3, t, f, c, ci, dt, df, l;
+    for (t = (int)t0; t < (int)t1; t++)
+        for (f = 0; f < Fo; f++) {
+            float *yc = j->y + ((size_t)t * Fo + f) * Co;
+            for (c = 0; c < Co; c++) {
+                float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                for (ci = 0, l = 0; ci < Ci; ci++)
+                    for (dt = 0; dt < 3; dt++)
+                        for (df = 0; df < 3; df++, l++) {
+                            int ti = 2 * t - 1 + dt, fi = 2 * f - 1 + df;
+                            float xv = (ti < 0 || ti >= Ti || !j->mask[ti] || fi < 0 || fi >= Fi) ? 0.0f
+                                       : g4__bf16_round(j->x[((size_t)ti * Fi + fi) * Ci + ci]); /* (.to(conv dtype)) */
+                            part[l < k4 ? l % 4 : 0] += xv * g4__get(j->conv, (((size_t)c * Ci + ci) * 3 + dt) * 3 + df);
+                        }
+                yc[c] = g4__bf16_round(((part[0] + part[1]) + part[2]) + part[3]);
+            }
+            g4__layernorm_bf16(yc, yc, j->norm, NULL, Co, j->eps);
+            for (c = 0; c < Co; c++) yc[c] = yc[c] > 0.0f ? yc[c] : 0.0f;
+        }
+}
+
 static void g4__asub_rows(void *ctx, size_t t0, size_t t1) {
     const g4__asub_job *j = (const g4__asub_job *)ctx;
+    if (j->bf16) { g4__asub_rows_bf16(j, t0, t1); return; }
     float *y = j->y;
     const float *x = j->x;
     const unsigned char *mask = j->mask;
@@ -8217,6 +8304,7 @@ static void g4__asub_layer(float *y, const float *x, const unsigned char *mask, 
                            const g4_tensor *conv, const g4_tensor *norm, int Co, float eps, const g4__aarena *A) {
     g4__asub_job j;
     j.y = y; j.x = x; j.mask = mask; j.Ti = Ti; j.Fi = Fi; j.Ci = Ci; j.conv = conv; j.norm = norm; j.Co = Co; j.eps = eps;
+    j.bf16 = A->bf16;
     g4__parallel_range(&A->mm, (size_t)(Ti + 1) / 2, (size_t)((Fi + 1) / 2) * (size_t)Co * (size_t)Ci * 9, g4__asub_rows, &j);
 }
 
@@ -8225,19 +8313,24 @@ static void g4__asub_layer(float *y, const float *x, const unsigned char *mask, 
 static void g4__affn(const g4_audio_ffn *ff, float *x, int n, const g4__ageo *g, const g4_audio_config *a,
                      g4__aarena *A, g4_audio_run *run, int layer, const char *name) {
     size_t i, nh = (size_t)n * g->Ha;
+    float gc = g4__agc(A, a->gradient_clipping);
     char tn[64];
-    for (i = 0; i < nh; i++) A->h[i] = g4__clampf(x[i], -a->gradient_clipping, a->gradient_clipping);
-    g4__armsnorm(A->h, A->h, &ff->pre_layer_norm, n, g->Ha, 1e-6f);
+    for (i = 0; i < nh; i++) A->h[i] = g4__clampf(x[i], -gc, gc);
+    g4__armsnorm_c(A, A->h, A->h, &ff->pre_layer_norm, n, g->Ha, 1e-6f);
     snprintf(tn, sizeof tn, "%s.pre_layer_norm", name); g4__atap(run, tn, layer, A->h, n, g->Ha);
     g4__aclip_linear(A->wide, A->h, &ff->ffw_layer_1, n, A);
     snprintf(tn, sizeof tn, "%s.ffw_layer_1", name); g4__atap(run, tn, layer, A->wide, n, 4 * g->Ha);
-    for (i = 0; i < 4 * nh; i++) A->wide[i] = g4__silu(A->wide[i]);
+    if (A->bf16) /* torch's bf16 silu: x / (1 + exp(-x)) in float, exp by the element's place, cast */
+        for (i = 0; i < 4 * nh; i++) A->wide[i] = g4__bf16_round(A->wide[i] / (1.0f + g4__aexp_at(-A->wide[i], i, 4 * nh)));
+    else for (i = 0; i < 4 * nh; i++) A->wide[i] = g4__silu(A->wide[i]);
     g4__aclip_linear(A->h, A->wide, &ff->ffw_layer_2, n, A);
     snprintf(tn, sizeof tn, "%s.ffw_layer_2", name); g4__atap(run, tn, layer, A->h, n, g->Ha);
-    g4__aclamp(A->h, nh, a->gradient_clipping);
-    g4__armsnorm(A->h, A->h, &ff->post_layer_norm, n, g->Ha, 1e-6f);
+    g4__aclamp(A->h, nh, gc);
+    g4__armsnorm_c(A, A->h, A->h, &ff->post_layer_norm, n, g->Ha, 1e-6f);
     snprintf(tn, sizeof tn, "%s.post_layer_norm", name); g4__atap(run, tn, layer, A->h, n, g->Ha);
-    for (i = 0; i < nh; i++) x[i] = A->h[i] * a->residual_weight + x[i];
+    if (A->bf16) /* hidden_states *= residual_weight (cast), then += residual (cast) */
+        for (i = 0; i < nh; i++) x[i] = g4__bf16_round(g4__bf16_round(A->h[i] * a->residual_weight) + x[i]);
+    else for (i = 0; i < nh; i++) x[i] = A->h[i] * a->residual_weight + x[i];
     g4__atap(run, name, layer, x, n, g->Ha);
 }
 
@@ -8262,7 +8355,7 @@ static void g4__aatt_part(void *ctx, int part, int n_parts) {
     const g4_audio_config *a = jb->a;
     g4__aarena *A = jb->A;
     const int Ha = g->Ha, D = g->D, ctx_n = g->ctx, n = jb->n;
-    const float cap = a->attention_logit_cap;
+    const float cap = A->bf16 ? g4__bf16_round(a->attention_logit_cap) : a->attention_logit_cap; /* (a bf16 buffer) */
     float *logit = A->logit + (size_t)part * (size_t)ctx_n;
     int q0 = (int)((int64_t)n * part / n_parts), q1 = (int)((int64_t)n * (part + 1) / n_parts), qpos, hd, j, d;
     for (qpos = q0; qpos < q1; qpos++) {
@@ -8290,14 +8383,18 @@ static void g4__aatt_part(void *ctx, int part, int n_parts) {
                 logit[j] = lg;
                 if (lg > mx) mx = lg;
             }
-            for (j = 0; j < ctx_n; j++) {
-                logit[j] = g4__expf(logit[j] - mx);
-                sum += logit[j];
-            }
+            if (A->bf16) { /* torch's float32 softmax (Sleef exp, lanes by key, e * (1 / sum)) */
+                g4__softmax_torch(logit, ctx_n, 0, ctx_n);
+                sum = 1.0f;
+            } else
+                for (j = 0; j < ctx_n; j++) {
+                    logit[j] = g4__expf(logit[j] - mx);
+                    sum += logit[j];
+                }
             for (d = 0; d < D; d++) o[d] = 0.0f;
             for (j = 0; j < ctx_n; j++) {
                 int kpos = b * g->chunk + j - g->past;
-                float p = logit[j] / sum;
+                float p = A->bf16 ? logit[j] : logit[j] / sum;
                 if (kpos < 0 || kpos >= n) continue; /* a zero value row */
                 for (d = 0; d < D; d++) o[d] += p * A->v[(size_t)kpos * Ha + (size_t)hd * D + d];
             }
@@ -8319,9 +8416,10 @@ static void g4__aattention(const g4_audio_layer_weights *lw, const float *h, int
     g4__aclip_linear(A->v, h, &lw->v_proj, n, A);
     g4__atap(run, "self_attn.v_proj", layer, A->v, n, Ha);
     memset(A->q + (size_t)n * Ha, 0, sizeof(float) * (size_t)(g->nb * g->chunk - n) * Ha);
-    for (d = 0; d < D; d++) { /* F.softplus(per_dim_scale), with its threshold 20 */
+    for (d = 0; d < D; d++) { /* F.softplus(per_dim_scale), with its threshold 20 (bf16: cast) */
         float pds = g4__get(&lw->per_dim_scale, (size_t)d);
         A->pd[d] = pds > 20.0f ? pds : log1pf(expf(pds));
+        if (A->bf16) A->pd[d] = g4__bf16_round(A->pd[d]);
     }
     for (t = 0; t < n; t++)
         for (hd = 0; hd < g->NH; hd++)
@@ -8334,6 +8432,7 @@ static void g4__aattention(const g4_audio_layer_weights *lw, const float *h, int
     g4__atap(run, "self_attn.relative_k_proj", layer, A->rk, g->P, Ha);
     jb.g = g; jb.a = a; jb.A = A; jb.valid = valid; jb.att = A->wide; jb.n = n; /* att [T2][Ha]: before post */
     g4__parallel(A->mm.cfg.pool, g4__aatt_part, &jb);
+    g4__acast(A, A->wide, (size_t)n * Ha); /* attn_output.to(hidden_states.dtype) */
     g4__aclip_linear(A->h, A->wide, &lw->post, n, A);
     g4__atap(run, "self_attn.post", layer, A->h, n, Ha);
     g4__atap(run, "self_attn", layer, A->h, n, Ha);
@@ -8346,33 +8445,48 @@ static void g4__alconv(const g4_audio_layer_weights *lw, float *x, int n, const 
     const int Ha = g->Ha, K = g->K;
     int t, c, k;
     size_t i, nh = (size_t)n * Ha;
-    g4__armsnorm(A->h, x, &lw->lconv_pre_layer_norm, n, Ha, a->rms_norm_eps);
+    g4__armsnorm_c(A, A->h, x, &lw->lconv_pre_layer_norm, n, Ha, a->rms_norm_eps);
     g4__atap(run, "lconv1d.pre_layer_norm", layer, A->h, n, Ha);
     g4__aclip_linear(A->wide, A->h, &lw->linear_start, n, A);
     g4__atap(run, "lconv1d.linear_start", layer, A->wide, n, 2 * Ha);
-    for (t = 0; t < n; t++) /* glu: first half * sigmoid(second half) */
+    for (t = 0; t < n; t++) /* glu: first half * sigmoid(second half) (bf16: ATen's loop runs each row of Ha,
+                               its exp by the place in the row; cast) */
         for (c = 0; c < Ha; c++) {
             float u = A->wide[(size_t)t * 2 * Ha + c], gt = A->wide[(size_t)t * 2 * Ha + Ha + c];
-            A->r[(size_t)t * Ha + c] = u * (1.0f / (1.0f + g4__expf(-gt)));
+            if (A->bf16) A->r[(size_t)t * Ha + c] = g4__bf16_round(u * (1.0f / (1.0f + g4__aexp_at(-gt, (size_t)c, (size_t)Ha))));
+            else A->r[(size_t)t * Ha + c] = u * (1.0f / (1.0f + g4__expf(-gt)));
         }
-    for (t = 0; t < n; t++) /* left-padded by K - 1: output t reads inputs t - K + 1 .. t */
+    for (t = 0; t < n; t++) /* left-padded by K - 1: output t reads inputs t - K + 1 .. t (bf16: the slow
+                               path's gemm_notrans_ per channel: 4 partial sums over k, the padding's zeros
+                               included, cast) */
         for (c = 0; c < Ha; c++) {
-            float acc = 0.0f;
+            float acc = 0.0f, part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             for (k = 0; k < K; k++) {
                 int ti = t - (K - 1) + k;
+                if (A->bf16) { part[k < (K & ~3) ? k % 4 : 0] += (ti < 0 ? 0.0f : A->r[(size_t)ti * Ha + c]) * g4__get(&lw->depthwise_conv1d, (size_t)c * K + k); continue; }
                 if (ti < 0) continue;
                 acc += g4__get(&lw->depthwise_conv1d, (size_t)c * K + k) * A->r[(size_t)ti * Ha + c];
             }
-            A->h[(size_t)t * Ha + c] = acc;
+            A->h[(size_t)t * Ha + c] = A->bf16 ? g4__bf16_round(((part[0] + part[1]) + part[2]) + part[3]) : acc;
         }
     g4__atap(run, "lconv1d.depthwise_conv1d", layer, A->h, n, Ha);
-    g4__aclamp(A->h, nh, a->gradient_clipping);
-    g4__armsnorm(A->h, A->h, &lw->conv_norm, n, Ha, a->rms_norm_eps);
+    g4__aclamp(A->h, nh, g4__agc(A, a->gradient_clipping));
+    if (A->bf16) { /* the clamp keeps the convolution's transposed layout: conv_norm reduces over a strided dim */
+        for (t = 0; t < n; t++) for (c = 0; c < Ha; c++) A->r[(size_t)c * n + t] = A->h[(size_t)t * Ha + c];
+        g4__armsnorm_outer(A->h, A->r, &lw->conv_norm, n, Ha, a->rms_norm_eps);
+    } else g4__armsnorm(A->h, A->h, &lw->conv_norm, n, Ha, a->rms_norm_eps);
     g4__atap(run, "lconv1d.conv_norm", layer, A->h, n, Ha);
-    for (i = 0; i < nh; i++) A->h[i] = g4__silu(A->h[i]);
+    if (A->bf16) /* silu over that layout: an element's place is c * n + t */
+        for (t = 0; t < n; t++)
+            for (c = 0; c < Ha; c++) {
+                float v = A->h[(size_t)t * Ha + c];
+                A->h[(size_t)t * Ha + c] = g4__bf16_round(v / (1.0f + g4__aexp_at(-v, (size_t)c * n + t, nh)));
+            }
+    else for (i = 0; i < nh; i++) A->h[i] = g4__silu(A->h[i]);
     g4__aclip_linear(A->r, A->h, &lw->linear_end, n, A);
     g4__atap(run, "lconv1d.linear_end", layer, A->r, n, Ha);
     for (i = 0; i < nh; i++) x[i] = A->r[i] + x[i];
+    g4__acast(A, x, nh);
     g4__atap(run, "lconv1d", layer, x, n, Ha);
 }
 
@@ -8416,6 +8530,7 @@ G4__DEF g4_result g4_audio_encode(const g4_model *m, const float *features, cons
     A.mm.model = m;
     A.mm.cfg = g4_session_config_init();
     A.mm.cfg.pool = threads > 1 ? run->pool : NULL;
+    A.mm.cfg.bf16 = A.bf16 = run && run->bf16; /* the linears in torch's bf16 order, cast */
     A.mm.pack = A.pack;
     A.mm.pack_parts = threads;
     A.mm.lora_u = A.lora_u;
@@ -8438,31 +8553,41 @@ G4__DEF g4_result g4_audio_encode(const g4_model *m, const float *features, cons
         double inc = log(10000.0) / (double)(half - 1 > 1 ? half - 1 : 1);
         for (k = 0; k < g.P; k++)
             for (f = 0; f < half; f++) {
-                float inv = expf((float)f * (float)-inc), s = (float)(g.ctx / 2 - k) * inv;
+                float inv, s;
+                if (A.bf16) { /* from_pretrained(dtype=bf16) casts the float32 inv_timescales buffer to bf16 */
+                    inv = g4__bf16_round(expf((float)f * (float)-inc));
+                    s = g4__bf16_round((float)(g.ctx / 2 - k) * inv);
+                } else {
+                    inv = expf((float)f * (float)-inc);
+                    s = (float)(g.ctx / 2 - k) * inv;
+                }
                 A.pe[(size_t)k * g.Ha + f] = sinf(s);
                 A.pe[(size_t)k * g.Ha + half + f] = cosf(s);
             }
+        g4__acast(&A, A.pe, (size_t)g.P * g.Ha);
         g4__atap(run, "audio_tower.rel_pos_enc", -1, A.pe, g.P, g.Ha);
     }
 
     for (l = 0; l < g.La; l++) {
         const g4_audio_layer_weights *lw = &m->audio.layers[l];
         size_t nh = (size_t)n * g.Ha;
+        float gc = g4__agc(&A, a->gradient_clipping);
         g4__affn(&lw->feed_forward1, A.x, n, &g, a, &A, run, l, "feed_forward1");
         memcpy(A.r, A.x, sizeof(float) * nh); /* residual */
-        for (i = 0; i < nh; i++) A.h[i] = g4__clampf(A.x[i], -a->gradient_clipping, a->gradient_clipping);
-        g4__armsnorm(A.h, A.h, &lw->norm_pre_attn, n, g.Ha, 1e-6f);
+        for (i = 0; i < nh; i++) A.h[i] = g4__clampf(A.x[i], -gc, gc);
+        g4__armsnorm_c(&A, A.h, A.h, &lw->norm_pre_attn, n, g.Ha, 1e-6f);
         g4__atap(run, "norm_pre_attn", l, A.h, n, g.Ha);
         memcpy(A.x, A.h, sizeof(float) * nh); /* the attention's input (A.h is its output) */
         g4__aattention(lw, A.x, n, A.m2, &g, a, &A, run, l);
-        g4__aclamp(A.h, nh, a->gradient_clipping);
-        g4__armsnorm(A.h, A.h, &lw->norm_post_attn, n, g.Ha, 1e-6f);
+        g4__aclamp(A.h, nh, gc);
+        g4__armsnorm_c(&A, A.h, A.h, &lw->norm_post_attn, n, g.Ha, 1e-6f);
         g4__atap(run, "norm_post_attn", l, A.h, n, g.Ha);
         for (i = 0; i < nh; i++) A.x[i] = A.h[i] + A.r[i];
+        g4__acast(&A, A.x, nh);
         g4__alconv(lw, A.x, n, &g, a, &A, run, l);
         g4__affn(&lw->feed_forward2, A.x, n, &g, a, &A, run, l, "feed_forward2");
-        g4__aclamp(A.x, nh, a->gradient_clipping);
-        g4__armsnorm(A.x, A.x, &lw->norm_out, n, g.Ha, 1e-6f);
+        g4__aclamp(A.x, nh, gc);
+        g4__armsnorm_c(&A, A.x, A.x, &lw->norm_out, n, g.Ha, 1e-6f);
         g4__atap(run, "norm_out", l, A.x, n, g.Ha);
         if (run && run->tap) {
             char nm[48];
@@ -8472,11 +8597,12 @@ G4__DEF g4_result g4_audio_encode(const g4_model *m, const float *features, cons
     }
 
     /* output_proj (with bias), then embed_audio: weightless RMSNorm, projection */
-    g4__amm(A.out, A.x, &m->audio.output_proj, n, &A);
+    g4__matmul_cast(&A.mm, A.out, A.x, &m->audio.output_proj, n, 0); /* (bf16: addmm rounds once, after the bias) */
     for (t = 0; t < n; t++)
         for (f = 0; f < g.Pa; f++) A.out[(size_t)t * g.Pa + f] += g4__get(&m->audio.output_proj_bias, (size_t)f);
+    g4__acast(&A, A.out, (size_t)n * g.Pa);
     g4__atap(run, "audio_tower.output_proj", -1, A.out, n, g.Pa);
-    g4__armsnorm(A.outn, A.out, NULL, n, g.Pa, a->rms_norm_eps);
+    g4__armsnorm_c(&A, A.outn, A.out, NULL, n, g.Pa, a->rms_norm_eps);
     g4__amm(A.out, A.outn, &m->audio.embedding_projection, n, &A);
     g4__atap(run, "embed_audio", -1, A.out, n, g.Ht);
     for (t = 0, k = 0; t < n; t++) /* padding stripped: the rows whose mask survived both convolutions */
@@ -10850,7 +10976,7 @@ static void g4__layernorm_bf16(float *y, const float *x, const g4_tensor *w, con
     rstd = 1.0f / sqrtf((float)var + eps);
     bias = -rstd * (float)mean;
     for (i = 0; i < n; i++)
-        y[i] = g4__bf16_round(fmaf(fmaf(x[i], rstd, bias), g4__get(w, (size_t)i), g4__get(b, (size_t)i)));
+        y[i] = g4__bf16_round(fmaf(fmaf(x[i], rstd, bias), g4__get(w, (size_t)i), b ? g4__get(b, (size_t)i) : 0.0f));
 }
 
 static void g4__ulayernorm_rows(void *ctx, size_t t0, size_t t1) {

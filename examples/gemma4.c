@@ -1561,12 +1561,13 @@ static int cmd_audio(int argc, char **argv) {
     g4mm mm;
     g4a_list one;
     float *soft = NULL;
-    int np, rc, ret = 1;
+    int np, rc, ret = 1, bf16 = 0;
     const char *pdir = NULL;
     g4_pool *pool;
     g4a_opt opts[] = {
         G4A_SR("--out", &out_path, "FILE", "where the float32 [n][hidden] soft tokens go"),
         G4A_S("--processor", &pdir, "DIR", "the directory of processor_config.json (default: the model's)"),
+        G4A_F("--bf16", &bf16, "the tower in the bf16-faithful mode (as transformers in bfloat16)"),
         OPT_THREADS,
     };
     g4a_cmd cmd = {"audio", "DIR CLIP.wav", 2, 2,
@@ -1581,7 +1582,7 @@ static int cmd_audio(int argc, char **argv) {
     one.n = 1;
     if (load_model(&m, pos[0])) return 1;
     if (g4mm_prepare(&mm, &m.config, pos[0], pdir, &one) == 0 && get_pool(&pool) == 0 &&
-        g4mm_encode(&mm, &m, pos[0], pool, &soft) == 0 &&
+        (mm.bf16 = bf16, g4mm_encode(&mm, &m, pos[0], pool, &soft) == 0) &&
         write_floats(out_path, soft, (size_t)mm.total_soft * (size_t)m.config.hidden_size) == 0) {
         printf("%s: %d feature frames, %d soft tokens\nwrote %d x %d float32 soft tokens to %s\n", pos[1], mm.f[0].nf,
                mm.total_soft, mm.total_soft, m.config.hidden_size, out_path);

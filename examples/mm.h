@@ -61,7 +61,7 @@ typedef struct {
     int max_run;               /* the longest image run + 2 (boi, eoi) */
     int total_soft;            /* every file's n_soft */
     g4_unified_fe ufe;         /* a 12B's audio: frames of raw samples (feat [nf][A], mask all 1) */
-    int bf16;                  /* g4mm_encode runs the vision tower in the bf16-faithful mode (the decoder
+    int bf16;                  /* g4mm_encode runs the towers in the bf16-faithful mode (the decoder
                                   session's mode: --bf16); set after g4mm_prepare */
     int flagged, typed;        /* bit G4MM_x: a file of that kind came from a flag (--image), a chat line (/image) */
 } g4mm;
@@ -153,10 +153,11 @@ static int g4mm_audio_count(const unsigned char *mask, int nf) {
    g4_audio_tokens_max(nf) rows), in an arena of arena_bytes sized for pool
    (NULL: one thread); 1 after a message. */
 static int g4mm_audio_encode(const g4_model *m, const char *wav, const float *feat, const unsigned char *mask, int nf,
-                             g4_pool *pool, void *arena, size_t arena_bytes, float *soft, int *n_soft) {
+                             g4_pool *pool, int bf16, void *arena, size_t arena_bytes, float *soft, int *n_soft) {
     g4_audio_run run;
     memset(&run, 0, sizeof run);
     run.pool = pool;
+    run.bf16 = bf16;
     if (g4_audio_encode(m, feat, mask, nf, arena, arena_bytes, &run, soft, n_soft) != G4_OK) {
         fprintf(stderr, "gemma4: %s: %s\n", wav, run.error);
         return 1;
@@ -720,7 +721,7 @@ static int g4mm_encode(g4mm *mm, const g4_model *m, const char *dir, g4_pool *po
                 fprintf(stderr, "gemma4: --video %s: %s\n", f->path, vs.error);
                 goto done;
             }
-        } else if (g4mm_audio_encode(m, f->path, f->feat, f->mask, f->nf, pool, aarena, abytes, buf + (size_t)used * H,
+        } else if (g4mm_audio_encode(m, f->path, f->feat, f->mask, f->nf, pool, mm->bf16, aarena, abytes, buf + (size_t)used * H,
                                      &got)) {
             goto done;
         }

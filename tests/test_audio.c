@@ -28,6 +28,11 @@
                e2b_audio_geom 1.1e-5 at subsample_conv_projection.layer1 (its
                LayerNorm over C1 = 2 channels magnifies the convolution's
                rounding) and 5.3e-6 on its soft tokens.
+     bf16 mode (g4_audio_run.bf16) against the tower run by transformers in
+               bfloat16 (bf16.safetensors, make_audio_goldens.py --bf16): identical,
+               every bit (41 taps, both clips' soft tokens on 1 and 3 threads, clip
+               b's prompt's logits through the bf16 decoder, the CLI's audio --bf16
+               and logits --bf16 --audio from the WAVs).
    Run from the repository root (make test does): test_audio [CLI [NAME]]
    (CLI: build/gemma4 by default; NAME: run only the tests whose name has it). */
 #define _POSIX_C_SOURCE 200809L
@@ -803,6 +808,151 @@ static void test_wav(void) {
 
 /* The CLI: gemma4 audio DIR CLIP.wav --out FILE writes the soft tokens; bad
    input is one line on stderr and exit 1. */
+/* ------------------------------------------------------------- bf16 */
+/* The bf16 mode (g4_audio_run.bf16) against the tower run by transformers in
+   bfloat16 (data/tiny/e2b_audio/bf16.safetensors, make_audio_goldens.py --bf16):
+   every tap and the soft tokens of both clips, counted bit for bit. */
+typedef struct { golden *g; int compared, exact; size_t values, differ; double worst; char worst_name[128]; } bf16check;
+
+static void bf16_tap_cb(void *user, const char *name, int layer, const float *data, int rows, int cols, int pos0) {
+    bf16check *bc = (bf16check *)user;
+    char key[160];
+    const g4_tensor *t, *rt;
+    int r, nr, c;
+    size_t differ = 0;
+    double worst = 0, scale = 0;
+    (void)layer; (void)pos0;
+    snprintf(key, sizeof key, "a.tap.%s", name);
+    if (!(t = g4_model_tensor(&bc->g->m, key))) return;
+    snprintf(key, sizeof key, "a.tap_rows.%s", name);
+    rt = g4_model_tensor(&bc->g->m, key);
+    nr = rt ? (int)rt->shape[0] : rows;
+    if (t->dtype != G4_BF16 || t->ndim != 2 || t->shape[1] != cols || t->shape[0] != nr) {
+        CHECK(0, "bf16 tap %s: [%d, %d], golden %s [%lld, ..]", name, rows, cols, dtype_str(t->dtype), (long long)t->shape[0]);
+        return;
+    }
+    for (r = 0; r < nr * cols; r++) if (fabs(g4__get(t, (size_t)r)) > scale) scale = fabs(g4__get(t, (size_t)r));
+    for (r = 0; r < nr; r++) {
+        int row = rt ? ((const int32_t *)rt->data)[r] : r;
+        for (c = 0; c < cols; c++) {
+            float ours = data[(size_t)row * cols + c], gold = g4__get(t, (size_t)r * cols + c);
+            if (memcmp(&ours, &gold, 4)) {
+                differ++;
+                if (fabs((double)ours - gold) > worst) worst = fabs((double)ours - gold);
+            }
+        }
+    }
+    bc->compared++;
+    bc->exact += differ == 0;
+    bc->values += (size_t)nr * cols;
+    bc->differ += differ;
+    if (differ) printf("  bf16 tap %s: %zu of %d values differ, by up to %.3g (%.3g of max |golden|)\n", name, differ, nr * cols, worst,
+                       worst / (scale > 0 ? scale : 1));
+    if (worst / (scale > 0 ? scale : 1) > bc->worst) {
+        bc->worst = worst / (scale > 0 ? scale : 1);
+        snprintf(bc->worst_name, sizeof bc->worst_name, "%s", name);
+    }
+}
+
+static void test_bf16(void) {
+    golden g, gb;
+    g4_model m;
+    g4_pool *pool = NULL;
+    int k, threads;
+    if (!golden_open(&g, MODEL) || !golden_open_file(&gb, MODEL, "bf16.safetensors")) { CHECK(0, "goldens"); return; }
+    if (g4_model_load(&m, tiny(MODEL)) != G4_OK) { CHECK(0, "load: %s", m.error); return; }
+    if (g4_pool_create(&pool, 3) != G4_OK) pool = NULL;
+    for (k = 0; k < 2; k++) {
+        const char *clip = k ? "b" : "a";
+        unsigned char *mask = NULL;
+        int nf = 0, n_soft = 0;
+        const float *feat = golden_features(&g, clip, &mask, &nf);
+        float *soft = NULL, *first = NULL;
+        void *arena = NULL;
+        size_t bytes = 0;
+        char key[64];
+        const g4_tensor *gt;
+        if (!feat) { CHECK(0, "features %s", clip); continue; }
+        snprintf(key, sizeof key, "%s.soft_tokens", clip);
+        gt = g4_model_tensor(&gb.m, key);
+        soft = (float *)malloc(sizeof(float) * (size_t)g4_audio_tokens_max(nf) * (size_t)m.config.hidden_size);
+        first = (float *)malloc(sizeof(float) * (size_t)g4_audio_tokens_max(nf) * (size_t)m.config.hidden_size);
+        if (g4_audio_size_pool(&m, nf, pool, &bytes) != G4_OK || posix_memalign(&arena, 64, bytes)) arena = NULL;
+        for (threads = 1; arena && soft && first && threads <= (pool ? 3 : 1); threads += 2) {
+            g4_audio_run run;
+            bf16check bc;
+            size_t differ = 0, i, n;
+            memset(&run, 0, sizeof run);
+            memset(&bc, 0, sizeof bc);
+            bc.g = &gb;
+            run.bf16 = 1;
+            run.pool = threads > 1 ? pool : NULL;
+            if (k == 0 && threads == 1) { run.tap = bf16_tap_cb; run.tap_user = &bc; }
+            CHECK(g4_audio_encode(&m, feat, mask, nf, arena, bytes, &run, soft, &n_soft) == G4_OK, "%s", run.error);
+            n = (size_t)n_soft * (size_t)m.config.hidden_size;
+            if (!gt || gt->dtype != G4_BF16 || (size_t)(gt->shape[0] * gt->shape[1]) != n) { CHECK(0, "bf16 %s: %d soft tokens", key, n_soft); continue; }
+            for (i = 0; i < n; i++) { float v = g4__get(gt, i); differ += memcmp(&v, soft + i, 4) != 0; }
+            if (run.tap) {
+                printf("  clip a: %d of %d taps bit-identical (%zu of %zu values differ; worst %s, %.3g of its max)\n", bc.exact,
+                       bc.compared, bc.differ, bc.values, bc.worst_name, bc.worst);
+                CHECK(bc.compared == 41, "%d bf16 taps compared", bc.compared);
+            }
+            printf("  clip %s, %d thread%s: %d soft tokens, %zu of %zu values differ from transformers in bf16\n", clip, threads,
+                   threads > 1 ? "s" : "", n_soft, differ, n);
+            CHECK(differ == 0, "clip %s: %zu bf16 soft-token values differ", clip, differ);
+            if (threads == 1) memcpy(first, soft, sizeof(float) * n);
+            else CHECK(memcmp(first, soft, sizeof(float) * n) == 0, "clip %s: 3 threads differ from one", clip);
+        }
+        free(arena); free(soft); free(first); free(mask);
+    }
+    g4_pool_free(pool);
+    g4_model_free(&m);
+    g4_model_free(&g.m);
+    g4_model_free(&gb.m);
+}
+
+/* bf16 end to end: clip b's bf16 soft tokens into the bf16 decoder on one.ids,
+   against the whole model in bf16 (one.logits), bit for bit */
+static void test_bf16_logits(void) {
+    golden g, gb;
+    g4_model m;
+    g4_session s;
+    g4_session_config sc = g4_session_config_init();
+    g4_audio_run run;
+    unsigned char *mask = NULL;
+    int nf = 0, n_soft = 0, n_ids = 0, V;
+    const float *feat;
+    const int32_t *ids;
+    const g4_tensor *gl;
+    float soft[64 * 32], *logits = NULL;
+    void *arena = NULL;
+    size_t bytes = 0, i, differ = 0;
+    if (!golden_open(&g, MODEL) || !golden_open_file(&gb, MODEL, "bf16.safetensors")) { CHECK(0, "goldens"); return; }
+    if (g4_model_load(&m, tiny(MODEL)) != G4_OK) { CHECK(0, "load: %s", m.error); return; }
+    V = m.config.vocab_size;
+    feat = golden_features(&g, "b", &mask, &nf);
+    ids = golden_ids(&g, "one.ids", &n_ids);
+    gl = g4_model_tensor(&gb.m, "one.logits");
+    memset(&run, 0, sizeof run);
+    run.bf16 = 1;
+    sc.max_context = 64; sc.max_chunk = 64; sc.bf16 = 1;
+    if (feat && ids && gl && gl->dtype == G4_BF16 && gl->shape[0] == n_ids && gl->shape[1] == V && (arena = arena_for(&m, nf, &bytes)) &&
+        g4_audio_tokens_max(nf) <= 64 && g4_audio_encode(&m, feat, mask, nf, arena, bytes, &run, soft, &n_soft) == G4_OK &&
+        g4_session_create(&s, &m, &sc) == G4_OK) {
+        logits = (float *)malloc(sizeof(float) * (size_t)n_ids * V);
+        CHECK(g4_forward_mm(&s, ids, n_ids, soft, n_soft, logits, G4_LOGITS_ALL, NULL) == G4_OK, "%s", s.error);
+        for (i = 0; i < (size_t)n_ids * V; i++) { float v = g4__get(gl, i); differ += memcmp(&v, logits + i, 4) != 0; }
+        printf("  clip b in its prompt: %d ids, %d soft tokens, %zu of %zu bf16 logits differ from transformers in bf16\n", n_ids, n_soft,
+               differ, (size_t)n_ids * V);
+        CHECK(differ == 0, "%zu bf16 logits differ", differ);
+        g4_session_destroy(&s);
+    } else CHECK(0, "bf16 logits setup: %s", run.error);
+    free(logits); free(arena); free(mask);
+    g4_model_free(&m);
+    g4_model_free(&g.m);
+    g4_model_free(&gb.m);
+}
+
 static const char *g_cli = "build/gemma4";
 
 static void test_cli(void) {
@@ -899,6 +1049,50 @@ static void test_cli(void) {
     g4_model_free(&g.m);
 }
 
+/* --bf16 on the CLI: `audio --bf16` from each WAV (1 and 3 threads) writes
+   transformers' bf16 soft tokens (the WAV's features differ from the golden's
+   by float32 ulps: the same values after the cast to bf16, on both clips);
+   `logits --bf16 --audio` writes transformers' bf16 logits */
+static void test_cli_bf16(void) {
+    golden gb;
+    char args[1024], out[4096], err[4096], path[300];
+    int k, t, st;
+    if (!golden_open_file(&gb, MODEL, "bf16.safetensors")) { CHECK(0, "bf16 golden"); return; }
+    for (k = 0; k < 2; k++)
+        for (t = 1; t <= 3; t += 2) {
+            const g4_tensor *gt = g4_model_tensor(&gb.m, k ? "b.soft_tokens" : "a.soft_tokens");
+            char *bytes = NULL, e2[G4_ERROR_MAX];
+            size_t len = 0, i, differ = 0, n = gt ? (size_t)(gt->shape[0] * gt->shape[1]) : 0;
+            snprintf(path, sizeof path, "%s/bf16_%d_%d.f32", g_tmp, k, t);
+            snprintf(args, sizeof args, "audio %s %s --bf16 --threads %d --out %s", tiny(MODEL),
+                     path2(tiny(MODEL), k ? "clip_b.wav" : "clip_a.wav"), t, path);
+            st = run_cli(g_cli, args, out, sizeof out, NULL, err, sizeof err);
+            CHECK(st == 0, "audio --bf16: exit %d: %s%s", st, out, err);
+            if (st == 0 && gt && g4__read_file(path, &bytes, &len, 1 << 20, e2) == G4_OK && len == n * sizeof(float)) {
+                for (i = 0; i < n; i++) { float v = g4__get(gt, i); differ += memcmp(&v, bytes + 4 * i, 4) != 0; }
+                CHECK(differ == 0, "audio --bf16 --threads %d clip %c: %zu of %zu values differ from transformers in bf16", t, k ? 'b' : 'a',
+                      differ, n);
+            } else CHECK(0, "audio --bf16 clip %c: %zu bytes", k ? 'b' : 'a', len);
+            free(bytes);
+        }
+    {
+        const g4_tensor *gl = g4_model_tensor(&gb.m, "one.logits");
+        char *bytes = NULL, e2[G4_ERROR_MAX];
+        size_t len = 0, i, differ = 0, n = gl ? (size_t)(gl->shape[0] * gl->shape[1]) : 0;
+        snprintf(path, sizeof path, "%s/bf16_logits.f32", g_tmp);
+        snprintf(args, sizeof args, "logits %s --bf16 --ids 2,17,200,246,77,123 --audio %s --out %s", tiny(MODEL),
+                 path2(tiny(MODEL), "clip_b.wav"), path);
+        st = run_cli(g_cli, args, out, sizeof out, NULL, err, sizeof err);
+        CHECK(st == 0, "logits --bf16 --audio: exit %d: %s%s", st, out, err);
+        if (st == 0 && gl && g4__read_file(path, &bytes, &len, 1 << 20, e2) == G4_OK && len == n * sizeof(float)) {
+            for (i = 0; i < n; i++) { float v = g4__get(gl, i); differ += memcmp(&v, bytes + 4 * i, 4) != 0; }
+            CHECK(differ == 0, "logits --bf16 --audio: %zu of %zu logits differ from transformers in bf16", differ, n);
+        } else CHECK(0, "logits --bf16 --audio: %zu bytes", len);
+        free(bytes);
+    }
+    g4_model_free(&gb.m);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) g_cli = argv[1];
     if (argc > 2) g_only = argv[2];
@@ -922,6 +1116,9 @@ int main(int argc, char **argv) {
     run("features: bad processor_config.json settings name the field; the model check", test_fe_settings_bad);
     run("wav: PCM16 and float32 mono; everything else refused", test_wav);
     run("cli: gemma4 audio and logits --audio = transformers; bad input is one line and exit 1", test_cli);
+    run("bf16 tower: taps and soft tokens of both clips against transformers in bf16; 3 threads the same", test_bf16);
+    run("bf16 merge: clip b's bf16 soft tokens into the bf16 decoder = transformers' bf16 logits", test_bf16_logits);
+    run("cli: audio --bf16 (1 and 3 threads) and logits --bf16 --audio give transformers' bf16 bits", test_cli_bf16);
     {
         char cmd[300];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);

@@ -46,7 +46,20 @@ a.tap.* (all but layer0), a.soft_tokens, a.valid), has another attention geometr
 3, context_right 2: one future frame) and no clipped linears; its input is clip a's features above.
 VERSIONS.txt covers both.
 
+--bf16 writes only data/tiny/e2b_audio/bf16.safetensors (nothing else is rebuilt): the committed e2b_audio
+checkpoint loaded with from_pretrained(dtype=torch.bfloat16, attn_implementation="eager"), as a user runs a
+released checkpoint in bf16, on the committed features of clips a and b:
+      a.tap.<module>          every audio tower module's output for clip a, in the layouts above, in the
+                              dtype the bf16 model gives it (bf16; the attention's float32 parts stay F32);
+                              past layer 0 only the layer and its direct submodules; layer0's rows 0 and
+                              T1 - 1 only (a.tap_rows.<module>)
+      {a,b}.soft_tokens       embed_audio's output, padding stripped (BF16)
+      one.logits              the whole model in bf16 on golden.safetensors' one.ids with clip b (BF16 [S, V])
+torch must run its AVX2 kernels (ATEN_CPU_CAPABILITY=avx2 on an AVX-512 CPU; the script checks), one thread,
+oneDNN off (the script sets torch.backends.mkldnn.enabled = False): the orders gemma4.h's bf16 mode reproduces.
+
 Usage (from the repository root): venv/bin/python tools/make_audio_goldens.py [--out DIR]
+       ATEN_CPU_CAPABILITY=avx2 venv/bin/python tools/make_audio_goldens.py --bf16 [--out DIR]
 """
 
 import argparse
@@ -361,15 +374,95 @@ def make_fe_settings_golden(out):
                 "Gemma4AudioFeatureExtractor.from_dict(fe_settings.json) on clip_a.wav (PCM16 k / 32768)\n")
 
 
+def record_taps_raw(model, feats, mask):
+    """record_taps in the model's own dtypes (no float() cast)."""
+    out = {}
+    hooks = []
+    skip_leaf = (".linear", ".act", ".act_fn", ".conv", ".norm")
+    for name, mod in model.model.audio_tower.named_modules():
+        if name == "" or any(name.endswith(s_) for s_ in skip_leaf):
+            continue
+        full = "audio_tower." + name
+
+        def h(m, i, o, full=full, name=name):
+            x = o[0] if isinstance(o, (tuple, list)) else o
+            x = x.detach()
+            if name.startswith("subsample_conv_projection.layer"):
+                x = x[0].permute(1, 2, 0).reshape(x.shape[2], -1)
+            elif name.endswith("depthwise_conv1d"):
+                x = x[0].transpose(0, 1)
+            elif name.endswith("relative_k_proj") or name == "rel_pos_enc":
+                x = x.reshape(-1, x.shape[-1])
+            else:
+                x = x[0]
+            out[full] = x.contiguous().clone()
+        hooks.append(mod.register_forward_hook(h))
+    hooks.append(model.model.embed_audio.register_forward_hook(
+        lambda m, i, o: out.__setitem__("embed_audio", o.detach()[0].clone())))
+    try:
+        with torch.no_grad():
+            res = model.model.get_audio_features(feats[None], mask[None].bool())
+    finally:
+        for h in hooks:
+            h.remove()
+    return out, res.pooler_output[0], res.attention_mask[0]
+
+
+def bf16_goldens(out):
+    from safetensors.torch import load_file
+    cap = torch.backends.cpu.get_cpu_capability()
+    assert cap == "AVX2", f"the bf16 goldens need torch's AVX2 kernels (ATEN_CPU_CAPABILITY=avx2), not {cap}"
+    torch.backends.mkldnn.enabled = False  # ATen's kernels, as on an AVX2-only CPU (see make_vision_goldens.py --bf16)
+    g32 = load_file(os.path.join(out, "golden.safetensors"))
+    model = Gemma4ForConditionalGeneration.from_pretrained(out, dtype=torch.bfloat16, attn_implementation="eager").eval()
+    gold = {}
+    for key in ("a", "b"):
+        taps, soft, valid = record_taps_raw(model, g32[f"{key}.input_features"], g32[f"{key}.input_features_mask"])
+        assert torch.equal(valid.to(torch.int32), g32[f"{key}.valid"])
+        gold[f"{key}.soft_tokens"] = soft[valid].contiguous()
+        if key == "a":
+            for name, x in taps.items():
+                if name == "audio_tower.subsample_conv_projection.layer0":
+                    rows = [0, x.shape[0] - 1]
+                    gold[f"a.tap_rows.{name}"] = torch.tensor(rows, dtype=torch.int32)
+                    x = x[rows]
+                layer = name.split(".")[2] if name.startswith("audio_tower.layers.") else None
+                if layer not in (None, "0") and name.count(".") > 3:
+                    continue
+                gold[f"a.tap.{name}"] = x.contiguous()
+                print(name, x.dtype, tuple(x.shape))
+    with torch.no_grad():
+        res = model(input_ids=g32["one.ids"].long()[None], input_features=g32["b.input_features"][None],
+                    input_features_mask=g32["b.input_features_mask"][None].bool(), use_cache=False)
+    gold["one.logits"] = res.logits[0].contiguous()
+    save_file(gold, os.path.join(out, "bf16.safetensors"))
+    s32 = g32["a.soft_tokens"]
+    d = (gold["a.soft_tokens"].float() - s32).abs().max().item() / s32.abs().max().item()
+    with open(os.path.join(out, "BF16_VERSIONS.txt"), "w") as f:
+        f.write(f"torch {torch.__version__} (cpu capability {cap}, 1 thread, oneDNN off)\ntransformers {transformers.__version__}\n"
+                f"safetensors {safetensors.__version__}\nnumpy {np.__version__}\npython {platform.python_version()}\n"
+                f"platform {platform.platform()}\n"
+                f"date {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M:%S')} UTC\n"
+                f"command ATEN_CPU_CAPABILITY=avx2 venv/bin/python tools/make_audio_goldens.py --bf16\n"
+                f"goldens: e2b_audio loaded with from_pretrained(dtype=torch.bfloat16, attn_implementation=eager), "
+                f"the committed features of clips a and b\n"
+                f"clip a's bf16 soft tokens against float32: max |d| {d:.3g} of max |soft|\n")
+    print(f"clip a: bf16 against float32 {d:.3g}; {len(gold)} tensors")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="data/tiny/e2b_audio")
     ap.add_argument("--fe-settings-only", action="store_true",
                     help="remake only fe_settings.json, fe_settings_golden.safetensors, FE_SETTINGS_VERSIONS.txt")
+    ap.add_argument("--bf16", action="store_true", help="write only bf16.safetensors, from the committed model")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     if args.fe_settings_only:
         make_fe_settings_golden(args.out)
+        return
+    if args.bf16:
+        bf16_goldens(args.out)
         return
 
     a16, b = waveforms()
