@@ -159,9 +159,11 @@
      test models. Prefill, chunked prefill and decode give identical bits.
      The mode computes torch's summation order (its AVX2 kernels') on every
      CPU - scalar, AVX2, AVX-512 with or without avx512_bf16, NEON - so the
-     same bits everywhere. g4_session_config.bf16_fast = 1 trades that for
-     speed where the build has avx512_bf16: VDPBF16PS, its own order (tested
-     within 3e-2 of max |value| of each tap of the faithful mode).
+     same bits everywhere; the towers have the same mode
+     (g4_vision_session_config.bf16, g4_audio_run.bf16; docs/bf16.md).
+     g4_session_config.bf16_fast = 1 trades that for speed where the build
+     has avx512_bf16: VDPBF16PS, its own order (tested within 3e-2 of max
+     |value| of each tap of the faithful mode).
 
    TRAINING
      g4_train_size / g4_train_init / g4_loss_and_grad: transformers' loss
