@@ -107,6 +107,9 @@ def main():
     S = len(ids)
     dtype = getattr(torch, args.dtype)
     torch.set_num_threads(1)
+    # ATen's own CPU kernels: on AVX-512 CPUs torch hands bf16 matmuls past 16^3
+    # multiply-adds to oneDNN, whose summation order is its own (docs/bf16.md)
+    torch.backends.mkldnn.enabled = False
     model = transformers.AutoModelForCausalLM.from_pretrained(
         args.model_dir, dtype=dtype, attn_implementation="eager", experts_implementation="eager")
     if args.adapter:
