@@ -54,12 +54,13 @@ echo "== gemma4.h, bf16-faithful mode (bf16 activations; avx512_bf16 dot product
 ./build/gemma4 bench "$DIR" --threads "$THREADS" --prompt "$PROMPT" --gen "$GEN" --bf16 | tee build/bench-g4bf16.txt
 b_pre=$(sed -n 's/^prefill: \([0-9.]*\) tok\/s.*/\1/p' build/bench-g4bf16.txt)
 b_dec=$(sed -n 's/^decode: \([0-9.]*\) tok\/s.*/\1/p' build/bench-g4bf16.txt)
-f_pre="-"; f_dec="-"
+f_pre="-"; f_dec="-"; f_cpu="-"
 if grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null; then
   echo "== gemma4.h, bf16 mode with bf16_fast (VDPBF16PS: its own summation order, within 3e-2 of the faithful mode)"
   ./build/gemma4 bench "$DIR" --threads "$THREADS" --prompt "$PROMPT" --gen "$GEN" --bf16-fast | tee build/bench-g4bf16fast.txt
   f_pre=$(sed -n 's/^prefill: \([0-9.]*\) tok\/s.*/\1/p' build/bench-g4bf16fast.txt)
   f_dec=$(sed -n 's/^decode: \([0-9.]*\) tok\/s.*/\1/p' build/bench-g4bf16fast.txt)
+  f_cpu=$(sed -n 's/^prefill per CPU-second: .* (\([0-9.]*\) CPU-s.*/\1/p' build/bench-g4bf16fast.txt)
 fi
 # the towers: ms per image at 280 soft tokens (2520 patches) and per second of audio
 if [ -z "$TOWER_CONFIGS" ]; then
@@ -76,13 +77,14 @@ if [ "$TOWER_CONFIGS" != none ]; then
     sed "s/^/$tn /" build/bench-tower.txt >> build/bench-towers.txt
   done
 fi
-t_pre="-"; t_dec="-"
+t_pre="-"; t_dec="-"; t_cpu="-"
 if [ -n "$BENCH_PY" ]; then
   echo "== PyTorch eager (transformers), bf16"
   if "$BENCH_PY" bench/bench_torch.py "$DIR" --threads "$THREADS" --prompt "$PROMPT" --gen "$GEN" > build/bench-torch.txt 2>&1; then
     cat build/bench-torch.txt | grep -v Loading
     t_pre=$(sed -n 's/^prefill: \([0-9.]*\) tok.*/\1/p' build/bench-torch.txt)
     t_dec=$(sed -n 's/^decode: \([0-9.]*\) tok.*/\1/p' build/bench-torch.txt)
+    t_cpu=$(sed -n 's/^prefill per CPU-second: .* (\([0-9.]*\) CPU-s.*/\1/p' build/bench-torch.txt)
   else tail -3 build/bench-torch.txt; fi
 fi
 l_pre="-"; l_dec="-"; l_long="-"
@@ -129,7 +131,7 @@ echo "cpu: ${cpu:-unknown} ($(nproc) CPUs); ISA: ${isa:-none of avx2 fma f16c av
 awk -v bw="$bw" -v gbs="$g_gbs" -v fma="$fma" -v fl="$g_flops" -v tp="$t_pre" -v td="$t_dec" -v gp="$g_pre" -v gd="$g_dec" \
     -v fcpu="$fma_cpu" -v gfc="$g_fcpu" -v hfl="$h_flops" -v hfc="$h_fcpu" -v p1="$PROMPT" -v p2="$PROMPT2" -v th="$THREADS" \
     -v lp="${l_pre:--}" -v ld="${l_dec:--}" -v ll="${l_long:--}" -v hp="$h_pre" -v bp="${b_pre:--}" -v bd="${b_dec:--}" \
-    -v fp="${f_pre:--}" -v fd="${f_dec:--}" 'BEGIN {
+    -v fp="${f_pre:--}" -v fd="${f_dec:--}" -v fc="${f_cpu:--}" -v tc="${t_cpu:--}" 'BEGIN {
   printf "machine: read bandwidth %.1f GB/s, FMA peak %.1f GFLOP/s (float32, measured)\n", bw, fma
   printf "         FMA peak per CPU-second %.1f GFLOP per thread\n", fcpu
   printf "decode:  %.1f GB/s of weights = %.0f%% of the read bandwidth (target 85%%)\n", gbs, 100 * gbs / bw
@@ -140,5 +142,6 @@ awk -v bw="$bw" -v gbs="$g_gbs" -v fma="$fma" -v fl="$g_flops" -v tp="$t_pre" -v
   if (ll != "-" && ll > 0) printf "gemma4.h vs llama.cpp, %d-token prompt: prefill %.2fx\n", p2, hp / ll
   if (tp != "-" && tp > 0 && bp != "-") printf "bf16-faithful mode vs PyTorch: prefill %.2fx, decode %.2fx\n", bp / tp, bd / td
   if (tp != "-" && tp > 0 && fp != "-") printf "bf16_fast vs PyTorch: prefill %.2fx (target 1.1x), decode %.2fx\n", fp / tp, fd / td
+  if (tc != "-" && tc > 0 && fc != "-" && fc > 0) printf "bf16_fast vs PyTorch per CPU-second of each process (all its threads): prefill %.2fx\n", tc / fc
   if (lp != "-" && lp > 0 && bp != "-") printf "bf16-faithful mode vs llama.cpp: prefill %.2fx, decode %.2fx\n", bp / lp, bd / ld
 }'

@@ -544,7 +544,7 @@ static int g4b_bench(const char *dir, const g4b_opts *o) {
     /* the same work per CPU-second of this process (all its threads, spinning
        included): what the kernels reach while they run, whatever else the
        machine runs meanwhile */
-    printf("prefill per CPU-second: %.1f GFLOP (%.2f CPU-s, best of 3)\n",
+    printf("prefill per CPU-second: %.1f GFLOP (%.3f CPU-s, best of 3)\n",
            2.0 * ((elems - head) * prompt + head) / pre_cpu / 1e9, pre_cpu);
     printf("decode per CPU-second: %.2f GB (%.2f CPU-s, best of 3)\n", bpt * gen / dec_cpu / 1e9, dec_cpu);
     printf("memory: peak RSS %.0f MB, arena %.1f MB\n", (double)ru.ru_maxrss / 1024.0, (double)s.arena_bytes / 1048576.0);
