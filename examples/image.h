@@ -268,7 +268,7 @@ done:
 #ifndef G4_IMAGE_NO_CLI
 static int load_model(g4_model *m, const char *dir);
 static int g4mm_unified_image_cmd(const g4_model *m, const char *dir, const char *pdir, const char *path, const char *out,
-                                  g4_pool *pool);
+                                  g4_pool *pool, int bf16);
 
 static int g4img_cmd_image(int argc, char **argv) {
     const char *dir, *img, *out = NULL, *pdir = NULL, *pos[2];
@@ -293,7 +293,7 @@ static int g4img_cmd_image(int argc, char **argv) {
     img = pos[1];
     if (load_model(&m, dir)) return 1;
     if (m.config.unified) { /* the 12B: no tower, its encoder-free embedder (mm.h) */
-        rc = get_pool(&pool) ? 1 : g4mm_unified_image_cmd(&m, dir, pdir, img, out, pool);
+        rc = get_pool(&pool) ? 1 : g4mm_unified_image_cmd(&m, dir, pdir, img, out, pool, bf16);
         g4_model_free(&m);
         return rc;
     }

@@ -215,7 +215,8 @@ static int g4mm_unified_clip(g4mm *mm, g4mm_file *f) {
     return rc;
 }
 
-/* g4mm_encode for a 12B: every file through its embedder into buf, in mm->f's order, on pool's threads. */
+/* g4mm_encode for a 12B: every file through its embedder into buf, in mm->f's order, on pool's threads
+   (mm->bf16: the embedders in the bf16-faithful mode, as the towers). */
 static int g4mm_unified_encode(g4mm *mm, const g4_model *m, g4_pool *pool, float *buf) {
     int k, used = 0, rows = mm->max_patches > mm->max_nf ? mm->max_patches : mm->max_nf, rc = 1, fr;
     if (mm->vmax_patches > rows) rows = mm->vmax_patches;
@@ -224,6 +225,7 @@ static int g4mm_unified_encode(g4mm *mm, const g4_model *m, g4_pool *pool, float
     g4_unified_run run;
     memset(&run, 0, sizeof run);
     run.pool = pool;
+    run.bf16 = mm->bf16;
     if (g4_unified_size_pool(m, rows > 0 ? rows : 1, pool, &bytes) != G4_OK || posix_memalign(&arena, 64, bytes) != 0) {
         fprintf(stderr, "gemma4: out of memory for the embedders' arena\n");
         return 1;
@@ -267,9 +269,10 @@ done:
 static int g4mm_prepare(g4mm *mm, const g4_config *c, const char *dir, const char *pdir, const g4a_list *list);
 static int g4mm_encode(g4mm *mm, const g4_model *m, const char *dir, g4_pool *pool, float **soft);
 
-/* `gemma4 image` on a 12B (image.h): the file's soft tokens, float32 [n][H] to out; 1 after a message. */
+/* `gemma4 image` on a 12B (image.h): the file's soft tokens, float32 [n][H] to out (bf16: the
+   embedder in the bf16-faithful mode); 1 after a message. */
 static int g4mm_unified_image_cmd(const g4_model *m, const char *dir, const char *pdir, const char *path, const char *out,
-                                  g4_pool *pool) {
+                                  g4_pool *pool, int bf16) {
     g4mm mm;
     g4a_list one;
     float *soft = NULL;
@@ -280,7 +283,7 @@ static int g4mm_unified_image_cmd(const g4_model *m, const char *dir, const char
     one.value[0] = path;
     one.tag[0] = G4MM_IMAGE;
     one.n = 1;
-    if (g4mm_prepare(&mm, &m->config, dir, pdir, &one) == 0 && g4mm_encode(&mm, m, dir, pool, &soft) == 0) {
+    if (g4mm_prepare(&mm, &m->config, dir, pdir, &one) == 0 && (mm.bf16 = bf16, g4mm_encode(&mm, m, dir, pool, &soft) == 0)) {
         n = (size_t)mm.total_soft * (size_t)m->config.hidden_size;
         if (!(fo = fopen(out, "wb")) || fwrite(soft, sizeof(float), n, fo) != n || fclose(fo) != 0)
             fprintf(stderr, "gemma4: %s: cannot write (%s)\n", out, strerror(errno));
