@@ -3736,8 +3736,19 @@ G4__HD static float g4__bf16_round(float f) {
 /* g4__bf16_round on x[i0, i1) (a range job: ctx is x) */
 static void g4__bf16_round_range(void *ctx, size_t i0, size_t i1) {
     float *x = (float *)ctx;
-    size_t i;
-    for (i = i0; i < i1; i++) x[i] = g4__bf16_round(x[i]);
+    size_t i = i0;
+    for (; i + 16 <= i1; i += 16) { /* 16 at a time without a branch, a loop compilers vectorize (the bf16
+                                       mode rounds every activation: 4% of a bf16_fast prefill) */
+        uint32_t u[16], r;
+        int l;
+        memcpy(u, x + i, sizeof u);
+        for (l = 0; l < 16; l++) {
+            r = (u[l] + 0x7fffu + ((u[l] >> 16) & 1u)) & 0xffff0000u;
+            u[l] = (u[l] & 0x7fffffffu) > 0x7f800000u ? u[l] : r; /* NaN stays */
+        }
+        memcpy(x + i, u, sizeof u);
+    }
+    for (; i < i1; i++) x[i] = g4__bf16_round(x[i]);
 }
 
 /* Reference matmul on output rows [o0, o1): y[t][o] = sum_i x[t][i] * W[o][i]

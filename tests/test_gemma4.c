@@ -907,6 +907,32 @@ static void test_gemm_kc_choice(void) {
 }
 #endif
 
+/* The bf16 rounding of a range (16 at a time, branchless) gives g4__bf16_round's
+   bits element by element: ties to even both ways, NaNs of several payloads
+   (signalling included) left as they are, infinities, denormals, values that
+   round up to infinity, on a length that leaves a tail. */
+static void test_bf16_round_range(void) {
+    static const uint32_t special[] = {0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7fbfffffu, 0x7f800000u, 0xff800000u,
+                                       0x7f7fffffu, 0x7f7f8000u, 0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x00008000u,
+                                       0x00018000u, 0x80000000u, 0x00000001u, 0xbf80c000u};
+    float x[53], y[53];
+    unsigned seed = 5;
+    int i, bad = 0;
+    for (i = 0; i < 53; i++) {
+        uint32_t u;
+        seed = seed * 1103515245u + 12345u;
+        u = i < 16 ? special[i] : i < 32 ? special[i - 16] ^ 0x80000000u : seed ^ (seed << 13);
+        memcpy(&x[i], &u, 4);
+    }
+    memcpy(y, x, sizeof x);
+    g4__bf16_round_range(y, 0, 53);
+    for (i = 0; i < 53; i++) {
+        float r = g4__bf16_round(x[i]);
+        bad += memcmp(&r, &y[i], 4) != 0;
+    }
+    CHECK(bad == 0, "%d of 53 values differ from g4__bf16_round", bad);
+}
+
 /* The bf16 mode's attention scores on vectors (g4__dot_torch_v) give
    g4__dot_torch's bits: lengths below, at and past its 64-element blocks and
    16-element tails, bf16 values (as the mode's q and k) and plain floats. */
@@ -1448,6 +1474,7 @@ int main(int argc, char **argv) {
     run("attention: 8 keys at a time = g4__dot and g4__axpy key by key, bit for bit", test_attention_kernels);
     run("attention: the blocked kernel = the reference loop (g4__attend), bit for bit", test_attend_blocked_vs_reference);
     run("bf16 attention scores: the SIMD torch-order dot = g4__dot_torch, bit for bit", test_dot_torch_v);
+    run("bf16 rounding of a range = g4__bf16_round per element (NaN, inf, ties, tail)", test_bf16_round_range);
     run("gelu: SIMD = scalar twin, close to the exact formula", test_gelu_vs_scalar);
     run("threads: same bits as one thread, every golden model", test_threads_bit_identical);
     run("KV-reader layers on the asked rows only: LAST, chunks, NONE + decode = ALL's last row", test_reader_rows_sliced);
