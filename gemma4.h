@@ -4058,6 +4058,7 @@ static void g4__parallel_range(const g4_session *s, size_t n, size_t cost, void 
                                void *ctx);
 static void g4__matmul(const g4_session *s, float *y, const float *x, const g4_tensor *w, int n);
 static void g4__matmul_cast(const g4_session *s, float *y, const float *x, const g4_tensor *w, int n, int cast);
+static void g4__matmul_bias(const g4_session *s, float *y, const float *x, const g4_tensor *w, const g4_tensor *bias, int n);
 static size_t g4__pack_thread_floats(void); /* G4__PACK_THREAD: one thread's GEMM packing buffer */
 static void g4__cache_sizes(long *l1d, long *l2, long *l3); /* the caches the CPU reports (>>threads) */
 static int g4__gemm_kc(long l2);                            /* the GEMM's kc for that L2 (>>gemm) */
@@ -8610,10 +8611,7 @@ G4__DEF g4_result g4_audio_encode(const g4_model *m, const float *features, cons
     }
 
     /* output_proj (with bias), then embed_audio: weightless RMSNorm, projection */
-    g4__matmul_cast(&A.mm, A.out, A.x, &m->audio.output_proj, n, 0); /* (bf16: addmm rounds once, after the bias) */
-    for (t = 0; t < n; t++)
-        for (f = 0; f < g.Pa; f++) A.out[(size_t)t * g.Pa + f] += g4__get(&m->audio.output_proj_bias, (size_t)f);
-    g4__acast(&A, A.out, (size_t)n * g.Pa);
+    g4__matmul_bias(&A.mm, A.out, A.x, &m->audio.output_proj, &m->audio.output_proj_bias, n); /* bf16: addmm, cast */
     g4__atap(run, "audio_tower.output_proj", -1, A.out, n, g.Pa);
     g4__armsnorm_c(&A, A.outn, A.out, NULL, n, g.Pa, a->rms_norm_eps);
     g4__amm(A.out, A.outn, &m->audio.embedding_projection, n, &A);
@@ -10220,7 +10218,15 @@ static void g4__matmul_part(void *ctx, int part, int n_parts) {
         for (t = 0; t < j->n; t++) g4__bf16_round_range(j->y + (size_t)t * (size_t)out, (size_t)o0, (size_t)o1);
 }
 
-/* cast 0: the raw float32 sums, not cast (only the drafter's masked logits) */
+/* an adapter's u = A x (s->lora_u) on the session's threads (any split: the same bits) */
+static void g4__lora_u(const g4_session *s, const float *x, const g4_tensor *w, int n, int bf16) {
+    g4__lora_job lj;
+    lj.u = s->lora_u; lj.x = x; lj.lo = w->lora; lj.n = n; lj.bf16 = bf16;
+    if ((int64_t)w->lora->r * w->lora->in * n < 8 * (int64_t)G4_PARALLEL_MIN) g4__lora_u_part(&lj, 0, 1);
+    else g4__parallel(s->cfg.pool, g4__lora_u_part, &lj);
+}
+
+/* cast 0: the raw float32 sums, not cast (the drafter's masked logits, g4__matmul_bias) */
 static void g4__matmul_cast(const g4_session *s, float *y, const float *x, const g4_tensor *w, int n, int cast) {
     g4__mm_job j;
     j.y = y; j.x = x; j.w = w; j.n = n;
@@ -10236,12 +10242,7 @@ static void g4__matmul_cast(const g4_session *s, float *y, const float *x, const
 #if G4__BF16DOT
     if (j.bf16dot) g4__to_bf16(s->xbf, x, n, (int)w->shape[1]);
 #endif
-    if (w->lora) { /* the adapter's A x first (>>adapter) */
-        g4__lora_job lj;
-        lj.u = s->lora_u; lj.x = x; lj.lo = w->lora; lj.n = n; lj.bf16 = j.lora_bf16;
-        if ((int64_t)w->lora->r * w->lora->in * n < 8 * (int64_t)G4_PARALLEL_MIN) g4__lora_u_part(&lj, 0, 1);
-        else g4__parallel(s->cfg.pool, g4__lora_u_part, &lj);
-    }
+    if (w->lora) g4__lora_u(s, x, w, n, j.lora_bf16); /* the adapter's A x first (>>adapter) */
     /* too small to share, or a pool larger than the one the arena was carved for */
     if ((int64_t)w->shape[0] * w->shape[1] * n < 8 * (int64_t)G4_PARALLEL_MIN || g4_pool_threads(s->cfg.pool) > s->pack_parts)
         g4__matmul_part(&j, 0, 1);
@@ -10250,6 +10251,24 @@ static void g4__matmul_cast(const g4_session *s, float *y, const float *x, const
 
 static void g4__matmul(const g4_session *s, float *y, const float *x, const g4_tensor *w, int n) {
     g4__matmul_cast(s, y, x, w, n, 1);
+}
+
+/* nn.Linear with a bias (the audio tower's output_proj): torch's addmm,
+   y = x W^T + b (bf16 mode: rounded once, after the bias), then a LoRA
+   adapter as peft adds it to the base layer's output (float32, the sum
+   rounded in bf16 mode; the towers have no lora_bf16). */
+static void g4__matmul_bias(const g4_session *s, float *y, const float *x, const g4_tensor *w, const g4_tensor *bias, int n) {
+    g4_tensor base = *w;
+    int t, o, out = (int)w->shape[0];
+    base.lora = NULL;
+    g4__matmul_cast(s, y, x, &base, n, 0);
+    for (t = 0; t < n; t++)
+        for (o = 0; o < out; o++) y[(size_t)t * (size_t)out + (size_t)o] += g4__get(bias, (size_t)o);
+    if (s->cfg.bf16) g4__bf16_round_range(y, 0, (size_t)n * (size_t)out);
+    if (!w->lora) return;
+    g4__lora_u(s, x, w, n, 0);
+    g4__lora_add(y, s->lora_u, w->lora, n, 0, out, s->cfg.bf16);
+    if (s->cfg.bf16) g4__bf16_round_range(y, 0, (size_t)n * (size_t)out);
 }
 
 /* An elementwise loop over [0, n) split across the session's threads:

@@ -20,7 +20,8 @@
    bit, in the library and through `gemma4 logits/compare --bf16 --adapter`.
    Towers (data/lora/{vision_e2b,vision_31b,audio_e2b}, tools/make_tower_lora_goldens.py):
    the soft tokens within 1e-4 of max |soft| of peft's (the towers' tolerance;
-   measured 9.4e-7 to 2.3e-6).
+   measured 1.0e-6 to 2.3e-6); in the towers' bf16 mode against peft on the
+   bf16 models (bf16.safetensors beside each adapter): bit for bit.
    Chunked prefill, two sessions sharing one adapted model, and threads are
    exact (bit for bit); the threads + SIMD adapter kernels are tested against
    the scalar one (test_kernels).
@@ -68,15 +69,17 @@ static int open_adapted(g4_model *m, const char *model, const char *adapter) {
 }
 
 /* the adapter's golden (a safetensors file, read with the library's reader) */
-static int lora_golden(golden *g, const char *adapter) {
+static int lora_golden_file(golden *g, const char *adapter, const char *file) {
     memset(g, 0, sizeof *g);
-    if (g4__add_file(&g->m, lora_dir(adapter), "golden.safetensors") != G4_OK || g4__st_finish(&g->m) != G4_OK) {
+    if (g4__add_file(&g->m, lora_dir(adapter), file) != G4_OK || g4__st_finish(&g->m) != G4_OK) {
         skip(g->m.error);
         g4_model_free(&g->m);
         return 0;
     }
     return g->ok = 1;
 }
+
+static int lora_golden(golden *g, const char *adapter) { return lora_golden_file(g, adapter, "golden.safetensors"); }
 
 /* all logits [n][V] of one session (chunk 0: all at once), malloc'd */
 static float *logits_of(const g4_model *m, const int32_t *ids, int n, int chunk, g4_pool *pool) {
@@ -692,7 +695,11 @@ static void test_bf16_goldens(void) {
    of max |soft| (float32 both sides, other summation orders; measured in the
    output). The adapter must matter (its goldens move the soft tokens by more
    than 1; ours from the base golden too). A rank that differs from a tower
-   tensor's (rank_pattern on one module) is an error naming that tensor. */
+   tensor's (rank_pattern on one module) is an error naming that tensor.
+   bf16: the towers' bf16-faithful mode against the same adapters on the
+   models loaded in torch.bfloat16 (bf16.safetensors, make_tower_lora_goldens.py
+   --bf16: peft's float32 adapter under autocast_adapter_dtype, the decoder's
+   rule without lora_bf16): every soft-token value bit for bit. */
 static const float *gf32(golden *g, const char *name, int64_t *numel) {
     const g4_tensor *t = g4_model_tensor(&g->m, name);
     int k;
@@ -702,7 +709,7 @@ static const float *gf32(golden *g, const char *name, int64_t *numel) {
     return (const float *)t->data;
 }
 
-static void tower_lora_case(const char *adapter, const char *model_dir, int audio, int modules) {
+static void tower_lora_case(const char *adapter, const char *model_dir, int audio, int modules, int bf16) {
     g4_model m;
     golden g, in;
     int64_t ns = 0, nb = 0, nx = 0;
@@ -714,7 +721,7 @@ static void tower_lora_case(const char *adapter, const char *model_dir, int audi
     double d, moved;
     memset(&m, 0, sizeof m);
     if (g4_model_load(&m, model_dir) != G4_OK) { skip(m.error); return; }
-    if (!lora_golden(&g, adapter)) { g4_model_free(&m); return; }
+    if (!lora_golden_file(&g, adapter, bf16 ? "bf16.safetensors" : "golden.safetensors")) { g4_model_free(&m); return; }
     CHECK(g4_model_load_adapter(&m, lora_dir(adapter)) == G4_OK, "%s: %s", adapter, m.error);
     CHECK(m.n_lora == modules && m.lora_ignored == 0, "%s: %d modules (%d ignored), peft chose %d", adapter, m.n_lora,
           m.lora_ignored, modules);
@@ -745,6 +752,7 @@ static void tower_lora_case(const char *adapter, const char *model_dir, int audi
             g4_audio_run run;
             for (i = 0; i < nf; i++) mask[i] = mt && ((const int32_t *)mt->data)[i] != 0;
             memset(&run, 0, sizeof run);
+            run.bf16 = bf16;
             if (feat && g4_audio_size(&m, nf, &bytes) == G4_OK && !posix_memalign(&arena, 64, bytes))
                 CHECK(g4_audio_encode(&m, feat, mask, nf, arena, bytes, &run, soft, &n_soft) == G4_OK, "%s", run.error);
             free(mask);
@@ -755,12 +763,21 @@ static void tower_lora_case(const char *adapter, const char *model_dir, int audi
             g4_vision_session_config vc;
             memset(&vc, 0, sizeof vc);
             vc.max_patches = (int)pt->shape[1];
+            vc.bf16 = bf16;
             if (pv && g4_vision_session_size(&m, &vc, &bytes) == G4_OK && !posix_memalign(&arena, 64, bytes) &&
                 g4_vision_session_init(&vs, &m, &vc, arena, bytes) == G4_OK)
                 CHECK(g4_vision_encode(&vs, pv, (const int32_t *)pt->data, vc.max_patches, soft, &n_soft) == G4_OK, "%s", vs.error);
         }
         CHECK((int64_t)n_soft * H == ns, "%s: %d soft tokens, peft %lld", adapter, n_soft, (long long)(ns / H));
-        if ((int64_t)n_soft * H == ns) {
+        if ((int64_t)n_soft * H == ns && bf16) {
+            int64_t i, off = 0;
+            for (i = 0; i < ns; i++) off += soft[i] != ref[i];
+            moved = max_diff(soft, base, (size_t)ns);
+            printf("  %s bf16: %d soft tokens, %lld of %lld values differ from peft's on the bf16 model (the adapter moves "
+                   "them by %.3g)\n", adapter, n_soft, (long long)off, (long long)ns, moved);
+            CHECK(off == 0 && moved > 0.5, "%s bf16: %lld values differ from peft; %.3g from the base model", adapter,
+                  (long long)off, moved);
+        } else if ((int64_t)n_soft * H == ns) {
             d = max_diff(soft, ref, (size_t)ns) / max_abs(ref, (size_t)ns);
             moved = max_diff(soft, base, (size_t)ns);
             printf("  %s: %d soft tokens within %.2g x max|soft| of peft's (the adapter moves them by %.3g)\n", adapter, n_soft, d,
@@ -781,9 +798,12 @@ static void test_towers(void) {
     size_t len;
     FILE *f;
     g4_model m;
-    tower_lora_case("vision_e2b", path2(g_data, "vision/e2b_mm"), 0, 16);
-    tower_lora_case("vision_31b", path2(g_data, "vision/31b_mm"), 0, 6);
-    tower_lora_case("audio_e2b", tiny("e2b_audio"), 1, 13);
+    int bf16;
+    for (bf16 = 0; bf16 < 2; bf16++) {
+        tower_lora_case("vision_e2b", path2(g_data, "vision/e2b_mm"), 0, 16, bf16);
+        tower_lora_case("vision_31b", path2(g_data, "vision/31b_mm"), 0, 6, bf16);
+        tower_lora_case("audio_e2b", tiny("e2b_audio"), 1, 13, bf16);
+    }
     /* tower arenas sized before the adapter was loaded: refused, not overrun */
     memset(&m, 0, sizeof m);
     if (g4_model_load(&m, path2(g_data, "vision/e2b_mm")) == G4_OK) {

@@ -24,9 +24,23 @@ in-memory model; the goldens come from the reloaded one:
 
 float32 CPU, eval (no dropout), attn_implementation="eager", torch.set_num_threads(1).
 
+--bf16 writes only the bf16 goldens (the committed adapters and models are read, nothing else is
+rewritten): each case's model loaded with from_pretrained(dtype=torch.bfloat16), the committed
+adapter with PeftModel.from_pretrained (peft's default autocast_adapter_dtype=True: the adapter
+float32 on the bf16 model, as a user loads it; docs/lora.md "bf16"):
+
+  data/lora/<case>/bf16.safetensors
+    soft.0 / soft.a   F32 [n, H]  the soft tokens as above, bf16 values (stored as float32)
+    base.0 / base.a   F32 [n, H]  the same bf16 model without the adapter
+
+torch's AVX2 kernels (ATEN_CPU_CAPABILITY=avx2; the script checks), oneDNN off, one thread, as the
+towers' bf16 goldens (tools/make_vision_goldens.py --bf16).
+
 Usage (from the repository root): venv/bin/python tools/make_tower_lora_goldens.py
+       ATEN_CPU_CAPABILITY=avx2 venv/bin/python tools/make_tower_lora_goldens.py --bf16
 """
 
+import argparse
 import datetime
 import os
 import platform
@@ -70,8 +84,8 @@ CASES = [
 ]
 
 
-def load(path):
-    return Gemma4ForConditionalGeneration.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
+def load(path, dtype=torch.float32):
+    return Gemma4ForConditionalGeneration.from_pretrained(path, dtype=dtype, attn_implementation="eager").eval()
 
 
 def soft(model, kind):
@@ -123,7 +137,41 @@ def make(name, src, kind, kwargs, seed, out_root):
             f"max|soft - base| {(got - base_soft).abs().max().item():.3g}  bytes {size}")
 
 
+def bf16_goldens(out_root):
+    """The committed adapters on the bf16 models (see the top comment: --bf16)."""
+    cap = torch.backends.cpu.get_cpu_capability()
+    assert cap == "AVX2", f"the bf16 goldens need torch's AVX2 kernels (ATEN_CPU_CAPABILITY=avx2), not {cap}"
+    torch.backends.mkldnn.enabled = False  # ATen's bf16 matmuls, the orders gemma4.h's bf16 mode reproduces
+    lines = [f"torch {torch.__version__} (cpu capability {cap}, 1 thread, oneDNN off)",
+             f"transformers {transformers.__version__}", f"peft {peft.__version__}", f"safetensors {safetensors.__version__}",
+             f"numpy {np.__version__}", f"python {platform.python_version()}",
+             f"date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S} UTC",
+             "command ATEN_CPU_CAPABILITY=avx2 venv/bin/python tools/make_tower_lora_goldens.py --bf16",
+             "goldens: each case's model from_pretrained(dtype=torch.bfloat16, attn_implementation=eager), its committed "
+             "adapter through PeftModel.from_pretrained (autocast_adapter_dtype=True: float32 adapter)"]
+    for name, src, kind, _, _ in CASES:
+        out = os.path.join(out_root, name)
+        base = soft(load(src, torch.bfloat16), kind)
+        model = PeftModel.from_pretrained(load(src, torch.bfloat16), out).eval()
+        assert all(p.dtype == torch.float32 for n, p in model.named_parameters() if "lora_" in n)
+        got = soft(model, kind)
+        key = "0" if kind == "vision" else "a"
+        save_file({f"soft.{key}": got, f"base.{key}": base}, os.path.join(out, "bf16.safetensors"))
+        f32 = load_file(os.path.join(out, "golden.safetensors"))[f"soft.{key}"]
+        line = (f"case {name:12s} bf16 soft tokens {tuple(got.shape)}: max|soft - base| {(got - base).abs().max().item():.3g}, "
+                f"against the float32 golden {(got - f32).abs().max().item() / f32.abs().max().item():.3g} of max|soft|")
+        print(line, flush=True)
+        lines.append(line)
+    with open(os.path.join(out_root, "TOWER_BF16_VERSIONS.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bf16", action="store_true", help="write only the bf16 goldens (bf16.safetensors)")
+    if ap.parse_args().bf16:
+        bf16_goldens(os.path.join("data", "lora"))
+        return
     out_root = os.path.join("data", "lora")
     lines = [f"torch {torch.__version__}", f"transformers {transformers.__version__}", f"peft {peft.__version__}",
              f"safetensors {safetensors.__version__}", f"numpy {np.__version__}",
