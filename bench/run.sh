@@ -11,7 +11,8 @@
 #   LLAMA_BENCH   a llama.cpp llama-bench binary and BENCH_GGUF its model, for that peer
 #   TOWER_CONFIGS the multimodal configs whose towers bench-towers times (random weights in
 #                 memory; with the default BENCH_CONFIG the E2B and 31B configs, else none;
-#                 "none" skips them); TOWER_ARGS more options for it (make bench-smoke: fewer patches)
+#                 "none" skips them); TOWER_ARGS more options for it (make bench-smoke: fewer patches);
+#                 TOWER_BF16=1 times them in the bf16-faithful mode too (lines tagged <config>-bf16)
 set -e
 CONFIG=${BENCH_CONFIG:-data/configs/gemma-4-E2B.json}
 DIR=${BENCH_DIR:-build/bench-model}
@@ -75,6 +76,11 @@ if [ "$TOWER_CONFIGS" != none ]; then
     echo "== gemma4.h towers, $tn-shaped, random bf16 weights"
     ./build/gemma4 bench-towers --config "$tc" --threads "$THREADS" $TOWER_ARGS | tee build/bench-tower.txt
     sed "s/^/$tn /" build/bench-tower.txt >> build/bench-towers.txt
+    if [ "${TOWER_BF16:-0}" = 1 ]; then
+      echo "== gemma4.h towers, $tn-shaped, random bf16 weights, bf16-faithful mode"
+      ./build/gemma4 bench-towers --config "$tc" --threads "$THREADS" --bf16 $TOWER_ARGS | tee build/bench-tower.txt
+      sed "s/^/$tn-bf16 /" build/bench-tower.txt >> build/bench-towers.txt
+    fi
   done
 fi
 t_pre="-"; t_dec="-"; t_cpu="-"

@@ -611,8 +611,9 @@ static void g4b_mem_free(g4b_mem *mm) {
 }
 
 /* one image of `patches` patches (a grid of w x h, multiples of the pooling
-   kernel, padding after) through the vision tower: ms, best of `reps` */
-static int g4b_bench_vision(g4_model *m, g4_pool *pool, int patches, int reps) {
+   kernel, padding after) through the vision tower (bf16: its bf16-faithful
+   mode): ms, best of `reps` */
+static int g4b_bench_vision(g4_model *m, g4_pool *pool, int patches, int reps, int bf16) {
     const g4_vision_config *v = &m->config.vision;
     int k = v->pooling_kernel_size, P = 3 * v->patch_size * v->patch_size, gw, gh, t, n_soft = 0, i, rc = 1;
     g4_vision_session_config vc;
@@ -631,6 +632,7 @@ static int g4b_bench_vision(g4_model *m, g4_pool *pool, int patches, int reps) {
     memset(&vc, 0, sizeof vc);
     vc.max_patches = patches;
     vc.pool = pool;
+    vc.bf16 = bf16;
     if (g4_vision_session_size(m, &vc, &bytes) != G4_OK || posix_memalign(&arena, 64, bytes) != 0 ||
         !(pix = (float *)malloc(sizeof(float) * (size_t)patches * (size_t)P)) ||
         !(pos = (int32_t *)malloc(sizeof(int32_t) * 2 * (size_t)patches)) ||
@@ -663,8 +665,9 @@ done:
     return rc;
 }
 
-/* `seconds` of random log-mel features (100 frames a second, all valid) through the audio tower */
-static int g4b_bench_audio(g4_model *m, g4_pool *pool, double seconds, int reps) {
+/* `seconds` of random log-mel features (100 frames a second, all valid) through the audio tower (bf16: its
+   bf16-faithful mode) */
+static int g4b_bench_audio(g4_model *m, g4_pool *pool, double seconds, int reps, int bf16) {
     const g4_audio_config *a = &m->config.audio;
     int nf = (int)(seconds * 100.0 + 0.5), F = a->subsampling_conv_channels[0], n_soft = 0, i, rc = 1;
     size_t bytes = 0;
@@ -687,6 +690,7 @@ static int g4b_bench_audio(g4_model *m, g4_pool *pool, double seconds, int reps)
     memset(mask, 1, (size_t)nf);
     memset(&run, 0, sizeof run);
     run.pool = pool;
+    run.bf16 = bf16;
     for (i = 0; i < reps; i++) {
         t0 = g4b_now();
         c0 = g4b_cpu();
@@ -706,10 +710,10 @@ done:
     return rc;
 }
 
-/* gemma4 bench-towers --config CONFIG.json [--threads N] [--patches N] [--seconds S] [--layers N] [--reps N] */
+/* gemma4 bench-towers --config CONFIG.json [--threads N] [--patches N] [--seconds S] [--layers N] [--reps N] [--bf16] */
 static int g4b_cmd_bench_towers(int argc, char **argv) {
     const char *cfg_path = NULL, *pos[1];
-    int patches = 2520, layers = 0, reps = 1, np, rc;
+    int patches = 2520, layers = 0, reps = 1, bf16 = 0, np, rc;
     double seconds = 10.0;
     g4_model m;
     g4b_mem mem;
@@ -721,6 +725,7 @@ static int g4b_cmd_bench_towers(int argc, char **argv) {
         G4A_D("--seconds", &seconds, "S", 0.01, 30.0, 0, "seconds of audio (default 10)"),
         G4A_I("--layers", &layers, "N", 1, INT_MAX, "keep the first N layers of each tower"),
         G4A_I("--reps", &reps, "N", 1, 100, "runs of each, the best reported (default 1)"),
+        G4A_F("--bf16", &bf16, "the towers in the bf16-faithful mode (as transformers in bfloat16)"),
     };
     g4a_cmd cmd = {"bench-towers", "", 0, 0,
                    "The vision and audio towers' speed on random bf16 weights of the config's shapes, held in\n"
@@ -734,20 +739,20 @@ static int g4b_cmd_bench_towers(int argc, char **argv) {
     if (get_pool(&pool)) return 1;
     if (layers > 0 && m.config.vision.present && layers < m.config.vision.num_hidden_layers) m.config.vision.num_hidden_layers = layers;
     if (layers > 0 && m.config.audio.present && layers < m.config.audio.num_hidden_layers) m.config.audio.num_hidden_layers = layers;
-    printf("towers: %s, %s kernels, %d threads\n", cfg_path, g4_simd_name(), n_threads);
+    printf("towers: %s, %s kernels, %d threads%s\n", cfg_path, g4_simd_name(), n_threads, bf16 ? ", bf16-faithful mode" : "");
     if (m.config.vision.present) {
         if (patches % (m.config.vision.pooling_kernel_size * m.config.vision.pooling_kernel_size))
             return g4a_fail(&cmd, "--patches %d: must be a multiple of pooling_kernel_size^2 (%d)", patches,
                             m.config.vision.pooling_kernel_size * m.config.vision.pooling_kernel_size);
         if (g4__vision_walk(&m, g4b_mem_tensor, &mem) != G4_OK || !m.vision.loaded) { fprintf(stderr, "gemma4: %s\n", m.error); goto done; }
-        if (g4b_bench_vision(&m, pool, patches, reps)) goto done;
+        if (g4b_bench_vision(&m, pool, patches, reps, bf16)) goto done;
     } else printf("vision: the config has no vision_config\n");
     if (m.config.audio.present) {
         if (g4__audio_walk(&m, g4b_mem_tensor, &mem) != G4_OK || !m.audio.loaded) {
             fprintf(stderr, "gemma4: %s\n", m.audio.error);
             goto done;
         }
-        if (g4b_bench_audio(&m, pool, seconds, reps)) goto done;
+        if (g4b_bench_audio(&m, pool, seconds, reps, bf16)) goto done;
     } else printf("audio: the config has no audio_config\n");
     rc = 0;
 done:
