@@ -570,7 +570,8 @@ typedef struct {
 } g4_model;
 
 /* PATH is a checkpoint directory (config.json + model.safetensors or
-   model.safetensors.index.json + shards). Allocates; free with g4_model_free. */
+   model.safetensors.index.json + shards). Allocates; free with g4_model_free
+   (which leaves m->error as it is: a failed load frees what it had). */
 G4_API g4_result g4_model_load(g4_model *m, const char *path);
 G4_API void g4_model_free(g4_model *m);
 /* A tensor of the checkpoint by its full name (NULL if absent). */
@@ -1657,10 +1658,22 @@ static int g4__json_low_next(const g4__json *j) {
     return v >= 0xDC00 && v <= 0xDFFF;
 }
 
+/* The character the one-letter escape \c stands for when c is in `set` (JSON's
+   "\"\\/bfnrt", Python's "\\'\"abfnrtv"; a quote, backslash or slash stands for
+   itself), else -1. gemma4_processing.h's template lexer shares it. */
+static int g4__escape_char(int c, const char *set) {
+    static const char letter[] = "abfnrtv", control[] = "\a\b\f\n\r\t\v";
+    const char *l;
+    if (!c || !strchr(set, c)) return -1;
+    l = strchr(letter, c);
+    return l ? control[l - letter] : c;
+}
+
 /* Decodes the string at j->pos (just after the opening quote) into strbuf.
    *lone: set when it holds a lone surrogate (j->python only). */
 static int g4__json_string(g4__json *j, const char **out, size_t *outlen, int *lone) {
     char *d = j->strbuf + j->strpos, *start = d;
+    int e;
     *lone = 0;
     for (;;) {
         unsigned char ch;
@@ -1672,14 +1685,6 @@ static int g4__json_string(g4__json *j, const char **out, size_t *outlen, int *l
         if (j->pos >= j->len) return g4__json_fail(j, "unterminated escape");
         ch = (unsigned char)j->src[j->pos++];
         switch (ch) {
-        case '"': *d++ = '"'; break;
-        case '\\': *d++ = '\\'; break;
-        case '/': *d++ = '/'; break;
-        case 'b': *d++ = '\b'; break;
-        case 'f': *d++ = '\f'; break;
-        case 'n': *d++ = '\n'; break;
-        case 'r': *d++ = '\r'; break;
-        case 't': *d++ = '\t'; break;
         case 'u': {
             unsigned cp, lo;
             if (g4__json_hex4(j, &cp)) return -1;
@@ -1707,7 +1712,9 @@ static int g4__json_string(g4__json *j, const char **out, size_t *outlen, int *l
             }
             break;
         }
-        default: return g4__json_fail(j, "unknown escape in string");
+        default:
+            if ((e = g4__escape_char(ch, "\"\\/bfnrt")) < 0) return g4__json_fail(j, "unknown escape in string");
+            *d++ = (char)e;
         }
     }
     *d++ = 0;
@@ -3139,12 +3146,7 @@ G4__DEF g4_result g4_model_load(g4_model *m, const char *dir) {
     if (r == G4_OK) r = g4__bind_weights(m);
     if (r == G4_OK) r = g4__audio_bind(m);
     if (r == G4_OK) r = g4__bind_vision(m); /* (absent: m->vision.loaded 0) */
-    if (r != G4_OK) {
-        char msg[G4_ERROR_MAX];
-        memcpy(msg, m->error, G4_ERROR_MAX);
-        g4_model_free(m);
-        memcpy(m->error, msg, G4_ERROR_MAX);
-    }
+    if (r != G4_OK) g4_model_free(m); /* (m->error stays) */
     return r;
 }
 

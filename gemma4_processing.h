@@ -153,7 +153,7 @@ typedef struct {
 G4_API g4_result g4_tokenizer_load(g4_tokenizer *t, const char *path);
 /* The text of a tokenizer.json; `name` only labels error messages. */
 G4_API g4_result g4_tokenizer_parse(g4_tokenizer *t, const char *json, size_t len, const char *name);
-G4_API void g4_tokenizer_free(g4_tokenizer *t);
+G4_API void g4_tokenizer_free(g4_tokenizer *t); /* (t->error stays as it is) */
 /* The id of a token by its exact string (added tokens first, then the BPE vocab), or -1. */
 G4_API int32_t g4_token_id(const g4_tokenizer *t, const char *s);
 /* Most ids g4_tokenize can produce for `len` bytes of text. */
@@ -824,23 +824,33 @@ static const char *g4__tokp_type(g4__tokp *p, int n) {
                ? p->j->nodes[ty].str : "";
 }
 
-static g4_result g4__tokp_normalizer(g4__tokp *p, int n) {
-    int items[G4_TOKENIZER_MAX_STEPS], n_items = 0, c;
-    const char *ty;
-    if (n < 0 || p->j->nodes[n].type == G4__JNULL) return G4_OK;
-    ty = g4__tokp_type(p, n);
-    if (strcmp(ty, "Sequence") == 0) {
-        int list = g4__jget(p->j, n, "normalizers");
-        if (list < 0 || p->j->nodes[list].type != G4__JARR) return g4__tokp_fail(p, "normalizer.normalizers must be an array");
+/* A normalizer's or decoder's steps (`what`): a Sequence's list `what`s, else n
+   itself, into items[max]; a message past max says "too_many". */
+static g4_result g4__tokp_steps(g4__tokp *p, int n, const char *what, const char *too_many, int *items, int max,
+                                int *n_items) {
+    *n_items = 0;
+    if (strcmp(g4__tokp_type(p, n), "Sequence") == 0) {
+        int list = g4__jget(p->j, n, what[0] == 'n' ? "normalizers" : "decoders"), c;
+        if (list < 0 || p->j->nodes[list].type != G4__JARR) return g4__tokp_fail(p, "%s.%ss must be an array", what, what);
         for (c = p->j->nodes[list].child; c >= 0; c = p->j->nodes[c].next) {
-            if (n_items == G4_TOKENIZER_MAX_STEPS) return g4__tokp_fail(p, "normalizer: more than %d steps", G4_TOKENIZER_MAX_STEPS);
-            items[n_items++] = c;
+            if (*n_items == max) return g4__tokp_fail(p, too_many, G4_TOKENIZER_MAX_STEPS);
+            items[(*n_items)++] = c;
         }
     } else {
-        items[n_items++] = n;
+        items[(*n_items)++] = n;
     }
+    return G4_OK;
+}
+
+static g4_result g4__tokp_normalizer(g4__tokp *p, int n) {
+    int items[G4_TOKENIZER_MAX_STEPS], n_items, c;
+    const char *ty;
+    g4_result r;
+    if (n < 0 || p->j->nodes[n].type == G4__JNULL) return G4_OK;
+    if ((r = g4__tokp_steps(p, n, "normalizer", "normalizer: more than %d steps", items, G4_TOKENIZER_MAX_STEPS,
+                            &n_items)) != G4_OK)
+        return r;
     for (c = 0; c < n_items; c++) {
-        g4_result r;
         ty = g4__tokp_type(p, items[c]);
         if (strcmp(ty, "Replace") != 0)
             return g4__tokp_fail(p, "normalizer type \"%s\" is not supported (Replace or a Sequence of Replace)", ty);
@@ -874,28 +884,20 @@ static g4_result g4__tokp_pretok(g4__tokp *p, int n) {
 }
 
 static g4_result g4__tokp_decoder(g4__tokp *p, int n, int *byte_fallback) {
-    int items[G4_TOKENIZER_MAX_STEPS + 4], n_items = 0, c;
+    int items[G4_TOKENIZER_MAX_STEPS + 4], n_items, c;
     const char *ty;
+    g4_result r;
     *byte_fallback = 0;
     if (n < 0 || p->j->nodes[n].type == G4__JNULL) return G4_OK;
-    ty = g4__tokp_type(p, n);
-    if (strcmp(ty, "Sequence") == 0) {
-        int list = g4__jget(p->j, n, "decoders");
-        if (list < 0 || p->j->nodes[list].type != G4__JARR) return g4__tokp_fail(p, "decoder.decoders must be an array");
-        for (c = p->j->nodes[list].child; c >= 0; c = p->j->nodes[c].next) {
-            if (n_items == G4_TOKENIZER_MAX_STEPS + 4) return g4__tokp_fail(p, "decoder: too many steps");
-            items[n_items++] = c;
-        }
-    } else {
-        items[n_items++] = n;
-    }
+    if ((r = g4__tokp_steps(p, n, "decoder", "decoder: too many steps", items, G4_TOKENIZER_MAX_STEPS + 4, &n_items)) !=
+        G4_OK)
+        return r;
     for (c = 0; c < n_items; c++) {
         ty = g4__tokp_type(p, items[c]);
         /* Fuse joins the pieces into one: a later step would see that one piece */
         if (c > 0 && strcmp(g4__tokp_type(p, items[c - 1]), "Fuse") == 0 && strcmp(ty, "Fuse") != 0)
             return g4__tokp_fail(p, "decoder: a %s after Fuse is not supported", ty);
         if (strcmp(ty, "Replace") == 0) {
-            g4_result r;
             if (*byte_fallback) return g4__tokp_fail(p, "decoder: a Replace after ByteFallback is not supported");
             if (p->t->n_dec == G4_TOKENIZER_MAX_STEPS) return g4__tokp_fail(p, "decoder: more than %d Replace steps", G4_TOKENIZER_MAX_STEPS);
             if ((r = g4__tokp_replace(p, items[c], "decoder", &p->t->dec[p->t->n_dec])) != G4_OK) return r;
@@ -1357,10 +1359,7 @@ G4__DEF g4_result g4_tokenizer_parse(g4_tokenizer *t, const char *json, size_t l
     G4_FREE(p.set_node); G4_FREE(p.set_id); G4_FREE(p.set_special);
     g4__json_free(&j);
     if (r != G4_OK) {
-        char keep[G4_ERROR_MAX];
-        memcpy(keep, t->error, G4_ERROR_MAX);
-        g4_tokenizer_free(t);
-        memcpy(t->error, keep, G4_ERROR_MAX);
+        g4_tokenizer_free(t); /* (t->error stays) */
         return r;
     }
     t->bos = g4_token_id(t, "<bos>");
@@ -1946,6 +1945,7 @@ static int g4__jt_hexval(char c) {
 static int g4__jt_unescape(g4__jtlex *L, size_t pos, const char *s, size_t n, g4__jttok *t) {
     char *d = (char *)g4__jt_alloc(L->a, n + 1), *o = d;
     size_t i = 0;
+    int e;
     if (!d) return g4__jt_lexfail(L, pos, "out of memory");
     while (i < n) {
         char c = s[i];
@@ -1953,16 +1953,6 @@ static int g4__jt_unescape(g4__jtlex *L, size_t pos, const char *s, size_t n, g4
         c = s[i + 1];
         i += 2;
         switch (c) {
-        case '\\': *o++ = '\\'; break;
-        case '\'': *o++ = '\''; break;
-        case '"': *o++ = '"'; break;
-        case 'a': *o++ = '\a'; break;
-        case 'b': *o++ = '\b'; break;
-        case 'f': *o++ = '\f'; break;
-        case 'n': *o++ = '\n'; break;
-        case 'r': *o++ = '\r'; break;
-        case 't': *o++ = '\t'; break;
-        case 'v': *o++ = '\v'; break;
         case '\n': break;
         case 'x': case 'u': case 'U': {
             int want = c == 'x' ? 2 : c == 'u' ? 4 : 8, k;
@@ -1979,7 +1969,9 @@ static int g4__jt_unescape(g4__jtlex *L, size_t pos, const char *s, size_t n, g4
             break;
         }
         default:
-            if (c >= '0' && c <= '7') {
+            if ((e = g4__escape_char(c, "\\'\"abfnrtv")) >= 0) {
+                *o++ = (char)e;
+            } else if (c >= '0' && c <= '7') {
                 unsigned cp = (unsigned)(c - '0');
                 int k;
                 for (k = 0; k < 2 && i < n && s[i] >= '0' && s[i] <= '7'; k++) cp = cp * 8 + (unsigned)(s[i++] - '0');
@@ -2434,6 +2426,14 @@ static g4__jtn *g4__jt_filter(g4__jtp *P, g4__jtn *operand) {
     return f;
 }
 
+/* node(args) after the '(' is seen; NULL on an error */
+static g4__jtn *g4__jt_call_node(g4__jtp *P, g4__jtn *node) {
+    g4__jtn *c = g4__jt_node(P, G4__JN_CALL);
+    if (!c) return NULL;
+    c->a = node;
+    return g4__jt_callargs(P, c) ? NULL : c;
+}
+
 static g4__jtn *g4__jt_filter_expr(g4__jtp *P, g4__jtn *node) {
     while (node) {
         if (g4__jt_isop(P, "|")) {
@@ -2459,11 +2459,7 @@ static g4__jtn *g4__jt_filter_expr(g4__jtp *P, g4__jtn *node) {
             }
             node = t;
         } else if (g4__jt_isop(P, "(")) {
-            g4__jtn *c = g4__jt_node(P, G4__JN_CALL);
-            if (!c) return NULL;
-            c->a = node;
-            if (g4__jt_callargs(P, c)) return NULL;
-            node = c;
+            node = g4__jt_call_node(P, node);
         } else break;
     }
     return node;
@@ -2519,11 +2515,7 @@ static g4__jtn *g4__jt_postfix(g4__jtp *P, g4__jtn *node) {
             if (g4__jt_expect_op(P, "]")) return NULL;
             node = it;
         } else if (g4__jt_isop(P, "(")) {
-            g4__jtn *c = g4__jt_node(P, G4__JN_CALL);
-            if (!c) return NULL;
-            c->a = node;
-            if (g4__jt_callargs(P, c)) return NULL;
-            node = c;
+            node = g4__jt_call_node(P, node);
         } else break;
     }
     return node;
@@ -2663,32 +2655,32 @@ static g4__jtn *g4__jt_pow(g4__jtp *P) {
     return l;
 }
 
-static g4__jtn *g4__jt_math2(g4__jtp *P) {
-    g4__jtn *l = g4__jt_pow(P);
-    for (;;) {
-        if (!l) return NULL;
-        if (g4__jt_isop(P, "*")) l = g4__jt_binop(P, l, '*', g4__jt_pow);
-        else if (g4__jt_isop(P, "/")) l = g4__jt_binop(P, l, '/', g4__jt_pow);
-        else if (g4__jt_isop(P, "//")) l = g4__jt_binop(P, l, 'f', g4__jt_pow);
-        else if (g4__jt_isop(P, "%")) l = g4__jt_binop(P, l, '%', g4__jt_pow);
-        else return l;
+/* One level of left-associative binary operators over the level `next`:
+   the operator ops[k] makes the node op codes[k] */
+static g4__jtn *g4__jt_binops(g4__jtp *P, g4__jtn *(*next)(g4__jtp *), const char *const *ops, const char *codes) {
+    g4__jtn *l = next(P);
+    size_t k;
+    while (l) {
+        for (k = 0; ops[k] && !g4__jt_isop(P, ops[k]); k++) {}
+        if (!ops[k]) return l;
+        l = g4__jt_binop(P, l, codes[k], next);
     }
+    return NULL;
+}
+
+static g4__jtn *g4__jt_math2(g4__jtp *P) {
+    static const char *const ops[] = {"*", "/", "//", "%", NULL};
+    return g4__jt_binops(P, g4__jt_pow, ops, "*/f%");
 }
 
 static g4__jtn *g4__jt_concat(g4__jtp *P) {
-    g4__jtn *l = g4__jt_math2(P);
-    while (l && g4__jt_isop(P, "~")) l = g4__jt_binop(P, l, '~', g4__jt_math2);
-    return l;
+    static const char *const ops[] = {"~", NULL};
+    return g4__jt_binops(P, g4__jt_math2, ops, "~");
 }
 
 static g4__jtn *g4__jt_math1(g4__jtp *P) {
-    g4__jtn *l = g4__jt_concat(P);
-    for (;;) {
-        if (!l) return NULL;
-        if (g4__jt_isop(P, "+")) l = g4__jt_binop(P, l, '+', g4__jt_concat);
-        else if (g4__jt_isop(P, "-")) l = g4__jt_binop(P, l, '-', g4__jt_concat);
-        else return l;
-    }
+    static const char *const ops[] = {"+", "-", NULL};
+    return g4__jt_binops(P, g4__jt_concat, ops, "+-");
 }
 
 static g4__jtn *g4__jt_compare(g4__jtp *P) {
@@ -5985,18 +5977,6 @@ G4__DEF g4_result g4_template_continue(const g4_template *t, const g4_tokenizer 
    backend (Gemma4ImageProcessorPil) resamples with 22-bit weights where ATen
    uses 16-bit ones: 0.04-0.67% of resized values differ by 1/255 (docs/vision.md). */
 
-G4__DEF g4_image_config g4_image_config_init(void) {
-    g4_image_config ic;
-    memset(&ic, 0, sizeof ic);
-    ic.patch_size = 16;
-    ic.max_soft_tokens = 280;
-    ic.pooling_kernel_size = 3;
-    ic.do_resize = ic.do_rescale = ic.do_convert_rgb = 1;
-    ic.rescale_factor = (float)(1.0 / 255.0);
-    ic.image_seq_length = 280;
-    return ic;
-}
-
 /* The processor's kind: image_processor_type in the image processor's object
    (or a flat file), else a top-level processor_class of Gemma4UnifiedProcessor. */
 static int g4__jstr_prefix(const g4__jnode *n, const char *lit) {
@@ -6079,15 +6059,34 @@ static g4__patches g4__video_patches(g4_video_config *vc) {
     return g;
 }
 
-/* The fields both processors read first, in their order */
-static g4_result g4__patches_fields(const g4__patches *g, const g4__cfg *c, int max_soft_tokens) {
+/* Their defaults: the two classes differ only in max_soft_tokens */
+static void g4__patches_init(const g4__patches *g, int max_soft_tokens) {
+    *g->patch_size = 16;
+    *g->max_soft_tokens = max_soft_tokens;
+    *g->pooling_kernel_size = 3;
+    *g->do_resize = *g->do_rescale = 1;
+}
+
+/* The fields both processors read first, in their order (absent: the defaults stay) */
+static g4_result g4__patches_fields(const g4__patches *g, const g4__cfg *c) {
     g4_result r;
-    if ((r = g4__cfg_int(c, "patch_size", g->patch_size, 16, 0, 1, 1024)) != G4_OK ||
-        (r = g4__cfg_int(c, "max_soft_tokens", g->max_soft_tokens, max_soft_tokens, 0, 1, 1120)) != G4_OK ||
-        (r = g4__cfg_int(c, "pooling_kernel_size", g->pooling_kernel_size, 3, 0, 1, 64)) != G4_OK ||
-        (r = g4__cfg_bool(c, "do_resize", g->do_resize, 1)) != G4_OK)
+    if ((r = g4__cfg_int(c, "patch_size", g->patch_size, *g->patch_size, 0, 1, 1024)) != G4_OK ||
+        (r = g4__cfg_int(c, "max_soft_tokens", g->max_soft_tokens, *g->max_soft_tokens, 0, 1, 1120)) != G4_OK ||
+        (r = g4__cfg_int(c, "pooling_kernel_size", g->pooling_kernel_size, *g->pooling_kernel_size, 0, 1, 64)) != G4_OK ||
+        (r = g4__cfg_bool(c, "do_resize", g->do_resize, *g->do_resize)) != G4_OK)
         return r;
-    return g4__cfg_bool(c, "do_rescale", g->do_rescale, 1);
+    return g4__cfg_bool(c, "do_rescale", g->do_rescale, *g->do_rescale);
+}
+
+G4__DEF g4_image_config g4_image_config_init(void) {
+    g4_image_config ic;
+    g4__patches g = g4__image_patches(&ic);
+    memset(&ic, 0, sizeof ic);
+    g4__patches_init(&g, 280);
+    ic.do_convert_rgb = 1;
+    ic.rescale_factor = (float)(1.0 / 255.0);
+    ic.image_seq_length = 280;
+    return ic;
 }
 
 /* Gemma4Unified<kind>Processor as Gemma4<kind>Processor's steps: patches of k p
@@ -6154,7 +6153,7 @@ static g4_result g4__image_config_fields(g4_image_config *ic, const g4__cfg *c) 
     top.scope = "";
     G4__TRY(g4__cfg_int(&top, "image_seq_length", &ic->image_seq_length, 280, 0, 1, 1 << 20));
     G4__TRY(g4__img_kind(c, c->j, ic));
-    G4__TRY(g4__patches_fields(&g, c, 280));
+    G4__TRY(g4__patches_fields(&g, c));
     G4__TRY(g4__cfg_bool(c, "do_convert_rgb", &ic->do_convert_rgb, 1));
     G4__TRY(g4__cfg_bool(c, "do_normalize", &norm, 0));
     G4__TRY(g4__cfg_float(c, "rescale_factor", &ic->rescale_factor, (float)(1.0 / 255.0), 1e-30, 1e30));
@@ -6429,6 +6428,15 @@ G4__DEF size_t g4_image_scratch_size(const g4_image_config *ic, int height, int 
     return g4__img_layout_of(&tmp, height, width, &L, &th, &tw) ? L.total : 0;
 }
 
+/* g4_image_preprocess's and g4_video_preprocess's pointers: none NULL; no soft tokens until done */
+static g4_result g4__preprocess_outputs(char *error, const char *what, const uint8_t *in, const float *pixel_values,
+                                        const int32_t *positions, int *n_soft) {
+    if (n_soft) *n_soft = 0;
+    if (in && pixel_values && positions && n_soft) return G4_OK;
+    g4__seterr(error, "%s, pixel_values, positions or n_soft", what);
+    return G4_ERR_INPUT;
+}
+
 G4__DEF g4_result g4_image_preprocess(g4_image_config *ic, const uint8_t *pixels, int height, int width, int channels,
                                       void *scratch, size_t scratch_bytes, float *pixel_values, int32_t *positions,
                                       int *n_soft) {
@@ -6439,11 +6447,8 @@ G4__DEF g4_result g4_image_preprocess(g4_image_config *ic, const uint8_t *pixels
     size_t i, P;
     g4_result r;
     if (!ic) return G4_ERR_INPUT;
-    if (n_soft) *n_soft = 0;
-    if (!pixels || !pixel_values || !positions || !n_soft) {
-        g4__seterr(ic->error, "g4_image_preprocess: NULL pixels, pixel_values, positions or n_soft");
-        return G4_ERR_INPUT;
-    }
+    r = g4__preprocess_outputs(ic->error, "g4_image_preprocess: NULL pixels", pixels, pixel_values, positions, n_soft);
+    if (r != G4_OK) return r;
     if (channels != 3 && channels != 4) {
         g4__seterr(ic->error, "an image of %d channels: gemma4.h takes RGB (3) or RGBA (4)", channels);
         return G4_ERR_INPUT;
@@ -6614,11 +6619,10 @@ G4__DEF g4_result g4_mm_expand(const g4_config *c, const int32_t *ids, int n, co
 
 G4__DEF g4_video_config g4_video_config_init(void) {
     g4_video_config vc;
+    g4__patches g = g4__video_patches(&vc);
     memset(&vc, 0, sizeof vc);
-    vc.patch_size = 16;
-    vc.max_soft_tokens = 70;
-    vc.pooling_kernel_size = 3;
-    vc.do_resize = vc.do_rescale = vc.do_normalize = vc.do_convert_rgb = vc.do_sample_frames = 1;
+    g4__patches_init(&g, 70);
+    vc.do_normalize = vc.do_convert_rgb = vc.do_sample_frames = 1;
     vc.rescale_factor = 1.0 / 255.0;
     vc.image_std[0] = vc.image_std[1] = vc.image_std[2] = 1.0f;
     vc.num_frames = 32;
@@ -6696,7 +6700,7 @@ static g4_result g4__video_config_fields(g4_video_config *vc, const g4__cfg *c) 
     double nf;
 #define G4__TRY(x) do { if ((r = (x)) != G4_OK) return r; } while (0)
     G4__TRY(g4__video_kind(c, c->j, vc));
-    G4__TRY(g4__patches_fields(&g, c, 70));
+    G4__TRY(g4__patches_fields(&g, c));
     G4__TRY(g4__cfg_bool(c, "do_normalize", &vc->do_normalize, 1));
     G4__TRY(g4__cfg_bool(c, "do_convert_rgb", &vc->do_convert_rgb, 1));
     G4__TRY(g4__cfg_bool(c, "do_sample_frames", &vc->do_sample_frames, 1));
@@ -6811,11 +6815,8 @@ G4__DEF g4_result g4_video_preprocess(g4_video_config *vc, const uint8_t *frames
     int f, ns = 0, max_patches, ch;
     g4_result r;
     if (!vc) return G4_ERR_INPUT;
-    if (n_soft) *n_soft = 0;
-    if (!frames || !pixel_values || !positions || !n_soft) {
-        g4__seterr(vc->error, "g4_video_preprocess: NULL frames, pixel_values, positions or n_soft");
-        return G4_ERR_INPUT;
-    }
+    r = g4__preprocess_outputs(vc->error, "g4_video_preprocess: NULL frames", frames, pixel_values, positions, n_soft);
+    if (r != G4_OK) return r;
     if (n_frames < 1 || n_frames > G4_VIDEO_MAX_FRAMES) {
         g4__seterr(vc->error, "a video of %d frames: need 1 .. %d", n_frames, G4_VIDEO_MAX_FRAMES);
         return G4_ERR_INPUT;
