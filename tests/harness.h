@@ -123,6 +123,19 @@ H_UNUSED static int h_tmpdir(char *dir, size_t cap, const char *tag) {
     return 0;
 }
 
+/* A suite's command line: "-k NAME" runs only the tests whose names hold NAME (g_only), the other
+   arguments fill *first then *second (NULL: not taken); then, with a tag, h_tmpdir(tmp, cap, tag). */
+H_UNUSED static int h_args(int argc, char **argv, const char **first, const char **second, char *tmp, size_t cap,
+                           const char *tag) {
+    int i, n = 0;
+    for (i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-k") && i + 1 < argc) g_only = argv[++i];
+        else if (n++ == 0 && first) *first = argv[i];
+        else if (n == 2 && second) *second = argv[i];
+    }
+    return !tag || h_tmpdir(tmp, cap, tag);
+}
+
 /* Reads at most cap - 1 bytes of the file at fd into buf, NUL-terminated; the count read. */
 H_UNUSED static size_t h_read_fd(int fd, char *buf, size_t cap) {
     size_t n = 0;

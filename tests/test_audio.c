@@ -1094,9 +1094,7 @@ static void test_cli_bf16(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc > 1) g_cli = argv[1];
-    if (argc > 2) g_only = argv[2];
-    if (!h_tmpdir(g_tmp, sizeof g_tmp, "audio")) return 1;
+    if (!h_args(argc, argv, &g_cli, NULL, g_tmp, sizeof g_tmp, "audio")) return 1;
     run("features: both clips' WAVs = Gemma4AudioFeatureExtractor", test_features);
     run("tower: every tap of clip a = transformers", test_taps);
     run("tower: another geometry (chunk 8, one future frame, no clipped linears) = transformers", test_geom);

@@ -493,13 +493,7 @@ static void test_info(void) {
 }
 
 int main(int argc, char **argv) {
-    int i, n_pos;
-    for (i = 1, n_pos = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "-k") && i + 1 < argc) g_only = argv[++i];
-        else if (n_pos++ == 0) g_data = argv[i];
-        else g_cli = argv[i];
-    }
-    if (!h_tmpdir(g_tmp, sizeof g_tmp, "mm")) return 1;
+    if (!h_args(argc, argv, &g_data, &g_cli, g_tmp, sizeof g_tmp, "mm")) return 1;
     snprintf(g_model, sizeof g_model, "%s/mm/e2b_av", g_data);
     run("logits: audio, image, image in one prompt = transformers and = g4_forward_mm's bits; greedy shows the processor's "
         "ids", test_logits_interleaved);

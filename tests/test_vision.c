@@ -124,9 +124,22 @@ typedef struct {
     golden gold, pg;
 } fixture;
 
-static int fixture_open(fixture *f, const char *model, g4_tap_fn tap, void *tap_user) {
+/* *vs: a vision session of m for 280 patches (pool and tap as given) in a new arena *arena, to free */
+static int vision_session(g4_model *m, g4_pool *pool, g4_tap_fn tap, void *tap_user, g4_vision_session *vs, void **arena) {
     g4_vision_session_config vc;
     size_t bytes;
+    memset(&vc, 0, sizeof vc);
+    vc.max_patches = 280;
+    vc.pool = pool;
+    vc.tap = tap; vc.tap_user = tap_user;
+    *arena = NULL;
+    if (g4_vision_session_size(m, &vc, &bytes) != G4_OK) { CHECK(0, "vision size"); return 0; }
+    *arena = malloc(bytes);
+    if (g4_vision_session_init(vs, m, &vc, *arena, bytes) != G4_OK) { CHECK(0, "vision init: %s", vs->error); return 0; }
+    return 1;
+}
+
+static int fixture_open(fixture *f, const char *model, g4_tap_fn tap, void *tap_user) {
     memset(f, 0, sizeof *f);
     if (g4_model_load(&f->m, vdir(model)) != G4_OK) { CHECK(0, "load %s: %s", model, f->m.error); return 0; }
     CHECK(f->m.vision.loaded, "%s: vision tower not bound: %s", model, f->m.vision.error);
@@ -134,13 +147,7 @@ static int fixture_open(fixture *f, const char *model, g4_tap_fn tap, void *tap_
         CHECK(0, "goldens");
         return 0;
     }
-    memset(&vc, 0, sizeof vc);
-    vc.max_patches = 280;
-    vc.tap = tap; vc.tap_user = tap_user;
-    if (g4_vision_session_size(&f->m, &vc, &bytes) != G4_OK) { CHECK(0, "vision size"); return 0; }
-    f->varena = malloc(bytes);
-    if (g4_vision_session_init(&f->vs, &f->m, &vc, f->varena, bytes) != G4_OK) { CHECK(0, "vision init: %s", f->vs.error); return 0; }
-    return 1;
+    return vision_session(&f->m, NULL, tap, tap_user, &f->vs, &f->varena);
 }
 
 static void fixture_close(fixture *f) {
@@ -152,6 +159,16 @@ static void fixture_close(fixture *f) {
 
 #define N_MODELS 3 /* 26b_mm: tools/make_video_goldens.py (MoE decoder), with these image goldens' keys */
 static const char *g_models[N_MODELS] = {"e2b_mm", "31b_mm", "26b_mm"};
+
+/* fn(f, model) on each model's fixture (no tap) */
+static void each_model(void (*fn)(fixture *f, const char *model)) {
+    int k;
+    for (k = 0; k < N_MODELS; k++) {
+        fixture f;
+        if (fixture_open(&f, g_models[k], NULL, NULL)) fn(&f, g_models[k]);
+        fixture_close(&f);
+    }
+}
 
 /* every module output of the tower against transformers' forward hooks (case 0) */
 static void test_taps(void) {
@@ -173,32 +190,28 @@ static void test_taps(void) {
 }
 
 /* each case's soft tokens (get_image_features' pooler_output, concatenated) */
-static void test_soft_tokens(void) {
-    int k, c;
-    for (k = 0; k < N_MODELS; k++) {
-        fixture f;
-        if (!fixture_open(&f, g_models[k], NULL, NULL)) { fixture_close(&f); continue; }
-        for (c = 0; c < 4; c++) {
-            float soft[160 * 64];
-            char key[32];
-            int n_soft;
-            int64_t numel;
-            const float *gold;
-            snprintf(key, sizeof key, "soft.%d", c);
-            gold = golden_f32(&f.gold, key, &numel);
-            if (!gold || !encode_case(&f.vs, &f.pg, c, soft, &n_soft)) { CHECK(0, "%s case %d", g_models[k], c); continue; }
-            CHECK((int64_t)n_soft * f.m.config.hidden_size == numel, "%s case %d: %d soft tokens, golden %lld values",
-                  g_models[k], c, n_soft, (long long)numel);
-            if ((int64_t)n_soft * f.m.config.hidden_size != numel) continue;
-            {
-                double d = rel_diff(soft, gold, (size_t)numel);
-                CHECK(d <= 1e-4, "%s case %d: soft tokens differ by %.3g relative", g_models[k], c, d);
-                printf("  %s case %d: %d soft tokens, relative difference %.3g\n", g_models[k], c, n_soft, d);
-            }
+static void soft_tokens(fixture *f, const char *model) {
+    int c;
+    for (c = 0; c < 4; c++) {
+        float soft[160 * 64];
+        char key[32];
+        int n_soft;
+        int64_t numel;
+        const float *gold;
+        snprintf(key, sizeof key, "soft.%d", c);
+        gold = golden_f32(&f->gold, key, &numel);
+        if (!gold || !encode_case(&f->vs, &f->pg, c, soft, &n_soft)) { CHECK(0, "%s case %d", model, c); continue; }
+        CHECK((int64_t)n_soft * f->m.config.hidden_size == numel, "%s case %d: %d soft tokens, golden %lld values", model, c,
+              n_soft, (long long)numel);
+        if ((int64_t)n_soft * f->m.config.hidden_size != numel) continue;
+        {
+            double d = rel_diff(soft, gold, (size_t)numel);
+            CHECK(d <= 1e-4, "%s case %d: soft tokens differ by %.3g relative", model, c, d);
+            printf("  %s case %d: %d soft tokens, relative difference %.3g\n", model, c, n_soft, d);
         }
-        fixture_close(&f);
     }
 }
+static void test_soft_tokens(void) { each_model(soft_tokens); }
 
 /* logits with images: ids from the processor, soft tokens from our tower, one
    g4_forward_mm call (max_chunk as given) */
@@ -253,15 +266,11 @@ static void check_logits(fixture *f, const char *model, int c, int max_chunk, in
     g4_session_destroy(&s);
 }
 
-static void test_logits(void) {
-    int k, c;
-    for (k = 0; k < N_MODELS; k++) {
-        fixture f;
-        if (!fixture_open(&f, g_models[k], NULL, NULL)) { fixture_close(&f); continue; }
-        for (c = 0; c < 4; c++) check_logits(&f, g_models[k], c, 256, 0);
-        fixture_close(&f);
-    }
+static void logits_cases(fixture *f, const char *model) {
+    int c;
+    for (c = 0; c < 4; c++) check_logits(f, model, c, 256, 0);
 }
+static void test_logits(void) { each_model(logits_cases); }
 
 /* chunking: the E2B-style model (causal) in chunks of 16 rows; the 31B-style
    one with chunks that must end before a block (80 rows, blocks of 63/64),
@@ -286,19 +295,12 @@ static void test_threads(void) {
     fixture f;
     g4_pool *pool = NULL;
     g4_vision_session vs3;
-    g4_vision_session_config vc;
     void *arena;
-    size_t bytes;
     float a[160 * 64], b[160 * 64];
     int na = 0, nb = 0;
     if (!fixture_open(&f, "e2b_mm", NULL, NULL)) { fixture_close(&f); return; }
     if (g4_pool_create(&pool, 3) != G4_OK) { skip("no threads in this build"); fixture_close(&f); return; }
-    memset(&vc, 0, sizeof vc);
-    vc.max_patches = 280;
-    vc.pool = pool;
-    CHECK(g4_vision_session_size(&f.m, &vc, &bytes) == G4_OK, "size");
-    arena = malloc(bytes);
-    CHECK(g4_vision_session_init(&vs3, &f.m, &vc, arena, bytes) == G4_OK, "%s", vs3.error);
+    vision_session(&f.m, pool, NULL, NULL, &vs3, &arena);
     encode_case(&f.vs, &f.pg, 3, a, &na);
     encode_case(&vs3, &f.pg, 3, b, &nb);
     CHECK(na == nb && na > 0 && memcmp(a, b, sizeof(float) * (size_t)na * f.m.config.hidden_size) == 0,
@@ -423,14 +425,7 @@ static void test_fast_paths(void) {
                         g4__dot(vs->q + ((size_t)t * NH + h) * D, vs->k + ((size_t)c * KVH + h / (NH / KVH)) * D, D);
         CHECK(sbad == 0, "GEMM scores: %ld of %d differ from g4__dot", sbad, 4 * real);
         if (pool) { /* three threads: the same bits as one */
-            g4_vision_session_config vc;
-            size_t bytes;
-            memset(&vc, 0, sizeof vc);
-            vc.max_patches = 280;
-            vc.pool = pool;
-            CHECK(g4_vision_session_size(&f.m, &vc, &bytes) == G4_OK, "size");
-            arena3 = malloc(bytes);
-            CHECK(g4_vision_session_init(&vs3, &f.m, &vc, arena3, bytes) == G4_OK, "%s", vs3.error);
+            vision_session(&f.m, pool, NULL, NULL, &vs3, &arena3);
             memcpy(vs3.q, vs->q, sizeof(float) * nq);
             memcpy(vs3.k, vs->k, sizeof(float) * nk);
             memcpy(vs3.v, vs->v, sizeof(float) * nk);
@@ -724,19 +719,35 @@ static void test_image_processor(void) {
     g4_model_free(&pg.m);
 }
 
+/* processor configs that g4_image_config_parse ('i') and g4_video_config_parse ('v') refuse,
+   and the field each message names */
+static const struct {
+    char kind;
+    const char *json, *field;
+} g_bad_configs[] = {
+    {'i', "{\"image_processor\": {\"max_soft_tokens\": 100}}", "max_soft_tokens"},
+    {'i', "{\"image_processor\": {\"do_normalize\": true}}", "do_normalize"},
+    {'i', "{\"image_processor\": {\"resample\": 2}}", "resample"},
+    {'i', "{\"image_processor\": {\"patch_size\": 0}}", "patch_size"},
+    {'i', "{\"image_processor\": {\"patch_size\": \"16\"}}", "patch_size"},
+    {'i', "{\"image_processor\": []}", "image_processor"},
+    {'i', "{\"pooling_kernel_size\": 65}", "pooling_kernel_size"},
+    {'i', "[]", "top level"},
+    {'i', "{\"image_processor\": {", "processor_config"},
+    {'v', "{\"video_processor\": {\"max_soft_tokens\": 100}}", "max_soft_tokens"},
+    {'v', "{\"video_processor\": {\"resample\": 2}}", "resample"},
+    {'v', "{\"video_processor\": {\"image_std\": [1, 0, 1]}}", "image_std"},
+    {'v', "{\"video_processor\": {\"image_mean\": [0.5, 0.5]}}", "image_mean"},
+    {'v', "{\"video_processor\": {\"num_frames\": 2.5}}", "num_frames"},
+    {'v', "{\"video_processor\": {\"num_frames\": 0}}", "num_frames"},
+    {'v', "{\"video_processor\": {\"fps\": \"x\"}}", "fps"},
+    {'v', "{\"video_processor\": {\"do_normalize\": 1}}", "do_normalize"},
+    {'v', "{\"video_processor\": 3}", "video_processor"},
+    {'v', "[]", "top level"},
+};
+
 /* processor_config.json: what is refused, and a processor that contradicts the model */
 static void test_image_config(void) {
-    static const char *bad[][2] = {
-        {"{\"image_processor\": {\"max_soft_tokens\": 100}}", "max_soft_tokens"},
-        {"{\"image_processor\": {\"do_normalize\": true}}", "do_normalize"},
-        {"{\"image_processor\": {\"resample\": 2}}", "resample"},
-        {"{\"image_processor\": {\"patch_size\": 0}}", "patch_size"},
-        {"{\"image_processor\": {\"patch_size\": \"16\"}}", "patch_size"},
-        {"{\"image_processor\": []}", "image_processor"},
-        {"{\"pooling_kernel_size\": 65}", "pooling_kernel_size"},
-        {"[]", "top level"},
-        {"{\"image_processor\": {", "processor_config"},
-    };
     g4_image_config ic;
     g4_config cfg;
     size_t i;
@@ -744,9 +755,10 @@ static void test_image_config(void) {
     float pv[4];
     int32_t pos[2];
     int n, th, tw;
-    for (i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        CHECK(g4_image_config_parse(&ic, bad[i][0], strlen(bad[i][0]), "processor_config.json") != G4_OK &&
-                  strstr(ic.error, bad[i][1]), "%s: %s", bad[i][0], ic.error);
+    for (i = 0; i < sizeof g_bad_configs / sizeof g_bad_configs[0]; i++)
+        if (g_bad_configs[i].kind == 'i')
+            CHECK(g4_image_config_parse(&ic, g_bad_configs[i].json, strlen(g_bad_configs[i].json), "processor_config.json") !=
+                          G4_OK && strstr(ic.error, g_bad_configs[i].field), "%s: %s", g_bad_configs[i].json, ic.error);
     CHECK(g4_image_config_parse(&ic, "{\"patch_size\": 14, \"max_soft_tokens\": 560}", 42, "preprocessor_config.json") == G4_OK &&
               ic.patch_size == 14 && ic.max_soft_tokens == 560 && ic.pooling_kernel_size == 3, "flat form: %s", ic.error);
     CHECK(g4_config_load(&cfg, path2(vdir("31b_mm"), "config.json")) == G4_OK, "%s", cfg.error);
@@ -1192,18 +1204,6 @@ static void test_video_logits(void) {
 
 /* bad video input is an error with a message, never a crash */
 static void test_video_errors(void) {
-    static const char *bad[][2] = {
-        {"{\"video_processor\": {\"max_soft_tokens\": 100}}", "max_soft_tokens"},
-        {"{\"video_processor\": {\"resample\": 2}}", "resample"},
-        {"{\"video_processor\": {\"image_std\": [1, 0, 1]}}", "image_std"},
-        {"{\"video_processor\": {\"image_mean\": [0.5, 0.5]}}", "image_mean"},
-        {"{\"video_processor\": {\"num_frames\": 2.5}}", "num_frames"},
-        {"{\"video_processor\": {\"num_frames\": 0}}", "num_frames"},
-        {"{\"video_processor\": {\"fps\": \"x\"}}", "fps"},
-        {"{\"video_processor\": {\"do_normalize\": 1}}", "do_normalize"},
-        {"{\"video_processor\": 3}", "video_processor"},
-        {"[]", "top level"},
-    };
     g4_video_config vc;
     g4_config cfg;
     g4_tokenizer tok;
@@ -1215,9 +1215,10 @@ static void test_video_errors(void) {
     int n, n_soft;
     char text[4096];
     g4_video_item it;
-    for (i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        CHECK(g4_video_config_parse(&vc, bad[i][0], strlen(bad[i][0]), "p.json") == G4_ERR_CONFIG && strstr(vc.error, bad[i][1]),
-              "%s: %s", bad[i][0], vc.error);
+    for (i = 0; i < sizeof g_bad_configs / sizeof g_bad_configs[0]; i++)
+        if (g_bad_configs[i].kind == 'v')
+            CHECK(g4_video_config_parse(&vc, g_bad_configs[i].json, strlen(g_bad_configs[i].json), "p.json") == G4_ERR_CONFIG &&
+                      strstr(vc.error, g_bad_configs[i].field), "%s: %s", g_bad_configs[i].json, vc.error);
     {
         const char *ok = "{\"video_processor\": {\"num_frames\": null, \"fps\": 2, \"image_mean\": 0.25, \"rescale_factor\": 0.5}}";
         CHECK(g4_video_config_parse(&vc, ok, strlen(ok), "p.json") == G4_OK && vc.num_frames == 0 && vc.fps == 2.0 &&
@@ -1569,7 +1570,6 @@ static void test_cli_video(void) {
     int64_t nr, nl;
     const int32_t *rows;
     const float *gold;
-    FILE *p;
     size_t tl = 0;
     int rc, k;
     static const char *bad[][2] = {
@@ -1591,13 +1591,9 @@ static void test_cli_video(void) {
              vdir("31b_mm"), vdir("images/b.png"), vdir("images/video"));
     snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), common, vdir("processor"), vdir("processor"));
     strcat(cmd, " 2>&1");
-    if ((p = popen(cmd, "r")) != NULL) {
-        size_t got = fread(line, 1, sizeof line - 1, p);
-        line[got] = 0;
-        rc = pclose(p);
-        CHECK(rc == 0 && !strncmp(line, want_text, strlen(want_text)) && strstr(line, "prompt 205 tokens"),
-              "generate --video: status %d, output \"%s\", want \"%s\" and 205 prompt tokens", rc, line, want_text);
-    } else CHECK(0, "popen");
+    rc = run_cli("", cmd, line, sizeof line, NULL, NULL, 0);
+    CHECK(rc == 0 && !strncmp(line, want_text, strlen(want_text)) && strstr(line, "prompt 205 tokens"),
+          "generate --video: status %d, output \"%s\", want \"%s\" and 205 prompt tokens", rc, line, want_text);
     for (k = 0; k < (int)(sizeof bad / sizeof bad[0]); k++) {
         char args[1024];
         snprintf(args, sizeof args, bad[k][0], vdir("31b_mm"), k == 3 ? vdir("images/video/f1.png") : vdir("images/video"));
@@ -1607,13 +1603,9 @@ static void test_cli_video(void) {
         else
             snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), common, vdir("processor"), vdir("processor"));
         strcat(cmd, " 2>&1");
-        if ((p = popen(cmd, "r")) != NULL) {
-            size_t got = fread(line, 1, sizeof line - 1, p);
-            line[got] = 0;
-            rc = pclose(p);
-            CHECK(rc != 0 && strstr(line, bad[k][1]) && strchr(line, '\n') == line + strlen(line) - 1,
-                  "%s: status %d, \"%s\" (want one line naming %s)", args, rc, line, bad[k][1]);
-        }
+        rc = run_cli("", cmd, line, sizeof line, NULL, NULL, 0);
+        CHECK(rc > 0 && strstr(line, bad[k][1]) && strchr(line, '\n') == line + strlen(line) - 1,
+              "%s: status %d, \"%s\" (want one line naming %s)", args, rc, line, bad[k][1]);
     }
     g4_model_free(&g.m);
 }
@@ -1673,13 +1665,8 @@ static void test_cli_bf16(void) {
 }
 
 int main(int argc, char **argv) {
-    int i, n_pos;
     (void)g_tmp;
-    for (i = 1, n_pos = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "-k") && i + 1 < argc) g_only = argv[++i];
-        else if (n_pos++ == 0) g_data = argv[i];
-        else g_cli = argv[i];
-    }
+    h_args(argc, argv, &g_data, &g_cli, NULL, 0, NULL);
     run("vision config: vision_config, the wrapper's ids, refusals", test_config);
     run("vision: a checkpoint without a tower loads; the tower refuses", test_no_tower);
     run("vision tower: every tap against transformers (e2b_mm, 31b_mm)", test_taps);
