@@ -222,6 +222,14 @@ static int g4a_set(const g4a_cmd *c, g4a_opt *o, const char *v) {
     return 0;
 }
 
+/* the option named `name` of c, or NULL (g4a_parse's lookup; a command's own checks: given, say) */
+static g4a_opt *g4a_opt_of(g4a_cmd *c, const char *name) {
+    int k;
+    for (k = 0; k < c->n_opts; k++)
+        if (strcmp(c->opts[k].name, name) == 0) return &c->opts[k];
+    return NULL;
+}
+
 /* Parses argv[first..argc): options into c's table, the rest into pos[]
    (up to c->max_pos). G4A_RESULT_OK, G4A_RESULT_ERR (one line printed) or
    G4A_RESULT_HELP (help printed on stdout). */
@@ -234,7 +242,7 @@ static int g4a_parse(g4a_cmd *c, int argc, char **argv, int first, const char **
         else if (strcmp(argv[i], "--") == 0) break;
     for (i = first; i < argc; i++) {
         const char *a = argv[i];
-        g4a_opt *o = NULL;
+        g4a_opt *o;
         if (!only_pos && strcmp(a, "--") == 0) { only_pos = 1; continue; }
         if (only_pos || a[0] != '-' || a[1] == 0) { /* a positional argument */
             if (*n_pos >= c->max_pos) {
@@ -246,9 +254,7 @@ static int g4a_parse(g4a_cmd *c, int argc, char **argv, int first, const char **
             pos[(*n_pos)++] = a;
             continue;
         }
-        for (k = 0; k < c->n_opts; k++)
-            if (strcmp(a, c->opts[k].name) == 0) o = &c->opts[k];
-        if (!o) {
+        if (!(o = g4a_opt_of(c, a))) {
             fprintf(stderr, "gemma4 %s: unknown option %s (gemma4 help %s lists the options)\n", c->name, a, c->name);
             return G4A_RESULT_ERR;
         }
@@ -272,14 +278,6 @@ static int g4a_parse(g4a_cmd *c, int argc, char **argv, int first, const char **
             return G4A_RESULT_ERR;
         }
     return G4A_RESULT_OK;
-}
-
-/* the option named `name` of c (a command's own checks: given, say) */
-static const g4a_opt *g4a_opt_of(const g4a_cmd *c, const char *name) {
-    int k;
-    for (k = 0; k < c->n_opts; k++)
-        if (strcmp(c->opts[k].name, name) == 0) return &c->opts[k];
-    return NULL;
 }
 
 /* One line naming a bad combination: "gemma4 CMD: MSG" (returns 1). */

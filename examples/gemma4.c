@@ -190,6 +190,22 @@ static int parse_ids(const char *s, int32_t **out) {
     return n;
 }
 
+/* gemma4 image and gemma4 audio's line: DIR FILE --out FILE [--processor DIR] [--bf16] [--threads N],
+   the positional arguments into pos[2]; g4a_parse's result */
+static int parse_soft_cmd(int argc, char **argv, const char *name, const char *file, const char *help,
+                          const char *out_help, const char *pdir_help, const char **pos, const char **out, const char **pdir,
+                          int *bf16) {
+    int np;
+    g4a_opt opts[] = {
+        G4A_SR("--out", out, "FILE", out_help),
+        G4A_S("--processor", pdir, "DIR", pdir_help),
+        G4A_F("--bf16", bf16, "the tower in the bf16-faithful mode (as transformers in bfloat16)"),
+        OPT_THREADS,
+    };
+    g4a_cmd cmd = {name, file, 2, 2, help, opts, G4A_N_OPTS(opts)};
+    return g4a_parse(&cmd, argc, argv, 2, pos, &np);
+}
+
 #include "bench.h"
 #include "compare.h"
 #include "train.h"
@@ -1561,21 +1577,17 @@ static int cmd_audio(int argc, char **argv) {
     g4mm mm;
     g4a_list one;
     float *soft = NULL;
-    int np, rc, ret = 1, bf16 = 0;
+    int rc, ret = 1, bf16 = 0;
     const char *pdir = NULL;
     g4_pool *pool;
-    g4a_opt opts[] = {
-        G4A_SR("--out", &out_path, "FILE", "where the float32 [n][hidden] soft tokens go"),
-        G4A_S("--processor", &pdir, "DIR", "the directory of processor_config.json (default: the model's)"),
-        G4A_F("--bf16", &bf16, "the tower in the bf16-faithful mode (as transformers in bfloat16)"),
-        OPT_THREADS,
-    };
-    g4a_cmd cmd = {"audio", "DIR CLIP.wav", 2, 2,
-                   "One clip's soft tokens as they enter the decoder: the WAV (PCM16 or float32, mono, 16 kHz, at most\n"
-                   "30 s) through Gemma4AudioFeatureExtractor, the audio tower and embed_audio, padding stripped; float32\n"
-                   "[n][hidden] to FILE. On a 12B (gemma4_unified): frames of audio_samples_per_token raw samples through\n"
-                   "its encoder-free embedder, one soft token each.", opts, G4A_N_OPTS(opts)};
-    if ((rc = g4a_parse(&cmd, argc, argv, 2, pos, &np)) != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
+    rc = parse_soft_cmd(argc, argv, "audio", "DIR CLIP.wav",
+                        "One clip's soft tokens as they enter the decoder: the WAV (PCM16 or float32, mono, 16 kHz, at most\n"
+                        "30 s) through Gemma4AudioFeatureExtractor, the audio tower and embed_audio, padding stripped; float32\n"
+                        "[n][hidden] to FILE. On a 12B (gemma4_unified): frames of audio_samples_per_token raw samples through\n"
+                        "its encoder-free embedder, one soft token each.",
+                        "where the float32 [n][hidden] soft tokens go",
+                        "the directory of processor_config.json (default: the model's)", pos, &out_path, &pdir, &bf16);
+    if (rc != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
     memset(&one, 0, sizeof one);
     one.value[0] = pos[1];
     one.tag[0] = G4MM_AUDIO;

@@ -275,19 +275,15 @@ static int g4img_cmd_image(int argc, char **argv) {
     g4_model m;
     g4img_ctx c;
     float *soft = NULL;
-    int n = 0, H, rc = 1, np, bf16 = 0;
+    int n = 0, H, rc = 1, bf16 = 0;
     FILE *f;
     g4_pool *pool;
-    g4a_opt opts[] = {
-        G4A_SR("--out", &out, "FILE", "where the soft tokens go, float32 [n][hidden_size]"),
-        G4A_S("--processor", &pdir, "DIR", "the directory of processor_config.json (default: the model's)"),
-        G4A_F("--bf16", &bf16, "the tower in the bf16-faithful mode (as transformers in bfloat16)"),
-        OPT_THREADS,
-    };
-    g4a_cmd cmd = {"image", "DIR IMAGE.png|jpg", 2, 2,
-                   "One image's soft tokens as they enter the decoder (embed_vision's output): the file decoded as\n"
-                   "PIL opens it, the image processor, the vision tower.", opts, G4A_N_OPTS(opts)};
-    if ((rc = g4a_parse(&cmd, argc, argv, 2, pos, &np)) != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
+    rc = parse_soft_cmd(argc, argv, "image", "DIR IMAGE.png|jpg",
+                        "One image's soft tokens as they enter the decoder (embed_vision's output): the file decoded as\n"
+                        "PIL opens it, the image processor, the vision tower.",
+                        "where the soft tokens go, float32 [n][hidden_size]",
+                        "the directory of processor_config.json (default: the model's)", pos, &out, &pdir, &bf16);
+    if (rc != G4A_RESULT_OK) return rc == G4A_RESULT_HELP ? 0 : 1;
     rc = 1;
     dir = pos[0];
     img = pos[1];

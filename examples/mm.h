@@ -215,6 +215,15 @@ static int g4mm_unified_clip(g4mm *mm, g4mm_file *f) {
     return rc;
 }
 
+/* The first image or video (flag: its word, g4mm_word): a model without a vision tower or without
+   that id (token_id, named id_name) gets a message; 1 then */
+static int g4mm_no_vision(const g4_config *c, const char *dir, const char *flag, int token_id, const char *id_name) {
+    if ((c->unified ? c->unified_vision.present : c->vision.present) && token_id >= 0) return 0;
+    fprintf(stderr, "gemma4: %s: %s: the model has no vision tower (config.json has no vision_config or no %s)\n", dir, flag,
+            id_name);
+    return 1;
+}
+
 /* g4mm_encode for a 12B: every file through its embedder into buf, in mm->f's order, on pool's threads
    (mm->bf16: the embedders in the bf16-faithful mode, as the towers). */
 static int g4mm_unified_encode(g4mm *mm, const g4_model *m, g4_pool *pool, float *buf) {
@@ -435,11 +444,7 @@ static int g4mm_prepare(g4mm *mm, const g4_config *c, const char *dir, const cha
         mm->n++;
         if (f->kind == G4_MM_VIDEO) {
             if (!mm->n_video) {
-                if (!(c->unified ? c->unified_vision.present : c->vision.present) || c->video_token_id < 0) {
-                    fprintf(stderr, "gemma4: %s: %s: the model has no vision tower (config.json has no vision_config "
-                            "or no video_token_id)\n", dir, g4mm_word(mm, G4MM_VIDEO));
-                    return 1;
-                }
+                if (g4mm_no_vision(c, dir, g4mm_word(mm, G4MM_VIDEO), c->video_token_id, "video_token_id")) return 1;
                 if (g4_video_config_load(&mm->vc, pdir ? pdir : dir) != G4_OK || g4_video_config_check(&mm->vc, c) != G4_OK) {
                     fprintf(stderr, "gemma4: %s: %s\n", pdir ? pdir : dir, mm->vc.error);
                     return 1;
@@ -456,11 +461,7 @@ static int g4mm_prepare(g4mm *mm, const g4_config *c, const char *dir, const cha
             int h, w, ch, P, rc = 1;
             size_t bytes;
             if (!mm->n_image) {
-                if (!(c->unified ? c->unified_vision.present : c->vision.present) || c->image_token_id < 0) {
-                    fprintf(stderr, "gemma4: %s: %s: the model has no vision tower (config.json has no vision_config "
-                            "or no image_token_id)\n", dir, g4mm_word(mm, G4MM_IMAGE));
-                    return 1;
-                }
+                if (g4mm_no_vision(c, dir, g4mm_word(mm, G4MM_IMAGE), c->image_token_id, "image_token_id")) return 1;
                 if (g4_image_config_load(&mm->ic, pdir ? pdir : dir) != G4_OK || g4_image_config_check(&mm->ic, c) != G4_OK) {
                     fprintf(stderr, "gemma4: %s: %s\n", pdir ? pdir : dir, mm->ic.error);
                     return 1;
