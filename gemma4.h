@@ -4433,6 +4433,15 @@ static int g4__att_heads(int group) {
     return g;
 }
 
+/* A slot of n positions that no layer owns (keys k, values v: [n][kv_heads][head_dim]),
+   for the attention checks: the tests' references and gemma4_cuda.cu's */
+G4__MAYBE_UNUSED static g4_kv_slot g4__kv_slot_of(int kv_heads, int head_dim, int n, float *k, float *v) {
+    g4_kv_slot sl;
+    memset(&sl, 0, sizeof sl);
+    sl.kv_heads = kv_heads; sl.head_dim = head_dim; sl.capacity = n; sl.n_pos = n; sl.k = k; sl.v = v;
+    return sl;
+}
+
 /* G query heads of one KV head over keys [lo, hi] of a slot (rows pos %
    capacity), for each head h, its q at q + h D, its out at out + h D, its
    scores at scores + h (hi - lo + 1):

@@ -2134,14 +2134,8 @@ G4_CUDA_API g4_result g4__cuda_fast_attention_testing(float *out, const float *q
     G4C_T(cudaMalloc((void **)&datt, sizeof(float) * nq));
     G4C_T(cudaMalloc((void **)&dsl, sizeof sl));
     G4C_T(cudaMalloc((void **)&dstatus, sizeof(int)));
-    sl.writer = 0;
+    sl = g4__kv_slot_of(1, D, n_keys, dk, dv);
     sl.type = G4_FULL;
-    sl.kv_heads = 1;
-    sl.head_dim = D;
-    sl.capacity = n_keys;
-    sl.n_pos = n_keys;
-    sl.k = dk;
-    sl.v = dv;
     G4C_T(cudaMemcpy(dq, q, sizeof(float) * nq, cudaMemcpyHostToDevice));
     G4C_T(cudaMemcpy(dk, k, sizeof(float) * nkv, cudaMemcpyHostToDevice));
     G4C_T(cudaMemcpy(dv, v, sizeof(float) * nkv, cudaMemcpyHostToDevice));

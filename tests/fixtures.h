@@ -195,13 +195,7 @@ H_UNUSED static void attention_case(uint64_t *rng, int G, int N, int D, double s
         for (j = 0; j < N; j++)
             for (d = 0; d < D; d++) ref[h * D + d] += p[j] / sum * v[(size_t)j * D + d];
     }
-    memset(&sl, 0, sizeof sl);
-    sl.kv_heads = 1;
-    sl.head_dim = D;
-    sl.capacity = N;
-    sl.n_pos = N;
-    sl.k = k;
-    sl.v = v;
+    sl = g4__kv_slot_of(1, D, N, k, v);
     g4__attend(ex, q, G, &sl, 0, 0, N - 1, scores); /* the exact mode's bits */
 }
 

@@ -404,8 +404,7 @@ static void test_backward_recomputes_forward_bits(void) {
         k[D] = ex;
         q[0] = q[D] = 1.0f;
         for (i = 0; i < T * D; i++) { v[i] = (float)urand(); dout[i] = (float)urand(); }
-        memset(&sl, 0, sizeof sl);
-        sl.kv_heads = 1; sl.head_dim = D; sl.capacity = T; sl.n_pos = T; sl.k = k; sl.v = v;
+        sl = g4__kv_slot_of(1, D, T, k, v);
         for (i = 0; i < T; i++) g4__attend_backward(dq + i * D, dk, dv, dout + i * D, q + i * D, &sl, 0, 0, i, p);
         memset(&j, 0, sizeof j);
         j.sl = &sl; j.q = q; j.dout = dout; j.att = att; j.dq = dq2; j.dk = dk2; j.dv = dv2; j.stats = stats;
