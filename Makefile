@@ -305,24 +305,18 @@ $(eval $(call suite,drafter_san,build/test_drafter_san build/gemma4_san,./build/
 $(eval $(call suite,san_avx2,$(SAN_SIMD),sh tests/san_avx2.sh "$$(CC)" "$$(WARN)" "$$(SAN)"))
 $(eval $(call suite,drafter,build/test_drafter build/gemma4,./build/test_drafter data build/gemma4))
 $(eval $(call suite,threads,build/test_threads,./build/test_threads))
-$(eval $(call suite,vision,build/test_vision build/gemma4,./build/test_vision data build/gemma4))
-$(eval $(call suite,vision_san,build/test_vision_san build/gemma4_san,./build/test_vision_san data build/gemma4_san))
-$(eval $(call suite,train,build/test_train build/gemma4,./build/test_train data build/gemma4))
-$(eval $(call suite,train_san,build/test_train_san build/gemma4_san,./build/test_train_san data build/gemma4_san))
-$(eval $(call suite,lora,build/test_lora build/gemma4,./build/test_lora data build/gemma4))
-$(eval $(call suite,lora_san,build/test_lora_san build/gemma4_san,./build/test_lora_san data build/gemma4_san))
 $(eval $(call suite,bad_inputs,build/test_bad_inputs build/gemma4,./build/test_bad_inputs data build/gemma4))
-$(eval $(call suite,cli,build/test_cli build/gemma4,./build/test_cli data build/gemma4))
-$(eval $(call suite,cli_san,build/test_cli_san build/gemma4_san,./build/test_cli_san data build/gemma4_san))
-$(eval $(call suite,unified,build/test_unified build/gemma4,./build/test_unified data build/gemma4))
-$(eval $(call suite,unified_san,build/test_unified_san build/gemma4_san,./build/test_unified_san data build/gemma4_san))
-$(eval $(call suite,mm,build/test_mm build/gemma4,./build/test_mm data build/gemma4))
-$(eval $(call suite,mm_san,build/test_mm_san build/gemma4_san,./build/test_mm_san data build/gemma4_san))
 $(eval $(call suite,tests,build/test_gemma4 build/gemma4,./build/test_gemma4))
 $(eval $(call suite,audio,build/test_audio build/test_audio_scalar build/gemma4,sh -c "./build/test_audio build/gemma4 && ./build/test_audio_scalar build/gemma4"))
 $(eval $(call suite,audio_san,build/test_audio_san build/gemma4_san,./build/test_audio_san build/gemma4_san))
 $(eval $(call suite,kernels,$(OTHER_KERNELS) build/gemma4,sh tests/other_kernels.sh "$$(CC)" "$$(WARN)"))
 $(eval $(call suite,python,,sh python/tests/run.sh build/pyvenv))
+# the suites run plain and under ASan + UBSan (SAN) alike: test_NAME DATA CLI, test_NAME_san DATA CLI_san
+define suite_pair
+$(call suite,$(1),build/test_$(1) build/gemma4,./build/test_$(1) data build/gemma4)
+$(call suite,$(1)_san,build/test_$(1)_san build/gemma4_san,./build/test_$(1)_san data build/gemma4_san)
+endef
+$(foreach s,vision train lora cli unified mm,$(eval $(call suite_pair,$(s))))
 .PHONY: $(SUITE_LOGS:%=suite-%) suite-minimal.log
 
 # make test's build: strict and every suite's binaries, one job per CPU
@@ -342,6 +336,8 @@ test-builds: strict build/gemma4 build/minimal build/test_gemma4 build/test_gemm
 SUITE_ORDER = cuda_emu_san cuda_emu drafter_san kernels python san_avx2 train_san lora_san bad_inputs_san gemma4_san \
               template_san cli_san drafter lora tests train bad_inputs cli audio_san threads_san tokenizer_san tokenizer template threads audio \
               vision_san vision unified_san unified mm_san mm
+# the last line of each named suite's log, in order (make test's summary)
+tails = tail -q -n 1 $(1:%=build/%.log)
 test:
 	@mkdir -p build && rm -f $(SUITE_LOGS:%=build/%) $(SUITE_LOGS:%=build/%.time) build/minimal.log
 	@date +%s > build/test_t0
@@ -350,19 +346,15 @@ test:
 	@echo "== README example"
 	@cat build/minimal.log
 	@echo "== tokenizer, chat, sampler and generate tests, under AddressSanitizer + UndefinedBehaviorSanitizer and plain"
-	@tail -n 1 build/tokenizer_san.log
+	@$(call tails,tokenizer_san)
 	@cat build/tokenizer.log
 	@echo "== chat templates (goldens from transformers + jinja2, the CLI), plain and under ASan + UBSan"
-	@tail -n 1 build/template_san.log
-	@tail -n 1 build/template.log
+	@$(call tails,template_san template)
 	@echo "== CUDA path, emulated on the host (tests/cuda_emu.h), plain and under ASan + UBSan"
 	@tail -n 2 build/cuda_emu.log
-	@tail -n 1 build/cuda_emu_san.log
+	@$(call tails,cuda_emu_san)
 	@echo "== tests under AddressSanitizer + UndefinedBehaviorSanitizer (baseline ISA: the scalar kernels)"
-	@tail -n 1 build/gemma4_san.log
-	@tail -n 1 build/bad_inputs_san.log
-	@tail -n 1 build/threads_san.log
-	@tail -n 1 build/drafter_san.log
+	@$(call tails,gemma4_san bad_inputs_san threads_san drafter_san)
 	@echo "== the SIMD kernels under ASan + UBSan: test_gemma4 and test_threads built for AVX2+FMA"
 	@cat build/san_avx2.log
 	@echo "== drafters, rewind and speculative decoding"
@@ -370,27 +362,22 @@ test:
 	@echo "== two sessions, two threads"
 	@cat build/threads.log
 	@echo "== training reference (gradients vs torch autograd), plain and under ASan + UBSan"
-	@tail -n 1 build/train.log
-	@tail -n 1 build/train_san.log
+	@$(call tails,train train_san)
 	@echo "== LoRA adapters (peft goldens), plain and under ASan + UBSan"
-	@tail -n 1 build/lora.log
-	@tail -n 1 build/lora_san.log
+	@$(call tails,lora lora_san)
 	@echo "== audio tower and features (transformers goldens): SIMD and scalar kernels, and under ASan + UBSan"
 	@grep -E '^[0-9]+ passed' build/audio.log
-	@tail -n 1 build/audio_san.log
+	@$(call tails,audio_san)
 	@echo "== vision tower and the merge into the decoder (transformers goldens), plain and under ASan + UBSan"
-	@tail -n 1 build/vision.log
-	@tail -n 1 build/vision_san.log
+	@$(call tails,vision vision_san)
 	@echo "== the 12B unified model's config and embedders (transformers goldens), plain and under ASan + UBSan"
-	@tail -n 1 build/unified.log
-	@tail -n 1 build/unified_san.log
+	@$(call tails,unified unified_san)
 	@echo "== bad-input catalogue"
-	@tail -n 1 build/bad_inputs.log
+	@$(call tails,bad_inputs)
 	@echo "== the command line (help, errors, --threads, statuses, progress; make bench's smoke form), plain and under ASan + UBSan"
-	@tail -n 1 build/cli.log
-	@tail -n 1 build/cli_san.log
+	@$(call tails,cli cli_san)
 	@echo "== the Python package (python/: pip install in a fresh venv, pytest against the same goldens)"
-	@tail -n 1 build/python.log
+	@$(call tails,python)
 	@echo "== tests"
 	@cat build/tests.log
 	@echo "== the core suite again on the other kernels this CPU runs (scalar, AVX2)"
