@@ -81,25 +81,22 @@ def test_peft_model():
 
 
 class Wrapper(torch.nn.Module):
-    """A DDP-like outer module: every name gains "module."."""
+    """A DDP-like outer module: every name gains "module." (the attribute `wraps` names)."""
+
+    wraps = "module"
 
     def __init__(self, inner):
         super().__init__()
-        self.module = inner
+        setattr(self, self.wraps, inner)
 
     def forward(self, *a, **k):
-        return self.module(*a, **k)
+        return getattr(self, self.wraps)(*a, **k)
 
 
-class Shard(torch.nn.Module):
+class Shard(Wrapper):
     """An FSDP1-like wrapper: the layer's names gain "_fsdp_wrapped_module."; attributes pass through."""
 
-    def __init__(self, inner):
-        super().__init__()
-        self._fsdp_wrapped_module = inner
-
-    def forward(self, *a, **k):
-        return self._fsdp_wrapped_module(*a, **k)
+    wraps = "_fsdp_wrapped_module"
 
     def __getattr__(self, name):
         try:
