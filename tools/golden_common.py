@@ -7,6 +7,12 @@ The random init is part of every golden: a change here changes the weights of ev
 so keep the order of the draws (tensors sorted by name, each tensor drawn once) and rerun
 the scripts if you must change it."""
 
+import datetime
+import importlib
+import os
+import platform
+import shutil
+
 import torch
 import transformers
 
@@ -18,6 +24,56 @@ def pin_versions(transformers_version=TRANSFORMERS_VERSION):
     """The goldens are made with these versions (VERSIONS.txt beside each data folder)."""
     assert torch.__version__.startswith(TORCH_VERSION), torch.__version__
     assert transformers.__version__ == transformers_version, transformers.__version__
+
+
+def deterministic():
+    """Bit-reproducible CPU reductions: deterministic algorithms, one thread."""
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+
+
+def versions(*names, **text):
+    """A VERSIONS.txt's first lines: "name version" for each package of names (pillow: PIL), text[name]
+    in place of the version where given, then python, the platform and the date (UTC)."""
+    lines = [f"{n} {text[n] if n in text else importlib.import_module('PIL' if n == 'pillow' else n).__version__}"
+             for n in names]
+    lines += [f"python {platform.python_version()}", f"platform {platform.platform()}",
+              f"date {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M:%S')} UTC"]
+    return "".join(line + "\n" for line in lines)
+
+
+IMAGE_STACK = ("torch", "transformers", "torchvision", "pillow", "safetensors", "tokenizers", "numpy")
+
+
+def write_versions(path, packages, command, lines, **text):
+    """A VERSIONS.txt at path: versions(*packages, **text), the command that made the goldens
+    (venv/bin/python tools/...), then lines, one a line."""
+    with open(path, "w") as f:
+        f.write(versions(*packages, **text) + f"command {command}\n")
+        for line in lines:
+            f.write(line + "\n")
+
+
+def lora_init(pm, seed, dtype, a_std, b_std):
+    """The adapter of the peft model pm drawn from seed: lora_A ~ N(0, a_std^2), lora_B ~ N(0, b_std^2)
+    (not peft's zero B), in parameter order, each value rounded to dtype."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in pm.named_parameters():
+            if "lora_A" in n:
+                p.copy_((torch.randn(p.shape, generator=gen) * a_std).to(dtype).float())
+            elif "lora_B" in n:
+                p.copy_((torch.randn(p.shape, generator=gen) * b_std).to(dtype).float())
+
+
+def save_bf16(model, mdir):
+    """model in bfloat16 into mdir: its config.json and model.safetensors only (other files there stay)."""
+    tmp = mdir + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.to(torch.bfloat16).save_pretrained(tmp)
+    for f in ("config.json", "model.safetensors"):
+        shutil.move(os.path.join(tmp, f), os.path.join(mdir, f))
+    shutil.rmtree(tmp)
 
 
 def random_init(model, seed, rule, buffers=lambda name: name.endswith("layer_scalar"), skip=lambda name: False):

@@ -63,19 +63,14 @@ Usage (from the repository root): venv/bin/python tools/make_audio_goldens.py [-
 """
 
 import argparse
-import datetime
 import json
 import os
-import platform
-import shutil
 import struct
 import sys
 import wave
 
 import numpy as np
-import safetensors
 import torch
-import transformers
 from safetensors.torch import save_file
 
 import golden_common  # noqa: E402
@@ -90,8 +85,7 @@ from transformers import (  # noqa: E402
     Gemma4TextConfig,
 )
 
-torch.use_deterministic_algorithms(True)
-torch.set_num_threads(1)
+golden_common.deterministic()
 
 SEED = 4242
 # The WAVs are the extractor's input: PCM16 samples are k / 32768 (as soundfile reads them).
@@ -311,12 +305,7 @@ def make_geom(out, feats_a):
     torch.manual_seed(SEED + 7)
     model = Gemma4ForConditionalGeneration(cfg).eval()
     randomize(model)
-    tmp = out + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.to(torch.bfloat16).save_pretrained(tmp)
-    for f in ("config.json", "model.safetensors"):
-        shutil.move(os.path.join(tmp, f), os.path.join(out, f))
-    shutil.rmtree(tmp)
+    golden_common.save_bf16(model, out)
     model = load(out)
     taps, soft, valid = record_taps(model, *feats_a)
     golden = {f"a.tap.{k}": v.contiguous() for k, v in taps.items()
@@ -498,12 +487,7 @@ def main():
         layer.lconv1d.gradient_clipping = gc
         layer.self_attn.attention_logits_soft_cap = cap
         layer.self_attn.softcap.fill_(cap)
-    tmp = args.out + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.to(torch.bfloat16).save_pretrained(tmp)
-    for f in ("config.json", "model.safetensors"):
-        shutil.move(os.path.join(tmp, f), os.path.join(args.out, f))
-    shutil.rmtree(tmp)
+    golden_common.save_bf16(model, args.out)
     model = load(args.out)
     assert model.config.audio_config.gradient_clipping == gc and model.config.audio_config.attention_logit_cap == cap
 
@@ -583,11 +567,8 @@ def main():
 
     save_file({k: v.contiguous() for k, v in sorted(golden.items())}, os.path.join(args.out, "golden.safetensors"))
     n_geom = make_geom(args.out + "_geom", feats["a"])
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     with open(os.path.join(args.out, "VERSIONS.txt"), "w") as f:
-        f.write(f"torch {torch.__version__}\ntransformers {transformers.__version__}\n"
-                f"safetensors {safetensors.__version__}\nnumpy {np.__version__}\npython {platform.python_version()}\n"
-                f"platform {platform.platform()}\ndate {now}\n"
+        f.write(golden_common.versions("torch", "transformers", "safetensors", "numpy") +
                 "command venv/bin/python tools/make_audio_goldens.py\n"
                 "goldens float32 CPU, attn_implementation=eager, torch.set_num_threads(1); stored bfloat16\n"
                 f"calibrated gradient_clipping {gc} attention_logit_cap {cap}\n"

@@ -59,6 +59,8 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 
+import golden_common  # tools/, the script's folder, is on the path
+
 assert torch.__version__.startswith("2.15"), torch.__version__
 assert transformers.__version__ == "5.23.0", transformers.__version__
 assert peft.__version__ == "0.21.2", peft.__version__
@@ -128,13 +130,7 @@ def make(name, tiny, kwargs, out_root, seed, with_grads, dtype):
     base = load_base(src)
     base_logits = logits_of(base, ids)
     pm = get_peft_model(base, LoraConfig(lora_dropout=0.0, **kwargs))
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for n, p in pm.named_parameters():
-            if "lora_A" in n:
-                p.copy_((torch.randn(p.shape, generator=gen) * A_STD).to(dtype).float())
-            elif "lora_B" in n:
-                p.copy_((torch.randn(p.shape, generator=gen) * B_STD).to(dtype).float())
+    golden_common.lora_init(pm, seed, dtype, A_STD, B_STD)
     pm.eval()
     mem_logits = logits_of(pm, ids)
     if os.path.exists(out):

@@ -37,25 +37,19 @@ Usage (repository root): venv/bin/python tools/make_mm_goldens.py [--out data/mm
 """
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import shutil
 import wave
 
 import numpy as np
-import PIL
-import safetensors
-import tokenizers
 import torch
-import torchvision
-import transformers
 from PIL import Image
 from safetensors.torch import save_file
 
-assert torch.__version__.startswith("2.15"), torch.__version__
-assert transformers.__version__ == "5.23.0", transformers.__version__
+import golden_common  # tools/, the script's folder, is on the path
+
+golden_common.pin_versions()
 
 from transformers import (  # noqa: E402
     Gemma4AudioConfig,
@@ -66,8 +60,7 @@ from transformers import (  # noqa: E402
     Gemma4VisionConfig,
 )
 
-torch.use_deterministic_algorithms(True)
-torch.set_num_threads(1)
+golden_common.deterministic()
 
 SEED = 2929
 SL, FU = "sliding_attention", "full_attention"
@@ -198,12 +191,7 @@ def main():
     torch.manual_seed(SEED)
     model = Gemma4ForConditionalGeneration(cfg).eval()
     randomize(model)
-    tmp = mdir + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.to(torch.bfloat16).save_pretrained(tmp)
-    for f in ("config.json", "model.safetensors"):
-        shutil.move(os.path.join(tmp, f), os.path.join(mdir, f))
-    shutil.rmtree(tmp)
+    golden_common.save_bf16(model, mdir)
     for f in ("tokenizer.json", "tokenizer_config.json", "processor_config.json"):
         shutil.copy(os.path.join("data/vision/processor", f), os.path.join(mdir, f))
     shutil.copy("data/templates/e2b/chat_template.jinja", os.path.join(mdir, "chat_template.jinja"))
@@ -263,11 +251,8 @@ def main():
     assert not stops & set(gold["chat.greedy"].tolist())  # generate would stop there
     with open(os.path.join(args.out, "chat_greedy.txt"), "w", encoding="utf-8") as f:
         f.write(tok.decode(gold["chat.greedy"].tolist(), skip_special_tokens=True))
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     with open(os.path.join(args.out, "VERSIONS.txt"), "w") as f:
-        f.write(f"torch {torch.__version__}\ntransformers {transformers.__version__}\ntorchvision {torchvision.__version__}\n"
-                f"pillow {PIL.__version__}\nsafetensors {safetensors.__version__}\ntokenizers {tokenizers.__version__}\n"
-                f"numpy {np.__version__}\npython {platform.python_version()}\nplatform {platform.platform()}\ndate {now}\n"
+        f.write(golden_common.versions("torch", "transformers", "torchvision", "pillow", "safetensors", "tokenizers", "numpy") +
                 "command venv/bin/python tools/make_mm_goldens.py\n"
                 "goldens float32 CPU, attn_implementation=eager, torch.set_num_threads(1); model stored bfloat16, "
                 "reloaded float32; processor: torchvision backend\n")

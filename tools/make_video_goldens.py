@@ -38,19 +38,12 @@ Usage (repository root): venv/bin/python tools/make_video_goldens.py [--out data
 """
 
 import argparse
-import datetime
 import os
-import platform
-import shutil
 import sys
 
 import numpy as np
-import PIL
 import safetensors
-import tokenizers
 import torch
-import torchvision
-import transformers
 from PIL import Image
 from safetensors.torch import save_file
 
@@ -58,11 +51,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_vision_goldens as mvg  # noqa: E402  (asserts the versions, sets the threads)
 
 from transformers import (  # noqa: E402
-    Gemma4Config,
     Gemma4ForConditionalGeneration,
     Gemma4Processor,
-    Gemma4TextConfig,
-    Gemma4VisionConfig,
 )
 from transformers.video_utils import VideoMetadata  # noqa: E402
 
@@ -133,34 +123,16 @@ def stamp_table(proc):
 
 
 def build_moe(out, ids_of):
-    spec = MOE
-    tcfg = dict(mvg.TEXT_BASE)
-    tcfg.update(spec["text"])
-    vcfg = dict(mvg.VISION_BASE)
-    vcfg.update(spec["vision"])
-    cfg = Gemma4Config(text_config=Gemma4TextConfig(**tcfg), vision_config=Gemma4VisionConfig(**vcfg), audio_config=None,
-                       boi_token_id=ids_of["<|image>"], eoi_token_id=ids_of["<image|>"],
-                       image_token_id=ids_of["<|image|>"], video_token_id=ids_of["<|video|>"],
-                       boa_token_id=ids_of["<|audio>"], eoa_token_index=ids_of["<audio|>"],
-                       audio_token_id=ids_of["<|audio|>"])
-    torch.manual_seed(spec["seed"])
-    model = Gemma4ForConditionalGeneration(cfg).eval()
-    mvg.randomize(model, spec["seed"])
-    g = torch.Generator().manual_seed(spec["seed"] + 1)
-    for name, t in sorted(model.named_parameters(), key=lambda x: x[0]):  # the router as make_goldens.py draws it
-        with torch.no_grad():
-            if name.endswith("router.proj.weight"):
-                t.copy_(torch.randn(t.shape, generator=g) * 2.0)  # spread router logits: clear top-k margins
-            elif name.endswith("router.scale") or name.endswith("router.per_expert_scale"):
-                t.copy_(0.5 + torch.rand(t.shape, generator=g))
-    mdir = os.path.join(out, spec["name"])
-    if os.path.isdir(mdir):
-        shutil.rmtree(mdir)
-    model.to(torch.bfloat16).save_pretrained(mdir)
-    for f in os.listdir(mdir):
-        if f not in ("config.json", "model.safetensors"):
-            os.remove(os.path.join(mdir, f))
-    return tcfg
+    def router(model):  # the router as make_goldens.py draws it
+        g = torch.Generator().manual_seed(MOE["seed"] + 1)
+        for name, t in sorted(model.named_parameters(), key=lambda x: x[0]):
+            with torch.no_grad():
+                if name.endswith("router.proj.weight"):
+                    t.copy_(torch.randn(t.shape, generator=g) * 2.0)  # spread router logits: clear top-k margins
+                elif name.endswith("router.scale") or name.endswith("router.per_expert_scale"):
+                    t.copy_(0.5 + torch.rand(t.shape, generator=g))
+
+    return mvg.build_model(MOE, ids_of, out, router)[1]
 
 
 def load(mdir):
@@ -327,17 +299,12 @@ def main():
             gold["tap.vision_tower"] = vt.last_hidden_state.float().contiguous()
             save_file(gold, os.path.join(args.out, name, "golden.safetensors"))
 
-    with open(os.path.join(args.out, "VIDEO_VERSIONS.txt"), "w") as f:
-        f.write(f"torch {torch.__version__}\ntransformers {transformers.__version__}\ntorchvision {torchvision.__version__}\n"
-                f"pillow {PIL.__version__}\nsafetensors {safetensors.__version__}\ntokenizers {tokenizers.__version__}\n"
-                f"numpy {np.__version__}\npython {platform.python_version()}\nplatform {platform.platform()}\n"
-                f"date {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M:%S')} UTC\n"
-                f"command venv/bin/python tools/make_video_goldens.py (after tools/make_vision_goldens.py)\n"
-                f"goldens float32 CPU, attn_implementation=eager, experts_implementation=eager, torch.set_num_threads(1); "
-                f"26b_mm stored bfloat16, reloaded float32; processor: data/vision/processor (torchvision backend)\n"
-                f"26b_mm text config: {tcfg_moe}\n")
-        for s in notes + summary:
-            f.write(s + "\n")
+    gc = mvg.golden_common
+    gc.write_versions(os.path.join(args.out, "VIDEO_VERSIONS.txt"), gc.IMAGE_STACK,
+                      "venv/bin/python tools/make_video_goldens.py (after tools/make_vision_goldens.py)",
+                      ["goldens float32 CPU, attn_implementation=eager, experts_implementation=eager, torch.set_num_threads(1); "
+                       "26b_mm stored bfloat16, reloaded float32; processor: data/vision/processor (torchvision backend)",
+                       f"26b_mm text config: {tcfg_moe}"] + notes + summary)
 
 
 if __name__ == "__main__":

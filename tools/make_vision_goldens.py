@@ -71,20 +71,14 @@ Usage (repository root): venv/bin/python tools/make_vision_goldens.py [--out dat
 """
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import shutil
 
 import numpy as np
 import PIL
 import PIL.features
-import safetensors
-import tokenizers
 import torch
-import torchvision
-import transformers
 from PIL import Image
 from safetensors.torch import save_file
 from tokenizers import AddedToken, Tokenizer
@@ -326,15 +320,41 @@ def bf16_goldens(out):
                      f"of max |soft|; video v0: {gold['soft.v0'].shape[0]} soft tokens")
         print(lines[-1])
     with open(os.path.join(out, "BF16_VERSIONS.txt"), "w") as f:
-        f.write(f"torch {torch.__version__} (cpu capability {cap}, 1 thread)\ntransformers {transformers.__version__}\n"
-                f"safetensors {safetensors.__version__}\nnumpy {np.__version__}\npython {platform.python_version()}\n"
-                f"platform {platform.platform()}\n"
-                f"date {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M:%S')} UTC\n"
+        f.write(golden_common.versions("torch", "transformers", "safetensors", "numpy",
+                                       torch=f"{torch.__version__} (cpu capability {cap}, 1 thread)") +
                 f"command ATEN_CPU_CAPABILITY=avx2 venv/bin/python tools/make_vision_goldens.py --bf16 (oneDNN off)\n"
                 f"goldens: the committed models loaded with from_pretrained(dtype=torch.bfloat16, "
                 f"attn_implementation=eager), the committed pixel values\n")
         for s_ in lines:
             f.write(s_ + "\n")
+
+
+def build_model(spec, ids_of, out, init=None):
+    """spec's tiny model (TEXT_BASE and VISION_BASE with spec's changes), randomized from its seed (then
+    init(model), where given), saved bfloat16 to out/<name> (a fresh folder: config.json and
+    model.safetensors). Its folder, text config and Gemma4Config."""
+    tcfg = dict(TEXT_BASE)
+    tcfg.update(spec["text"])
+    vcfg = dict(VISION_BASE)
+    vcfg.update(spec["vision"])
+    cfg = Gemma4Config(text_config=Gemma4TextConfig(**tcfg), vision_config=Gemma4VisionConfig(**vcfg), audio_config=None,
+                       boi_token_id=ids_of["<|image>"], eoi_token_id=ids_of["<image|>"],
+                       image_token_id=ids_of["<|image|>"], video_token_id=ids_of["<|video|>"],
+                       boa_token_id=ids_of["<|audio>"], eoa_token_index=ids_of["<audio|>"],
+                       audio_token_id=ids_of["<|audio|>"])
+    torch.manual_seed(spec["seed"])
+    model = Gemma4ForConditionalGeneration(cfg).eval()
+    randomize(model, spec["seed"])
+    if init:
+        init(model)
+    mdir = os.path.join(out, spec["name"])
+    if os.path.isdir(mdir):
+        shutil.rmtree(mdir)
+    model.to(torch.bfloat16).save_pretrained(mdir)
+    for f in os.listdir(mdir):
+        if f not in ("config.json", "model.safetensors"):
+            os.remove(os.path.join(mdir, f))
+    return mdir, tcfg, cfg
 
 
 def main():
@@ -400,25 +420,7 @@ def main():
 
     summary = []
     for spec in MODELS:
-        tcfg = dict(TEXT_BASE)
-        tcfg.update(spec["text"])
-        vcfg = dict(VISION_BASE)
-        vcfg.update(spec["vision"])
-        cfg = Gemma4Config(text_config=Gemma4TextConfig(**tcfg), vision_config=Gemma4VisionConfig(**vcfg), audio_config=None,
-                           boi_token_id=ids_of["<|image>"], eoi_token_id=ids_of["<image|>"],
-                           image_token_id=ids_of["<|image|>"], video_token_id=ids_of["<|video|>"],
-                           boa_token_id=ids_of["<|audio>"], eoa_token_index=ids_of["<audio|>"],
-                           audio_token_id=ids_of["<|audio|>"])
-        torch.manual_seed(spec["seed"])
-        model = Gemma4ForConditionalGeneration(cfg).eval()
-        randomize(model, spec["seed"])
-        mdir = os.path.join(args.out, spec["name"])
-        if os.path.isdir(mdir):
-            shutil.rmtree(mdir)
-        model.to(torch.bfloat16).save_pretrained(mdir)
-        for f in os.listdir(mdir):
-            if f not in ("config.json", "model.safetensors"):
-                os.remove(os.path.join(mdir, f))
+        mdir, tcfg, cfg = build_model(spec, ids_of, args.out)
         model = Gemma4ForConditionalGeneration.from_pretrained(mdir, dtype=torch.float32, attn_implementation="eager").eval()
 
         gold = {}
@@ -453,16 +455,12 @@ def main():
         gold["tap.vision_tower"] = vt.last_hidden_state.float().contiguous()
         save_file(gold, os.path.join(mdir, "golden.safetensors"))
 
-    with open(os.path.join(args.out, "VERSIONS.txt"), "w") as f:
-        f.write(f"torch {torch.__version__}\ntransformers {transformers.__version__}\ntorchvision {torchvision.__version__}\n"
-                f"pillow {PIL.__version__} (libjpeg-turbo {PIL.features.version('libjpeg_turbo')}, zlib {PIL.features.version('zlib')})\nsafetensors {safetensors.__version__}\ntokenizers {tokenizers.__version__}\n"
-                f"numpy {np.__version__}\npython {platform.python_version()}\nplatform {platform.platform()}\n"
-                f"date {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M:%S')} UTC\n"
-                f"command venv/bin/python tools/make_vision_goldens.py\n"
-                f"goldens float32 CPU, attn_implementation=eager, torch.set_num_threads(1); models stored bfloat16, "
-                f"reloaded float32; processor: torchvision backend (the PIL backend, Gemma4ImageProcessorPil, compared below)\n")
-        for s in backends + summary:
-            f.write(s + "\n")
+    pillow = f"{PIL.__version__} (libjpeg-turbo {PIL.features.version('libjpeg_turbo')}, zlib {PIL.features.version('zlib')})"
+    golden_common.write_versions(os.path.join(args.out, "VERSIONS.txt"), golden_common.IMAGE_STACK,
+                                 "venv/bin/python tools/make_vision_goldens.py",
+                                 ["goldens float32 CPU, attn_implementation=eager, torch.set_num_threads(1); models stored "
+                                  "bfloat16, reloaded float32; processor: torchvision backend (the PIL backend, "
+                                  "Gemma4ImageProcessorPil, compared below)"] + backends + summary, pillow=pillow)
 
 
 if __name__ == "__main__":
