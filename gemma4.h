@@ -10870,17 +10870,24 @@ static g4_result g4__unified_bind(g4_model *m) {
     return G4_OK;
 }
 
+/* The mean of x[0..n) and its biased variance *var, both summed in double (both LayerNorms below) */
+static double g4__moments(const float *x, int n, double *var) {
+    double mean = 0, v = 0;
+    int i;
+    for (i = 0; i < n; i++) mean += x[i];
+    mean /= n;
+    for (i = 0; i < n; i++) v += ((double)x[i] - mean) * ((double)x[i] - mean);
+    *var = v / n;
+    return mean;
+}
+
 /* nn.LayerNorm over one row of n (float32 in and out): (x - mean) / sqrt(var + eps) * w + b, var
    biased. The mean and variance are summed in double (torch sums in float32 in its own order;
    they agree within a few ulp, far inside the embedders' 1e-4). */
 static void g4__layernorm(float *y, const float *x, const g4_tensor *w, const g4_tensor *b, int n, float eps) {
-    double mean = 0, var = 0;
+    double var, mean = g4__moments(x, n, &var);
     float m, rstd;
     int i;
-    for (i = 0; i < n; i++) mean += x[i];
-    mean /= n;
-    for (i = 0; i < n; i++) var += ((double)x[i] - mean) * ((double)x[i] - mean);
-    var /= n;
     m = (float)mean;
     rstd = (float)(1.0 / sqrt(var + (double)eps));
     for (i = 0; i < n; i++) y[i] = (x[i] - m) * rstd * g4__get(w, (size_t)i) + g4__get(b, (size_t)i);
@@ -11014,13 +11021,9 @@ static void g4__urows(const g4__uarena *U, int n, void (*fn)(void *, size_t, siz
    against their spread (measured in Python on random rows of 24 to 6912
    values; none in the goldens, which match bit for bit). In place is fine. */
 static void g4__layernorm_bf16(float *y, const float *x, const g4_tensor *w, const g4_tensor *b, int n, float eps) {
-    double mean = 0, var = 0;
+    double var, mean = g4__moments(x, n, &var);
     float rstd, bias;
     int i;
-    for (i = 0; i < n; i++) mean += x[i];
-    mean /= n;
-    for (i = 0; i < n; i++) var += ((double)x[i] - mean) * ((double)x[i] - mean);
-    var /= n;
     rstd = 1.0f / sqrtf((float)var + eps);
     bias = -rstd * (float)mean;
     for (i = 0; i < n; i++)

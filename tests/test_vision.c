@@ -1492,13 +1492,23 @@ static void test_bf16_logits(void) {
 
 static const char *g_cli = "build/gemma4";
 
+/* gemma4 logits' float32 file of e2b_mm's case 0 (75 rows of 520), read whole; to free */
+static float *read_case0_logits(const char *path) {
+    float *l = (float *)calloc(75 * 520, sizeof(float));
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        CHECK(fread(l, sizeof(float), 75 * 520, f) == 75 * 520 && fgetc(f) == EOF, "%s: not 75 x 520 floats", path);
+        fclose(f);
+    } else CHECK(0, "no %s", path);
+    return l;
+}
+
 static void test_cli_logits(void) {
     char cmd[1024], out[64];
     int64_t nr, nl;
     const int32_t *rows;
     const float *gold;
     golden g;
-    FILE *f;
     float *l;
     int i, rc;
     snprintf(out, sizeof out, "/tmp/g4_vision_cli_%d.bin", (int)getpid());
@@ -1509,11 +1519,7 @@ static void test_cli_logits(void) {
     if (!vgolden(&g, "e2b_mm", "golden.safetensors")) { CHECK(0, "golden"); return; }
     rows = gi32(&g, "logit_rows.0", &nr);
     gold = golden_f32(&g, "logits.0", &nl);
-    l = (float *)calloc(75 * 520, sizeof(float));
-    if ((f = fopen(out, "rb")) != NULL) {
-        CHECK(fread(l, sizeof(float), 75 * 520, f) == 75 * 520 && fgetc(f) == EOF, "%s: not 75 x 520 floats", out);
-        fclose(f);
-    } else CHECK(0, "no %s", out);
+    l = read_case0_logits(out);
     for (i = 0; rows && gold && i < nr; i++)
         CHECK(max_diff(l + (size_t)rows[i] * 520, gold + (size_t)i * 520, 520) <= 1e-4 * max_abs(gold, (size_t)nl),
               "row %d differs", rows[i]);
@@ -1650,11 +1656,7 @@ static void test_cli_bf16(void) {
         size_t bad = 0;
         rows = gi32(&g, "logit_rows.0", &nr);
         glog = golden_bf16(&gb, "logits.0", &nl);
-        l = (float *)calloc(75 * 520, sizeof(float));
-        if ((f = fopen(lout, "rb")) != NULL) {
-            CHECK(fread(l, sizeof(float), 75 * 520, f) == 75 * 520 && fgetc(f) == EOF, "%s: not 75 x 520 floats", lout);
-            fclose(f);
-        } else CHECK(0, "no %s", lout);
+        l = read_case0_logits(lout);
         for (i = 0; rows && glog && nl == nr * 520 && i < nr; i++) bad += count_diff_bits(l + (size_t)rows[i] * 520, glog + (size_t)i * 520, 520);
         CHECK(rows && glog && bad == 0, "logits --bf16 --image: %zu bf16 logits differ from transformers'", bad);
         g4_model_free(&g.m);

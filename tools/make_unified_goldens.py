@@ -621,31 +621,25 @@ def make_embed_bf16_golden(out_root):
         d = float((out[k] - f32[k]).abs().max()) / float(f32[k].abs().max())
         print(f"bf16 {k}: {tuple(out[k].shape)}, {d:.3g} x max|float32| from the float32 golden")
     save_file({k: v.contiguous() for k, v in out.items()}, os.path.join(out_dir, "embed_bf16_golden.safetensors"))
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    with open(os.path.join(out_root, "UNIFIED_BF16_VERSIONS.txt"), "w") as f:
-        f.write(f"torch {torch.__version__}\ntransformers {transformers.__version__}\n"
-                f"safetensors {safetensors.__version__}\nnumpy {np.__version__}\npython {platform.python_version()}\n"
-                f"platform {platform.platform()}\ndate {now}\n"
-                "command venv/bin/python " + " ".join(["tools/" + os.path.basename(sys.argv[0])] + sys.argv[1:]) + "\n"
-                f"embed_bf16_golden: {NAME} loaded dtype=bfloat16, CPU, torch.set_num_threads(1); the embedders on "
-                "mm_golden's inputs\n")
+    golden_common.write_versions(os.path.join(out_root, "UNIFIED_BF16_VERSIONS.txt"),
+                                 ("torch", "transformers", "safetensors", "numpy"), command_line(),
+                                 [f"embed_bf16_golden: {NAME} loaded dtype=bfloat16, CPU, torch.set_num_threads(1); the "
+                                  "embedders on mm_golden's inputs"])
+
+
+def command_line():
+    """This run's command, for the VERSIONS files"""
+    return "venv/bin/python " + " ".join(["tools/" + os.path.basename(sys.argv[0])] + sys.argv[1:])
 
 
 def write_processor_versions(out_root, summary):
-    import PIL
-    import tokenizers
-    import torchvision
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    with open(os.path.join(out_root, "UNIFIED_PROCESSOR_VERSIONS.txt"), "w") as f:
-        f.write(f"torch {torch.__version__}\ntransformers {transformers.__version__}\ntorchvision {torchvision.__version__}\n"
-                f"pillow {PIL.__version__}\ntokenizers {tokenizers.__version__}\nsafetensors {safetensors.__version__}\n"
-                f"numpy {np.__version__}\npython {platform.python_version()}\nplatform {platform.platform()}\ndate {now}\n"
-                "command venv/bin/python " + " ".join(["tools/" + os.path.basename(sys.argv[0])] + sys.argv[1:]) + "\n"
-                "Gemma4UnifiedProcessor (torchvision backend) with the tiny tokenizer of data/tokenizer (ids 500..506 made "
-                "the multimodal tokens), the template of data/templates/e2b; apply_chat_template(tokenize=True); "
-                "logits float32 CPU, eager, one thread, unified_like reloaded float32\n")
-        for line in summary:
-            f.write(line + "\n")
+    golden_common.write_versions(os.path.join(out_root, "UNIFIED_PROCESSOR_VERSIONS.txt"),
+                                 ("torch", "transformers", "torchvision", "pillow", "tokenizers", "safetensors", "numpy"),
+                                 command_line(),
+                                 ["Gemma4UnifiedProcessor (torchvision backend) with the tiny tokenizer of data/tokenizer (ids "
+                                  "500..506 made the multimodal tokens), the template of data/templates/e2b; "
+                                  "apply_chat_template(tokenize=True); logits float32 CPU, eager, one thread, unified_like "
+                                  "reloaded float32"] + summary)
 
 
 if __name__ == "__main__":

@@ -148,6 +148,16 @@ done:
 static uint32_t th_lcg = 12345u;
 static float th_rand(void) { th_lcg = th_lcg * 1664525u + 1013904223u; return (float)(th_lcg >> 8) / 16777216.0f; }
 
+/* a tower's line: its taps' fingerprint and its n_soft soft tokens' (H wide) */
+static void th_tower_line(const char *dir, const char *tower, int threads, const th_hash *taps, const float *soft, int n_soft,
+                          int H) {
+    th_hash out;
+    th_init(&out);
+    th_mix(&out, soft, sizeof(float) * (size_t)n_soft * H);
+    printf("%-24s %-6s f32  threads %d: %4ld taps %016llx soft %016llx (%d tokens)\n", dir, tower, threads, taps->n,
+           (unsigned long long)taps->h, (unsigned long long)out.h, n_soft);
+}
+
 static int th_vision(const char *dir, const g4_model *m, int threads) {
     const g4_vision_config *v = &m->config.vision;
     int k = v->pooling_kernel_size, gw = 4 * k, gh = 3 * k, real = gw * gh, n = real + 4 * k * k, P = 3 * v->patch_size * v->patch_size;
@@ -155,12 +165,12 @@ static int th_vision(const char *dir, const g4_model *m, int threads) {
     g4_vision_session_config vc;
     g4_vision_session vs;
     g4_pool *pool = NULL;
-    th_hash taps, out;
+    th_hash taps;
     size_t bytes;
     void *arena = NULL;
     float *pv = (float *)malloc(sizeof(float) * (size_t)n * (size_t)P), *soft = (float *)malloc(sizeof(float) * (size_t)n * m->config.hidden_size);
     int32_t *pos = (int32_t *)malloc(sizeof(int32_t) * 2 * (size_t)n);
-    th_init(&taps); th_init(&out);
+    th_init(&taps);
     th_lcg = 12345u;
     for (t = 0; t < n * P; t++) pv[t] = t < real * P ? th_rand() : 0.0f;
     for (t = 0; t < n; t++) { pos[2 * t] = t < real ? t % gw : -1; pos[2 * t + 1] = t < real ? t / gw : -1; }
@@ -172,9 +182,7 @@ static int th_vision(const char *dir, const g4_model *m, int threads) {
         printf("%s: vision: %s\n", dir, vs.error);
         goto done;
     }
-    th_mix(&out, soft, sizeof(float) * (size_t)n_soft * m->config.hidden_size);
-    printf("%-24s vision f32  threads %d: %4ld taps %016llx soft %016llx (%d tokens)\n", dir, threads, taps.n,
-           (unsigned long long)taps.h, (unsigned long long)out.h, n_soft);
+    th_tower_line(dir, "vision", threads, &taps, soft, n_soft, m->config.hidden_size);
 done:
     free(arena); free(pv); free(soft); free(pos);
     g4_pool_free(pool);
@@ -185,13 +193,13 @@ static int th_audio(const char *dir, const g4_model *m, int threads) {
     int nf = 37, C0 = m->config.audio.subsampling_conv_channels[0], t, n_soft = 0;
     g4_audio_run run;
     g4_pool *pool = NULL;
-    th_hash taps, out;
+    th_hash taps;
     size_t bytes = 0;
     void *arena = NULL;
     float *feat = (float *)malloc(sizeof(float) * (size_t)nf * (size_t)C0);
     float *soft = (float *)malloc(sizeof(float) * (size_t)g4_audio_tokens_max(nf) * m->config.hidden_size);
     unsigned char mask[37];
-    th_init(&taps); th_init(&out);
+    th_init(&taps);
     th_lcg = 777u;
     for (t = 0; t < nf * C0; t++) feat[t] = 4.0f * th_rand() - 3.0f;
     for (t = 0; t < nf; t++) mask[t] = t < nf - 5;
@@ -203,9 +211,7 @@ static int th_audio(const char *dir, const g4_model *m, int threads) {
         printf("%s: audio: %s\n", dir, run.error);
         goto done;
     }
-    th_mix(&out, soft, sizeof(float) * (size_t)n_soft * m->config.hidden_size);
-    printf("%-24s audio  f32  threads %d: %4ld taps %016llx soft %016llx (%d tokens)\n", dir, threads, taps.n,
-           (unsigned long long)taps.h, (unsigned long long)out.h, n_soft);
+    th_tower_line(dir, "audio", threads, &taps, soft, n_soft, m->config.hidden_size);
 done:
     free(arena); free(feat); free(soft);
     g4_pool_free(pool);
