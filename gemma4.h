@@ -5980,6 +5980,17 @@ static void g4__vnorm(const g4_vision_session *vs, float *y, const float *x, con
     g4__vcast(vs, y, (size_t)rows * (size_t)width);
 }
 
+/* h = h + post_norm(out): a sublayer's output vs->xn through its post norm (tapped as
+   `name`) added to the residual vs->x, cast */
+static void g4__vresidual(const g4_vision_session *vs, int l, const g4_tensor *post_norm, const char *name, int n) {
+    int Hv = vs->model->config.vision.hidden_size;
+    size_t i, nh = (size_t)n * (size_t)Hv;
+    g4__vnorm(vs, vs->xn, vs->xn, post_norm, n, Hv);
+    g4__vtap(vs, l, name, vs->xn, n, Hv);
+    for (i = 0; i < nh; i++) vs->x[i] += vs->xn[i];
+    g4__vcast(vs, vs->x, nh);
+}
+
 /* apply_multidimensional_rope on one head x [Dv] at patch position (px, py):
    the first Dv/2 channels turn by px, the rest by py, each half as
    apply_rotary_pos_emb (rotate_half) with cos/sin of pos * inv_freq
@@ -6126,7 +6137,7 @@ static void g4__vlayer(g4_vision_session *vs, int l, const int32_t *pos, int n, 
     const g4_vision_config *v = &vs->model->config.vision;
     const g4_vision_layer *L = &vs->model->vision.layers[l];
     int Hv = v->hidden_size, D = v->head_dim, NH = v->num_attention_heads, KVH = v->num_key_value_heads, I = v->intermediate_size;
-    size_t nh = (size_t)n * (size_t)Hv, i;
+    size_t i;
     int t, h, bf = vs->cfg.bf16;
     g4__vattn_job aj;
 
@@ -6163,10 +6174,7 @@ static void g4__vlayer(g4_vision_session *vs, int l, const int32_t *pos, int n, 
     else g4__parallel(vs->cfg.pool, g4__vattn_part, &aj);
     g4__clip_linear(vs, vs->xn, vs->att, &L->o_proj, n);
     g4__vtap(vs, l, "self_attn", vs->xn, n, Hv);
-    g4__vnorm(vs, vs->xn, vs->xn, &L->post_attention_layernorm, n, Hv);
-    g4__vtap(vs, l, "post_attention_layernorm", vs->xn, n, Hv);
-    for (i = 0; i < nh; i++) vs->x[i] += vs->xn[i];
-    g4__vcast(vs, vs->x, nh);
+    g4__vresidual(vs, l, &L->post_attention_layernorm, "post_attention_layernorm", n);
 
     /* 2. h = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h))),
           mlp = down_proj(gelu_tanh(gate_proj(x)) * up_proj(x)) */
@@ -6185,10 +6193,7 @@ static void g4__vlayer(g4_vision_session *vs, int l, const int32_t *pos, int n, 
     g4__vcast(vs, vs->gate, (size_t)n * (size_t)I);
     g4__clip_linear(vs, vs->xn, vs->gate, &L->down_proj, n);
     g4__vtap(vs, l, "mlp", vs->xn, n, Hv);
-    g4__vnorm(vs, vs->xn, vs->xn, &L->post_feedforward_layernorm, n, Hv);
-    g4__vtap(vs, l, "post_feedforward_layernorm", vs->xn, n, Hv);
-    for (i = 0; i < nh; i++) vs->x[i] += vs->xn[i];
-    g4__vcast(vs, vs->x, nh);
+    g4__vresidual(vs, l, &L->post_feedforward_layernorm, "post_feedforward_layernorm", n);
     g4__vtap(vs, l, "", vs->x, n, Hv);
 }
 
