@@ -7044,22 +7044,9 @@ G4__DEF g4_result g4_audio_fe_check(g4_audio_fe *fe, const g4_config *c) {
     return G4_OK;
 }
 
-/* A number field as a double: absent or null gives def; else in [lo, hi] */
+/* A number field as a double: absent or null gives def; else in [lo, hi] (g4__vcfg_num's rule) */
 static g4_result g4__cfg_double(const g4__cfg *c, const char *key, double *out, double def, double lo, double hi) {
-    int n = g4__jget(c->j, c->obj, key);
-    const g4__jnode *nd;
-    if (n < 0 || c->j->nodes[n].type == G4__JNULL) { *out = def; return G4_OK; }
-    nd = &c->j->nodes[n];
-    if (nd->type != G4__JNUM) {
-        g4__seterr(c->err, "%s: field '%s%s' must be a number, got %s", c->name, c->scope, key, g4__jtype_name(nd->type));
-        return G4_ERR_CONFIG;
-    }
-    if (!(nd->num >= lo && nd->num <= hi)) {
-        g4__seterr(c->err, "%s: field '%s%s' is %g, outside [%g, %g]", c->name, c->scope, key, nd->num, lo, hi);
-        return G4_ERR_CONFIG;
-    }
-    *out = nd->num;
-    return G4_OK;
+    return g4__vcfg_num(c, key, out, def, lo, hi, NULL);
 }
 
 /* a stored sample count (save_pretrained writes frame_length, hop_length, fft_length) must be what
