@@ -245,8 +245,9 @@ def tap_name(full):
     return full[len("model."):] if full.startswith("model.") else full
 
 
-def record_taps(model, feats, mask):
-    """Every audio tower module's output (batch 1), in gemma4.h's row layouts."""
+def record_taps(model, feats, mask, raw=False):
+    """Every audio tower module's output (batch 1), in gemma4.h's row layouts, float32 through
+    tower_soft_tokens; raw: in the model's own dtypes (no float() cast), through get_audio_features."""
     out = {}
     hooks = []
     skip_leaf = (".linear", ".act", ".act_fn", ".conv", ".norm")
@@ -259,7 +260,7 @@ def record_taps(model, feats, mask):
 
         def h(m, i, o, full=full, name=name):
             x = o[0] if isinstance(o, (tuple, list)) else o
-            x = x.detach().float()
+            x = x.detach() if raw else x.detach().float()
             if name.startswith("subsample_conv_projection.layer"):
                 x = x[0].permute(1, 2, 0).reshape(x.shape[2], -1)  # [C,T,F] -> [T][F*C]
             elif name.endswith("depthwise_conv1d"):
@@ -271,9 +272,14 @@ def record_taps(model, feats, mask):
             out[full] = x.contiguous().clone()
         hooks.append(mod.register_forward_hook(h))
     hooks.append(model.model.embed_audio.register_forward_hook(
-        lambda m, i, o: out.__setitem__("embed_audio", o.detach().float()[0].clone())))
+        lambda m, i, o: out.__setitem__("embed_audio", (o.detach() if raw else o.detach().float())[0].clone())))
     try:
-        soft, valid = tower_soft_tokens(model, feats, mask)
+        if raw:
+            with torch.no_grad():
+                res = model.model.get_audio_features(feats[None], mask[None].bool())
+            soft, valid = res.pooler_output[0], res.attention_mask[0]
+        else:
+            soft, valid = tower_soft_tokens(model, feats, mask)
     finally:
         for h in hooks:
             h.remove()
@@ -296,6 +302,23 @@ GEOM_AUDIO = dict(
     conv_kernel_size=3, output_proj_dims=12, attention_chunk_size=8, attention_context_left=3,
     attention_context_right=2, rms_norm_eps=1e-5, use_clipped_linears=False,
 )
+
+
+def kept_taps(taps):
+    """Clip a's taps as the goldens keep them (the data budget), in taps' order: the subsampler's
+    first conv only at its first and last rows (a.tap_rows.<name>), past layer 0 only the layer and
+    its direct submodules; keys a.tap.<name>."""
+    kept = {}
+    for name, x in taps.items():
+        if name == "audio_tower.subsample_conv_projection.layer0":
+            rows = [0, x.shape[0] - 1]
+            kept[f"a.tap_rows.{name}"] = torch.tensor(rows, dtype=torch.int32)
+            x = x[rows]
+        layer = name.split(".")[2] if name.startswith("audio_tower.layers.") else None
+        if layer not in (None, "0") and name.count(".") > 3:
+            continue
+        kept[f"a.tap.{name}"] = x.contiguous()
+    return kept
 
 
 def make_geom(out, feats_a):
@@ -355,46 +378,9 @@ def make_fe_settings_golden(out):
     save_file({"features": torch.from_numpy(feats), "mask": torch.from_numpy(mask),
                "sizes": torch.tensor([fe.frame_length, fe.hop_length, fe.fft_length], dtype=torch.int32)},
               os.path.join(out, "fe_settings_golden.safetensors"))
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    with open(os.path.join(out, "FE_SETTINGS_VERSIONS.txt"), "w") as f:
-        f.write(f"transformers {transformers.__version__}\nnumpy {np.__version__}\n"
-                f"python {platform.python_version()}\nplatform {platform.platform()}\ndate {now}\n"
-                "command venv/bin/python tools/make_audio_goldens.py --fe-settings-only\n"
-                "Gemma4AudioFeatureExtractor.from_dict(fe_settings.json) on clip_a.wav (PCM16 k / 32768)\n")
-
-
-def record_taps_raw(model, feats, mask):
-    """record_taps in the model's own dtypes (no float() cast)."""
-    out = {}
-    hooks = []
-    skip_leaf = (".linear", ".act", ".act_fn", ".conv", ".norm")
-    for name, mod in model.model.audio_tower.named_modules():
-        if name == "" or any(name.endswith(s_) for s_ in skip_leaf):
-            continue
-        full = "audio_tower." + name
-
-        def h(m, i, o, full=full, name=name):
-            x = o[0] if isinstance(o, (tuple, list)) else o
-            x = x.detach()
-            if name.startswith("subsample_conv_projection.layer"):
-                x = x[0].permute(1, 2, 0).reshape(x.shape[2], -1)
-            elif name.endswith("depthwise_conv1d"):
-                x = x[0].transpose(0, 1)
-            elif name.endswith("relative_k_proj") or name == "rel_pos_enc":
-                x = x.reshape(-1, x.shape[-1])
-            else:
-                x = x[0]
-            out[full] = x.contiguous().clone()
-        hooks.append(mod.register_forward_hook(h))
-    hooks.append(model.model.embed_audio.register_forward_hook(
-        lambda m, i, o: out.__setitem__("embed_audio", o.detach()[0].clone())))
-    try:
-        with torch.no_grad():
-            res = model.model.get_audio_features(feats[None], mask[None].bool())
-    finally:
-        for h in hooks:
-            h.remove()
-    return out, res.pooler_output[0], res.attention_mask[0]
+    golden_common.write_versions(os.path.join(out, "FE_SETTINGS_VERSIONS.txt"), ("transformers", "numpy"),
+                                 "venv/bin/python tools/make_audio_goldens.py --fe-settings-only",
+                                 ["Gemma4AudioFeatureExtractor.from_dict(fe_settings.json) on clip_a.wav (PCM16 k / 32768)"])
 
 
 def bf16_goldens(out):
@@ -406,20 +392,14 @@ def bf16_goldens(out):
     model = Gemma4ForConditionalGeneration.from_pretrained(out, dtype=torch.bfloat16, attn_implementation="eager").eval()
     gold = {}
     for key in ("a", "b"):
-        taps, soft, valid = record_taps_raw(model, g32[f"{key}.input_features"], g32[f"{key}.input_features_mask"])
+        taps, soft, valid = record_taps(model, g32[f"{key}.input_features"], g32[f"{key}.input_features_mask"], raw=True)
         assert torch.equal(valid.to(torch.int32), g32[f"{key}.valid"])
         gold[f"{key}.soft_tokens"] = soft[valid].contiguous()
         if key == "a":
-            for name, x in taps.items():
-                if name == "audio_tower.subsample_conv_projection.layer0":
-                    rows = [0, x.shape[0] - 1]
-                    gold[f"a.tap_rows.{name}"] = torch.tensor(rows, dtype=torch.int32)
-                    x = x[rows]
-                layer = name.split(".")[2] if name.startswith("audio_tower.layers.") else None
-                if layer not in (None, "0") and name.count(".") > 3:
-                    continue
-                gold[f"a.tap.{name}"] = x.contiguous()
-                print(name, x.dtype, tuple(x.shape))
+            for k, x in kept_taps(taps).items():
+                gold[k] = x
+                if k.startswith("a.tap."):
+                    print(k[len("a.tap."):], x.dtype, tuple(x.shape))
     with torch.no_grad():
         res = model(input_ids=g32["one.ids"].long()[None], input_features=g32["b.input_features"][None],
                     input_features_mask=g32["b.input_features_mask"][None].bool(), use_cache=False)
@@ -427,15 +407,12 @@ def bf16_goldens(out):
     save_file(gold, os.path.join(out, "bf16.safetensors"))
     s32 = g32["a.soft_tokens"]
     d = (gold["a.soft_tokens"].float() - s32).abs().max().item() / s32.abs().max().item()
-    with open(os.path.join(out, "BF16_VERSIONS.txt"), "w") as f:
-        f.write(f"torch {torch.__version__} (cpu capability {cap}, 1 thread, oneDNN off)\ntransformers {transformers.__version__}\n"
-                f"safetensors {safetensors.__version__}\nnumpy {np.__version__}\npython {platform.python_version()}\n"
-                f"platform {platform.platform()}\n"
-                f"date {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M:%S')} UTC\n"
-                f"command ATEN_CPU_CAPABILITY=avx2 venv/bin/python tools/make_audio_goldens.py --bf16\n"
-                f"goldens: e2b_audio loaded with from_pretrained(dtype=torch.bfloat16, attn_implementation=eager), "
-                f"the committed features of clips a and b\n"
-                f"clip a's bf16 soft tokens against float32: max |d| {d:.3g} of max |soft|\n")
+    golden_common.write_versions(os.path.join(out, "BF16_VERSIONS.txt"), ("torch", "transformers", "safetensors", "numpy"),
+                                 "ATEN_CPU_CAPABILITY=avx2 venv/bin/python tools/make_audio_goldens.py --bf16",
+                                 ["goldens: e2b_audio loaded with from_pretrained(dtype=torch.bfloat16, "
+                                  "attn_implementation=eager), the committed features of clips a and b",
+                                  f"clip a's bf16 soft tokens against float32: max |d| {d:.3g} of max |soft|"],
+                                 torch=f"{torch.__version__} (cpu capability {cap}, 1 thread, oneDNN off)")
     print(f"clip a: bf16 against float32 {d:.3g}; {len(gold)} tensors")
 
 
@@ -505,15 +482,7 @@ def main():
         print(f"clip {key}: {len(a if key == 'a' else b)} samples, {f.shape[0]} mel frames ({int(m.sum())} valid), "
               f"{valid.shape[0]} soft tokens ({n} valid)")
         if key == "a":
-            for name, x in taps.items():
-                if name == "audio_tower.subsample_conv_projection.layer0":
-                    rows = [0, x.shape[0] - 1]
-                    golden[f"a.tap_rows.{name}"] = torch.tensor(rows, dtype=torch.int32)
-                    x = x[rows]
-                layer = name.split(".")[2] if name.startswith("audio_tower.layers.") else None
-                if layer not in (None, "0") and name.count(".") > 3:
-                    continue  # past layer 0 only the layer and its direct submodules (the data budget)
-                golden[f"a.tap.{name}"] = x.contiguous()
+            golden.update(kept_taps(taps))
             # the transformers masking measured: row 0 of block 1 sees context columns 1..12
             print("taps:", len(taps))
 
