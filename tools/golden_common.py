@@ -7,6 +7,7 @@ The random init is part of every golden: a change here changes the weights of ev
 so keep the order of the draws (tensors sorted by name, each tensor drawn once) and rerun
 the scripts if you must change it."""
 
+import argparse
 import datetime
 import importlib
 import os
@@ -24,6 +25,18 @@ def pin_versions(transformers_version=TRANSFORMERS_VERSION):
     """The goldens are made with these versions (VERSIONS.txt beside each data folder)."""
     assert torch.__version__.startswith(TORCH_VERSION), torch.__version__
     assert transformers.__version__ == transformers_version, transformers.__version__
+
+
+def parse_args(out, **only):
+    """A golden script's command line: --out DIR (default out; made if missing) and, for each
+    name=help of only, a flag --name (underscores as dashes) that makes one part alone."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=out)
+    for name, text in only.items():
+        ap.add_argument("--" + name.replace("_", "-"), action="store_true", help=text)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    return args
 
 
 def deterministic():

@@ -62,7 +62,6 @@ Usage (from the repository root): venv/bin/python tools/make_audio_goldens.py [-
        ATEN_CPU_CAPABILITY=avx2 venv/bin/python tools/make_audio_goldens.py --bf16 [--out DIR]
 """
 
-import argparse
 import json
 import os
 import struct
@@ -417,13 +416,10 @@ def bf16_goldens(out):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="data/tiny/e2b_audio")
-    ap.add_argument("--fe-settings-only", action="store_true",
-                    help="remake only fe_settings.json, fe_settings_golden.safetensors, FE_SETTINGS_VERSIONS.txt")
-    ap.add_argument("--bf16", action="store_true", help="write only bf16.safetensors, from the committed model")
-    args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
+    args = golden_common.parse_args(
+        "data/tiny/e2b_audio",
+        fe_settings_only="remake only fe_settings.json, fe_settings_golden.safetensors, FE_SETTINGS_VERSIONS.txt",
+        bf16="write only bf16.safetensors, from the committed model")
     if args.fe_settings_only:
         make_fe_settings_golden(args.out)
         return

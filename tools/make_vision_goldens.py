@@ -70,7 +70,6 @@ Usage (repository root): venv/bin/python tools/make_vision_goldens.py [--out dat
        ATEN_CPU_CAPABILITY=avx2 venv/bin/python tools/make_vision_goldens.py --bf16 [--out data/vision]
 """
 
-import argparse
 import json
 import os
 import shutil
@@ -358,11 +357,8 @@ def build_model(spec, ids_of, out, init=None):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="data/vision")
-    ap.add_argument("--bf16", action="store_true", help="write only the bf16 goldens (bf16.safetensors), from the committed models")
-    args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
+    args = golden_common.parse_args("data/vision",
+                                    bf16="write only the bf16 goldens (bf16.safetensors), from the committed models")
     if args.bf16:
         bf16_goldens(args.out)
         return
