@@ -60,6 +60,15 @@ static void test_config(void) {
     g4_model_free(&m);
 }
 
+/* A two-layer text config of model_type, with the fields `extra` */
+static g4_result parse_small(g4_config *c, const char *model_type, const char *extra) {
+    char txt[512];
+    snprintf(txt, sizeof txt, "{\"model_type\": \"%s\", \"vocab_size\": 16, \"hidden_size\": 8, \"intermediate_size\": 8, "
+             "\"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"head_dim\": 4, "
+             "\"global_head_dim\": 4, %s}", model_type, extra);
+    return g4_config_parse(c, txt, strlen(txt), "t.json");
+}
+
 /* A config text with one substitution (the unified_like config, rewritten). */
 static g4_result parse_edit(g4_config *c, const char *from, const char *to) {
     FILE *f = fopen(path2(tiny("unified_like"), "config.json"), "rb");
@@ -102,21 +111,13 @@ static void test_config_errors(void) {
         CHECK(r == G4_OK && c.bidirectional == G4_BIDIR_ALL && c.sliding_window == 5, "all: %s", c.error);
     }
     { /* and a Gemma 4 config still refuses it */
-        static const char txt[] = "{\"model_type\": \"gemma4_text\", \"vocab_size\": 16, \"hidden_size\": 8, "
-                                  "\"intermediate_size\": 8, \"num_hidden_layers\": 2, \"num_attention_heads\": 2, "
-                                  "\"num_key_value_heads\": 1, \"head_dim\": 4, \"global_head_dim\": 4, "
-                                  "\"use_bidirectional_attention\": \"all\"}";
         g4_config c;
-        g4_result r = g4_config_parse(&c, txt, sizeof txt - 1, "t.json");
+        g4_result r = parse_small(&c, "gemma4_text", "\"use_bidirectional_attention\": \"all\"");
         CHECK(r == G4_ERR_CONFIG && strstr(c.error, "use_bidirectional_attention"), "gemma4_text all: %s", c.error);
     }
     { /* Gemma4UnifiedTextConfig's defaults where gemma4_text's differ */
-        static const char txt[] = "{\"model_type\": \"gemma4_unified_text\", \"vocab_size\": 16, \"hidden_size\": 8, "
-                                  "\"intermediate_size\": 8, \"num_hidden_layers\": 2, \"num_attention_heads\": 2, "
-                                  "\"num_key_value_heads\": 1, \"head_dim\": 4, \"global_head_dim\": 4, "
-                                  "\"hidden_size_per_layer_input\": 4, \"enable_moe_block\": true}";
         g4_config c;
-        g4_result r = g4_config_parse(&c, txt, sizeof txt - 1, "t.json");
+        g4_result r = parse_small(&c, "gemma4_unified_text", "\"hidden_size_per_layer_input\": 4, \"enable_moe_block\": true");
         CHECK(r == G4_OK && c.unified && c.sliding_window == 1024 && c.max_position_embeddings == 262144 &&
               c.hidden_size_per_layer_input == 0 && c.enable_moe_block == 0 && !c.unified_vision.present,
               "gemma4_unified_text defaults: %d %s", (int)r, c.error);
