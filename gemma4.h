@@ -6054,16 +6054,22 @@ static void g4__vattn_part(void *ctx, int part, int n_parts) {
     int D = v->head_dim, NH = v->num_attention_heads, KVH = v->num_key_value_heads, n = j->n, t, h, k, d;
     int t0 = (int)((int64_t)n * part / n_parts), t1 = (int)((int64_t)n * (part + 1) / n_parts);
     float *sc = vs->scores + (size_t)part * (size_t)vs->cfg.max_patches;
-    if (vs->cfg.bf16) { g4__vattn_torch(j, sc, t0, t1); return; }
+    if (vs->cfg.bf16 && j->real <= 0) { g4__vattn_torch(j, sc, t0, t1); return; }
     if (j->real > 0) { /* the real patches first, the padding after (as the processor lays them out): the
-                          decoder's attention over keys [0, real) of a slot that is this layer's K/V */
+                          decoder's attention over keys [0, real) of a slot that is this layer's K/V; bf16:
+                          its g4__attend_torch over n positions, g4__vattn_torch's orders vectorized (the
+                          masked keys' exact zeros left out: the same bits, but for the sign of an output
+                          that is exactly 0) */
         g4_kv_slot sl;
         memset(&sl, 0, sizeof sl);
         sl.kv_heads = KVH; sl.head_dim = D; sl.capacity = n; sl.n_pos = n; sl.k = vs->k; sl.v = vs->v;
         for (t = t0; t < t1; t++)
-            for (h = 0; h < NH; h++)
-                g4__attend_blocked(vs->att + ((size_t)t * NH + h) * D, vs->q + ((size_t)t * NH + h) * D, 1, &sl, h / (NH / KVH), 0,
-                                   j->real - 1, sc);
+            for (h = 0; h < NH; h++) {
+                float *out = vs->att + ((size_t)t * NH + h) * D;
+                const float *q = vs->q + ((size_t)t * NH + h) * D;
+                if (vs->cfg.bf16) g4__attend_torch(out, q, &sl, h / (NH / KVH), 0, j->real - 1, sc, n, n);
+                else g4__attend_blocked(out, q, 1, &sl, h / (NH / KVH), 0, j->real - 1, sc);
+            }
         return;
     }
     for (t = t0; t < t1; t++) /* any other layout: every key, padding masked */

@@ -433,6 +433,23 @@ static void test_fast_paths(void) {
             CHECK(memcmp(vs3.att, one, sizeof(float) * nq) == 0, "GEMM attention: 3 threads differ from one");
             free(arena3);
         }
+        { /* the bf16 mode: g4__attend_torch over the real keys = g4__vattn_torch over all (masked), bit for bit */
+            long bbad = 0;
+            for (i = 0; i < (int)nq; i++) vs->q[i] = g4__bf16_round(vs->q[i]);
+            for (i = 0; i < (int)nk; i++) { vs->k[i] = g4__bf16_round(vs->k[i]); vs->v[i] = g4__bf16_round(vs->v[i]); }
+            vs->cfg.bf16 = 1;
+            aj.real = 0;
+            g4__vattn_part(&aj, 0, 1); /* (real 0: the scalar g4__vattn_torch) */
+            memcpy(ref, vs->att, sizeof(float) * nq);
+            aj.real = real;
+            g4__vattn_part(&aj, 0, 1);
+            vs->cfg.bf16 = 0;
+            for (i = 0; i < (int)nq; i++) bbad += memcmp(&ref[i], &vs->att[i], 4) != 0;
+            CHECK(bbad == 0, "bf16 attention (%s rows): %ld of %zu values differ from g4__vattn_torch", k ? "peaked" : "flat",
+                  bbad, nq);
+            printf("  bf16 attention, %s softmax rows: %ld of %zu values differ from g4__vattn_torch\n", k ? "peaked" : "flat",
+                   bbad, nq);
+        }
         free(ref);
         free(one);
     }
