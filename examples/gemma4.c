@@ -62,7 +62,7 @@ static int bf16_fast;           /* --bf16-fast: --bf16 with g4_session_config.bf
     G4A_L("--image", &(o)->media, G4MM_IMAGE, "FILE", "a PNG or JPEG: the k-th fills the prompt's k-th image placeholder (<|image|>)"), \
     G4A_L("--audio", &(o)->media, G4MM_AUDIO, "FILE", "a WAV (16 kHz mono): the k-th fills the k-th audio placeholder (<|audio|>)"), \
     G4A_L("--video", &(o)->media, G4MM_VIDEO, "DIR|F1,F2,...", "a video's frames (PNG/JPEG of one size, in order; a directory: " \
-          "its image files by name): the k-th fills the k-th <|video|> with its frames' mm:ss stamps (generate --prompt)"), \
+          "its image files by name): the k-th fills the k-th <|video|> with its frames' mm:ss stamps"), \
     G4A_S("--processor", &(o)->processor, "DIR", "with --image, --video or --audio: the directory of processor_config.json (default DIR)")
 /* beside every --bf16: the bf16 mode on VDPBF16PS (implies --bf16) */
 #define OPT_BF16_FAST                                                                                          \
@@ -675,10 +675,6 @@ static int parse_gen_opts(int argc, char **argv, gen_opts *o, int is_chat, const
         g4a_fail(&cmd, "--processor needs --image, --video or --audio");
         return G4A_RESULT_ERR;
     }
-    if (g4a_opt_of(&cmd, "--video")->given && o->chat) {
-        g4a_fail(&cmd, "--video goes with a plain --prompt (its frames' stamps are expanded in the text; not with --chat)");
-        return G4A_RESULT_ERR;
-    }
     if (o->video_fps > 0 && !g4a_opt_of(&cmd, "--video")->given) { g4a_fail(&cmd, "--video-fps needs --video"); return G4A_RESULT_ERR; }
     if (!o->seed_given && os_seed(&o->sc.seed)) return G4A_RESULT_ERR;
     return G4A_RESULT_OK;
@@ -760,7 +756,9 @@ static char *user_content(const char *text, const g4a_list *media) {
     if (media && media->n) {
         tb_str(&b, "[");
         for (k = 0; k < media->n; k++)
-            tb_str(&b, G4MM_KIND(media->tag[k]) == G4MM_IMAGE ? "{\"type\": \"image\"}, " : "{\"type\": \"audio\"}, ");
+            tb_str(&b, G4MM_KIND(media->tag[k]) == G4MM_IMAGE   ? "{\"type\": \"image\"}, "
+                       : G4MM_KIND(media->tag[k]) == G4MM_VIDEO ? "{\"type\": \"video\"}, "
+                                                                : "{\"type\": \"audio\"}, ");
         tb_str(&b, "{\"type\": \"text\", \"text\": ");
         tb_json(&b, text);
         tb_str(&b, "}]");
@@ -793,8 +791,38 @@ static char *chat_json(const gen_opts *o, char **users, int n_users, size_t *len
    users[0..n_users) (first = 1, with <bos>), or only what the template writes
    after the model's last answer (its turn closure, the new user turn, the
    generation prompt). Caller frees (free). NULL after a message. */
+/* The rendered text's ids with the videos of mm (prepared; NULL or none: no
+   video) expanded in the text before tokenizing, as Gemma4Processor does (the
+   first stamp joins the text before <|video|>); from the last answer's marker
+   on unless first (g4_template_continue's part). NULL after a message. */
+static int32_t *template_video_ids(const g4_template *tpl, const g4_tokenizer *t, const g4_template_options *to,
+                                   const char *json, size_t len, int first, const g4mm *mm, const g4_config *c,
+                                   double fps, size_t *n) {
+    char *text = NULL, *x = NULL, err[G4_ERROR_MAX];
+    const char *from, *p;
+    size_t tl = 0, mark = strlen(G4_TEMPLATE_ANSWER), cap;
+    int32_t *ids = NULL;
+    if (g4_template_render(tpl, json, len, to, &text, &tl, err) != G4_OK) { print_error(err); return NULL; }
+    from = first ? text : NULL;
+    for (p = text; !first && (size_t)(p - text) + mark <= tl; p++)
+        if (memcmp(p, G4_TEMPLATE_ANSWER, mark) == 0) from = p + mark;
+    if (!from) fprintf(stderr, "gemma4: %s: the rendered conversation holds no model answer to continue after\n", tpl->name);
+    else if ((x = g4mm_expand_text(mm, t, c, from, fps)) != NULL) {
+        cap = g4_tokenize_max(t, strlen(x));
+        if (!(ids = (int32_t *)malloc(sizeof(int32_t) * (cap ? cap : 1)))) fprintf(stderr, "gemma4: out of memory\n");
+        else if (g4_tokenize(t, x, strlen(x), 0, ids, cap, n) != G4_OK) { /* add_special_tokens=False, as g4_template_encode */
+            fprintf(stderr, "gemma4: tokenizing the rendered text failed\n");
+            free(ids);
+            ids = NULL;
+        }
+    }
+    free(x);
+    g4_template_free_output(text);
+    return ids;
+}
+
 static int32_t *template_prompt(const g4_template *tpl, const g4_tokenizer *t, const gen_opts *o, char **users,
-                                int n_users, int first, size_t *n) {
+                                int n_users, int first, size_t *n, const g4mm *mm, const g4_config *c) {
     g4_template_options to = g4_template_options_init();
     size_t len;
     char *json = chat_json(o, users, n_users, &len), err[G4_ERROR_MAX];
@@ -802,6 +830,11 @@ static int32_t *template_prompt(const g4_template *tpl, const g4_tokenizer *t, c
     g4_result r;
     if (!json) return NULL;
     to.enable_thinking = o->think;
+    if (mm && mm->n_video) {
+        ids = template_video_ids(tpl, t, &to, json, len, first, mm, c, o->video_fps, n);
+        free(json);
+        return ids;
+    }
     r = first ? g4_template_encode(tpl, t, json, len, &to, &tids, n, err)
               : g4_template_continue(tpl, t, json, len, &to, &tids, n, err);
     if (r != G4_OK) print_error(err);
@@ -1052,11 +1085,11 @@ static char *media_text(const g4_tokenizer *t, const g4_config *c, const char *t
 }
 
 /* The prompt's ids expanded with mm's files (g4mm_expand): *ids replaced. 1 after a message. */
-static int media_expand(g4mm *mm, const g4_config *c, int32_t **ids, size_t *n) {
+static int media_expand(g4mm *mm, const g4_tokenizer *t, const g4_config *c, double fps, int32_t **ids, size_t *n) {
     int32_t *x = NULL;
     int nx = 0;
     if (!mm->n) return 0;
-    if (g4mm_expand(mm, c, *ids, (int)*n, &x, &nx)) return 1;
+    if (g4mm_expand_video_ids(mm, t, c, fps, ids, n) || g4mm_expand(mm, c, *ids, (int)*n, &x, &nx)) return 1;
     free(*ids);
     *ids = x;
     *n = (size_t)nx;
@@ -1099,7 +1132,9 @@ static int cmd_generate(int argc, char **argv) {
     if (o.chat && (has_tpl = load_template(&tpl, dir[0], &o, &probe)) < 0) goto fail;
     if (has_tpl) {
         users[0] = user_content(o.prompt, items ? &o.media : NULL);
-        ids = users[0] ? template_prompt(&tpl, &probe, &o, users, 1, 1, &n) : NULL;
+        /* videos: the files through their processors first, expanded in the rendered text */
+        if (g4mm_has(&o.media, G4MM_VIDEO) && g4mm_prepare(&mm, &c, dir[0], o.processor, &o.media)) goto fail;
+        ids = users[0] ? template_prompt(&tpl, &probe, &o, users, 1, 1, &n, &mm, &c) : NULL;
         g4_template_free(&tpl);
     } else if (!items || (text = media_text(&probe, &c, o.prompt, &o.media)) != NULL) {
         const char *prompt = text ? text : o.prompt;
@@ -1113,7 +1148,7 @@ static int cmd_generate(int argc, char **argv) {
     }
     if (!ids) goto fail;
     /* the files through their processors, the ids expanded: the context's size is known */
-    if (o.media.n && ((!mm.n && g4mm_prepare(&mm, &c, dir[0], o.processor, &o.media)) || media_expand(&mm, &c, &ids, &n))) goto fail;
+    if (o.media.n && ((!mm.n && g4mm_prepare(&mm, &c, dir[0], o.processor, &o.media)) || media_expand(&mm, &probe, &c, o.video_fps, &ids, &n))) goto fail;
     if (mm.max_run > 64) o.chunk = mm.max_run;
     g4_tokenizer_free(&probe);
     if (!gen_open(&g, dir[0], &o, (int)n + o.max_tokens + 1 + (o.drafter ? o.draft_tokens + 2 : 0)) &&
@@ -1259,9 +1294,9 @@ static int cmd_chat(int argc, char **argv) {
             char **nu = (char **)realloc(users, sizeof(char *) * (size_t)(turn + 1));
             if (!nu || !(nu[turn] = user_content(line, items ? &pend : NULL))) { users = nu ? nu : users; fprintf(stderr, "gemma4: out of memory\n"); break; }
             users = nu;
-            ids = template_prompt(&g.tpl, &g.t, &o, users, turn + 1, turn == 0, &n);
+            ids = template_prompt(&g.tpl, &g.t, &o, users, turn + 1, turn == 0, &n, pend.n ? &mm : NULL, &g.m.config);
         } else ids = encode_prompt(&g.t, &o, text ? text : line, turn ? G4_CHAT_CONTINUE : G4_CHAT_BOS, &n);
-        if (ids && media_expand(&mm, &g.m.config, &ids, &n)) { free(ids); ids = NULL; bad_media = 1; }
+        if (ids && media_expand(&mm, &g.t, &g.m.config, o.video_fps, &ids, &n)) { free(ids); ids = NULL; bad_media = 1; }
         if (!ids) {
             if (g.has_tpl) free(users[turn]);
             if (!bad_media || cli_files) break;
@@ -1279,9 +1314,9 @@ static int cmd_chat(int argc, char **argv) {
                 for (k = 0; k < turn; k++) free(users[k]);
                 users[0] = users[turn];
                 turn = 0;
-                ids = template_prompt(&g.tpl, &g.t, &o, users, 1, 1, &n);
+                ids = template_prompt(&g.tpl, &g.t, &o, users, 1, 1, &n, pend.n ? &mm : NULL, &g.m.config);
             } else ids = encode_prompt(&g.t, &o, text ? text : line, G4_CHAT_BOS, &n);
-            if (ids && media_expand(&mm, &g.m.config, &ids, &n)) { free(ids); ids = NULL; }
+            if (ids && media_expand(&mm, &g.t, &g.m.config, o.video_fps, &ids, &n)) { free(ids); ids = NULL; }
             if (!ids) { if (g.has_tpl) free(users[0]); break; }
         }
         if (n + extra > (size_t)(g.s.cfg.max_context - g.s.pos)) {
@@ -1393,10 +1428,19 @@ static int cmd_template(int argc, char **argv) {
         if (g4_template_render(&t, json, len, &o, &text, &n, NULL) != G4_OK) print_error(t.error);
         else if (fwrite(text, 1, n, stdout) == n) rc = 0;
     } else if (json) {
-        int32_t *x = NULL;
+        int32_t *x = NULL, *ids2 = NULL;
         int nx = 0;
         g4_config c;
-        if (g4_template_encode(&t, &tok, json, len, &o, &ids, &n, NULL) != G4_OK) print_error(t.error);
+        if (g4mm_has(&mo.media, G4MM_VIDEO)) { /* videos: expanded in the rendered text, then tokenized (mm's own ids) */
+            if (!load_config_of(pos[0], &c) && !g4mm_prepare(&mm, &c, pos[0], mo.processor, &mo.media) &&
+                (x = template_video_ids(&t, &tok, &o, json, len, 1, &mm, &c, 0.0, &n)) != NULL &&
+                !g4mm_expand(&mm, &c, x, (int)n, &ids2, &nx)) {
+                for (i = 0; i < nx; i++) printf(i ? " %d" : "%d", (int)ids2[i]);
+                printf("\n");
+                rc = 0;
+            }
+            free(ids2);
+        } else if (g4_template_encode(&t, &tok, json, len, &o, &ids, &n, NULL) != G4_OK) print_error(t.error);
         else if ((nx = (int)n, !mo.media.n) || (!load_config_of(pos[0], &c) && !g4mm_prepare(&mm, &c, pos[0], mo.processor, &mo.media) &&
                                  !g4mm_expand(&mm, &c, ids, (int)n, &x, &nx))) {
             for (i = 0; i < nx; i++) printf(i ? " %d" : "%d", (int)(x ? x : ids)[i]);
@@ -1527,7 +1571,19 @@ static int media_pre(run_opts *o, g4mm *mm, int *chunk) {
     if (!o->media.n) return 0;
     snprintf(path, sizeof path, "%s/config.json", o->dir);
     if (g4_config_load(&c, path) != G4_OK) { print_error(c.error); return 1; }
-    if (g4mm_prepare(mm, &c, o->dir, o->processor, &o->media) || g4mm_expand(mm, &c, o->ids, o->n, &ids, &n)) return 1;
+    if (g4mm_prepare(mm, &c, o->dir, o->processor, &o->media)) return 1;
+    if (mm->n_video) { /* the ids' lone <|video|> become their frames' runs with the stamps' ids (the model's tokenizer) */
+        g4_tokenizer tok;
+        size_t nv;
+        int32_t *vids = o->ids;
+        if (load_tokenizer(&tok, o->dir, NULL)) return 1;
+        nv = (size_t)o->n;
+        if (g4mm_expand_video_ids(mm, &tok, &c, 0.0, &vids, &nv)) { g4_tokenizer_free(&tok); return 1; }
+        g4_tokenizer_free(&tok);
+        o->ids = vids;
+        o->n = (int)nv;
+    }
+    if (g4mm_expand(mm, &c, o->ids, o->n, &ids, &n)) return 1;
     free(o->ids);
     o->ids = ids;
     o->n = n;

@@ -24,9 +24,10 @@
    transformers takes a list of frame images: already sampled
    (do_sample_frames false), at --video-fps frames per second for their
    "mm:ss" stamps (unknown: 24, as transformers assumes). The stamps are text
-   tokenized with the prompt, so a video goes with a text prompt (generate
-   --prompt): g4mm_expand_text expands the k-th "<|video|>" with the k-th
-   video's frames before tokenizing (g4_mm_expand_videos), g4mm_expand then
+   tokenized with the prompt: where there is text (a prompt, a chat template's
+   rendering) g4mm_expand_text expands the k-th "<|video|>" with the k-th
+   video's frames before tokenizing (g4_mm_expand_videos); ids' lone <|video|>
+   get their expansion tokenized alone (g4mm_expand_video_ids); g4mm_expand then
    checks the frames' runs and puts the file in prompt order, g4mm_encode
    runs its frames through the tower (g4_video_encode). */
 #ifndef G4_MM_H
@@ -567,6 +568,79 @@ static char *g4mm_expand_text(const g4mm *mm, const g4_tokenizer *t, const g4_co
     }
     free(items);
     return out;
+}
+
+/* Ids whose video placeholders are lone ids (a chat template's <|video|>, or
+   --ids): the k-th becomes the ids of the k-th video's expansion text
+   (g4_mm_expand_videos on the placeholder alone: each frame's "mm:ss " stamp,
+   <|image>, its run, <image|>, frames joined by a space; fps 0: unknown, 24 as
+   transformers) tokenized on its own. Gemma4Processor replaces the text and
+   tokenizes the whole, which gives the same ids unless the text just before the
+   placeholder merges with the first stamp (checked against apply_chat_template
+   in tests/test_mm.c). Ids that already hold the frames' runs (a text prompt
+   expanded before tokenizing), or no video placeholder, are left as they are;
+   g4mm_expand checks the counts. *ids replaced (malloc'd); 1 after a message. */
+static int g4mm_expand_video_ids(const g4mm *mm, const g4_tokenizer *t, const g4_config *c, double fps, int32_t **ids,
+                                 size_t *n) {
+    size_t i, used = 0, cap, len = 0, ptl = 0;
+    int lone = 0, runs = 0, k, rc = 1;
+    int32_t *out = NULL, vid = c->video_token_id;
+    char ph[256], err[G4_ERROR_MAX], *text = NULL;
+    if (!mm->n_video || vid < 0) return 0;
+    for (i = 0; i < *n; i++)
+        if ((*ids)[i] == vid && (i == 0 || (*ids)[i - 1] != vid)) {
+            runs++;
+            lone += i + 1 == *n || (*ids)[i + 1] != vid;
+        }
+    if (lone != runs || lone != mm->n_video) return 0;
+    if (g4_detokenize(t, &vid, 1, 0, ph, sizeof ph, &ptl) != G4_OK || ptl == 0) {
+        fprintf(stderr, "gemma4: the tokenizer has no string for the video placeholder id %d\n", (int)vid);
+        return 1;
+    }
+    cap = *n + 64; /* grown below as each expansion needs */
+    if (!(out = (int32_t *)malloc(sizeof(int32_t) * cap))) { fprintf(stderr, "gemma4: out of memory\n"); return 1; }
+    used = 0;
+    for (i = 0, k = 0; i < *n; i++) {
+        g4_video_item item;
+        size_t need = 0, got = 0;
+        if ((*ids)[i] != vid) { out[used++] = (*ids)[i]; continue; }
+        while (mm->f[k].kind != G4_MM_VIDEO) k++; /* the next video, in the flags' order */
+        memset(&item, 0, sizeof item);
+        item.n_frames = mm->f[k].n_frames;
+        item.n_soft = mm->f[k].per_frame;
+        item.fps = fps;
+        err[0] = 0;
+        if (g4_mm_expand_videos(t, c, ph, ptl, &item, 1, NULL, 0, &need, err) != G4_OK && need == 0) {
+            fprintf(stderr, "gemma4: --video %s: %s\n", mm->f[k].path, err);
+            goto done;
+        }
+        free(text);
+        if (!(text = (char *)malloc(need + 1)) || g4_mm_expand_videos(t, c, ph, ptl, &item, 1, text, need + 1, &len, err) != G4_OK) {
+            fprintf(stderr, "gemma4: --video %s: %s\n", mm->f[k].path, text ? err : "out of memory");
+            goto done;
+        }
+        if (cap - used < g4_tokenize_max(t, len) + (*n - i)) { /* room for these ids and the rest of the prompt */
+            int32_t *grown;
+            cap = used + g4_tokenize_max(t, len) + (*n - i) + cap;
+            if (!(grown = (int32_t *)realloc(out, sizeof(int32_t) * cap))) { fprintf(stderr, "gemma4: out of memory\n"); goto done; }
+            out = grown;
+        }
+        if (g4_tokenize(t, text, len, 0, out + used, cap - used, &got) != G4_OK) {
+            fprintf(stderr, "gemma4: --video %s: tokenizing its expansion failed\n", mm->f[k].path);
+            goto done;
+        }
+        used += got;
+        k++;
+    }
+    free(*ids);
+    *ids = out;
+    *n = used;
+    out = NULL;
+    rc = 0;
+done:
+    free(out);
+    free(text);
+    return rc;
 }
 
 /* The prompt's ids (one placeholder per file) -> the expanded ids (malloc'd;

@@ -226,6 +226,77 @@ static void test_logits_interleaved(void) {
     g4_model_free(&g.m);
 }
 
+/* A video (two frames: a.png and its mirror image) and a clip in a chat, against
+   Gemma4Processor.apply_chat_template(tokenize=True) with a video content item
+   (video_golden.safetensors, tools/make_mm_goldens.py --video-only): template
+   --ids --video gives its 191 ids; logits --ids on the template's text ids (one
+   <|video|> id, expanded by the CLI with the frames' stamps) its ids and
+   transformers' logits within 1e-4 x max|logit| (the logits bound above);
+   greedy's ids and first token; generate --chat --video transformers' greedy
+   answer. */
+static void test_video_chat(void) {
+    golden g;
+    const int32_t *tids, *pids, *rows, *greedy;
+    const float *ref;
+    int nt, np, nr, ng, i;
+    int64_t nl = 0;
+    char ids[4096], want[8192], out[300], frames[1024], *got;
+    size_t len = 0;
+    memset(&g, 0, sizeof g);
+    if (g4__add_file(&g.m, path2(g_data, "mm"), "video_golden.safetensors") != G4_OK || g4__st_finish(&g.m) != G4_OK) {
+        CHECK(0, "%s: %s", mm("video_golden.safetensors"), g.m.error);
+        g4_model_free(&g.m);
+        return;
+    }
+    g.ok = 1;
+    tids = golden_ids(&g, "video.text_ids", &nt);
+    pids = golden_ids(&g, "video.ids", &np);
+    rows = golden_ids(&g, "video.rows", &nr);
+    greedy = golden_ids(&g, "video.greedy", &ng);
+    ref = golden_f32(&g, "video.logits", &nl);
+    CHECK(tids && pids && rows && greedy && ref && nl == (int64_t)nr * V && np == 191, "golden tensors");
+    if (!tids || !pids || !rows || !greedy || !ref || nl != (int64_t)nr * V) { g4_model_free(&g.m); return; }
+    snprintf(frames, sizeof frames, "%s,%s", img("a.png"), path2(g_data, "tiny/unified_like/processor/a_mirror.png"));
+    ids_line(want, sizeof want, pids, np, NULL, 0);
+    CHECK(cli("template %s --messages %s --ids --video %s --audio %s", g_model, mm("video_chat.json"), frames,
+              wav("clip_b.wav")) == 0 && strncmp(g_out, want, strlen(want)) == 0 && g_out[strlen(want)] == '\n',
+          "template --ids --video is not apply_chat_template(tokenize=True) with the video:\n  got  %.300s\n  want %.300s%s",
+          g_out, want, g_err);
+    ids_arg(ids, sizeof ids, tids, nt);
+    snprintf(out, sizeof out, "%s/video.f32", g_tmp);
+    CHECK(cli("logits %s --ids %s --video %s --audio %s --out %s", g_model, ids, frames, wav("clip_b.wav"), out) == 0,
+          "logits --video: %s", g_err);
+    got = slurp(out, &len);
+    CHECK(got && len == (size_t)np * V * sizeof(float), "%zu bytes of logits, want %d rows", len, np);
+    if (got && len == (size_t)np * V * sizeof(float)) {
+        double worst = 0, sc = max_abs(ref, (size_t)nl);
+        for (i = 0; i < nr; i++) {
+            double d = max_diff((const float *)(void *)got + (size_t)rows[i] * V, ref + (size_t)i * V, V);
+            if (d > worst) worst = d;
+        }
+        printf("  %d text ids (one <|video|>) -> %d ids: logits within %.3g x max|logit| of transformers\n", nt, np, worst / sc);
+        CHECK(worst <= 1e-4 * sc, "logits --video: %g from transformers (max|logit| %g)", worst, sc);
+    }
+    free(got);
+    ids_line(want, sizeof want, pids, np, greedy, 1);
+    CHECK(cli("greedy %s --ids %s --video %s --audio %s --new 1", g_model, ids, frames, wav("clip_b.wav")) == 0 &&
+          strncmp(g_out, want, strlen(want)) == 0 && g_out[strlen(want)] == '\n',
+          "greedy --video: the processor's ids and transformers' first token:\n  got  %.200s\n  want %.200s", g_out, want);
+    { /* generate --chat: the same conversation from a prompt with the placeholders where the items render */
+        g4_tokenizer tok;
+        char text[256];
+        size_t tl = 0;
+        CHECK(g4_tokenizer_load(&tok, g_model) == G4_OK &&
+              g4_detokenize(&tok, greedy, (size_t)ng, G4_DECODE_SKIP_SPECIAL, text, sizeof text, &tl) == G4_OK, "decode");
+        CHECK(cli("generate %s --chat --system \"Be brief.\" --prompt \"Watch<|video|>and hear<|audio|>\" --video %s --audio %s "
+                  "--temp 0 --max-tokens %d", g_model, frames, wav("clip_b.wav"), ng) == 0 &&
+              strncmp(g_out, text, tl) == 0 && strstr(g_err, "prompt 191 tokens"),
+              "generate --chat --video: '%s' (%s), want transformers' '%s'", g_out, g_err, text);
+        g4_tokenizer_free(&tok);
+    }
+    g4_model_free(&g.m);
+}
+
 /* The order of the flags across kinds does not matter (placeholders pick by kind); within a kind it does. */
 static void test_flag_order(void) {
     golden g;
@@ -504,6 +575,8 @@ int main(int argc, char **argv) {
     run("greedy, generate --chat, chat (--image/--audio, /image and /audio lines): transformers' greedy answer",
         test_answer);
     run("generate: a prompt without placeholders gets one per file before it (chat items or text)", test_auto_placeholders);
+    run("video in a chat: template --ids, logits/greedy --ids, generate --chat --video = Gemma4Processor and transformers",
+        test_video_chat);
     run("errors: a placeholder count that differs from the files names both; flags that do not go together",
         test_mismatch);
     run("bad files: truncated PNG, not an image, 8 kHz, stereo, cut WAV, missing, no tower: one line, exit 1; chat goes on "

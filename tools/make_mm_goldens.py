@@ -162,10 +162,72 @@ def rows_of(S):
     return sorted(set(range(0, S, LOGIT_STRIDE)) | {S - 1})
 
 
+# a chat with a video item: Gemma4Processor's apply_chat_template(tokenize=True) with two pre-sampled
+# frames (a.png and its mirror image, data/tiny/unified_like/processor/a_mirror.png), no metadata (24 fps)
+VIDEO_CHAT = {"messages": [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": [{"type": "text", "text": "Watch"}, {"type": "video"},
+                                 {"type": "text", "text": "and hear"}, {"type": "audio"}]}]}
+VIDEO_FRAMES = ["data/vision/images/a.png", "data/tiny/unified_like/processor/a_mirror.png"]
+
+
+def make_video_golden(out):
+    """video_chat.json and video_golden.safetensors (add-only, from the committed e2b_av): the chat's
+    template text ids (video.text_ids), the processor's ids (video.ids), the model's logits on a few rows
+    (video.logits, video.rows) and its greedy tokens (video.greedy)."""
+    mdir = os.path.join(out, "e2b_av")
+    proc = Gemma4Processor.from_pretrained(mdir)
+    tok = proc.tokenizer
+    frames = [np.array(Image.open(f).convert("RGB")) for f in VIDEO_FRAMES]
+    video = np.stack(frames)
+    clip = read_wav(os.path.join("data/tiny/e2b_audio", "clip_b.wav"))
+    msgs = json.loads(json.dumps(VIDEO_CHAT["messages"]))
+    for item in msgs[1]["content"]:
+        if item["type"] == "video":
+            item["video"] = video
+        elif item["type"] == "audio":
+            item["audio"] = clip
+    text = proc.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    cin = proc.apply_chat_template(msgs, tokenize=True, return_dict=True, add_generation_prompt=True, return_tensors="pt",
+                                   do_sample_frames=False)
+    again = proc(text=[text], videos=[video], audio=[clip], add_special_tokens=False, do_sample_frames=False,
+                 return_tensors="pt")
+    assert torch.equal(again["input_ids"], cin["input_ids"]), "apply_chat_template = render, then __call__"
+    model = Gemma4ForConditionalGeneration.from_pretrained(mdir, dtype=torch.float32, attn_implementation="eager").eval()
+    with torch.no_grad():
+        lg = model(**cin, use_cache=False).logits[0]
+        gen = model.generate(**cin, do_sample=False, max_new_tokens=NEW, min_new_tokens=NEW)
+    S = cin["input_ids"].shape[1]
+    rows = rows_of(S)
+    gold = {"video.text_ids": torch.tensor(tok(text, add_special_tokens=False)["input_ids"], dtype=torch.int32),
+            "video.ids": cin["input_ids"][0].to(torch.int32), "video.logits": lg[rows].float(),
+            "video.rows": torch.tensor(rows, dtype=torch.int32), "video.greedy": gen[0, S:].to(torch.int32)}
+    assert int(gold["video.greedy"][0]) == int(lg[-1].argmax())
+    save_file({k: v.contiguous() for k, v in sorted(gold.items())}, os.path.join(out, "video_golden.safetensors"))
+    with open(os.path.join(out, "video_chat.json"), "w") as f:
+        json.dump(VIDEO_CHAT, f, indent=1)
+        f.write("\n")
+    note = (f"video chat: {gold['video.text_ids'].numel()} text ids -> {S} ids (2 frames of 37x50, clip_b), max|logit| "
+            f"{lg.abs().max().item():.3f}, greedy {gold['video.greedy'].tolist()}")
+    print(note)
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    with open(os.path.join(out, "VIDEO_VERSIONS.txt"), "w") as f:
+        f.write(f"torch {torch.__version__}\ntransformers {transformers.__version__}\ntorchvision {torchvision.__version__}\n"
+                f"pillow {PIL.__version__}\ntokenizers {tokenizers.__version__}\nnumpy {np.__version__}\n"
+                f"python {platform.python_version()}\nplatform {platform.platform()}\ndate {now}\n"
+                "command venv/bin/python tools/make_mm_goldens.py --video-only\n"
+                "Gemma4Processor.from_pretrained(e2b_av).apply_chat_template(tokenize=True, do_sample_frames=False); "
+                "e2b_av float32 CPU, eager, one thread\n" + note + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="data/mm")
+    ap.add_argument("--video-only", action="store_true", help="only video_chat.json, video_golden.safetensors")
     args = ap.parse_args()
+    if args.video_only:
+        make_video_golden(args.out)
+        return
     mdir = os.path.join(args.out, "e2b_av")
     shutil.rmtree(mdir, ignore_errors=True)
     os.makedirs(mdir)
@@ -260,6 +322,7 @@ def main():
             f.write(n + "\n")
     for n in notes:
         print(n)
+    make_video_golden(args.out)
     for root, _, files in os.walk(args.out):
         for f in sorted(files):
             print(f"{os.path.join(root, f):40s} {os.path.getsize(os.path.join(root, f)):8d} bytes")
