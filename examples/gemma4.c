@@ -1576,7 +1576,10 @@ static int media_pre(run_opts *o, g4mm *mm, int *chunk) {
         g4_tokenizer tok;
         size_t nv;
         int32_t *vids = o->ids;
-        if (load_tokenizer(&tok, o->dir, NULL)) return 1;
+        char tj[4096];
+        snprintf(tj, sizeof tj, "%s/tokenizer.json", o->processor ? o->processor : "");
+        /* the stamps' ids: the tokenizer of --processor DIR if it has one (a processor's directory), else the model's */
+        if (load_tokenizer(&tok, o->processor && is_file(tj) ? o->processor : o->dir, NULL)) return 1;
         nv = (size_t)o->n;
         if (g4mm_expand_video_ids(mm, &tok, &c, 0.0, &vids, &nv)) { g4_tokenizer_free(&tok); return 1; }
         g4_tokenizer_free(&tok);

@@ -649,6 +649,7 @@ done:
    both; 1 after a message. */
 static int g4mm_expand(g4mm *mm, const g4_config *c, const int32_t *ids, int n, int32_t **out, int *n_out) {
     int t, k, n_img = 0, n_aud = 0, n_runs = 0, want_runs = 0, next_img = 0, next_aud = 0, at = 0, *counts = NULL, rc = 1;
+    int lone = 0;
     size_t need = 0;
     g4mm_file *order = NULL;
     char err[G4_ERROR_MAX];
@@ -661,11 +662,16 @@ static int g4mm_expand(g4mm *mm, const g4_config *c, const int32_t *ids, int n, 
         n_runs += ty == G4_MM_VIDEO && (t == 0 || ids[t - 1] != ids[t]);
     }
     for (k = 0; k < mm->n; k++) want_runs += mm->f[k].kind == G4_MM_VIDEO ? mm->f[k].n_frames : 0;
-    if (n_runs != want_runs) { /* the text's "<|video|>" become the frames' runs before tokenizing (g4mm_expand_text) */
-        if (mm->n_video)
-            fprintf(stderr, "gemma4: the prompt has %d video frame run%s (id %d) but the --video files have %d frames (a video "
-                    "goes with a text prompt: generate --prompt expands each <|video|> with its frames' stamps)\n", n_runs,
-                    n_runs == 1 ? "" : "s", c->video_token_id, want_runs);
+    for (t = 0; t < n; t++) lone += ids[t] == c->video_token_id && (t == 0 || ids[t - 1] != ids[t]) &&
+                                    (t + 1 == n || ids[t + 1] != ids[t]);
+    if (n_runs != want_runs || (mm->n_video && lone == n_runs && n_runs != mm->n_video)) {
+        if (mm->n_video && lone == n_runs) /* placeholders not expanded (g4mm_expand_video_ids: one per video) */
+            fprintf(stderr, "gemma4: the prompt has %d video placeholder%s (id %d) but %d video%s given (%s)\n", n_runs,
+                    n_runs == 1 ? "" : "s", c->video_token_id, mm->n_video, mm->n_video == 1 ? " was" : "s were",
+                    g4mm_word(mm, G4MM_VIDEO));
+        else if (mm->n_video)
+            fprintf(stderr, "gemma4: the prompt has %d video frame run%s (id %d) but the %s files have %d frames\n", n_runs,
+                    n_runs == 1 ? "" : "s", c->video_token_id, g4mm_word(mm, G4MM_VIDEO), want_runs);
         else
             fprintf(stderr, "gemma4: the prompt has a video placeholder (id %d) but no --video was given\n", c->video_token_id);
         return 1;

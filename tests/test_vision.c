@@ -1597,8 +1597,8 @@ static void test_cli_video(void) {
     int rc, k;
     static const char *bad[][2] = {
         {"generate %s --prompt \"<|video|> and <|video|>\" --video %s", "2 video placeholders"},
-        {"generate %s --prompt \"<|video|>\" --video %s --chat", "--chat"},
-        {"logits %s --ids 2,518,300 --video %s --out /dev/null", "generate --prompt"},
+        {"generate %s --prompt \"<|video|>\" --video %s --video-fps 0", "--video-fps"},
+        {"logits %s --ids 2,518,300,518 --video %s --out /dev/null", "2 video placeholders (id 518) but 1 video was given (--video)"},
         {"generate %s --prompt \"<|video|>\" --video %s,data/vision/images/b.png", "a video of 26 x 18"},
     };
     if (!vgolden(&g, "31b_mm", "video.safetensors")) { CHECK(0, "golden"); return; }
