@@ -602,6 +602,10 @@ def make_embed_bf16_golden(out_root):
     image_position_ids, input_features and input_features_mask (float32, cast to bf16 by the
     embedders themselves): every tap, image_soft and audio_soft, stored as float32 (bf16 values)."""
     out_dir = os.path.join(out_root, NAME)
+    # ATen's CPU kernels, as the tower goldens run (make_vision_goldens.py): oneDNN would take bf16 matmuls past
+    # 16^3 multiply-adds on AVX-512 CPUs and sum in its own order (the committed golden is the same either way)
+    mkldnn = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False
     model = Gemma4UnifiedForConditionalGeneration.from_pretrained(out_dir, dtype=torch.bfloat16,
                                                                   attn_implementation="eager").eval()
     f32 = safetensors.torch.load_file(os.path.join(out_dir, "mm_golden.safetensors"))
@@ -620,11 +624,12 @@ def make_embed_bf16_golden(out_root):
         assert torch.equal(out[k], out[k].to(torch.bfloat16).float()), k
         d = float((out[k] - f32[k]).abs().max()) / float(f32[k].abs().max())
         print(f"bf16 {k}: {tuple(out[k].shape)}, {d:.3g} x max|float32| from the float32 golden")
+    torch.backends.mkldnn.enabled = mkldnn
     save_file({k: v.contiguous() for k, v in out.items()}, os.path.join(out_dir, "embed_bf16_golden.safetensors"))
     golden_common.write_versions(os.path.join(out_root, "UNIFIED_BF16_VERSIONS.txt"),
                                  ("torch", "transformers", "safetensors", "numpy"), command_line(),
-                                 [f"embed_bf16_golden: {NAME} loaded dtype=bfloat16, CPU, torch.set_num_threads(1); the "
-                                  "embedders on mm_golden's inputs"])
+                                 [f"embed_bf16_golden: {NAME} loaded dtype=bfloat16, CPU, torch.set_num_threads(1), oneDNN off; "
+                                  "the embedders on mm_golden's inputs"])
 
 
 def command_line():
