@@ -1026,6 +1026,55 @@ static void cli_bf16(const g4_model *m, const int32_t *ids, size_t n_ids, const 
     remove(out);
 }
 
+/* Chat 0 of the processor golden, where the library and the CLI checks
+   below both start: the processor and vision goldens, the model, the
+   processor's tokenizer with the E2B template, the chat's ids and the golden
+   logit rows. chat0_open returns 0 (having freed what it opened) or 1; then
+   chat0_close frees it all. */
+typedef struct {
+    golden pg, vg;
+    g4_model m;
+    g4_tokenizer tok;
+    g4_template tpl;
+    int32_t *ids;
+    size_t n_ids;
+    const int32_t *rows; /* the golden's logit rows */
+    const float *want;   /* [n_rows][V] their logits */
+    int n_rows;
+    int64_t numel;
+} chat0;
+
+static void chat0_close(chat0 *c) {
+    g4_template_free_output(c->ids);
+    g4_template_free(&c->tpl);
+    g4_tokenizer_free(&c->tok);
+    g4_model_free(&c->m);
+    g4_model_free(&c->vg.m);
+    g4_model_free(&c->pg.m);
+}
+
+static int chat0_open(chat0 *c) {
+    memset(&c->tok, 0, sizeof c->tok);
+    memset(&c->tpl, 0, sizeof c->tpl);
+    c->ids = NULL;
+    if (!golden_open_file(&c->pg, "unified_like", "processor_golden.safetensors")) { CHECK(0, "processor golden"); return 0; }
+    if (!open_vision_golden(&c->vg)) { CHECK(0, "vision golden"); g4_model_free(&c->pg.m); return 0; }
+    if (g4_model_load(&c->m, tiny("unified_like")) != G4_OK) { CHECK(0, "load: %s", c->m.error); goto fail; }
+    if (g4_tokenizer_load(&c->tok, tiny(UPROC)) != G4_OK || g4_template_load(&c->tpl, path2(g_data, "templates/e2b")) != G4_OK) {
+        CHECK(0, "tokenizer, template: %s %s", c->tok.error, c->tpl.error);
+        goto fail;
+    }
+    g4_template_set_tokens(&c->tpl, &c->tok);
+    if (!(c->ids = uchat_ids(0, &c->tok, &c->tpl, &c->n_ids))) { CHECK(0, "chat ids"); goto fail; }
+    c->rows = golden_ids(&c->pg, "logit_rows.0", &c->n_rows);
+    c->want = golden_f32(&c->pg, "logits.0", &c->numel);
+    if (!c->rows || !c->want || c->numel != (int64_t)c->n_rows * c->m.config.vocab_size) { CHECK(0, "golden logits"); goto fail; }
+    return 1;
+fail:
+    chat0_close(c);
+    return 0;
+}
+
 /* Case 0 end to end through the library, as the CLI runs it: the template's
    ids, a.png and clip_b through the processor and the embedders, expanded,
    g4_forward_mm; logits within 1e-4 x max |logit| of transformers' on the
@@ -1038,82 +1087,60 @@ static void cli_bf16(const g4_model *m, const int32_t *ids, size_t n_ids, const 
    golden only get a sanity bound, 0.25 x max |logit| (measured 0.133 on
    this tiny random model): there is no bfloat16 golden of the 12B's logits. */
 static void processor_logits(int bf16) {
-    golden pg, vg;
-    g4_model m;
-    g4_tokenizer tok;
-    g4_template tpl;
+    chat0 c;
     g4_image_config ic;
     g4_unified_run run;
     g4_session s;
     g4_session_config sc = g4_session_config_init();
     float pv[70 * 432], *frames = NULL, *soft = NULL, *logits = NULL, *clip_b = NULL;
-    int32_t pos[70 * 2], *ids = NULL, *out = NULL;
-    const int32_t *rows;
-    const float *want;
-    size_t n_b = 0, n_ids = 0, n_out = 0, bytes = 0;
+    int32_t pos[70 * 2], *out = NULL;
+    size_t n_b = 0, n_out = 0, bytes = 0;
     void *arena = NULL;
-    int n_img = 0, n_aud = 0, nf = 0, n_rows = 0, H, V, k, got = 0;
-    int64_t numel = 0;
+    int n_img = 0, n_aud = 0, nf = 0, H, V, k, got = 0;
     double worst = 0, scale;
     char err[G4_ERROR_MAX];
-    memset(&tok, 0, sizeof tok);
-    memset(&tpl, 0, sizeof tpl);
     memset(&run, 0, sizeof run);
-    if (!golden_open_file(&pg, "unified_like", "processor_golden.safetensors")) { CHECK(0, "processor golden"); return; }
-    if (!open_vision_golden(&vg)) { CHECK(0, "vision golden"); g4_model_free(&pg.m); return; }
-    if (g4_model_load(&m, tiny("unified_like")) != G4_OK) { CHECK(0, "load: %s", m.error); goto out; }
-    H = m.config.hidden_size;
-    V = m.config.vocab_size;
-    rows = golden_ids(&pg, "logit_rows.0", &n_rows);
-    want = golden_f32(&pg, "logits.0", &numel);
-    CHECK(rows && want && numel == (int64_t)n_rows * V, "golden logits");
-    if (g4_tokenizer_load(&tok, tiny(UPROC)) != G4_OK || g4_template_load(&tpl, path2(g_data, "templates/e2b")) != G4_OK ||
-        !rows || !want) { CHECK(0, "tokenizer, template: %s %s", tok.error, tpl.error); goto out; }
-    g4_template_set_tokens(&tpl, &tok);
-    ids = uchat_ids(0, &tok, &tpl, &n_ids);
+    if (!chat0_open(&c)) return;
+    H = c.m.config.hidden_size;
+    V = c.m.config.vocab_size;
     clip_b = read_wav(path2(g_data, "tiny/e2b_audio/clip_b.wav"), &n_b);
-    CHECK(ids && clip_b && g4_image_config_load(&ic, tiny(UPROC)) == G4_OK && g4_image_config_check(&ic, &m.config) == G4_OK &&
-              uimage(&ic, &vg, 0, pv, pos, &n_img), "ids, clip, image");
-    if (!ids || !clip_b || n_img != 63) goto out;
+    CHECK(clip_b && g4_image_config_load(&ic, tiny(UPROC)) == G4_OK && g4_image_config_check(&ic, &c.m.config) == G4_OK &&
+              uimage(&ic, &c.vg, 0, pv, pos, &n_img), "clip, image");
+    if (!clip_b || n_img != 63) goto out;
     frames = (float *)malloc(sizeof(float) * 175 * 40);
     soft = (float *)malloc(sizeof(float) * (63 + 175) * (size_t)H);
-    CHECK(g4_unified_size(&m, 175, &bytes) == G4_OK && (arena = arena_alloc(bytes)) && frames && soft, "arena");
+    CHECK(g4_unified_size(&c.m, 175, &bytes) == G4_OK && (arena = arena_alloc(bytes)) && frames && soft, "arena");
     if (!arena || !frames || !soft) goto out;
     run.bf16 = bf16;
-    CHECK(g4_unified_embed_image(&m, pv, pos, 70, arena, bytes, &run, soft, &n_img) == G4_OK && n_img == 63, "image: %s",
+    CHECK(g4_unified_embed_image(&c.m, pv, pos, 70, arena, bytes, &run, soft, &n_img) == G4_OK && n_img == 63, "image: %s",
           run.error);
-    CHECK(g4_unified_audio_frames(&m, clip_b, n_b, frames, 175, &run, &nf) == G4_OK && nf == 175, "frames: %s", run.error);
-    CHECK(g4_unified_embed_audio(&m, frames, NULL, nf, arena, bytes, &run, soft + (size_t)n_img * H, &n_aud) == G4_OK &&
+    CHECK(g4_unified_audio_frames(&c.m, clip_b, n_b, frames, 175, &run, &nf) == G4_OK && nf == 175, "frames: %s", run.error);
+    CHECK(g4_unified_embed_audio(&c.m, frames, NULL, nf, arena, bytes, &run, soft + (size_t)n_img * H, &n_aud) == G4_OK &&
               n_aud == 175, "audio: %s", run.error);
-    out = (int32_t *)malloc(sizeof(int32_t) * (n_ids + 63 + 175 + 4));
-    CHECK(out && g4_mm_expand(&m.config, ids, (int)n_ids, &n_img, 1, &n_aud, 1, out, n_ids + 63 + 175 + 4, &n_out, err) ==
-              G4_OK && (int)n_out > rows[n_rows - 1], "expand: %s", err);
-    if (!out || (int)n_out <= rows[n_rows - 1]) goto out;
+    out = (int32_t *)malloc(sizeof(int32_t) * (c.n_ids + 63 + 175 + 4));
+    CHECK(out && g4_mm_expand(&c.m.config, c.ids, (int)c.n_ids, &n_img, 1, &n_aud, 1, out, c.n_ids + 63 + 175 + 4, &n_out, err) ==
+              G4_OK && (int)n_out > c.rows[c.n_rows - 1], "expand: %s", err);
+    if (!out || (int)n_out <= c.rows[c.n_rows - 1]) goto out;
     sc.max_context = (int)n_out;
     sc.bf16 = bf16;
     logits = (float *)malloc(sizeof(float) * n_out * (size_t)V);
-    if (!logits || g4_session_create(&s, &m, &sc) != G4_OK) { CHECK(0, "session: %s", s.error); goto out; }
+    if (!logits || g4_session_create(&s, &c.m, &sc) != G4_OK) { CHECK(0, "session: %s", s.error); goto out; }
     CHECK(g4_forward_mm(&s, out, (int)n_out, soft, n_img + n_aud, logits, G4_LOGITS_ALL, NULL) == G4_OK, "forward_mm: %s",
           s.error);
-    scale = max_abs(want, (size_t)numel);
-    for (k = 0; k < n_rows; k++) {
-        double d = max_diff(logits + (size_t)rows[k] * V, want + (size_t)k * V, (size_t)V);
+    scale = max_abs(c.want, (size_t)c.numel);
+    for (k = 0; k < c.n_rows; k++) {
+        double d = max_diff(logits + (size_t)c.rows[k] * V, c.want + (size_t)k * V, (size_t)V);
         if (d > worst) worst = d;
         got++;
     }
     printf("  %s: %zu ids (63 image, 175 audio soft tokens): %d logit rows within %.3g of max |logit| %.3g\n",
            bf16 ? "bf16" : "float32", n_out, got, worst / scale, scale);
-    CHECK(got == n_rows && worst <= (bf16 ? 0.25 : 1e-4) * scale, "logits %.3g relative", worst / scale);
+    CHECK(got == c.n_rows && worst <= (bf16 ? 0.25 : 1e-4) * scale, "logits %.3g relative", worst / scale);
     g4_session_destroy(&s);
-    if (bf16) cli_bf16(&m, ids, n_ids, soft, logits, n_out);
+    if (bf16) cli_bf16(&c.m, c.ids, c.n_ids, soft, logits, n_out);
 out:
     free(arena); free(frames); free(soft); free(logits); free(clip_b); free(out);
-    g4_template_free_output(ids);
-    g4_template_free(&tpl);
-    g4_tokenizer_free(&tok);
-    g4_model_free(&m);
-    g4_model_free(&vg.m);
-    g4_model_free(&pg.m);
+    chat0_close(&c);
 }
 
 static void test_processor_logits(void) { processor_logits(0); }
@@ -1252,54 +1279,36 @@ out:
    exit 1. */
 
 static void test_cli(void) {
-    golden pg, vg;
-    g4_model m;
-    g4_tokenizer tok;
-    g4_template tpl;
+    chat0 c;
     g4_image_config ic;
     g4_unified_run run;
     char cmd[4096], ids_arg[1024], out[128], wav8[128], line[1024];
-    int32_t *ids = NULL, pos[70 * 2];
-    const int32_t *rows;
-    const float *want;
+    int32_t pos[70 * 2];
     float pv[70 * 432], *got = NULL, *lib = NULL, *frames = NULL, *clip_b = NULL;
-    size_t n_ids = 0, n_b = 0, bytes = 0;
-    int n_rows = 0, V = 512, H, n = 0, nf = 0, i, found;
-    int64_t numel = 0;
+    size_t n_b = 0, bytes = 0;
+    int V, H, n = 0, nf = 0, i, found;
     double worst = 0, scale;
     void *arena = NULL;
     FILE *p;
-    memset(&tok, 0, sizeof tok);
-    memset(&tpl, 0, sizeof tpl);
     memset(&run, 0, sizeof run);
     snprintf(out, sizeof out, "/tmp/g4_unified_cli_%d.bin", (int)getpid());
     snprintf(wav8, sizeof wav8, "/tmp/g4_unified_cli_%d.wav", (int)getpid());
-    if (!golden_open_file(&pg, "unified_like", "processor_golden.safetensors")) { CHECK(0, "processor golden"); return; }
-    if (!open_vision_golden(&vg)) { CHECK(0, "vision golden"); g4_model_free(&pg.m); return; }
-    if (g4_model_load(&m, tiny("unified_like")) != G4_OK) { CHECK(0, "load: %s", m.error); goto out; }
-    H = m.config.hidden_size;
-    if (g4_tokenizer_load(&tok, tiny(UPROC)) != G4_OK || g4_template_load(&tpl, path2(g_data, "templates/e2b")) != G4_OK) {
-        CHECK(0, "tokenizer, template: %s %s", tok.error, tpl.error);
-        goto out;
-    }
-    g4_template_set_tokens(&tpl, &tok);
-    if (!(ids = uchat_ids(0, &tok, &tpl, &n_ids))) { CHECK(0, "chat ids"); goto out; }
-    ids_csv(ids, n_ids, ids_arg, sizeof ids_arg);
-    rows = golden_ids(&pg, "logit_rows.0", &n_rows);
-    want = golden_f32(&pg, "logits.0", &numel);
-    if (!rows || !want || numel != (int64_t)n_rows * V) { CHECK(0, "golden logits"); goto out; }
+    if (!chat0_open(&c)) return;
+    H = c.m.config.hidden_size;
+    V = c.m.config.vocab_size;
+    ids_csv(c.ids, c.n_ids, ids_arg, sizeof ids_arg);
     /* logits: every golden row */
     snprintf(cmd, sizeof cmd, "%s logits %s --ids %s --image %s --audio %s --processor %s --out %s > /dev/null", g_cli,
              tiny("unified_like"), ids_arg, path2(g_data, "vision/images/a.png"), path2(g_data, "tiny/e2b_audio/clip_b.wav"),
              tiny(UPROC), out);
     CHECK(run_quiet(cmd) == 0, "%s: exit status", cmd);
     got = read_floats(out, (size_t)266 * V);
-    scale = max_abs(want, (size_t)numel);
-    for (i = 0; got && i < n_rows; i++) {
-        double d = max_diff(got + (size_t)rows[i] * V, want + (size_t)i * V, (size_t)V);
+    scale = max_abs(c.want, (size_t)c.numel);
+    for (i = 0; got && i < c.n_rows; i++) {
+        double d = max_diff(got + (size_t)c.rows[i] * V, c.want + (size_t)i * V, (size_t)V);
         if (d > worst) worst = d;
     }
-    printf("  logits --image a.png --audio clip_b.wav: 266 rows, the golden %d within %.3g x max |logit|\n", n_rows,
+    printf("  logits --image a.png --audio clip_b.wav: 266 rows, the golden %d within %.3g x max |logit|\n", c.n_rows,
            worst / scale);
     CHECK(got && worst <= 1e-4 * scale, "CLI logits %.3g relative", worst / scale);
     /* greedy: the first new token is transformers' argmax of the last row */
@@ -1307,7 +1316,7 @@ static void test_cli(void) {
              ids_arg, path2(g_data, "vision/images/a.png"), path2(g_data, "tiny/e2b_audio/clip_b.wav"), tiny(UPROC));
     if ((p = popen(cmd, "r")) != NULL) {
         char big[8192] = "", *last;
-        int rc, want_tok = rows[n_rows - 1] == 265 ? (int)g4_argmax(want + (size_t)(n_rows - 1) * V, V) : -2;
+        int rc, want_tok = c.rows[c.n_rows - 1] == 265 ? (int)g4_argmax(c.want + (size_t)(c.n_rows - 1) * V, V) : -2;
         if (!fgets(big, sizeof big, p)) big[0] = 0;
         rc = pclose(p);
         last = strrchr(big, ' ');
@@ -1320,11 +1329,11 @@ static void test_cli(void) {
     CHECK(run_quiet(cmd) == 0, "%s: exit status", cmd);
     free(got);
     got = read_floats(out, (size_t)63 * H);
-    CHECK(g4_unified_size(&m, 175, &bytes) == G4_OK && (arena = arena_alloc(bytes)) != NULL, "arena");
+    CHECK(g4_unified_size(&c.m, 175, &bytes) == G4_OK && (arena = arena_alloc(bytes)) != NULL, "arena");
     lib = (float *)malloc(sizeof(float) * 175 * (size_t)H);
     if (!arena || !lib) goto out;
-    CHECK(g4_image_config_load(&ic, tiny(UPROC)) == G4_OK && g4_image_config_check(&ic, &m.config) == G4_OK &&
-              uimage(&ic, &vg, 0, pv, pos, &n) && g4_unified_embed_image(&m, pv, pos, 70, arena, bytes, &run, lib, &n) == G4_OK &&
+    CHECK(g4_image_config_load(&ic, tiny(UPROC)) == G4_OK && g4_image_config_check(&ic, &c.m.config) == G4_OK &&
+              uimage(&ic, &c.vg, 0, pv, pos, &n) && g4_unified_embed_image(&c.m, pv, pos, 70, arena, bytes, &run, lib, &n) == G4_OK &&
               n == 63, "library image: %s", run.error);
     CHECK(got && memcmp(got, lib, sizeof(float) * 63 * (size_t)H) == 0, "image: the CLI's soft tokens differ from the library's");
     /* audio: the same */
@@ -1335,8 +1344,8 @@ static void test_cli(void) {
     got = read_floats(out, (size_t)175 * H);
     clip_b = read_wav(path2(g_data, "tiny/e2b_audio/clip_b.wav"), &n_b);
     frames = (float *)malloc(sizeof(float) * 175 * 40);
-    CHECK(clip_b && frames && g4_unified_audio_frames(&m, clip_b, n_b, frames, 175, &run, &nf) == G4_OK &&
-              g4_unified_embed_audio(&m, frames, NULL, nf, arena, bytes, &run, lib, &n) == G4_OK && n == 175,
+    CHECK(clip_b && frames && g4_unified_audio_frames(&c.m, clip_b, n_b, frames, 175, &run, &nf) == G4_OK &&
+              g4_unified_embed_audio(&c.m, frames, NULL, nf, arena, bytes, &run, lib, &n) == G4_OK && n == 175,
           "library audio: %s", run.error);
     CHECK(got && memcmp(got, lib, sizeof(float) * 175 * (size_t)H) == 0, "audio: the CLI's soft tokens differ from the library's");
     /* info */
@@ -1378,12 +1387,7 @@ static void test_cli(void) {
 out:
     remove(out);
     free(got); free(lib); free(frames); free(clip_b); free(arena);
-    g4_template_free_output(ids);
-    g4_template_free(&tpl);
-    g4_tokenizer_free(&tok);
-    g4_model_free(&m);
-    g4_model_free(&vg.m);
-    g4_model_free(&pg.m);
+    chat0_close(&c);
 }
 
 /* The chat path on a 12B directory assembled from the pieces (config and
