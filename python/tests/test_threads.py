@@ -11,9 +11,22 @@ import gemma4
 from conftest import golden, tiny
 
 
+def long_forward_ids(m):
+    """Ids whose forward is one C call of at least 0.25 s on this machine: the
+    prompt doubles from 1500 tokens until it is (attention grows with its square)."""
+    n = 1500
+    while True:
+        ids = np.arange(n) % 500
+        t = time.perf_counter()
+        m.logits(ids)
+        if time.perf_counter() - t >= 0.25 or n >= 48000:
+            return ids
+        n *= 2
+
+
 def test_gil_is_released_during_a_forward():
     m = gemma4.Model(tiny("31b_like"), threads=1)
-    ids = np.arange(1500) % 500
+    ids = long_forward_ids(m)
     ticks, span = [], {}
     done = threading.Event()
 
