@@ -681,6 +681,8 @@ typedef struct g4_session {
     const g4_model *model;
     g4_session_config cfg;
     int pos;                   /* positions consumed so far */
+    int layer_pos;             /* the position of the first row the layers run now: pos, or past the rows
+                                  the KV-reader layers drop (g4__step); 0 in the training backward's replay */
     int fwd_end, fwd_n;        /* the running g4_forward call: its end position and token count (bf16 mode) */
     int n_slots;
     g4_kv_slot *slots;         /* the shared-KV table */
@@ -4900,8 +4902,8 @@ static void g4__train_tap(struct g4_train *t, int id, int layer, const float *da
    caller's by name. Free when no tap is set. */
 static void g4__tap(const g4_session *s, int layer, int id, const float *data, int rows, int cols) {
     char name[96];
-    if (s->train) g4__train_tap(s->train, id, layer, data, rows, cols, s->pos);
-    else if (s->cfg.tap) s->cfg.tap(s->cfg.tap_user, g4__tap_name(name, sizeof name, layer, id), layer, data, rows, cols, s->pos);
+    if (s->train) g4__train_tap(s->train, id, layer, data, rows, cols, s->layer_pos);
+    else if (s->cfg.tap) s->cfg.tap(s->cfg.tap_user, g4__tap_name(name, sizeof name, layer, id), layer, data, rows, cols, s->layer_pos);
 }
 
 /* A projection's raw output, tapped only with cfg.tap_projections (the
@@ -4924,7 +4926,7 @@ static void g4__norm_range(void *ctx, size_t r0, size_t r1) {
         float *d = j->dst + r * W;
         g4__rmsnorm(d, j->src + r * W, j->w, j->width, j->s->model->config.rms_norm_eps);
         if (j->s->cfg.bf16) g4__bf16_round_range(d, 0, W);
-        if (j->inv_freq) g4__rope(d, j->inv_freq, j->width, j->s->pos + (int)(r / (size_t)j->heads), j->s->cfg.bf16);
+        if (j->inv_freq) g4__rope(d, j->inv_freq, j->width, j->s->layer_pos + (int)(r / (size_t)j->heads), j->s->cfg.bf16);
     }
 }
 
@@ -5001,7 +5003,7 @@ static void g4__gelu_mul(const g4_session *s, float *x, const float *y, size_t n
     g4__ew(s, G4__GELU_MUL, x, y, NULL, 0.0f, n, off, total);
 }
 /* the first row of this step in the running g4_forward call's [fwd_n] rows */
-static size_t g4__call_row(const g4_session *s) { return (size_t)(s->pos - s->fwd_end + s->fwd_n); }
+static size_t g4__call_row(const g4_session *s) { return (size_t)(s->layer_pos - s->fwd_end + s->fwd_n); }
 /* x = tanh(x / cap) * cap (the final logit soft-cap) */
 static void g4__softcap(const g4_session *s, float *x, float cap, size_t n) {
     g4__ew(s, G4__SOFTCAP, x, NULL, NULL, cap, n, 0, 0);
@@ -5040,11 +5042,11 @@ static void g4__kv_rows(g4_kv_slot *sl, float *k, float *v, int pos0, int n, int
    past_key_values.update, and shared_kv_states[layer_type] for its readers. */
 static g4_result g4__kv_store(g4_session *s, int l, int n) {
     g4_kv_slot *sl = &s->slots[s->model->plan.layer[l].kv_slot];
-    if (sl->writer != l || sl->n_pos != s->pos) {
+    if (sl->writer != l || sl->n_pos != s->layer_pos) {
         g4__seterr(s->error, "internal: layer %d's slot was written out of order", l);
         return G4_ERR_INPUT;
     }
-    g4__kv_rows(sl, s->k_new, s->v_new, s->pos, n, 1);
+    g4__kv_rows(sl, s->k_new, s->v_new, s->layer_pos, n, 1);
     return G4_OK;
 }
 
@@ -5064,11 +5066,11 @@ static g4_result g4__kv_read(g4_session *s, int l, int n, g4_kv_slot **out) {
     const g4_layer_plan *lp = &s->model->plan.layer[l];
     g4_kv_slot *sl = *out = &s->slots[s->layer_slot[l]];
     if (lp->reads >= 0 && sl->writer == l) { /* a reader's own slot: the debug layout */
-        g4__kv_rows(&s->slots[lp->kv_slot], s->k_new, s->v_new, s->pos, n, 0);
-        g4__kv_rows(sl, s->k_new, s->v_new, s->pos, n, 1);
+        g4__kv_rows(&s->slots[lp->kv_slot], s->k_new, s->v_new, s->layer_pos, n, 0);
+        g4__kv_rows(sl, s->k_new, s->v_new, s->layer_pos, n, 1);
     }
     if (lp->reads == G4_READS_TARGET) return g4__drafter_check_read(s, l, sl);
-    if (sl->n_pos != s->pos + n) {
+    if (sl->n_pos != s->layer_pos + n) {
         g4__seterr(s->error, "internal: layer %d reads slot %d before its writer (layer %d) appended this step", l,
                    s->layer_slot[l], sl->writer);
         return G4_ERR_INPUT;
@@ -5092,7 +5094,7 @@ static void g4__attn_part(void *ctx, int part, int n_parts) {
     int i0 = (int)((int64_t)items * part / n_parts), i1 = (int)((int64_t)items * (part + 1) / n_parts);
     float *scores = s->scores + (size_t)part * (size_t)s->att_heads * (size_t)s->cfg.max_context;
     for (i = i0; i < i1; i++) {
-        int t = i / (j->NH / G), h = i % (j->NH / G) * G, p = s->pos + t, lo = 0, hi = p;
+        int t = i / (j->NH / G), h = i % (j->NH / G) * G, p = s->layer_pos + t, lo = 0, hi = p;
         size_t at = ((size_t)t * (size_t)j->NH + (size_t)h) * (size_t)D;
         if (j->target) { /* a drafter's query at p reads the target's positions before p */
             hi = p - 1;
@@ -5119,7 +5121,7 @@ static void g4__eager_attention(const g4_session *s, const g4_kv_slot *sl, int n
     g4__parallel(s->cfg.pool, g4__attn_part, &j);
 }
 
-/* Gemma4TextAttention for layer l on n tokens at positions s->pos..: reads
+/* Gemma4TextAttention for layer l on n tokens at positions s->layer_pos..: reads
    s->xn, writes the o_proj output to s->branch. */
 static g4_result g4__attention(g4_session *s, int l, int n) {
     const g4_model *m = s->model;
@@ -5151,7 +5153,7 @@ static g4_result g4__attention(g4_session *s, int l, int n) {
     }
     if ((r = g4__kv_read(s, l, n, &sl)) != G4_OK) return r;
     if ((s->cfg.tap || s->train) && !s->drafter.target) { /* this step's K, V as this layer reads them (a drafter reads the target's) */
-        g4__kv_rows(sl, s->k_new, s->v_new, s->pos, n, 0);
+        g4__kv_rows(sl, s->k_new, s->v_new, s->layer_pos, n, 0);
         g4__tap(s, l, G4__TAP_K, s->k_new, n, KVH * D);
         g4__tap(s, l, G4__TAP_V, s->v_new, n, KVH * D);
     }
@@ -5336,6 +5338,7 @@ static g4_result g4__step(g4_session *s, const int32_t *ids, int n, float *out, 
     g4_result r = G4_OK;
 
     const int32_t *tok = g4__mm_ids(s, ids, n); /* a multimodal step: placeholders as pad_token_id (>>vision) */
+    s->layer_pos = s->pos;
     g4__embed(s, s->x, &m->w.embed_tokens, tok, n, g4__scale(s, H), 0); /* embed_tokens: E[id] * sqrt(H) */
     g4__tap(s, -1, G4__TAP_EMBED_TOKENS, s->x, n, H);
     g4__mm_merge(s, ids, n); /* the placeholder rows take the soft tokens */
@@ -5347,12 +5350,11 @@ static g4_result g4__step(g4_session *s, const int32_t *ids, int n, float *out, 
             if (keep == n) break; /* none: no logits, and no K/V to write */
             memmove(s->x, s->x + (size_t)keep * H, sizeof(float) * (size_t)(n - keep) * H);
             if (LP) memmove(s->per_layer_inputs, s->per_layer_inputs + keep * LP, sizeof(float) * (size_t)(n - keep) * LP);
-            s->pos += keep; /* row t is now the step's row keep + t, at position s->pos + t */
+            s->layer_pos = s->pos + keep; /* row t is now the step's row keep + t */
             rows = n - keep;
         }
         r = g4__layer(s, l, rows);
     }
-    if (rows < n) s->pos -= keep;
     if (r != G4_OK) return r;
 
     /* final norm (rows [keep, n) of the step), tied lm_head, soft-cap */
@@ -7284,13 +7286,12 @@ static g4_result g4__train_recompute(g4_train *t, int l) {
     g4_session *s = &t->s;
     g4_result r;
     memcpy(s->x, g4__saved(t, l - 1, G4__A_OUT), sizeof(float) * (size_t)t->n * (size_t)t->model->config.hidden_size);
-    s->pos = 0;
+    s->layer_pos = 0;
     s->replay = 1;
     t->recomputing = l;
     r = g4__layer(s, l, t->n);
     t->recomputing = -1;
     s->replay = 0;
-    s->pos = t->n;
     if (r != G4_OK) g4__seterr(t->error, "recomputing layer %d: %s", l, s->error);
     return r;
 }
@@ -7645,7 +7646,7 @@ G4__DEF g4_result g4_draft_step(g4_session *d, int32_t token, const float *hidde
         g4__seterr(d->error, "draft step: token id %ld is outside the vocabulary [0, %d)", (long)token, c->vocab_size);
         return G4_ERR_INPUT;
     }
-    d->pos = d->drafter.target->pos; /* the token's position: the target holds [0, pos) */
+    d->pos = d->layer_pos = d->drafter.target->pos; /* the token's position: the target holds [0, pos) */
     d->fwd_n = 1;            /* the bf16 mode's orders: one token (checked against transformers in bf16: test_drafter) */
     d->fwd_end = d->pos + 1;
     /* inputs_embeds = concat(target.embed_tokens(token), hidden); pre_projection */
@@ -10822,7 +10823,7 @@ static g4_result g4__cfg_unified_all(const g4__cfg *text, g4_config *cfg) {
     return G4_OK;
 }
 
-/* The keys of a query at position p, step rows [s->pos, s->pos + n), under "all"
+/* The keys of a query at position p, step rows [s->layer_pos, s->layer_pos + n), under "all"
    (create_bidirectional_mask / create_bidirectional_sliding_window_mask): full
    layers every position held, through the step's last row; sliding layers
    |q - kv| <= W, of which the positions before this step are only the last
@@ -10831,9 +10832,9 @@ static g4_result g4__cfg_unified_all(const g4__cfg *text, g4_config *cfg) {
    generate()'s; a prompt split over steps sees what transformers' chunked
    prefill with a cache sees. */
 static void g4__all_range(const g4_session *s, int window, int n, int p, int *lo, int *hi) {
-    int last = s->pos + n - 1;
+    int last = s->layer_pos + n - 1;
     if (window) {
-        *lo = p - window > s->pos - (window - 1) ? p - window : s->pos - (window - 1);
+        *lo = p - window > s->layer_pos - (window - 1) ? p - window : s->layer_pos - (window - 1);
         if (*lo < 0) *lo = 0;
         *hi = p + window < last ? p + window : last;
     } else {
