@@ -708,8 +708,7 @@ typedef struct g4_session {
                                   and partial sums, one buffer per thread */
     int pack_parts;
     int gemm_kc;               /* the float32 GEMM's kc (values of `in` per block), chosen by g4_session_init
-                                  from the L2 size below (g4__gemm_kc, >>gemm); 0: the compiled one */
-    long cache_l1d, cache_l2, cache_l3; /* the data caches the CPU reports (bytes; 0: not reported) */
+                                  from the L2 size the CPU reports (g4__cache_sizes, g4__gemm_kc: >>gemm) */
     unsigned epoch;            /* counts g4_session_reset calls (a drafter checks it) */
     struct g4_train *train;    /* the training reference running this session: it takes the taps
                                   by id (g4__tap); NULL otherwise */
@@ -4683,8 +4682,11 @@ static void g4__carve(g4_session *s, const g4_model *m, const g4_session_config 
     s->lora_rmax = m->lora_rmax;
     s->pack_parts = g4_pool_threads(cfg->pool);
     s->pack = g4__take(cv, (uint64_t)s->pack_parts * g4__pack_thread_floats(), sizeof(float));
-    g4__cache_sizes(&s->cache_l1d, &s->cache_l2, &s->cache_l3);
-    s->gemm_kc = g4__gemm_kc(s->cache_l2);
+    { /* the GEMM's kc for this CPU's L2 */
+        long l1d, l2, l3;
+        g4__cache_sizes(&l1d, &l2, &l3);
+        s->gemm_kc = g4__gemm_kc(l2);
+    }
     { /* g4_forward_mm's rows (a config with placeholder ids only) */
         uint64_t mm = c->image_token_id >= 0 || c->video_token_id >= 0 || c->audio_token_id >= 0 ? rows : 0;
         s->mm_ids = (int32_t *)(void *)g4__take(cv, mm, sizeof(int32_t));

@@ -431,16 +431,18 @@ done:
 static void g4b_print_blocking(const g4_session *s) {
     char sizes[160] = "";
     int used = 0;
-    if (s->cache_l1d) used += snprintf(sizes + used, sizeof sizes - (size_t)used, "L1d %ldK", s->cache_l1d / 1024);
-    if (s->cache_l2) used += snprintf(sizes + used, sizeof sizes - (size_t)used, "%sL2 %ldK", used ? ", " : "", s->cache_l2 / 1024);
-    if (s->cache_l3) used += snprintf(sizes + used, sizeof sizes - (size_t)used, "%sL3 %ldK", used ? ", " : "", s->cache_l3 / 1024);
+    long l1d, l2, l3;
+    g4__cache_sizes(&l1d, &l2, &l3);
+    if (l1d) used += snprintf(sizes + used, sizeof sizes - (size_t)used, "L1d %ldK", l1d / 1024);
+    if (l2) used += snprintf(sizes + used, sizeof sizes - (size_t)used, "%sL2 %ldK", used ? ", " : "", l2 / 1024);
+    if (l3) used += snprintf(sizes + used, sizeof sizes - (size_t)used, "%sL3 %ldK", used ? ", " : "", l3 / 1024);
 #if defined(G4__HAVE_GEMM) && G4__HAVE_GEMM
     printf("gemm: %s tile %d rows x %d tokens, blocks mc %d rows, kc %d (%s), nc %d tokens (a chunk in equal blocks of at most nc); "
            "per-thread buffer %.0f KB\n", g4_simd_name(), G4__TR, G4__TT, g4__gemm_blocks.mc, s->gemm_kc ? s->gemm_kc : g4__gemm_blocks.kc,
 #ifdef G4__GEMM_KC_FIXED
            "G4_GEMM_KC",
 #else
-           G4__VL == 16 && s->cache_l2 ? "from the L2 size" : "compiled",
+           G4__VL == 16 && l2 ? "from the L2 size" : "compiled",
 #endif
            g4__gemm_blocks.nc, 4.0 * (double)G4__PACK_THREAD / 1024.0);
 #else
