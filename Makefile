@@ -372,6 +372,8 @@ test:
 	@$(call tails,vision vision_san)
 	@echo "== the 12B unified model's config and embedders (transformers goldens), plain and under ASan + UBSan"
 	@$(call tails,unified unified_san)
+	@echo "== images, video and audio through the CLI and the chat template into the decoder (transformers goldens), plain and under ASan + UBSan"
+	@$(call tails,mm mm_san)
 	@echo "== bad-input catalogue"
 	@$(call tails,bad_inputs)
 	@echo "== the command line (help, errors, --threads, statuses, progress; make bench's smoke form), plain and under ASan + UBSan"

@@ -41,15 +41,11 @@ Usage (from the repository root): venv/bin/python tools/make_tower_lora_goldens.
 """
 
 import argparse
-import datetime
 import os
-import platform
 import shutil
 import tempfile
 
-import numpy as np
 import peft
-import safetensors
 import torch
 import transformers
 from safetensors.torch import load_file, save_file
@@ -138,10 +134,8 @@ def bf16_goldens(out_root):
     cap = torch.backends.cpu.get_cpu_capability()
     assert cap == "AVX2", f"the bf16 goldens need torch's AVX2 kernels (ATEN_CPU_CAPABILITY=avx2), not {cap}"
     torch.backends.mkldnn.enabled = False  # ATen's bf16 matmuls, the orders gemma4.h's bf16 mode reproduces
-    lines = [f"torch {torch.__version__} (cpu capability {cap}, 1 thread, oneDNN off)",
-             f"transformers {transformers.__version__}", f"peft {peft.__version__}", f"safetensors {safetensors.__version__}",
-             f"numpy {np.__version__}", f"python {platform.python_version()}",
-             f"date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S} UTC",
+    lines = [golden_common.versions("torch", "transformers", "peft", "safetensors", "numpy",
+                                    torch=f"{torch.__version__} (cpu capability {cap}, 1 thread, oneDNN off)").rstrip("\n"),
              "command ATEN_CPU_CAPABILITY=avx2 venv/bin/python tools/make_tower_lora_goldens.py --bf16",
              "goldens: each case's model from_pretrained(dtype=torch.bfloat16, attn_implementation=eager), its committed "
              "adapter through PeftModel.from_pretrained (autocast_adapter_dtype=True: float32 adapter)"]
@@ -169,10 +163,8 @@ def main():
         bf16_goldens(os.path.join("data", "lora"))
         return
     out_root = os.path.join("data", "lora")
-    lines = [f"torch {torch.__version__}", f"transformers {transformers.__version__}", f"peft {peft.__version__}",
-             f"safetensors {safetensors.__version__}", f"numpy {np.__version__}",
-             f"python {platform.python_version()}", f"torch cpu capability {torch.backends.cpu.get_cpu_capability()}",
-             f"date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S} UTC",
+    lines = [golden_common.versions("torch", "transformers", "peft", "safetensors", "numpy").rstrip("\n"),
+             f"torch cpu capability {torch.backends.cpu.get_cpu_capability()}",
              "command venv/bin/python tools/make_tower_lora_goldens.py",
              f"goldens float32 CPU, eval, eager attention, 1 thread; lora_A ~ N(0, {A_STD}^2), lora_B ~ N(0, {B_STD}^2) "
              "(bf16 values), seeded per case"]
