@@ -36,6 +36,9 @@ echo "== gemma4.h"
 g_pre=$(sed -n 's/^prefill: \([0-9.]*\) tok\/s, \([0-9.]*\) GFLOP.*/\1/p' build/bench-g4.txt)
 g_flops=$(sed -n 's/^prefill: [0-9.]* tok\/s, \([0-9.]*\) GFLOP.*/\1/p' build/bench-g4.txt)
 g_fcpu=$(sed -n 's/^prefill per CPU-second: \([0-9.]*\) GFLOP.*/\1/p' build/bench-g4.txt)
+# the prefill's parts (every row's FLOPs and bytes of weights, the last row's bytes and FLOPs): its roofline below
+parts='s/^prefill parts: every row \([0-9]*\) FLOP on \([0-9]*\) bytes.* only \([0-9]*\) bytes of weights (\([0-9]*\) FLOP).*/\1 \2 \3 \4/p'
+g_parts=$(sed -n "$parts" build/bench-g4.txt)
 g_dec=$(sed -n 's/^decode: \([0-9.]*\) tok\/s, \([0-9.]*\) GB.*/\1/p' build/bench-g4.txt)
 g_gbs=$(sed -n 's/^decode: [0-9.]* tok\/s, \([0-9.]*\) GB.*/\1/p' build/bench-g4.txt)
 echo "== gemma4.h, a $PROMPT2-token prompt in one chunk"
@@ -43,6 +46,7 @@ echo "== gemma4.h, a $PROMPT2-token prompt in one chunk"
 h_pre=$(sed -n 's/^prefill: \([0-9.]*\) tok\/s, \([0-9.]*\) GFLOP.*/\1/p' build/bench-g4long.txt)
 h_flops=$(sed -n 's/^prefill: [0-9.]* tok\/s, \([0-9.]*\) GFLOP.*/\1/p' build/bench-g4long.txt)
 h_fcpu=$(sed -n 's/^prefill per CPU-second: \([0-9.]*\) GFLOP.*/\1/p' build/bench-g4long.txt)
+h_parts=$(sed -n "$parts" build/bench-g4long.txt)
 if [ "$(basename "$CONFIG")" = "gemma-4-E2B.json" ] && [ -z "$BENCH_LAYERS$BENCH_VOCAB" ] && [ -z "$NO_DRAFTER" ]; then
   # speculative decoding: a drafter of an assumed E2B-drafter shape (bench/e2b-drafter.json;
   # Google's config is not in this repository), random weights, so acceptance is forced
@@ -137,12 +141,24 @@ echo "cpu: ${cpu:-unknown} ($(nproc) CPUs); ISA: ${isa:-none of avx2 fma f16c av
 awk -v bw="$bw" -v gbs="$g_gbs" -v fma="$fma" -v fl="$g_flops" -v tp="$t_pre" -v td="$t_dec" -v gp="$g_pre" -v gd="$g_dec" \
     -v fcpu="$fma_cpu" -v gfc="$g_fcpu" -v hfl="$h_flops" -v hfc="$h_fcpu" -v p1="$PROMPT" -v p2="$PROMPT2" -v th="$THREADS" \
     -v lp="${l_pre:--}" -v ld="${l_dec:--}" -v ll="${l_long:--}" -v hp="$h_pre" -v bp="${b_pre:--}" -v bd="${b_dec:--}" \
-    -v fp="${f_pre:--}" -v fd="${f_dec:--}" -v fc="${f_cpu:--}" -v tc="${t_cpu:--}" 'BEGIN {
+    -v fp="${f_pre:--}" -v fd="${f_dec:--}" -v fc="${f_cpu:--}" -v tc="${t_cpu:--}" -v gpa="$g_parts" -v hpa="$h_parts" '
+# the prefill roofline: every row at the FMA peak (or its weights at the read bandwidth, if slower),
+# then the last row only (the KV-reader layers and lm_head on G4_LOGITS_LAST) at the read bandwidth
+function roof(p, parts, fl,   a, t) {
+  if (split(parts, a, " ") != 4 || fma <= 0 || bw <= 0) return
+  a[1] /= 1e9; a[2] /= 1e9; a[3] /= 1e9; a[4] /= 1e9 # GFLOP, GB
+  t = (a[1] / fma > a[2] / bw ? a[1] / fma : a[2] / bw) + a[3] / bw
+  if (t <= 0) return
+  printf "prefill, %d tokens: roofline %.1f GFLOP/s = %.0f%% of the FMA peak (%.3g GFLOP on every row at the peak, %.3g GB for the last row only at the read bandwidth); measured %.0f%% of it\n", p, (a[1] + a[4]) / t, 100 * (a[1] + a[4]) / t / fma, a[1], a[3], 100 * fl * t / (a[1] + a[4])
+}
+BEGIN {
   printf "machine: read bandwidth %.1f GB/s, FMA peak %.1f GFLOP/s (float32, measured)\n", bw, fma
   printf "         FMA peak per CPU-second %.1f GFLOP per thread\n", fcpu
   printf "decode:  %.1f GB/s of weights = %.0f%% of the read bandwidth (target 85%%)\n", gbs, 100 * gbs / bw
   printf "prefill, %d tokens:  %.1f GFLOP/s = %.0f%% of the FMA peak (target 80%%); per CPU-second %.1f GFLOP = %.0f%% of the peak per CPU-second\n", p1, fl, 100 * fl / fma, gfc, 100 * gfc / fcpu
   printf "prefill, %d tokens: %.1f GFLOP/s = %.0f%% of the FMA peak (target 80%%); per CPU-second %.1f GFLOP = %.0f%% of the peak per CPU-second\n", p2, hfl, 100 * hfl / fma, hfc, 100 * hfc / fcpu
+  roof(p1, gpa, fl)
+  roof(p2, hpa, hfl)
   if (tp != "-" && tp > 0) printf "gemma4.h vs PyTorch: prefill %.2fx, decode %.2fx\n", gp / tp, gd / td
   if (lp != "-" && lp > 0) printf "gemma4.h vs llama.cpp: prefill %.2fx, decode %.2fx\n", gp / lp, gd / ld
   if (ll != "-" && ll > 0) printf "gemma4.h vs llama.cpp, %d-token prompt: prefill %.2fx\n", p2, hp / ll

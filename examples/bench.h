@@ -452,9 +452,10 @@ static void g4b_print_blocking(const g4_session *s) {
 }
 
 /* the weights of the KV-reader layers (first_shared and after): a prefill with
-   G4_LOGITS_LAST runs them on its last row only (g4__reader_rows_from) */
-static double g4b_reader_elems(const g4_model *m) {
-    double e = 0;
+   G4_LOGITS_LAST runs them on its last row only (g4__reader_rows_from);
+   *bytes: their bytes */
+static double g4b_reader_elems(const g4_model *m, double *bytes) {
+    double e = 0, b = 0;
     int l, j, k, n = (int)(sizeof(g4_layer_weights) / sizeof(g4_tensor));
     for (l = m->plan.first_shared > 0 ? m->plan.first_shared : m->config.num_hidden_layers; l < m->config.num_hidden_layers; l++)
         for (j = 0; j < n; j++) {
@@ -465,7 +466,9 @@ static double g4b_reader_elems(const g4_model *m) {
             if (m->config.enable_moe_block && (t == &m->w.layers[l].experts_gate_up || t == &m->w.layers[l].experts_down))
                 cnt *= (double)m->config.top_k_experts / (double)m->config.num_experts;
             e += cnt;
+            b += cnt * (double)g4__dtype_size(t->dtype);
         }
+    *bytes = b;
     return e;
 }
 
@@ -478,7 +481,7 @@ static int g4b_bench(const char *dir, const g4b_opts *o) {
     g4_pool *pool = NULL;
     float *logits = NULL;
     int32_t *ids = NULL;
-    double t0, t1, t2, c0, bpt, elems, head, best, pre, dec, best_cpu, pre_cpu, dec_cpu;
+    double t0, t1, t2, c0, bpt, elems, head, head_bytes, rows_bytes, best, pre, dec, best_cpu, pre_cpu, dec_cpu;
     struct rusage ru;
     const char *drafter = o->drafter;
     int draft_tokens = o->draft_tokens;
@@ -538,9 +541,20 @@ static int g4b_bench(const char *dir, const g4b_opts *o) {
     /* prefill FLOPs: 2 per weight per token, except lm_head and the KV-reader
        layers, which only the last token runs (G4_LOGITS_LAST); attention's own
        FLOPs (< 1% at these lengths) are not counted */
-    head = (double)m.w.lm_head.shape[0] * (double)m.w.lm_head.shape[1] + g4b_reader_elems(&m);
+    head = (double)m.w.lm_head.shape[0] * (double)m.w.lm_head.shape[1] + g4b_reader_elems(&m, &head_bytes);
+    head_bytes += (double)m.w.lm_head.shape[0] * (double)m.w.lm_head.shape[1] * (double)g4__dtype_size(m.w.lm_head.dtype);
     printf("prefill: %.2f tok/s, %.1f GFLOP/s (%d tokens in %.2f s, best of 3)\n", prompt / pre,
            2.0 * ((elems - head) * prompt + head) / pre / 1e9, prompt, pre);
+    /* what bounds the prefill (bench/run.sh divides by the measured FMA peak and
+       read bandwidth): the rows every token runs (their FLOPs; their weights read
+       once, plus each token's embedding and PLE rows) and the last row's layers
+       and lm_head, a matrix-vector product whose weights are read once */
+    rows_bytes = (double)g4__dtype_size(m.w.embed_tokens.dtype) * (double)m.w.embed_tokens.shape[1]; /* a token's rows */
+    if (m.w.embed_tokens_per_layer.data)
+        rows_bytes += (double)g4__dtype_size(m.w.embed_tokens_per_layer.dtype) * (double)m.w.embed_tokens_per_layer.shape[1];
+    rows_bytes = bpt - head_bytes + (double)(prompt - 1) * rows_bytes; /* (bpt holds one token's) */
+    printf("prefill parts: every row %.0f FLOP on %.0f bytes of weights; the last row only %.0f bytes of weights (%.0f FLOP)\n",
+           2.0 * (elems - head) * prompt, rows_bytes, head_bytes, 2.0 * head);
     printf("decode: %.2f tok/s, %.2f GB/s (%.3f GB of weights per token, %d tokens in %.2f s, best of 3)\n", gen / dec,
            bpt * gen / dec / 1e9, bpt / 1e9, gen, dec);
     /* the same work per CPU-second of this process (all its threads, spinning

@@ -455,6 +455,7 @@ static void test_bench_smoke(void) {
             "TOWER_CONFIGS='%s/vision/e2b_mm/config.json %s/tiny/e2b_audio/config.json' TOWER_ARGS='--patches 64 --seconds 1' "
             "sh bench/run.sh", tiny("e2b_like"), g_tmp, g_data, g_data);
     CHECK(st == 0 && strstr(g_out, "cpu: ") && strstr(g_out, "machine: read bandwidth") && strstr(g_out, "prefill, 8 tokens") &&
+              strstr(g_out, "prefill, 8 tokens: roofline ") && strstr(g_out, "prefill, 4 tokens: roofline ") &&
               strstr(g_out, "e2b_mm vision tower: ") && strstr(g_out, "ms per image of 16 soft tokens") &&
               strstr(g_out, "e2b_audio audio tower: ") && strstr(g_out, "ms per second of audio ("),
           "bench/run.sh: exit %d; stdout %.3000s; stderr %.500s", st, g_out, g_err);
