@@ -446,6 +446,7 @@ static void g4b_print_blocking(const g4_session *s) {
 #endif
            g4__gemm_blocks.nc, 4.0 * (double)G4__PACK_THREAD / 1024.0);
 #else
+    (void)s;
     printf("gemm: none (%s kernels)\n", g4_simd_name());
 #endif
     printf("caches (cpu0, as the library read them): %s\n", used ? sizes : "not reported");
