@@ -457,6 +457,55 @@ static void test_fast_paths(void) {
     fixture_close(&f);
 }
 
+/* The bf16 attention's fast path (g4__attend_torch over the real keys) against
+   its reference (g4__vattn_torch over every key, the padding masked), bit for
+   bit, at the released towers' head shapes: E2B/E4B 12 heads of 64, 31B/26B
+   16 heads of 72 (test_fast_paths checks the tiny fixture's). Only the
+   attention runs, so e2b_mm's weights serve under another head shape: a copy
+   of the model whose vision config says it, for the session's buffers. */
+static void test_bf16_attention_shapes(void) {
+    static const int shapes[2][2] = {{12, 64}, {16, 72}};
+    static int32_t pos[280 * 2];
+    int np = 280, real = 243, s, k, t;
+    size_t i;
+    fixture f;
+    if (!fixture_open(&f, "e2b_mm", NULL, NULL)) { fixture_close(&f); return; }
+    for (t = 0; t < np; t++) { pos[2 * t] = t < real ? t % 17 : -1; pos[2 * t + 1] = t < real ? t / 17 : -1; }
+    for (s = 0; s < 2; s++) {
+        g4_model m = f.m; /* (a shallow copy: never freed) */
+        g4_vision_session vs;
+        g4__vattn_job aj;
+        void *arena = NULL;
+        size_t nq = (size_t)np * (size_t)shapes[s][0] * (size_t)shapes[s][1];
+        float *ref = (float *)malloc(sizeof(float) * nq);
+        m.config.vision.num_attention_heads = m.config.vision.num_key_value_heads = shapes[s][0];
+        m.config.vision.head_dim = shapes[s][1];
+        if (!ref || !vision_session(&m, NULL, NULL, NULL, &vs, &arena)) { free(ref); free(arena); break; }
+        vs.cfg.bf16 = 1;
+        for (k = 0; k < 2; k++) { /* flat and peaked softmax rows */
+            long bad = 0;
+            for (i = 0; i < nq; i++) {
+                vs.q[i] = g4__bf16_round(2.0f * urand());
+                vs.k[i] = g4__bf16_round((k ? 16.0f : 2.0f) * urand());
+                vs.v[i] = g4__bf16_round(urand());
+            }
+            aj.vs = &vs; aj.pos = pos; aj.n = np; aj.real = 0; /* real 0: the reference over every key */
+            g4__vattn_part(&aj, 0, 1);
+            memcpy(ref, vs.att, sizeof(float) * nq);
+            aj.real = real;
+            g4__vattn_part(&aj, 0, 1);
+            for (i = 0; i < nq; i++) bad += memcmp(&ref[i], &vs.att[i], 4) != 0;
+            CHECK(bad == 0, "bf16 attention, %d heads of %d (%s rows): %ld of %zu values differ from g4__vattn_torch",
+                  shapes[s][0], shapes[s][1], k ? "peaked" : "flat", bad, nq);
+            printf("  bf16 attention, %d heads of %d, %s softmax rows: %ld of %zu values differ from g4__vattn_torch\n",
+                   shapes[s][0], shapes[s][1], k ? "peaked" : "flat", bad, nq);
+        }
+        free(ref);
+        free(arena);
+    }
+    fixture_close(&f);
+}
+
 /* the final norm of case 0 (every row) */
 static void test_norm_rows(void) {
     int k;
@@ -1710,6 +1759,8 @@ int main(int argc, char **argv) {
     run("video: bad input is an error", test_video_errors);
     run("bf16 tower: every tap of case 0 bit-identical to transformers in bf16 (e2b_mm, 31b_mm)", test_bf16_taps);
     run("bf16 tower: soft tokens of 3 images and a 3-frame video bit-identical; 3 threads the same", test_bf16_soft);
+    run("bf16 tower: the fast attention = its reference at the released head shapes (12 x 64, 16 x 72)",
+        test_bf16_attention_shapes);
     run("bf16 merge: case 0's logits, our bf16 tower into the bf16 decoder, bit-identical to transformers in bf16", test_bf16_logits);
     run("cli: logits --image gives transformers' logits, greedy --image its next token; a missing placeholder is an "
         "error", test_cli_logits);
