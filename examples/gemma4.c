@@ -641,9 +641,10 @@ static int parse_gen_opts(int argc, char **argv, gen_opts *o, int is_chat, const
     g4a_cmd cmd = {is_chat ? "chat" : "generate", "DIR", 1, 1,
                    is_chat ? "A conversation on stdin, one line a turn, in one session (each turn feeds only its own\n"
                              "tokens); /reset starts over, /quit or the end of input leaves. Answers on stdout, token\n"
-                             "counts and speeds on stderr. --image/--audio files go with the first turn; a line\n"
-                             "'/image FILE' or '/audio FILE' attaches one to the next turn. A turn without placeholders\n"
-                             "gets one per file before its text (as content items where the checkpoint has a template)."
+                             "counts and speeds on stderr. --image/--video/--audio files go with the first turn; a line\n"
+                             "'/image FILE', '/video DIR|F1,F2,...' or '/audio FILE' attaches one to the next turn. A turn\n"
+                             "without placeholders gets one per file before its text (as content items where the\n"
+                             "checkpoint has a template)."
                            : "Streams a sampled answer to --prompt to stdout, then token counts and speeds to stderr on a\n"
                              "line of their own; stops at <eos> or <turn|>. --image/--audio files fill the prompt's\n"
                              "placeholders; a prompt without any gets one per file before its text (with --chat and a\n"
@@ -1212,9 +1213,10 @@ static void drop_turn(g4mm *mm, g4a_list *pend) {
    feeds only its own tokens, the earlier turns stay in the KV. A turn that
    does not fit what is left of the context, or an answer the context cut,
    starts the conversation over (said once); a turn that does not fit an
-   empty context is an error. --image / --audio files go with the first turn
-   (one that cannot be used ends the chat, exit 1); a line "/image FILE" or
-   "/audio FILE" attaches a file to the next turn (one that cannot be used, or
+   empty context is an error. --image / --video / --audio files go with the first
+   turn (one that cannot be used ends the chat, exit 1); a line "/image FILE",
+   "/video DIR|F1,F2,..." (a video's frames, as --video) or "/audio FILE"
+   attaches a file to the next turn (one that cannot be used, or
    a placeholder count that does not match, drops that turn: the chat goes on). */
 static int cmd_chat(int argc, char **argv) {
     gen_opts o;
@@ -1248,8 +1250,8 @@ static int cmd_chat(int argc, char **argv) {
     else fprintf(stderr, "chat layout: the built-in Gemma 4 layout (no chat_template.jinja or tokenizer_config.json "
                  "chat_template in %s%s%s)\n", dir[0], o.tokenizer ? " or " : "", o.tokenizer ? o.tokenizer : "");
     if (!o.seed_given && o.sc.temperature > 0) fprintf(stderr, "seed %llu\n", (unsigned long long)o.sc.seed);
-    fprintf(stderr, "%d positions of context; /reset starts over, /quit or end of input leaves; /image FILE and /audio FILE "
-            "attach a file to the next turn\n", g.s.cfg.max_context);
+    fprintf(stderr, "%d positions of context; /reset starts over, /quit or end of input leaves; /image FILE, /video DIR|F1,F2,... and "
+            "/audio FILE attach a file to the next turn\n", g.s.cfg.max_context);
     for (;;) {
         int32_t *ids;
         size_t n, l, extra = 1 + (g.has_drafter ? (size_t)o.draft_tokens + 2 : 0);
@@ -1262,9 +1264,9 @@ static int cmd_chat(int argc, char **argv) {
         while (l && (line[l - 1] == '\n' || line[l - 1] == '\r')) line[--l] = 0;
         if (!l) continue;
         if (strcmp(line, "/quit") == 0) { rc = 0; break; }
-        if (strncmp(line, "/image ", 7) == 0 || strncmp(line, "/audio ", 7) == 0) {
-            int tag = line[1] == 'i' ? G4MM_IMAGE : G4MM_AUDIO;
-            if (g.has_drafter) { fprintf(stderr, "gemma4: %.6s does not go with --drafter (a drafter takes no images or audio)\n", line); break; }
+        if (strncmp(line, "/image ", 7) == 0 || strncmp(line, "/video ", 7) == 0 || strncmp(line, "/audio ", 7) == 0) {
+            int tag = line[1] == 'i' ? G4MM_IMAGE : line[1] == 'v' ? G4MM_VIDEO : G4MM_AUDIO;
+            if (g.has_drafter) { fprintf(stderr, "gemma4: %.6s does not go with --drafter (a drafter takes no images, video or audio)\n", line); break; }
             if (media_add(&pend, line + 7, tag | G4MM_TYPED)) break;
             fprintf(stderr, "attached %s to the next turn\n", line + 7);
             continue;

@@ -292,6 +292,22 @@ static void test_video_chat(void) {
                   "--temp 0 --max-tokens %d", g_model, frames, wav("clip_b.wav"), ng) == 0 &&
               strncmp(g_out, text, tl) == 0 && strstr(g_err, "prompt 191 tokens"),
               "generate --chat --video: '%s' (%s), want transformers' '%s'", g_out, g_err, text);
+        { /* chat: the same turn with --video/--audio on its command line, and with /video and /audio lines */
+            char input[300];
+            FILE *f;
+            snprintf(input, sizeof input, "%s/video_turn.txt", g_tmp);
+            if ((f = fopen(input, "w"))) { fputs("Watch<|video|>and hear<|audio|>\n", f); fclose(f); }
+            CHECK(cli("chat %s --system \"Be brief.\" --video %s --audio %s --temp 0 --max-tokens %d < %s", g_model, frames,
+                      wav("clip_b.wav"), ng, input) == 0 && strncmp(g_out, text, tl) == 0 && strstr(g_err, "prompt 191 tokens"),
+                  "chat --video: '%s' (%s), want transformers' '%s'", g_out, g_err, text);
+            if ((f = fopen(input, "w"))) {
+                fprintf(f, "/video %s\n/audio %s\nWatch<|video|>and hear<|audio|>\n", frames, wav("clip_b.wav"));
+                fclose(f);
+            }
+            CHECK(cli("chat %s --system \"Be brief.\" --temp 0 --max-tokens %d < %s", g_model, ng, input) == 0 &&
+                      strncmp(g_out, text, tl) == 0 && strstr(g_err, "prompt 191 tokens"),
+                  "chat /video /audio: '%s' (%s), want transformers' '%s'", g_out, g_err, text);
+        }
         g4_tokenizer_free(&tok);
     }
     g4_model_free(&g.m);
@@ -575,7 +591,8 @@ int main(int argc, char **argv) {
     run("greedy, generate --chat, chat (--image/--audio, /image and /audio lines): transformers' greedy answer",
         test_answer);
     run("generate: a prompt without placeholders gets one per file before it (chat items or text)", test_auto_placeholders);
-    run("video in a chat: template --ids, logits/greedy --ids, generate --chat --video = Gemma4Processor and transformers",
+    run("video in a chat: template --ids, logits/greedy --ids, generate --chat --video, chat --video and /video = "
+        "Gemma4Processor and transformers",
         test_video_chat);
     run("errors: a placeholder count that differs from the files names both; flags that do not go together",
         test_mismatch);
