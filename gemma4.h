@@ -4066,7 +4066,7 @@ static size_t g4__pack_thread_floats(void); /* G4__PACK_THREAD: one thread's GEM
 static void g4__cache_sizes(long *l1d, long *l2, long *l3); /* the caches the CPU reports (>>threads) */
 static int g4__gemm_kc(long l2);                            /* the GEMM's kc for that L2 (>>gemm) */
 static void g4__attend_blocked(float *out, const float *q, int G, const g4_kv_slot *sl, int kvh, int lo, int hi,
-                               float *scores); /* = g4__attend (>>ops), the same bits */
+                               float *scores, int bf16); /* = g4__attend (>>ops), the same bits */
 static void g4__matmul_rows(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1, float *ws);
 static float g4__dot_torch_v(const float *a, const float *b, int n); /* = g4__dot_torch (>>ops), the same bits */
 /* C [n][N] += A [n][K] B threaded (g4__gemm_acc; >>backward) */
@@ -4452,19 +4452,26 @@ G4__MAYBE_UNUSED static g4_kv_slot g4__kv_slot_of(int kv_heads, int head_dim, in
      out = sum over k of p[k] value[k]   (from zero, key by key in order)
    This is the reference; the forward runs g4__attend_blocked (>>threads),
    which gives the same bits reading each key and value row once for the G
-   heads (tested). bf16: g4__attend_torch instead. */
+   heads (tested). The bf16 mode: g4__attend_torch (torch's orders); with
+   bf16_fast this, bf16 = 1: scores, p and out each rounded to bf16 where
+   transformers rounds them, the sums in this order, not torch's (so within
+   the bf16_fast bound, not bit-identical; the same for any chunk, split or
+   thread count, as in float32). */
 G4__MAYBE_UNUSED static void g4__attend(float *out, const float *q, int G, const g4_kv_slot *sl, int kvh, int lo, int hi,
-                                        float *scores) {
+                                        float *scores, int bf16) {
     int D = sl->head_dim, stride = sl->kv_heads * D, L = hi - lo + 1, h, k;
     for (h = 0; h < G; h++) {
         const float *qh = q + (size_t)h * (size_t)D;
         float *p = scores + (size_t)h * (size_t)L, *oh = out + (size_t)h * (size_t)D;
         for (k = lo; k <= hi; k++)
             p[k - lo] = g4__dot(qh, sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D, D);
+        if (bf16) g4__bf16_round_range(p, 0, (size_t)L);
         g4__softmax(p, L);
+        if (bf16) g4__bf16_round_range(p, 0, (size_t)L);
         memset(oh, 0, sizeof(float) * (size_t)D);
         for (k = lo; k <= hi; k++)
             g4__axpy(oh, p[k - lo], sl->v + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D, D);
+        if (bf16) g4__bf16_round_range(oh, 0, (size_t)D);
     }
 }
 
@@ -5094,6 +5101,7 @@ static void g4__attn_part(void *ctx, int part, int n_parts) {
     const g4_session *s = j->s;
     int D = j->sl->head_dim, G = j->G, items = j->n * (j->NH / G), i, g;
     int i0 = (int)((int64_t)items * part / n_parts), i1 = (int)((int64_t)items * (part + 1) / n_parts);
+    int fast = G4__BF16DOT && s->cfg.bf16 && s->cfg.bf16_fast; /* bf16_fast: g4__attend's order with bf16 roundings */
     float *scores = s->scores + (size_t)part * (size_t)s->att_heads * (size_t)s->cfg.max_context;
     for (i = i0; i < i1; i++) {
         int t = i / (j->NH / G), h = i % (j->NH / G) * G, p = s->layer_pos + t, lo = 0, hi = p;
@@ -5106,11 +5114,11 @@ static void g4__attn_part(void *ctx, int part, int n_parts) {
             g4__mm_range(s, j->window ? G4_SLIDING : G4_FULL, t, p, &lo, &hi); /* an image block's rows */
             if (s->model->config.bidirectional == G4_BIDIR_ALL) g4__all_range(s, j->window, j->n, p, &lo, &hi);
         }
-        if (s->cfg.bf16)
+        if (s->cfg.bf16 && !fast)
             for (g = 0; g < G; g++)
                 g4__attend_torch(s->att + at + (size_t)g * D, s->q + at + (size_t)g * D, j->sl, (h + g) / j->group, lo, hi, scores,
                                  s->fwd_n, s->fwd_end);
-        else g4__attend_blocked(s->att + at, s->q + at, G, j->sl, h / j->group, lo, hi, scores);
+        else g4__attend_blocked(s->att + at, s->q + at, G, j->sl, h / j->group, lo, hi, scores, fast);
     }
 }
 
@@ -6072,7 +6080,7 @@ static void g4__vattn_part(void *ctx, int part, int n_parts) {
                 float *out = vs->att + ((size_t)t * NH + h) * D;
                 const float *q = vs->q + ((size_t)t * NH + h) * D;
                 if (vs->cfg.bf16) g4__attend_torch(out, q, &sl, h / (NH / KVH), 0, j->real - 1, sc, n, n);
-                else g4__attend_blocked(out, q, 1, &sl, h / (NH / KVH), 0, j->real - 1, sc);
+                else g4__attend_blocked(out, q, 1, &sl, h / (NH / KVH), 0, j->real - 1, sc, 0);
             }
         return;
     }
@@ -10398,9 +10406,11 @@ static void g4__cache_sizes(long *l1d, long *l2, long *l3) {
    row pos % capacity. Each head's arithmetic is the same whatever G (the
    bits of one head alone); G > 1 reads each key and value row once for the
    G heads instead of once per head (G4__ATT_KEYS rows at a time, so they
-   stay in cache across the heads). bf16: g4__attend_torch instead. */
+   stay in cache across the heads). bf16: scores, p and out rounded to bf16
+   as g4__attend's (bf16_fast); the bf16 mode without it: g4__attend_torch. */
 #define G4__ATT_KEYS 64
-static void g4__attend_blocked(float *out, const float *q, int G, const g4_kv_slot *sl, int kvh, int lo, int hi, float *scores) {
+static void g4__attend_blocked(float *out, const float *q, int G, const g4_kv_slot *sl, int kvh, int lo, int hi, float *scores,
+                               int bf16) {
     int D = sl->head_dim, stride = sl->kv_heads * D, L = hi - lo + 1, k, j, h, h0 = 0, c;
     const float *rows[8], *vbase = sl->v + (size_t)kvh * (size_t)D;
     for (; h0 + 8 <= G; h0 += 8) { /* 8 heads against each key (g4__dot8) */
@@ -10418,7 +10428,9 @@ static void g4__attend_blocked(float *out, const float *q, int G, const g4_kv_sl
         }
         for (j = 0; j < L % 8; j++) sh[L - L % 8 + j] = g4__dot(qh, rows[j], D);
     }
+    if (bf16) g4__bf16_round_range(scores, 0, (size_t)G * (size_t)L);
     for (h = 0; h < G; h++) g4__softmax_n(scores + (size_t)h * (size_t)L, L); /* g4__softmax's bits, its exps in SIMD */
+    if (bf16) g4__bf16_round_range(scores, 0, (size_t)G * (size_t)L);
     /* out = 0, then out += p[k] v[k], k in order (g4__wsum_ring: as g4__axpy per key), runs of keys across the heads */
     for (c = lo; c <= hi; c += G4__ATT_KEYS) {
         int m = hi - c + 1 < G4__ATT_KEYS ? hi - c + 1 : G4__ATT_KEYS;
@@ -10428,6 +10440,7 @@ static void g4__attend_blocked(float *out, const float *q, int G, const g4_kv_sl
     }
     if (L <= 0)
         for (h = 0; h < G; h++) memset(out + (size_t)h * (size_t)D, 0, sizeof(float) * (size_t)D);
+    if (bf16) g4__bf16_round_range(out, 0, (size_t)G * (size_t)D);
 }
 
 /* ======================================================== end of backend */

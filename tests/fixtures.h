@@ -196,7 +196,7 @@ H_UNUSED static void attention_case(uint64_t *rng, int G, int N, int D, double s
             for (d = 0; d < D; d++) ref[h * D + d] += p[j] / sum * v[(size_t)j * D + d];
     }
     sl = g4__kv_slot_of(1, D, N, k, v);
-    g4__attend(ex, q, G, &sl, 0, 0, N - 1, scores); /* the exact mode's bits */
+    g4__attend(ex, q, G, &sl, 0, 0, N - 1, scores, 0); /* the exact mode's bits */
 }
 
 #endif /* G4_TEST_FIXTURES_H */

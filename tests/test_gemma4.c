@@ -1028,41 +1028,59 @@ static void test_attention_kernels(void) {
    bit, the reference loop of >>ops (g4__attend: per head, q.k key by key,
    softmax, p v summed from zero key by key), on head sizes that are not
    multiples of the vector, 1 to 8 heads, windows that wrap the ring and cross
-   the runs of keys, and an empty window (out all zeros). */
+   the runs of keys, and an empty window (out all zeros). Both in float32 and
+   with bf16 = 1 (bf16_fast's attention: q, keys and values of bf16 values as
+   the bf16 mode stores them; scores, p and out rounded to bf16), where out
+   must hold bf16 values and differ from the float32 run's. */
 static void test_attend_blocked_vs_reference(void) {
     static const int Ds[] = {1, 7, 16, 3 * G4__VL_T + 5, 256};
     static const int Gs[] = {1, 2, 3, 5, 8};
     static const int Ls[] = {0, 1, 7, 8, 9, 64, 65, 150};
     unsigned seed = 777;
-    int a, b, c, i, bad = 0, cases = 0;
-    for (a = 0; a < 5; a++)
-        for (b = 0; b < 5; b++)
-            for (c = 0; c < 8; c++) {
-                int D = Ds[a], G = Gs[b], L = Ls[c], KVH = 2, kvh = 1, cap = L + 5, lo = 3 * cap - 2, hi = lo + L - 1;
-                size_t kv = (size_t)cap * KVH * D;
-                g4_kv_slot sl;
-                float *k = (float *)malloc(sizeof(float) * kv), *v = (float *)malloc(sizeof(float) * kv);
-                float *q = (float *)malloc(sizeof(float) * (size_t)G * D);
-                float *o1 = (float *)malloc(sizeof(float) * (size_t)G * D), *o2 = (float *)malloc(sizeof(float) * (size_t)G * D);
-                float *s1 = (float *)malloc(sizeof(float) * (size_t)G * (L + 1)), *s2 = (float *)malloc(sizeof(float) * (size_t)G * (L + 1));
-                for (i = 0; i < (int)kv; i++) {
-                    seed = seed * 1103515245u + 12345u; k[i] = (float)((seed >> 8) & 0xffff) / 16384.0f - 2.0f;
-                    seed = seed * 1103515245u + 12345u; v[i] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+    int a, b, c, i, bf16, bad = 0, cases = 0, not_bf16 = 0, moved = 0;
+    for (bf16 = 0; bf16 <= 1; bf16++)
+        for (a = 0; a < 5; a++)
+            for (b = 0; b < 5; b++)
+                for (c = 0; c < 8; c++) {
+                    int D = Ds[a], G = Gs[b], L = Ls[c], KVH = 2, kvh = 1, cap = L + 5, lo = 3 * cap - 2, hi = lo + L - 1;
+                    size_t kv = (size_t)cap * KVH * D;
+                    g4_kv_slot sl;
+                    float *k = (float *)malloc(sizeof(float) * kv), *v = (float *)malloc(sizeof(float) * kv);
+                    float *q = (float *)malloc(sizeof(float) * (size_t)G * D);
+                    float *o1 = (float *)malloc(sizeof(float) * (size_t)G * D), *o2 = (float *)malloc(sizeof(float) * (size_t)G * D);
+                    float *o3 = (float *)malloc(sizeof(float) * (size_t)G * D);
+                    float *s1 = (float *)malloc(sizeof(float) * (size_t)G * (L + 1)), *s2 = (float *)malloc(sizeof(float) * (size_t)G * (L + 1));
+                    for (i = 0; i < (int)kv; i++) {
+                        seed = seed * 1103515245u + 12345u; k[i] = (float)((seed >> 8) & 0xffff) / 16384.0f - 2.0f;
+                        seed = seed * 1103515245u + 12345u; v[i] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+                    }
+                    for (i = 0; i < G * D; i++) { seed = seed * 1103515245u + 12345u; q[i] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f; }
+                    if (bf16) {
+                        g4__bf16_round_range(k, 0, kv); g4__bf16_round_range(v, 0, kv);
+                        g4__bf16_round_range(q, 0, (size_t)G * D);
+                    }
+                    for (i = 0; i < G * D; i++) o1[i] = o2[i] = 99.0f; /* must be overwritten */
+                    memset(&sl, 0, sizeof sl);
+                    sl.kv_heads = KVH; sl.head_dim = D; sl.capacity = cap; sl.k = k; sl.v = v;
+                    sl.n_pos = hi + 1; sl.oldest = lo;
+                    g4__attend(o1, q, G, &sl, kvh, lo, hi, s1, bf16);
+                    g4__attend_blocked(o2, q, G, &sl, kvh, lo, hi, s2, bf16);
+                    bad += memcmp(o1, o2, sizeof(float) * (size_t)G * D) != 0;
+                    if (L == 0) for (i = 0; i < G * D; i++) bad += o1[i] != 0.0f;
+                    if (bf16) {
+                        g4__attend_blocked(o3, q, G, &sl, kvh, lo, hi, s2, 0);
+                        moved += L >= 2 && memcmp(o2, o3, sizeof(float) * (size_t)G * D) != 0; /* (one key: out = v) */
+                        for (i = 0; i < G * D; i++) not_bf16 += g4__bf16_round(o2[i]) != o2[i];
+                    }
+                    cases++;
+                    free(k); free(v); free(q); free(o1); free(o2); free(o3); free(s1); free(s2);
                 }
-                for (i = 0; i < G * D; i++) { seed = seed * 1103515245u + 12345u; q[i] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f; }
-                for (i = 0; i < G * D; i++) o1[i] = o2[i] = 99.0f; /* must be overwritten */
-                memset(&sl, 0, sizeof sl);
-                sl.kv_heads = KVH; sl.head_dim = D; sl.capacity = cap; sl.k = k; sl.v = v;
-                sl.n_pos = hi + 1; sl.oldest = lo;
-                g4__attend(o1, q, G, &sl, kvh, lo, hi, s1);
-                g4__attend_blocked(o2, q, G, &sl, kvh, lo, hi, s2);
-                bad += memcmp(o1, o2, sizeof(float) * (size_t)G * D) != 0;
-                if (L == 0) for (i = 0; i < G * D; i++) bad += o1[i] != 0.0f;
-                cases++;
-                free(k); free(v); free(q); free(o1); free(o2); free(s1); free(s2);
-            }
-    printf("  %d cases (head sizes 1 to 256, 1 to 8 heads, 0 to 150 keys wrapping the ring)\n", cases);
+    printf("  %d cases (float32 and bf16, head sizes 1 to 256, 1 to 8 heads, 0 to 150 keys wrapping the ring), "
+           "%d of the %d bf16 ones over 2 keys or more differ from float32\n", cases, moved, cases / 2 - 2 * 5 * 5);
     CHECK(bad == 0, "%d cases: g4__attend_blocked differs from the reference g4__attend", bad);
+    CHECK(not_bf16 == 0, "%d outputs of the bf16 attention are not bf16 values", not_bf16);
+    CHECK(moved == cases / 2 - 2 * 5 * 5, "only %d of the %d bf16 cases over 2 keys or more differ from float32", moved,
+          cases / 2 - 2 * 5 * 5);
 }
 
 /* GELU: the SIMD path (g4__gelu_n, tails through a padded vector) gives the

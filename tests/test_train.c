@@ -351,11 +351,11 @@ static void test_attention_backward_passes(void) {
     for (i = 0; i < T * NH; i++) {
         int t = i / NH, h = i % NH, lo = t - W + 1 > 0 ? t - W + 1 : 0;
         g4__attend_backward(dq + i * D, dk, dv, dout + i * D, q + i * D, &sl, h / (NH / KVH), lo, t, p);
-        g4__attend(att + i * D, q + i * D, 1, &sl, h / (NH / KVH), lo, t, p);
+        g4__attend(att + i * D, q + i * D, 1, &sl, h / (NH / KVH), lo, t, p, 0);
     }
     for (i = 0; i < T * KVH; i++) { /* the forward's items of NH / KVH heads at once: the same bits */
         int t = i / KVH, g = i % KVH, lo = t - W + 1 > 0 ? t - W + 1 : 0;
-        g4__attend(att3 + (t * NH + g * (NH / KVH)) * D, q + (t * NH + g * (NH / KVH)) * D, NH / KVH, &sl, g, lo, t, p3);
+        g4__attend(att3 + (t * NH + g * (NH / KVH)) * D, q + (t * NH + g * (NH / KVH)) * D, NH / KVH, &sl, g, lo, t, p3, 0);
     }
     CHECK(!memcmp(att, att3, sizeof att), "the forward's heads taken %d at a time differ from one at a time", NH / KVH);
     if (g4_pool_create(&pool, 2) != G4_OK) { CHECK(0, "pool"); return; }
