@@ -1079,13 +1079,13 @@ fail:
    ids, a.png and clip_b through the processor and the embedders, expanded,
    g4_forward_mm; logits within 1e-4 x max |logit| of transformers' on the
    processor's output (the issue's bound; the merge test above measures ~2e-5).
-   bf16: the same in the bf16-faithful mode (embedders and session: each
-   checked bit-identical to transformers in bfloat16 by test_embed_bf16 and
-   the decoder's suites), and the CLI's --bf16 on the same files must write
-   the library's bytes: image and audio (soft tokens, on 3 threads) and
-   logits --image --audio (every row). The bf16 logits against the float32
-   golden only get a sanity bound, 0.25 x max |logit| (measured 0.133 on
-   this tiny random model): there is no bfloat16 golden of the 12B's logits. */
+   bf16: the same in the bf16-faithful mode: its logits bit-identical to
+   transformers' whole model in torch.bfloat16 on the same chat
+   (embed_bf16_golden's logits.0; against the float32 golden only a sanity
+   bound, 0.25 x max |logit|: measured 0.133 on this tiny random model), and
+   the CLI's --bf16 on the same files must write the library's bytes: image
+   and audio (soft tokens, on 3 threads) and logits --image --audio (every
+   row). */
 static void processor_logits(int bf16) {
     chat0 c;
     g4_image_config ic;
@@ -1133,9 +1133,27 @@ static void processor_logits(int bf16) {
         if (d > worst) worst = d;
         got++;
     }
-    printf("  %s: %zu ids (63 image, 175 audio soft tokens): %d logit rows within %.3g of max |logit| %.3g\n",
-           bf16 ? "bf16" : "float32", n_out, got, worst / scale, scale);
+    printf("  %s: %zu ids (63 image, 175 audio soft tokens): %d logit rows within %.3g of max |logit| %.3g (float32 "
+           "transformers)\n", bf16 ? "bf16" : "float32", n_out, got, worst / scale, scale);
     CHECK(got == c.n_rows && worst <= (bf16 ? 0.25 : 1e-4) * scale, "logits %.3g relative", worst / scale);
+    if (bf16) { /* transformers in torch.bfloat16 on the same chat (embed_bf16_golden's logits.0): bit for bit */
+        golden gb;
+        const float *wb;
+        int64_t nb = 0;
+        long bad = 0;
+        if (golden_open_file(&gb, "unified_like", "embed_bf16_golden.safetensors")) {
+            wb = golden_f32(&gb, "logits.0", &nb);
+            CHECK(wb && nb == c.numel, "bf16 golden logits.0: %lld values, want %lld", (long long)nb, (long long)c.numel);
+            for (k = 0; wb && nb == c.numel && k < c.n_rows; k++) {
+                size_t j;
+                for (j = 0; j < (size_t)V; j++) bad += memcmp(&logits[(size_t)c.rows[k] * V + j], &wb[(size_t)k * V + j], 4) != 0;
+            }
+            printf("  bf16: %d logit rows against transformers in torch.bfloat16: %ld of %lld values differ\n", c.n_rows,
+                   bad, (long long)nb);
+            CHECK(wb && bad == 0, "bf16 logits: %ld values differ from transformers in torch.bfloat16", bad);
+            g4_model_free(&gb.m);
+        } else CHECK(0, "bf16 golden");
+    }
     g4_session_destroy(&s);
     if (bf16) cli_bf16(&c.m, c.ids, c.n_ids, soft, logits, n_out);
 out:
@@ -1521,7 +1539,8 @@ int main(int argc, char **argv) {
     run("unified processor: c.png's pixel values and a clip's frames bit for bit", test_processor_pixels);
     run("unified processor: chats with images and clips give apply_chat_template's ids (g4_mm_expand)", test_processor_ids);
     run("unified processor: a chat with a.png and clip_b through the library: logits vs transformers", test_processor_logits);
-    run("unified bf16: the same chat in the bf16-faithful mode; the CLI's image/audio/logits --bf16 = the library's bytes",
+    run("unified bf16: the same chat in the bf16-faithful mode = transformers in torch.bfloat16 bit for bit; the CLI's "
+        "image/audio/logits --bf16 = the library's bytes",
         test_processor_logits_bf16);
     run("unified processor: a video's merged frames bit for bit, its ids, its logits (Gemma4UnifiedVideoProcessor)",
         test_processor_video);

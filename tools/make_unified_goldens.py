@@ -40,9 +40,12 @@ save_pretrained, reloads it with from_pretrained(dtype=float32) and records:
     data/tiny/unified_like/embed_bf16_golden.safetensors    the embedders run in torch.bfloat16 (the
                                                             checkpoint loaded with dtype=bfloat16) on
                                                             mm_golden's inputs: every tap above and
-                                                            image_soft, audio_soft, F32 holding bf16 values
+                                                            image_soft, audio_soft, F32 holding bf16 values;
+                                                            and logits.0: the processor's case 0 (above)
+                                                            through the whole bf16 model, at logit_rows.0
     data/tiny/UNIFIED_BF16_VERSIONS.txt                     the versions behind it
-    (--embed-bf16-only remakes just those two, from the committed checkpoint and mm_golden)
+    (--embed-bf16-only remakes just those two, from the committed checkpoint, mm_golden and processor_golden;
+     with ATEN_CPU_CAPABILITY=avx2: torch's AVX2 kernels, whose orders the bf16 mode reproduces)
 
 Float32 CPU, attn_implementation="eager", torch.set_num_threads(1); deterministic (fixed seeds).
 Usage (from the repository root, with the venv of docs/verification.md):
@@ -389,6 +392,41 @@ def read_wav(path):
     return (np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0).astype(np.float32)
 
 
+def unified_processor():
+    """Gemma4UnifiedProcessor as make_processor_golden saves it (not saved here)"""
+    from transformers import Gemma4UnifiedProcessor
+    from transformers.models.gemma4_unified.feature_extraction_gemma4_unified import Gemma4UnifiedAudioFeatureExtractor
+    from transformers.models.gemma4_unified.image_processing_gemma4_unified import Gemma4UnifiedImageProcessor
+    from transformers.models.gemma4_unified.video_processing_gemma4_unified import Gemma4UnifiedVideoProcessor
+    tok = make_processor_tokenizer("data/tokenizer/tokenizer.json")
+    kw = dict(patch_size=VISION["patch_size"], pooling_kernel_size=VISION["pooling_kernel_size"], max_soft_tokens=PROC_MAX_SOFT)
+    spt = AUDIO["audio_embed_dim"]
+    return Gemma4UnifiedProcessor(
+        feature_extractor=Gemma4UnifiedAudioFeatureExtractor(feature_size=spt, audio_samples_per_token=spt),
+        image_processor=Gemma4UnifiedImageProcessor(**kw), tokenizer=tok, video_processor=Gemma4UnifiedVideoProcessor(**kw),
+        chat_template=open("data/templates/e2b/chat_template.jinja").read(), image_seq_length=PROC_MAX_SOFT)
+
+
+def processor_cases():
+    """make_processor_golden's conversations (see there), and case 1's short clip"""
+    from PIL import Image
+    a = Image.open("data/vision/images/a.png")
+    c = Image.open("data/vision/images/c.png")
+    clip_b = read_wav("data/tiny/e2b_audio/clip_b.wav")
+    short = (np.random.default_rng(11).standard_normal(1234) * 0.2).astype(np.float32)
+    return [
+        [{"role": "user", "content": [{"type": "text", "text": "Describe"}, {"type": "image", "image": a},
+                                      {"type": "text", "text": "and"}, {"type": "audio", "audio": clip_b},
+                                      {"type": "text", "text": "."}]}],
+        [{"role": "system", "content": "Be brief."},
+         {"role": "user", "content": [{"type": "image", "image": a}, {"type": "audio", "audio": clip_b},
+                                      {"type": "text", "text": "then"}, {"type": "image", "image": c},
+                                      {"type": "audio", "audio": short}]},
+         {"role": "assistant", "content": "A cat."},
+         {"role": "user", "content": [{"type": "audio", "audio": clip_b}, {"type": "text", "text": "again?"}]}],
+    ], short
+
+
 def make_processor_golden(out_dir, model):
     """The real Gemma4UnifiedProcessor (torchvision backend, transformers' default) with the tiny tokenizer
     above, the E2B chat template (data/templates/e2b) and unified_like's patch/pooling/frame sizes, saved to
@@ -414,17 +452,7 @@ def make_processor_golden(out_dir, model):
     turn, a user turn with a.png, clip_b, c.png (RGBA) and a 1234-sample clip, an answer, and a second user turn
     with clip_b again."""
     from PIL import Image
-    from transformers import Gemma4UnifiedProcessor
-    from transformers.models.gemma4_unified.feature_extraction_gemma4_unified import Gemma4UnifiedAudioFeatureExtractor
-    from transformers.models.gemma4_unified.image_processing_gemma4_unified import Gemma4UnifiedImageProcessor
-    from transformers.models.gemma4_unified.video_processing_gemma4_unified import Gemma4UnifiedVideoProcessor
-    tok = make_processor_tokenizer("data/tokenizer/tokenizer.json")
-    kw = dict(patch_size=VISION["patch_size"], pooling_kernel_size=VISION["pooling_kernel_size"], max_soft_tokens=PROC_MAX_SOFT)
-    spt = AUDIO["audio_embed_dim"]
-    proc = Gemma4UnifiedProcessor(
-        feature_extractor=Gemma4UnifiedAudioFeatureExtractor(feature_size=spt, audio_samples_per_token=spt),
-        image_processor=Gemma4UnifiedImageProcessor(**kw), tokenizer=tok, video_processor=Gemma4UnifiedVideoProcessor(**kw),
-        chat_template=open("data/templates/e2b/chat_template.jinja").read(), image_seq_length=PROC_MAX_SOFT)
+    proc = unified_processor()
     pdir = os.path.join(out_dir, "processor")
     if os.path.isdir(pdir):
         shutil.rmtree(pdir)
@@ -433,20 +461,8 @@ def make_processor_golden(out_dir, model):
         if f not in ("processor_config.json", "tokenizer.json", "tokenizer_config.json"):
             os.remove(os.path.join(pdir, f))
     a = Image.open("data/vision/images/a.png")
-    c = Image.open("data/vision/images/c.png")
     clip_b = read_wav("data/tiny/e2b_audio/clip_b.wav")
-    short = (np.random.default_rng(11).standard_normal(1234) * 0.2).astype(np.float32)
-    cases = [
-        [{"role": "user", "content": [{"type": "text", "text": "Describe"}, {"type": "image", "image": a},
-                                      {"type": "text", "text": "and"}, {"type": "audio", "audio": clip_b},
-                                      {"type": "text", "text": "."}]}],
-        [{"role": "system", "content": "Be brief."},
-         {"role": "user", "content": [{"type": "image", "image": a}, {"type": "audio", "audio": clip_b},
-                                      {"type": "text", "text": "then"}, {"type": "image", "image": c},
-                                      {"type": "audio", "audio": short}]},
-         {"role": "assistant", "content": "A cat."},
-         {"role": "user", "content": [{"type": "audio", "audio": clip_b}, {"type": "text", "text": "again?"}]}],
-    ]
+    cases, short = processor_cases()
     gold = {"audio.short": torch.from_numpy(short)}
     summary = []
     for k, conv in enumerate(cases):
@@ -620,6 +636,17 @@ def make_embed_bf16_golden(out_root):
                        model.model.get_audio_features(feats, fmask, return_dict=True)))
     out = {"image_soft": torch.cat(img.pooler_output, 0).float(), "audio_soft": aud.pooler_output[aud.attention_mask].float()}
     out.update(taps)
+    # the processor's case 0 (make_processor_golden) through the whole bf16 model: its logits at logit_rows.0
+    pg = safetensors.torch.load_file(os.path.join(out_dir, "processor_golden.safetensors"))
+    pin = unified_processor().apply_chat_template(processor_cases()[0][0], tokenize=True, return_dict=True,
+                                                  add_generation_prompt=True, return_tensors="pt")
+    assert torch.equal(pin["input_ids"][0].to(torch.int32), pg["ids.0"])
+    with torch.no_grad():
+        lg = model(input_ids=pin["input_ids"], pixel_values=pin["pixel_values"], image_position_ids=pin["image_position_ids"],
+                   input_features=pin["input_features"], input_features_mask=pin["input_features_mask"],
+                   mm_token_type_ids=pin["mm_token_type_ids"], use_cache=False).logits[0]
+    out["logits.0"] = lg[pg["logit_rows.0"].long()].float()
+    f32["logits.0"] = pg["logits.0"]
     for k in sorted(out):
         assert torch.equal(out[k], out[k].to(torch.bfloat16).float()), k
         d = float((out[k] - f32[k]).abs().max()) / float(f32[k].abs().max())
@@ -628,13 +655,16 @@ def make_embed_bf16_golden(out_root):
     save_file({k: v.contiguous() for k, v in out.items()}, os.path.join(out_dir, "embed_bf16_golden.safetensors"))
     golden_common.write_versions(os.path.join(out_root, "UNIFIED_BF16_VERSIONS.txt"),
                                  ("torch", "transformers", "safetensors", "numpy"), command_line(),
-                                 [f"embed_bf16_golden: {NAME} loaded dtype=bfloat16, CPU, torch.set_num_threads(1), oneDNN off; "
-                                  "the embedders on mm_golden's inputs"])
+                                 [f"embed_bf16_golden: {NAME} loaded dtype=bfloat16, CPU, torch.set_num_threads(1), oneDNN off, "
+                                  f"torch cpu capability {torch.backends.cpu.get_cpu_capability()}; "
+                                  "the embedders on mm_golden's inputs; logits.0: processor_golden's case 0 (a.png and "
+                                  "clip_b in a chat) through the whole model, rows logit_rows.0"])
 
 
 def command_line():
     """This run's command, for the VERSIONS files"""
-    return "venv/bin/python " + " ".join(["tools/" + os.path.basename(sys.argv[0])] + sys.argv[1:])
+    env = f"ATEN_CPU_CAPABILITY={os.environ['ATEN_CPU_CAPABILITY']} " if os.environ.get("ATEN_CPU_CAPABILITY") else ""
+    return env + "venv/bin/python " + " ".join(["tools/" + os.path.basename(sys.argv[0])] + sys.argv[1:])
 
 
 def write_processor_versions(out_root, summary):
