@@ -55,7 +55,8 @@ def main():
     g4, ll, bf = (load(p, vocab) for p in sys.argv[2:5])
     if not len(g4) == len(ll) == len(bf):
         sys.exit("peers_check: %d, %d and %d rows; want the same positions in all three" % (len(g4), len(ll), len(bf)))
-    spread = sum(abs(v - sum(r) / vocab) for r in g4 for v in r) / (len(g4) * vocab)
+    means = [sum(r) / vocab for r in g4]  # (once per row: inside the sum below it made the check quadratic in vocab)
+    spread = sum(abs(v - mu) for r, mu in zip(g4, means) for v in r) / (len(g4) * vocab)
     if not spread > 0:
         sys.exit("peers_check: %s's logits have no spread" % sys.argv[2])
     peer = mean_abs_diff(g4, ll) / spread
