@@ -182,6 +182,36 @@ static inline float _mm512_reduce_add_ps(__m512 a) {
     return t2[0] + t2[1];
 }
 
+/* VSHUFF32X4: 128-bit blocks 0, 1 of the result from a, 2, 3 from b, each picked by two bits of imm */
+static inline __m512 _mm512_shuffle_f32x4(__m512 a, __m512 b, int imm) {
+    __m512 v;
+    int i, l;
+    for (i = 0; i < 4; i++)
+        for (l = 0; l < 4; l++) v[4 * i + l] = (i < 2 ? a : b)[4 * (imm >> 2 * i & 3) + l];
+    return v;
+}
+/* VSHUFPS: in each 128-bit block, lanes 0, 1 from a and 2, 3 from b, each picked by two bits of imm */
+static inline __m512 _mm512_shuffle_ps(__m512 a, __m512 b, int imm) {
+    __m512 v;
+    int i, l;
+    for (i = 0; i < 4; i++)
+        for (l = 0; l < 4; l++) v[4 * i + l] = (l < 2 ? a : b)[4 * i + (imm >> 2 * l & 3)];
+    return v;
+}
+/* VUNPCKLPS, VUNPCKHPS: in each 128-bit block, a and b's lanes 0, 1 (hi: 2, 3) interleaved */
+static inline __m512 _mm512_unpacklo_ps(__m512 a, __m512 b) {
+    __m512 v;
+    int i;
+    for (i = 0; i < 4; i++) { v[4 * i] = a[4 * i]; v[4 * i + 1] = b[4 * i]; v[4 * i + 2] = a[4 * i + 1]; v[4 * i + 3] = b[4 * i + 1]; }
+    return v;
+}
+static inline __m512 _mm512_unpackhi_ps(__m512 a, __m512 b) {
+    __m512 v;
+    int i;
+    for (i = 0; i < 4; i++) { v[4 * i] = a[4 * i + 2]; v[4 * i + 1] = b[4 * i + 2]; v[4 * i + 2] = a[4 * i + 3]; v[4 * i + 3] = b[4 * i + 3]; }
+    return v;
+}
+
 /* VCVTNE2PS2BF16 (lanes 0-15 from b, 16-31 from a) */
 static inline uint16_t g4emu_to_bf16(float f) {
     uint32_t u = g4emu_u32(f);
