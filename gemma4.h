@@ -9480,23 +9480,63 @@ static void g4__pack_kmajor(float *wp, const unsigned char *B, g4_dtype dt, size
    in the buffer of 64-token blocks (the forward's until it took 256 tokens
    on AVX2; kc sets the backward's order of sums, so it stays: computed from
    the forward's blocking of that day, 8 or 32 panels and kc 512, whatever
-   the forward's is now) */
+   the forward's is now: 512 on AVX2, 736 on AVX-512). The token blocks
+   change no bit (the buffer holds no partial sums): AVX-512 takes 504 tokens
+   (84 tiles), so that a 256-token sequence packs each block of a k-major B
+   once, not 3 times (blocks of 120, 120 and 16): dX = dY W measured 85-87
+   GFLOP/s against 76-80 on one Zen 4 core, dW = dY^T X the same 71-73 (E2B's
+   shapes and the 32768-row lm_head, 256 tokens, 2026-11-26, load 5-6);
+   1008 measured the same as 504 */
 #define G4__ACC_MC ((G4__VL == 8 ? 32 : 8) * G4__TR)
 #define G4__ACC_NC ((64 / G4__TT) * G4__TT)
 static const g4__blocking g4__gemm_acc_blocks = {
     2 * G4__ACC_MC,
     G4__PACK_FLOATS(G4__ACC_MC, (512 / G4__VL) * G4__VL, G4__ACC_NC) / (2 * G4__ACC_MC) / G4__VL * G4__VL,
-    2 * G4__ACC_NC};
+    G4__VL == 16 ? (504 / G4__TT) * G4__TT : 2 * G4__ACC_NC};
+
+/* AVX-512: a tile's sums into y four columns at a time. The tile leaves its
+   accumulators in part ([G4__TR][G4__TT][VL]), and the four of a token
+   (G4__TR = 4 columns, G4__TT * VL floats apart) are summed side by side in
+   the pairs of _mm512_reduce_add_ps (GCC's, the one g4__vhsum is: lanes i
+   and i + 8, then i and i + 4, then 0 and 2, 1 and 3, then the two), so
+   every element gets the bits of g4__vhsum, and y takes one 4-float add
+   instead of four scalar ones. The scalar path (g4__vhsum and += per
+   element) measured 30% of g4__gemm_acc's own time and 10% of g4__micro's
+   in the training bench (perf, Zen 4). */
+#if G4__VL == 16 && defined(__AVX2__) && G4__TR == 4
+#define G4__ACC_SUM4 1
+static void g4__acc_sum4(float *y, const float *p) {
+    __m512 v0 = _mm512_loadu_ps(p), v1 = _mm512_loadu_ps(p + G4__TT * 16), v2 = _mm512_loadu_ps(p + 2 * G4__TT * 16);
+    __m512 v3 = _mm512_loadu_ps(p + 3 * G4__TT * 16), a01, a23, s, c;
+    /* lanes i + 8 and i: [column 0's 8 sums | column 1's] and [2's | 3's] */
+    a01 = _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, 0xEE), _mm512_shuffle_f32x4(v0, v1, 0x44));
+    a23 = _mm512_add_ps(_mm512_shuffle_f32x4(v2, v3, 0xEE), _mm512_shuffle_f32x4(v2, v3, 0x44));
+    /* lanes i + 4 and i: column r's 4 sums in 128-bit lane r */
+    s = _mm512_add_ps(_mm512_shuffle_f32x4(a01, a23, 0xDD), _mm512_shuffle_f32x4(a01, a23, 0x88));
+    c = _mm512_add_ps(s, _mm512_permute_ps(s, 0x4E));           /* lanes 0 + 2 and 1 + 3 of each */
+    c = _mm512_add_ps(c, _mm512_permute_ps(c, 0xB1));           /* then the two */
+    c = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12), c);
+    _mm_storeu_ps(y, _mm_add_ps(_mm_loadu_ps(y), _mm512_castps512_ps128(c)));
+}
+#else
+#define G4__ACC_SUM4 0
+#endif
 
 static void g4__gemm_acc(float *y, size_t ldy, const float *x, size_t ldx, const unsigned char *B, g4_dtype bdt,
                          size_t ldb, int kmajor, int K, int n, int c0, int c1, float *ws, const g4__blocking *b) {
-    int kv = K - K % G4__VL, t0, i0, k0, t, o, r, u, k;
+    int kv = K - K % G4__VL, t0, i0, k0, t, o, r, u, k, nb, ncb;
     size_t esz = g4__dtype_size(bdt);
     float sum[G4__TR][G4__TT];
+#if G4__ACC_SUM4
+    float part[G4__TR * G4__TT * G4__VL]; /* a tile's accumulators */
+#endif
     const float *xt[G4__TT];
     const unsigned char *wrow[G4__TR];
-    for (t0 = 0; t0 < n; t0 += b->nc) {
-        int nc = n - t0 < b->nc ? n - t0 : b->nc;
+    /* the tokens in equal blocks of at most b->nc (rounded up to G4__TT), as g4__gemm's */
+    nb = (n + b->nc - 1) / b->nc;
+    ncb = ((n + nb - 1) / nb + G4__TT - 1) / G4__TT * G4__TT;
+    for (t0 = 0; t0 < n; t0 += ncb) {
+        int nc = n - t0 < ncb ? n - t0 : ncb;
         for (k0 = 0; k0 == 0 || k0 < kv; k0 += b->kc) {
             int kc = kv - k0 < b->kc ? kv - k0 : b->kc, last = k0 + kc >= kv;
             for (i0 = c0; i0 < c1; i0 += b->mc) {
@@ -9508,8 +9548,19 @@ static void g4__gemm_acc(float *y, size_t ldy, const float *x, size_t ldx, const
                     for (o = i0; o < i0 + mc; o += G4__TR) {
                         int R = i0 + mc - o < G4__TR ? i0 + mc - o : G4__TR;
                         for (r = 0; r < G4__TR; r++) wrow[r] = B + (size_t)(o + (r < R ? r : R - 1)) * ldb * esz;
+#if G4__ACC_SUM4
+                        g4__micro(ws + (size_t)(o - i0) * (size_t)kc, !kmajor && t == t0 ? wrow : NULL, bdt, k0, xt, kc / G4__VL,
+                                  part, 1, 0, sum);
+                        if (R == G4__TR && !(last && kv < K)) {
+                            for (u = 0; u < T; u++) g4__acc_sum4(y + (size_t)(t + u) * ldy + (size_t)o, part + u * G4__VL);
+                            continue;
+                        }
+                        for (r = 0; r < R; r++) /* the edges and the tail: the same sums one at a time */
+                            for (u = 0; u < T; u++) sum[r][u] = g4__vhsum(g4__vload_x(part + (r * G4__TT + u) * G4__VL));
+#else
                         g4__micro(ws + (size_t)(o - i0) * (size_t)kc, !kmajor && t == t0 ? wrow : NULL, bdt, k0, xt, kc / G4__VL,
                                   NULL, 1, 1, sum);
+#endif
                         for (r = 0; r < R; r++)
                             for (u = 0; u < T; u++) {
                                 const float *xr = x + (size_t)(t + u) * ldx;

@@ -188,9 +188,10 @@ static float g_pack[2 * G4__PACK_THREAD + 1];
    The two sum in different orders (lanes vs one chain): within float32
    rounding of the sum of |terms|. And y is added to, not overwritten. */
 static void test_gemm_acc(void) {
-    static const int shapes[][3] = {{7, 150, 13}, {70, 53, 1100}, {5, 3, 4}, {131, 100, 37}, {130, 61, 600}}; /* n, N, K */
+    static const int shapes[][3] = {{7, 150, 13}, {70, 53, 1100}, {5, 3, 4}, {131, 100, 37}, {130, 61, 600}, /* n, N, K */
+                                    {1013, 13, 21}}; /* (rows past AVX-512's 504) */
     int si, kmajor, dt;
-    for (si = 0; si < 5; si++)
+    for (si = 0; si < 6; si++)
         for (kmajor = 0; kmajor < 2; kmajor++)
             for (dt = 0; dt < 3; dt++) {
                 int n = shapes[si][0], N = shapes[si][1], K = shapes[si][2], i, t, c, k;
