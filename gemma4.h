@@ -589,10 +589,13 @@ G4_API const g4_tensor *g4_model_tensor(const g4_model *m, const char *name);
    ("...self_attn.q_proj.linear": peft cannot wrap the clippable module
    itself), the patch embedder's input_proj, the audio tower's
    relative_k_proj, input_proj_linear and output_proj, the embedders'
-   embedding_projection; each must have its A [r, in] and B [out, r]; every
-   tensor must belong to one (a tower the model has not loaded: counted in
-   lora_ignored). Tower sessions (g4_vision_session_init, g4_audio_size)
-   size the adapter's scratch: load it before them too. Refused, naming
+   embedding_projection; of a 12B unified model's encoder-free embedders
+   (>>unified): embed_vision.patch_dense, embed_vision.multimodal_embedder.
+   embedding_projection and embed_audio.embedding_projection; each must have
+   its A [r, in] and B [out, r]; every tensor must belong to one (a tower the
+   model has not loaded: counted in lora_ignored). Tower sessions
+   (g4_vision_session_init, g4_audio_size) and the unified embedders' arena
+   (g4_unified_size) size the adapter's scratch: load it before them too. Refused, naming
    the field: other peft types, DoRA, lora_bias, bias other than "none",
    fan_in_fan_out, modules_to_save, target_parameters, layer_replication,
    trainable tokens and the other variants. Allocates the adapter (float32)
@@ -3406,16 +3409,18 @@ typedef struct {
     char tname[48];          /* and its short name (g4_lora.module): "vision_tower.3.self_attn.q_proj" */
 } g4__linear;
 
-/* room for g4__linears: the text model's, then the towers' (vision: 7 a layer + 2; audio: 11 a layer + 3) */
+/* room for g4__linears: the text model's, then the towers' (vision: 7 a layer + 2; audio: 11 a layer + 3),
+   then the 12B's embedders' (3) */
 static int g4__linears_cap(const g4_model *m) {
     return 10 * m->plan.n_layers + 2 + (m->vision.loaded ? 7 * m->config.vision.num_hidden_layers + 2 : 0) +
-           (m->audio.loaded ? 11 * m->config.audio.num_hidden_layers + 3 : 0);
+           (m->audio.loaded ? 11 * m->config.audio.num_hidden_layers + 3 : 0) + 3;
 }
 
 /* The towers' nn.Linear modules as peft keys them: a Gemma4ClippableLinear
    through its inner nn.Linear (peft wraps only that: "<module>.linear"), the
-   plain ones by their own names. The short name (g4_lora.module): the tower,
-   the layer (l >= 0), the module. */
+   plain ones by their own names; and the 12B unified model's embedders'
+   (>>unified, g4__ulinear applies them). The short name (g4_lora.module): the
+   tower, the layer (l >= 0), the module. */
 static int g4__tower_linear(g4__linear *o, g4_tensor *w, const char *key, const char *tower, int l, const char *module) {
     o->layer = -1;
     o->on = 0;
@@ -3473,6 +3478,17 @@ static int g4__tower_linears(g4_model *m, g4__linear *out) {
         n += g4__tower_linear(&out[n], &m->audio.embedding_projection, "model.embed_audio.embedding_projection", "embed_audio",
                               -1, "embedding_projection");
     }
+    /* the 12B's encoder-free embedders (>>unified), by their module names (the checkpoint stores the vision
+       projection as embed_vision.embedding_projection; peft keys the module) */
+    if (m->config.unified && m->config.unified_vision.present) {
+        n += g4__tower_linear(&out[n], &m->w.unified.patch_dense_weight, "model.embed_vision.patch_dense", "embed_vision", -1,
+                              "patch_dense");
+        n += g4__tower_linear(&out[n], &m->w.unified.vision_projection, "model.embed_vision.multimodal_embedder.embedding_projection",
+                              "embed_vision", -1, "embedding_projection"); /* (short name: the checkpoint's) */
+    }
+    if (m->config.unified && m->config.unified_audio.present)
+        n += g4__tower_linear(&out[n], &m->w.unified.audio_projection, "model.embed_audio.embedding_projection", "embed_audio",
+                              -1, "embedding_projection");
     return n;
 }
 
@@ -3545,7 +3561,8 @@ static int g4__lora_stray(const g4_model *m, const g4__linear *lin, int n_lin, c
     mod = name + strlen(pre);
     for (k = 0; k < 4; k++) /* a tower this model has not loaded: ignored (counted in lora_ignored) */
         if (!strncmp(mod, "model.", 6) && !strncmp(mod + 6, towers[k], strlen(towers[k])) &&
-            !(k % 2 ? m->audio.loaded : m->vision.loaded))
+            !(k % 2 ? m->audio.loaded : m->vision.loaded) &&
+            !(k >= 2 && m->config.unified && (k % 2 ? m->config.unified_audio.present : m->config.unified_vision.present)))
             return 1;
     if (len > 14 && strstr(name, ".lora_embedding_")) {
         g4__seterr(err, "%s: tensor '%.200s': LoRA on an embedding is not supported", path, name);
@@ -3567,8 +3584,14 @@ static int g4__lora_stray(const g4_model *m, const g4__linear *lin, int n_lin, c
     }
     for (k = 0; k < 4; k++)
         if (!strncmp(key, "model.", 6) && !strncmp(key + 6, towers[k], strlen(towers[k]))) {
-            g4__seterr(err, "%s: tensor '%.200s': the %s has no nn.Linear module '%s' (a clipped linear is adapted through "
-                       "its inner '.linear')", path, name, k % 2 ? "audio tower" : "vision tower", key);
+            if (m->config.unified)
+                g4__seterr(err, "%s: tensor '%.200s': the unified %s embedder has no nn.Linear module '%s' (its linears: "
+                           "%s)", path, name, k % 2 ? "audio" : "vision", key,
+                           k % 2 ? "model.embed_audio.embedding_projection"
+                                 : "model.embed_vision.patch_dense, model.embed_vision.multimodal_embedder.embedding_projection");
+            else
+                g4__seterr(err, "%s: tensor '%.200s': the %s has no nn.Linear module '%s' (a clipped linear is adapted through "
+                           "its inner '.linear')", path, name, k % 2 ? "audio tower" : "vision tower", key);
             return 0;
         }
     if (!strncmp(key, "model.", 6) && !strncmp(key, "model.language_model.", 21) != !strcmp(m->prefix, "model.language_model.")) {
@@ -10370,16 +10393,16 @@ static void g4__matmul(const g4_session *s, float *y, const float *x, const g4_t
     g4__matmul_cast(s, y, x, w, n, 1);
 }
 
-/* nn.Linear with a bias (the audio tower's output_proj): torch's addmm,
-   y = x W^T + b (bf16 mode: rounded once, after the bias), then a LoRA
-   adapter as peft adds it to the base layer's output (float32, the sum
-   rounded in bf16 mode; the towers have no lora_bf16). */
+/* nn.Linear with a bias (the audio tower's output_proj; bias NULL: none, the
+   12B's embedders): torch's addmm, y = x W^T + b (bf16 mode: rounded once,
+   after the bias), then a LoRA adapter as peft adds it to the base layer's
+   output (float32, the sum rounded in bf16 mode; the towers have no lora_bf16). */
 static void g4__matmul_bias(const g4_session *s, float *y, const float *x, const g4_tensor *w, const g4_tensor *bias, int n) {
     g4_tensor base = *w;
     int t, o, out = (int)w->shape[0];
     base.lora = NULL;
     g4__matmul_cast(s, y, x, &base, n, 0);
-    for (t = 0; t < n; t++)
+    for (t = 0; bias && t < n; t++)
         for (o = 0; o < out; o++) y[(size_t)t * (size_t)out + (size_t)o] += g4__get(bias, (size_t)o);
     if (s->cfg.bf16) g4__bf16_round_range(y, 0, (size_t)n * (size_t)out);
     if (!w->lora) return;
@@ -11040,6 +11063,9 @@ static uint64_t g4__unified_carve(const g4_model *m, int rows, int threads, void
     U->c = g4__take(&cv, (uint64_t)rows * (uint64_t)(D > 0 ? D : 1), sizeof(float));
     U->mm.pack = g4__take(&cv, (uint64_t)threads * g4__pack_thread_floats() + 1, sizeof(float));
     U->mm.pack_parts = threads;
+    U->mm.lora_u = NULL;
+    if (m->lora_rmax > 0) /* a LoRA adapter's A x (>>adapter): an arena sized before the adapter is too small */
+        U->mm.lora_u = g4__take(&cv, (uint64_t)rows * (uint64_t)m->lora_rmax, sizeof(float));
     return cv.overflow ? UINT64_MAX : cv.off;
 }
 
@@ -11187,12 +11213,17 @@ static void g4__upos_rows(void *ctx, size_t t0, size_t t1) {
 /* nn.Linear: y = x W^T (+ bias) on n rows. bf16 mode: the float sums in torch's
    order (g4__matmul_torch_ref, the decoder's bf16 matmul), plus the bias in
    float, then rounded to bf16 once, as torch's bf16 addmm does (rounding the
-   product before adding the bias moved 102 of patch_dense's 384 outputs). */
+   product before adding the bias moved 102 of patch_dense's 384 outputs).
+   A LoRA adapter on the module (w->lora, >>adapter) is peft's lora.Linear.forward:
+   result = base_layer(x) (the bias included, bf16 in bf16 mode) + lora_B(lora_A(x))
+   * scaling in float32 (peft keeps the adapter float32 on a bf16 model:
+   autocast_adapter_dtype), then result.to(the base dtype). The SIMD path is the
+   towers' g4__matmul_bias; the oracle g4__lora_forward. */
 static void g4__ulinear(g4__uarena *U, float *y, const float *x, const g4_tensor *w, const g4_tensor *bias, int n) {
     int out = (int)w->shape[0], t, i;
-    if (U->scalar && U->bf16 && w->dtype == G4_BF16) g4__matmul_torch_ref(y, x, w, n, 0, out);
-    else if (U->scalar) g4__matmul_ref(y, x, w, n, 0, out);
-    else g4__matmul_cast(&U->mm, y, x, w, n, 0); /* the raw float sums, cast below */
+    if (!U->scalar) { g4__matmul_bias(&U->mm, y, x, w, bias, n); return; }
+    if (U->bf16 && w->dtype == G4_BF16) g4__matmul_torch_ref(y, x, w, n, 0, out);
+    else g4__matmul_ref(y, x, w, n, 0, out);
     if (bias || U->bf16)
         for (t = 0; t < n; t++)
             for (i = 0; i < out; i++) {
@@ -11200,6 +11231,9 @@ static void g4__ulinear(g4__uarena *U, float *y, const float *x, const g4_tensor
                 if (bias) *o += g4__get(bias, (size_t)i);
                 if (U->bf16) *o = g4__bf16_round(*o);
             }
+    if (!w->lora) return;
+    g4__lora_forward(y, x, w->lora, n, U->mm.lora_u, U->bf16);
+    if (U->bf16) g4__bf16_round_range(y, 0, (size_t)n * (size_t)out);
 }
 
 /* Gemma4UnifiedMultimodalEmbedder: RMSNorm without weight, then embedding_projection (no bias) */

@@ -190,7 +190,7 @@ static int parse_ids(const char *s, int32_t **out) {
     return n;
 }
 
-/* gemma4 image and gemma4 audio's line: DIR FILE --out FILE [--processor DIR] [--bf16] [--threads N],
+/* gemma4 image and gemma4 audio's line: DIR FILE --out FILE [--processor DIR] [--bf16] [--adapter DIR] [--threads N],
    the positional arguments into pos[2]; g4a_parse's result */
 static int parse_soft_cmd(int argc, char **argv, const char *name, const char *file, const char *help,
                           const char *out_help, const char *pdir_help, const char **pos, const char **out, const char **pdir,
@@ -200,6 +200,8 @@ static int parse_soft_cmd(int argc, char **argv, const char *name, const char *f
         G4A_SR("--out", out, "FILE", out_help),
         G4A_S("--processor", pdir, "DIR", pdir_help),
         G4A_F("--bf16", bf16, "the tower in the bf16-faithful mode (as transformers in bfloat16)"),
+        G4A_S("--adapter", &adapter_dir, "DIR", "a PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors): "
+              "its tower or embedder linears change the soft tokens"),
         OPT_THREADS,
     };
     g4a_cmd cmd = {name, file, 2, 2, help, opts, G4A_N_OPTS(opts)};

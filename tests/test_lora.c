@@ -22,6 +22,9 @@
    the soft tokens within 1e-4 of max |soft| of peft's (the towers' tolerance;
    measured 1.0e-6 to 2.3e-6); in the towers' bf16 mode against peft on the
    bf16 models (bf16.safetensors beside each adapter): bit for bit.
+   12B unified (data/lora/unified_{embedders,all_linear},
+   tools/make_unified_lora_goldens.py): the embedders' soft tokens within 1e-4
+   of max |soft| of peft's (see test_unified below), bit for bit in bf16.
    Chunked prefill, two sessions sharing one adapted model, and threads are
    exact (bit for bit); the threads + SIMD adapter kernels are tested against
    the scalar one (test_kernels).
@@ -857,6 +860,222 @@ static void test_towers(void) {
     g4_model_free(&m);
 }
 
+/* LoRA on the 12B unified model's embedders (data/lora/unified_embedders: the
+   three embedder linears, r 3 alpha 5; data/lora/unified_all_linear:
+   all-linear, r 2 alpha 5 rslora, 52 modules; tools/make_unified_lora_goldens.py):
+   the soft tokens of peft's get_image_features / get_audio_features on
+   data/tiny/unified_like's mm_golden inputs (two images with padding, a clip
+   with a mask). float32: within 1e-4 x max |soft| of peft's (the embedders'
+   tolerance, tests/test_unified.c; other summation orders); the scalar oracle
+   (g4__unified_image/audio scalar 1) within 1e-5 x max |soft| of the SIMD path
+   (test_unified's bound for the oracle); a pool of 3 threads = no pool bit for
+   bit. bf16 (run.bf16; bf16.safetensors: the model in torch.bfloat16, peft's
+   adapter float32): the oracle, no pool and 3 threads each bit for bit. The
+   adapter must matter (more than 0.5 from the base model's soft tokens).
+   all-linear also binds the decoder: its logits on 6 ids within TOL x max
+   |logit| of peft's (float32) and bit for bit in the bf16 mode. */
+static void unified_case(const char *adapter, int modules) {
+    g4_model m;
+    golden g, gb, in, base, base16;
+    g4_pool *pool = NULL;
+    const g4_tensor *pv, *pos, *fe, *mask;
+    unsigned char valid[64];
+    float *soft[3] = {NULL, NULL, NULL};
+    void *arena = NULL;
+    size_t bytes = 0;
+    int bf16, kind, pass, H, t, n_img, n_aud, ns[3];
+    memset(&m, 0, sizeof m);
+    if (g4_model_load(&m, tiny("unified_like")) != G4_OK) { skip(m.error); return; }
+    if (!lora_golden_file(&g, adapter, "golden.safetensors")) { g4_model_free(&m); return; }
+    if (!lora_golden_file(&gb, adapter, "bf16.safetensors")) { g4_model_free(&g.m); g4_model_free(&m); return; }
+    CHECK(golden_open_file(&in, "unified_like", "mm_golden.safetensors") && golden_open_file(&base16, "unified_like",
+                                                                                              "embed_bf16_golden.safetensors"),
+          "unified_like's goldens");
+    base = in;
+    CHECK(g4_model_load_adapter(&m, lora_dir(adapter)) == G4_OK, "%s: %s", adapter, m.error);
+    CHECK(m.n_lora == modules && m.lora_ignored == 0, "%s: %d modules (%d ignored), peft chose %d", adapter, m.n_lora,
+          m.lora_ignored, modules);
+    CHECK(m.w.unified.patch_dense_weight.lora && !strcmp(m.w.unified.patch_dense_weight.lora->module, "embed_vision.patch_dense") &&
+              !strcmp(m.w.unified.patch_dense_weight.lora->key, "model.embed_vision.patch_dense") &&
+              m.w.unified.vision_projection.lora &&
+              !strcmp(m.w.unified.vision_projection.lora->key, "model.embed_vision.multimodal_embedder.embedding_projection") &&
+              m.w.unified.audio_projection.lora && !strcmp(m.w.unified.audio_projection.lora->key, "model.embed_audio.embedding_projection"),
+          "%s: the embedders' linears are not bound as peft keys them", adapter);
+    pv = g4_model_tensor(&in.m, "pixel_values");
+    pos = g4_model_tensor(&in.m, "image_position_ids");
+    fe = g4_model_tensor(&in.m, "input_features");
+    mask = g4_model_tensor(&in.m, "input_features_mask");
+    if (!pv || !pos || !fe || !mask || fe->shape[0] * fe->shape[1] > 64) { CHECK(0, "mm_golden inputs"); goto out; }
+    n_img = (int)(pv->shape[0] * pv->shape[1]);
+    n_aud = (int)(fe->shape[0] * fe->shape[1]);
+    for (t = 0; t < n_aud; t++) valid[t] = ((const int32_t *)mask->data)[t] != 0;
+    H = m.config.hidden_size;
+    CHECK(g4_pool_create(&pool, 3) == G4_OK, "pool");
+    CHECK(g4_unified_size_pool(&m, n_img, pool, &bytes) == G4_OK && !posix_memalign(&arena, 64, bytes), "arena");
+    for (pass = 0; pass < 3; pass++) soft[pass] = (float *)malloc(sizeof(float) * (size_t)n_img * H);
+    for (bf16 = 0; bf16 < 2; bf16++)
+        for (kind = 0; kind < 2; kind++) {
+            const char *what = kind ? "audio" : "image", *key = kind ? "audio_soft" : "image_soft";
+            int64_t nr = 0, nb = 0, i, off[3] = {0, 0, 0};
+            const float *ref = golden_f32(bf16 ? &gb : &g, key, &nr), *b0 = golden_f32(bf16 ? &base16 : &base, key, &nb);
+            double moved, d, scale, dor;
+            for (pass = 0; pass < 3; pass++) { /* the scalar oracle, no pool, 3 threads */
+                g4_unified_run run;
+                g4_result r;
+                memset(&run, 0, sizeof run);
+                run.bf16 = bf16;
+                run.pool = pass == 2 ? pool : NULL;
+                ns[pass] = 0;
+                r = kind ? g4__unified_audio(&m, (const float *)fe->data, valid, n_aud, arena, bytes, &run, soft[pass], &ns[pass], pass == 0)
+                         : g4__unified_image(&m, (const float *)pv->data, (const int32_t *)pos->data, n_img, arena, bytes, &run,
+                                             soft[pass], &ns[pass], pass == 0);
+                CHECK(r == G4_OK, "%s %s: %s", adapter, what, run.error);
+            }
+            if (!ref || !b0 || nr != nb || nr != (int64_t)ns[0] * H || ns[1] != ns[0] || ns[2] != ns[0]) {
+                CHECK(0, "%s %s: %d soft tokens, peft %lld values", adapter, what, ns[1], (long long)nr);
+                continue;
+            }
+            for (i = 0; i < nr; i++) off[2] += soft[2][i] != soft[1][i];
+            moved = max_diff(soft[1], b0, (size_t)nr);
+            if (bf16) {
+                for (i = 0; i < nr; i++) { off[0] += soft[0][i] != ref[i]; off[1] += soft[1][i] != ref[i]; }
+                printf("  %s bf16 %s: %d soft tokens; of %lld values differ from peft's: oracle %lld, no pool %lld, "
+                       "3 threads %lld (the adapter moves them by %.3g)\n", adapter, what, ns[1], (long long)nr,
+                       (long long)off[0], (long long)off[1], (long long)(off[2] + off[1]), moved);
+                CHECK(off[0] == 0 && off[1] == 0 && off[2] == 0 && moved > 0.5, "%s bf16 %s: %lld/%lld/%lld values off; moved %.3g",
+                      adapter, what, (long long)off[0], (long long)off[1], (long long)off[2], moved);
+            } else {
+                scale = max_abs(ref, (size_t)nr);
+                d = max_diff(soft[1], ref, (size_t)nr) / scale;
+                dor = max_diff(soft[0], soft[1], (size_t)nr) / scale;
+                printf("  %s %s: %d soft tokens within %.2g x max|soft| of peft's; oracle vs SIMD %.2g; 3 threads = no pool "
+                       "(%lld differ); the adapter moves them by %.3g\n", adapter, what, ns[1], d, dor, (long long)off[2], moved);
+                CHECK(d <= 1e-4 && dor <= 1e-5 && off[2] == 0 && moved > 0.5,
+                      "%s %s: %.3g from peft (1e-4), oracle %.3g (1e-5), %lld differ on 3 threads, moved %.3g", adapter, what, d,
+                      dor, (long long)off[2], moved);
+            }
+        }
+    if (modules > 3) { /* all-linear: the decoder too */
+        int64_t nl = 0, nl16 = 0;
+        const float *want = golden_f32(&g, "logits", &nl), *want16 = golden_f32(&gb, "logits", &nl16);
+        golden tg;
+        int n_ids = 0, V = m.config.vocab_size;
+        const int32_t *ids = NULL;
+        if (golden_open(&tg, "unified_like")) ids = golden_ids(&tg, "input_ids", &n_ids);
+        CHECK(want && want16 && ids && n_ids >= 6 && nl == 6 * (int64_t)V && nl16 == nl, "%s: logits goldens", adapter);
+        if (want && want16 && ids && n_ids >= 6 && nl == 6 * (int64_t)V && nl16 == nl) {
+            float *lg = logits_of(&m, ids, 6, 0, NULL), *lg16 = NULL;
+            g4_session s;
+            g4_session_config sc = g4_session_config_init();
+            int64_t i, off = 0;
+            double d = lg ? max_diff(lg, want, (size_t)nl) / max_abs(want, (size_t)nl) : 1e9;
+            sc.max_context = 6;
+            sc.bf16 = 1;
+            lg16 = (float *)malloc(sizeof(float) * (size_t)nl);
+            if (g4_session_create(&s, &m, &sc) == G4_OK) {
+                CHECK(g4_forward(&s, ids, 6, lg16, G4_LOGITS_ALL) == G4_OK, "%s", s.error);
+                g4_session_destroy(&s);
+            } else CHECK(0, "bf16 session: %s", s.error);
+            for (i = 0; i < nl; i++) off += lg16[i] != want16[i];
+            printf("  %s: decoder logits (6 ids) within %.2g x max|logit| of peft's; bf16 mode: %lld of %lld differ\n", adapter, d,
+                   (long long)off, (long long)nl);
+            CHECK(d <= TOL && off == 0, "%s logits: %.3g (tolerance %g); bf16 %lld differ", adapter, d, TOL, (long long)off);
+            { /* the CLI on the 12B directory: logits --adapter --bf16 = the library's bytes; float32: within TOL of
+                 peft's (the CLI may run other kernels than this build: test_lora_san_avx2 runs build/gemma4) */
+                char args[1200], out[600], list[256];
+                size_t len = 0;
+                int k2, c;
+                float *read = (float *)malloc(sizeof(float) * (size_t)nl);
+                for (k2 = 0; k2 < 6; k2++) len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", k2 ? "," : "", (int)ids[k2]);
+                snprintf(out, sizeof out, "%s/unified_logits.bin", g_tmp);
+                for (c = 0; c < 2; c++) {
+                    FILE *f;
+                    snprintf(args, sizeof args, "logits %s --adapter %s --ids %s --out %s%s", tiny("unified_like"), lora_dir(adapter),
+                             list, out, c ? " --bf16" : "");
+                    CHECK(cli(args, NULL, NULL, 0) == 0, "%s %s failed", g_cli, args);
+                    f = fopen(out, "rb");
+                    CHECK(read && f && fread(read, sizeof(float), (size_t)nl, f) == (size_t)nl &&
+                              (c ? !memcmp(read, lg16, sizeof(float) * (size_t)nl)
+                                 : max_diff(read, want, (size_t)nl) <= TOL * max_abs(want, (size_t)nl)),
+                          "logits --adapter%s on the 12B: %s", c ? " --bf16" : "",
+                          c ? "not the library's bytes" : "not within TOL of peft's");
+                    if (f) fclose(f);
+                }
+                free(read);
+            }
+            free(lg);
+            free(lg16);
+        }
+        if (tg.ok) g4_model_free(&tg.m);
+    }
+out:
+    for (pass = 0; pass < 3; pass++) free(soft[pass]);
+    free(arena);
+    g4_pool_free(pool);
+    if (in.ok) g4_model_free(&in.m);
+    if (base16.ok) g4_model_free(&base16.m);
+    g4_model_free(&g.m);
+    g4_model_free(&gb.m);
+    g4_model_free(&m);
+}
+
+static void test_unified(void) {
+    char dir[600], text[512];
+    static float A[2 * 432], B[24 * 2], Aa[2 * 40], Ba[32 * 2];
+    st_entry e[4];
+    FILE *f;
+    g4_model m;
+    size_t before = 0, after = 0;
+    void *arena = NULL;
+    unified_case("unified_embedders", 3);
+    unified_case("unified_all_linear", 52);
+    /* an arena sized before the adapter: refused (the adapter's scratch), not overrun */
+    memset(&m, 0, sizeof m);
+    if (g4_model_load(&m, tiny("unified_like")) != G4_OK) { skip(m.error); return; }
+    CHECK(g4_unified_size(&m, 4, &before) == G4_OK && !posix_memalign(&arena, 64, before), "size");
+    CHECK(g4_model_load_adapter(&m, lora_dir("unified_embedders")) == G4_OK, "%s", m.error);
+    CHECK(g4_unified_size(&m, 4, &after) == G4_OK && after > before, "the adapter's scratch: %zu bytes, %zu before", after, before);
+    if (arena) {
+        static float frames[4 * 40], soft[4 * 32];
+        g4_unified_run run;
+        int ns = 0;
+        memset(&run, 0, sizeof run);
+        CHECK(g4_unified_embed_audio(&m, frames, NULL, 4, arena, before, &run, soft, &ns) == G4_ERR_ARENA &&
+                  strstr(run.error, "g4_unified_size"), "an arena sized before the adapter: %s", run.error);
+    }
+    free(arena);
+    g4_model_free(&m);
+    /* a tensor on a module the embedder does not have as an nn.Linear (patch_ln1 is a LayerNorm): refused, naming it */
+    snprintf(dir, sizeof dir, "%s/unified_stray", g_tmp);
+    mkdir(dir, 0755);
+    memset(e, 0, sizeof e);
+    e[0].name = "base_model.model.model.embed_audio.embedding_projection.lora_A.weight"; e[0].data = Aa; e[0].bytes = sizeof Aa;
+    e[0].shape[0] = 2; e[0].shape[1] = 40;
+    e[1].name = "base_model.model.model.embed_audio.embedding_projection.lora_B.weight"; e[1].data = Ba; e[1].bytes = sizeof Ba;
+    e[1].shape[0] = 32; e[1].shape[1] = 2;
+    e[2].name = "base_model.model.model.embed_vision.patch_ln1.lora_A.weight"; e[2].data = A; e[2].bytes = sizeof A;
+    e[2].shape[0] = 2; e[2].shape[1] = 432;
+    e[3].name = "base_model.model.model.embed_vision.patch_ln1.lora_B.weight"; e[3].data = B; e[3].bytes = sizeof B;
+    e[3].shape[0] = 24; e[3].shape[1] = 2;
+    for (int k = 0; k < 4; k++) { e[k].dtype = "F32"; e[k].ndim = 2; }
+    CHECK(st_write(path2(dir, "adapter_model.safetensors"), e, 4, NULL), "write");
+    snprintf(text, sizeof text, "{\"peft_type\": \"LORA\", \"r\": 2, \"lora_alpha\": 4, \"target_modules\": [\"%s\"]}",
+             "embed_audio.embedding_projection");
+    if ((f = fopen(path2(dir, "adapter_config.json"), "wb"))) { fputs(text, f); fclose(f); }
+    memset(&m, 0, sizeof m);
+    if (g4_model_load(&m, tiny("unified_like")) != G4_OK) { skip(m.error); return; }
+    CHECK(g4_model_load_adapter(&m, dir) == G4_ERR_WEIGHTS &&
+              strstr(m.error, "the unified vision embedder has no nn.Linear module 'model.embed_vision.patch_ln1'") && !m.lora,
+          "a tensor on patch_ln1: %s", m.error);
+    printf("  %s\n", m.error);
+    /* a config whose only target is no linear of the model: refused */
+    snprintf(text, sizeof text, "{\"peft_type\": \"LORA\", \"r\": 2, \"lora_alpha\": 4, \"target_modules\": [\"patch_ln1\"]}");
+    if ((f = fopen(path2(dir, "adapter_config.json"), "wb"))) { fputs(text, f); fclose(f); }
+    CHECK(g4_model_load_adapter(&m, dir) != G4_OK && !m.lora && m.error[0], "target patch_ln1: %s", m.error);
+    printf("  %s\n", m.error);
+    g4_model_free(&m);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) g_data = argv[1];
     if (argc > 2) g_cli = argv[2];
@@ -870,6 +1089,8 @@ int main(int argc, char **argv) {
     run("adapter after a session; a second adapter", test_order);
     run("bf16 adapter goldens (float32 and bf16 adapter): library, logits --bf16 and compare --adapter to the bit", test_bf16_goldens);
     run("towers: LoRA on vision and audio tower linears = peft; a wrong rank on a tower tensor is an error", test_towers);
+    run("12B unified: LoRA on the embedders' linears = peft (float32, bf16 bit for bit), oracle, pool; a stray module refused",
+        test_unified);
     remove_tree(g_tmp);
     return finish();
 }

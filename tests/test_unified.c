@@ -1292,7 +1292,8 @@ out:
    (one placeholder per file, from the template), a.png and clip_b.wav with
    --processor give transformers' logits on the processor's output (1e-4 x
    max |logit|), greedy its next token; `image` and `audio` write what the
-   library's embedders give (the same functions: the same bits); a
+   library's embedders give (the same functions: the same bits), also with
+   --adapter (LoRA on the embedders) and --bf16; a
    Gemma4ImageProcessor, a count mismatch and an 8 kHz clip are one line and
    exit 1. */
 
@@ -1366,6 +1367,45 @@ static void test_cli(void) {
               g4_unified_embed_audio(&c.m, frames, NULL, nf, arena, bytes, &run, lib, &n) == G4_OK && n == 175,
           "library audio: %s", run.error);
     CHECK(got && memcmp(got, lib, sizeof(float) * 175 * (size_t)H) == 0, "audio: the CLI's soft tokens differ from the library's");
+    /* --adapter (LoRA on the embedders' linears, data/lora/unified_embedders; tests/test_lora.c checks the
+       library against peft): image on 3 threads and audio in the bf16 mode, the library's bytes */
+    {
+        g4_model ma;
+        void *arena2 = NULL;
+        size_t bytes2 = 0;
+        float *lib2 = (float *)malloc(sizeof(float) * 175 * (size_t)H);
+        char adapter[600];
+        int k;
+        snprintf(adapter, sizeof adapter, "%s", path2(g_data, "lora/unified_embedders"));
+        memset(&ma, 0, sizeof ma);
+        CHECK(lib2 && g4_model_load(&ma, tiny("unified_like")) == G4_OK && g4_model_load_adapter(&ma, adapter) == G4_OK &&
+                  g4_unified_size(&ma, 175, &bytes2) == G4_OK && (arena2 = arena_alloc(bytes2)) != NULL,
+              "the adapted model: %s", ma.error);
+        for (k = 0; k < 2 && arena2; k++) {
+            int ns = 0;
+            g4_unified_run r2;
+            memset(&r2, 0, sizeof r2);
+            r2.bf16 = k;
+            snprintf(cmd, sizeof cmd, "%s %s %s %s --processor %s --adapter %s%s --out %s > /dev/null", g_cli, k ? "audio" : "image",
+                     tiny("unified_like"), k ? path2(g_data, "tiny/e2b_audio/clip_b.wav") : path2(g_data, "vision/images/a.png"),
+                     tiny(UPROC), adapter, k ? " --bf16" : " --threads 3", out);
+            CHECK(run_quiet(cmd) == 0, "%s: exit status", cmd);
+            free(got);
+            got = read_floats(out, (size_t)(k ? 175 : 63) * H);
+            CHECK((k ? g4_unified_embed_audio(&ma, frames, NULL, nf, arena2, bytes2, &r2, lib2, &ns)
+                     : g4_unified_embed_image(&ma, pv, pos, 70, arena2, bytes2, &r2, lib2, &ns)) == G4_OK &&
+                      ns == (k ? 175 : 63), "library %s with the adapter: %s", k ? "audio" : "image", r2.error);
+            CHECK((k ? g4_unified_embed_audio(&c.m, frames, NULL, nf, arena, bytes, &r2, lib, &n)
+                     : g4_unified_embed_image(&c.m, pv, pos, 70, arena, bytes, &r2, lib, &n)) == G4_OK && n == ns,
+                  "library %s without it: %s", k ? "audio" : "image", r2.error);
+            CHECK(got && memcmp(got, lib2, sizeof(float) * (size_t)ns * H) == 0 && memcmp(lib2, lib, sizeof(float) * (size_t)ns * H) != 0,
+                  "%s --adapter: the CLI's soft tokens differ from the library's (or the adapter changed nothing)",
+                  k ? "audio --bf16" : "image");
+        }
+        free(arena2);
+        free(lib2);
+        g4_model_free(&ma);
+    }
     /* info */
     snprintf(cmd, sizeof cmd, "%s info %s", g_cli, tiny("unified_like"));
     found = 0;
