@@ -9810,9 +9810,18 @@ static G4__NOINLINE void g4__micro_bf16(uint16_t *wp, const unsigned char *const
                 G4__UNROLL for (r = 0; r < G4__TR; r++) acc[r][u] = _mm512_dpbf16_ps(acc[r][u], wv[r], xv);
             }
         }
-    if (last) {
+    if (last) { /* each sum _mm512_reduce_add_ps's bits (the decode rows'), 16 at a time as g4__micro's */
+#if defined(G4__VHSUM16) && G4__TR == 4 && G4__TT == 6
+        float tmp[16];
+        _mm512_storeu_ps(&sum[0][0], g4__vhsum16(acc[0][0], acc[0][4], acc[1][2], acc[2][0], acc[0][1], acc[0][5], acc[1][3], acc[2][1],
+                                                 acc[0][2], acc[1][0], acc[1][4], acc[2][2], acc[0][3], acc[1][1], acc[1][5], acc[2][3]));
+        _mm512_storeu_ps(tmp, g4__vhsum16(acc[2][4], acc[3][2], acc[2][4], acc[3][2], acc[2][5], acc[3][3], acc[2][5], acc[3][3],
+                                          acc[3][0], acc[3][4], acc[3][0], acc[3][4], acc[3][1], acc[3][5], acc[3][1], acc[3][5]));
+        memcpy(&sum[0][0] + 16, tmp, 8 * sizeof(float));
+#else
         G4__UNROLL for (r = 0; r < G4__TR; r++)
             G4__UNROLL for (u = 0; u < G4__TT; u++) sum[r][u] = _mm512_reduce_add_ps(acc[r][u]);
+#endif
     } else {
         G4__UNROLL for (r = 0; r < G4__TR; r++)
             G4__UNROLL for (u = 0; u < G4__TT; u++) _mm512_storeu_ps(part + (r * G4__TT + u) * 16, acc[r][u]);
