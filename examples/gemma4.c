@@ -495,7 +495,7 @@ static int cmd_compare(int argc, char **argv) {
         fprintf(stderr, "gemma4: %s\n", s.error);
         goto done;
     }
-    printf("gemma4.h (%s) vs %s (%s), %d tokens\n", sc.bf16 ? "bf16-faithful" : "float32", dump,
+    printf("gemma4.h (%s) vs %s (%s), %d tokens\n", sc.bf16_fast ? "bf16 with bf16_fast" : sc.bf16 ? "bf16-faithful" : "float32", dump,
            c.bf16 ? "bfloat16" : "float32", c.n_ids);
     first = g4cmp_report(&c, tol, stdout);
     rc = first >= 0 ? 2 : 0;

@@ -1196,6 +1196,73 @@ static void test_bf16_fast(void) {
            g4_simd_name(), worst, N_BF16_RUNS, G4CMP_TOL_BF16, differ);
     CHECK(differ > 0, "bf16_fast gave the faithful bits on every dump: the VDPBF16PS kernel did not run");
 }
+
+/* every logit of ids through a bf16_fast session of model, `step` tokens per
+   forward call (0: all at once), on pool (NULL: none); NULL after a CHECK */
+static float *bf16_fast_logits(const char *model, const int32_t *ids, int n, int step, g4_pool *pool) {
+    g4_model m;
+    g4_session s;
+    g4_session_config sc = g4_session_config_init();
+    float *out = NULL;
+    int done, k;
+    if (g4_model_load(&m, tiny(model)) != G4_OK) { CHECK(0, "load %s: %s", model, m.error); return NULL; }
+    sc.max_context = n;
+    sc.max_chunk = step ? step : n;
+    sc.bf16 = sc.bf16_fast = 1;
+    sc.pool = pool;
+    if (g4_session_create(&s, &m, &sc) != G4_OK) { CHECK(0, "session: %s", s.error); g4_model_free(&m); return NULL; }
+    out = (float *)malloc(sizeof(float) * (size_t)n * (size_t)m.config.vocab_size);
+    for (done = 0; out && done < n; done += k) {
+        k = step ? (n - done < step ? n - done : step) : n;
+        if (g4_forward(&s, ids + done, k, out + (size_t)done * m.config.vocab_size, G4_LOGITS_ALL) != G4_OK) {
+            CHECK(0, "%s forward: %s", model, s.error);
+            free(out);
+            out = NULL;
+        }
+    }
+    g4_session_destroy(&s);
+    g4_model_free(&m);
+    return out;
+}
+
+/* bf16_fast keeps the float32 path's promise: a prompt at once, in steps of 5,
+   one token at a time (decode) and on 3 threads give the same logits, bit for
+   bit (its VDPBF16PS tile sums each output in one order whatever the blocking,
+   and its attention is the blocked kernel's, row by row), on every bf16 dump's
+   ids and model */
+static void test_bf16_fast_invariant(void) {
+    g4_pool *pool = NULL;
+    int k, runs = 0;
+    CHECK(g4_pool_create(&pool, 3) == G4_OK, "pool");
+    for (k = 0; k < N_BF16_RUNS; k++) {
+        g4cmp c;
+        char file[64];
+        float *ref, *other;
+        int v, bad = 0;
+        size_t n;
+        snprintf(file, sizeof file, "%s.safetensors", bf16_runs[k][1]);
+        if (g4cmp_open(&c, dumpfile(file)) != G4_OK) { CHECK(0, "%s", c.error); continue; }
+        ref = bf16_fast_logits(bf16_runs[k][0], c.ids, c.n_ids, 0, NULL);
+        for (v = 0; ref && v < 3; v++) {
+            g4_model m;
+            other = bf16_fast_logits(bf16_runs[k][0], c.ids, c.n_ids, v == 0 ? 5 : v == 1 ? 1 : 0, v == 2 ? pool : NULL);
+            if (!other || g4_model_load(&m, tiny(bf16_runs[k][0])) != G4_OK) { free(other); bad++; continue; }
+            n = (size_t)c.n_ids * (size_t)m.config.vocab_size;
+            g4_model_free(&m);
+            if (memcmp(ref, other, sizeof(float) * n) != 0) {
+                bad++;
+                CHECK(0, "bf16_fast %s: %s differs from the whole prompt in one step", bf16_runs[k][1],
+                      v == 0 ? "steps of 5" : v == 1 ? "one token a step" : "3 threads");
+            }
+            free(other);
+        }
+        runs += ref && !bad;
+        free(ref);
+        g4cmp_close(&c);
+    }
+    printf("  bf16_fast: %d of %d dumps' ids give the same logits at once, by 5, by 1 and on 3 threads\n", runs, N_BF16_RUNS);
+    g4_pool_free(pool);
+}
 #endif
 
 /* torch.topk's choice among tied values, against cases recorded from torch
@@ -1502,6 +1569,7 @@ int main(int argc, char **argv) {
     run("bf16-faithful mode: every bf16 dump bit-identical to transformers-bf16", test_bf16_bit_identical);
 #if G4__BF16DOT
     run("bf16_fast: the VDPBF16PS kernel within G4CMP_TOL_BF16 of the faithful bits", test_bf16_fast);
+    run("bf16_fast: the same logits at once, in steps, one token at a time and on 3 threads", test_bf16_fast_invariant);
 #endif
     run("bf16: torch.topk's tie rule (not lower index)", test_topk_tie_rule);
     run("bf16: gelu's scalar tail; torch-order matmul SIMD = reference", test_bf16_gelu_tail_and_torch_matmul);
