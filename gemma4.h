@@ -9256,6 +9256,25 @@ static void g4__pf_step(g4__pf *f) {
     }
 }
 
+/* The end of a 4 x 6 tile (AVX-512: g4__micro_vs, g4__micro_bf16): sum[r][u] =
+   g4__vhsum(acc[r][u]) 16 at once, the same bits. sum's flat element 6 r + u:
+   the first 16, then the last 8 (the other 8 slots repeat them); lane 4k + j
+   of g4__vhsum16 sums its argument 4j + k. A macro, so that acc stays in
+   registers. */
+#if defined(G4__VHSUM16) && G4__TR == 4 && G4__TT == 6
+#define G4__TILE_HSUMS(acc, sum)                                                                                          \
+    do {                                                                                                                  \
+        float hs_[16];                                                                                                    \
+        g4__vstore(&(sum)[0][0], g4__vhsum16((acc)[0][0], (acc)[0][4], (acc)[1][2], (acc)[2][0], (acc)[0][1], (acc)[0][5], \
+                                             (acc)[1][3], (acc)[2][1], (acc)[0][2], (acc)[1][0], (acc)[1][4], (acc)[2][2], \
+                                             (acc)[0][3], (acc)[1][1], (acc)[1][5], (acc)[2][3]));                         \
+        g4__vstore(hs_, g4__vhsum16((acc)[2][4], (acc)[3][2], (acc)[2][4], (acc)[3][2], (acc)[2][5], (acc)[3][3],          \
+                                    (acc)[2][5], (acc)[3][3], (acc)[3][0], (acc)[3][4], (acc)[3][0], (acc)[3][4],          \
+                                    (acc)[3][1], (acc)[3][5], (acc)[3][1], (acc)[3][5]));                                  \
+        memcpy(&(sum)[0][0] + 16, hs_, 8 * sizeof(float));                                                               \
+    } while (0)
+#endif
+
 /* One tile over `steps` vectors of k, vs elements apart (VL; 64 in torch's
    order): wp a packed panel, xt[u] the tile's activation rows at the first
    vector. Starts from zero (first) or from the partial sums in part; ends in
@@ -9315,15 +9334,8 @@ static G4__NOINLINE void g4__micro_vs(float *wp, const unsigned char *const *wro
             }
         }
     if (last) {
-#if defined(G4__VHSUM16) && G4__TR == 4 && G4__TT == 6
-        /* sum[r][u], flat element 6 r + u: the first 16 at once (g4__vhsum16: the same bits), then the last 8
-           (the other 8 slots repeat them); lane 4k + j of g4__vhsum16 sums its argument 4j + k */
-        float tmp[16];
-        g4__vstore(&sum[0][0], g4__vhsum16(acc[0][0], acc[0][4], acc[1][2], acc[2][0], acc[0][1], acc[0][5], acc[1][3], acc[2][1],
-                                           acc[0][2], acc[1][0], acc[1][4], acc[2][2], acc[0][3], acc[1][1], acc[1][5], acc[2][3]));
-        g4__vstore(tmp, g4__vhsum16(acc[2][4], acc[3][2], acc[2][4], acc[3][2], acc[2][5], acc[3][3], acc[2][5], acc[3][3],
-                                    acc[3][0], acc[3][4], acc[3][0], acc[3][4], acc[3][1], acc[3][5], acc[3][1], acc[3][5]));
-        memcpy(&sum[0][0] + 16, tmp, 8 * sizeof(float));
+#ifdef G4__TILE_HSUMS
+        G4__TILE_HSUMS(acc, sum);
 #else
         G4__UNROLL for (r = 0; r < G4__TR; r++) /* constant indices only, so acc stays in registers */
             G4__UNROLL for (u = 0; u < G4__TT; u++) sum[r][u] = g4__vhsum(acc[r][u]);
@@ -9850,13 +9862,8 @@ static G4__NOINLINE void g4__micro_bf16(uint16_t *wp, const unsigned char *const
             }
         }
     if (last) { /* each sum _mm512_reduce_add_ps's bits (the decode rows'), 16 at a time as g4__micro's */
-#if defined(G4__VHSUM16) && G4__TR == 4 && G4__TT == 6
-        float tmp[16];
-        _mm512_storeu_ps(&sum[0][0], g4__vhsum16(acc[0][0], acc[0][4], acc[1][2], acc[2][0], acc[0][1], acc[0][5], acc[1][3], acc[2][1],
-                                                 acc[0][2], acc[1][0], acc[1][4], acc[2][2], acc[0][3], acc[1][1], acc[1][5], acc[2][3]));
-        _mm512_storeu_ps(tmp, g4__vhsum16(acc[2][4], acc[3][2], acc[2][4], acc[3][2], acc[2][5], acc[3][3], acc[2][5], acc[3][3],
-                                          acc[3][0], acc[3][4], acc[3][0], acc[3][4], acc[3][1], acc[3][5], acc[3][1], acc[3][5]));
-        memcpy(&sum[0][0] + 16, tmp, 8 * sizeof(float));
+#ifdef G4__TILE_HSUMS
+        G4__TILE_HSUMS(acc, sum);
 #else
         G4__UNROLL for (r = 0; r < G4__TR; r++)
             G4__UNROLL for (u = 0; u < G4__TT; u++) sum[r][u] = _mm512_reduce_add_ps(acc[r][u]);

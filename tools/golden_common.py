@@ -13,6 +13,7 @@ import importlib
 import os
 import platform
 import shutil
+import tempfile
 
 import torch
 import transformers
@@ -65,6 +66,19 @@ def write_versions(path, packages, command, lines, **text):
         f.write(versions(*packages, **text) + f"command {command}\n")
         for line in lines:
             f.write(line + "\n")
+
+
+def save_adapter(pm, out, dtype=torch.bfloat16):
+    """The peft model pm's adapter, cast to dtype, into the folder out (replaced): only adapter_config.json and
+    adapter_model.safetensors (save_pretrained also writes a README)."""
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    with tempfile.TemporaryDirectory() as tmp:
+        pm.to(dtype)
+        pm.save_pretrained(tmp)
+        os.makedirs(out)
+        for f in ("adapter_config.json", "adapter_model.safetensors"):
+            shutil.copy(os.path.join(tmp, f), os.path.join(out, f))
 
 
 def lora_init(pm, seed, dtype, a_std, b_std):

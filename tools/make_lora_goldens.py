@@ -47,10 +47,8 @@ import datetime
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 import peft
@@ -133,14 +131,7 @@ def make(name, tiny, kwargs, out_root, seed, with_grads, dtype):
     golden_common.lora_init(pm, seed, dtype, A_STD, B_STD)
     pm.eval()
     mem_logits = logits_of(pm, ids)
-    if os.path.exists(out):
-        shutil.rmtree(out)
-    with tempfile.TemporaryDirectory() as tmp:
-        pm.to(dtype)  # bf16 cases: saved as a bf16 training run saves them (values already bf16)
-        pm.save_pretrained(tmp)
-        os.makedirs(out)
-        for f in ("adapter_config.json", "adapter_model.safetensors"):
-            shutil.copy(os.path.join(tmp, f), os.path.join(out, f))
+    golden_common.save_adapter(pm, out, dtype)  # bf16 cases: saved as a bf16 training run saves them (values already bf16)
     # the golden: a fresh base + the saved adapter, as a user loads it
     model = PeftModel.from_pretrained(load_base(src), out)  # autocast_adapter_dtype: float32 adapter
     model.eval()

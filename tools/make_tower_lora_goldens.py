@@ -42,8 +42,6 @@ Usage (from the repository root): venv/bin/python tools/make_tower_lora_goldens.
 
 import argparse
 import os
-import shutil
-import tempfile
 
 import peft
 import torch
@@ -108,14 +106,7 @@ def make(name, src, kind, kwargs, seed, out_root):
     golden_common.lora_init(pm, seed, torch.bfloat16, A_STD, B_STD)
     pm.eval()
     mem = soft(pm, kind)
-    if os.path.exists(out):
-        shutil.rmtree(out)
-    with tempfile.TemporaryDirectory() as tmp:
-        pm.to(torch.bfloat16)
-        pm.save_pretrained(tmp)
-        os.makedirs(out)
-        for f in ("adapter_config.json", "adapter_model.safetensors"):
-            shutil.copy(os.path.join(tmp, f), os.path.join(out, f))
+    golden_common.save_adapter(pm, out)
     model = PeftModel.from_pretrained(load(src), out)
     model.eval()
     got = soft(model, kind)

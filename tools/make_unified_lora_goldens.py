@@ -34,8 +34,6 @@ Usage (from the repository root):
 """
 
 import os
-import shutil
-import tempfile
 
 import peft
 import torch
@@ -89,14 +87,7 @@ def make(name, kwargs, seed, out_root):
     golden_common.lora_init(pm, seed, torch.bfloat16, A_STD, B_STD)
     pm.eval()
     mem = record(pm, logits)
-    if os.path.exists(out):
-        shutil.rmtree(out)
-    with tempfile.TemporaryDirectory() as tmp:
-        pm.to(torch.bfloat16)
-        pm.save_pretrained(tmp)
-        os.makedirs(out)
-        for f in ("adapter_config.json", "adapter_model.safetensors"):
-            shutil.copy(os.path.join(tmp, f), os.path.join(out, f))
+    golden_common.save_adapter(pm, out)
     got = record(PeftModel.from_pretrained(load(torch.float32), out).eval(), logits)
     for k in got:
         assert torch.equal(got[k], mem[k]), f"{k}: the reloaded adapter differs from the in-memory one"
