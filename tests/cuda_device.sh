@@ -74,7 +74,7 @@ if [[ $skip != *" san "* ]] && [ -x build/test_cuda_max ]; then
 fi
 if [[ $skip != *" real "* ]]; then
     s=$(date +%s)
-    QUICK=1 tests/cuda_real.sh build/cuda_real > "$out/real.txt" 2>&1
+    QUICK=1 tests/cuda_real.sh build/cuda_real_logs > "$out/real.txt" 2>&1
     rc=$?
     say "cuda_real.sh (QUICK): exit $rc in $(( $(date +%s) - s )) s"
     [ $rc -eq 0 ] || fail=1
