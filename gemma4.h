@@ -5114,19 +5114,21 @@ static g4_result g4__kv_read(g4_session *s, int l, int n, g4_kv_slot **out) {
    the step's (token, query head) pairs, s->q -> s->att; query head h reads KV
    head h / (NH / KVH). Split across threads in items of G heads of one token
    that share a KV head (g4__att_heads; 1 when there are fewer such items than
-   threads, as in a decode step); part p uses its own G rows of scores. Any G
-   and any split give the same bits. target: a drafter's layer, whose query
-   at p reads the target's positions before p. */
+   threads, as in a decode step); part p uses its own G rows of scores and
+   takes every n_parts-th item from p (a causal query's keys grow with its
+   position: contiguous ranges gave the second of two parts 3x the first's
+   work in a 512-token chunk). Any G and any split give the same bits.
+   target: a drafter's layer, whose query at p reads the target's positions
+   before p. */
 typedef struct { const g4_session *s; const g4_kv_slot *sl; int n, NH, group, G, window, target; } g4__attn_job;
 
 static void g4__attn_part(void *ctx, int part, int n_parts) {
     const g4__attn_job *j = (const g4__attn_job *)ctx;
     const g4_session *s = j->s;
     int D = j->sl->head_dim, G = j->G, items = j->n * (j->NH / G), i, g;
-    int i0 = (int)((int64_t)items * part / n_parts), i1 = (int)((int64_t)items * (part + 1) / n_parts);
     int fast = G4__BF16DOT && s->cfg.bf16 && s->cfg.bf16_fast; /* bf16_fast: g4__attend's order with bf16 roundings */
     float *scores = s->scores + (size_t)part * (size_t)s->att_heads * (size_t)s->cfg.max_context;
-    for (i = i0; i < i1; i++) {
+    for (i = part; i < items; i += n_parts) {
         int t = i / (j->NH / G), h = i % (j->NH / G) * G, p = s->layer_pos + t, lo = 0, hi = p;
         size_t at = ((size_t)t * (size_t)j->NH + (size_t)h) * (size_t)D;
         if (j->target) { /* a drafter's query at p reads the target's positions before p */
@@ -6544,11 +6546,12 @@ G4__MAYBE_UNUSED static void g4__attend_backward(float *dq, float *dk, float *dv
 
 /* The same backward for all (token, head) pairs of a layer, on the pool, in
    two passes with the same bits as g4__attend_backward pair by pair:
-   A (per query head, split across threads): the probabilities again, the
+   A (per query head, every n_parts-th pair to a part, as the forward's
+     g4__attn_part, for balance): the probabilities again, the
      head's output from them (o_proj's input, summed as g4__attend sums it),
      dL/dp (kept, then used for dq), dq, and per pair the softmax's max and
      sum and sum(p dp) (stats, 3 floats);
-   B (per key row and KV head, split across threads): dK and dV of that row,
+   B (per key row and KV head, every n_parts-th to a part): dK and dV of that row,
      adding the pairs' contributions in the order the pair loop adds them. */
 typedef struct {
     const g4_kv_slot *sl; const float *q, *dout; float *att, *dq, *dk, *dv, *stats, *scratch;
@@ -6559,9 +6562,8 @@ static void g4__attn_bwd_q(void *ctx, int part, int n_parts) {
     const g4__attn_bwd_job *j = (const g4__attn_bwd_job *)ctx;
     const g4_kv_slot *sl = j->sl;
     int D = sl->head_dim, stride = sl->kv_heads * D, total = j->n * j->NH, i, k;
-    int i0 = (int)((int64_t)total * part / n_parts), i1 = (int)((int64_t)total * (part + 1) / n_parts);
     float *p = j->scratch + 2 * (size_t)part * (size_t)j->scratch_len, *dpv = p + j->scratch_len;
-    for (i = i0; i < i1; i++) {
+    for (i = part; i < total; i += n_parts) {
         int t = i / j->NH, h = i % j->NH, lo = j->window && t - j->window + 1 > 0 ? t - j->window + 1 : 0;
         const float *q = j->q + (size_t)i * D;
         float mx, sum = 0.0f, *att = j->att + (size_t)i * D;
@@ -6592,8 +6594,7 @@ static void g4__attn_bwd_kv(void *ctx, int part, int n_parts) {
     const g4__attn_bwd_job *j = (const g4__attn_bwd_job *)ctx;
     const g4_kv_slot *sl = j->sl;
     int D = sl->head_dim, KVH = sl->kv_heads, stride = KVH * D, total = j->n * KVH, i, t, h;
-    int i0 = (int)((int64_t)total * part / n_parts), i1 = (int)((int64_t)total * (part + 1) / n_parts);
-    for (i = i0; i < i1; i++) {
+    for (i = part; i < total; i += n_parts) {
         int k = i / KVH, g = i % KVH, last = j->window && k + j->window - 1 < j->n - 1 ? k + j->window - 1 : j->n - 1;
         size_t row = (size_t)(k % sl->capacity) * (size_t)stride + (size_t)g * D;
         for (t = k; t <= last; t++)
