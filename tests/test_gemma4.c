@@ -307,7 +307,7 @@ static void test_rope_proportional(void) {
     }
     CHECK(fabs(inv[63] - 0.0334) < 1e-3, "lowest rotated frequency %g", inv[63]);
     for (j = 0; j < 512; j++) x[j] = y[j] = (float)j * 0.01f - 1.0f;
-    g4__rope(y, inv, 512, 77, 0);
+    g4__rope(y, 1, inv, 512, 77, 0);
     for (j = 0; j < 512; j++)
         if ((j % 256) >= 64) CHECK(y[j] == x[j], "dim %d changed", j);
     CHECK(y[0] != x[0] && y[256] != x[256], "rotated pair (0, 256) must change");
@@ -931,6 +931,43 @@ static void test_bf16_round_range(void) {
         bad += memcmp(&r, &y[i], 4) != 0;
     }
     CHECK(bad == 0, "%d of 53 values differ from g4__bf16_round", bad);
+}
+
+/* RoPE on a position's heads (g4__rope: cos and sin once for the heads, 16
+   pairs at a time) = g4__rope_pair pair by pair on each head (the reference
+   the CUDA kernels call), bit for bit, in float32 and bf16: head dims with
+   halves below, at and past 16 and with a tail (the tiny models' 16 and 32
+   take only the first two), 1 to 3 heads, positions up to 131071 (large
+   angles), inverse frequencies as Gemma's with a zeroed partial-rotary part. */
+static void test_rope_blocks(void) {
+    static const int dims[] = {2, 16, 30, 32, 34, 48, 64, 256, 512};
+    static const int positions[] = {0, 1, 7, 1000, 131071};
+    float inv[256], x[3 * 512], y[3 * 512];
+    unsigned seed = 17;
+    int d, p, b, nh, i, h, bad = 0, cases = 0;
+    for (d = 0; d < 9; d++)
+        for (p = 0; p < 5; p++)
+            for (b = 0; b < 2; b++)
+                for (nh = 1; nh <= 3; nh++) {
+                    int D = dims[d], half = D / 2;
+                    for (i = 0; i < half; i++) inv[i] = i >= 3 * half / 4 ? 0.0f : (float)pow(10000.0, -2.0 * i / D);
+                    for (i = 0; i < nh * D; i++) {
+                        seed = seed * 1103515245u + 12345u;
+                        x[i] = (float)((seed >> 8) % 20001) / 1000.0f - 10.0f;
+                        if (b) x[i] = g4__bf16_round(x[i]);
+                    }
+                    memcpy(y, x, sizeof(float) * (size_t)(nh * D));
+                    g4__rope(x, nh, inv, D, positions[p], b);
+                    for (h = 0; h < nh; h++)
+                        for (i = 0; i < half; i++) {
+                            float c, s;
+                            g4__rope_cos_sin(inv[i], positions[p], &c, &s);
+                            g4__rope_pair(y + h * D, i, half, c, s, b);
+                        }
+                    bad += memcmp(x, y, sizeof(float) * (size_t)(nh * D)) != 0;
+                    cases++;
+                }
+    CHECK(bad == 0, "%d of %d cases differ from g4__rope_pair's bits", bad, cases);
 }
 
 /* The bf16 mode's attention scores on vectors (g4__dot_torch_v) give
@@ -1565,6 +1602,7 @@ int main(int argc, char **argv) {
     run("attention: the blocked kernel = the reference loop (g4__attend), bit for bit", test_attend_blocked_vs_reference);
     run("bf16 attention scores: the SIMD torch-order dot = g4__dot_torch, bit for bit", test_dot_torch_v);
     run("bf16 rounding of a range = g4__bf16_round per element (NaN, inf, ties, tail)", test_bf16_round_range);
+    run("RoPE on a position's heads, 16 pairs at a time = g4__rope_pair pair by pair (float32, bf16, tails)", test_rope_blocks);
     run("gelu: SIMD = scalar twin, close to the exact formula", test_gelu_vs_scalar);
     run("threads: same bits as one thread, every golden model", test_threads_bit_identical);
     run("KV-reader layers on the asked rows only: LAST, chunks, NONE + decode = ALL's last row", test_reader_rows_sliced);

@@ -136,7 +136,7 @@ static void test_rope_backward(void) {
         float e[D];
         double acc = 0;
         for (i = 0; i < D; i++) e[i] = i == j ? 1.0f : 0.0f;
-        g4__rope(e, inv, D, 7, 0);             /* column j of the forward's matrix */
+        g4__rope(e, 1, inv, D, 7, 0);             /* column j of the forward's matrix */
         for (i = 0; i < D; i++) acc += (double)e[i] * g[i];
         ref[j] = (float)acc;
     }
