@@ -9283,21 +9283,21 @@ static void g4__pf_step(g4__pf *f) {
     }
 }
 
-/* The end of a 4 x 6 tile (AVX-512: g4__micro_vs, g4__micro_bf16): sum[r][u] =
-   g4__vhsum(acc[r][u]) 16 at once, the same bits. sum's flat element 6 r + u:
+/* The end of a 4 x 6 tile (AVX-512: g4__micro_vs, g4__micro_bf16): sum[u][r] =
+   g4__vhsum(acc[r][u]) 16 at once, the same bits. sum's flat element 4 u + r:
    the first 16, then the last 8 (the other 8 slots repeat them); lane 4k + j
-   of g4__vhsum16 sums its argument 4j + k. A macro, so that acc stays in
-   registers. */
+   of g4__vhsum16 sums its argument 4j + k, so acc goes in row by row. A
+   macro, so that acc stays in registers. */
 #if defined(G4__VHSUM16) && G4__TR == 4 && G4__TT == 6
 #define G4__TILE_HSUMS(acc, sum)                                                                                          \
     do {                                                                                                                  \
         float hs_[16];                                                                                                    \
-        g4__vstore(&(sum)[0][0], g4__vhsum16((acc)[0][0], (acc)[0][4], (acc)[1][2], (acc)[2][0], (acc)[0][1], (acc)[0][5], \
-                                             (acc)[1][3], (acc)[2][1], (acc)[0][2], (acc)[1][0], (acc)[1][4], (acc)[2][2], \
-                                             (acc)[0][3], (acc)[1][1], (acc)[1][5], (acc)[2][3]));                         \
-        g4__vstore(hs_, g4__vhsum16((acc)[2][4], (acc)[3][2], (acc)[2][4], (acc)[3][2], (acc)[2][5], (acc)[3][3],          \
-                                    (acc)[2][5], (acc)[3][3], (acc)[3][0], (acc)[3][4], (acc)[3][0], (acc)[3][4],          \
-                                    (acc)[3][1], (acc)[3][5], (acc)[3][1], (acc)[3][5]));                                  \
+        g4__vstore(&(sum)[0][0], g4__vhsum16((acc)[0][0], (acc)[0][1], (acc)[0][2], (acc)[0][3], (acc)[1][0], (acc)[1][1], \
+                                             (acc)[1][2], (acc)[1][3], (acc)[2][0], (acc)[2][1], (acc)[2][2], (acc)[2][3], \
+                                             (acc)[3][0], (acc)[3][1], (acc)[3][2], (acc)[3][3]));                         \
+        g4__vstore(hs_, g4__vhsum16((acc)[0][4], (acc)[0][5], (acc)[0][4], (acc)[0][5], (acc)[1][4], (acc)[1][5],          \
+                                    (acc)[1][4], (acc)[1][5], (acc)[2][4], (acc)[2][5], (acc)[2][4], (acc)[2][5],          \
+                                    (acc)[3][4], (acc)[3][5], (acc)[3][4], (acc)[3][5]));                                  \
         memcpy(&(sum)[0][0] + 16, hs_, 8 * sizeof(float));                                                               \
     } while (0)
 #endif
@@ -9311,7 +9311,7 @@ static void g4__pf_step(g4__pf *f) {
    (measured 15-20% of the GEMM's time). Out of line, so that its loop has the
    registers to itself (inlined, GCC spilled the row pointers: 5-8% slower). */
 static G4__NOINLINE void g4__micro_vs(float *wp, const unsigned char *const *wrow, g4_dtype dt, int k0, int vs, const float *const *xt,
-                                      int steps, float *part, int first, int last, float sum[G4__TR][G4__TT]) {
+                                      int steps, float *part, int first, int last, float sum[G4__TT][G4__TR]) {
     g4__vec acc[G4__TR][G4__TT], wv[G4__TR], xv;
     const float *xp[G4__TT];
     int r, u, s;
@@ -9365,7 +9365,7 @@ static G4__NOINLINE void g4__micro_vs(float *wp, const unsigned char *const *wro
         G4__TILE_HSUMS(acc, sum);
 #else
         G4__UNROLL for (r = 0; r < G4__TR; r++) /* constant indices only, so acc stays in registers */
-            G4__UNROLL for (u = 0; u < G4__TT; u++) sum[r][u] = g4__vhsum(acc[r][u]);
+            G4__UNROLL for (u = 0; u < G4__TT; u++) sum[u][r] = g4__vhsum(acc[r][u]);
 #endif
     } else {
         G4__UNROLL for (r = 0; r < G4__TR; r++)
@@ -9375,7 +9375,7 @@ static G4__NOINLINE void g4__micro_vs(float *wp, const unsigned char *const *wro
 
 /* the tile over consecutive vectors of k (vs = VL) */
 static void g4__micro(float *wp, const unsigned char *const *wrow, g4_dtype dt, int k0, const float *const *xt, int steps,
-                      float *part, int first, int last, float sum[G4__TR][G4__TT]) {
+                      float *part, int first, int last, float sum[G4__TT][G4__TR]) {
     g4__micro_vs(wp, wrow, dt, k0, G4__VL, xt, steps, part, first, last, sum);
 }
 
@@ -9387,11 +9387,11 @@ typedef enum {
 } g4__tile_kind;
 #if G4__TORCH_GEMM /* defined with their kernels below */
 static G4__NOINLINE void g4__tile_torch(float *wp, const unsigned char *const *wrow, int pack, int k0, int kc, int in,
-                                        const float *const *xt, float *part, int first, int last, float sum[G4__TR][G4__TT]);
+                                        const float *const *xt, float *part, int first, int last, float sum[G4__TT][G4__TR]);
 #endif
 #if G4__BF16DOT
 static G4__NOINLINE void g4__micro_bf16(uint16_t *wp, const unsigned char *const *wrow, int k0, const uint16_t *const *xt, int steps,
-                                        float *part, int first, int last, float sum[G4__TR][G4__TT]);
+                                        float *part, int first, int last, float sum[G4__TT][G4__TR]);
 #endif
 
 /* y[t * ldy + o] = sum_k x[t * ldx + k] W[o][k] for t < n, o in [o0, o1),
@@ -9411,7 +9411,7 @@ static void g4__gemm(float *y, size_t ldy, const float *x, const uint16_t *xb, s
     g4_dtype dt = w->dtype;
     size_t esz = g4__dtype_size(dt);
     const unsigned char *base = (const unsigned char *)w->data;
-    float *part = ws + (size_t)b->mc * (size_t)b->kc / (kind == G4__TILE_BF16DOT ? 2 : 1), sum[G4__TR][G4__TT]; /* (bf16 panels: half) */
+    float *part = ws + (size_t)b->mc * (size_t)b->kc / (kind == G4__TILE_BF16DOT ? 2 : 1), sum[G4__TT][G4__TR]; /* (bf16 panels: half) */
     const float *xt[G4__TT];
     const unsigned char *wrow[G4__TR];
     g4__pf pf;
@@ -9459,9 +9459,12 @@ static void g4__gemm(float *y, size_t ldy, const float *x, const uint16_t *xb, s
                         }
                         g4__pf_step(&pf); /* the tile's second half of the prefetches */
                         if (last)
-                            for (u = 0; u < T; u++)
-                                for (r = 0; r < R; r++)
-                                    y[(size_t)(t + u) * ldy + (size_t)(o + r)] = tails ? g4__tail(sum[r][u], xt[u] - k0, wrow[r], dt, kv, in) : sum[r][u];
+                            for (u = 0; u < T; u++) { /* token u's G4__TR outputs are consecutive in y and in sum */
+                                float *yu = y + (size_t)(t + u) * ldy + (size_t)o;
+                                if (R == G4__TR && !tails) memcpy(yu, sum[u], sizeof sum[u]);
+                                else
+                                    for (r = 0; r < R; r++) yu[r] = tails ? g4__tail(sum[u][r], xt[u] - k0, wrow[r], dt, kv, in) : sum[u][r];
+                            }
                     }
                 }
             }
@@ -9597,7 +9600,7 @@ static void g4__gemm_acc(float *y, size_t ldy, const float *x, size_t ldx, const
                          size_t ldb, int kmajor, int K, int n, int c0, int c1, float *ws, const g4__blocking *b) {
     int kv = K - K % G4__VL, t0, i0, k0, t, o, r, u, k, nb, ncb;
     size_t esz = g4__dtype_size(bdt);
-    float sum[G4__TR][G4__TT];
+    float sum[G4__TT][G4__TR];
 #if G4__ACC_SUM4
     float part[G4__TR * G4__TT * G4__VL]; /* a tile's accumulators */
 #endif
@@ -9627,7 +9630,7 @@ static void g4__gemm_acc(float *y, size_t ldy, const float *x, size_t ldx, const
                             continue;
                         }
                         for (r = 0; r < R; r++) /* the edges and the tail: the same sums one at a time */
-                            for (u = 0; u < T; u++) sum[r][u] = g4__vhsum(g4__vload_x(part + (r * G4__TT + u) * G4__VL));
+                            for (u = 0; u < T; u++) sum[u][r] = g4__vhsum(g4__vload_x(part + (r * G4__TT + u) * G4__VL));
 #else
                         g4__micro(ws + (size_t)(o - i0) * (size_t)kc, !kmajor && t == t0 ? wrow : NULL, bdt, k0, xt, kc / G4__VL,
                                   NULL, 1, 1, sum);
@@ -9635,7 +9638,7 @@ static void g4__gemm_acc(float *y, size_t ldy, const float *x, size_t ldx, const
                         for (r = 0; r < R; r++)
                             for (u = 0; u < T; u++) {
                                 const float *xr = x + (size_t)(t + u) * ldx;
-                                float acc = sum[r][u];
+                                float acc = sum[u][r];
                                 for (k = kv; last && k < K; k++) /* the tail, as g4__tail */
                                     acc += xr[k] * (kmajor ? g4__elem(B + (size_t)k * ldb * esz, bdt, (size_t)(o + r))
                                                            : g4__elem(wrow[r], bdt, (size_t)k));
@@ -9855,7 +9858,7 @@ static void g4__to_bf16(uint16_t *xb, const float *x, int n, int in) {
    place. Each output keeps the decode rows' 16 lane sums in the same order,
    so decode, any chunk and any thread split give the same bits. */
 static G4__NOINLINE void g4__micro_bf16(uint16_t *wp, const unsigned char *const *wrow, int k0, const uint16_t *const *xt, int steps,
-                                        float *part, int first, int last, float sum[G4__TR][G4__TT]) {
+                                        float *part, int first, int last, float sum[G4__TT][G4__TR]) {
     __m512 acc[G4__TR][G4__TT];
     __m512bh wv[G4__TR], xv;
     const uint16_t *xp[G4__TT]; /* (a local copy: GCC reloaded each pointer from xt every step) */
@@ -9893,7 +9896,7 @@ static G4__NOINLINE void g4__micro_bf16(uint16_t *wp, const unsigned char *const
         G4__TILE_HSUMS(acc, sum);
 #else
         G4__UNROLL for (r = 0; r < G4__TR; r++)
-            G4__UNROLL for (u = 0; u < G4__TT; u++) sum[r][u] = _mm512_reduce_add_ps(acc[r][u]);
+            G4__UNROLL for (u = 0; u < G4__TT; u++) sum[u][r] = _mm512_reduce_add_ps(acc[r][u]);
 #endif
     } else {
         G4__UNROLL for (r = 0; r < G4__TR; r++)
@@ -10026,7 +10029,7 @@ static void g4__matmul_torch(float *y, const float *x, const g4_tensor *w, int n
    through g4__dot_torch_end: the tree, then the tail (so sum holds whole
    sums). The blocking changes no bit; decode keeps g4__matmul_torch. */
 static G4__NOINLINE void g4__tile_torch(float *wp, const unsigned char *const *wrow, int pack, int k0, int kc, int in,
-                                        const float *const *xt, float *part, int first, int last, float sum[G4__TR][G4__TT]) {
+                                        const float *const *xt, float *part, int first, int last, float sum[G4__TT][G4__TR]) {
     const size_t pass = G4__TR * G4__TT * G4__VL; /* floats of one pass's partial sums */
     const float *xq[G4__TT];
     const unsigned char *wq[G4__TR];
@@ -10043,14 +10046,14 @@ static G4__NOINLINE void g4__tile_torch(float *wp, const unsigned char *const *w
             __m256 acc[8];
             for (q = 0; q < 8; q++)
                 acc[q] = _mm256_loadu_ps(part + (size_t)(8 * q / G4__VL) * pass + (size_t)(r * G4__TT + u) * G4__VL + (size_t)(8 * q % G4__VL));
-            sum[r][u] = g4__torch_finish(acc, xt[u] - k0, (const uint16_t *)(const void *)wrow[r], in);
+            sum[u][r] = g4__torch_finish(acc, xt[u] - k0, (const uint16_t *)(const void *)wrow[r], in);
             (void)l;
 #else
             float acc[8][8];
             for (q = 0; q < 64 / G4__VL; q++)
                 for (l = 0; l < G4__VL; l++)
                     acc[(q * G4__VL + l) / 8][(q * G4__VL + l) % 8] = part[(size_t)q * pass + (size_t)(r * G4__TT + u) * G4__VL + (size_t)l];
-            sum[r][u] = g4__dot_torch_end(acc, xt[u] - k0, wrow[r], G4__B_BF16, in);
+            sum[u][r] = g4__dot_torch_end(acc, xt[u] - k0, wrow[r], G4__B_BF16, in);
 #endif
         }
 }
