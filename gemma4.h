@@ -1421,6 +1421,19 @@ static float g4__get(const g4_tensor *t, size_t i) {
     }
 }
 
+/* Elements i .. i + 15 of a float tensor into out, as g4__get each, the dtype's
+   branch out of the loop so that compilers vectorize it */
+static void g4__get16(const g4_tensor *t, size_t i, float *out) {
+    const unsigned char *p = (const unsigned char *)t->data;
+    uint16_t h[16];
+    int l;
+    switch (t->dtype) {
+    case G4_F32: memcpy(out, p + 4 * i, 16 * sizeof(float)); break;
+    case G4_BF16: memcpy(h, p + 2 * i, sizeof h); for (l = 0; l < 16; l++) out[l] = g4__bf16_to_f32(h[l]); break;
+    default: for (l = 0; l < 16; l++) out[l] = g4__get(t, i + (size_t)l);
+    }
+}
+
 /* Element i of an integer tensor (I64 or I32) */
 static int64_t g4__index_get(const g4_tensor *t, size_t i) {
     const unsigned char *p = (const unsigned char *)t->data;
@@ -4209,9 +4222,16 @@ static void g4__gelu_torch_n(float *y, const float *x, size_t n, size_t off, siz
    the squares' sum in torch's order, / n, + eps, pow(-0.5) which ATen computes
    as 1 / sqrt, then x * that, then * w. */
 static void g4__rmsnorm(float *y, const float *x, const g4_tensor *w, int n, float eps) {
-    float inv = 1.0f / sqrtf(g4__sum_squares(x, n) / (float)n + eps);
-    int i;
-    for (i = 0; i < n; i++) y[i] = w ? (x[i] * inv) * g4__get(w, (size_t)i) : x[i] * inv;
+    float inv = 1.0f / sqrtf(g4__sum_squares(x, n) / (float)n + eps), a[16], b[16];
+    int i = 0, l;
+    for (; i + 16 <= n; i += 16) { /* 16 at a time through local arrays, loops compilers vectorize (y may be x) */
+        memcpy(a, x + i, sizeof a);
+        if (w) g4__get16(w, (size_t)i, b);
+        else for (l = 0; l < 16; l++) b[l] = 1.0f; /* (x inv) 1 = x inv */
+        for (l = 0; l < 16; l++) a[l] = (a[l] * inv) * b[l];
+        memcpy(y + i, a, sizeof a);
+    }
+    for (; i < n; i++) y[i] = w ? (x[i] * inv) * g4__get(w, (size_t)i) : x[i] * inv;
 }
 
 
@@ -5033,9 +5053,11 @@ static void g4__ew_range(void *ctx, size_t i0, size_t i1) {
     case G4__GELU_MUL: /* gelu(x) * y, in blocks that stay in L1 between the two loops */
         for (b = i0; b < i1; b = e) {
             e = i1 - b < 1024 ? i1 : b + 1024;
-            if (bf) g4__gelu_torch_n(x + b, x + b, e - b, j->off + b, j->total); /* x[i] is element off + i of [total] */
-            else g4__gelu_n(x + b, x + b, e - b);
-            for (i = b; i < e; i++) x[i] = g4__act(x[i], bf) * y[i];
+            if (bf) { /* x[i] is element off + i of [total]; the rounding apart, so the product loop vectorizes */
+                g4__gelu_torch_n(x + b, x + b, e - b, j->off + b, j->total);
+                g4__bf16_round_range(x, b, e);
+            } else g4__gelu_n(x + b, x + b, e - b);
+            for (i = b; i < e; i++) x[i] *= y[i];
         }
         break;
     }
