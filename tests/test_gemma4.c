@@ -1570,8 +1570,7 @@ static void test_unified_all(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc > 1) g_data = argv[1];
-    if (!h_tmpdir(g_tmp, sizeof g_tmp, "test")) return 1;
+    if (!h_args(argc, argv, &g_data, NULL, g_tmp, sizeof g_tmp, "test")) return 1; /* [DATA_DIR] [-k NAME] */
 
     g4i_run_all(&g4i_cpu, NULL, 0, NULL); /* tests/invariants.h */
     run("golden ple_wide: per-layer inputs wider than the hidden size (P 24 > H 16)", test_ple_wider_than_hidden);
