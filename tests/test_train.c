@@ -695,6 +695,13 @@ static void test_26b(void) { check_model("26b_like"); }
 static void test_plain(void) { check_model("plain"); }
 static void test_legacy(void) { check_model("legacy_keys"); }
 static void test_ple_wide(void) { check_model("ple_wide"); }
+/* the 12B unified model's stand-in (Gemma4UnifiedForConditionalGeneration:
+   attention_k_eq_v, per-layer head_dim / KV heads on the full layers, shared
+   KV, double-wide MLP), text tokens only, golden from
+   tools/make_unified_grad_goldens.py. The same GTOL = 1e-4 as the models
+   above: on this model torch's sdpa and eager gradients differ by 2.0e-5 and
+   its float64 and float32 autograd by 2.0e-5 (data/tiny/UNIFIED_GRAD_VERSIONS.txt). */
+static void test_unified(void) { check_model("unified_like"); }
 
 /* recompute = no recompute, and 2 threads = 1 thread, bit for bit (and an
    arena for longer sequences: extra = more max_seq than the sequence) */
@@ -1069,6 +1076,7 @@ int main(int argc, char **argv) {
     run("grad plain = torch autograd (f16 weights)", test_plain);
     run("grad legacy_keys = torch autograd (no gradient for stale reader K/V)", test_legacy);
     run("grad ple_wide = torch autograd (per-layer inputs wider than the hidden size: P 24 > H 16)", test_ple_wide);
+    run("grad unified_like = torch autograd (the 12B unified model's text decoder)", test_unified);
     run("recompute = no recompute, bit for bit (e2b_like)", test_recompute_e2b);
     run("recompute = no recompute, bit for bit (MoE)", test_recompute_moe);
     run("2 threads = 1 thread, bit for bit (e2b_like)", test_threads_e2b);
