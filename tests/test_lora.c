@@ -14,7 +14,9 @@
      greedy: token for token (8 new tokens).
      adapter gradients (base frozen): max |ours - ref| <= 1e-4 * max |ref| per
              tensor, the training reference's tolerance; measured 3.7e-5 to
-             6.7e-5 (e2b_all, 26b_regex, legacy_patterns); loss within 1e-5.
+             6.7e-5 (e2b_all, 26b_regex, legacy_patterns); loss within 1e-5;
+             unified_all_linear 5e-4 (ill-conditioned in float32: torch's
+             own float32 vs float64 4.7e-4; see test_grads), measured 1.3e-4.
    bf16 (data/lora/e2b_all/bf16_dump.safetensors: transformers + peft with the
    model in bfloat16, peft's float32 adapter): every tap and the logits bit for
    bit, in the library and through `gemma4 logits/compare --bf16 --adapter`.
@@ -458,11 +460,25 @@ static void test_regex(void) {
 /* adapter gradients (base frozen) against torch autograd through peft: one per
    lora_A / lora_B, named as in adapter_model.safetensors. Tolerance as the
    training reference's (tests/test_train.c): max |ours - ref| <= 1e-4 * max
-   |ref| per tensor; the loss within 1e-5 relative. */
+   |ref| per tensor; the loss within 1e-5 relative. unified_all_linear's
+   (tools/make_unified_grad_goldens.py: grad_golden.safetensors, text tokens
+   only) holds zeros for the three embedder modules, which get no gradient
+   from text (autograd's None): ours must be exactly 0 there. Its tolerance
+   is 5e-4, not 1e-4: this adapter (rank 2, rslora, A and B ~ N(0, 0.2^2))
+   makes the gradients ill-conditioned in float32 (max |g| up to 86 in layer
+   0): torch's own float32 autograd is 4.7e-4 off its float64 autograd, and
+   its sdpa path 6.2e-5 off eager (data/tiny/UNIFIED_GRAD_VERSIONS.txt), so
+   1e-4 would test float32 rounding, not the backward. Measured: 1.3e-4 from
+   peft's float32 (4.5e-4 from its float64), 3.3e-4 in the _san build's
+   scalar kernels; a wrong term shows as 1e-2. */
 static void test_grads(void) {
-    static const char *const cases[][2] = {{"e2b_all", "e2b_like"}, {"26b_regex", "26b_like"}, {"legacy_patterns", "legacy_keys"}};
+    static const char *const cases[][3] = {{"e2b_all", "e2b_like", "golden.safetensors"},
+                                           {"26b_regex", "26b_like", "golden.safetensors"},
+                                           {"legacy_patterns", "legacy_keys", "golden.safetensors"},
+                                           {"unified_all_linear", "unified_like", "grad_golden.safetensors"}};
+    static const double tol[] = {1e-4, 1e-4, 1e-4, 5e-4};
     int k;
-    for (k = 0; k < 3; k++) {
+    for (k = 0; k < 4; k++) {
         g4_model m;
         golden g;
         g4_train t;
@@ -472,11 +488,11 @@ static void test_grads(void) {
         size_t bytes, floats;
         void *arena = NULL;
         float *G = NULL, loss;
-        int n, nl, i, compared = 0;
+        int n, nl, i, compared = 0, zeros = 0;
         int64_t numel;
         double worst = 0;
         begin("adapter gradients %s on %s vs torch autograd through peft", cases[k][0], cases[k][1]);
-        if (!lora_golden(&g, cases[k][0])) { end(); continue; }
+        if (!lora_golden_file(&g, cases[k][0], cases[k][2])) { end(); continue; }
         if (!open_adapted(&m, cases[k][1], cases[k][0])) { g4_model_free(&g.m); end(); continue; }
         ids = golden_ids(&g, "input_ids", &n);
         labels = golden_ids(&g, "labels", &nl);
@@ -498,12 +514,17 @@ static void test_grads(void) {
                 if (!ref || (size_t)numel != e->count) continue;
                 d = max_diff(G + e->offset, ref, e->count);
                 sc = max_abs(ref, e->count);
-                CHECK(sc > 0 && d <= 1e-4 * sc, "%s: max diff %.3g of max |g| %.3g", e->name, d, sc);
+                if (sc == 0) { /* no gradient in autograd (an embedder, text only): exactly 0 */
+                    CHECK(d == 0, "%s: max |g| %.3g where autograd gives none", e->name, d);
+                    zeros++;
+                    continue;
+                }
+                CHECK(d <= tol[k] * sc, "%s: max diff %.3g of max |g| %.3g", e->name, d, sc);
                 if (sc > 0 && d / sc > worst) worst = d / sc;
                 compared++;
             }
-            printf("  %s: loss %.7f (peft %.7f), %d adapter gradients, worst %.3g of max |g|\n", cases[k][0], loss,
-                   ref_loss[0], compared, worst);
+            printf("  %s: loss %.7f (peft %.7f), %d adapter gradients (%d exactly 0 as in autograd), worst %.3g of max |g|\n",
+                   cases[k][0], loss, ref_loss[0], compared, zeros, worst);
         } else {
             CHECK(0, "training setup: %s", m.error);
         }

@@ -6,6 +6,12 @@ tools/make_grad_goldens.py (gstat.* for every parameter with a gradient, grad.* 
 
     data/tiny/unified_like/grad_golden.safetensors
     data/tiny/UNIFIED_GRAD_VERSIONS.txt     versions and the measured spreads
+    data/lora/unified_all_linear/grad_golden.safetensors   the adapter's gradients (base frozen) through
+        peft (PeftModel.from_pretrained on the float32 base, as tools/make_lora_goldens.py's cases):
+        input_ids, labels (the same sequence), loss, grad.<name> F32 for every lora_A / lora_B, named
+        as in adapter_model.safetensors; the three embedder modules' (embed_vision / embed_audio) are
+        stored as zeros: with text tokens only autograd gives them no gradient (None), and g4_train,
+        which lists them, must give exactly 0
 
 Text tokens only (what g4_train takes): ids drawn from 3..499, below the multimodal special ids
 (500-506), so the vision and audio embedders get no gradient and the gradient set is the text
@@ -103,6 +109,58 @@ def fd_check(model64, name, flat_idx, ids, labels):
     return (lp - lm) / (2 * FD_H)
 
 
+def lora_grads(root, out, ids, labels, dtype, attn="eager"):
+    """loss and {name: grad} of the adapter's tensors, base frozen, through PeftModel.from_pretrained"""
+    from peft import PeftModel
+    model = PeftModel.from_pretrained(load(os.path.join(root, NAME), dtype, attn), out).eval()
+    for n, p in model.named_parameters():
+        if "lora_" in n:
+            p.data = p.data.to(dtype)  # autocast_adapter_dtype keeps the adapter float32
+        p.requires_grad_("lora_" in n)
+    model.zero_grad()
+    if dtype == torch.float64:
+        with true_float64():
+            loss = mgg.causal_lm_loss(model(input_ids=ids[None], use_cache=False).logits[0], labels)
+            loss.backward()
+    else:
+        loss = model(input_ids=ids[None], labels=labels[None], use_cache=False).loss
+        loss.backward()
+    return loss, model
+
+
+def make_lora(root, ids, labels, adapter="unified_all_linear"):
+    """the adapter's gradients (float32, eager: the golden) and torch's own spread on them: sdpa vs
+    eager and float64 vs float32 autograd, max over tensors of max|dg| / max|g|"""
+    from safetensors.torch import load_file
+    out = os.path.join(root, "..", "lora", adapter)
+    ref = {}
+    for key, dt, attn in (("sdpa", torch.float32, "sdpa"), ("f64", torch.float64, "eager")):
+        _, m = lora_grads(root, out, ids, labels, dt, attn)
+        ref[key] = {n: p.grad.detach().double() for n, p in m.named_parameters() if p.grad is not None}
+    loss, model = lora_grads(root, out, ids, labels, torch.float32)
+    g32 = {n: p.grad.detach().double() for n, p in model.named_parameters() if p.grad is not None}
+    spread = {k: max(float((r[n] - g32[n]).abs().max() / r[n].abs().max()) for n in g32) for k, r in ref.items()}
+    saved = load_file(os.path.join(out, "adapter_model.safetensors"))
+    grads, zero = {}, 0
+    for n, p in model.named_parameters():
+        if "lora_" in n:
+            key = n.replace(".default", "")
+            assert key in saved, key
+            if p.grad is None:
+                assert ".embed_vision." in key or ".embed_audio." in key, key
+                zero += 1
+            g = torch.zeros_like(p) if p.grad is None else p.grad.detach()
+            grads["grad." + key] = g.float().contiguous()
+    assert set(k[5:] for k in grads) == set(saved), "gradients do not cover the adapter"
+    dst = os.path.join(out, "grad_golden.safetensors")
+    save_file({"input_ids": ids.to(torch.int32), "labels": labels.to(torch.int32),
+               "loss": loss.detach().reshape(1).float(), **grads}, dst)
+    size = os.path.getsize(dst)
+    print(f"{adapter}: loss {float(loss):.7f}; {len(grads)} adapter gradients ({zero} zero: embedders); {size} bytes")
+    return (f"adapter {adapter} (peft {__import__('peft').__version__}) loss {float(loss):.7f}  grads {len(grads)} "
+            f"({zero} embedder tensors zero)  sdpa_rel {spread['sdpa']:.3g}  f64_rel {spread['f64']:.3g}  bytes {size}\n")
+
+
 def main(root="data/tiny"):
     path = os.path.join(root, NAME)
     ids, labels = sequence()
@@ -142,6 +200,7 @@ def main(root="data/tiny"):
                 worst_fd = max(worst_fd, abs(d - float(grads64[n].reshape(-1)[i])) / float(grads[n].abs().max()))
             out["fd." + n] = torch.tensor(rows, dtype=torch.float32)
     n_fd = sum(1 for k in out if k.startswith("fd."))
+    lora_line = make_lora(root, ids, labels)
     dst = os.path.join(path, "grad_golden.safetensors")
     save_file(out, dst)
     size = os.path.getsize(dst)
@@ -157,6 +216,7 @@ def main(root="data/tiny"):
                 "autograd), fd_rel (float64 FD vs float64 autograd), all max over tensors of max|dg| / max|g|\n")
         f.write(f"model {NAME:12s} loss {float(loss):.7f}  grads {len(grads):3d}  sdpa_rel {sdpa_rel:.3g}  "
                 f"f64_rel {f64_rel:.3g}  fd_rel {worst_fd:.3g}  bytes {size}\n")
+        f.write(lora_line)
 
 
 if __name__ == "__main__":
