@@ -15,7 +15,7 @@ from conftest import golden
 GTOL = 1e-4
 GQ_MAX = 32767.0
 GQ_ERR = 0.5 / GQ_MAX
-GRAD_MODELS = ["e2b_like", "e4b_like", "31b_like", "26b_like", "legacy_keys", "plain", "ple_wide"]
+GRAD_MODELS = ["e2b_like", "e4b_like", "31b_like", "26b_like", "legacy_keys", "plain", "ple_wide", "unified_like"]
 M64 = (1 << 64) - 1
 
 
