@@ -132,10 +132,14 @@ class true_float64:
     to float32 in Gemma4RMSNorm (hidden_states.float()), in the attention and router softmax
     (dtype=torch.float32) and in the loss (logits.float()); that float32 noise (~1e-7 of the
     loss) would swamp a finite difference. RoPE's cos/sin stay float32 values (a function of
-    the position only, as in gemma4.h), so the function differentiated is the float32 one's."""
+    the position only, as in gemma4.h), so the function differentiated is the float32 one's.
+    norms: the RMSNorm classes to patch (default Gemma4RMSNorm; the 12B unified model has its own)."""
+
+    def __init__(self, *norms):
+        self.norms = norms or (mg.Gemma4RMSNorm,)
 
     def __enter__(self):
-        self.norm_fwd, self.softmax = mg.Gemma4RMSNorm.forward, torch.nn.functional.softmax
+        self.norm_fwds, self.softmax = [c.forward for c in self.norms], torch.nn.functional.softmax
         softmax = self.softmax
 
         def norm_fwd(mod, x):
@@ -147,12 +151,15 @@ class true_float64:
                 dtype = torch.float64
             return softmax(x, dim=dim, dtype=dtype)
 
-        mg.Gemma4RMSNorm.forward = norm_fwd
+        for c in self.norms:
+            c.forward = norm_fwd
         torch.nn.functional.softmax = softmax64
         return self
 
     def __exit__(self, *exc):
-        mg.Gemma4RMSNorm.forward, torch.nn.functional.softmax = self.norm_fwd, self.softmax
+        for c, f in zip(self.norms, self.norm_fwds):
+            c.forward = f
+        torch.nn.functional.softmax = self.softmax
         return False
 
 
@@ -164,9 +171,8 @@ def causal_lm_loss(logits, labels):
 
 
 def text_model_of(model):
-    if isinstance(model, Gemma4ForConditionalGeneration):
-        return model.model.language_model
-    return model.model
+    """the decoder: model.model, or its language_model in the multimodal classes (the 12B unified one too)"""
+    return getattr(model.model, "language_model", model.model)
 
 
 def load(path, dtype, attn="eager"):

@@ -51,62 +51,12 @@ def sequence():
     return ids, labels
 
 
-class true_float64:
-    """as make_grad_goldens.true_float64, for Gemma4UnifiedRMSNorm (the unified model's own class)"""
-
-    def __enter__(self):
-        self.norm_fwd, self.softmax = mu.Gemma4UnifiedRMSNorm.forward, torch.nn.functional.softmax
-        softmax = self.softmax
-
-        def norm_fwd(mod, x):
-            y = x * torch.pow(x.pow(2).mean(-1, keepdim=True) + mod.eps, -0.5)
-            return y * mod.weight if mod.with_scale else y
-
-        def softmax64(x, dim=None, _stacklevel=3, dtype=None):
-            if x.dtype == torch.float64:
-                dtype = torch.float64
-            return softmax(x, dim=dim, dtype=dtype)
-
-        mu.Gemma4UnifiedRMSNorm.forward = norm_fwd
-        torch.nn.functional.softmax = softmax64
-        return self
-
-    def __exit__(self, *exc):
-        mu.Gemma4UnifiedRMSNorm.forward, torch.nn.functional.softmax = self.norm_fwd, self.softmax
-        return False
-
-
 def load(path, dtype, attn="eager"):
     if attn == "sdpa":
         attn = {"": "sdpa", "text_config": "sdpa", "vision_config": "sdpa", "audio_config": "eager"}
     m = Gemma4UnifiedForConditionalGeneration.from_pretrained(path, dtype=dtype, attn_implementation=attn)
     m.eval()
     return m
-
-
-def run(model, ids, labels):
-    model.zero_grad(set_to_none=True)
-    f64 = next(model.parameters()).dtype == torch.float64
-    out = model(input_ids=ids[None], labels=labels[None], use_cache=False)
-    manual = mgg.causal_lm_loss(out.logits[0], labels)
-    assert abs(float(manual) - float(out.loss)) < 1e-5 * max(1.0, abs(float(manual))), (float(manual), float(out.loss))
-    loss = manual if f64 else out.loss
-    loss.backward()
-    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
-    return loss.detach(), grads
-
-
-def fd_check(model64, name, flat_idx, ids, labels):
-    p = dict(model64.named_parameters())[name]
-    with torch.no_grad():
-        flat = p.view(-1)
-        old = float(flat[flat_idx])
-        flat[flat_idx] = old + FD_H
-        lp = float(mgg.causal_lm_loss(model64(input_ids=ids[None], use_cache=False).logits[0], labels))
-        flat[flat_idx] = old - FD_H
-        lm = float(mgg.causal_lm_loss(model64(input_ids=ids[None], use_cache=False).logits[0], labels))
-        flat[flat_idx] = old
-    return (lp - lm) / (2 * FD_H)
 
 
 def lora_grads(root, out, ids, labels, dtype, attn="eager"):
@@ -119,7 +69,7 @@ def lora_grads(root, out, ids, labels, dtype, attn="eager"):
         p.requires_grad_("lora_" in n)
     model.zero_grad()
     if dtype == torch.float64:
-        with true_float64():
+        with mgg.true_float64(mu.Gemma4UnifiedRMSNorm):
             loss = mgg.causal_lm_loss(model(input_ids=ids[None], use_cache=False).logits[0], labels)
             loss.backward()
     else:
@@ -166,7 +116,7 @@ def main(root="data/tiny"):
     ids, labels = sequence()
     keys = mgg.checkpoint_keys(path)
     m32 = load(path, torch.float32)
-    loss, grads = run(m32, ids, labels)
+    loss, grads, _ = mgg.run(m32, ids, labels)
     tm = m32.model.language_model
     prefix = "model.language_model."
     text_params = {prefix + n for n, _ in tm.named_parameters()}
@@ -178,12 +128,12 @@ def main(root="data/tiny"):
                    for i in range(tm.first_kv_shared_layer_idx, len(tm.layers)))
 
     msd = load(path, torch.float32, attn="sdpa")
-    loss_sdpa, grads_sdpa = run(msd, ids, labels)
+    loss_sdpa, grads_sdpa, _ = mgg.run(msd, ids, labels)
     sdpa_rel = max(float((grads_sdpa[n] - g).abs().max()) / max(float(g.abs().max()), 1e-30) for n, g in grads.items())
 
     m64 = load(path, torch.float64)
-    with true_float64():
-        loss64, grads64 = run(m64, ids, labels)
+    with mgg.true_float64(mu.Gemma4UnifiedRMSNorm):
+        loss64, grads64, _ = mgg.run(m64, ids, labels)
         f64_rel = max(float((grads64[n].float() - g).abs().max()) / max(float(g.abs().max()), 1e-30) for n, g in grads.items())
         out = {"input_ids": ids.to(torch.int32), "labels": labels.to(torch.int32),
                "loss": loss.reshape(1).float(), "loss64": loss64.reshape(1).float()}
@@ -195,7 +145,7 @@ def main(root="data/tiny"):
         for n, idx in sorted(mgg.fd_targets(sorted(grads), grads).items()):
             rows = []
             for i in idx:
-                d = fd_check(m64, n, i, ids, labels)
+                d = mgg.fd_check(m64, n, i, ids, labels)
                 rows.append([float(i), d])
                 worst_fd = max(worst_fd, abs(d - float(grads64[n].reshape(-1)[i])) / float(grads[n].abs().max()))
             out["fd." + n] = torch.tensor(rows, dtype=torch.float32)
