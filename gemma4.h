@@ -4224,10 +4224,10 @@ static void g4__gelu_torch_n(float *y, const float *x, size_t n, size_t off, siz
 static void g4__rmsnorm(float *y, const float *x, const g4_tensor *w, int n, float eps) {
     float inv = 1.0f / sqrtf(g4__sum_squares(x, n) / (float)n + eps), a[16], b[16];
     int i = 0, l;
+    for (l = 0; l < 16; l++) b[l] = 1.0f; /* no weight: (x inv) 1 = x inv */
     for (; i + 16 <= n; i += 16) { /* 16 at a time through local arrays, loops compilers vectorize (y may be x) */
         memcpy(a, x + i, sizeof a);
         if (w) g4__get16(w, (size_t)i, b);
-        else for (l = 0; l < 16; l++) b[l] = 1.0f; /* (x inv) 1 = x inv */
         for (l = 0; l < 16; l++) a[l] = (a[l] * inv) * b[l];
         memcpy(y + i, a, sizeof a);
     }
@@ -4995,16 +4995,14 @@ typedef struct {
 
 static void g4__norm_range(void *ctx, size_t r0, size_t r1) {
     const g4__norm_job *j = (const g4__norm_job *)ctx;
-    size_t r, W = (size_t)j->width;
-    for (r = r0; r < r1; r++) {
-        float *d = j->dst + r * W;
-        g4__rmsnorm(d, j->src + r * W, j->w, j->width, j->s->model->config.rms_norm_eps);
-        if (j->s->cfg.bf16) g4__bf16_round_range(d, 0, W);
-        if (j->inv_freq && ((r + 1) % (size_t)j->heads == 0 || r + 1 == r1)) { /* a position's last row here: its heads' RoPE */
-            size_t h0 = r - r % (size_t)j->heads > r0 ? r - r % (size_t)j->heads : r0;
-            g4__rope(j->dst + h0 * W, (int)(r + 1 - h0), j->inv_freq, j->width, j->s->layer_pos + (int)(r / (size_t)j->heads),
-                     j->s->cfg.bf16);
+    size_t r, e, q, W = (size_t)j->width, H = j->inv_freq ? (size_t)j->heads : 1; /* rows per position */
+    for (r = r0; r < r1; r = e) { /* the rows of r's position in this range: the norm, then their RoPE */
+        e = (r / H + 1) * H < r1 ? (r / H + 1) * H : r1;
+        for (q = r; q < e; q++) {
+            g4__rmsnorm(j->dst + q * W, j->src + q * W, j->w, j->width, j->s->model->config.rms_norm_eps);
+            if (j->s->cfg.bf16) g4__bf16_round_range(j->dst + q * W, 0, W);
         }
+        if (j->inv_freq) g4__rope(j->dst + r * W, (int)(e - r), j->inv_freq, j->width, j->s->layer_pos + (int)(r / H), j->s->cfg.bf16);
     }
 }
 
