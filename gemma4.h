@@ -9244,7 +9244,16 @@ static const g4__blocking g4__torch_blocks = {G4__TORCH_MC, G4__TORCH_KC, G4__TO
    with the float32 tile's 512 a tile loaded and stored its 24 partial sums
    every 16 steps. kc 1536-2048 with 16 rows measured 160-176 GFLOP/s on one
    Zen 4 core against 145-154 with kc 512 and 32 rows (E2B's shapes, 64 and
-   512 tokens, 2026-11-26, under load; VDPBF16PS's peak there 232) */
+   512 tokens, 2026-11-26, under load; VDPBF16PS's peak there 232). Tokens
+   in blocks of up to 132 (22 tiles), twice the float32 tile's 66: x's block
+   is bf16 (132 x 2048 x 2 bytes, half of the Zen 4's 1 MB L2), and a
+   512-token chunk packs and prefetches each block of weights 4 times
+   instead of 8. One thread's 512-token bf16_fast prefill of the E2B-shaped
+   checkpoint: 3.78-3.83 CPU-s against 3.90-3.97 with 66 (198: 3.78-3.81,
+   264: 3.87-3.97; in turns, 2026-11-26, quiet Zen 4). The float32 tile keeps
+   66: its x block at 132 tokens would fill the L2 (with kc 1024 instead,
+   6.60-6.62 CPU-s against 6.42-6.45). A 64-token chunk is one block either
+   way. */
 #if G4__BF16DOT
 #ifndef G4__BF16DOT_MC
 #define G4__BF16DOT_MC (4 * G4__TR)
@@ -9252,8 +9261,11 @@ static const g4__blocking g4__torch_blocks = {G4__TORCH_MC, G4__TORCH_KC, G4__TO
 #ifndef G4__BF16DOT_KC
 #define G4__BF16DOT_KC 2048
 #endif
-#define G4__BF16DOT_FLOATS ((size_t)G4__BF16DOT_MC * G4__BF16DOT_KC / 2 + (size_t)G4__BF16DOT_MC * G4__GEMM_NC * 16)
-static const g4__blocking g4__bf16dot_blocks = {G4__BF16DOT_MC, G4__BF16DOT_KC, G4__GEMM_NC};
+#ifndef G4__BF16DOT_NC
+#define G4__BF16DOT_NC (2 * G4__GEMM_NC)
+#endif
+static const g4__blocking g4__bf16dot_blocks = {G4__BF16DOT_MC, G4__BF16DOT_KC, G4__BF16DOT_NC};
+#define G4__BF16DOT_FLOATS ((size_t)G4__BF16DOT_MC * G4__BF16DOT_KC / 2 + (size_t)G4__BF16DOT_MC * G4__BF16DOT_NC * 16)
 #else
 #define G4__BF16DOT_FLOATS 0
 #endif
@@ -9421,9 +9433,11 @@ static G4__NOINLINE void g4__micro_bf16(uint16_t *wp, const unsigned char *const
    output) floats of b: G4__PACK_FLOATS(b->mc, b->kc, b->nc) but for
    G4__TILE_TORCH's 64 (G4__TORCH_FLOATS for g4__torch_blocks) and
    G4__TILE_BF16DOT's panels (G4__BF16DOT_FLOATS). b->kc a multiple of the
-   tile's step. */
+   tile's step. cast: each y rounded to bf16 as it is stored (the bf16 mode's
+   cast of a matmul's output, g4__act; the same bits as a pass over y after
+   it, without that pass: 1-2% of a bf16_fast prefill). */
 static void g4__gemm(float *y, size_t ldy, const float *x, const uint16_t *xb, size_t ldx, const g4_tensor *w, int n, int o0, int o1,
-                     float *ws, const g4__blocking *b, g4__tile_kind kind) {
+                     float *ws, const g4__blocking *b, g4__tile_kind kind, int cast) {
     int step = kind == G4__TILE_TORCH ? 64 : kind == G4__TILE_BF16DOT ? 32 : G4__VL; /* k per step of the tile */
     size_t lanes = kind == G4__TILE_TORCH ? 64 : kind == G4__TILE_BF16DOT ? 16 : G4__VL; /* partial sums per output */
     int in = (int)w->shape[1], kv = in - in % step, t0, i0, k0, t, o, r, u, pi, pk, pmc, pkc, nb, ncb;
@@ -9478,12 +9492,23 @@ static void g4__gemm(float *y, size_t ldy, const float *x, const uint16_t *xb, s
                         default: g4__micro(ws + panel, t == t0 ? wrow : NULL, dt, k0, xt, kc / G4__VL, pt, first, last, sum);
                         }
                         g4__pf_step(&pf); /* the tile's second half of the prefetches */
+                        if (last && cast && !tails) { /* (rounding is idempotent: the two ranges may overlap) */
+#if G4__TT * G4__TR >= 16
+                            g4__bf16_round16(&sum[0][0]);
+                            g4__bf16_round16(&sum[0][0] + G4__TT * G4__TR - 16);
+#else
+                            g4__bf16_round_range(&sum[0][0], 0, G4__TT * G4__TR);
+#endif
+                        }
                         if (last)
                             for (u = 0; u < T; u++) { /* token u's G4__TR outputs are consecutive in y and in sum */
                                 float *yu = y + (size_t)(t + u) * ldy + (size_t)o;
                                 if (R == G4__TR && !tails) memcpy(yu, sum[u], sizeof sum[u]);
                                 else
-                                    for (r = 0; r < R; r++) yu[r] = tails ? g4__tail(sum[u][r], xt[u] - k0, wrow[r], dt, kv, in) : sum[u][r];
+                                    for (r = 0; r < R; r++) {
+                                        yu[r] = tails ? g4__tail(sum[u][r], xt[u] - k0, wrow[r], dt, kv, in) : sum[u][r];
+                                        if (tails && cast) yu[r] = g4__bf16_round(yu[r]);
+                                    }
                             }
                     }
                 }
@@ -9675,7 +9700,7 @@ static void g4__gemm_acc(float *y, size_t ldy, const float *x, size_t ldx, const
    for more; ws: one thread's G4__PACK_FLOATS buffer. */
 static void g4__matmul_rows(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1, float *ws) {
     if (n == 1) g4__rows1(y, x, (const unsigned char *)w->data, w->dtype, g4__dtype_size(w->dtype), (int)w->shape[1], o0, o1);
-    else g4__gemm(y, (size_t)w->shape[0], x, NULL, (size_t)w->shape[1], w, n, o0, o1, ws, &g4__gemm_blocks, G4__TILE_F32);
+    else g4__gemm(y, (size_t)w->shape[0], x, NULL, (size_t)w->shape[1], w, n, o0, o1, ws, &g4__gemm_blocks, G4__TILE_F32, 0);
 }
 
 static float g4__dot(const float *a, const float *b, int n) {
@@ -9871,6 +9896,14 @@ static void g4__to_bf16(uint16_t *xb, const float *x, int n, int in) {
         }
 }
 
+/* g4__to_bf16 on tokens [t0, t1) (a range job: g4__matmul_cast shares it
+   across the session's threads) */
+typedef struct { uint16_t *xb; const float *x; int in; } g4__to_bf16_job;
+static void g4__to_bf16_range(void *ctx, size_t t0, size_t t1) {
+    const g4__to_bf16_job *j = (const g4__to_bf16_job *)ctx;
+    g4__to_bf16(j->xb + t0 * (size_t)j->in, j->x + t0 * (size_t)j->in, (int)(t1 - t0), j->in);
+}
+
 /* The prefill GEMM's tile in this mode (g4__gemm's G4__TILE_BF16DOT): 32
    bf16 values (one VDPBF16PS) per step of k. A block of W is copied, still
    bf16, into the thread's buffer as panels [kc/32][G4__TR][32] (half the
@@ -9924,8 +9957,10 @@ static G4__NOINLINE void g4__micro_bf16(uint16_t *wp, const unsigned char *const
     }
 }
 
-/* xb: x as bf16 (g4__to_bf16); ws: one thread's packing buffer */
-static void g4__matmul_bf16dot(float *y, const float *x, const uint16_t *xb, const g4_tensor *w, int n, int o0, int o1, float *ws) {
+/* xb: x as bf16 (g4__to_bf16); ws: one thread's packing buffer; cast: each y
+   rounded to bf16 (g4__gemm's) */
+static void g4__matmul_bf16dot(float *y, const float *x, const uint16_t *xb, const g4_tensor *w, int n, int o0, int o1, float *ws,
+                               int cast) {
     int out = (int)w->shape[0], in = (int)w->shape[1], o, k, kv = in - in % 32;
     const unsigned char *base = (const unsigned char *)w->data;
     if (n == 1) { /* decode: rows o and o + half side by side, as g4__rows1 */
@@ -9940,14 +9975,16 @@ static void g4__matmul_bf16dot(float *y, const float *x, const uint16_t *xb, con
             }
             y[o] = g4__tail(_mm512_reduce_add_ps(acc), x, row, G4_BF16, kv, in);
             y[o + half] = g4__tail(_mm512_reduce_add_ps(acc1), x, row1, G4_BF16, kv, in);
+            if (cast) y[o] = g4__bf16_round(y[o]), y[o + half] = g4__bf16_round(y[o + half]);
         }
         for (o = o0 + 2 * half; o < o1; o++) { /* an odd row out */
             const unsigned char *row = base + (size_t)o * (size_t)in * 2;
             __m512 acc = _mm512_setzero_ps();
             for (k = 0; k < kv; k += 32) acc = _mm512_dpbf16_ps(acc, g4__ldbf(row, k), g4__ldbf(xb, k));
             y[o] = g4__tail(_mm512_reduce_add_ps(acc), x, row, G4_BF16, kv, in);
+            if (cast) y[o] = g4__bf16_round(y[o]);
         }
-    } else g4__gemm(y, (size_t)out, x, xb, (size_t)in, w, n, o0, o1, ws, &g4__bf16dot_blocks, G4__TILE_BF16DOT);
+    } else g4__gemm(y, (size_t)out, x, xb, (size_t)in, w, n, o0, o1, ws, &g4__bf16dot_blocks, G4__TILE_BF16DOT, cast);
 }
 #endif
 #else
@@ -10435,15 +10472,17 @@ static void g4__matmul_part(void *ctx, int part, int n_parts) {
     int out = (int)j->w->shape[0], blocks = (out + G4__TR - 1) / G4__TR;
     int b0 = (int)((int64_t)blocks * part / n_parts), b1 = (int)((int64_t)blocks * (part + 1) / n_parts);
     int o0 = G4__TR * b0, o1 = G4__TR * b1 < out ? G4__TR * b1 : out, t;
+    int cast = j->bf16 && !j->w->lora, cast_done = 0; /* the cast in the kernels' stores, unless an adapter adds on first */
+    float *ws = j->pack + (size_t)part * G4__PACK_THREAD;
     if (o0 >= o1) return;
 #if G4__BF16DOT
-    if (j->bf16dot) g4__matmul_bf16dot(j->y, j->x, j->xb, j->w, j->n, o0, o1, j->pack + (size_t)part * G4__PACK_THREAD);
+    if (j->bf16dot) g4__matmul_bf16dot(j->y, j->x, j->xb, j->w, j->n, o0, o1, ws, cast), cast_done = cast;
     else
 #endif
 #if G4__TORCH_GEMM
     if (j->torch && j->n > 1)
-        g4__gemm(j->y, (size_t)out, j->x, NULL, (size_t)j->w->shape[1], j->w, j->n, o0, o1, j->pack + (size_t)part * G4__PACK_THREAD,
-                 &g4__torch_blocks, G4__TILE_TORCH);
+        g4__gemm(j->y, (size_t)out, j->x, NULL, (size_t)j->w->shape[1], j->w, j->n, o0, o1, ws, &g4__torch_blocks, G4__TILE_TORCH, cast),
+            cast_done = cast;
     else
 #endif
     if (j->torch) g4__matmul_torch(j->y, j->x, j->w, j->n, o0, o1);
@@ -10452,14 +10491,14 @@ static void g4__matmul_part(void *ctx, int part, int n_parts) {
     if (j->n > 1 && j->kc > 0) { /* the session's blocking */
         g4__blocking b = g4__gemm_blocks;
         b.kc = j->kc;
-        g4__gemm(j->y, (size_t)out, j->x, NULL, (size_t)j->w->shape[1], j->w, j->n, o0, o1, j->pack + (size_t)part * G4__PACK_THREAD, &b,
-                 G4__TILE_F32);
+        g4__gemm(j->y, (size_t)out, j->x, NULL, (size_t)j->w->shape[1], j->w, j->n, o0, o1, ws, &b, G4__TILE_F32, cast);
+        cast_done = cast;
     } else
 #endif
-        g4__matmul_rows(j->y, j->x, j->w, j->n, o0, o1, j->pack + (size_t)part * G4__PACK_THREAD);
+        g4__matmul_rows(j->y, j->x, j->w, j->n, o0, o1, ws);
     if (j->w->lora && j->lora_bf16) g4__lora_add_bf16(j->y, j->lu, j->w->lora, j->n, o0, o1);
     else if (j->w->lora) g4__lora_add(j->y, j->lu, j->w->lora, j->n, o0, o1, j->bf16mode);
-    if (j->bf16)
+    if (j->bf16 && !cast_done)
         for (t = 0; t < j->n; t++) g4__bf16_round_range(j->y + (size_t)t * (size_t)out, (size_t)o0, (size_t)o1);
 }
 
@@ -10485,7 +10524,11 @@ static void g4__matmul_cast(const g4_session *s, float *y, const float *x, const
     j.torch = !j.bf16dot && s->cfg.bf16 && w->dtype == G4_BF16; /* torch's summation order */
     j.bf16 = s->cfg.bf16 && cast;
 #if G4__BF16DOT
-    if (j.bf16dot) g4__to_bf16(s->xbf, x, n, (int)w->shape[1]);
+    if (j.bf16dot) {
+        g4__to_bf16_job tj;
+        tj.xb = s->xbf; tj.x = x; tj.in = (int)w->shape[1];
+        g4__parallel_range(s, (size_t)n, (size_t)tj.in, g4__to_bf16_range, &tj);
+    }
 #endif
     if (w->lora) g4__lora_u(s, x, w, n, j.lora_bf16); /* the adapter's A x first (>>adapter) */
     /* too small to share, or a pool larger than the one the arena was carved for */

@@ -100,7 +100,7 @@ int main(int argc, char **argv) {
                 w.data = (char *)wd + (size_t)(r % copies) * wbytes;
                 t = now();
 #if G4__BF16DOT
-                if (dot) g4__matmul_bf16dot(y, x, xb, &w, n, 0, rows, ws);
+                if (dot) g4__matmul_bf16dot(y, x, xb, &w, n, 0, rows, ws, 0);
                 else
 #endif
                 g4__matmul_rows(y, x, &w, n, 0, rows, ws);

@@ -688,12 +688,12 @@ static void test_simd_matmul_vs_scalar(void) {
                         for (i = 0; i < in * n; i++) xb[i] = g4__bf16_round(x[i]);
                         g4__to_bf16(xh, xb, n, in);
                         g4__matmul_ref(y1, xb, &w, n, 0, out);
-                        g4__matmul_bf16dot(y2, xb, xh, &w, n, 0, out, ws);
+                        g4__matmul_bf16dot(y2, xb, xh, &w, n, 0, out, ws, 0);
                         for (i = 0; i < out * n; i++)
                             if (fabs(y1[i] - y2[i]) > e2) e2 = fabs(y1[i] - y2[i]);
                         CHECK(e2 <= 1e-6 * in * 4, "bf16 dot: in %d out %d n %d: max diff %g", in, out, n, e2);
                         for (t = 0; t < n && n > 1; t++) {
-                            g4__matmul_bf16dot(y1, xb + (size_t)in * t, xh + (size_t)in * t, &w, 1, 0, out, ws);
+                            g4__matmul_bf16dot(y1, xb + (size_t)in * t, xh + (size_t)in * t, &w, 1, 0, out, ws, 0);
                             CHECK(memcmp(y1, y2 + (size_t)out * t, sizeof(float) * out) == 0,
                                   "bf16 dot: in %d out %d n %d: token %d's decode row differs from the prefill tile", in, out, n, t);
                         }
@@ -744,7 +744,7 @@ static void gemm_blocking(g4__tile_kind kind) {
     const g4__blocking *dflt = &g4__gemm_blocks;
     g4__blocking tiny;
     unsigned seed = 777;
-    int a, b, c, d, bad_ref = 0, bad_bits = 0, bad_decode = 0, bad_split = 0, bad_gap = 0, bad_ws = 0, cases = 0;
+    int a, b, c, d, bad_ref = 0, bad_bits = 0, bad_decode = 0, bad_split = 0, bad_gap = 0, bad_ws = 0, bad_cast = 0, cases = 0;
     size_t tiny_ws, dflt_ws;
     float *ws, *ws2;
     size_t halfp = kind == G4__TILE_BF16DOT ? 2 : 1; /* its panels are bf16: mc * kc / 2 floats */
@@ -798,8 +798,8 @@ static void gemm_blocking(g4__tile_kind kind) {
                     else g4__matmul_ref(ref, x1, &w, n, 0, out);
                     for (i = 0; i < (int)ny; i++) y1[i] = y2[i] = -7.0f; /* the gaps must keep this */
                     ws[dflt_ws] = ws2[tiny_ws] = 1234.5f;
-                    g4__gemm(y1, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, out, ws2, &tiny, kind);
-                    g4__gemm(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, out, ws, dflt, kind);
+                    g4__gemm(y1, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, out, ws2, &tiny, kind, 0);
+                    g4__gemm(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, out, ws, dflt, kind, 0);
                     bad_ws += ws[dflt_ws] != 1234.5f || ws2[tiny_ws] != 1234.5f;
                     bad_bits += memcmp(y1, y2, sizeof(float) * ny) != 0;
                     for (t = 0; t < n; t++) {
@@ -819,15 +819,25 @@ static void gemm_blocking(g4__tile_kind kind) {
                         const float *xt = x + (size_t)t * ldx;
                         if (kind == G4__TILE_TORCH) g4__matmul_torch(ref, xt, &w, 1, 0, out);
 #if G4__BF16DOT
-                        else if (kind == G4__TILE_BF16DOT) g4__matmul_bf16dot(ref, xt, xh + (size_t)t * ldx, &w, 1, 0, out, ws);
+                        else if (kind == G4__TILE_BF16DOT) g4__matmul_bf16dot(ref, xt, xh + (size_t)t * ldx, &w, 1, 0, out, ws, 0);
 #endif
                         else g4__rows1(ref, xt, (const unsigned char *)w.data, w.dtype, esz, in, 0, out);
                         bad_decode += memcmp(ref, y1 + (size_t)t * ldy, sizeof(float) * out) != 0;
                     }
+                    /* cast: each output rounded to bf16 as it is stored = y1 rounded after it, bit for bit
+                       (the tails' path, in % step != 0, and the tiles' own), the gaps kept */
+                    g4__gemm(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, out, ws2, &tiny, kind, 1);
+                    for (t = 0; t < n; t++) {
+                        for (i = out; i < ldy; i++) bad_gap += y2[(size_t)t * ldy + i] != -7.0f;
+                        for (i = 0; i < out; i++) {
+                            float r = g4__bf16_round(y1[(size_t)t * ldy + i]);
+                            bad_cast += memcmp(&r, y2 + (size_t)t * ldy + i, sizeof r) != 0;
+                        }
+                    }
                     /* two threads' parts: rows split at a multiple of the tile's rows */
                     half = (out / 2) / G4__TR * G4__TR;
-                    g4__gemm(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, half, ws2, &tiny, kind);
-                    g4__gemm(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, half, out, ws, dflt, kind);
+                    g4__gemm(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, half, ws2, &tiny, kind, 0);
+                    g4__gemm(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, half, out, ws, dflt, kind, 0);
                     bad_split += memcmp(y1, y2, sizeof(float) * ny) != 0;
                     cases++;
                     free(wd); free(x); free(x1); free(xh); free(ref); free(y1); free(y2);
@@ -838,6 +848,7 @@ static void gemm_blocking(g4__tile_kind kind) {
     CHECK(bad_bits == 0, "%d cases: tiny blocks and the default blocking differ in bits", bad_bits);
     CHECK(bad_decode == 0, "%d token rows differ from decode", bad_decode);
     CHECK(bad_split == 0, "%d cases: rows split in two parts differ", bad_split);
+    CHECK(bad_cast == 0, "%d outputs: the cast in the stores differs from rounding after", bad_cast);
     CHECK(bad_gap == 0, "%d values between y's rows overwritten", bad_gap);
     CHECK(bad_ws == 0, "%d cases wrote past the workspace", bad_ws);
     free(ws);
@@ -891,9 +902,9 @@ static void test_gemm_kc_choice(void) {
     w.data = wd; w.dtype = G4_BF16; w.ndim = 2; w.shape[0] = out; w.shape[1] = in;
     big.kc = G4__GEMM_KC_MAX;
     ws[G4__PACK_THREAD] = 1234.5f;
-    g4__gemm(y1, (size_t)out, x, NULL, (size_t)in, &w, n, 0, out, ws, &big, G4__TILE_F32);
+    g4__gemm(y1, (size_t)out, x, NULL, (size_t)in, &w, n, 0, out, ws, &big, G4__TILE_F32, 0);
     CHECK(ws[G4__PACK_THREAD] == 1234.5f, "kc %d wrote past the per-thread buffer", big.kc);
-    g4__gemm(y2, (size_t)out, x, NULL, (size_t)in, &w, n, 0, out, ws, &g4__gemm_blocks, G4__TILE_F32);
+    g4__gemm(y2, (size_t)out, x, NULL, (size_t)in, &w, n, 0, out, ws, &g4__gemm_blocks, G4__TILE_F32, 0);
     CHECK(memcmp(y1, y2, sizeof(float) * (size_t)out * n) == 0, "kc %d and the default kc %d differ in bits", big.kc, g4__gemm_blocks.kc);
     for (t = 0, bad = 0; t < n; t++) {
         g4__rows1(yd, x + (size_t)t * in, (const unsigned char *)w.data, G4_BF16, 2, in, 0, out);

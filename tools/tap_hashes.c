@@ -3,8 +3,9 @@
    the same models and diff the output (tools/tap_hashes.sh does both).
 
    For each model directory given: the forward with every tap (tap_projections
-   on) and all logits, float32 and bf16, on 1 and 2 threads, in chunks of 1, 3
-   and the whole prompt; and the training reference (loss, every gradient, the
+   on) and all logits, float32 and bf16 (and bf16 with bf16_fast where the
+   build has its kernel), on 1 and 2 threads, in chunks of 1, 3 and the whole
+   prompt; and the training reference (loss, every gradient, the
    gradient taps), float32, 1 and 2 threads, with and without recompute. Each
    line is one run: FNV-1a 64 over the taps (name, layer, shape, position,
    data bits, in call order), over the logits, over the gradients.
@@ -56,7 +57,7 @@ static int th_forward(const char *dir, const g4_model *m, int bf16, int threads,
     th_init(&taps); th_init(&lg);
     for (n = 0; n < TH_N; n++) if (th_ids[n] >= V) { free(logits); return 0; }
     if (threads > 1 && g4_pool_create(&pool, threads) != G4_OK) { printf("%s: no pool\n", dir); free(logits); return 1; }
-    sc.max_context = 64; sc.max_chunk = chunk; sc.bf16 = bf16; sc.pool = pool;
+    sc.max_context = 64; sc.max_chunk = chunk; sc.bf16 = bf16 > 0; sc.bf16_fast = bf16 == 2; sc.pool = pool;
     sc.tap = th_tap; sc.tap_user = &taps; sc.tap_projections = 1;
     if (g4_session_create(&s, m, &sc) != G4_OK) { printf("%s: %s\n", dir, s.error); free(logits); g4_pool_free(pool); return 1; }
     for (p = 0; p < TH_N; p += n) {
@@ -68,7 +69,7 @@ static int th_forward(const char *dir, const g4_model *m, int bf16, int threads,
     th_mix(&lg, logits, sizeof(float) * (size_t)V * TH_N);
     v = g4_argmax(logits + (size_t)(TH_N - 1) * V, V);
     printf("%-24s fwd  %s threads %d chunk %2d: %4ld taps %016llx logits %016llx argmax %d\n", dir,
-           bf16 ? "bf16" : "f32 ", threads, chunk, taps.n, (unsigned long long)taps.h, (unsigned long long)lg.h, v);
+           bf16 == 2 ? "fast" : bf16 ? "bf16" : "f32 ", threads, chunk, taps.n, (unsigned long long)taps.h, (unsigned long long)lg.h, v);
     g4_session_destroy(&s);
     g4_pool_free(pool);
     free(logits);
@@ -232,7 +233,7 @@ int main(int argc, char **argv) {
             continue;
         }
         if (g4_model_load(&m, argv[a]) != G4_OK) { printf("%-24s load: %s\n", argv[a], m.error); continue; }
-        for (bf16 = 0; bf16 < 2; bf16++)
+        for (bf16 = 0; bf16 < (g4_bf16_fast_available() ? 3 : 2); bf16++) /* 2: bf16_fast */
             for (threads = 1; threads <= 2; threads++)
                 for (c = 0; c < 3; c++) rc |= th_forward(argv[a], &m, bf16, threads, chunks[c]);
         for (threads = 1; threads <= 2; threads++)
