@@ -10474,6 +10474,7 @@ static void g4__matmul_part(void *ctx, int part, int n_parts) {
     int o0 = G4__TR * b0, o1 = G4__TR * b1 < out ? G4__TR * b1 : out, t;
     int cast = j->bf16 && !j->w->lora, cast_done = 0; /* the cast in the kernels' stores, unless an adapter adds on first */
     float *ws = j->pack + (size_t)part * G4__PACK_THREAD;
+    (void)cast; /* (builds without a GEMM) */
     if (o0 >= o1) return;
 #if G4__BF16DOT
     if (j->bf16dot) g4__matmul_bf16dot(j->y, j->x, j->xb, j->w, j->n, o0, o1, ws, cast), cast_done = cast;
