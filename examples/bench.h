@@ -478,6 +478,26 @@ static double g4b_reader_elems(const g4_model *m, double *bytes) {
     return e;
 }
 
+/* a prompt's attention FLOPs (q.k and p v: 2 each per query head, head_dim
+   and query-key pair; causal, a sliding layer's window): *last those of the
+   last row in the KV-reader layers, which run on it only; the rest returned */
+static double g4b_attention_flops(const g4_model *m, int prompt, double *last) {
+    int L = m->config.num_hidden_layers, first = m->plan.first_shared > 0 ? m->plan.first_shared : L, l, t;
+    double rows = 0;
+    *last = 0;
+    for (l = 0; l < L; l++) {
+        const g4_layer_plan *lp = &m->plan.layer[l];
+        int window = lp->type == G4_SLIDING ? m->config.sliding_window : 0;
+        double per_key = 4.0 * (double)m->config.num_attention_heads * (double)lp->head_dim;
+        for (t = l < first ? 0 : prompt - 1; t < prompt; t++) {
+            int keys = window && t + 1 > window ? window : t + 1;
+            if (l < first) rows += per_key * keys;
+            else *last += per_key * keys;
+        }
+    }
+    return rows;
+}
+
 /* bench DIR (options in o; --threads and --adapter through the CLI's globals) */
 static int g4b_bench(const char *dir, const g4b_opts *o) {
     int i, r, threads = n_threads, prompt = o->prompt, gen = o->gen, rc = 1;
@@ -487,7 +507,7 @@ static int g4b_bench(const char *dir, const g4b_opts *o) {
     g4_pool *pool = NULL;
     float *logits = NULL;
     int32_t *ids = NULL;
-    double t0, t1, t2, c0, bpt, elems, head, head_bytes, rows_bytes, best, pre, dec, best_cpu, pre_cpu, dec_cpu;
+    double t0, t1, t2, c0, bpt, elems, head, head_bytes, rows_bytes, best, pre, dec, best_cpu, pre_cpu, dec_cpu, att, att_last, flops;
     struct rusage ru;
     const char *drafter = o->drafter;
     int draft_tokens = o->draft_tokens;
@@ -545,12 +565,14 @@ static int g4b_bench(const char *dir, const g4b_opts *o) {
            sc.bf16 ? ", bf16-faithful mode" : "");
     g4b_print_blocking(&s);
     /* prefill FLOPs: 2 per weight per token, except lm_head and the KV-reader
-       layers, which only the last token runs (G4_LOGITS_LAST); attention's own
-       FLOPs (< 1% at these lengths) are not counted */
+       layers, which only the last token runs (G4_LOGITS_LAST), and the
+       attention's (g4b_attention_flops: on E2B's shape 0.4% of the matmuls'
+       at 64 tokens, 3.3% at 512; not counted before 2026-11-26 23:45 UTC) */
     head = (double)m.w.lm_head.shape[0] * (double)m.w.lm_head.shape[1] + g4b_reader_elems(&m, &head_bytes);
     head_bytes += (double)m.w.lm_head.shape[0] * (double)m.w.lm_head.shape[1] * (double)g4__dtype_size(m.w.lm_head.dtype);
-    printf("prefill: %.2f tok/s, %.1f GFLOP/s (%d tokens in %.2f s, best of 3)\n", prompt / pre,
-           2.0 * ((elems - head) * prompt + head) / pre / 1e9, prompt, pre);
+    att = g4b_attention_flops(&m, prompt, &att_last);
+    flops = 2.0 * ((elems - head) * prompt + head) + att + att_last;
+    printf("prefill: %.2f tok/s, %.1f GFLOP/s (%d tokens in %.2f s, best of 3)\n", prompt / pre, flops / pre / 1e9, prompt, pre);
     /* what bounds the prefill (bench/run.sh divides by the measured FMA peak and
        read bandwidth): the rows every token runs (their FLOPs; their weights read
        once, plus each token's embedding and PLE rows) and the last row's layers
@@ -559,15 +581,15 @@ static int g4b_bench(const char *dir, const g4b_opts *o) {
     if (m.w.embed_tokens_per_layer.data)
         rows_bytes += (double)g4__dtype_size(m.w.embed_tokens_per_layer.dtype) * (double)m.w.embed_tokens_per_layer.shape[1];
     rows_bytes = bpt - head_bytes + (double)(prompt - 1) * rows_bytes; /* (bpt holds one token's) */
-    printf("prefill parts: every row %.0f FLOP on %.0f bytes of weights; the last row only %.0f bytes of weights (%.0f FLOP)\n",
-           2.0 * (elems - head) * prompt, rows_bytes, head_bytes, 2.0 * head);
+    printf("prefill parts: every row %.0f FLOP on %.0f bytes of weights; the last row only %.0f bytes of weights (%.0f FLOP); "
+           "attention %.0f FLOP of these\n", 2.0 * (elems - head) * prompt + att, rows_bytes, head_bytes, 2.0 * head + att_last,
+           att + att_last);
     printf("decode: %.2f tok/s, %.2f GB/s (%.3f GB of weights per token, %d tokens in %.2f s, best of 3)\n", gen / dec,
            bpt * gen / dec / 1e9, bpt / 1e9, gen, dec);
     /* the same work per CPU-second of this process (all its threads, spinning
        included): what the kernels reach while they run, whatever else the
        machine runs meanwhile */
-    printf("prefill per CPU-second: %.1f GFLOP (%.3f CPU-s, best of 3)\n",
-           2.0 * ((elems - head) * prompt + head) / pre_cpu / 1e9, pre_cpu);
+    printf("prefill per CPU-second: %.1f GFLOP (%.3f CPU-s, best of 3)\n", flops / pre_cpu / 1e9, pre_cpu);
     printf("decode per CPU-second: %.2f GB (%.2f CPU-s, best of 3)\n", bpt * gen / dec_cpu / 1e9, dec_cpu);
     printf("memory: peak RSS %.0f MB, arena %.1f MB\n", (double)ru.ru_maxrss / 1024.0, (double)s.arena_bytes / 1048576.0);
     if (drafter && g4b_bench_drafter(&m, &s, drafter, draft_tokens, ids, prompt, gen, dec / gen)) goto done;
