@@ -10472,18 +10472,18 @@ static void g4__matmul_part(void *ctx, int part, int n_parts) {
     int out = (int)j->w->shape[0], blocks = (out + G4__TR - 1) / G4__TR;
     int b0 = (int)((int64_t)blocks * part / n_parts), b1 = (int)((int64_t)blocks * (part + 1) / n_parts);
     int o0 = G4__TR * b0, o1 = G4__TR * b1 < out ? G4__TR * b1 : out, t;
-    int cast = j->bf16 && !j->w->lora, cast_done = 0; /* the cast in the kernels' stores, unless an adapter adds on first */
+    int cast = j->bf16 && !j->w->lora; /* the cast in a kernel's stores (g4__gemm, the bf16dot rows), unless an adapter adds on first */
+    int in_kernel = 0;                 /* 1: the kernel below took it */
     float *ws = j->pack + (size_t)part * G4__PACK_THREAD;
-    (void)cast; /* (builds without a GEMM) */
     if (o0 >= o1) return;
 #if G4__BF16DOT
-    if (j->bf16dot) g4__matmul_bf16dot(j->y, j->x, j->xb, j->w, j->n, o0, o1, ws, cast), cast_done = cast;
+    if (j->bf16dot) g4__matmul_bf16dot(j->y, j->x, j->xb, j->w, j->n, o0, o1, ws, cast), in_kernel = 1;
     else
 #endif
 #if G4__TORCH_GEMM
     if (j->torch && j->n > 1)
         g4__gemm(j->y, (size_t)out, j->x, NULL, (size_t)j->w->shape[1], j->w, j->n, o0, o1, ws, &g4__torch_blocks, G4__TILE_TORCH, cast),
-            cast_done = cast;
+            in_kernel = 1;
     else
 #endif
     if (j->torch) g4__matmul_torch(j->y, j->x, j->w, j->n, o0, o1);
@@ -10493,13 +10493,13 @@ static void g4__matmul_part(void *ctx, int part, int n_parts) {
         g4__blocking b = g4__gemm_blocks;
         b.kc = j->kc;
         g4__gemm(j->y, (size_t)out, j->x, NULL, (size_t)j->w->shape[1], j->w, j->n, o0, o1, ws, &b, G4__TILE_F32, cast);
-        cast_done = cast;
+        in_kernel = 1;
     } else
 #endif
         g4__matmul_rows(j->y, j->x, j->w, j->n, o0, o1, ws);
     if (j->w->lora && j->lora_bf16) g4__lora_add_bf16(j->y, j->lu, j->w->lora, j->n, o0, o1);
     else if (j->w->lora) g4__lora_add(j->y, j->lu, j->w->lora, j->n, o0, o1, j->bf16mode);
-    if (j->bf16 && !cast_done)
+    if (j->bf16 && !(cast && in_kernel))
         for (t = 0; t < j->n; t++) g4__bf16_round_range(j->y + (size_t)t * (size_t)out, (size_t)o0, (size_t)o1);
 }
 
