@@ -9435,7 +9435,7 @@ static G4__NOINLINE void g4__micro_bf16(uint16_t *wp, const unsigned char *const
    G4__TILE_BF16DOT's panels (G4__BF16DOT_FLOATS). b->kc a multiple of the
    tile's step. cast: each y rounded to bf16 as it is stored (the bf16 mode's
    cast of a matmul's output, g4__act; the same bits as a pass over y after
-   it, without that pass: 1-2% of a bf16_fast prefill). */
+   it, without that pass: about 1% of a bf16_fast prefill). */
 static void g4__gemm(float *y, size_t ldy, const float *x, const uint16_t *xb, size_t ldx, const g4_tensor *w, int n, int o0, int o1,
                      float *ws, const g4__blocking *b, g4__tile_kind kind, int cast) {
     int step = kind == G4__TILE_TORCH ? 64 : kind == G4__TILE_BF16DOT ? 32 : G4__VL; /* k per step of the tile */

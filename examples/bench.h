@@ -567,7 +567,7 @@ static int g4b_bench(const char *dir, const g4b_opts *o) {
     /* prefill FLOPs: 2 per weight per token, except lm_head and the KV-reader
        layers, which only the last token runs (G4_LOGITS_LAST), and the
        attention's (g4b_attention_flops: on E2B's shape 0.4% of the matmuls'
-       at 64 tokens, 3.3% at 512; not counted before 2026-11-26 23:45 UTC) */
+       at 64 tokens, 3.3% at 512) */
     head = (double)m.w.lm_head.shape[0] * (double)m.w.lm_head.shape[1] + g4b_reader_elems(&m, &head_bytes);
     head_bytes += (double)m.w.lm_head.shape[0] * (double)m.w.lm_head.shape[1] * (double)g4__dtype_size(m.w.lm_head.dtype);
     att = g4b_attention_flops(&m, prompt, &att_last);
