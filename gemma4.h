@@ -1335,8 +1335,10 @@ G4_CUDA_API g4_result g4__cuda_fast_attention_testing(float *out, const float *q
 #define G4__PRINTF(a, b) __attribute__((format(printf, a, b)))
 #define G4__MAYBE_UNUSED __attribute__((unused))
 #define G4__NOINLINE __attribute__((noinline))
+#define G4__INLINE __attribute__((always_inline)) inline /* small kernels called from loops */
 #else
 #define G4__NOINLINE
+#define G4__INLINE
 #define G4__PRINTF(a, b)
 #define G4__MAYBE_UNUSED
 #endif
@@ -3774,7 +3776,7 @@ G4__HD static float g4__bf16_round(float f) {
 
 /* g4__bf16_round on x[0, 16) without a branch, a loop compilers vectorize
    (the bf16 mode rounds every activation: 4% of a bf16_fast prefill) */
-static void g4__bf16_round16(float *x) {
+static G4__INLINE void g4__bf16_round16(float *x) {
     uint32_t u[16], r;
     int l;
     memcpy(u, x, sizeof u);
@@ -4508,6 +4510,44 @@ G4__MAYBE_UNUSED static g4_kv_slot g4__kv_slot_of(int kv_heads, int head_dim, in
     return sl;
 }
 
+/* VDPBF16PS on one lane (bf16_fast's p v): t + a1 b1, then + a0 b0, each
+   sum rounded to float; the inputs and each sum read and written as zero
+   where denormal (the instruction's DAZ and FTZ, whatever MXCSR says). a and
+   b hold bf16 values, so each product is exact (it can only underflow). The
+   same model as tests/x86_emu.h's, and tested against the real instruction
+   on avx512_bf16 CPUs (test_attend_blocked_vs_reference). */
+static float g4__daz(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) == 0) u &= 0x80000000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+static float g4__dpbf16_lane(float t, float a0, float b0, float a1, float b1) {
+    t = g4__daz(g4__daz(t) + g4__daz(a1) * g4__daz(b1));
+    return g4__daz(t + g4__daz(a0) * g4__daz(b0));
+}
+
+/* the blocked attention's runs of keys (g4__attend_blocked, g4__wsum_bf16):
+   a run's value rows stay in cache across the heads */
+#define G4__ATT_KEYS 64
+
+/* bf16_fast's out = sum over k of p[k] v[k] (g4__attend, bf16 = 1): from
+   zero, the keys in pairs from the first (k, k + 1), the last one alone
+   (with 0 as its pair) when m is odd, each pair added as one VDPBF16PS adds
+   it (g4__dpbf16_lane; g4__wsum_bf16 on the instruction). p and the values
+   are bf16 values (the bf16 mode rounds them). v_j = base + ((k0 + j) % cap)
+   * stride. */
+static void g4__wsum_pairs(float *y, const float *p, const float *base, size_t stride, int cap, int k0, int m, int n) {
+    int i, j;
+    for (i = 0; i < n; i++) y[i] = 0.0f;
+    for (j = 0; j < m; j += 2) {
+        const float *v0 = base + (size_t)((k0 + j) % cap) * stride, *v1 = base + (size_t)((k0 + j + 1) % cap) * stride;
+        for (i = 0; i < n; i++)
+            y[i] = j + 1 < m ? g4__dpbf16_lane(y[i], p[j], v0[i], p[j + 1], v1[i]) : g4__dpbf16_lane(y[i], p[j], v0[i], 0.0f, 0.0f);
+    }
+}
+
 /* G query heads of one KV head over keys [lo, hi] of a slot (rows pos %
    capacity), for each head h, its q at q + h D, its out at out + h D, its
    scores at scores + h (hi - lo + 1):
@@ -4519,7 +4559,8 @@ G4__MAYBE_UNUSED static g4_kv_slot g4__kv_slot_of(int kv_heads, int head_dim, in
    which gives the same bits reading each key and value row once for the G
    heads (tested). The bf16 mode: g4__attend_torch (torch's orders); with
    bf16_fast this, bf16 = 1: scores, p and out each rounded to bf16 where
-   transformers rounds them, the sums in this order, not torch's (so within
+   transformers rounds them, the scores' sums in this order, p v in pairs of
+   keys as VDPBF16PS sums them (g4__wsum_pairs), not torch's order (so within
    the bf16_fast bound, not bit-identical; the same for any chunk, split or
    thread count, as in float32). */
 G4__MAYBE_UNUSED static void g4__attend(float *out, const float *q, int G, const g4_kv_slot *sl, int kvh, int lo, int hi,
@@ -4533,10 +4574,14 @@ G4__MAYBE_UNUSED static void g4__attend(float *out, const float *q, int G, const
         if (bf16) g4__bf16_round_range(p, 0, (size_t)L);
         g4__softmax(p, L);
         if (bf16) g4__bf16_round_range(p, 0, (size_t)L);
+        if (bf16) {
+            g4__wsum_pairs(oh, p, sl->v + (size_t)kvh * (size_t)D, (size_t)stride, sl->capacity, lo, L, D);
+            g4__bf16_round_range(oh, 0, (size_t)D);
+            continue;
+        }
         memset(oh, 0, sizeof(float) * (size_t)D);
         for (k = lo; k <= hi; k++)
             g4__axpy(oh, p[k - lo], sl->v + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D, D);
-        if (bf16) g4__bf16_round_range(oh, 0, (size_t)D);
     }
 }
 
@@ -8984,12 +9029,8 @@ typedef __m512 g4__vec;
 #define G4__VH_Z(a, b) _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0xEE), _mm512_shuffle_f32x4(a, b, 0x44)) /* [a hi 8 + lo 8 | b's] */
 #define G4__VH_W(a, b) _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0xDD), _mm512_shuffle_f32x4(a, b, 0x88)) /* blocks' hi 4 + lo 4 */
 #define G4__VH_Q(a, b) _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b)) /* lanes 0 + 2, 1 + 3, interleaved */
-#if defined(__GNUC__) || defined(__clang__) /* (out of line, its 16 arguments went through the stack: 2.4% of a prefill) */
-#define G4__VH_INLINE __attribute__((always_inline)) inline
-#else
-#define G4__VH_INLINE
-#endif
-static G4__VH_INLINE g4__vec g4__vhsum16(g4__vec v0, g4__vec v1, g4__vec v2, g4__vec v3, g4__vec v4, g4__vec v5, g4__vec v6, g4__vec v7,
+/* (inline: out of line, its 16 arguments went through the stack: 2.4% of a prefill) */
+static G4__INLINE g4__vec g4__vhsum16(g4__vec v0, g4__vec v1, g4__vec v2, g4__vec v3, g4__vec v4, g4__vec v5, g4__vec v6, g4__vec v7,
                            g4__vec v8, g4__vec v9, g4__vec v10, g4__vec v11, g4__vec v12, g4__vec v13, g4__vec v14, g4__vec v15) {
     g4__vec w0 = G4__VH_W(G4__VH_Z(v0, v1), G4__VH_Z(v2, v3)), w1 = G4__VH_W(G4__VH_Z(v4, v5), G4__VH_Z(v6, v7));
     g4__vec w2 = G4__VH_W(G4__VH_Z(v8, v9), G4__VH_Z(v10, v11)), w3 = G4__VH_W(G4__VH_Z(v12, v13), G4__VH_Z(v14, v15));
@@ -9315,21 +9356,39 @@ static void g4__pf_step(g4__pf *f) {
     }
 }
 
+/* A tile's `last`: 0, partial sums into part; G4__SUMS, whole sums into sum;
+   G4__SUMS_BF16, those rounded to bf16 (the bf16 mode's cast, g4__gemm's
+   `cast`; rounded in the tile, before they leave its registers). */
+enum { G4__SUMS = 1, G4__SUMS_BF16 = 2 };
+
 /* The end of a 4 x 6 tile (AVX-512: g4__micro_vs, g4__micro_bf16): sum[u][r] =
    g4__vhsum(acc[r][u]) 16 at once, the same bits. sum's flat element 4 u + r:
    the first 16, then the last 8 (the other 8 slots repeat them); lane 4k + j
    of g4__vhsum16 sums its argument 4j + k, so acc goes in row by row. A
    macro, so that acc stays in registers. */
 #if defined(G4__VHSUM16) && G4__TR == 4 && G4__TT == 6
-#define G4__TILE_HSUMS(acc, sum)                                                                                          \
+/* g4__bf16_round on 16 lanes in registers, for the sums of a tile whose
+   `last` is G4__SUMS_BF16: + 0x7fff + the kept lowest bit, the low half
+   cleared; NaN kept as it is (and inf, which the sum leaves unchanged). Done
+   on sum in memory after the tile, the rounding read back 512-bit stores
+   (Zen 4 forwards them slowly): 3% of a 512-token bf16_fast prefill. */
+static G4__INLINE __m512 g4__vbf16_round(__m512 v) {
+    __m512i u = _mm512_castps_si512(v), one = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), one), _mm512_set1_epi32(-65536));
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(INFINITY), _CMP_LT_OQ), v, _mm512_castsi512_ps(r));
+}
+#define G4__TILE_HSUMS(acc, sum, bf16)                                                                                    \
     do {                                                                                                                  \
         float hs_[16];                                                                                                    \
-        g4__vstore(&(sum)[0][0], g4__vhsum16((acc)[0][0], (acc)[0][1], (acc)[0][2], (acc)[0][3], (acc)[1][0], (acc)[1][1], \
-                                             (acc)[1][2], (acc)[1][3], (acc)[2][0], (acc)[2][1], (acc)[2][2], (acc)[2][3], \
-                                             (acc)[3][0], (acc)[3][1], (acc)[3][2], (acc)[3][3]));                         \
-        g4__vstore(hs_, g4__vhsum16((acc)[0][4], (acc)[0][5], (acc)[0][4], (acc)[0][5], (acc)[1][4], (acc)[1][5],          \
-                                    (acc)[1][4], (acc)[1][5], (acc)[2][4], (acc)[2][5], (acc)[2][4], (acc)[2][5],          \
-                                    (acc)[3][4], (acc)[3][5], (acc)[3][4], (acc)[3][5]));                                  \
+        g4__vec s0_ = g4__vhsum16((acc)[0][0], (acc)[0][1], (acc)[0][2], (acc)[0][3], (acc)[1][0], (acc)[1][1],           \
+                                  (acc)[1][2], (acc)[1][3], (acc)[2][0], (acc)[2][1], (acc)[2][2], (acc)[2][3],           \
+                                  (acc)[3][0], (acc)[3][1], (acc)[3][2], (acc)[3][3]);                                    \
+        g4__vec s1_ = g4__vhsum16((acc)[0][4], (acc)[0][5], (acc)[0][4], (acc)[0][5], (acc)[1][4], (acc)[1][5],           \
+                                  (acc)[1][4], (acc)[1][5], (acc)[2][4], (acc)[2][5], (acc)[2][4], (acc)[2][5],           \
+                                  (acc)[3][4], (acc)[3][5], (acc)[3][4], (acc)[3][5]);                                    \
+        if (bf16) s0_ = g4__vbf16_round(s0_), s1_ = g4__vbf16_round(s1_);                                                \
+        g4__vstore(&(sum)[0][0], s0_);                                                                                    \
+        g4__vstore(hs_, s1_);                                                                                             \
         memcpy(&(sum)[0][0] + 16, hs_, 8 * sizeof(float));                                                               \
     } while (0)
 #endif
@@ -9394,10 +9453,11 @@ static G4__NOINLINE void g4__micro_vs(float *wp, const unsigned char *const *wro
         }
     if (last) {
 #ifdef G4__TILE_HSUMS
-        G4__TILE_HSUMS(acc, sum);
+        G4__TILE_HSUMS(acc, sum, last == G4__SUMS_BF16);
 #else
         G4__UNROLL for (r = 0; r < G4__TR; r++) /* constant indices only, so acc stays in registers */
             G4__UNROLL for (u = 0; u < G4__TT; u++) sum[u][r] = g4__vhsum(acc[r][u]);
+        if (last == G4__SUMS_BF16) g4__bf16_round_range(&sum[0][0], 0, G4__TT * G4__TR);
 #endif
     } else {
         G4__UNROLL for (r = 0; r < G4__TR; r++)
@@ -9435,7 +9495,8 @@ static G4__NOINLINE void g4__micro_bf16(uint16_t *wp, const unsigned char *const
    G4__TILE_BF16DOT's panels (G4__BF16DOT_FLOATS). b->kc a multiple of the
    tile's step. cast: each y rounded to bf16 as it is stored (the bf16 mode's
    cast of a matmul's output, g4__act; the same bits as a pass over y after
-   it, without that pass: about 1% of a bf16_fast prefill). */
+   it, without that pass: about 1% of a bf16_fast prefill): by the tile
+   (G4__SUMS_BF16), or after the tail where there is one. */
 static void g4__gemm(float *y, size_t ldy, const float *x, const uint16_t *xb, size_t ldx, const g4_tensor *w, int n, int o0, int o1,
                      float *ws, const g4__blocking *b, g4__tile_kind kind, int cast) {
     int step = kind == G4__TILE_TORCH ? 64 : kind == G4__TILE_BF16DOT ? 32 : G4__VL; /* k per step of the tile */
@@ -9461,6 +9522,7 @@ static void g4__gemm(float *y, size_t ldy, const float *x, const uint16_t *xb, s
             int mc = o1 - i0 < b->mc ? o1 - i0 : b->mc;
             for (k0 = 0; k0 == 0 || k0 < kv; k0 += b->kc) {
                 int kc = kv - k0 < b->kc ? kv - k0 : b->kc, first = k0 == 0, last = k0 + kc >= kv;
+                int fin = !last ? 0 : cast && !tails ? G4__SUMS_BF16 : G4__SUMS; /* the tiles' `last` (with a tail, cast after it) */
                 /* the next block: the next k range, else the next rows, else the first rows again */
                 if (!last) pk = k0 + kc, pi = i0;
                 else pk = 0, pi = i0 + mc < o1 ? i0 + mc : o0;
@@ -9479,27 +9541,19 @@ static void g4__gemm(float *y, size_t ldy, const float *x, const uint16_t *xb, s
                         for (r = 0; r < G4__TR; r++) wrow[r] = base + (size_t)(o + (r < R ? r : R - 1)) * (size_t)in * esz;
                         switch (kind) { /* a block's first tiles (t == t0) pack its weights on the way */
 #if G4__TORCH_GEMM
-                        case G4__TILE_TORCH: g4__tile_torch(ws + panel, wrow, t == t0, k0, kc, in, xt, pt, first, last, sum); break;
+                        case G4__TILE_TORCH: g4__tile_torch(ws + panel, wrow, t == t0, k0, kc, in, xt, pt, first, fin, sum); break;
 #endif
 #if G4__BF16DOT
                         case G4__TILE_BF16DOT: { /* x's bf16 copy at the same places */
                             const uint16_t *xbt[G4__TT];
                             for (u = 0; u < G4__TT; u++) xbt[u] = xb + (xt[u] - x);
-                            g4__micro_bf16((uint16_t *)(void *)ws + panel, t == t0 ? wrow : NULL, k0, xbt, kc / 32, pt, first, last, sum);
+                            g4__micro_bf16((uint16_t *)(void *)ws + panel, t == t0 ? wrow : NULL, k0, xbt, kc / 32, pt, first, fin, sum);
                             break;
                         }
 #endif
-                        default: g4__micro(ws + panel, t == t0 ? wrow : NULL, dt, k0, xt, kc / G4__VL, pt, first, last, sum);
+                        default: g4__micro(ws + panel, t == t0 ? wrow : NULL, dt, k0, xt, kc / G4__VL, pt, first, fin, sum);
                         }
                         g4__pf_step(&pf); /* the tile's second half of the prefetches */
-                        if (last && cast && !tails) { /* (rounding is idempotent: the two ranges may overlap) */
-#if G4__TT * G4__TR >= 16
-                            g4__bf16_round16(&sum[0][0]);
-                            g4__bf16_round16(&sum[0][0] + G4__TT * G4__TR - 16);
-#else
-                            g4__bf16_round_range(&sum[0][0], 0, G4__TT * G4__TR);
-#endif
-                        }
                         if (last)
                             for (u = 0; u < T; u++) { /* token u's G4__TR outputs are consecutive in y and in sum */
                                 float *yu = y + (size_t)(t + u) * ldy + (size_t)o;
@@ -9884,6 +9938,61 @@ static __m512bh g4__ldbf(const void *p, int k) {
     return (__m512bh)_mm512_loadu_si512((const void *)((const unsigned char *)p + 2 * (size_t)k));
 }
 
+/* bf16_fast's p v for G heads (g4__attend_blocked), g4__wsum_pairs's bits
+   on VDPBF16PS, D % 16 == 0. Each head's p becomes pairs in place: word j / 2
+   of its row holds p[j]'s bf16 bits low and p[j + 1]'s high (exact: p holds
+   bf16 values). A pair of value rows makes one bf16 vector the same way, v[k]'s
+   bits >> 16 | v[k + 1]'s (bf16 values too), built once for the G heads:
+   lane i then adds p[k + 1] v[k + 1][i], then p[k] v[k][i], as
+   g4__dpbf16_lane. Runs of G4__ATT_KEYS keys (even, so the pairs do not
+   move) against 32 outputs and 8 heads at a time: 16 accumulators. Each
+   head's sums are its own, so any G gives the same bits (decode runs G = 1). */
+static void g4__wsum_bf16(float *out, float *p, int G, const float *vbase, size_t stride, int cap, int lo, int L, int D) {
+    int h, h0, j, c, i, u, g;
+    for (h = 0; h < G; h++) {
+        float *ph = p + (size_t)h * (size_t)L;
+        for (j = 0; j < L; j += 2) {
+            uint32_t a, b = 0;
+            memcpy(&a, ph + j, 4);
+            if (j + 1 < L) memcpy(&b, ph + j + 1, 4);
+            a = a >> 16 | (b & 0xffff0000u);
+            memcpy(ph + j / 2, &a, 4);
+        }
+    }
+    for (c = 0; c < L; c += G4__ATT_KEYS) {
+        int m = L - c < G4__ATT_KEYS ? L - c : G4__ATT_KEYS;
+        for (h0 = 0; h0 < G; h0 += 8)
+            for (i = 0, g = G - h0 < 8 ? G - h0 : 8; i < D; i += 32) {
+                int w = D - i < 32 ? 1 : 2; /* vectors of 16 outputs: 2, or 1 at a D % 32 == 16 end */
+                __m512 acc[8][2];
+                G4__UNROLL for (h = 0; h < 8; h++)
+                    G4__UNROLL for (u = 0; u < 2; u++)
+                        acc[h][u] = c > 0 && h < g && u < w ? _mm512_loadu_ps(out + (size_t)(h0 + h) * (size_t)D + i + 16 * u)
+                                                            : _mm512_setzero_ps();
+                for (j = 0; j < m; j += 2) {
+                    const float *v0 = vbase + (size_t)((lo + c + j) % cap) * stride + i, *v1 = vbase + (size_t)((lo + c + j + 1) % cap) * stride + i;
+                    __m512bh vv[2];
+                    G4__UNROLL for (u = 0; u < 2; u++) {
+                        __m512i lo16 = u < w ? _mm512_srli_epi32(_mm512_loadu_si512((const void *)(v0 + 16 * u)), 16) : _mm512_setzero_si512();
+                        vv[u] = (__m512bh)(j + 1 < m && u < w ? _mm512_or_si512(lo16, _mm512_loadu_si512((const void *)(v1 + 16 * u))) : lo16);
+                    }
+                    G4__UNROLL for (h = 0; h < 8; h++) {
+                        uint32_t pr;
+                        __m512bh pv;
+                        if (h >= g) break;
+                        memcpy(&pr, p + (size_t)(h0 + h) * (size_t)L + (size_t)(c + j) / 2, 4);
+                        pv = (__m512bh)_mm512_set1_epi32((int)pr);
+                        acc[h][0] = _mm512_dpbf16_ps(acc[h][0], pv, vv[0]);
+                        acc[h][1] = _mm512_dpbf16_ps(acc[h][1], pv, vv[1]);
+                    }
+                }
+                G4__UNROLL for (h = 0; h < 8; h++)
+                    G4__UNROLL for (u = 0; u < 2; u++)
+                        if (h < g && u < w) _mm512_storeu_ps(out + (size_t)(h0 + h) * (size_t)D + i + 16 * u, acc[h][u]);
+            }
+    }
+}
+
 /* The input rows' first in - in % 32 values to bf16, once per matmul (exact:
    they are bf16 values already). */
 static void g4__to_bf16(uint16_t *xb, const float *x, int n, int in) {
@@ -9946,10 +10055,11 @@ static G4__NOINLINE void g4__micro_bf16(uint16_t *wp, const unsigned char *const
         }
     if (last) { /* each sum _mm512_reduce_add_ps's bits (the decode rows'), 16 at a time as g4__micro's */
 #ifdef G4__TILE_HSUMS
-        G4__TILE_HSUMS(acc, sum);
+        G4__TILE_HSUMS(acc, sum, last == G4__SUMS_BF16);
 #else
         G4__UNROLL for (r = 0; r < G4__TR; r++)
             G4__UNROLL for (u = 0; u < G4__TT; u++) sum[u][r] = _mm512_reduce_add_ps(acc[r][u]);
+        if (last == G4__SUMS_BF16) g4__bf16_round_range(&sum[0][0], 0, G4__TT * G4__TR);
 #endif
     } else {
         G4__UNROLL for (r = 0; r < G4__TR; r++)
@@ -10112,6 +10222,7 @@ static G4__NOINLINE void g4__tile_torch(float *wp, const unsigned char *const *w
                     acc[(q * G4__VL + l) / 8][(q * G4__VL + l) % 8] = part[(size_t)q * pass + (size_t)(r * G4__TT + u) * G4__VL + (size_t)l];
             sum[u][r] = g4__dot_torch_end(acc, xt[u] - k0, wrow[r], G4__B_BF16, in);
 #endif
+            if (last == G4__SUMS_BF16) sum[u][r] = g4__bf16_round(sum[u][r]);
         }
 }
 #endif
@@ -10664,7 +10775,6 @@ static void g4__cache_sizes(long *l1d, long *l2, long *l3) {
    G heads instead of once per head (G4__ATT_KEYS rows at a time, so they
    stay in cache across the heads). bf16: scores, p and out rounded to bf16
    as g4__attend's (bf16_fast); the bf16 mode without it: g4__attend_torch. */
-#define G4__ATT_KEYS 64
 static void g4__attend_blocked(float *out, const float *q, int G, const g4_kv_slot *sl, int kvh, int lo, int hi, float *scores,
                                int bf16) {
     int D = sl->head_dim, stride = sl->kv_heads * D, L = hi - lo + 1, k, j, h, h0 = 0, c;
@@ -10694,7 +10804,14 @@ static void g4__attend_blocked(float *out, const float *q, int G, const g4_kv_sl
     if (bf16) g4__bf16_round_range(scores, 0, (size_t)G * (size_t)L);
     for (h = 0; h < G; h++) g4__softmax_n(scores + (size_t)h * (size_t)L, L); /* g4__softmax's bits, its exps in SIMD */
     if (bf16) g4__bf16_round_range(scores, 0, (size_t)G * (size_t)L);
-    /* out = 0, then out += p[k] v[k], k in order (g4__wsum_ring: as g4__axpy per key), runs of keys across the heads */
+    if (bf16) { /* bf16_fast: p v in pairs of keys (g4__wsum_pairs) */
+#if G4__BF16DOT
+        if (D % 16 == 0) g4__wsum_bf16(out, scores, G, vbase, (size_t)stride, sl->capacity, lo, L, D);
+        else
+#endif
+            for (h = 0; h < G; h++)
+                g4__wsum_pairs(out + (size_t)h * (size_t)D, scores + (size_t)h * (size_t)L, vbase, (size_t)stride, sl->capacity, lo, L, D);
+    } else /* out = 0, then out += p[k] v[k], k in order (g4__wsum_ring: as g4__axpy per key), runs of keys across the heads */
     for (c = lo; c <= hi; c += G4__ATT_KEYS) {
         int m = hi - c + 1 < G4__ATT_KEYS ? hi - c + 1 : G4__ATT_KEYS;
         for (h = 0; h < G; h++)

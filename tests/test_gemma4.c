@@ -921,7 +921,8 @@ static void test_gemm_kc_choice(void) {
 /* The bf16 rounding of a range (16 at a time, branchless) gives g4__bf16_round's
    bits element by element: ties to even both ways, NaNs of several payloads
    (signalling included) left as they are, infinities, denormals, values that
-   round up to infinity, on a length that leaves a tail. */
+   round up to infinity, on a length that leaves a tail. So does the AVX-512
+   tile's rounding in registers, g4__vbf16_round (native or emulated). */
 static void test_bf16_round_range(void) {
     static const uint32_t special[] = {0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7fbfffffu, 0x7f800000u, 0xff800000u,
                                        0x7f7fffffu, 0x7f7f8000u, 0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x00008000u,
@@ -942,6 +943,18 @@ static void test_bf16_round_range(void) {
         bad += memcmp(&r, &y[i], 4) != 0;
     }
     CHECK(bad == 0, "%d of 53 values differ from g4__bf16_round", bad);
+#ifdef G4__TILE_HSUMS /* the AVX-512 tile's rounding in registers (G4__SUMS_BF16), 16 at a time */
+    for (i = 0, bad = 0; i + 16 <= 53; i += 16) {
+        float v[16];
+        int l;
+        _mm512_storeu_ps(v, g4__vbf16_round(_mm512_loadu_ps(x + i)));
+        for (l = 0; l < 16; l++) {
+            float r = g4__bf16_round(x[i + l]);
+            bad += memcmp(&r, &v[l], 4) != 0;
+        }
+    }
+    CHECK(bad == 0, "%d of 48 values: g4__vbf16_round differs from g4__bf16_round", bad);
+#endif
 }
 
 /* RoPE on a position's heads (g4__rope: cos and sin once for the heads, 16
@@ -1075,21 +1088,23 @@ static void test_attention_kernels(void) {
    or 8 keys per g4__dot8, values in runs of G4__ATT_KEYS keys) gives, bit for
    bit, the reference loop of >>ops (g4__attend: per head, q.k key by key,
    softmax, p v summed from zero key by key), on head sizes that are not
-   multiples of the vector, 1 to 8 heads, windows that wrap the ring and cross
+   multiples of the vector, 1 to 12 heads, windows that wrap the ring and cross
    the runs of keys, and an empty window (out all zeros). Both in float32 and
    with bf16 = 1 (bf16_fast's attention: q, keys and values of bf16 values as
-   the bf16 mode stores them; scores, p and out rounded to bf16), where out
+   the bf16 mode stores them; scores, p and out rounded to bf16, p v in pairs
+   of keys: on avx512_bf16, native or emulated, VDPBF16PS against the scalar
+   model g4__dpbf16_lane, odd key counts and D % 32 == 16 included), where out
    must hold bf16 values and differ from the float32 run's in at least 90%
    of the cases with 2 keys or more and 16 outputs or more. */
 static void test_attend_blocked_vs_reference(void) {
     static const int Ds[] = {1, 7, 16, 3 * G4__VL_T + 5, 256};
-    static const int Gs[] = {1, 2, 3, 5, 8};
+    static const int Gs[] = {1, 2, 3, 5, 8, 12};
     static const int Ls[] = {0, 1, 7, 8, 9, 64, 65, 150};
     unsigned seed = 777;
     int a, b, c, i, bf16, bad = 0, cases = 0, not_bf16 = 0, moved = 0, movable = 0;
     for (bf16 = 0; bf16 <= 1; bf16++)
         for (a = 0; a < 5; a++)
-            for (b = 0; b < 5; b++)
+            for (b = 0; b < 6; b++)
                 for (c = 0; c < 8; c++) {
                     int D = Ds[a], G = Gs[b], L = Ls[c], KVH = 2, kvh = 1, cap = L + 5, lo = 3 * cap - 2, hi = lo + L - 1;
                     size_t kv = (size_t)cap * KVH * D;
@@ -1102,6 +1117,7 @@ static void test_attend_blocked_vs_reference(void) {
                     for (i = 0; i < (int)kv; i++) {
                         seed = seed * 1103515245u + 12345u; k[i] = (float)((seed >> 8) & 0xffff) / 16384.0f - 2.0f;
                         seed = seed * 1103515245u + 12345u; v[i] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+                        v[i] = ldexpf(v[i], (int)(seed >> 28) - 8); /* exponents spread: sums that round, so the order shows */
                     }
                     for (i = 0; i < G * D; i++) { seed = seed * 1103515245u + 12345u; q[i] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f; }
                     if (bf16) {
@@ -1128,7 +1144,7 @@ static void test_attend_blocked_vs_reference(void) {
                     cases++;
                     free(k); free(v); free(q); free(o1); free(o2); free(o3); free(s1); free(s2);
                 }
-    printf("  %d cases (float32 and bf16, head sizes 1 to 256, 1 to 8 heads, 0 to 150 keys wrapping the ring), "
+    printf("  %d cases (float32 and bf16, head sizes 1 to 256, 1 to 12 heads, 0 to 150 keys wrapping the ring), "
            "%d of the %d bf16 ones over 2 keys or more with 16 outputs or more differ from float32\n", cases, moved, movable);
     CHECK(bad == 0, "%d cases: g4__attend_blocked differs from the reference g4__attend", bad);
     CHECK(not_bf16 == 0, "%d outputs of the bf16 attention are not bf16 values", not_bf16);
@@ -1439,6 +1455,50 @@ static void test_bf16_gelu_tail_and_torch_matmul(void) {
 
 #if G4__BF16DOT
 static void test_gemm_bf16dot_blocking(void) { gemm_blocking(G4__TILE_BF16DOT); } /* runs on avx512_bf16 or tests/x86_emu.h */
+
+/* bf16_fast's p v on VDPBF16PS (g4__wsum_bf16) = its scalar model
+   (g4__wsum_pairs, lane by lane g4__dpbf16_lane), bit for bit before the
+   final rounding (which would hide an order's last bits): head sizes of one
+   and of several 32-output blocks and a 16-output end, 1 to 11 heads (two
+   groups of 8), odd and even key counts within a run and across runs of
+   G4__ATT_KEYS, windows that wrap the ring; values and p of bf16 values with
+   exponents spread over 2^-8 .. 2^7 (sums that round, so the order shows),
+   denormals and a NaN-free spread of signs. */
+static void test_wsum_bf16_vs_pairs(void) {
+    static const int Ds[] = {16, 48, 256};
+    static const int Gs[] = {1, 3, 8, 11};
+    static const int Ls[] = {1, 2, 7, 64, 65, 130};
+    unsigned seed = 99;
+    int a, b, c, i, h, bad = 0, cases = 0;
+    for (a = 0; a < 3; a++)
+        for (b = 0; b < 4; b++)
+            for (c = 0; c < 6; c++) {
+                int D = Ds[a], G = Gs[b], L = Ls[c], KVH = 2, cap = L + 3, lo = 2 * cap - 1;
+                size_t nv = (size_t)cap * KVH * D, stride = (size_t)KVH * D;
+                float *v = (float *)malloc(sizeof(float) * nv), *p = (float *)malloc(sizeof(float) * (size_t)G * L);
+                float *pw = (float *)malloc(sizeof(float) * (size_t)G * L), *y1 = (float *)malloc(sizeof(float) * (size_t)G * D);
+                float *y2 = (float *)malloc(sizeof(float) * (size_t)G * D);
+                for (i = 0; i < (int)nv; i++) {
+                    seed = seed * 1103515245u + 12345u;
+                    v[i] = ldexpf((float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f, (int)(seed >> 28) - 8);
+                    if (i % 97 == 5) v[i] = 1e-39f; /* a denormal: read as zero by the instruction */
+                }
+                for (i = 0; i < G * L; i++) {
+                    seed = seed * 1103515245u + 12345u;
+                    p[i] = ldexpf((float)((seed >> 8) & 0xffff) / 65536.0f, -(int)(seed >> 28));
+                }
+                g4__bf16_round_range(v, 0, nv);
+                g4__bf16_round_range(p, 0, (size_t)G * L);
+                memcpy(pw, p, sizeof(float) * (size_t)G * L); /* (g4__wsum_bf16 packs p into pairs in place) */
+                for (h = 0; h < G; h++) g4__wsum_pairs(y1 + (size_t)h * D, p + (size_t)h * L, v + D, stride, cap, lo, L, D);
+                g4__wsum_bf16(y2, pw, G, v + D, stride, cap, lo, L, D);
+                bad += memcmp(y1, y2, sizeof(float) * (size_t)G * D) != 0;
+                cases++;
+                free(v); free(p); free(pw); free(y1); free(y2);
+            }
+    printf("  %d cases (head sizes 16, 48, 256; 1 to 11 heads; 1 to 130 keys)\n", cases);
+    CHECK(bad == 0, "%d of %d cases: g4__wsum_bf16 differs from g4__wsum_pairs", bad, cases);
+}
 #endif
 #if G4__TORCH_GEMM
 static void test_gemm_torch(void) { gemm_blocking(G4__TILE_TORCH); }
@@ -1628,6 +1688,7 @@ int main(int argc, char **argv) {
     run("bf16: gelu's scalar tail; torch-order matmul SIMD = reference", test_bf16_gelu_tail_and_torch_matmul);
 #if G4__BF16DOT
     run("bf16: the avx512_bf16 packed GEMM: every blocking edge, = decode bits", test_gemm_bf16dot_blocking);
+    run("bf16_fast: attention's p v on VDPBF16PS = its scalar model (g4__wsum_pairs), bit for bit", test_wsum_bf16_vs_pairs);
 #endif
 #if G4__TORCH_GEMM
     run("bf16: the packed torch-order GEMM = torch-order reference, bit for bit", test_gemm_torch);

@@ -96,6 +96,7 @@ static inline __m256i _mm256_loadu_si256(const void *p) { /* void: no alignment 
     return v;
 }
 static inline __m512 _mm512_castsi512_ps(__m512i v) { return (__m512)v; }
+static inline __m512i _mm512_castps_si512(__m512 v) { return (__m512i)v; }
 
 static inline __m512 _mm512_add_ps(__m512 a, __m512 b) { return a + b; }
 static inline __m512 _mm512_sub_ps(__m512 a, __m512 b) { return a - b; }
@@ -151,6 +152,15 @@ static inline __m512i _mm512_slli_epi32(__m512i a, unsigned n) {
     for (i = 0; i < 16; i++) x[i] = n > 31 ? 0 : x[i] << n;
     return (__m512i)x;
 }
+static inline __m512i _mm512_srli_epi32(__m512i a, unsigned n) {
+    g4emu_u32x16 x = (g4emu_u32x16)a;
+    int i;
+    for (i = 0; i < 16; i++) x[i] = n > 31 ? 0 : x[i] >> n;
+    return (__m512i)x;
+}
+static inline __m512i _mm512_and_si512(__m512i a, __m512i b) { return a & b; }
+static inline __m512i _mm512_or_si512(__m512i a, __m512i b) { return a | b; }
+static inline __m512i _mm512_setzero_si512(void) { return (__m512i)_mm512_setzero_ps(); }
 static inline __m512i _mm512_cvtepu16_epi32(__m256i a) {
     g4emu_u16x16 h = (g4emu_u16x16)a;
     g4emu_u32x16 v;
