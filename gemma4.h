@@ -4559,8 +4559,9 @@ static void g4__wsum_pairs(float *y, const float *p, const float *base, size_t s
    which gives the same bits reading each key and value row once for the G
    heads (tested). The bf16 mode: g4__attend_torch (torch's orders); with
    bf16_fast this, bf16 = 1: scores, p and out each rounded to bf16 where
-   transformers rounds them, the scores' sums in this order, p v in pairs of
-   keys as VDPBF16PS sums them (g4__wsum_pairs), not torch's order (so within
+   transformers rounds them, the scores' sums in this order, p torch's
+   float32 softmax (g4__softmax_torch, its lanes counted from lo), p v in
+   pairs of keys as VDPBF16PS sums them (g4__wsum_pairs), not torch's order (so within
    the bf16_fast bound, not bit-identical; the same for any chunk, split or
    thread count, as in float32). */
 G4__MAYBE_UNUSED static void g4__attend(float *out, const float *q, int G, const g4_kv_slot *sl, int kvh, int lo, int hi,
@@ -4572,7 +4573,8 @@ G4__MAYBE_UNUSED static void g4__attend(float *out, const float *q, int G, const
         for (k = lo; k <= hi; k++)
             p[k - lo] = g4__dot(qh, sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D, D);
         if (bf16) g4__bf16_round_range(p, 0, (size_t)L);
-        g4__softmax(p, L);
+        if (bf16 && L > 0) g4__softmax_torch(p, L, 0, L); /* torch's float32 softmax (its lanes from lo) */
+        else g4__softmax(p, L);
         if (bf16) g4__bf16_round_range(p, 0, (size_t)L);
         if (bf16) {
             g4__wsum_pairs(oh, p, sl->v + (size_t)kvh * (size_t)D, (size_t)stride, sl->capacity, lo, L, D);
@@ -9938,6 +9940,62 @@ static __m512bh g4__ldbf(const void *p, int k) {
     return (__m512bh)_mm512_loadu_si512((const void *)((const unsigned char *)p + 2 * (size_t)k));
 }
 
+/* bf16_fast's softmax: g4__softmax_torch(x, n, 0, n) (torch's float32 CPU
+   softmax: Sleef's expf, 8 lane sums), the same bits on 16 lanes. The max
+   takes a lane-wise x > max from x[0], so NaN never wins, as in the scalar
+   loop (the lanes can only disagree on which zero, +0 or -0, is the max, and
+   x - (+0) and x - (-0) give the same exp). exp: g4__expf_sleef's operations
+   lane by lane (lrintf: VCVTPS2DQ under the default rounding), a vector
+   holding a value outside its range or NaN through g4__expf_sleef itself.
+   Lane l of the sum takes x[16 m + l] then x[16 m + 8 + l]: the 8 lanes'
+   order. */
+static void g4__softmax_torch_v(float *x, int n) {
+    const __m512 lg = _mm512_set1_ps(1.442695040888963407359924681001892137f), lo = _mm512_set1_ps(-104.0f), hi = _mm512_set1_ps(100.0f);
+    __m512 mv, acc = _mm512_setzero_ps();
+    float mx, lanes[16], inv;
+    int i, l, nv = n - n % 16;
+    if (n < 16) { g4__softmax_torch(x, n, 0, n); return; }
+    mv = _mm512_set1_ps(x[0]);
+    for (i = 0; i < nv; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        mv = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mv, v, _CMP_LT_OQ), mv, v);
+    }
+    _mm512_storeu_ps(lanes, mv);
+    for (mx = lanes[0], l = 1; l < 16; l++) if (lanes[l] > mx) mx = lanes[l];
+    for (i = nv; i < n; i++) if (x[i] > mx) mx = x[i];
+    for (i = 0; i < nv; i += 16) {
+        __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(mx)), s, u;
+        __m512i q, q1;
+        if ((_mm512_cmp_ps_mask(lo, d, _CMP_LT_OQ) & _mm512_cmp_ps_mask(d, hi, _CMP_LT_OQ)) != 0xffff) {
+            for (l = 0; l < 16; l++) x[i + l] = g4__expf_sleef(x[i + l] - mx);
+        } else {
+            q = _mm512_cvtps_epi32(_mm512_mul_ps(d, lg));
+            s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(-0.693145751953125f), d);
+            s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(-1.428606765330187045e-06f), s);
+            u = _mm512_set1_ps(0.000198527617612853646278381f);
+            u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.00139304355252534151077271f));
+            u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.00833336077630519866943359f));
+            u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.0416664853692054748535156f));
+            u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.166666671633720397949219f));
+            u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.5f));
+            u = _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_fmadd_ps(_mm512_mul_ps(s, s), u, s));
+            q1 = _mm512_srai_epi32(q, 1);
+            u = _mm512_mul_ps(u, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(q1, _mm512_set1_epi32(127)), 23)));
+            u = _mm512_mul_ps(u, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_sub_epi32(q, q1), _mm512_set1_epi32(127)), 23)));
+            _mm512_storeu_ps(x + i, u);
+        }
+        u = _mm512_loadu_ps(x + i);
+        acc = _mm512_add_ps(acc, u);                                /* lanes 0-7: x[16 m + l] */
+        acc = _mm512_add_ps(acc, _mm512_shuffle_f32x4(u, u, 0xEE)); /* then x[16 m + 8 + l] */
+    }
+    for (i = nv; i < n; i++) x[i] = g4__expf_sleef(x[i] - mx);
+    _mm512_storeu_ps(lanes, acc);
+    for (i = nv; i < n; i++) lanes[i % 8] += x[i];
+    inv = 1.0f / g4__hsum8(lanes);
+    for (i = 0; i < nv; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(inv)));
+    for (i = nv; i < n; i++) x[i] *= inv;
+}
+
 /* bf16_fast's p v for G heads (g4__attend_blocked), g4__wsum_pairs's bits
    on VDPBF16PS, D % 16 == 0. Each head's p becomes pairs in place: word j / 2
    of its row holds p[j]'s bf16 bits low and p[j + 1]'s high (exact: p holds
@@ -10802,7 +10860,13 @@ static void g4__attend_blocked(float *out, const float *q, int G, const g4_kv_sl
         for (j = 0; j < L % 8; j++) sh[L - L % 8 + j] = g4__dot(qh, rows[j], D);
     }
     if (bf16) g4__bf16_round_range(scores, 0, (size_t)G * (size_t)L);
-    for (h = 0; h < G; h++) g4__softmax_n(scores + (size_t)h * (size_t)L, L); /* g4__softmax's bits, its exps in SIMD */
+    for (h = 0; h < G && L > 0; h++)
+        if (!bf16) g4__softmax_n(scores + (size_t)h * (size_t)L, L); /* g4__softmax's bits, its exps in SIMD */
+#if G4__BF16DOT
+        else g4__softmax_torch_v(scores + (size_t)h * (size_t)L, L); /* bf16_fast: torch's float32 softmax */
+#else
+        else g4__softmax_torch(scores + (size_t)h * (size_t)L, L, 0, L);
+#endif
     if (bf16) g4__bf16_round_range(scores, 0, (size_t)G * (size_t)L);
     if (bf16) { /* bf16_fast: p v in pairs of keys (g4__wsum_pairs) */
 #if G4__BF16DOT

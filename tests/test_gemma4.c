@@ -1499,6 +1499,35 @@ static void test_wsum_bf16_vs_pairs(void) {
     printf("  %d cases (head sizes 16, 48, 256; 1 to 11 heads; 1 to 130 keys)\n", cases);
     CHECK(bad == 0, "%d of %d cases: g4__wsum_bf16 differs from g4__wsum_pairs", bad, cases);
 }
+
+/* bf16_fast's softmax on 16 lanes (g4__softmax_torch_v) = torch's float32
+   softmax (g4__softmax_torch(x, n, 0, n)), bit for bit: rows of 1 to 80 and
+   of 150 and 512 entries (tails of every length; below 8 and 16 the scalar
+   paths), scores within +-2 (many terms of one size: the sums' order shows)
+   and spread over +-40, rows with entries more than 104 below
+   the max (exp 0: the scalar fallback for their vector), a row with its max
+   at the end, a row with a NaN, and the max's first-found rule for +-0 ties. */
+static void test_softmax_torch_v(void) {
+    float x[512], y[512];
+    unsigned seed = 31;
+    int n, i, kind, bad = 0, cases = 0;
+    for (kind = 0; kind < 4; kind++)
+        for (n = 1; n <= 512; n = n < 80 ? n + 1 : n == 80 ? 150 : 512 + (n == 512)) {
+            for (i = 0; i < n; i++) {
+                seed = seed * 1103515245u + 12345u;
+                x[i] = ((float)((seed >> 8) & 0xffff) / 65536.0f - 0.5f) * (kind == 0 ? 4.0f : 80.0f);
+                if (kind == 1 && i % 5 == 2) x[i] -= 300.0f;
+                if (kind == 2) x[i] = i == n - 1 ? 0.0f : i % 2 ? -0.0f : -1.0f - (float)i;
+            }
+            if (kind == 3) x[n / 2] = NAN;
+            memcpy(y, x, sizeof(float) * (size_t)n);
+            g4__softmax_torch(x, n, 0, n);
+            g4__softmax_torch_v(y, n);
+            bad += memcmp(x, y, sizeof(float) * (size_t)n) != 0;
+            cases++;
+        }
+    CHECK(cases == 4 * 82 && bad == 0, "%d of %d rows: g4__softmax_torch_v differs from g4__softmax_torch", bad, cases);
+}
 #endif
 #if G4__TORCH_GEMM
 static void test_gemm_torch(void) { gemm_blocking(G4__TILE_TORCH); }
@@ -1689,6 +1718,7 @@ int main(int argc, char **argv) {
 #if G4__BF16DOT
     run("bf16: the avx512_bf16 packed GEMM: every blocking edge, = decode bits", test_gemm_bf16dot_blocking);
     run("bf16_fast: attention's p v on VDPBF16PS = its scalar model (g4__wsum_pairs), bit for bit", test_wsum_bf16_vs_pairs);
+    run("bf16_fast: attention's softmax on 16 lanes = torch's float32 softmax (g4__softmax_torch), bit for bit", test_softmax_torch_v);
 #endif
 #if G4__TORCH_GEMM
     run("bf16: the packed torch-order GEMM = torch-order reference, bit for bit", test_gemm_torch);

@@ -159,6 +159,24 @@ static inline __m512i _mm512_srli_epi32(__m512i a, unsigned n) {
     return (__m512i)x;
 }
 static inline __m512i _mm512_and_si512(__m512i a, __m512i b) { return a & b; }
+static inline __m512i _mm512_sub_epi32(__m512i a, __m512i b) {
+    g4emu_u32x16 x = (g4emu_u32x16)a, y = (g4emu_u32x16)b;
+    return (__m512i)(x - y);
+}
+/* VPSRAD: the sign bit shifted in */
+static inline __m512i _mm512_srai_epi32(__m512i a, unsigned n) {
+    g4emu_i32x16 x = (g4emu_i32x16)a;
+    int i;
+    for (i = 0; i < 16; i++) x[i] = x[i] < 0 ? ~(~x[i] >> (n > 31 ? 31 : n)) : x[i] >> (n > 31 ? 31 : n);
+    return (__m512i)x;
+}
+static inline __m512 _mm512_cvtepi32_ps(__m512i a) {
+    g4emu_i32x16 x = (g4emu_i32x16)a;
+    __m512 v;
+    int i;
+    for (i = 0; i < 16; i++) v[i] = (float)x[i];
+    return v;
+}
 static inline __m512i _mm512_or_si512(__m512i a, __m512i b) { return a | b; }
 static inline __m512i _mm512_setzero_si512(void) { return (__m512i)_mm512_setzero_ps(); }
 static inline __m512i _mm512_cvtepu16_epi32(__m256i a) {
