@@ -4528,6 +4528,26 @@ static float g4__dpbf16_lane(float t, float a0, float b0, float a1, float b1) {
     return g4__daz(t + g4__daz(a0) * g4__daz(b0));
 }
 
+/* bf16_fast's scores q . k (g4__attend, bf16 = 1) where G4__QK_PAIRS(D):
+   VDPBF16PS's sum over 32 values a step (lane i adds q[2i + 1] k[2i + 1],
+   then q[2i] k[2i], as g4__dpbf16_lane), the 16 lanes added as
+   _mm512_reduce_add_ps adds them (g4__vhsum's order: the upper 8 onto the
+   lower, then 4, 2, 1). q and k hold bf16 values. Other head sizes keep
+   g4__dot. (D <= 512: g4__dot8x2_bf16 converts 8 heads' q on its stack.) */
+#define G4__QK_PAIRS(D) ((D) % 32 == 0 && (D) <= 512)
+static float g4__dot_pairs(const float *q, const float *k, int D) {
+    float l[16];
+    int i, j;
+    for (i = 0; i < 16; i++) l[i] = 0.0f;
+    for (j = 0; j < D; j += 32)
+        for (i = 0; i < 16; i++) l[i] = g4__dpbf16_lane(l[i], q[j + 2 * i], k[j + 2 * i], q[j + 2 * i + 1], k[j + 2 * i + 1]);
+    for (i = 0; i < 8; i++) l[i] = l[i] + l[i + 8];
+    for (i = 0; i < 4; i++) l[i] = l[i] + l[i + 4];
+    l[0] = l[0] + l[2];
+    l[1] = l[1] + l[3];
+    return l[0] + l[1];
+}
+
 /* the blocked attention's runs of keys (g4__attend_blocked, g4__wsum_bf16):
    a run's value rows stay in cache across the heads */
 #define G4__ATT_KEYS 64
@@ -4559,7 +4579,8 @@ static void g4__wsum_pairs(float *y, const float *p, const float *base, size_t s
    which gives the same bits reading each key and value row once for the G
    heads (tested). The bf16 mode: g4__attend_torch (torch's orders); with
    bf16_fast this, bf16 = 1: scores, p and out each rounded to bf16 where
-   transformers rounds them, the scores' sums in this order, p torch's
+   transformers rounds them, the scores' sums as VDPBF16PS's
+   (g4__dot_pairs; other head sizes in this order), p torch's
    float32 softmax (g4__softmax_torch, its lanes counted from lo), p v in
    pairs of keys as VDPBF16PS sums them (g4__wsum_pairs), not torch's order (so within
    the bf16_fast bound, not bit-identical; the same for any chunk, split or
@@ -4570,8 +4591,10 @@ G4__MAYBE_UNUSED static void g4__attend(float *out, const float *q, int G, const
     for (h = 0; h < G; h++) {
         const float *qh = q + (size_t)h * (size_t)D;
         float *p = scores + (size_t)h * (size_t)L, *oh = out + (size_t)h * (size_t)D;
-        for (k = lo; k <= hi; k++)
-            p[k - lo] = g4__dot(qh, sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D, D);
+        for (k = lo; k <= hi; k++) {
+            const float *kr = sl->k + (size_t)(k % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D;
+            p[k - lo] = bf16 && G4__QK_PAIRS(D) ? g4__dot_pairs(qh, kr, D) : g4__dot(qh, kr, D);
+        }
         if (bf16) g4__bf16_round_range(p, 0, (size_t)L);
         if (bf16 && L > 0) g4__softmax_torch(p, L, 0, L); /* torch's float32 softmax (its lanes from lo) */
         else g4__softmax(p, L);
@@ -9940,6 +9963,30 @@ static __m512bh g4__ldbf(const void *p, int k) {
     return (__m512bh)_mm512_loadu_si512((const void *)((const unsigned char *)p + 2 * (size_t)k));
 }
 
+/* bf16_fast's scores for 8 heads' q (qb: as bf16, D apart) against keys ka
+   and kb (rows of bf16 values, converted here exactly): s[j ss] and s[j ss +
+   1] = g4__dot_pairs(q_j, ka) and (q_j, kb), the 16 sums at once
+   (g4__vhsum16, _mm512_reduce_add_ps's order); D % 32 == 0. */
+static void g4__dot8x2_bf16(float *s, size_t ss, const float *ka, const float *kb, const uint16_t *qb, int D) {
+    __m512 a[8], c[8];
+    __m512bh xa, xb;
+    float tmp[16];
+    int j, k;
+    G4__UNROLL for (j = 0; j < 8; j++) a[j] = c[j] = _mm512_setzero_ps();
+    for (k = 0; k < D; k += 32) {
+        xa = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(ka + k + 16), _mm512_loadu_ps(ka + k));
+        xb = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(kb + k + 16), _mm512_loadu_ps(kb + k));
+        G4__UNROLL for (j = 0; j < 8; j++) {
+            __m512bh qv = g4__ldbf(qb + (size_t)j * (size_t)D, k);
+            a[j] = _mm512_dpbf16_ps(a[j], qv, xa);
+            c[j] = _mm512_dpbf16_ps(c[j], qv, xb);
+        }
+    }
+    /* tmp[2j] the sum of a[j], tmp[2j + 1] of c[j] (lane 4k + j of g4__vhsum16 sums its argument 4j + k) */
+    _mm512_storeu_ps(tmp, g4__vhsum16(a[0], a[2], a[4], a[6], c[0], c[2], c[4], c[6], a[1], a[3], a[5], a[7], c[1], c[3], c[5], c[7]));
+    for (j = 0; j < 8; j++) s[(size_t)j * ss] = tmp[2 * j], s[(size_t)j * ss + 1] = tmp[2 * j + 1];
+}
+
 /* bf16_fast's softmax: g4__softmax_torch(x, n, 0, n) (torch's float32 CPU
    softmax: Sleef's expf, 8 lane sums), the same bits on 16 lanes. The max
    takes a lane-wise x > max from x[0], so NaN never wins, as in the scalar
@@ -10837,6 +10884,27 @@ static void g4__attend_blocked(float *out, const float *q, int G, const g4_kv_sl
                                int bf16) {
     int D = sl->head_dim, stride = sl->kv_heads * D, L = hi - lo + 1, k, j, h, h0 = 0, c;
     const float *rows[8], *vbase = sl->v + (size_t)kvh * (size_t)D;
+#define G4__KROW(r) (sl->k + (size_t)((r) % sl->capacity) * (size_t)stride + (size_t)kvh * (size_t)D)
+    if (bf16 && G4__QK_PAIRS(D)) { /* bf16_fast: the scores as VDPBF16PS sums them (g4__dot_pairs) */
+#if G4__BF16DOT
+        uint16_t qb[8 * 512];
+        float t[16];
+        for (; h0 < G; h0 += 8) { /* 8 heads at a time (the last group padded with its last head) */
+            int g = G - h0 < 8 ? G - h0 : 8;
+            for (j = 0; j < 8; j++) g4__to_bf16(qb + (size_t)j * (size_t)D, q + (size_t)(h0 + (j < g ? j : g - 1)) * (size_t)D, 1, D);
+            for (k = lo; k <= hi; k += 2) {
+                g4__dot8x2_bf16(t, 2, G4__KROW(k), G4__KROW(k + 1 <= hi ? k + 1 : k), qb, D);
+                for (j = 0; j < g; j++) {
+                    scores[(size_t)(h0 + j) * (size_t)L + (size_t)(k - lo)] = t[2 * j];
+                    if (k + 1 <= hi) scores[(size_t)(h0 + j) * (size_t)L + (size_t)(k + 1 - lo)] = t[2 * j + 1];
+                }
+            }
+        }
+#endif
+        for (h = h0; h < G; h++)
+            for (k = lo; k <= hi; k++) scores[(size_t)h * (size_t)L + (size_t)(k - lo)] = g4__dot_pairs(q + (size_t)h * (size_t)D, G4__KROW(k), D);
+        h0 = G;
+    }
     for (; h0 + 8 <= G; h0 += 8) { /* 8 heads against each key (g4__dot8) */
         for (j = 0; j < 8; j++) rows[j] = q + (size_t)(h0 + j) * (size_t)D;
         k = lo;
@@ -10885,6 +10953,7 @@ static void g4__attend_blocked(float *out, const float *q, int G, const g4_kv_sl
     if (L <= 0)
         for (h = 0; h < G; h++) memset(out + (size_t)h * (size_t)D, 0, sizeof(float) * (size_t)D);
     if (bf16) g4__bf16_round_range(out, 0, (size_t)G * (size_t)D);
+#undef G4__KROW
 }
 
 /* ======================================================== end of backend */

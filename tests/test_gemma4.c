@@ -1500,6 +1500,43 @@ static void test_wsum_bf16_vs_pairs(void) {
     CHECK(bad == 0, "%d of %d cases: g4__wsum_bf16 differs from g4__wsum_pairs", bad, cases);
 }
 
+/* bf16_fast's scores on VDPBF16PS (g4__dot8x2_bf16: 8 heads' q against two
+   keys) = their scalar model (g4__dot_pairs), bit for bit before the bf16
+   rounding: head sizes 32 to 512, q and keys of bf16 values with exponents
+   spread over 2^-8 .. 2^7 (sums that round) and a denormal now and then. */
+static void test_dot8x2_bf16_vs_pairs(void) {
+    static const int Ds[] = {32, 64, 96, 256, 512};
+    float q[8 * 512], ka[512], kb[512], s[16];
+    uint16_t qb[8 * 512];
+    unsigned seed = 4242;
+    int a, r, i, j, bad = 0, cases = 0;
+    for (a = 0; a < 5; a++)
+        for (r = 0; r < 6; r++) {
+            int D = Ds[a];
+            float *all[3];
+            int n[3];
+            all[0] = q, all[1] = ka, all[2] = kb, n[0] = 8 * D, n[1] = n[2] = D;
+            for (j = 0; j < 3; j++)
+                for (i = 0; i < n[j]; i++) {
+                    seed = seed * 1103515245u + 12345u;
+                    all[j][i] = ldexpf((float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f, (int)(seed >> 28) - 8);
+                    if (i % 101 == 7) all[j][i] = -3e-39f;
+                }
+            g4__bf16_round_range(q, 0, (size_t)(8 * D));
+            g4__bf16_round_range(ka, 0, (size_t)D);
+            g4__bf16_round_range(kb, 0, (size_t)D);
+            g4__to_bf16(qb, q, 8, D);
+            g4__dot8x2_bf16(s, 2, ka, kb, qb, D);
+            for (j = 0; j < 8; j++) {
+                float ra = g4__dot_pairs(q + (size_t)j * D, ka, D), rb = g4__dot_pairs(q + (size_t)j * D, kb, D);
+                bad += memcmp(&ra, &s[2 * j], 4) != 0;
+                bad += memcmp(&rb, &s[2 * j + 1], 4) != 0;
+            }
+            cases++;
+        }
+    CHECK(bad == 0, "%d of %d scores: g4__dot8x2_bf16 differs from g4__dot_pairs", bad, 16 * cases);
+}
+
 /* bf16_fast's softmax on 16 lanes (g4__softmax_torch_v) = torch's float32
    softmax (g4__softmax_torch(x, n, 0, n)), bit for bit: rows of 1 to 80 and
    of 150 and 512 entries (tails of every length; below 8 and 16 the scalar
@@ -1718,6 +1755,7 @@ int main(int argc, char **argv) {
 #if G4__BF16DOT
     run("bf16: the avx512_bf16 packed GEMM: every blocking edge, = decode bits", test_gemm_bf16dot_blocking);
     run("bf16_fast: attention's p v on VDPBF16PS = its scalar model (g4__wsum_pairs), bit for bit", test_wsum_bf16_vs_pairs);
+    run("bf16_fast: attention's scores on VDPBF16PS = their scalar model (g4__dot_pairs), bit for bit", test_dot8x2_bf16_vs_pairs);
     run("bf16_fast: attention's softmax on 16 lanes = torch's float32 softmax (g4__softmax_torch), bit for bit", test_softmax_torch_v);
 #endif
 #if G4__TORCH_GEMM
