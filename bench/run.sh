@@ -59,13 +59,17 @@ echo "== gemma4.h, bf16-faithful mode (bf16 activations; avx512_bf16 dot product
 ./build/gemma4 bench "$DIR" --threads "$THREADS" --prompt "$PROMPT" --gen "$GEN" --bf16 | tee build/bench-g4bf16.txt
 b_pre=$(sed -n 's/^prefill: \([0-9.]*\) tok\/s.*/\1/p' build/bench-g4bf16.txt)
 b_dec=$(sed -n 's/^decode: \([0-9.]*\) tok\/s.*/\1/p' build/bench-g4bf16.txt)
-f_pre="-"; f_dec="-"; f_cpu="-"
+f_pre="-"; f_dec="-"; f_cpu="-"; fl_pre="-"; fl_cpu="-"
 if grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null; then
   echo "== gemma4.h, bf16 mode with bf16_fast (VDPBF16PS: its own summation order, within 3e-2 of the faithful mode)"
   ./build/gemma4 bench "$DIR" --threads "$THREADS" --prompt "$PROMPT" --gen "$GEN" --bf16-fast | tee build/bench-g4bf16fast.txt
   f_pre=$(sed -n 's/^prefill: \([0-9.]*\) tok\/s.*/\1/p' build/bench-g4bf16fast.txt)
   f_dec=$(sed -n 's/^decode: \([0-9.]*\) tok\/s.*/\1/p' build/bench-g4bf16fast.txt)
   f_cpu=$(sed -n 's/^prefill per CPU-second: .* (\([0-9.]*\) CPU-s.*/\1/p' build/bench-g4bf16fast.txt)
+  echo "== gemma4.h, bf16_fast, a $PROMPT2-token prompt in one chunk"
+  ./build/gemma4 bench "$DIR" --threads "$THREADS" --prompt "$PROMPT2" --gen 1 --bf16-fast | tee build/bench-g4bf16fastlong.txt
+  fl_pre=$(sed -n 's/^prefill: \([0-9.]*\) tok\/s.*/\1/p' build/bench-g4bf16fastlong.txt)
+  fl_cpu=$(sed -n 's/^prefill per CPU-second: .* (\([0-9.]*\) CPU-s.*/\1/p' build/bench-g4bf16fastlong.txt)
 fi
 # the towers: ms per image at 280 soft tokens (2520 patches) and per second of audio
 if [ -z "$TOWER_CONFIGS" ]; then
@@ -87,7 +91,7 @@ if [ "$TOWER_CONFIGS" != none ]; then
     fi
   done
 fi
-t_pre="-"; t_dec="-"; t_cpu="-"
+t_pre="-"; t_dec="-"; t_cpu="-"; tl_pre="-"; tl_cpu="-"
 if [ -n "$BENCH_PY" ]; then
   echo "== PyTorch eager (transformers), bf16"
   if "$BENCH_PY" bench/bench_torch.py "$DIR" --threads "$THREADS" --prompt "$PROMPT" --gen "$GEN" > build/bench-torch.txt 2>&1; then
@@ -96,6 +100,14 @@ if [ -n "$BENCH_PY" ]; then
     t_dec=$(sed -n 's/^decode: \([0-9.]*\) tok.*/\1/p' build/bench-torch.txt)
     t_cpu=$(sed -n 's/^prefill per CPU-second: .* (\([0-9.]*\) CPU-s.*/\1/p' build/bench-torch.txt)
   else tail -3 build/bench-torch.txt; fi
+  if [ "$f_pre" != "-" ]; then # the peer of bf16_fast's long prompt
+    echo "== PyTorch eager (transformers), bf16, a $PROMPT2-token prompt"
+    if "$BENCH_PY" bench/bench_torch.py "$DIR" --threads "$THREADS" --prompt "$PROMPT2" --gen 1 > build/bench-torchlong.txt 2>&1; then
+      cat build/bench-torchlong.txt | grep -v Loading
+      tl_pre=$(sed -n 's/^prefill: \([0-9.]*\) tok.*/\1/p' build/bench-torchlong.txt)
+      tl_cpu=$(sed -n 's/^prefill per CPU-second: .* (\([0-9.]*\) CPU-s.*/\1/p' build/bench-torchlong.txt)
+    else tail -3 build/bench-torchlong.txt; fi
+  fi
 fi
 l_pre="-"; l_dec="-"; l_long="-"
 if [ -n "$LLAMA_BENCH" ] && [ -n "$BENCH_GGUF" ]; then
@@ -123,7 +135,9 @@ printf "%-28s %14s %14s\n" "gemma4.h ($(sed -n 's/.*, \([a-z0-9]*\) kernels.*/\1
 printf "%-28s %14s %14s\n" "gemma4.h, $PROMPT2-token prompt" "$h_pre" "-"
 printf "%-28s %14s %14s\n" "gemma4.h bf16-faithful mode" "$b_pre" "$b_dec"
 printf "%-28s %14s %14s\n" "gemma4.h bf16_fast" "$f_pre" "$f_dec"
+printf "%-28s %14s %14s\n" "gemma4.h bf16_fast, $PROMPT2-token" "$fl_pre" "-"
 printf "%-28s %14s %14s\n" "PyTorch eager bf16" "$t_pre" "$t_dec"
+printf "%-28s %14s %14s\n" "PyTorch eager bf16, $PROMPT2-token" "${tl_pre:--}" "-"
 printf "%-28s %14s %14s\n" "llama.cpp bf16" "${l_pre:--}" "${l_dec:--}"
 printf "%-28s %14s %14s\n" "llama.cpp, $PROMPT2-token prompt" "${l_long:--}" "-"
 if [ -s build/bench-towers.txt ]; then
@@ -141,7 +155,8 @@ echo "cpu: ${cpu:-unknown} ($(nproc) CPUs); ISA: ${isa:-none of avx2 fma f16c av
 awk -v bw="$bw" -v gbs="$g_gbs" -v fma="$fma" -v fl="$g_flops" -v tp="$t_pre" -v td="$t_dec" -v gp="$g_pre" -v gd="$g_dec" \
     -v fcpu="$fma_cpu" -v gfc="$g_fcpu" -v hfl="$h_flops" -v hfc="$h_fcpu" -v p1="$PROMPT" -v p2="$PROMPT2" -v th="$THREADS" \
     -v lp="${l_pre:--}" -v ld="${l_dec:--}" -v ll="${l_long:--}" -v hp="$h_pre" -v bp="${b_pre:--}" -v bd="${b_dec:--}" \
-    -v fp="${f_pre:--}" -v fd="${f_dec:--}" -v fc="${f_cpu:--}" -v tc="${t_cpu:--}" -v gpa="$g_parts" -v hpa="$h_parts" '
+    -v fp="${f_pre:--}" -v fd="${f_dec:--}" -v fc="${f_cpu:--}" -v tc="${t_cpu:--}" -v gpa="$g_parts" -v hpa="$h_parts" \
+    -v flp="${fl_pre:--}" -v flc="${fl_cpu:--}" -v tlp="${tl_pre:--}" -v tlc="${tl_cpu:--}" '
 # the prefill roofline: every row at the FMA peak (or its weights at the read bandwidth, if slower),
 # then the last row only (the KV-reader layers and lm_head on G4_LOGITS_LAST) at the read bandwidth
 function roof(p, parts, fl,   a, t) {
@@ -165,5 +180,7 @@ BEGIN {
   if (tp != "-" && tp > 0 && bp != "-") printf "bf16-faithful mode vs PyTorch: prefill %.2fx, decode %.2fx\n", bp / tp, bd / td
   if (tp != "-" && tp > 0 && fp != "-") printf "bf16_fast vs PyTorch: prefill %.2fx (target 1.1x), decode %.2fx\n", fp / tp, fd / td
   if (tc != "-" && tc > 0 && fc != "-" && fc > 0) printf "bf16_fast vs PyTorch per CPU-second of each process (all its threads): prefill %.2fx\n", tc / fc
+  if (tlp != "-" && tlp > 0 && flp != "-") printf "bf16_fast vs PyTorch, %d-token prompt: prefill %.2fx (target 1.1x)\n", p2, flp / tlp
+  if (tlc != "-" && tlc > 0 && flc != "-" && flc > 0) printf "bf16_fast vs PyTorch, %d-token prompt, per CPU-second of each process: prefill %.2fx\n", p2, tlc / flc
   if (lp != "-" && lp > 0 && bp != "-") printf "bf16-faithful mode vs llama.cpp: prefill %.2fx, decode %.2fx\n", bp / lp, bd / ld
 }'

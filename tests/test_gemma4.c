@@ -918,6 +918,30 @@ static void test_gemm_kc_choice(void) {
 }
 #endif
 
+/* torch's sum of squares for the 32 lanes at once (g4__tsum_lanes, which
+   the RMSNorms run) = each lane alone (g4__tsum_lane, the CUDA RMSNorm's),
+   bit for bit: rows of 0 to 1100 vectors of 32 (the cascade's levels of 16
+   and 32 terms, the break and the tail), values with exponents spread. */
+static void test_tsum_lanes(void) {
+    static float v[1100 * 32];
+    float part[32];
+    unsigned seed = 17;
+    int r, i, m, bad = 0, cases = 0;
+    for (i = 0; i < 1100 * 32; i++) {
+        seed = seed * 1103515245u + 12345u;
+        v[i] = ldexpf((float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f, (int)(seed >> 28) - 8);
+    }
+    for (r = 0; r <= 1100; r = r < 70 ? r + 1 : r * 2 < 1100 ? r * 2 : r == 1100 ? 1101 : 1100) {
+        g4__tsum_lanes(v, r, part);
+        for (m = 0; m < 32; m++) {
+            float one = g4__tsum_lane(v, r, m / 8, m % 8);
+            bad += memcmp(&one, &part[m], 4) != 0;
+        }
+        cases++;
+    }
+    CHECK(bad == 0, "%d lanes of %d rows: g4__tsum_lanes differs from g4__tsum_lane", bad, cases);
+}
+
 /* The bf16 rounding of a range (16 at a time, branchless) gives g4__bf16_round's
    bits element by element: ties to even both ways, NaNs of several payloads
    (signalling included) left as they are, infinities, denormals, values that
@@ -1737,6 +1761,7 @@ int main(int argc, char **argv) {
     run("attention: 8 keys at a time = g4__dot and g4__axpy key by key, bit for bit", test_attention_kernels);
     run("attention: the blocked kernel = the reference loop (g4__attend), bit for bit", test_attend_blocked_vs_reference);
     run("bf16 attention scores: the SIMD torch-order dot = g4__dot_torch, bit for bit", test_dot_torch_v);
+    run("RMSNorm: torch's sum of squares, 32 lanes at once = lane by lane, bit for bit", test_tsum_lanes);
     run("bf16 rounding of a range = g4__bf16_round per element (NaN, inf, ties, tail)", test_bf16_round_range);
     run("RoPE on a position's heads, 16 pairs at a time = g4__rope_pair pair by pair (float32, bf16, tails)", test_rope_blocks);
     run("gelu: SIMD = scalar twin, close to the exact formula", test_gelu_vs_scalar);
