@@ -162,8 +162,8 @@
      same bits everywhere; the towers have the same mode
      (g4_vision_session_config.bf16, g4_audio_run.bf16; docs/bf16.md).
      g4_session_config.bf16_fast = 1 trades that for speed where the build
-     has avx512_bf16: VDPBF16PS, its own order (tested within 3e-2 of max
-     |value| of each tap of the faithful mode).
+     has avx512_bf16: VDPBF16PS in the matmuls and attention, its own order
+     (tested within 3e-2 of max |value| of each tap of the faithful mode).
 
    TRAINING
      g4_train_size / g4_train_init / g4_loss_and_grad: transformers' loss
@@ -661,8 +661,9 @@ typedef struct {
                             bf16 itself (model.to(torch.bfloat16)): A and B rounded to bf16, A x,
                             B u and the scaling each rounded. 0 (default): PEFT's float32 adapter
                             (PeftModel.from_pretrained's autocast_adapter_dtype) */
-    int bf16_fast;       /* with bf16: the bf16 weights' matmuls on VDPBF16PS where the build has
-                            avx512_bf16 (g4_bf16_fast_available; elsewhere ignored): faster, but
+    int bf16_fast;       /* with bf16: the bf16 weights' matmuls and the attention's two products
+                            on VDPBF16PS where the build has avx512_bf16
+                            (g4_bf16_fast_available; elsewhere ignored): faster, but
                             its own summation order, not torch's, so not bit-identical to
                             transformers (tested within 3e-2 of max |logit| of the faithful
                             mode). 0 (default): torch's order, the same bits on every CPU */
