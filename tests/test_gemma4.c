@@ -729,8 +729,10 @@ static void test_simd_matmul_vs_scalar(void) {
    mode, and the rows split into two threads' parts (one in tiny blocks, one
    in the default); the reference within rounding (torch's order: its
    reference, bit for bit). Strided x and y (ldx > in, ldy > out) keep their
-   gaps; neither workspace is overrun. The bf16 mode's tiles run on bf16
-   weights and inputs, as that mode's are. */
+   gaps; neither workspace is overrun. The bf16 mode's cast (each output
+   rounded to bf16 as it is stored) = rounding after, bit for bit, in the
+   tiles and, for the VDPBF16PS kernel, in its decode rows too. The bf16
+   mode's tiles run on bf16 weights and inputs, as that mode's are. */
 static void gemm_blocking(g4__tile_kind kind) {
     /* in: below, at and past a step (VL; 32: one VDPBF16PS; torch's 64 and 16-wide tail) and a tiny block */
     static const int ins_f32[] = {1, 7, G4__VL, 3 * G4__VL + 5, 100, 600}, ins_dot[] = {1, 31, 32, 70, 100, 600, 2100},
@@ -744,7 +746,7 @@ static void gemm_blocking(g4__tile_kind kind) {
     const g4__blocking *dflt = &g4__gemm_blocks;
     g4__blocking tiny;
     unsigned seed = 777;
-    int a, b, c, d, bad_ref = 0, bad_bits = 0, bad_decode = 0, bad_split = 0, bad_gap = 0, bad_ws = 0, bad_cast = 0, cases = 0;
+    int a, b, c, d, bad_ref = 0, bad_bits = 0, bad_decode = 0, bad_split = 0, bad_gap = 0, bad_ws = 0, bad_cast = 0, bad_rcast = 0, cases = 0;
     size_t tiny_ws, dflt_ws;
     float *ws, *ws2;
     size_t halfp = kind == G4__TILE_BF16DOT ? 2 : 1; /* its panels are bf16: mc * kc / 2 floats */
@@ -819,7 +821,15 @@ static void gemm_blocking(g4__tile_kind kind) {
                         const float *xt = x + (size_t)t * ldx;
                         if (kind == G4__TILE_TORCH) g4__matmul_torch(ref, xt, &w, 1, 0, out);
 #if G4__BF16DOT
-                        else if (kind == G4__TILE_BF16DOT) g4__matmul_bf16dot(ref, xt, xh + (size_t)t * ldx, &w, 1, 0, out, ws, 0);
+                        else if (kind == G4__TILE_BF16DOT) {
+                            float rc[29]; /* the decode rows' own cast (rows o and o + half, an odd row out) = rounding after */
+                            g4__matmul_bf16dot(ref, xt, xh + (size_t)t * ldx, &w, 1, 0, out, ws, 0);
+                            g4__matmul_bf16dot(rc, xt, xh + (size_t)t * ldx, &w, 1, 0, out, ws, 1);
+                            for (i = 0; i < out; i++) {
+                                float r = g4__bf16_round(ref[i]);
+                                bad_rcast += memcmp(&r, &rc[i], sizeof r) != 0;
+                            }
+                        }
 #endif
                         else g4__rows1(ref, xt, (const unsigned char *)w.data, w.dtype, esz, in, 0, out);
                         bad_decode += memcmp(ref, y1 + (size_t)t * ldy, sizeof(float) * out) != 0;
@@ -849,6 +859,7 @@ static void gemm_blocking(g4__tile_kind kind) {
     CHECK(bad_decode == 0, "%d token rows differ from decode", bad_decode);
     CHECK(bad_split == 0, "%d cases: rows split in two parts differ", bad_split);
     CHECK(bad_cast == 0, "%d outputs: the cast in the stores differs from rounding after", bad_cast);
+    CHECK(bad_rcast == 0, "%d outputs: the bf16dot decode rows' cast differs from rounding after", bad_rcast);
     CHECK(bad_gap == 0, "%d values between y's rows overwritten", bad_gap);
     CHECK(bad_ws == 0, "%d cases wrote past the workspace", bad_ws);
     free(ws);
