@@ -461,6 +461,48 @@ static void test_bench_smoke(void) {
           "bench/run.sh: exit %d; stdout %.3000s; stderr %.500s", st, g_out, g_err);
 }
 
+/* gemma4 bench's count of the prompt's attention FLOPs ("attention N FLOP of
+   these") against a closed form from the model's plan: per layer 4 H D times
+   the query-key pairs, which for a prompt of n with a window w are n (n +
+   1) / 2 (full), w (w + 1) / 2 + (n - w) w (sliding, n > w), and min(n, w)
+   for a KV reader, whose only row is the last. e2b_like (10 layers, 4 of them
+   readers, sliding window 8) at 3, 8 and 20 tokens: windows not reached,
+   reached exactly and passed. */
+static void test_bench_attention_flops(void) {
+    static const int ns[] = {3, 8, 20};
+    g4_config c;
+    g4_plan p;
+    char path[512];
+    int k, l, st;
+    snprintf(path, sizeof path, "%s/config.json", tiny("e2b_like"));
+    if (g4_config_load(&c, path) != G4_OK) {
+        CHECK(0, "e2b_like's config: %s", c.error);
+        return;
+    }
+    if (g4_plan_build(&p, &c) != G4_OK) {
+        CHECK(0, "e2b_like's plan: %s", p.error);
+        return;
+    }
+    CHECK(c.sliding_window == 8 && p.first_shared > 0 && p.first_shared < c.num_hidden_layers,
+          "e2b_like: window %d, readers from layer %d of %d (the test wants a window of 8 and readers)", c.sliding_window,
+          p.first_shared, c.num_hidden_layers);
+    for (k = 0; k < 3; k++) {
+        double want = 0, got = -1, n = ns[k];
+        const char *at;
+        for (l = 0; l < c.num_hidden_layers; l++) {
+            double w = p.layer[l].type == G4_SLIDING ? c.sliding_window : n, pairs;
+            if (l >= p.first_shared) pairs = n < w ? n : w;
+            else pairs = n <= w ? n * (n + 1) / 2 : w * (w + 1) / 2 + (n - w) * w;
+            want += 4.0 * c.num_attention_heads * p.layer[l].head_dim * pairs;
+        }
+        st = cli("bench %s --prompt %d --gen 1 --threads 1", tiny("e2b_like"), ns[k]);
+        at = strstr(g_out, "attention ");
+        while (at && sscanf(at, "attention %lf FLOP of these", &got) != 1) at = strstr(at + 1, "attention ");
+        CHECK(st == 0 && got == want, "bench --prompt %d: attention %.0f FLOP, the closed form %.0f (exit %d: %s)", ns[k], got, want,
+              st, g_err);
+    }
+}
+
 /* bench/peers_check.py: llama.cpp is judged against the model's own float32-to-bf16 gap */
 static void write_rows(const char *path, int rows, int vocab, double noise, unsigned seed) {
     FILE *f = fopen(path, "wb");
@@ -520,6 +562,7 @@ int main(int argc, char **argv) {
     run("cli: a seed from the OS, printed", test_seed);
     run("cli: the stats line on its own line; progress on a terminal only", test_tty);
     run("cli: a truncated or oversized weights file; info on a weights file", test_weights_size);
+    run("cli: bench's attention FLOPs = the closed form (windows, KV readers)", test_bench_attention_flops);
     run("cli: make bench's script exits 0 on a tiny model", test_bench_smoke);
     run("cli: bench/peers_check.py judges against the float32-to-bf16 gap", test_peers_check);
     remove_tree(g_tmp);
