@@ -4545,7 +4545,7 @@ G4__MAYBE_UNUSED static g4_kv_slot g4__kv_slot_of(int kv_heads, int head_dim, in
    where denormal (the instruction's DAZ and FTZ, whatever MXCSR says). a and
    b hold bf16 values, so each product is exact (it can only underflow). The
    same model as tests/x86_emu.h's, and tested against the real instruction
-   on avx512_bf16 CPUs (test_attend_blocked_vs_reference). */
+   on avx512_bf16 CPUs (test_wsum_bf16_vs_pairs, test_dot8x2_bf16_vs_pairs). */
 static float g4__daz(float x) {
     uint32_t u;
     memcpy(&u, &x, 4);
