@@ -9184,15 +9184,19 @@ static g4__vec g4__vload_w(const unsigned char *row, g4_dtype dt, size_t k) {
    register. Without it GCC folds the activation load into each of its G4__TR
    FMAs, and the tile becomes load-bound (measured: 47 -> 80 GFLOP/s on one
    Zen 4 core). G4__UNROLL: unroll the tile's fixed-count loops so the
-   accumulators are registers, not an array in memory. */
+   accumulators are registers, not an array in memory (G4__UNROLL16: loops of
+   16, bf16_fast's transposes). */
 #if !defined(__GNUC__)
 #undef G4__IN_REGISTER
 #define G4__IN_REGISTER(v) ((void)0)
 #define G4__UNROLL
+#define G4__UNROLL16
 #elif defined(__clang__)
 #define G4__UNROLL _Pragma("clang loop unroll(full)")
+#define G4__UNROLL16 _Pragma("clang loop unroll(full)")
 #else
 #define G4__UNROLL _Pragma("GCC unroll 8")
+#define G4__UNROLL16 _Pragma("GCC unroll 16")
 #endif
 
 /* The tail (in % VL elements) is added after the horizontal sum, left to right. */
@@ -9335,33 +9339,33 @@ static const g4__blocking g4__torch_blocks = {G4__TORCH_MC, G4__TORCH_KC, G4__TO
 #endif
 #define G4__PACK_FLOAT_MODE G4__PACK_FLOATS(G4__GEMM_MC, G4__GEMM_KC_MAX, G4__GEMM_NC)
 /* one thread's share of the session's packing buffers, in 64-byte lines */
-/* The VDPBF16PS tile's blocks (g4__micro_bf16, bf16_fast): its panels are
-   bf16 (mc * kc / 2 floats) and a step is 32 values of k, so kc is larger:
-   with the float32 tile's 512 a tile loaded and stored its 24 partial sums
-   every 16 steps. kc 1536-2048 with 16 rows measured 160-176 GFLOP/s on one
-   Zen 4 core against 145-154 with kc 512 and 32 rows (E2B's shapes, 64 and
-   512 tokens, 2026-11-26, under load; VDPBF16PS's peak there 232). Tokens
-   in blocks of up to 132 (22 tiles), twice the float32 tile's 66: x's block
-   is bf16 (132 x 2048 x 2 bytes, half of the Zen 4's 1 MB L2), and a
-   512-token chunk packs and prefetches each block of weights 4 times
-   instead of 8. One thread's 512-token bf16_fast prefill of the E2B-shaped
-   checkpoint: 3.78-3.83 CPU-s against 3.90-3.97 with 66 (198: 3.78-3.81,
-   264: 3.87-3.97; in turns, 2026-11-26, quiet Zen 4). The float32 tile keeps
-   66: its x block at 132 tokens would fill the L2 (with kc 1024 instead,
-   6.60-6.62 CPU-s against 6.42-6.45). A 64-token chunk is one block either
-   way. */
+/* bf16_fast's blocks (g4__gemm_pairs, on VDPBF16PS): bf16 panels (mc * kc
+   / 2 floats), no partial sums (they wait in y). Packing transposes the
+   weights (g4__pack_pairs: 64 shuffles a KB), so a block of tokens as large
+   as a 512-token chunk packs each weight once: nc 128 measured 5-10% slower
+   (the packing 18% of the GEMM). mc one tile of rows (48), kc 2048: its panel
+   (192 KB) and the next block's prefetch stay in the Zen 4's 1 MB L2; 96 and
+   192 rows, or nc 256, within the noise or slower (one thread's 512-token
+   bf16_fast prefill of the E2B-shaped checkpoint: 3.55-3.63 CPU-s with 48
+   and 512; 3.65 with nc 256; 2026-11-27, Zen 4). */
 #if G4__BF16DOT
+#ifndef G4__PR
+#define G4__PR 3 /* the tile's registers of 16 rows */
+#endif
+#ifndef G4__PT
+#define G4__PT 8 /* and its tokens: 24 sums, 3 loads of W and 8 broadcasts of x a step */
+#endif
 #ifndef G4__BF16DOT_MC
-#define G4__BF16DOT_MC (4 * G4__TR)
+#define G4__BF16DOT_MC (16 * G4__PR)
 #endif
 #ifndef G4__BF16DOT_KC
 #define G4__BF16DOT_KC 2048
 #endif
 #ifndef G4__BF16DOT_NC
-#define G4__BF16DOT_NC (2 * G4__GEMM_NC)
+#define G4__BF16DOT_NC 512
 #endif
 static const g4__blocking g4__bf16dot_blocks = {G4__BF16DOT_MC, G4__BF16DOT_KC, G4__BF16DOT_NC};
-#define G4__BF16DOT_FLOATS ((size_t)G4__BF16DOT_MC * G4__BF16DOT_KC / 2 + (size_t)G4__BF16DOT_MC * G4__BF16DOT_NC * 16)
+#define G4__BF16DOT_FLOATS ((size_t)G4__BF16DOT_MC * G4__BF16DOT_KC / 2)
 #else
 #define G4__BF16DOT_FLOATS 0
 #endif
@@ -9529,43 +9533,35 @@ static void g4__micro(float *wp, const unsigned char *const *wrow, g4_dtype dt, 
 /* the tile g4__gemm runs */
 typedef enum {
     G4__TILE_F32,    /* g4__micro: float32 FMAs in decode's order (g4__rows1) */
-    G4__TILE_TORCH,  /* g4__tile_torch: the bf16-faithful mode in torch's order (G4__TORCH_GEMM builds) */
-    G4__TILE_BF16DOT /* g4__micro_bf16: the bf16 mode with bf16_fast, on VDPBF16PS (G4__BF16DOT builds) */
-} g4__tile_kind;
+    G4__TILE_TORCH   /* g4__tile_torch: the bf16-faithful mode in torch's order (G4__TORCH_GEMM builds) */
+} g4__tile_kind; /* (bf16_fast's VDPBF16PS kernel has its own nest, g4__gemm_pairs) */
 #if G4__TORCH_GEMM /* defined with their kernels below */
 static G4__NOINLINE void g4__tile_torch(float *wp, const unsigned char *const *wrow, int pack, int k0, int kc, int in,
                                         const float *const *xt, float *part, int first, int last, float sum[G4__TT][G4__TR]);
 #endif
-#if G4__BF16DOT
-static G4__NOINLINE void g4__micro_bf16(uint16_t *wp, const unsigned char *const *wrow, int k0, const uint16_t *const *xt, int steps,
-                                        float *part, int first, int last, float sum[G4__TT][G4__TR]);
-#endif
 
 /* y[t * ldy + o] = sum_k x[t * ldx + k] W[o][k] for t < n, o in [o0, o1),
-   with the tile of `kind` (W bf16 for the bf16 mode's; xb: x as bf16, ldx
-   apart, for G4__TILE_BF16DOT, else NULL); ws: mc * kc (G4__TILE_BF16DOT's
-   bf16 panels: mc * kc / 2) + mc * nc * (the tile's partial sums per
-   output) floats of b: G4__PACK_FLOATS(b->mc, b->kc, b->nc) but for
-   G4__TILE_TORCH's 64 (G4__TORCH_FLOATS for g4__torch_blocks) and
-   G4__TILE_BF16DOT's panels (G4__BF16DOT_FLOATS). b->kc a multiple of the
+   with the tile of `kind` (W bf16 for the bf16 mode's); ws: mc * kc + mc *
+   nc * (the tile's partial sums per output) floats of b:
+   G4__PACK_FLOATS(b->mc, b->kc, b->nc) but for G4__TILE_TORCH's 64
+   (G4__TORCH_FLOATS for g4__torch_blocks). b->kc a multiple of the
    tile's step. cast: each y rounded to bf16 as it is stored (the bf16 mode's
    cast of a matmul's output, g4__act; the same bits as a pass over y after
    it, without that pass: about 1% of a bf16_fast prefill): by the tile
    (G4__SUMS_BF16), or after the tail where there is one. */
-static void g4__gemm(float *y, size_t ldy, const float *x, const uint16_t *xb, size_t ldx, const g4_tensor *w, int n, int o0, int o1,
+static void g4__gemm(float *y, size_t ldy, const float *x, size_t ldx, const g4_tensor *w, int n, int o0, int o1,
                      float *ws, const g4__blocking *b, g4__tile_kind kind, int cast) {
-    int step = kind == G4__TILE_TORCH ? 64 : kind == G4__TILE_BF16DOT ? 32 : G4__VL; /* k per step of the tile */
-    size_t lanes = kind == G4__TILE_TORCH ? 64 : kind == G4__TILE_BF16DOT ? 16 : G4__VL; /* partial sums per output */
+    int step = kind == G4__TILE_TORCH ? 64 : G4__VL; /* k per step of the tile */
+    size_t lanes = kind == G4__TILE_TORCH ? 64 : G4__VL; /* partial sums per output */
     int in = (int)w->shape[1], kv = in - in % step, t0, i0, k0, t, o, r, u, pi, pk, pmc, pkc, nb, ncb;
     int tails = kv < in && kind != G4__TILE_TORCH; /* the nest adds the tail (in % step), but g4__tile_torch's sums have it */
     g4_dtype dt = w->dtype;
     size_t esz = g4__dtype_size(dt);
     const unsigned char *base = (const unsigned char *)w->data;
-    float *part = ws + (size_t)b->mc * (size_t)b->kc / (kind == G4__TILE_BF16DOT ? 2 : 1), sum[G4__TT][G4__TR]; /* (bf16 panels: half) */
+    float *part = ws + (size_t)b->mc * (size_t)b->kc, sum[G4__TT][G4__TR];
     const float *xt[G4__TT];
     const unsigned char *wrow[G4__TR];
     g4__pf pf;
-    (void)xb; /* (builds without G4__TILE_BF16DOT) */
     /* the tokens in equal blocks of at most b->nc (rounded up to G4__TT): a 64-token
        chunk with nc 60 ran a block of 60 and one of 4, which packed every block of
        weights twice and prefetched the next one in 8 tiles instead of 80 */
@@ -9597,14 +9593,6 @@ static void g4__gemm(float *y, size_t ldy, const float *x, const uint16_t *xb, s
                         switch (kind) { /* a block's first tiles (t == t0) pack its weights on the way */
 #if G4__TORCH_GEMM
                         case G4__TILE_TORCH: g4__tile_torch(ws + panel, wrow, t == t0, k0, kc, in, xt, pt, first, fin, sum); break;
-#endif
-#if G4__BF16DOT
-                        case G4__TILE_BF16DOT: { /* x's bf16 copy at the same places */
-                            const uint16_t *xbt[G4__TT];
-                            for (u = 0; u < G4__TT; u++) xbt[u] = xb + (xt[u] - x);
-                            g4__micro_bf16((uint16_t *)(void *)ws + panel, t == t0 ? wrow : NULL, k0, xbt, kc / 32, pt, first, fin, sum);
-                            break;
-                        }
 #endif
                         default: g4__micro(ws + panel, t == t0 ? wrow : NULL, dt, k0, xt, kc / G4__VL, pt, first, fin, sum);
                         }
@@ -9809,7 +9797,7 @@ static void g4__gemm_acc(float *y, size_t ldy, const float *x, size_t ldx, const
    for more; ws: one thread's G4__PACK_FLOATS buffer. */
 static void g4__matmul_rows(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1, float *ws) {
     if (n == 1) g4__rows1(y, x, (const unsigned char *)w->data, w->dtype, g4__dtype_size(w->dtype), (int)w->shape[1], o0, o1);
-    else g4__gemm(y, (size_t)w->shape[0], x, NULL, (size_t)w->shape[1], w, n, o0, o1, ws, &g4__gemm_blocks, G4__TILE_F32, 0);
+    else g4__gemm(y, (size_t)w->shape[0], x, (size_t)w->shape[1], w, n, o0, o1, ws, &g4__gemm_blocks, G4__TILE_F32, 0);
 }
 
 static float g4__dot(const float *a, const float *b, int n) {
@@ -10128,16 +10116,22 @@ static void g4__wsum_bf16(float *out, float *p, int G, const float *vbase, size_
     }
 }
 
-/* The input rows' first in - in % 32 values to bf16, once per matmul (exact:
+/* The input rows to bf16, once per matmul (exact:
    they are bf16 values already). */
 static void g4__to_bf16(uint16_t *xb, const float *x, int n, int in) {
     int t, k, kv = in - in % 32;
-    for (t = 0; t < n; t++)
+    for (t = 0; t < n; t++) {
         for (k = 0; k < kv; k += 32) {
             const float *p = x + (size_t)t * (size_t)in + k;
             _mm512_storeu_si512((void *)(xb + (size_t)t * (size_t)in + k),
                                 (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(p + 16), _mm512_loadu_ps(p)));
         }
+        for (; k < in; k++) { /* the tail (x already holds bf16 values: its high halves) */
+            uint32_t u;
+            memcpy(&u, x + (size_t)t * (size_t)in + k, 4);
+            xb[(size_t)t * (size_t)in + k] = (uint16_t)(u >> 16);
+        }
+    }
 }
 
 /* g4__to_bf16 on tokens [t0, t1) (a range job: g4__matmul_cast shares it
@@ -10148,88 +10142,197 @@ static void g4__to_bf16_range(void *ctx, size_t t0, size_t t1) {
     g4__to_bf16(j->xb + t0 * (size_t)j->in, j->x + t0 * (size_t)j->in, (int)(t1 - t0), j->in);
 }
 
-/* The prefill GEMM's tile in this mode (g4__gemm's G4__TILE_BF16DOT): 32
-   bf16 values (one VDPBF16PS) per step of k. A block of W is copied, still
-   bf16, into the thread's buffer as panels [kc/32][G4__TR][32] (half the
-   float32 panels' bytes) by its first tiles; x is read as bf16 (xb) in
-   place. Each output keeps the decode rows' 16 lane sums in the same order,
-   so decode, any chunk and any thread split give the same bits. */
-static G4__NOINLINE void g4__micro_bf16(uint16_t *wp, const unsigned char *const *wrow, int k0, const uint16_t *const *xt, int steps,
-                                        float *part, int first, int last, float sum[G4__TT][G4__TR]) {
-    __m512 acc[G4__TR][G4__TT];
-    __m512bh wv[G4__TR], xv;
-    const uint16_t *xp[G4__TT]; /* (a local copy: GCC reloaded each pointer from xt every step) */
-    int r, u, s;
-    G4__UNROLL for (u = 0; u < G4__TT; u++) xp[u] = xt[u];
-    G4__UNROLL for (r = 0; r < G4__TR; r++)
-        G4__UNROLL for (u = 0; u < G4__TT; u++) acc[r][u] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(part + (r * G4__TT + u) * 16);
-    if (wrow) /* a block's first tile: copy the weights into the panel on the way */
-        for (s = 0; s < steps; s++, wp += G4__TR * 32) {
-            G4__UNROLL for (r = 0; r < G4__TR; r++) {
-                wv[r] = g4__ldbf(wrow[r], k0 + 32 * s);
-                G4__IN_REGISTER(wv[r]);
-                _mm512_storeu_si512((void *)(wp + r * 32), (__m512i)wv[r]);
-            }
-            G4__UNROLL for (u = 0; u < G4__TT; u++) {
-                xv = g4__ldbf(xp[u], 32 * s);
-                G4__IN_REGISTER(xv);
-                G4__UNROLL for (r = 0; r < G4__TR; r++) acc[r][u] = _mm512_dpbf16_ps(acc[r][u], wv[r], xv);
-            }
-        }
-    else
-        for (s = 0; s < steps; s++, wp += G4__TR * 32) {
-            G4__UNROLL for (r = 0; r < G4__TR; r++) {
-                wv[r] = g4__ldbf(wp + r * 32, 0);
-                G4__IN_REGISTER(wv[r]);
-            }
-            G4__UNROLL for (u = 0; u < G4__TT; u++) {
-                xv = g4__ldbf(xp[u], 32 * s);
-                G4__IN_REGISTER(xv);
-                G4__UNROLL for (r = 0; r < G4__TR; r++) acc[r][u] = _mm512_dpbf16_ps(acc[r][u], wv[r], xv);
-            }
-        }
-    if (last) { /* each sum _mm512_reduce_add_ps's bits (the decode rows'), 16 at a time as g4__micro's */
-#ifdef G4__TILE_HSUMS
-        G4__TILE_HSUMS(acc, sum, last == G4__SUMS_BF16);
-#else
-        G4__UNROLL for (r = 0; r < G4__TR; r++)
-            G4__UNROLL for (u = 0; u < G4__TT; u++) sum[u][r] = _mm512_reduce_add_ps(acc[r][u]);
-        if (last == G4__SUMS_BF16) g4__bf16_round_range(&sum[0][0], 0, G4__TT * G4__TR);
-#endif
-    } else {
-        G4__UNROLL for (r = 0; r < G4__TR; r++)
-            G4__UNROLL for (u = 0; u < G4__TT; u++) _mm512_storeu_ps(part + (r * G4__TT + u) * 16, acc[r][u]);
+/* bf16_fast's matmul: one output per lane. y[o] for a token is one chain
+   along W's row o in pairs of k: acc = 0, then for each pair p in order
+   acc = acc + W[o][2p+1] x[2p+1] + W[o][2p] x[2p] as a lane of VDPBF16PS adds
+   them (g4__dpbf16_lane), then the tail (in odd: the last k) as g4__tail adds
+   it. Sixteen rows ride in a register's 16 lanes, so no output is summed
+   across lanes (no horizontal sums), and the chain is the same whatever the
+   blocking, the chunk or the thread split: decode transposes 16 rows' pairs
+   as it reads them (g4__pairs16), prefill packs them so into panels
+   (g4__pack_pairs) for its tile (g4__tile_pairs), which broadcasts each
+   token's pair of x against G4__PR registers of rows. */
+
+/* 16 x 16 dwords transposed in registers: lane j of r[i] -> lane i of r[j] */
+static G4__INLINE void g4__transpose16(__m512 r[16]) {
+    __m512 a[16], b[16];
+    int i, j;
+    G4__UNROLL for (i = 0; i < 8; i++) { /* rows 2i, 2i + 1 interleaved: each 128-bit block (r0 c, r1 c, r0 c+1, r1 c+1) */
+        a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    G4__UNROLL for (i = 0; i < 4; i++) { /* b[4i + j]'s block q: column 4q + j of rows 4i .. 4i + 3 */
+        b[4 * i] = _mm512_shuffle_ps(a[4 * i], a[4 * i + 2], 0x44);
+        b[4 * i + 1] = _mm512_shuffle_ps(a[4 * i], a[4 * i + 2], 0xee);
+        b[4 * i + 2] = _mm512_shuffle_ps(a[4 * i + 1], a[4 * i + 3], 0x44);
+        b[4 * i + 3] = _mm512_shuffle_ps(a[4 * i + 1], a[4 * i + 3], 0xee);
+    }
+    G4__UNROLL for (j = 0; j < 4; j++) { /* column 4q + j: block q of b[j], b[4 + j], b[8 + j], b[12 + j] */
+        __m512 c1 = _mm512_shuffle_f32x4(b[j], b[4 + j], 0x88), c2 = _mm512_shuffle_f32x4(b[j], b[4 + j], 0xdd);
+        __m512 d1 = _mm512_shuffle_f32x4(b[8 + j], b[12 + j], 0x88), d2 = _mm512_shuffle_f32x4(b[8 + j], b[12 + j], 0xdd);
+        r[j] = _mm512_shuffle_f32x4(c1, d1, 0x88);
+        r[4 + j] = _mm512_shuffle_f32x4(c2, d2, 0x88);
+        r[8 + j] = _mm512_shuffle_f32x4(c1, d1, 0xdd);
+        r[12 + j] = _mm512_shuffle_f32x4(c2, d2, 0xdd);
     }
 }
 
-/* xb: x as bf16 (g4__to_bf16); ws: one thread's packing buffer; cast: each y
-   rounded to bf16 (g4__gemm's) */
+/* t[p], lane i: the pair of bf16 values at k + 2p of row i (rows of rowb bytes
+   from row0), for p < np <= 16; a row i >= rows reads row rows - 1 again (a
+   lane the caller drops), and pairs past np are not read */
+static G4__INLINE void g4__pairs16(__m512 t[16], const unsigned char *row0, size_t rowb, int rows, int k, int np) {
+    __mmask16 m = (__mmask16)((1u << np) - 1u);
+    int i;
+    G4__UNROLL16 for (i = 0; i < 16; i++) t[i] = _mm512_maskz_loadu_ps(m, row0 + (size_t)(i < rows ? i : rows - 1) * rowb + 2 * (size_t)k);
+    g4__transpose16(t);
+}
+
+/* x's pair of bf16 values at k, in every lane */
+static G4__INLINE __m512bh g4__bcast_pair(const uint16_t *xb, int k) {
+    int v;
+    memcpy(&v, xb + k, 4);
+    return (__m512bh)_mm512_set1_epi32(v);
+}
+
+/* decode: y[o] for o in [o0, o1), one token, 16 rows at a time. The next 16
+   rows (one contiguous stretch of W) are prefetched as these run, 16 lines a
+   step: the 16 rows read side by side are too many streams for the
+   hardware's prefetcher (without it decode ran at a third of the bandwidth).
+   Each register's chain waits on its last VDPBF16PS; two registers side by
+   side measured slower (more streams), 2026-11-27. */
+static void g4__rows_pairs(float *y, const float *x, const uint16_t *xb, const unsigned char *base, int in, int o0, int o1, int cast) {
+    size_t rowb = (size_t)in * 2;
+    int kv = in - in % 2, o, k, p, i;
+    const unsigned char *pf = base + (size_t)o0 * rowb, *end = base + (size_t)o1 * rowb;
+    for (o = o0; o < o1; o += 16) {
+        int rows = o1 - o < 16 ? o1 - o : 16;
+        const unsigned char *row0 = base + (size_t)o * rowb;
+        __m512 acc = _mm512_setzero_ps(), t[16];
+        float s[16];
+        if (pf < row0 + 16 * rowb) pf = row0 + 16 * rowb;
+        for (k = 0; k < kv; k += 32) {
+            int np = (kv - k) / 2 < 16 ? (kv - k) / 2 : 16;
+            for (i = 0; i < 16 && pf < end; i++, pf += 64) G4__PREFETCH(pf);
+            g4__pairs16(t, row0, rowb, rows, k, np);
+            if (np == 16) /* (a constant count: t stays in registers) */
+                G4__UNROLL16 for (p = 0; p < 16; p++) acc = _mm512_dpbf16_ps(acc, (__m512bh)t[p], g4__bcast_pair(xb, k + 2 * p));
+            else
+                for (p = 0; p < np; p++) acc = _mm512_dpbf16_ps(acc, (__m512bh)t[p], g4__bcast_pair(xb, k + 2 * p));
+        }
+        _mm512_storeu_ps(s, acc);
+        for (i = 0; i < rows; i++) {
+            y[o + i] = kv < in ? g4__tail(s[i], x, row0 + (size_t)i * rowb, G4_BF16, kv, in) : s[i];
+            if (cast) y[o + i] = g4__bf16_round(y[o + i]);
+        }
+    }
+}
+
+/* rows [o, o + rows) of W at k in [k0, k0 + kc) (kc even) into panels of
+   16 G4__PR rows: panel g holds rows o + 16 G4__PR g + 16 v + i at
+   [g][(k - k0) / 2][v][i], a pair of bf16 values each (the tail of the last
+   panel: its last row again) */
+static void g4__pack_pairs(uint32_t *pan, const unsigned char *base, size_t rowb, int o, int rows, int k0, int kc) {
+    int np = kc / 2, g, v, p, q;
+    __m512 t[16];
+    for (g = 0; 16 * G4__PR * g < rows; g++)
+        for (v = 0; v < G4__PR; v++) {
+            int r0 = 16 * (G4__PR * g + v), n = rows - r0 < 16 ? rows - r0 : 16;
+            if (n <= 0) r0 = rows - 1, n = 1; /* a register past the rows: the last row again */
+            for (p = 0; p < np; p += 16) {
+                int m = np - p < 16 ? np - p : 16;
+                g4__pairs16(t, base + (size_t)(o + r0) * rowb, rowb, n, k0 + 2 * p, m);
+                uint32_t *dst = pan + ((size_t)(G4__PR * g) * (size_t)np + (size_t)p * G4__PR + (size_t)v) * 16;
+                if (m == 16) /* (as g4__rows_pairs) */
+                    G4__UNROLL16 for (q = 0; q < 16; q++) _mm512_storeu_ps((void *)(dst + (size_t)q * G4__PR * 16), t[q]);
+                else
+                    for (q = 0; q < m; q++) _mm512_storeu_ps((void *)(dst + (size_t)q * G4__PR * 16), t[q]);
+            }
+        }
+}
+
+/* The tile: G4__PT tokens (x as bf16 at xt[u], y's row at yt[u]) x G4__PR
+   registers of 16 rows (a panel of g4__pack_pairs), `pairs` steps. first:
+   the chains start at 0, else at y's partial sums; cast: each sum rounded to
+   bf16 in its register before it is stored. m[v]: the lanes of register v
+   that are rows (the rest neither loaded nor stored). */
+static G4__NOINLINE void g4__tile_pairs(const uint32_t *wp, const uint16_t *const *xt, int pairs, float *const *yt,
+                                        const __mmask16 *m, int first, int cast) {
+    __m512 acc[G4__PR][G4__PT];
+    __m512bh wv[G4__PR];
+    const uint16_t *xp[G4__PT]; /* (a local copy, as g4__micro_bf16's) */
+    int v, u, s;
+    G4__UNROLL for (u = 0; u < G4__PT; u++) xp[u] = xt[u];
+    G4__UNROLL for (v = 0; v < G4__PR; v++)
+        G4__UNROLL for (u = 0; u < G4__PT; u++) acc[v][u] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m[v], yt[u] + 16 * v);
+    for (s = 0; s < pairs; s++, wp += 16 * G4__PR) {
+        G4__UNROLL for (v = 0; v < G4__PR; v++) wv[v] = (__m512bh)_mm512_loadu_si512((const void *)(wp + 16 * v));
+        G4__UNROLL for (u = 0; u < G4__PT; u++) {
+            __m512bh xv = g4__bcast_pair(xp[u], 2 * s);
+            G4__UNROLL for (v = 0; v < G4__PR; v++) acc[v][u] = _mm512_dpbf16_ps(acc[v][u], wv[v], xv);
+        }
+    }
+    G4__UNROLL for (v = 0; v < G4__PR; v++)
+        G4__UNROLL for (u = 0; u < G4__PT; u++) _mm512_mask_storeu_ps(yt[u] + 16 * v, m[v], cast ? g4__vbf16_round(acc[v][u]) : acc[v][u]);
+}
+
+/* y[t * ldy + o] for t < n, o in [o0, o1): tokens in blocks of up to b->nc,
+   rows in blocks of b->mc (a multiple of 16 G4__PR), k in blocks of b->kc
+   (even); each block of W packed once (g4__pack_pairs) into ws (b->mc * b->kc
+   / 2 floats) while the next one is prefetched, the partial sums kept in y
+   between blocks of k (exact: the chain goes on where it stopped). */
+static void g4__gemm_pairs(float *y, size_t ldy, const uint16_t *xb, const float *x, size_t ldx, const g4_tensor *w, int n,
+                           int o0, int o1, float *ws, const g4__blocking *b, int cast) {
+    int in = (int)w->shape[1], kv = in - in % 2, tails = kv < in, t0, i0, k0, t, o, u, v, nb, ncb;
+    size_t rowb = (size_t)in * 2;
+    const unsigned char *base = (const unsigned char *)w->data;
+    uint32_t *pan = (uint32_t *)(void *)ws;
+    const uint16_t *xt[G4__PT];
+    float *yt[G4__PT];
+    __mmask16 m[G4__PR];
+    g4__pf pf;
+    nb = (n + b->nc - 1) / b->nc; /* the tokens in equal blocks, as g4__gemm's */
+    ncb = ((n + nb - 1) / nb + G4__PT - 1) / G4__PT * G4__PT;
+    for (t0 = 0; t0 < n; t0 += ncb) {
+        int nc = n - t0 < ncb ? n - t0 : ncb;
+        for (i0 = o0; i0 < o1; i0 += b->mc) {
+            int mc = o1 - i0 < b->mc ? o1 - i0 : b->mc;
+            for (k0 = 0; k0 == 0 || k0 < kv; k0 += b->kc) {
+                int kc = kv - k0 < b->kc ? kv - k0 : b->kc, first = k0 == 0, last = k0 + kc >= kv;
+                int pi = last ? (i0 + mc < o1 ? i0 + mc : o0) : i0, pk = last ? 0 : k0 + kc; /* the next block */
+                g4__pf_start(&pf, base, 2, in, pi, o1 - pi < b->mc ? o1 - pi : b->mc, pk, kv - pk < b->kc ? kv - pk : b->kc,
+                             (size_t)((nc + G4__PT - 1) / G4__PT) * (size_t)((mc + 16 * G4__PR - 1) / (16 * G4__PR)));
+                g4__pack_pairs(pan, base, rowb, i0, mc, k0, kc);
+                for (t = t0; t < t0 + nc; t += G4__PT) {
+                    int T = t0 + nc - t < G4__PT ? t0 + nc - t : G4__PT;
+                    for (u = 0; u < G4__PT; u++) xt[u] = xb + (size_t)(t + (u < T ? u : T - 1)) * ldx + k0; /* (past T: token T - 1 again) */
+                    for (o = i0; o < i0 + mc; o += 16 * G4__PR) {
+                        for (v = 0; v < G4__PR; v++) {
+                            int r = i0 + mc - o - 16 * v;
+                            m[v] = (__mmask16)(r >= 16 ? 0xffffu : r > 0 ? (1u << r) - 1u : 0u);
+                        }
+                        for (u = 0; u < G4__PT; u++) yt[u] = y + (size_t)(t + (u < T ? u : T - 1)) * ldy + (size_t)o;
+                        g4__pf_step(&pf);
+                        g4__tile_pairs(pan + (size_t)(o - i0) * (size_t)(kc / 2), xt, kc / 2, yt, m, first, last && cast && !tails);
+                        g4__pf_step(&pf); /* the tile's second half of the prefetches */
+                    }
+                }
+            }
+        }
+        for (t = t0; tails && t < t0 + nc; t++) /* in odd: the last k, after the chains */
+            for (o = o0; o < o1; o++) {
+                float *yo = y + (size_t)t * ldy + (size_t)o;
+                *yo = g4__tail(*yo, x + (size_t)t * ldx, base + (size_t)o * rowb, G4_BF16, kv, in);
+                if (cast) *yo = g4__bf16_round(*yo);
+            }
+    }
+}
+
+/* xb: x as bf16 (g4__to_bf16); ws: one thread's packing buffer
+   (G4__BF16DOT_FLOATS); cast: each y rounded to bf16 (g4__gemm's) */
 static void g4__matmul_bf16dot(float *y, const float *x, const uint16_t *xb, const g4_tensor *w, int n, int o0, int o1, float *ws,
                                int cast) {
-    int out = (int)w->shape[0], in = (int)w->shape[1], o, k, kv = in - in % 32;
-    const unsigned char *base = (const unsigned char *)w->data;
-    if (n == 1) { /* decode: rows o and o + half side by side, as g4__rows1 */
-        int half = (o1 - o0) / 2;
-        for (o = o0; o < o0 + half; o++) {
-            const unsigned char *row = base + (size_t)o * (size_t)in * 2, *row1 = row + (size_t)half * (size_t)in * 2;
-            __m512 acc = _mm512_setzero_ps(), acc1 = acc;
-            for (k = 0; k < kv; k += 32) {
-                __m512bh xv = g4__ldbf(xb, k);
-                acc = _mm512_dpbf16_ps(acc, g4__ldbf(row, k), xv);
-                acc1 = _mm512_dpbf16_ps(acc1, g4__ldbf(row1, k), xv);
-            }
-            y[o] = g4__tail(_mm512_reduce_add_ps(acc), x, row, G4_BF16, kv, in);
-            y[o + half] = g4__tail(_mm512_reduce_add_ps(acc1), x, row1, G4_BF16, kv, in);
-            if (cast) y[o] = g4__bf16_round(y[o]), y[o + half] = g4__bf16_round(y[o + half]);
-        }
-        for (o = o0 + 2 * half; o < o1; o++) { /* an odd row out */
-            const unsigned char *row = base + (size_t)o * (size_t)in * 2;
-            __m512 acc = _mm512_setzero_ps();
-            for (k = 0; k < kv; k += 32) acc = _mm512_dpbf16_ps(acc, g4__ldbf(row, k), g4__ldbf(xb, k));
-            y[o] = g4__tail(_mm512_reduce_add_ps(acc), x, row, G4_BF16, kv, in);
-            if (cast) y[o] = g4__bf16_round(y[o]);
-        }
-    } else g4__gemm(y, (size_t)out, x, xb, (size_t)in, w, n, o0, o1, ws, &g4__bf16dot_blocks, G4__TILE_BF16DOT, cast);
+    if (n == 1) g4__rows_pairs(y, x, xb, (const unsigned char *)w->data, (int)w->shape[1], o0, o1, cast);
+    else g4__gemm_pairs(y, (size_t)w->shape[0], xb, x, (size_t)w->shape[1], w, n, o0, o1, ws, &g4__bf16dot_blocks, cast);
 }
 #endif
 #else
@@ -10704,7 +10807,8 @@ static void g4__lora_add(float *y, const float *u, const g4_lora *lo, int n, int
 }
 
 /* The matmul the forward pass calls (nn.Linear): output rows split across the
-   session's threads in blocks of G4__TR (the SIMD tile's rows), each part on
+   session's threads in blocks of G4__TR (the SIMD tile's rows; bf16_fast's
+   kernel: 16, a register of rows), each part on
    the SIMD kernel with its own packing buffer, plus its columns of a LoRA
    adapter's B u (lu: A x, done first), then cast to the activation dtype
    (g4__act). */
@@ -10715,9 +10819,10 @@ typedef struct {
 
 static void g4__matmul_part(void *ctx, int part, int n_parts) {
     g4__mm_job *j = (g4__mm_job *)ctx;
-    int out = (int)j->w->shape[0], blocks = (out + G4__TR - 1) / G4__TR;
+    int unit = j->bf16dot ? 16 : G4__TR; /* (bf16_fast: a register of rows) */
+    int out = (int)j->w->shape[0], blocks = (out + unit - 1) / unit;
     int b0 = (int)((int64_t)blocks * part / n_parts), b1 = (int)((int64_t)blocks * (part + 1) / n_parts);
-    int o0 = G4__TR * b0, o1 = G4__TR * b1 < out ? G4__TR * b1 : out, t;
+    int o0 = unit * b0, o1 = unit * b1 < out ? unit * b1 : out, t;
     int cast = j->bf16 && !j->w->lora; /* the cast in a kernel's stores (g4__gemm, the bf16dot rows), unless an adapter adds on first */
     int in_kernel = 0;                 /* 1: the kernel below took it */
     float *ws = j->pack + (size_t)part * G4__PACK_THREAD;
@@ -10728,7 +10833,7 @@ static void g4__matmul_part(void *ctx, int part, int n_parts) {
 #endif
 #if G4__TORCH_GEMM
     if (j->torch && j->n > 1)
-        g4__gemm(j->y, (size_t)out, j->x, NULL, (size_t)j->w->shape[1], j->w, j->n, o0, o1, ws, &g4__torch_blocks, G4__TILE_TORCH, cast),
+        g4__gemm(j->y, (size_t)out, j->x, (size_t)j->w->shape[1], j->w, j->n, o0, o1, ws, &g4__torch_blocks, G4__TILE_TORCH, cast),
             in_kernel = 1;
     else
 #endif
@@ -10738,7 +10843,7 @@ static void g4__matmul_part(void *ctx, int part, int n_parts) {
     if (j->n > 1 && j->kc > 0) { /* the session's blocking */
         g4__blocking b = g4__gemm_blocks;
         b.kc = j->kc;
-        g4__gemm(j->y, (size_t)out, j->x, NULL, (size_t)j->w->shape[1], j->w, j->n, o0, o1, ws, &b, G4__TILE_F32, cast);
+        g4__gemm(j->y, (size_t)out, j->x, (size_t)j->w->shape[1], j->w, j->n, o0, o1, ws, &b, G4__TILE_F32, cast);
         in_kernel = 1;
     } else
 #endif

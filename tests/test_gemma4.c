@@ -730,35 +730,29 @@ static void test_simd_matmul_vs_scalar(void) {
    in the default); the reference within rounding (torch's order: its
    reference, bit for bit). Strided x and y (ldx > in, ldy > out) keep their
    gaps; neither workspace is overrun. The bf16 mode's cast (each output
-   rounded to bf16 as it is stored) = rounding after, bit for bit, in the
-   tiles and, for the VDPBF16PS kernel, in its decode rows too. The bf16
+   rounded to bf16 as it is stored) = rounding after, bit for bit. The bf16
    mode's tiles run on bf16 weights and inputs, as that mode's are. */
 static void gemm_blocking(g4__tile_kind kind) {
     /* in: below, at and past a step (VL; 32: one VDPBF16PS; torch's 64 and 16-wide tail) and a tiny block */
-    static const int ins_f32[] = {1, 7, G4__VL, 3 * G4__VL + 5, 100, 600}, ins_dot[] = {1, 31, 32, 70, 100, 600, 2100},
-                     ins_torch[] = {1, 8, 40, 64, 100, 136, 200, 1536, 2100};
+    static const int ins_f32[] = {1, 7, G4__VL, 3 * G4__VL + 5, 100, 600}, ins_torch[] = {1, 8, 40, 64, 100, 136, 200, 1536, 2100};
     static const int outs[] = {1, G4__TR + 1, 2 * G4__TR + 1, 4 * G4__TR + 2, 29};
     static const int ns[] = {2, G4__TT + 1, 2 * G4__TT + 1, 4 * G4__TT + 3, 70};
     static const g4_dtype dts[] = {G4_BF16, G4_F16, G4_F32};
-    const int *ins = kind == G4__TILE_TORCH ? ins_torch : kind == G4__TILE_BF16DOT ? ins_dot : ins_f32;
-    int n_ins = kind == G4__TILE_TORCH ? 9 : kind == G4__TILE_BF16DOT ? 7 : 6, n_dts = kind == G4__TILE_F32 ? 3 : 1;
-    size_t lanes = kind == G4__TILE_TORCH ? 64 : kind == G4__TILE_BF16DOT ? 16 : G4__VL; /* partial sums per output */
+    const int *ins = kind == G4__TILE_TORCH ? ins_torch : ins_f32;
+    int n_ins = kind == G4__TILE_TORCH ? 9 : 6, n_dts = kind == G4__TILE_F32 ? 3 : 1;
+    size_t lanes = kind == G4__TILE_TORCH ? 64 : G4__VL; /* partial sums per output */
     const g4__blocking *dflt = &g4__gemm_blocks;
     g4__blocking tiny;
     unsigned seed = 777;
-    int a, b, c, d, bad_ref = 0, bad_bits = 0, bad_decode = 0, bad_split = 0, bad_gap = 0, bad_ws = 0, bad_cast = 0, bad_rcast = 0, cases = 0;
+    int a, b, c, d, bad_ref = 0, bad_bits = 0, bad_decode = 0, bad_split = 0, bad_gap = 0, bad_ws = 0, bad_cast = 0, cases = 0;
     size_t tiny_ws, dflt_ws;
     float *ws, *ws2;
-    size_t halfp = kind == G4__TILE_BF16DOT ? 2 : 1; /* its panels are bf16: mc * kc / 2 floats */
 #if G4__TORCH_GEMM
     if (kind == G4__TILE_TORCH) dflt = &g4__torch_blocks;
 #endif
-#if G4__BF16DOT
-    if (kind == G4__TILE_BF16DOT) dflt = &g4__bf16dot_blocks;
-#endif
-    tiny.mc = 2 * G4__TR; tiny.kc = kind == G4__TILE_TORCH ? 64 : kind == G4__TILE_BF16DOT ? 32 : 2 * G4__VL; tiny.nc = 2 * G4__TT;
-    tiny_ws = (size_t)tiny.mc * tiny.kc / halfp + (size_t)tiny.mc * tiny.nc * lanes;
-    dflt_ws = (size_t)dflt->mc * dflt->kc / halfp + (size_t)dflt->mc * dflt->nc * lanes;
+    tiny.mc = 2 * G4__TR; tiny.kc = kind == G4__TILE_TORCH ? 64 : 2 * G4__VL; tiny.nc = 2 * G4__TT;
+    tiny_ws = (size_t)tiny.mc * tiny.kc + (size_t)tiny.mc * tiny.nc * lanes;
+    dflt_ws = (size_t)dflt->mc * dflt->kc + (size_t)dflt->mc * dflt->nc * lanes;
     ws = (float *)malloc(sizeof(float) * (dflt_ws + 1));
     ws2 = (float *)malloc(sizeof(float) * (tiny_ws + 1));
     for (d = 0; d < n_dts; d++)
@@ -771,7 +765,6 @@ static void gemm_blocking(g4__tile_kind kind) {
                     float *x = (float *)malloc(sizeof(float) * (size_t)ldx * n), *ref = (float *)malloc(sizeof(float) * (size_t)out * n);
                     float *y1 = (float *)malloc(sizeof(float) * ny), *y2 = (float *)malloc(sizeof(float) * ny);
                     float *x1 = (float *)malloc(sizeof(float) * (size_t)in * n);
-                    uint16_t *xh = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)ldx * n); /* x as bf16, for VDPBF16PS */
                     g4_tensor w;
                     double err = 0;
                     for (i = 0; i < in * out; i++) {
@@ -791,17 +784,14 @@ static void gemm_blocking(g4__tile_kind kind) {
                         if (kind != G4__TILE_F32) x[i] = g4__bf16_round(x[i]);
                     }
                     for (t = 0; t < n; t++) memcpy(x1 + (size_t)t * in, x + (size_t)t * ldx, sizeof(float) * in);
-#if G4__BF16DOT
-                    for (t = 0; t < n && kind == G4__TILE_BF16DOT; t++) g4__to_bf16(xh + (size_t)t * ldx, x + (size_t)t * ldx, 1, in);
-#endif
                     memset(&w, 0, sizeof w);
                     w.data = wd; w.dtype = dts[d]; w.ndim = 2; w.shape[0] = out; w.shape[1] = in;
                     if (kind == G4__TILE_TORCH) g4__matmul_torch_ref(ref, x1, &w, n, 0, out);
                     else g4__matmul_ref(ref, x1, &w, n, 0, out);
                     for (i = 0; i < (int)ny; i++) y1[i] = y2[i] = -7.0f; /* the gaps must keep this */
                     ws[dflt_ws] = ws2[tiny_ws] = 1234.5f;
-                    g4__gemm(y1, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, out, ws2, &tiny, kind, 0);
-                    g4__gemm(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, out, ws, dflt, kind, 0);
+                    g4__gemm(y1, (size_t)ldy, x, (size_t)ldx, &w, n, 0, out, ws2, &tiny, kind, 0);
+                    g4__gemm(y2, (size_t)ldy, x, (size_t)ldx, &w, n, 0, out, ws, dflt, kind, 0);
                     bad_ws += ws[dflt_ws] != 1234.5f || ws2[tiny_ws] != 1234.5f;
                     bad_bits += memcmp(y1, y2, sizeof(float) * ny) != 0;
                     for (t = 0; t < n; t++) {
@@ -820,23 +810,12 @@ static void gemm_blocking(g4__tile_kind kind) {
                     for (t = 0; t < n; t++) { /* decode, one token at a time, into ref */
                         const float *xt = x + (size_t)t * ldx;
                         if (kind == G4__TILE_TORCH) g4__matmul_torch(ref, xt, &w, 1, 0, out);
-#if G4__BF16DOT
-                        else if (kind == G4__TILE_BF16DOT) {
-                            float rc[29]; /* the decode rows' own cast (rows o and o + half, an odd row out) = rounding after */
-                            g4__matmul_bf16dot(ref, xt, xh + (size_t)t * ldx, &w, 1, 0, out, ws, 0);
-                            g4__matmul_bf16dot(rc, xt, xh + (size_t)t * ldx, &w, 1, 0, out, ws, 1);
-                            for (i = 0; i < out; i++) {
-                                float r = g4__bf16_round(ref[i]);
-                                bad_rcast += memcmp(&r, &rc[i], sizeof r) != 0;
-                            }
-                        }
-#endif
                         else g4__rows1(ref, xt, (const unsigned char *)w.data, w.dtype, esz, in, 0, out);
                         bad_decode += memcmp(ref, y1 + (size_t)t * ldy, sizeof(float) * out) != 0;
                     }
                     /* cast: each output rounded to bf16 as it is stored = y1 rounded after it, bit for bit
                        (the tails' path, in % step != 0, and the tiles' own), the gaps kept */
-                    g4__gemm(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, out, ws2, &tiny, kind, 1);
+                    g4__gemm(y2, (size_t)ldy, x, (size_t)ldx, &w, n, 0, out, ws2, &tiny, kind, 1);
                     for (t = 0; t < n; t++) {
                         for (i = out; i < ldy; i++) bad_gap += y2[(size_t)t * ldy + i] != -7.0f;
                         for (i = 0; i < out; i++) {
@@ -846,11 +825,11 @@ static void gemm_blocking(g4__tile_kind kind) {
                     }
                     /* two threads' parts: rows split at a multiple of the tile's rows */
                     half = (out / 2) / G4__TR * G4__TR;
-                    g4__gemm(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, 0, half, ws2, &tiny, kind, 0);
-                    g4__gemm(y2, (size_t)ldy, x, xh, (size_t)ldx, &w, n, half, out, ws, dflt, kind, 0);
+                    g4__gemm(y2, (size_t)ldy, x, (size_t)ldx, &w, n, 0, half, ws2, &tiny, kind, 0);
+                    g4__gemm(y2, (size_t)ldy, x, (size_t)ldx, &w, n, half, out, ws, dflt, kind, 0);
                     bad_split += memcmp(y1, y2, sizeof(float) * ny) != 0;
                     cases++;
-                    free(wd); free(x); free(x1); free(xh); free(ref); free(y1); free(y2);
+                    free(wd); free(x); free(x1); free(ref); free(y1); free(y2);
                 }
     printf("  %d cases (%d dtype%s; in up to %d, out up to %d, up to %d tokens), tiny blocks mc %d kc %d nc %d and the default mc %d kc %d nc %d\n",
            cases, n_dts, n_dts > 1 ? "s" : "", ins[n_ins - 1], outs[4], ns[4], tiny.mc, tiny.kc, tiny.nc, dflt->mc, dflt->kc, dflt->nc);
@@ -859,7 +838,6 @@ static void gemm_blocking(g4__tile_kind kind) {
     CHECK(bad_decode == 0, "%d token rows differ from decode", bad_decode);
     CHECK(bad_split == 0, "%d cases: rows split in two parts differ", bad_split);
     CHECK(bad_cast == 0, "%d outputs: the cast in the stores differs from rounding after", bad_cast);
-    CHECK(bad_rcast == 0, "%d outputs: the bf16dot decode rows' cast differs from rounding after", bad_rcast);
     CHECK(bad_gap == 0, "%d values between y's rows overwritten", bad_gap);
     CHECK(bad_ws == 0, "%d cases wrote past the workspace", bad_ws);
     free(ws);
@@ -913,9 +891,9 @@ static void test_gemm_kc_choice(void) {
     w.data = wd; w.dtype = G4_BF16; w.ndim = 2; w.shape[0] = out; w.shape[1] = in;
     big.kc = G4__GEMM_KC_MAX;
     ws[G4__PACK_THREAD] = 1234.5f;
-    g4__gemm(y1, (size_t)out, x, NULL, (size_t)in, &w, n, 0, out, ws, &big, G4__TILE_F32, 0);
+    g4__gemm(y1, (size_t)out, x, (size_t)in, &w, n, 0, out, ws, &big, G4__TILE_F32, 0);
     CHECK(ws[G4__PACK_THREAD] == 1234.5f, "kc %d wrote past the per-thread buffer", big.kc);
-    g4__gemm(y2, (size_t)out, x, NULL, (size_t)in, &w, n, 0, out, ws, &g4__gemm_blocks, G4__TILE_F32, 0);
+    g4__gemm(y2, (size_t)out, x, (size_t)in, &w, n, 0, out, ws, &g4__gemm_blocks, G4__TILE_F32, 0);
     CHECK(memcmp(y1, y2, sizeof(float) * (size_t)out * n) == 0, "kc %d and the default kc %d differ in bits", big.kc, g4__gemm_blocks.kc);
     for (t = 0, bad = 0; t < n; t++) {
         g4__rows1(yd, x + (size_t)t * in, (const unsigned char *)w.data, G4_BF16, 2, in, 0, out);
@@ -1489,7 +1467,116 @@ static void test_bf16_gelu_tail_and_torch_matmul(void) {
 }
 
 #if G4__BF16DOT
-static void test_gemm_bf16dot_blocking(void) { gemm_blocking(G4__TILE_BF16DOT); } /* runs on avx512_bf16 or tests/x86_emu.h */
+/* bf16_fast's matmul on VDPBF16PS (g4__rows_pairs for decode,
+   g4__gemm_pairs for prefill) = its scalar model, bit for bit: each output
+   one chain of g4__dpbf16_lane over its row's pairs of k, from 0, then the
+   tail (in odd) as g4__tail adds it. At every edge: in below, at and past a
+   transposed block (16 pairs) and a tiny block of k, odd and even; rows past
+   a register (16), a tile (16 G4__PR) and a block; tokens past a tile
+   (G4__PT) and a block; tiny blocks (one tile of rows, 17 pairs, one tile of
+   tokens) and the default; rows split into two threads' parts at a multiple
+   of 16 and not; decode, one token at a time. The cast in the stores =
+   rounding after; strided x and y keep their gaps; no workspace is overrun.
+   W and x are bf16 with signed zeros and denormals among them (the
+   instruction flushes those: g4__dpbf16_lane's model must too). */
+static uint16_t pairs_bf16(unsigned *seed) {
+    unsigned r;
+    *seed = *seed * 1103515245u + 12345u;
+    r = *seed >> 8;
+    if ((r & 31) == 0) return (uint16_t)((r >> 5) & 0x807f); /* a denormal or a signed zero */
+    return (uint16_t)(0x3c00 + ((r >> 5) & 0x3ff) - 0x200 + ((r >> 15) & 0x8000)); /* +-[2^-8, 2^8) */
+}
+static float pairs_model(const uint16_t *w, const float *x, int in) {
+    float acc = 0.0f;
+    int k;
+    for (k = 0; k + 1 < in; k += 2) acc = g4__dpbf16_lane(acc, x[k], g4__bf16_to_f32(w[k]), x[k + 1], g4__bf16_to_f32(w[k + 1]));
+    return in % 2 ? g4__tail(acc, x, (const unsigned char *)w, G4_BF16, in - 1, in) : acc;
+}
+static void test_gemm_pairs(void) {
+    static const int ins[] = {1, 2, 3, 31, 32, 34, 35, 70, 2101};
+    static const int outs[] = {1, 17, 16 * G4__PR + 1, 29, 4 * 16 * G4__PR + 5};
+    static const int ns[] = {2, G4__PT + 1, 2 * G4__PT + 1, 70, G4__BF16DOT_NC + 3};
+    g4__blocking tiny;
+    const g4__blocking *dflt = &g4__bf16dot_blocks;
+    unsigned seed = 4242;
+    int a, b, c, cases = 0, bad_model = 0, bad_bits = 0, bad_decode = 0, bad_split = 0, bad_cast = 0, bad_gap = 0, bad_ws = 0;
+    size_t tiny_ws, dflt_ws = G4__BF16DOT_FLOATS;
+    float *ws, *ws2;
+    tiny.mc = 16 * G4__PR; tiny.kc = 34; tiny.nc = G4__PT;
+    tiny_ws = (size_t)tiny.mc * tiny.kc / 2;
+    ws = (float *)malloc(sizeof(float) * (dflt_ws + 1));
+    ws2 = (float *)malloc(sizeof(float) * (tiny_ws + 1));
+    for (a = 0; a < (int)(sizeof ins / sizeof ins[0]); a++)
+        for (b = 0; b < 5; b++)
+            for (c = 0; c < 5; c++) {
+                int in = ins[a], out = outs[b], n = ns[c], ldx = in + 3, ldy = out + 2, i, t, half;
+                size_t ny = (size_t)ldy * n;
+                uint16_t *wb, *xh;
+                float *x, *y1, *y2, *row;
+                g4_tensor w;
+                if ((double)in * out * n > 6e6) continue; /* (the model is scalar; 2101 runs with fewer rows and tokens) */
+                wb = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)in * out);
+                xh = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)ldx * n);
+                x = (float *)malloc(sizeof(float) * (size_t)ldx * n);
+                y1 = (float *)malloc(sizeof(float) * ny);
+                y2 = (float *)malloc(sizeof(float) * ny);
+                row = (float *)malloc(sizeof(float) * (size_t)out);
+                for (i = 0; i < in * out; i++) wb[i] = pairs_bf16(&seed);
+                for (i = 0; i < ldx * n; i++) x[i] = g4__bf16_to_f32(pairs_bf16(&seed));
+                for (t = 0; t < n; t++) g4__to_bf16(xh + (size_t)t * ldx, x + (size_t)t * ldx, 1, in);
+                memset(&w, 0, sizeof w);
+                w.data = wb; w.dtype = G4_BF16; w.ndim = 2; w.shape[0] = out; w.shape[1] = in;
+                for (i = 0; i < (int)ny; i++) y1[i] = y2[i] = -7.0f; /* the gaps must keep this */
+                ws[dflt_ws] = ws2[tiny_ws] = 1234.5f;
+                g4__gemm_pairs(y1, (size_t)ldy, xh, x, (size_t)ldx, &w, n, 0, out, ws2, &tiny, 0);
+                g4__gemm_pairs(y2, (size_t)ldy, xh, x, (size_t)ldx, &w, n, 0, out, ws, dflt, 0);
+                bad_ws += ws[dflt_ws] != 1234.5f || ws2[tiny_ws] != 1234.5f;
+                bad_bits += memcmp(y1, y2, sizeof(float) * ny) != 0;
+                for (t = 0; t < n; t++) {
+                    for (i = out; i < ldy; i++) bad_gap += y1[(size_t)t * ldy + i] != -7.0f || y2[(size_t)t * ldy + i] != -7.0f;
+                    for (i = 0; i < out; i++) {
+                        float m = pairs_model(wb + (size_t)i * in, x + (size_t)t * ldx, in);
+                        bad_model += memcmp(&m, y1 + (size_t)t * ldy + i, sizeof m) != 0;
+                    }
+                    g4__rows_pairs(row, x + (size_t)t * ldx, xh + (size_t)t * ldx, (const unsigned char *)wb, in, 0, out, 0);
+                    bad_decode += memcmp(row, y1 + (size_t)t * ldy, sizeof(float) * out) != 0;
+                    g4__rows_pairs(row, x + (size_t)t * ldx, xh + (size_t)t * ldx, (const unsigned char *)wb, in, 0, out, 1);
+                    for (i = 0; i < out; i++) {
+                        float r = g4__bf16_round(y1[(size_t)t * ldy + i]);
+                        bad_cast += memcmp(&r, &row[i], sizeof r) != 0;
+                    }
+                }
+                g4__gemm_pairs(y2, (size_t)ldy, xh, x, (size_t)ldx, &w, n, 0, out, ws2, &tiny, 1);
+                for (t = 0; t < n; t++) {
+                    for (i = out; i < ldy; i++) bad_gap += y2[(size_t)t * ldy + i] != -7.0f;
+                    for (i = 0; i < out; i++) {
+                        float r = g4__bf16_round(y1[(size_t)t * ldy + i]);
+                        bad_cast += memcmp(&r, y2 + (size_t)t * ldy + i, sizeof r) != 0;
+                    }
+                }
+                half = out / 2 / 16 * 16; /* two threads' parts: at a multiple of 16 (as g4__matmul_part splits), then not */
+                g4__gemm_pairs(y2, (size_t)ldy, xh, x, (size_t)ldx, &w, n, 0, half, ws2, &tiny, 0);
+                g4__gemm_pairs(y2, (size_t)ldy, xh, x, (size_t)ldx, &w, n, half, out, ws, dflt, 0);
+                bad_split += memcmp(y1, y2, sizeof(float) * ny) != 0;
+                g4__gemm_pairs(y2, (size_t)ldy, xh, x, (size_t)ldx, &w, n, 0, out / 2, ws, dflt, 0);
+                g4__gemm_pairs(y2, (size_t)ldy, xh, x, (size_t)ldx, &w, n, out / 2, out, ws2, &tiny, 0);
+                bad_split += memcmp(y1, y2, sizeof(float) * ny) != 0;
+                cases++;
+                free(wb); free(xh); free(x); free(y1); free(y2); free(row);
+            }
+    printf("  %d cases (in up to %d, out up to %d, up to %d tokens), tiny blocks mc %d kc %d nc %d and the default mc %d kc %d nc %d\n",
+           cases, ins[8], outs[4], ns[4], tiny.mc, tiny.kc, tiny.nc, dflt->mc, dflt->kc, dflt->nc);
+    CHECK(cases >= 200, "only %d cases ran", cases);
+    CHECK(bad_model == 0, "%d outputs differ from the scalar model's chain", bad_model);
+    CHECK(bad_bits == 0, "%d cases: tiny blocks and the default blocking differ in bits", bad_bits);
+    CHECK(bad_decode == 0, "%d token rows: decode differs from the prefill GEMM", bad_decode);
+    CHECK(bad_split == 0, "%d splits of the rows differ", bad_split);
+    CHECK(bad_cast == 0, "%d outputs: the cast in the stores differs from rounding after", bad_cast);
+    CHECK(bad_gap == 0, "%d values between y's rows overwritten", bad_gap);
+    CHECK(bad_ws == 0, "%d cases wrote past the workspace", bad_ws);
+    free(ws);
+    free(ws2);
+}
 
 /* bf16_fast's p v on VDPBF16PS (g4__wsum_bf16) = its scalar model
    (g4__wsum_pairs, lane by lane g4__dpbf16_lane), bit for bit before the
@@ -1789,7 +1876,7 @@ int main(int argc, char **argv) {
     run("bf16: torch.topk's tie rule (not lower index)", test_topk_tie_rule);
     run("bf16: gelu's scalar tail; torch-order matmul SIMD = reference", test_bf16_gelu_tail_and_torch_matmul);
 #if G4__BF16DOT
-    run("bf16: the avx512_bf16 packed GEMM: every blocking edge, = decode bits", test_gemm_bf16dot_blocking);
+    run("bf16_fast: the VDPBF16PS matmul = its scalar chain, bit for bit: every blocking edge, decode, splits", test_gemm_pairs);
     run("bf16_fast: attention's p v on VDPBF16PS = its scalar model (g4__wsum_pairs), bit for bit", test_wsum_bf16_vs_pairs);
     run("bf16_fast: attention's scores on VDPBF16PS = their scalar model (g4__dot_pairs), bit for bit", test_dot8x2_bf16_vs_pairs);
     run("bf16_fast: attention's softmax on 16 lanes = torch's float32 softmax (g4__softmax_torch), bit for bit", test_softmax_torch_v);

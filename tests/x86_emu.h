@@ -84,6 +84,19 @@ static inline __m512 _mm512_loadu_ps(const void *p) {
     return v;
 }
 static inline void _mm512_storeu_ps(void *p, __m512 v) { memcpy(p, &v, 64); }
+/* masked: lanes whose bit of m is 0 are neither read (0 in the result) nor written */
+static inline __m512 _mm512_maskz_loadu_ps(__mmask16 m, const void *p) {
+    __m512 v = {0};
+    int i;
+    for (i = 0; i < 16; i++)
+        if (m >> i & 1) memcpy((char *)&v + 4 * i, (const char *)p + 4 * i, 4);
+    return v;
+}
+static inline void _mm512_mask_storeu_ps(void *p, __mmask16 m, __m512 v) {
+    int i;
+    for (i = 0; i < 16; i++)
+        if (m >> i & 1) memcpy((char *)p + 4 * i, (const char *)&v + 4 * i, 4);
+}
 static inline __m512i _mm512_loadu_si512(const void *p) {
     __m512i v;
     memcpy(&v, p, 64);
