@@ -9258,14 +9258,14 @@ static void g4__rows1(float *y, const float *x, const unsigned char *w, g4_dtype
      a tile's accumulators wait in the buffer's partial sums (mc x nc x VL
      floats) and resume unchanged, so the blocking, the chunk size and the
      thread split change no bit. Then one g4__vhsum and g4__tail, as decode.
-   - One loop nest (g4__gemm), three tiles: the float32 tile (g4__micro) and
-     the bf16 mode's two, torch's order (g4__tile_torch, the faithful one:
-     AVX2 and AVX-512) and VDPBF16PS (g4__micro_bf16, >>bf16dot, avx512_bf16,
-     only with bf16_fast). They
-     differ in the k a tile's step takes (VL, 64 and 32 values) and in the
-     partial sums an output keeps between kc blocks (VL, 64 and 16 floats);
-     the blocks, the packing by a block's first tiles, the prefetching, the
-     edges and the stores are the nest's.
+   - One loop nest (g4__gemm), two tiles: the float32 tile (g4__micro) and
+     the bf16 mode's in torch's order (g4__tile_torch, the faithful one: AVX2
+     and AVX-512). They differ in the k a tile's step takes (VL and 64
+     values) and in the partial sums an output keeps between kc blocks (VL
+     and 64 floats); the blocks, the packing by a block's first tiles, the
+     prefetching, the edges and the stores are the nest's. bf16_fast's
+     VDPBF16PS kernel (>>bf16dot, avx512_bf16) keeps one output per lane and
+     has its own nest (g4__gemm_pairs).
    Rows or tokens past an edge (R < G4__TR: the last row repeated; T <
    G4__TT: the last token repeated) are computed and not stored. */
 #define G4__HAVE_GEMM 1
@@ -9420,7 +9420,7 @@ static void g4__pf_step(g4__pf *f) {
    `cast`; rounded in the tile, before they leave its registers). */
 enum { G4__SUMS = 1, G4__SUMS_BF16 = 2 };
 
-/* The end of a 4 x 6 tile (AVX-512: g4__micro_vs, g4__micro_bf16): sum[u][r] =
+/* The end of a 4 x 6 tile (AVX-512: g4__micro_vs): sum[u][r] =
    g4__vhsum(acc[r][u]) 16 at once, the same bits. sum's flat element 4 u + r:
    the first 16, then the last 8 (the other 8 slots repeat them); lane 4k + j
    of g4__vhsum16 sums its argument 4j + k, so acc goes in row by row. A
@@ -9969,12 +9969,11 @@ static void g4__gelu_n(float *y, const float *x, size_t n) {
    torch's order (g4__matmul_torch, g4__tile_torch) on these CPUs too. There
    every matmul input has already been rounded to bf16, so it converts to bf16
    exactly, and VDPBF16PS multiplies bf16 pairs exactly and adds them in
-   float32: lane i of a 32-element step adds w[2i+1] x[2i+1], then w[2i] x[2i]
-   (with denormals flushed, as the instruction does). Twice the FMA rate of the
-   float32 tile and no weight conversion. The order is this kernel's own, the
-   same in its decode rows and its packed prefill GEMM (g4__gemm's tile
-   g4__micro_bf16); the tail (in % 32) is added after the horizontal sum, as
-   above. A CPU with avx512_bf16 runs and tests it natively; elsewhere make
+   float32: a lane adds w[2i+1] x[2i+1], then w[2i] x[2i] (with denormals
+   flushed, as the instruction does). Twice the FMA rate of the float32 tile
+   and no weight conversion. The matmul's order is this kernel's own, one
+   chain per output along its row (g4__gemm_pairs below); attention's kernels
+   have theirs (g4__attend's models). A CPU with avx512_bf16 runs and tests it natively; elsewhere make
    test runs its tests on tests/x86_emu.h, a plain-C model of the intrinsics. */
 /* 32 bf16 values at p[k] (weights as stored, or the converted input) */
 static __m512bh g4__ldbf(const void *p, int k) {
@@ -10259,7 +10258,7 @@ static G4__NOINLINE void g4__tile_pairs(const uint32_t *wp, const uint16_t *cons
                                         const __mmask16 *m, int first, int cast) {
     __m512 acc[G4__PR][G4__PT];
     __m512bh wv[G4__PR];
-    const uint16_t *xp[G4__PT]; /* (a local copy, as g4__micro_bf16's) */
+    const uint16_t *xp[G4__PT]; /* (a local copy: GCC reloaded each pointer from xt every step) */
     int v, u, s;
     G4__UNROLL for (u = 0; u < G4__PT; u++) xp[u] = xt[u];
     G4__UNROLL for (v = 0; v < G4__PR; v++)
