@@ -447,8 +447,8 @@ static void g4b_print_blocking(const g4_session *s) {
            g4__gemm_blocks.nc, 4.0 * (double)G4__PACK_THREAD / 1024.0);
 #if G4__BF16DOT
     if (s->cfg.bf16 && s->cfg.bf16_fast) /* the bf16 weights' matmuls run on this one */
-        printf("gemm (bf16_fast): VDPBF16PS tile %d rows x %d tokens, blocks mc %d rows, kc %d, nc %d tokens\n", G4__TR, G4__TT,
-               g4__bf16dot_blocks.mc, g4__bf16dot_blocks.kc, g4__bf16dot_blocks.nc);
+        printf("gemm (bf16_fast): VDPBF16PS tile %d rows (one output a lane) x %d tokens, blocks mc %d rows, kc %d, nc %d tokens\n",
+               16 * G4__PR, G4__PT, g4__bf16dot_blocks.mc, g4__bf16dot_blocks.kc, g4__bf16dot_blocks.nc);
 #endif
 #else
     (void)s;
