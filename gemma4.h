@@ -10209,14 +10209,15 @@ static void g4__rows_pairs(float *y, const float *x, const uint16_t *xb, const u
         __m512 acc = _mm512_setzero_ps(), t[16];
         float s[16];
         if (pf < row0 + 16 * rowb) pf = row0 + 16 * rowb;
-        for (k = 0; k < kv; k += 32) {
-            int np = (kv - k) / 2 < 16 ? (kv - k) / 2 : 16;
+        for (k = 0; k + 32 <= kv; k += 32) { /* (16 pairs, a constant count: t stays in registers) */
             for (i = 0; i < 16 && pf < end; i++, pf += 64) G4__PREFETCH(pf);
-            g4__pairs16(t, row0, rowb, rows, k, np);
-            if (np == 16) /* (a constant count: t stays in registers) */
-                G4__UNROLL16 for (p = 0; p < 16; p++) acc = _mm512_dpbf16_ps(acc, (__m512bh)t[p], g4__bcast_pair(xb, k + 2 * p));
-            else
-                for (p = 0; p < np; p++) acc = _mm512_dpbf16_ps(acc, (__m512bh)t[p], g4__bcast_pair(xb, k + 2 * p));
+            g4__pairs16(t, row0, rowb, rows, k, 16);
+            G4__UNROLL16 for (p = 0; p < 16; p++) acc = _mm512_dpbf16_ps(acc, (__m512bh)t[p], g4__bcast_pair(xb, k + 2 * p));
+        }
+        if (k < kv) { /* the last pairs, fewer than 16 */
+            __m512 tl[16];
+            g4__pairs16(tl, row0, rowb, rows, k, (kv - k) / 2);
+            for (p = 0; p < (kv - k) / 2; p++) acc = _mm512_dpbf16_ps(acc, (__m512bh)tl[p], g4__bcast_pair(xb, k + 2 * p));
         }
         _mm512_storeu_ps(s, acc);
         for (i = 0; i < rows; i++) {
