@@ -10278,8 +10278,11 @@ static G4__NOINLINE void g4__tile_pairs(const uint32_t *wp, const uint16_t *cons
 /* y[t * ldy + o] for t < n, o in [o0, o1): tokens in blocks of up to b->nc,
    rows in blocks of b->mc (a multiple of 16 G4__PR), k in blocks of b->kc
    (even); each block of W packed once (g4__pack_pairs) into ws (b->mc * b->kc
-   / 2 floats) while the next one is prefetched, the partial sums kept in y
-   between blocks of k (exact: the chain goes on where it stopped). */
+   / 2 floats), the partial sums kept in y between blocks of k (exact: the
+   chain goes on where it stopped). The next block is not prefetched, unlike
+   g4__gemm's: here that measured 2% slower at 64 tokens and the same at 512
+   (one thread, Zen 4, 2026-11-27), the packing pass reading a block's rows
+   side by side anyway. */
 static void g4__gemm_pairs(float *y, size_t ldy, const uint16_t *xb, const float *x, size_t ldx, const g4_tensor *w, int n,
                            int o0, int o1, float *ws, const g4__blocking *b, int cast) {
     int in = (int)w->shape[1], kv = in - in % 2, tails = kv < in, t0, i0, k0, t, o, u, v, nb, ncb;
@@ -10289,7 +10292,6 @@ static void g4__gemm_pairs(float *y, size_t ldy, const uint16_t *xb, const float
     const uint16_t *xt[G4__PT];
     float *yt[G4__PT];
     __mmask16 m[G4__PR];
-    g4__pf pf;
     nb = (n + b->nc - 1) / b->nc; /* the tokens in equal blocks, as g4__gemm's */
     ncb = ((n + nb - 1) / nb + G4__PT - 1) / G4__PT * G4__PT;
     for (t0 = 0; t0 < n; t0 += ncb) {
@@ -10298,9 +10300,6 @@ static void g4__gemm_pairs(float *y, size_t ldy, const uint16_t *xb, const float
             int mc = o1 - i0 < b->mc ? o1 - i0 : b->mc;
             for (k0 = 0; k0 == 0 || k0 < kv; k0 += b->kc) {
                 int kc = kv - k0 < b->kc ? kv - k0 : b->kc, first = k0 == 0, last = k0 + kc >= kv;
-                int pi = last ? (i0 + mc < o1 ? i0 + mc : o0) : i0, pk = last ? 0 : k0 + kc; /* the next block */
-                g4__pf_start(&pf, base, 2, in, pi, o1 - pi < b->mc ? o1 - pi : b->mc, pk, kv - pk < b->kc ? kv - pk : b->kc,
-                             (size_t)((nc + G4__PT - 1) / G4__PT) * (size_t)((mc + 16 * G4__PR - 1) / (16 * G4__PR)));
                 g4__pack_pairs(pan, base, rowb, i0, mc, k0, kc);
                 for (t = t0; t < t0 + nc; t += G4__PT) {
                     int T = t0 + nc - t < G4__PT ? t0 + nc - t : G4__PT;
@@ -10311,9 +10310,7 @@ static void g4__gemm_pairs(float *y, size_t ldy, const uint16_t *xb, const float
                             m[v] = (__mmask16)(r >= 16 ? 0xffffu : r > 0 ? (1u << r) - 1u : 0u);
                         }
                         for (u = 0; u < G4__PT; u++) yt[u] = y + (size_t)(t + (u < T ? u : T - 1)) * ldy + (size_t)o;
-                        g4__pf_step(&pf);
                         g4__tile_pairs(pan + (size_t)(o - i0) * (size_t)(kc / 2), xt, kc / 2, yt, m, first, last && cast && !tails);
-                        g4__pf_step(&pf); /* the tile's second half of the prefetches */
                     }
                 }
             }
