@@ -10233,19 +10233,19 @@ static void g4__rows_pairs(float *y, const float *x, const uint16_t *xb, const u
    panel: its last row again) */
 static void g4__pack_pairs(uint32_t *pan, const unsigned char *base, size_t rowb, int o, int rows, int k0, int kc) {
     int np = kc / 2, g, v, p, q;
-    __m512 t[16];
+    __m512 t[16], tl[16];
     for (g = 0; 16 * G4__PR * g < rows; g++)
         for (v = 0; v < G4__PR; v++) {
             int r0 = 16 * (G4__PR * g + v), n = rows - r0 < 16 ? rows - r0 : 16;
+            uint32_t *dst = pan + ((size_t)(G4__PR * g) * (size_t)np + (size_t)v) * 16; /* pair p at + p G4__PR 16 */
             if (n <= 0) r0 = rows - 1, n = 1; /* a register past the rows: the last row again */
-            for (p = 0; p < np; p += 16) {
-                int m = np - p < 16 ? np - p : 16;
-                g4__pairs16(t, base + (size_t)(o + r0) * rowb, rowb, n, k0 + 2 * p, m);
-                uint32_t *dst = pan + ((size_t)(G4__PR * g) * (size_t)np + (size_t)p * G4__PR + (size_t)v) * 16;
-                if (m == 16) /* (as g4__rows_pairs) */
-                    G4__UNROLL16 for (q = 0; q < 16; q++) _mm512_storeu_ps((void *)(dst + (size_t)q * G4__PR * 16), t[q]);
-                else
-                    for (q = 0; q < m; q++) _mm512_storeu_ps((void *)(dst + (size_t)q * G4__PR * 16), t[q]);
+            for (p = 0; p + 16 <= np; p += 16) { /* (16 pairs, a constant count: t stays in registers, as g4__rows_pairs') */
+                g4__pairs16(t, base + (size_t)(o + r0) * rowb, rowb, n, k0 + 2 * p, 16);
+                G4__UNROLL16 for (q = 0; q < 16; q++) _mm512_storeu_ps((void *)(dst + (size_t)(p + q) * G4__PR * 16), t[q]);
+            }
+            if (p < np) { /* the last pairs, fewer than 16 */
+                g4__pairs16(tl, base + (size_t)(o + r0) * rowb, rowb, n, k0 + 2 * p, np - p);
+                for (q = 0; q < np - p; q++) _mm512_storeu_ps((void *)(dst + (size_t)(p + q) * G4__PR * 16), tl[q]);
             }
         }
 }
