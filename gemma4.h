@@ -4140,22 +4140,32 @@ G4__HD static float g4__act(float f, int bf16) { return bf16 ? g4__bf16_round(f)
    calls this function, one thread a lane. */
 #define G4__TSUM_VL 8
 #define G4__TSUM_ILP 4
-G4__HD G4__MAYBE_UNUSED static float g4__tsum_lane(const float *v, int rows, int k, int l) {
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, t;
-    int p = 4, step, i = 0, j, c = 0;
+/* The cascade's schedule, shared by the one-lane and the 32-lane sums: the
+   level size's log2 p for rows terms, and after i terms (a multiple of 2^p)
+   how many levels carry up (level j - 1 into j for j = 1 .. that). */
+G4__HD static int g4__tsum_p(int rows) {
+    int p = 4, c = 0;
     while ((1 << c) < rows) c++; /* ceil(log2 rows), and 1 for rows <= 2 as ATen's CeilLog2 */
     if (rows <= 2) c = 1;
-    if (c / 4 > p) p = c / 4;
-    step = 1 << p;
+    return c / 4 > p ? c / 4 : p;
+}
+G4__HD static int g4__tsum_carries(int i, int p) {
+    int j;
+    for (j = 1; j < 3; j++)
+        if (i & (((1 << p) - 1) << (j * p))) break;
+    return j;
+}
+G4__HD G4__MAYBE_UNUSED static float g4__tsum_lane(const float *v, int rows, int k, int l) {
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, t;
+    int p = g4__tsum_p(rows), step = 1 << p, i = 0, j, up;
     while (i + step <= rows) {
         for (j = 0; j < step; j++, i++) {
             t = v[(size_t)(G4__TSUM_ILP * i + k) * G4__TSUM_VL + (size_t)l];
             acc[0] += t * t;
         }
-        for (j = 1; j < 4; j++) {
+        for (j = 1, up = g4__tsum_carries(i, p); j <= up; j++) {
             acc[j] += acc[j - 1];
             acc[j - 1] = 0.0f;
-            if (i & ((step - 1) << (j * p))) break;
         }
     }
     for (; i < rows; i++) {
@@ -4205,21 +4215,15 @@ G4__HD static float g4__sum_squares_finish(const float *part_in, const float *x,
 #define G4__TSUM_LANES (G4__TSUM_ILP * G4__TSUM_VL)
 static void g4__tsum_lanes(const float *v, int rows, float *part) {
     float acc[4][G4__TSUM_LANES], t[G4__TSUM_LANES];
-    int p = 4, step, i = 0, j, c = 0, m;
-    while ((1 << c) < rows) c++;
-    if (rows <= 2) c = 1;
-    if (c / 4 > p) p = c / 4;
-    step = 1 << p;
+    int p = g4__tsum_p(rows), step = 1 << p, i = 0, j, up, m;
     memset(acc, 0, sizeof acc);
     while (i + step <= rows) {
         for (j = 0; j < step; j++, i++) {
             memcpy(t, v + (size_t)i * G4__TSUM_LANES, sizeof t);
             for (m = 0; m < G4__TSUM_LANES; m++) acc[0][m] += t[m] * t[m];
         }
-        for (j = 1; j < 4; j++) {
+        for (j = 1, up = g4__tsum_carries(i, p); j <= up; j++)
             for (m = 0; m < G4__TSUM_LANES; m++) acc[j][m] += acc[j - 1][m], acc[j - 1][m] = 0.0f;
-            if (i & ((step - 1) << (j * p))) break;
-        }
     }
     for (; i < rows; i++) {
         memcpy(t, v + (size_t)i * G4__TSUM_LANES, sizeof t);

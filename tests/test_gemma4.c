@@ -931,6 +931,50 @@ static void test_tsum_lanes(void) {
     CHECK(bad == 0, "%d lanes of %d rows: g4__tsum_lanes differs from g4__tsum_lane", bad, cases);
 }
 
+/* torch's float32 sum of squares on long rows (data/sum_squares, made by
+   tools/make_sum_squares_goldens.py: x.pow(2).sum(-1) on torch's AVX2
+   kernels), bit for bit: g4__sum_squares (the RMSNorms') and its lanes one
+   at a time (g4__tsum_lane, the CUDA RMSNorm's), rows of 1 to 600000 values,
+   the cascade's three levels, the vector tail and rows shorter than a
+   vector. The tiny models' goldens only reach rows of their hidden sizes. */
+static void test_sum_squares_torch(void) {
+    FILE *f = fopen("data/sum_squares/goldens.txt", "r");
+    char line[128];
+    int cases = 0, bad = 0, bad_lane = 0, biggest = 0;
+    CHECK(f != NULL, "data/sum_squares/goldens.txt: %s", strerror(errno));
+    if (!f) return;
+    while (fgets(line, sizeof line, f)) {
+        int n, i, m;
+        unsigned bits, seed;
+        float *x, got, lanes, part[32];
+        uint32_t u, ul;
+        if (line[0] == '#' || sscanf(line, "%d %x", &n, &bits) != 2 || n <= 0) continue;
+        x = (float *)malloc(sizeof(float) * (size_t)n);
+        for (i = 0, seed = 1000u + (unsigned)n; i < n; i++) { /* the script's values() */
+            seed = seed * 1103515245u + 12345u;
+            x[i] = ldexpf((float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f, (int)(seed >> 28) - 8);
+        }
+        got = g4__sum_squares(x, n);
+        for (m = 0; m < 32; m++) part[m] = g4__tsum_lane(x, n / 32, m / 8, m % 8);
+        lanes = g4__sum_squares_finish(part, x, n);
+        memcpy(&u, &got, 4);
+        memcpy(&ul, &lanes, 4);
+        if (u != bits) {
+            bad++;
+            printf("  n %d: %08x, torch %08x\n", n, (unsigned)u, bits);
+        }
+        bad_lane += ul != bits;
+        if (n > biggest) biggest = n;
+        cases++;
+        free(x);
+    }
+    fclose(f);
+    printf("  %d rows of up to %d values\n", cases, biggest);
+    CHECK(cases >= 20, "only %d rows in data/sum_squares/goldens.txt", cases);
+    CHECK(bad == 0, "%d rows: g4__sum_squares differs from torch's bits", bad);
+    CHECK(bad_lane == 0, "%d rows: the lanes one at a time (g4__tsum_lane) differ from torch's bits", bad_lane);
+}
+
 /* The bf16 rounding of a range (16 at a time, branchless) gives g4__bf16_round's
    bits element by element: ties to even both ways, NaNs of several payloads
    (signalling included) left as they are, infinities, denormals, values that
@@ -1860,6 +1904,7 @@ int main(int argc, char **argv) {
     run("attention: the blocked kernel = the reference loop (g4__attend), bit for bit", test_attend_blocked_vs_reference);
     run("bf16 attention scores: the SIMD torch-order dot = g4__dot_torch, bit for bit", test_dot_torch_v);
     run("RMSNorm: torch's sum of squares, 32 lanes at once = lane by lane, bit for bit", test_tsum_lanes);
+    run("RMSNorm: torch's sum of squares on rows of up to 600000 values = torch's bits (data/sum_squares)", test_sum_squares_torch);
     run("bf16 rounding of a range = g4__bf16_round per element (NaN, inf, ties, tail)", test_bf16_round_range);
     run("RoPE on a position's heads, 16 pairs at a time = g4__rope_pair pair by pair (float32, bf16, tails)", test_rope_blocks);
     run("gelu: SIMD = scalar twin, close to the exact formula", test_gelu_vs_scalar);
