@@ -9544,6 +9544,15 @@ static G4__NOINLINE void g4__tile_torch(float *wp, const unsigned char *const *w
                                         const float *const *xt, float *part, int first, int last, float sum[G4__TT][G4__TR]);
 #endif
 
+/* The token blocks of a GEMM's nest: n tokens in equal blocks of at most nc,
+   rounded up to the tile's tokens (tile). A 64-token chunk with nc 60 had run
+   a block of 60 and one of 4, which packed every block of weights twice and
+   prefetched the next one in 8 tiles instead of 80. */
+static int g4__token_block(int n, int nc, int tile) {
+    int blocks = (n + nc - 1) / nc;
+    return ((n + blocks - 1) / blocks + tile - 1) / tile * tile;
+}
+
 /* y[t * ldy + o] = sum_k x[t * ldx + k] W[o][k] for t < n, o in [o0, o1),
    with the tile of `kind` (W bf16 for the bf16 mode's); ws: mc * kc + mc *
    nc * (the tile's partial sums per output) floats of b:
@@ -9557,7 +9566,7 @@ static void g4__gemm(float *y, size_t ldy, const float *x, size_t ldx, const g4_
                      float *ws, const g4__blocking *b, g4__tile_kind kind, int cast) {
     int step = kind == G4__TILE_TORCH ? 64 : G4__VL; /* k per step of the tile */
     size_t lanes = kind == G4__TILE_TORCH ? 64 : G4__VL; /* partial sums per output */
-    int in = (int)w->shape[1], kv = in - in % step, t0, i0, k0, t, o, r, u, pi, pk, pmc, pkc, nb, ncb;
+    int in = (int)w->shape[1], kv = in - in % step, t0, i0, k0, t, o, r, u, pi, pk, pmc, pkc, ncb = g4__token_block(n, b->nc, G4__TT);
     int tails = kv < in && kind != G4__TILE_TORCH; /* the nest adds the tail (in % step), but g4__tile_torch's sums have it */
     g4_dtype dt = w->dtype;
     size_t esz = g4__dtype_size(dt);
@@ -9566,11 +9575,6 @@ static void g4__gemm(float *y, size_t ldy, const float *x, size_t ldx, const g4_
     const float *xt[G4__TT];
     const unsigned char *wrow[G4__TR];
     g4__pf pf;
-    /* the tokens in equal blocks of at most b->nc (rounded up to G4__TT): a 64-token
-       chunk with nc 60 ran a block of 60 and one of 4, which packed every block of
-       weights twice and prefetched the next one in 8 tiles instead of 80 */
-    nb = (n + b->nc - 1) / b->nc;
-    ncb = ((n + nb - 1) / nb + G4__TT - 1) / G4__TT * G4__TT;
     for (t0 = 0; t0 < n; t0 += ncb) {
         int nc = n - t0 < ncb ? n - t0 : ncb;
         for (i0 = o0; i0 < o1; i0 += b->mc) {
@@ -9744,7 +9748,7 @@ static void g4__acc_sum4(float *y, const float *p) {
 
 static void g4__gemm_acc(float *y, size_t ldy, const float *x, size_t ldx, const unsigned char *B, g4_dtype bdt,
                          size_t ldb, int kmajor, int K, int n, int c0, int c1, float *ws, const g4__blocking *b) {
-    int kv = K - K % G4__VL, t0, i0, k0, t, o, r, u, k, nb, ncb;
+    int kv = K - K % G4__VL, t0, i0, k0, t, o, r, u, k, ncb = g4__token_block(n, b->nc, G4__TT);
     size_t esz = g4__dtype_size(bdt);
     float sum[G4__TT][G4__TR];
 #if G4__ACC_SUM4
@@ -9752,9 +9756,6 @@ static void g4__gemm_acc(float *y, size_t ldy, const float *x, size_t ldx, const
 #endif
     const float *xt[G4__TT];
     const unsigned char *wrow[G4__TR];
-    /* the tokens in equal blocks of at most b->nc (rounded up to G4__TT), as g4__gemm's */
-    nb = (n + b->nc - 1) / b->nc;
-    ncb = ((n + nb - 1) / nb + G4__TT - 1) / G4__TT * G4__TT;
     for (t0 = 0; t0 < n; t0 += ncb) {
         int nc = n - t0 < ncb ? n - t0 : ncb;
         for (k0 = 0; k0 == 0 || k0 < kv; k0 += b->kc) {
@@ -10289,15 +10290,13 @@ static G4__NOINLINE void g4__tile_pairs(const uint32_t *wp, const uint16_t *cons
    side by side anyway. */
 static void g4__gemm_pairs(float *y, size_t ldy, const uint16_t *xb, const float *x, size_t ldx, const g4_tensor *w, int n,
                            int o0, int o1, float *ws, const g4__blocking *b, int cast) {
-    int in = (int)w->shape[1], kv = in - in % 2, tails = kv < in, t0, i0, k0, t, o, u, v, nb, ncb;
+    int in = (int)w->shape[1], kv = in - in % 2, tails = kv < in, t0, i0, k0, t, o, u, v, ncb = g4__token_block(n, b->nc, G4__PT);
     size_t rowb = (size_t)in * 2;
     const unsigned char *base = (const unsigned char *)w->data;
     uint32_t *pan = (uint32_t *)(void *)ws;
     const uint16_t *xt[G4__PT];
     float *yt[G4__PT];
     __mmask16 m[G4__PR];
-    nb = (n + b->nc - 1) / b->nc; /* the tokens in equal blocks, as g4__gemm's */
-    ncb = ((n + nb - 1) / nb + G4__PT - 1) / G4__PT * G4__PT;
     for (t0 = 0; t0 < n; t0 += ncb) {
         int nc = n - t0 < ncb ? n - t0 : ncb;
         for (i0 = o0; i0 < o1; i0 += b->mc) {
