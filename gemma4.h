@@ -9608,7 +9608,7 @@ static void g4__gemm(float *y, size_t ldy, const float *x, size_t ldx, const g4_
                     for (u = 0; u < G4__TT; u++) xt[u] = x + (size_t)(t + (u < T ? u : T - 1)) * ldx + k0;
                     for (o = i0; o < i0 + mc; o += G4__TR) {
                         int R = i0 + mc - o < G4__TR ? i0 + mc - o : G4__TR;
-                        float *pt = part + ((size_t)((o - i0) / G4__TR) * (size_t)(b->nc / G4__TT) + (size_t)((t - t0) / G4__TT)) *
+                        float *pt = part + ((size_t)((t - t0) / G4__TT) * (size_t)(b->mc / G4__TR) + (size_t)((o - i0) / G4__TR)) *
                                                (G4__TR * G4__TT * lanes);
                         size_t panel = (size_t)(o - i0) * (size_t)kc; /* the tile's panel in ws, in W's packed elements */
                         g4__pf_step(&pf);
@@ -10414,17 +10414,42 @@ static float g4__torch_finish(__m256 acc[8], const float *x, const uint16_t *row
     return sum;
 }
 
+/* A decode step (n 1) runs rows o and o + half side by side, as g4__rows1
+   does: two weight streams, and 16 accumulators that the compiler partly
+   keeps in memory (AVX2 has 16 registers), which costs nothing here, where
+   the weights' bandwidth is the limit. With the prefetch (g4__rows1), the
+   bf16-faithful decode of the E2B-shaped checkpoint on the Zen 3, in turns
+   against one row at a time without it (2026-11-27): one thread 7.9-8.8 ->
+   11.2-12.2 GB/s, two 13.0-13.7 -> 17.1-20.3, float32 decode's speed (the
+   prefetch alone: two threads 12.4-14.3 -> 14.1-14.3). Each row's sums are
+   unchanged (tested, from row 0 and 1, an odd row out). */
 static void g4__matmul_torch(float *y, const float *x, const g4_tensor *w, int n, int o0, int o1) {
-    int out = (int)w->shape[0], in = (int)w->shape[1], la = in & ~63, o, t, i, r;
+    int out = (int)w->shape[0], in = (int)w->shape[1], la = in & ~63, half = n == 1 ? (o1 - o0) / 2 : 0, o, t, i, r;
     const uint16_t *base = (const uint16_t *)w->data;
-    for (o = o0; o < o1; o++) {
+    for (o = o0; o < o0 + half; o++) {
+        const uint16_t *row = base + (size_t)o * (size_t)in, *row1 = base + (size_t)(o + half) * (size_t)in;
+        __m256 acc[8], acc1[8];
+        for (r = 0; r < 8; r++) acc[r] = acc1[r] = _mm256_setzero_ps();
+        for (i = 0; i < la; i += 64) {
+            G4__DECODE_PREFETCH(row + i), G4__DECODE_PREFETCH(row + i + 32); /* (128 bytes a step) */
+            G4__DECODE_PREFETCH(row1 + i), G4__DECODE_PREFETCH(row1 + i + 32);
+            for (r = 0; r < 8; r++) {
+                __m256 xv = _mm256_loadu_ps(x + i + 8 * r);
+                acc[r] = _mm256_fmadd_ps(xv, g4__vbf16_8(row + i + 8 * r), acc[r]);
+                acc1[r] = _mm256_fmadd_ps(xv, g4__vbf16_8(row1 + i + 8 * r), acc1[r]);
+            }
+        }
+        y[o] = g4__torch_finish(acc, x, row, in);
+        y[o + half] = g4__torch_finish(acc1, x, row1, in);
+    }
+    for (o = o0 + 2 * half; o < o1; o++) { /* prefill's rows (n > 1), or decode's odd row out */
         const uint16_t *row = base + (size_t)o * (size_t)in;
         for (t = 0; t < n; t++) {
             const float *xt = x + (size_t)t * (size_t)in;
             __m256 acc[8];
             for (r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
             for (i = 0; i < la; i += 64) {
-                G4__DECODE_PREFETCH(row + i), G4__DECODE_PREFETCH(row + i + 32); /* (128 bytes a step) */
+                G4__DECODE_PREFETCH(row + i), G4__DECODE_PREFETCH(row + i + 32);
                 for (r = 0; r < 8; r++)
                     acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xt + i + 8 * r), g4__vbf16_8(row + i + 8 * r), acc[r]);
             }

@@ -1479,7 +1479,7 @@ static void test_bf16_gelu_tail_and_torch_matmul(void) {
     static const uint16_t vec[4] = {0x8000, 0x8000, 0x8000, 0x8000}, sca[4] = {0xb422, 0xb423, 0xb424, 0xb425};
     static const int ins[] = {8, 16, 24, 40, 64, 72, 100, 136, 200, 1536};
     float x[36], y[36];
-    int i, k;
+    int i, k, t;
     memset(x, 0, sizeof x);
     for (i = 0; i < 4; i++) x[i] = x[32 + i] = xs[i];
     g4__gelu_torch_n(y, x, 36, 0, 36);
@@ -1505,6 +1505,14 @@ static void test_bf16_gelu_tail_and_torch_matmul(void) {
         g4__matmul_torch_ref(y2, xv, &w, n, 0, out);
         same = memcmp(y1, y2, sizeof(float) * (size_t)out * n) == 0;
         CHECK(same, "torch-order matmul (%s) differs from its reference at in %d", G4__TORCH_MM ? "AVX2" : "scalar", in);
+        for (t = 0; t < n; t++) { /* decode steps (n 1: rows side by side): rows [0, 5) (one odd row out) and [1, 5) */
+            g4__matmul_torch(y1, xv + (size_t)t * in, &w, 1, 0, out);
+            g4__matmul_torch(y1 + out, xv + (size_t)t * in, &w, 1, 1, out);
+            same = memcmp(y1, y2 + (size_t)t * out, sizeof(float) * out) == 0 &&
+                   memcmp(y1 + out + 1, y2 + (size_t)t * out + 1, sizeof(float) * (out - 1)) == 0;
+            CHECK(same, "torch-order matmul (%s), one token, differs from its reference at in %d, token %d",
+                  G4__TORCH_MM ? "AVX2" : "scalar", in, t);
+        }
         free(wb);
         free(xv);
     }
