@@ -9275,8 +9275,11 @@ static void g4__rows1(float *y, const float *x, const unsigned char *w, g4_dtype
    - The same bits as decode: each output element keeps VL lane sums along k
      in order, k = lane, lane + VL, ... (g4__rows1's chains). Between kc blocks
      a tile's accumulators wait in the buffer's partial sums (mc x nc x VL
-     floats) and resume unchanged, so the blocking, the chunk size and the
-     thread split change no bit. Then one g4__vhsum and g4__tail, as decode.
+     floats, in the order the tiles run: token tile, then row tile, so
+     consecutive tiles read consecutive sums; by row tile first they had lain
+     24 KB apart on AVX2) and resume unchanged, so the blocking, the chunk
+     size and the thread split change no bit. Then one g4__vhsum and
+     g4__tail, as decode.
    - One loop nest (g4__gemm), two tiles: the float32 tile (g4__micro) and
      the bf16 mode's in torch's order (g4__tile_torch, the faithful one: AVX2
      and AVX-512). They differ in the k a tile's step takes (VL and 64
