@@ -6644,13 +6644,22 @@ G4__MAYBE_UNUSED static void g4__gemm_acc_ref(float *y, size_t ldy, const float 
 static void g4__bwd_mm(const g4_session *s, float *C, size_t ldc, const float *A, size_t lda, const unsigned char *B,
                        g4_dtype bdt, size_t ldb, int kmajor, int K, int n, int N);
 
-/* dst [cols][rows] = src [rows][cols] transposed, in 32 x 32 tiles */
-static void g4__transpose(float *dst, const float *src, int rows, int cols) {
-    int r0, c0, r, c;
+/* dst [cols][rows] = src [rows][cols] transposed, in 32 x 32 tiles, on the
+   session's threads (each part its own stripes of 32 columns: a copy, so the
+   split changes nothing) */
+typedef struct { float *dst; const float *src; int rows, cols; } g4__transpose_job;
+static void g4__transpose_range(void *ctx, size_t i0, size_t i1) { /* columns [32 i0, 32 i1) */
+    const g4__transpose_job *j = (const g4__transpose_job *)ctx;
+    int rows = j->rows, cols = j->cols, c1 = 32 * (int)i1 < cols ? 32 * (int)i1 : cols, r0, c0, r, c;
     for (r0 = 0; r0 < rows; r0 += 32)
-        for (c0 = 0; c0 < cols; c0 += 32)
-            for (c = c0; c < c0 + 32 && c < cols; c++)
-                for (r = r0; r < r0 + 32 && r < rows; r++) dst[(size_t)c * rows + r] = src[(size_t)r * cols + c];
+        for (c0 = 32 * (int)i0; c0 < c1; c0 += 32)
+            for (c = c0; c < c0 + 32 && c < c1; c++)
+                for (r = r0; r < r0 + 32 && r < rows; r++) j->dst[(size_t)c * rows + r] = j->src[(size_t)r * cols + c];
+}
+static void g4__transpose(const g4_session *s, float *dst, const float *src, int rows, int cols) {
+    g4__transpose_job j;
+    j.dst = dst; j.src = src; j.rows = rows; j.cols = cols;
+    g4__parallel_range(s, (size_t)(cols + 31) / 32, 32 * (size_t)rows, g4__transpose_range, &j);
 }
 
 /* y = x W^T (g4__matmul; W [out, in] read as stored, x [n][in]): dx[t] += dy[t] W
@@ -6663,8 +6672,8 @@ static void g4__matmul_bwd(const g4_session *s, float *dx, float *dw, const floa
     if (dx) g4__bwd_mm(s, dx, (size_t)in, dy, (size_t)out, (const unsigned char *)w->data, w->dtype, (size_t)in, 1, out, n, in);
     if (w->lora) { g4__lora_backward(dx, dw, dy, x, w->lora, n, s->lora_u); return; } /* dw: its lora_A's gradient */
     if (!dw) return;
-    g4__transpose(dyt, dy, n, out);
-    g4__transpose(xt, x, n, in);
+    g4__transpose(s, dyt, dy, n, out);
+    g4__transpose(s, xt, x, n, in);
     g4__bwd_mm(s, dw, (size_t)in, dyt, (size_t)n, (const unsigned char *)(const void *)xt, G4_F32, (size_t)n, 0, n, out, in);
 }
 
