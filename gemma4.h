@@ -9233,10 +9233,10 @@ static float g4__tail(float acc, const float *x, const unsigned char *row, g4_dt
    the measured read bandwidth on two). Each row's own sum is unchanged.
    On AVX2 each stream is also prefetched G4__DECODE_PF bytes ahead, once per
    64-byte line, non-temporal (G4__DECODE_PREFETCH): on the Zen 3 decode of
-   the E2B-shaped checkpoint went from 16-19 to 19-23 GB/s on two threads
-   and from 9.6-10.4 to 11.6-12.9 on one (in turns, 2026-11-27; 512-2048
-   bytes ahead alike, 4096 less, locality 2 less). AVX-512 and NEON: not
-   measured, so not prefetched. */
+   the E2B-shaped checkpoint went from 15.5-18.5 to 17.5-21.1 GB/s on two
+   threads and from 9.6-10.4 to 11.6-12.9 on one (in turns, 2026-11-27;
+   512-2048 bytes ahead alike, 4096 less, locality 2 less). AVX-512 and
+   NEON: not measured, so not prefetched. */
 #if !defined(G4__DECODE_PF) && G4__VL == 8 && defined(__GNUC__) && !defined(G4__NO_PREFETCH)
 #define G4__DECODE_PF 1024
 #endif
