@@ -2,8 +2,13 @@
 # shows the plan and logits of a tiny model, `make test` runs everything CI runs.
 CC      ?= cc
 CFLAGS  ?= -O2 -march=native
+# the test builds' debug information: line tables only (-g1), enough for file:line in
+# ASan, UBSan and valgrind reports and in gdb backtraces; -g's variable locations
+# (var-tracking) took about a quarter of each build (test_bad_inputs_san 34 -> 25 s,
+# test_bad_inputs 22 -> 16 s, gcc 12, Zen 3). make DEBUG=-g for a debugging session.
+DEBUG    = -g1
 WARN     = -std=c99 -Wall -Wextra -Wpedantic -Werror -ffp-contract=off
-SAN      = -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -DG4_ASAN_ARENA
+SAN      = -O1 $(DEBUG) -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -DG4_ASAN_ARENA
 LDLIBS   = -lm -lpthread
 IMG_LIBS = -lpng -ljpeg   # libpng-dev, libjpeg62-turbo-dev: the CLI's and test_vision's image decoders
 DEMO     = data/tiny/e2b_like
@@ -18,13 +23,13 @@ build/gemma4: examples/gemma4.c examples/args.h examples/compare.h examples/benc
 build/minimal: examples/minimal.c gemma4.h | build
 	$(CC) $(WARN) $(CFLAGS) -I. -o $@ examples/minimal.c $(LDLIBS)
 
-# The suites: tests/test_X.c builds as build/test_X (-O2 -g) and as build/test_X_san
+# The suites: tests/test_X.c builds as build/test_X (-O2 -g1) and as build/test_X_san
 # (ASan + UBSan) by the two pattern rules; each suite's extra headers, and the CLI it
 # runs, are prerequisite lines of their own below. XFLAGS: extra flags of a suite
 # ($(strip): no double space where it is empty).
 G4_HEADERS = gemma4.h gemma4_processing.h
 build/test_%: tests/test_%.c tests/harness.h $(G4_HEADERS) | build
-	$(strip $(CC) $(WARN) $(CFLAGS) -g $(XFLAGS) -o $@ $< $(LDLIBS))
+	$(strip $(CC) $(WARN) $(CFLAGS) $(DEBUG) $(XFLAGS) -o $@ $< $(LDLIBS))
 
 build/test_%_san: tests/test_%.c tests/harness.h $(G4_HEADERS) | build
 	$(strip $(CC) $(WARN) $(SAN) $(XFLAGS) -o $@ $< $(LDLIBS))
@@ -85,10 +90,10 @@ build/gemma4_san: examples/gemma4.c examples/args.h examples/compare.h examples/
 
 # the audio suite again on the scalar reference kernels (the tower's matmuls are g4__matmul_ref there)
 build/test_audio_scalar: tests/test_audio.c tests/harness.h tests/fixtures.h $(G4_HEADERS) | build
-	$(CC) $(WARN) -O2 -DG4_NO_SIMD -g -o $@ tests/test_audio.c $(LDLIBS)
+	$(CC) $(WARN) -O2 -DG4_NO_SIMD $(DEBUG) -o $@ tests/test_audio.c $(LDLIBS)
 
 build/test_threads_tsan: tests/test_threads.c tests/harness.h gemma4.h | build
-	$(CC) $(WARN) -O1 -g -fsanitize=thread -pthread -o $@ tests/test_threads.c $(LDLIBS)
+	$(CC) $(WARN) -O1 $(DEBUG) -fsanitize=thread -pthread -o $@ tests/test_threads.c $(LDLIBS)
 
 # The other kernels this CPU can run, and the AVX-512 ones on the plain-C model of
 # their intrinsics (tests/x86_emu.h: no -m flags, -Wno-psabi: see x86_emu.h), for
@@ -101,13 +106,13 @@ HAS_AVX2  := $(shell [ "$$(uname -m)" = x86_64 ] && grep -q ' avx2 ' /proc/cpuin
 G4_SUITE_DEPS = tests/harness.h tests/fixtures.h tests/invariants.h examples/compare.h gemma4.h
 
 build/test_gemma4_scalar: tests/test_gemma4.c $(G4_SUITE_DEPS) | build build/gemma4
-	$(CC) $(WARN) -O2 -DG4_NO_SIMD -g -o $@ tests/test_gemma4.c $(LDLIBS)
+	$(CC) $(WARN) -O2 -DG4_NO_SIMD $(DEBUG) -o $@ tests/test_gemma4.c $(LDLIBS)
 
 build/test_gemma4_avx2: tests/test_gemma4.c $(G4_SUITE_DEPS) | build build/gemma4
-	$(CC) $(WARN) -O2 $(AVX2_FLAGS) -g -o $@ tests/test_gemma4.c $(LDLIBS)
+	$(CC) $(WARN) -O2 $(AVX2_FLAGS) $(DEBUG) -o $@ tests/test_gemma4.c $(LDLIBS)
 
 build/test_gemma4_emu: tests/test_gemma4.c $(G4_SUITE_DEPS) tests/x86_emu.h | build build/gemma4
-	$(CC) $(WARN) -O2 $(X86_EMU) -g -o $@ tests/test_gemma4.c $(LDLIBS)
+	$(CC) $(WARN) -O2 $(X86_EMU) $(DEBUG) -o $@ tests/test_gemma4.c $(LDLIBS)
 
 build/gemma4_emu: examples/gemma4.c examples/args.h examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h examples/image.h examples/mm.h gemma4.h gemma4_processing.h tests/x86_emu.h | build
 	$(CC) $(WARN) -O2 $(X86_EMU) -o $@ examples/gemma4.c $(LDLIBS) $(IMG_LIBS)
@@ -159,7 +164,7 @@ NVFLAGS    = -O2 -std=c++17 -fmad=false $(CUDA_ARCH) -Werror all-warnings -Xcomp
 # computes the same) and no FMA contraction (the kernels ask for none); the
 # fast mode's blocks hold two warps and its splits are small, so the tiny
 # models take split-K, several KV splits and several key tiles per split.
-EMUFLAGS   = -std=c++17 -O2 -g -Wall -Wextra -Werror -ffp-contract=off -DG4_CUDA_EMULATE \
+EMUFLAGS   = -std=c++17 -O2 $(DEBUG) -Wall -Wextra -Werror -ffp-contract=off -DG4_CUDA_EMULATE \
              -DG4C_THREADS=32 -DG4C_MAX_BLOCKS=3 -DG4C_TILE=8 -include tests/cuda_emu.h \
              -DG4F_THREADS=64 -DG4F_NARROW=1000000 -DG4F_SPLIT_IN=64 -DG4F_KV_SPLIT=4 -DG4F_KEYS=4 $(CUDA_TESTING)
 # The suite's builds of gemma4_cuda.cu define G4_TESTING as tests/test_cuda.c
@@ -181,7 +186,7 @@ build/gemma4_cuda_emu.o: gemma4_cuda.cu gemma4.h tests/cuda_emu.h | build
 	$(CXX) $(EMUFLAGS) -x c++ -c gemma4_cuda.cu -o $@
 
 build/test_cuda_emu: tests/test_cuda.c tests/harness.h tests/fixtures.h tests/invariants.h build/gemma4_cuda_emu.o gemma4.h | build
-	$(CC) $(WARN) $(CFLAGS) -g -DG4_CUDA_EMULATE -c tests/test_cuda.c -o build/test_cuda_emu.o
+	$(CC) $(WARN) $(CFLAGS) $(DEBUG) -DG4_CUDA_EMULATE -c tests/test_cuda.c -o build/test_cuda_emu.o
 	$(CXX) -o $@ build/test_cuda_emu.o build/gemma4_cuda_emu.o $(LDLIBS)
 
 build/gemma4_cuda_emu_san.o: gemma4_cuda.cu gemma4.h tests/cuda_emu.h | build
@@ -201,7 +206,7 @@ sanitize-cuda-emu: build/test_cuda_emu_san
 
 build/test_cuda: tests/test_cuda.c tests/harness.h tests/fixtures.h tests/invariants.h gemma4_cuda.cu gemma4.h | build
 	$(NVCC) $(NVFLAGS) $(NVDEFS) $(CUDA_TESTING) -c gemma4_cuda.cu -o build/gemma4_cuda_test.o
-	$(CC) $(WARN) $(CFLAGS) -g -c tests/test_cuda.c -o build/test_cuda.o
+	$(CC) $(WARN) $(CFLAGS) $(DEBUG) -c tests/test_cuda.c -o build/test_cuda.o
 	$(NVCC) -o $@ build/test_cuda.o build/gemma4_cuda_test.o $(LDLIBS)
 
 print-nvflags:
@@ -259,7 +264,7 @@ fuzz: $(FUZZERS:%=build/fuzz_%)
 # Memcheck on one golden test (the threads test: golden logits, then two threads).
 # Built for the baseline ISA: valgrind 3.19 cannot run AVX-512.
 build/test_threads_vg: tests/test_threads.c tests/harness.h gemma4.h | build
-	$(CC) $(WARN) -O1 -g -pthread -o $@ tests/test_threads.c $(LDLIBS)
+	$(CC) $(WARN) -O1 $(DEBUG) -pthread -o $@ tests/test_threads.c $(LDLIBS)
 
 valgrind: build/test_threads_vg
 	valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect ./build/test_threads_vg

@@ -14,7 +14,7 @@
 set -e
 CC=${1:-cc}
 WARN=${2:--std=c99 -Wall -Wextra -Wpedantic -Werror}
-SAN=${3:--O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer}
+SAN=${3:--O1 -g1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer}
 CPUINFO=${CPUINFO:-/proc/cpuinfo}
 mkdir -p build
 builds="emu:gemma4" # isa:suite
