@@ -100,7 +100,10 @@ build/test_threads_tsan: tests/test_threads.c tests/harness.h gemma4.h | build
 # tests/other_kernels.sh and tests/san_avx2.sh, which run them (make test builds them
 # with the rest, one job per CPU). The emulated CLI's arena sizes follow the kernels,
 # so the emulated test_train and test_lora run build/gemma4_emu.
+# They build at -O1 (EMU_OPT): the emulated intrinsics are C loops that -O2 took twice
+# as long to compile (test_train_emu 24 -> 11 s on the Zen 3) for 20% less run time (6.2 -> 5.1 s).
 X86_EMU    = -Wno-psabi -DG4_X86_EMU='"tests/x86_emu.h"'
+EMU_OPT    = -O1
 AVX2_FLAGS = -mavx2 -mfma -mf16c
 HAS_AVX2  := $(shell [ "$$(uname -m)" = x86_64 ] && grep -q ' avx2 ' /proc/cpuinfo && grep -q ' fma ' /proc/cpuinfo && echo 1)
 G4_SUITE_DEPS = tests/harness.h tests/fixtures.h tests/invariants.h examples/compare.h gemma4.h
@@ -112,16 +115,16 @@ build/test_gemma4_avx2: tests/test_gemma4.c $(G4_SUITE_DEPS) | build build/gemma
 	$(CC) $(WARN) -O2 $(AVX2_FLAGS) $(DEBUG) -o $@ tests/test_gemma4.c $(LDLIBS)
 
 build/test_gemma4_emu: tests/test_gemma4.c $(G4_SUITE_DEPS) tests/x86_emu.h | build build/gemma4
-	$(CC) $(WARN) -O2 $(X86_EMU) $(DEBUG) -o $@ tests/test_gemma4.c $(LDLIBS)
+	$(CC) $(WARN) $(EMU_OPT) $(X86_EMU) $(DEBUG) -o $@ tests/test_gemma4.c $(LDLIBS)
 
 build/gemma4_emu: examples/gemma4.c examples/args.h examples/compare.h examples/bench.h examples/bench_bytes.h examples/train.h examples/image.h examples/mm.h gemma4.h gemma4_processing.h tests/x86_emu.h | build
-	$(CC) $(WARN) -O2 $(X86_EMU) -o $@ examples/gemma4.c $(LDLIBS) $(IMG_LIBS)
+	$(CC) $(WARN) $(EMU_OPT) $(X86_EMU) -o $@ examples/gemma4.c $(LDLIBS) $(IMG_LIBS)
 
 build/test_train_emu: tests/test_train.c tests/harness.h tests/fixtures.h gemma4.h tests/x86_emu.h | build build/gemma4_emu
-	$(CC) $(WARN) -O2 $(X86_EMU) -o $@ tests/test_train.c $(LDLIBS)
+	$(CC) $(WARN) $(EMU_OPT) $(X86_EMU) -o $@ tests/test_train.c $(LDLIBS)
 
 build/test_lora_emu: tests/test_lora.c tests/harness.h tests/fixtures.h examples/compare.h gemma4.h tests/x86_emu.h | build build/gemma4_emu
-	$(CC) $(WARN) -O2 $(X86_EMU) -o $@ tests/test_lora.c $(LDLIBS)
+	$(CC) $(WARN) $(EMU_OPT) $(X86_EMU) -o $@ tests/test_lora.c $(LDLIBS)
 
 build/test_gemma4_san_emu: tests/test_gemma4.c $(G4_SUITE_DEPS) tests/x86_emu.h | build build/gemma4
 	$(CC) $(WARN) $(SAN) $(X86_EMU) -pthread -o $@ tests/test_gemma4.c $(LDLIBS)
