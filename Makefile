@@ -135,12 +135,15 @@ build/test_gemma4_san_avx2: tests/test_gemma4.c $(G4_SUITE_DEPS) | build build/g
 build/test_threads_san_avx2: tests/test_threads.c tests/harness.h gemma4.h | build
 	$(CC) $(WARN) $(SAN) $(AVX2_FLAGS) -pthread -o $@ tests/test_threads.c $(LDLIBS)
 
+build/test_train_san_avx2: tests/test_train.c tests/harness.h tests/fixtures.h gemma4.h | build build/gemma4
+	$(CC) $(WARN) $(SAN) $(AVX2_FLAGS) -o $@ tests/test_train.c $(LDLIBS)
+
 build/test_lora_san_avx2: tests/test_lora.c tests/harness.h tests/fixtures.h examples/compare.h gemma4.h | build build/gemma4
 	$(CC) $(WARN) $(SAN) $(AVX2_FLAGS) -pthread -o $@ tests/test_lora.c $(LDLIBS)
 
 OTHER_KERNELS = build/test_gemma4_scalar build/test_gemma4_emu build/gemma4_emu build/test_train_emu build/test_lora_emu \
                 $(if $(HAS_AVX2),build/test_gemma4_avx2)
-SAN_SIMD      = build/test_gemma4_san_emu $(if $(HAS_AVX2),build/test_gemma4_san_avx2 build/test_threads_san_avx2 build/test_lora_san_avx2)
+SAN_SIMD      = build/test_gemma4_san_emu $(if $(HAS_AVX2),build/test_gemma4_san_avx2 build/test_threads_san_avx2 build/test_train_san_avx2 build/test_lora_san_avx2)
 
 # libFuzzer harnesses (clang): make fuzz FUZZ_SECONDS=60 runs each in turn.
 FUZZ_CC      ?= clang

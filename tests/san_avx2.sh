@@ -2,7 +2,8 @@
 # The suites that run the SIMD kernels (the packed GEMM, the decode rows) under
 # ASan + UBSan: the *_san builds use the baseline ISA, so without this the SIMD
 # kernels never run under the sanitizers.
-#   - test_gemma4, test_threads and test_lora built for AVX2+FMA (skipped,
+#   - test_gemma4, test_threads, test_train (the loss's SIMD row) and test_lora
+#     built for AVX2+FMA (skipped,
 #     saying so, on a CPU without AVX2+FMA or not x86-64);
 #   - test_gemma4 on the emulated AVX-512 intrinsics (tests/x86_emu.h, any
 #     CPU): the AVX-512 and avx512_bf16 kernels' loads, stores and edges.
@@ -21,7 +22,7 @@ builds="emu:gemma4" # isa:suite
 if [ "$(uname -m)" != x86_64 ] || ! grep -q ' avx2 ' "$CPUINFO" || ! grep -q ' fma ' "$CPUINFO"; then
   echo "# skip: the AVX2+FMA sanitizer builds (this CPU has no AVX2+FMA; the baseline *_san builds ran)"
 else
-  builds="$builds avx2:gemma4 avx2:threads avx2:lora" # (lora: the adapter kernels on g4__dot and g4__axpy)
+  builds="$builds avx2:gemma4 avx2:threads avx2:train avx2:lora" # (train: the loss's SIMD row; lora: the adapter kernels on g4__dot and g4__axpy)
 fi
 bins=""
 for b in $builds; do bins="$bins build/test_${b#*:}_san_${b%%:*}"; done

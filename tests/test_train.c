@@ -391,6 +391,52 @@ static float libm_differs(int tanh_fn, float from) {
     return from;
 }
 
+/* The loss's row (g4__ce_row: its tanh and exps in SIMD where the build has
+   them) against its scalar reference g4__ce_row_ref, bit for bit: the loss
+   and every gradient, soft-cap on (30, the released one; 0.75, so that
+   |z / cap| crosses 0.25 and 9.1 in every group) and off, rows of lengths
+   that leave tails, the label in a group and in the tail, and rows with 0,
+   +-inf, NaN and logits 300 apart (exp below -250: the scalar branch). A NaN
+   matches any NaN: its sign and payload follow the order of the operands,
+   which the compiler may swap (at -O1 under ASan, the row with a NaN logit
+   summed to -nan in one and nan in the other). */
+static void test_ce_row_simd(void) {
+    enum { VMAX = 203 };
+    const float caps[3] = {30.0f, 0.75f, 0.0f};
+    const int lens[4] = {VMAX, 64, 7, 1};
+    float z[VMAX], zr[VMAX], zs[VMAX];
+    int c, n, k, i, rows = 0, bad = 0;
+    for (c = 0; c < 3; c++)
+        for (n = 0; n < 4; n++)
+            for (k = 0; k < 4; k++) {
+                int V = lens[n], y = k == 0 ? 0 : k == 1 ? V / 2 : V - 1;
+                double lr, ls;
+                for (i = 0; i < V; i++) z[i] = (float)(urand() * (k == 3 ? 3.0 : 12.0));
+                if (k == 2 && V > 8) { z[1] = 0.0f; z[3] = -0.0f; z[5] = 300.0f; z[6] = -300.0f; }
+                if (k == 3 && V > 8) { z[2] = INFINITY; z[4] = -INFINITY; }
+                if (k == 3 && V == 64) z[9] = NAN;
+                memcpy(zr, z, sizeof(float) * (size_t)V);
+                memcpy(zs, z, sizeof(float) * (size_t)V);
+                lr = g4__ce_row_ref(zr, V, y, caps[c], 0.125f);
+                ls = g4__ce_row(zs, V, y, caps[c], 0.125f);
+                rows++;
+                int same = !memcmp(&lr, &ls, sizeof lr) || (lr != lr && ls != ls); /* NaN: any sign and payload */
+                for (i = 0; i < V; i++) same &= !memcmp(&zr[i], &zs[i], sizeof(float)) || (zr[i] != zr[i] && zs[i] != zs[i]);
+                if (!same) {
+                    if (!bad) printf("  cap %g, V %d, case %d: loss %.17g vs reference %.17g\n", caps[c], V, k, ls, lr);
+                    bad++;
+                }
+            }
+    printf("  %d rows, %d differ (%s)\n", rows, bad,
+#ifdef G4__EXPD_W
+           "SIMD exps"
+#else
+           "no SIMD exps in this build: the reference itself"
+#endif
+    );
+    CHECK(bad == 0, "%d of %d rows differ from the reference", bad, rows);
+}
+
 static void test_backward_recomputes_forward_bits(void) {
     enum { T = 2, D = 4, V = 5 };
     float ex = libm_differs(0, -1.5f), th = libm_differs(1, 0.3f);
@@ -1068,6 +1114,7 @@ int main(int argc, char **argv) {
     run("attention backward (window, one KV head of two) = finite differences", test_attend_backward);
     run("attention backward: the two threaded passes = the reference, bit for bit", test_attention_backward_passes);
     run("the backward's recomputed exp, soft-cap and GELU tanh = the forward's, bit for bit", test_backward_recomputes_forward_bits);
+    run("the loss's row in SIMD = its scalar reference, bit for bit (caps, tails, 0, inf, NaN, exp below -250)", test_ce_row_simd);
     run("grad e2b_like = torch autograd (shared KV, PLE, double-wide MLP)", test_e2b);
     run("grad golden by rows (e2b_like's PLE table): the rows it leaves out are checked as 0", test_sparse_golden_rows);
     run("grad e4b_like = torch autograd (wrapper prefix)", test_e4b);
