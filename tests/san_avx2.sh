@@ -29,7 +29,8 @@ for b in $builds; do bins="$bins build/test_${b#*:}_san_${b%%:*}"; done
 MAKEFLAGS= ${MAKE:-make} --no-print-directory -s CC="$CC" WARN="$WARN" SAN="$SAN" $bins
 for b in $builds; do
   isa=${b%%:*}; t=${b#*:}
-  st=0; ./build/test_${t}_san_$isa > build/san_${isa}_$t.log 2>&1 || st=$?
+  args=""; [ $t != train ] || args="data build/gemma4" # (test_train's CLI cases, on the plain CLI: none skipped)
+  st=0; ./build/test_${t}_san_$isa $args > build/san_${isa}_$t.log 2>&1 || st=$?
   if [ $st -ne 0 ]; then cat build/san_${isa}_$t.log; exit $st; fi
   if [ $isa = emu ]; then echo "# test_$t on the emulated AVX-512 intrinsics (tests/x86_emu.h), under ASan+UBSan"
   else echo "# test_$t built -mavx2 -mfma -mf16c, under ASan+UBSan"; fi
