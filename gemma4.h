@@ -10608,6 +10608,21 @@ static void g4__expf_n(float *y, const float *x, size_t n) {
    used is put in after the row's pass. On the 4-layer, 32K-vocabulary
    E2B-shaped checkpoint the scalar row took 8% of a training step (one
    thread, Zen 3). */
+#ifdef G4__EXPD_W
+/* e[l] = g4__exp_nonpos(a[l]) for a group of g4__ce_row (two vectors): on
+   g4__dexp where every lane is in its range, else the scalar function */
+static G4__INLINE void g4__exp_nonpos_group(double *e, const double *a) {
+    int ok = 1, l;
+    for (l = 0; l < 2 * G4__EXPD_W; l++) ok &= a[l] >= -250.0; /* (false for NaN) */
+    if (!ok) {
+        for (l = 0; l < 2 * G4__EXPD_W; l++) e[l] = g4__exp_nonpos(a[l]);
+        return;
+    }
+    g4__dstored(e, g4__dexp(g4__dloadd(a)));
+    g4__dstored(e + G4__EXPD_W, g4__dexp(g4__dloadd(a + G4__EXPD_W)));
+}
+#endif
+
 static double g4__ce_row(float *z, int V, int32_t y, float cap, float inv_n) {
 #ifdef G4__EXPD_W
     enum { W = G4__EXPD_W, G = 2 * W }; /* a group: two vectors, two polynomials' chains in flight */
@@ -10646,17 +10661,11 @@ static double g4__ce_row(float *z, int V, int32_t y, float cap, float inv_n) {
     mx = cap > 0.0f ? z[0] * cap : z[0];
     for (j = 1; j < V; j++) { v = cap > 0.0f ? z[j] * cap : z[j]; if (v > mx) mx = v; }
     for (j = 0; j + G <= V; j += G) { /* sum of exp(logit - max), in order */
-        int ok = 1;
         for (l = 0; l < G; l++) {
             v = cap > 0.0f ? z[j + l] * cap : z[j + l];
             a[l] = (double)(v - mx);
-            ok &= a[l] >= -250.0;
         }
-        if (ok) {
-            g4__dstored(e, g4__dexp(g4__dloadd(a)));
-            g4__dstored(e + W, g4__dexp(g4__dloadd(a + W)));
-        } else
-            for (l = 0; l < G; l++) e[l] = g4__exp_nonpos(a[l]);
+        g4__exp_nonpos_group(e, a);
         for (l = 0; l < G; l++) sum += e[l];
     }
     for (; j < V; j++) sum += g4__exp_nonpos((double)((cap > 0.0f ? z[j] * cap : z[j]) - mx));
@@ -10664,17 +10673,11 @@ static double g4__ce_row(float *z, int V, int32_t y, float cap, float inv_n) {
     zy = z[y];
     loss = lse - (double)(cap > 0.0f ? zy * cap : zy);
     for (j = 0; j + G <= V; j += G) { /* dL/dlogit = softmax / used, then back through the cap */
-        int ok = 1;
         for (l = 0; l < G; l++) {
             v = cap > 0.0f ? z[j + l] * cap : z[j + l];
             a[l] = (double)v - lse;
-            ok &= a[l] >= -250.0;
         }
-        if (ok) {
-            g4__dstored(e, g4__dexp(g4__dloadd(a)));
-            g4__dstored(e + W, g4__dexp(g4__dloadd(a + W)));
-        } else
-            for (l = 0; l < G; l++) e[l] = g4__exp_nonpos(a[l]);
+        g4__exp_nonpos_group(e, a);
         for (l = 0; l < G; l++) {
             g = (float)e[l] * inv_n;
             z[j + l] = cap > 0.0f ? ((g * cap) * (1.0f - z[j + l] * z[j + l])) / cap : g;
