@@ -3155,7 +3155,7 @@ G4__DEF g4_result g4_model_load(g4_model *m, const char *dir) {
     G4_FREE(path);
     if (r != G4_OK) { memcpy(m->error, m->config.error, G4_ERROR_MAX); return r; }
     if ((r = g4_plan_build(&m->plan, &m->config)) != G4_OK) {
-        snprintf(m->error, G4_ERROR_MAX, "%s/config.json: %.400s", dir, m->plan.error);
+        g4__seterr(m->error, "%s/config.json: %.400s", dir, m->plan.error);
         return r;
     }
     if (!(path = g4__join(dir, "model.safetensors.index.json"))) { g4__seterr(m->error, "out of memory"); return G4_ERR_NOMEM; }

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Compiles gemma4.h and gemma4_processing.h with their implementation as C99
-# and as C++ (11 and 17), with
+# and as C++ (11 and 17; for each SIMD path the C++ compiles stop before code
+# generation, which the C compiles of the same code run), with
 # -Wall -Wextra -Wpedantic -Werror, under every compiler found; also with
 # GEMMA4_STATIC, G4_NO_MMAP and G4_NO_THREADS, with the CUDA declarations
 # (GEMMA4_CUDA, gemma4.h alone), and with each SIMD path (scalar, AVX2+FMA,
@@ -45,10 +46,14 @@ for isa in $simd; do
     command -v $cc >/dev/null || continue
     for f in t s c; do job $cc -std=c99 $W $isa -c "$tmp/$f.c"; done
   done
+  # As C++, the front end's and (g++) the GIMPLE passes' diagnostics only, unused functions
+  # and always_inline target mismatches included: the code generator's few checks ran on the
+  # same code just above, as C (on the Zen 3, a g++ -c took 4.7 s, this 2.5 s; clang++ 2.2, 1.1).
   for cxx in g++ clang++; do
     command -v $cxx >/dev/null || continue
+    case $cxx in g++) front="-flto -fno-fat-lto-objects";; *) front="-fsyntax-only";; esac
     for std in c++11 c++17; do
-      for f in t s c; do job $cxx -std=$std $W $isa -c "$tmp/$f.cpp"; done
+      for f in t s c; do job $cxx -std=$std $W $isa $front -c "$tmp/$f.cpp"; done
     done
   done
 done

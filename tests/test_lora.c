@@ -487,7 +487,7 @@ static void test_grads(void) {
         const float *ref_loss;
         size_t bytes, floats;
         void *arena = NULL;
-        float *G = NULL, loss;
+        float *G = NULL, loss = NAN; /* read by the loss check even when g4_loss_and_grad failed */
         int n, nl, i, compared = 0, zeros = 0;
         int64_t numel;
         double worst = 0;
