@@ -7521,6 +7521,11 @@ static g4_result g4__check_train_input(g4_train *t, const int32_t *ids, const in
    -250 it is under 1e-108, nothing to a sum >= 1 or to a float, so 0 */
 static double g4__exp_nonpos(double x) { return x < -250.0 ? 0.0 : g4__exp_d(x); }
 
+/* a row's logit from its z: z * cap where z is the soft-capped tanh(logit / cap), else z */
+static float g4__ce_logit(float z, float cap) { return cap > 0.0f ? z * cap : z; }
+/* dL/dz from g = dL/dlogit: back through logit = cap tanh, z that tanh (no cap: g) */
+static float g4__ce_back(float g, float z, float cap) { return cap > 0.0f ? ((g * cap) * (1.0f - z * z)) / cap : g; }
+
 /* One row of logits z [V] against label y: z becomes dL/dz (the raw logits'
    gradient, back through the soft-cap); returns -log softmax(cap(z))[y]. The
    soft-cap's tanh and the exps are the forward's (g4__tanhf, g4__exp_d); the
@@ -7533,15 +7538,14 @@ G4__MAYBE_UNUSED static double g4__ce_row_ref(float *z, int V, int32_t y, float 
     int j;
     if (cap > 0.0f) /* z := tanh(z / cap) as g4__softcap computes it (g4__tanhf); the logit is z * cap */
         for (j = 0; j < V; j++) z[j] = g4__tanhf(z[j] / cap);
-    mx = cap > 0.0f ? z[0] * cap : z[0];
-    for (j = 1; j < V; j++) { float v = cap > 0.0f ? z[j] * cap : z[j]; if (v > mx) mx = v; }
-    for (j = 0; j < V; j++) sum += g4__exp_nonpos((double)((cap > 0.0f ? z[j] * cap : z[j]) - mx));
+    mx = g4__ce_logit(z[0], cap);
+    for (j = 1; j < V; j++) { float v = g4__ce_logit(z[j], cap); if (v > mx) mx = v; }
+    for (j = 0; j < V; j++) sum += g4__exp_nonpos((double)(g4__ce_logit(z[j], cap) - mx));
     lse = (double)mx + log(sum);
-    sum = lse - (double)(cap > 0.0f ? z[y] * cap : z[y]);
+    sum = lse - (double)g4__ce_logit(z[y], cap);
     for (j = 0; j < V; j++) { /* dL/dlogit = (softmax - onehot) / used, then back through the cap */
-        float v = cap > 0.0f ? z[j] * cap : z[j];
-        float g = (float)g4__exp_nonpos((double)v - lse) * inv_n - (j == y ? inv_n : 0.0f);
-        z[j] = cap > 0.0f ? ((g * cap) * (1.0f - z[j] * z[j])) / cap : g;
+        float g = (float)g4__exp_nonpos((double)g4__ce_logit(z[j], cap) - lse) * inv_n - (j == y ? inv_n : 0.0f);
+        z[j] = g4__ce_back(g, z[j], cap);
     }
     return sum;
 }
@@ -10599,15 +10603,6 @@ static void g4__expf_n(float *y, const float *x, size_t n) {
     for (; i < n; i++) y[i] = g4__expf(x[i]);
 }
 
-/* g4__ce_row_ref (>>training), the loss's row, with its soft-cap tanh and its
-   exps G4__EXPD_W lanes at a time in double (g4__dexp, g4__dexpm1_small: the
-   same operations), the float operations around them one by one as there,
-   and the sum in order: the same bits (tested). A group of lanes that needs
-   a branch of g4__tanhf or g4__exp_nonpos other than the polynomials (0,
-   |x| > 9.1, below -250, NaN) runs the scalar functions. The label's - 1 /
-   used is put in after the row's pass. On the 4-layer, 32K-vocabulary
-   E2B-shaped checkpoint the scalar row took 8% of a training step (one
-   thread, Zen 3). */
 #ifdef G4__EXPD_W
 /* e[l] = g4__exp_nonpos(a[l]) for a group of g4__ce_row (two vectors): on
    g4__dexp where every lane is in its range, else the scalar function */
@@ -10623,11 +10618,20 @@ static G4__INLINE void g4__exp_nonpos_group(double *e, const double *a) {
 }
 #endif
 
+/* g4__ce_row_ref (>>training), the loss's row, with its soft-cap tanh and its
+   exps G4__EXPD_W lanes at a time in double (g4__dexp, g4__dexpm1_small: the
+   same operations), the float operations around them one by one as there,
+   and the sum in order: the same bits (tested). A group of lanes that needs
+   a branch of g4__tanhf or g4__exp_nonpos other than the polynomials (0,
+   |x| > 9.1, below -250, NaN) runs the scalar functions. The label's - 1 /
+   used is put in after the row's pass. On the 4-layer, 32K-vocabulary
+   E2B-shaped checkpoint the scalar row took 8% of a training step (one
+   thread, Zen 3). */
 static double g4__ce_row(float *z, int V, int32_t y, float cap, float inv_n) {
 #ifdef G4__EXPD_W
     enum { W = G4__EXPD_W, G = 2 * W }; /* a group: two vectors, two polynomials' chains in flight */
     double a[G], e[G], e2[G], sum = 0.0, lse, loss;
-    float f[G], mx, zy, v, g;
+    float f[G], mx, zy, v;
     int j, l, h;
     if (cap > 0.0f) { /* z := tanh(z / cap): e = expm1(2a) below a = |z / cap| = 0.25, exp(2a) - 1 above; e / (e + 2) */
         for (j = 0; j + G <= V; j += G) {
@@ -10658,39 +10662,25 @@ static double g4__ce_row(float *z, int V, int32_t y, float cap, float inv_n) {
         }
         for (; j < V; j++) z[j] = g4__tanhf(z[j] / cap);
     }
-    mx = cap > 0.0f ? z[0] * cap : z[0];
-    for (j = 1; j < V; j++) { v = cap > 0.0f ? z[j] * cap : z[j]; if (v > mx) mx = v; }
+    mx = g4__ce_logit(z[0], cap);
+    for (j = 1; j < V; j++) { v = g4__ce_logit(z[j], cap); if (v > mx) mx = v; }
     for (j = 0; j + G <= V; j += G) { /* sum of exp(logit - max), in order */
-        for (l = 0; l < G; l++) {
-            v = cap > 0.0f ? z[j + l] * cap : z[j + l];
-            a[l] = (double)(v - mx);
-        }
+        for (l = 0; l < G; l++) a[l] = (double)(g4__ce_logit(z[j + l], cap) - mx);
         g4__exp_nonpos_group(e, a);
         for (l = 0; l < G; l++) sum += e[l];
     }
-    for (; j < V; j++) sum += g4__exp_nonpos((double)((cap > 0.0f ? z[j] * cap : z[j]) - mx));
+    for (; j < V; j++) sum += g4__exp_nonpos((double)(g4__ce_logit(z[j], cap) - mx));
     lse = (double)mx + log(sum);
     zy = z[y];
-    loss = lse - (double)(cap > 0.0f ? zy * cap : zy);
+    loss = lse - (double)g4__ce_logit(zy, cap);
     for (j = 0; j + G <= V; j += G) { /* dL/dlogit = softmax / used, then back through the cap */
-        for (l = 0; l < G; l++) {
-            v = cap > 0.0f ? z[j + l] * cap : z[j + l];
-            a[l] = (double)v - lse;
-        }
+        for (l = 0; l < G; l++) a[l] = (double)g4__ce_logit(z[j + l], cap) - lse;
         g4__exp_nonpos_group(e, a);
-        for (l = 0; l < G; l++) {
-            g = (float)e[l] * inv_n;
-            z[j + l] = cap > 0.0f ? ((g * cap) * (1.0f - z[j + l] * z[j + l])) / cap : g;
-        }
+        for (l = 0; l < G; l++) z[j + l] = g4__ce_back((float)e[l] * inv_n, z[j + l], cap);
     }
-    for (; j < V; j++) {
-        v = cap > 0.0f ? z[j] * cap : z[j];
-        g = (float)g4__exp_nonpos((double)v - lse) * inv_n;
-        z[j] = cap > 0.0f ? ((g * cap) * (1.0f - z[j] * z[j])) / cap : g;
-    }
-    v = cap > 0.0f ? zy * cap : zy; /* the label's, again with its - 1 / used */
-    g = (float)g4__exp_nonpos((double)v - lse) * inv_n - inv_n;
-    z[y] = cap > 0.0f ? ((g * cap) * (1.0f - zy * zy)) / cap : g;
+    for (; j < V; j++) z[j] = g4__ce_back((float)g4__exp_nonpos((double)g4__ce_logit(z[j], cap) - lse) * inv_n, z[j], cap);
+    /* the label's, again with its - 1 / used */
+    z[y] = g4__ce_back((float)g4__exp_nonpos((double)g4__ce_logit(zy, cap) - lse) * inv_n - inv_n, zy, cap);
     return loss;
 #else
     return g4__ce_row_ref(z, V, y, cap, inv_n);

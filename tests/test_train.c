@@ -401,6 +401,7 @@ static float libm_differs(int tanh_fn, float from) {
    which the compiler may swap (at -O1 under ASan, the row with a NaN logit
    summed to -nan in one and nan in the other). */
 static void test_ce_row_simd(void) {
+#ifdef G4__EXPD_W
     enum { VMAX = 203 };
     const float caps[3] = {30.0f, 0.75f, 0.0f};
     const int lens[4] = {VMAX, 64, 7, 1};
@@ -427,14 +428,11 @@ static void test_ce_row_simd(void) {
                     bad++;
                 }
             }
-    printf("  %d rows, %d differ (%s)\n", rows, bad,
-#ifdef G4__EXPD_W
-           "SIMD exps"
-#else
-           "no SIMD exps in this build: the reference itself"
-#endif
-    );
+    printf("  %d rows, %d differ\n", rows, bad);
     CHECK(bad == 0, "%d of %d rows differ from the reference", bad, rows);
+#else
+    skip("this build has no SIMD doubles (G4__EXPD_W): g4__ce_row is the reference itself");
+#endif
 }
 
 static void test_backward_recomputes_forward_bits(void) {
