@@ -1,5 +1,7 @@
 # gemma4.h - build, demo and tests.  `make` builds build/gemma4, `make run`
-# shows the plan and logits of a tiny model, `make test` runs everything CI runs.
+# shows the plan and logits of a tiny model, `make test` runs every test suite
+# and the strict compiles. CI (.ci/run) also runs make fuzz, tsan, valgrind,
+# test-arm64 and, where nvcc is, cuda.
 CC      ?= cc
 CFLAGS  ?= -O2 -march=native
 # the test builds' debug information: line tables only (-g1), enough for file:line in
@@ -162,7 +164,7 @@ build/fuzz_%: tests/fuzz/fuzz_%.c gemma4.h gemma4_processing.h | build
 build:
 	mkdir -p build
 
-# --- CUDA (gemma4_cuda.cu; see the README's CUDA section) -------------------
+# --- CUDA (gemma4_cuda.cu; see docs/cuda.md) -------------------------------
 NVCC      ?= nvcc
 CXX       ?= c++
 # sm_80 and sm_90 machine code, and compute_90 PTX that the driver compiles

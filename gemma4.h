@@ -4116,7 +4116,7 @@ static void g4__bwd_mm(const g4_session *s, float *C, size_t ldc, const float *A
                        g4_dtype bdt, size_t ldb, int kmajor, int K, int n, int N);
 static void g4__expf_n(float *y, const float *x, size_t n); /* y[i] = g4__expf(x[i]), the same bits */
 static void g4__softmax_n(float *x, int n);                 /* = g4__softmax (>>ops), the same bits */
-static double g4__ce_row(float *z, int V, int32_t y, float cap, float inv_n); /* = g4__ce_row_ref (>>training), the same bits */
+static double g4__ce_row(float *z, int V, int32_t y, float cap, float inv_n); /* = g4__ce_row_ref (>>backward), the same bits */
 
 /* ------------------------------------------------------- model ops >>ops */
 /* The Gemma ops the forward pass is made of, one module each: the cast to the
@@ -10618,7 +10618,7 @@ static G4__INLINE void g4__exp_nonpos_group(double *e, const double *a) {
 }
 #endif
 
-/* g4__ce_row_ref (>>training), the loss's row, with its soft-cap tanh and its
+/* g4__ce_row_ref (>>backward), the loss's row, with its soft-cap tanh and its
    exps G4__EXPD_W lanes at a time in double (g4__dexp, g4__dexpm1_small: the
    same operations), the float operations around them one by one as there,
    and the sum in order: the same bits (tested). A group of lanes that needs

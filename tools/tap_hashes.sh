@@ -3,7 +3,7 @@
 # the tiny models, built against the gemma4.h of the current directory (or of
 # the git revision given: tools/tap_hashes.sh main). Diff two runs: a refactor
 # that claims to change no bit must print the same lines.
-#     tools/tap_hashes.sh main > /tmp/before; tools/tap_hashes.sh > /tmp/after; diff /tmp/before /tmp/after
+#     tools/tap_hashes.sh main > build/tap_before; tools/tap_hashes.sh > build/tap_after; diff build/tap_before build/tap_after
 # TAP_FLAGS replaces -march=native (TAP_FLAGS=-DG4_NO_SIMD: the scalar kernels).
 set -e
 CC=${CC:-cc}
