@@ -27,8 +27,9 @@
      function but sqrtf (exp and tanh are gemma4.h's own, RoPE's cos/sin
      come from the host), correctly rounded on the host as on a GPU.
    - Launch checks as on a GPU: 1..1024 threads per block, nonempty grid.
-   - Test hooks (extern "C"): g4emu_fail_after(n) makes the n-th runtime call
-     or launch from now fail (every checked call's error path can be driven);
+   - Test hooks (extern "C"): g4emu_on_call(fail) asks fail() at every
+     runtime call and launch from now, and the call fails where it returns
+     nonzero (every checked call's error path can be driven; NULL: none);
      g4emu_launches(name) counts launches of a kernel; g4emu_fault_in(name, n)
      makes the n-th launch of that kernel from now fault as a GPU kernel that
      reads an illegal address does: the launch itself succeeds (faults are
@@ -136,14 +137,14 @@ static inline float __uint_as_float(unsigned u) {
 /* ---------------------------------------------------------------- errors */
 
 static cudaError_t g4emu_last = cudaSuccess;
-static long g4emu_countdown = -1; /* > 0: calls until an injected failure */
+static int (*g4emu_fail_hook)(void); /* g4emu_on_call */
 static const char *g4emu_fault_kernel; /* g4emu_fault_in: the kernel whose launch faults */
 static long g4emu_fault_count;
 static bool g4emu_fault_pending;       /* a kernel faulted; not yet seen by a synchronising call */
 static cudaError_t g4emu_sticky = cudaSuccess;
 
-/* An injected failure: the n-th call from now (1 = the next) fails. */
-extern "C" void g4emu_fail_after(long n) { g4emu_countdown = n; }
+/* Injected failures: from now on every call asks fail(), and fails where it says so. */
+extern "C" void g4emu_on_call(int (*fail)(void)) { g4emu_fail_hook = fail; }
 
 /* An injected kernel fault: the n-th launch of `kernel` from now. */
 extern "C" void g4emu_fault_in(const char *kernel, long n) {
@@ -163,10 +164,7 @@ extern "C" void g4emu_reset_device(void) {
     g4emu_last = cudaSuccess;
 }
 
-static bool g4emu_injected(void) {
-    if (g4emu_countdown > 0 && --g4emu_countdown == 0) { g4emu_countdown = -1; return true; }
-    return false;
-}
+static bool g4emu_injected(void) { return g4emu_fail_hook && g4emu_fail_hook() != 0; }
 
 /* A synchronising call: a pending fault becomes the context's sticky error. */
 static cudaError_t g4emu_sync_fault(void) {

@@ -137,6 +137,7 @@ H_UNUSED static int g4i_open(g4i_run *r, const g4i_backend *b, const char *dir, 
     g4_session_config sc = g4_session_config_init();
     memset(r, 0, sizeof *r);
     r->b = b;
+    r->s.error = r->m.error; /* until a session opens: the load's message, so a failed open's r->s.error is a string */
     if (g4_model_load(&r->m, dir) != G4_OK) { printf("  load %s: %s\n", dir, r->m.error); return 0; }
     if (!(r->bm = b->model_open(&r->m))) return 0;
     sc.max_context = max_context;
