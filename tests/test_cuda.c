@@ -452,6 +452,7 @@ static int greedy_tokens(const g4i_backend *b, const char *model, int32_t *out, 
     const int32_t *want;
     float *logits;
     *n_out = 0;
+    memset(&r, 0, sizeof r); /* (g4i_close below may run without g4i_open) */
     if (!golden_open(&g, model)) return 0;
     want = golden_ids(&g, "greedy_ids", &n);
     if (!want || n <= 6 || n > 64 || !g4i_open(&r, b, tiny(model), n, 0, 0)) {

@@ -510,6 +510,7 @@ static void check_spec_sampling(int use_drafter) {
     double tv1 = 0, tv2 = 0, x2a, x2b;
     int dfa, dfb;
     for (i = 0; i < n; i++) prompt[i] = (int32_t)(11 + (i * 41) % 480);
+    memset(&q, 0, sizeof q); /* (pair_free below may run without pair_open) */
     if (!pair_open(&p, "e2b_like", "e2b_drafter", 32, 24) || !pair_open(&q, "e2b_like", NULL, 32, 8)) {
         CHECK(0, "open"); pair_free(&p); pair_free(&q); return;
     }

@@ -1766,6 +1766,7 @@ static void test_threads_bit_identical(void) {
         const int32_t *ids;
         float *la, *lb;
         if (k % 6 == 0) CHECK(g4_pool_create(&pool, nt) == G4_OK && g4_pool_threads(pool) == nt, "pool");
+        memset(&a, 0, sizeof a); /* (g4i_close below may run without g4i_open) */
         if (!golden_open(&g, models[k % 6])) { CHECK(0, "golden"); continue; }
         ids = golden_ids(&g, "input_ids", &n);
         if (!ids || !g4i_open(&a, &g4i_cpu, tiny(models[k % 6]), n, 7, 0)) {

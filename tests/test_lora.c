@@ -786,9 +786,10 @@ static void tower_lora_case(const char *adapter, const char *model_dir, int audi
             g4_vision_session vs;
             g4_vision_session_config vc;
             memset(&vc, 0, sizeof vc);
-            vc.max_patches = (int)pt->shape[1];
+            CHECK(pv && pt && pt->ndim == 3, "%s: processor.safetensors lacks pixel_values.0 or positions.0 [1][n][2]", adapter);
+            vc.max_patches = pt && pt->ndim == 3 ? (int)pt->shape[1] : 0;
             vc.bf16 = bf16;
-            if (pv && g4_vision_session_size(&m, &vc, &bytes) == G4_OK && !posix_memalign(&arena, 64, bytes) &&
+            if (pv && vc.max_patches > 0 && g4_vision_session_size(&m, &vc, &bytes) == G4_OK && !posix_memalign(&arena, 64, bytes) &&
                 g4_vision_session_init(&vs, &m, &vc, arena, bytes) == G4_OK)
                 CHECK(g4_vision_encode(&vs, pv, (const int32_t *)pt->data, vc.max_patches, soft, &n_soft) == G4_OK, "%s", vs.error);
         }
@@ -905,6 +906,7 @@ static void unified_case(const char *adapter, int modules) {
     void *arena = NULL;
     size_t bytes = 0;
     int bf16, kind, pass, H, t, n_img, n_aud, ns[3];
+    memset(&base16, 0, sizeof base16); /* (the CHECK below may not open it: out: reads base16.ok) */
     memset(&m, 0, sizeof m);
     if (g4_model_load(&m, tiny("unified_like")) != G4_OK) { skip(m.error); return; }
     if (!lora_golden_file(&g, adapter, "golden.safetensors")) { g4_model_free(&m); return; }

@@ -758,6 +758,8 @@ static void same_bits_ex(const char *model, int recompute, int threads, int extr
     if (!grad_golden_open(&g, model)) { CHECK(0, "no grad golden"); return; }
     ids = golden_ids(&g, "input_ids", &n);
     labels = golden_ids(&g, "labels", &nl);
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
     if (tctx_open(&a, model, n, 0, 1, 0) && tctx_open(&b, model, n + extra, recompute, threads, 0)) {
         CHECK(g4_loss_and_grad(&a.t, ids, labels, n, &la, a.G) == G4_OK, "%s", a.t.error);
         CHECK(g4_loss_and_grad(&b.t, ids, labels, n, &lb, b.G) == G4_OK, "%s", b.t.error);

@@ -300,7 +300,12 @@ static void test_threads(void) {
     int na = 0, nb = 0;
     if (!fixture_open(&f, "e2b_mm", NULL, NULL)) { fixture_close(&f); return; }
     if (g4_pool_create(&pool, 3) != G4_OK) { skip("no threads in this build"); fixture_close(&f); return; }
-    vision_session(&f.m, pool, NULL, NULL, &vs3, &arena);
+    if (!vision_session(&f.m, pool, NULL, NULL, &vs3, &arena)) { /* (it CHECKed why) */
+        free(arena);
+        g4_pool_free(pool);
+        fixture_close(&f);
+        return;
+    }
     encode_case(&f.vs, &f.pg, 3, a, &na);
     encode_case(&vs3, &f.pg, 3, b, &nb);
     CHECK(na == nb && na > 0 && memcmp(a, b, sizeof(float) * (size_t)na * f.m.config.hidden_size) == 0,
@@ -424,15 +429,14 @@ static void test_fast_paths(void) {
                 sbad += vs->scores[(size_t)t * real + c] !=
                         g4__dot(vs->q + ((size_t)t * NH + h) * D, vs->k + ((size_t)c * KVH + h / (NH / KVH)) * D, D);
         CHECK(sbad == 0, "GEMM scores: %ld of %d differ from g4__dot", sbad, 4 * real);
-        if (pool) { /* three threads: the same bits as one */
-            vision_session(&f.m, pool, NULL, NULL, &vs3, &arena3);
+        if (pool && vision_session(&f.m, pool, NULL, NULL, &vs3, &arena3)) { /* three threads: the same bits as one */
             memcpy(vs3.q, vs->q, sizeof(float) * nq);
             memcpy(vs3.k, vs->k, sizeof(float) * nk);
             memcpy(vs3.v, vs->v, sizeof(float) * nk);
             g4__vattn_gemm(&vs3, np, real);
             CHECK(memcmp(vs3.att, one, sizeof(float) * nq) == 0, "GEMM attention: 3 threads differ from one");
-            free(arena3);
         }
+        free(arena3);
         { /* the bf16 mode: g4__attend_torch over the real keys = g4__vattn_torch over all (masked), bit for bit */
             long bbad = 0;
             for (i = 0; i < (int)nq; i++) vs->q[i] = g4__bf16_round(vs->q[i]);
