@@ -683,11 +683,17 @@ static void test_fast_sessions(void) {
 /* Flash-decoding: a decode step's KV splits sized from the device (several
    emulated multiprocessor counts) or asked for (1, 2, 3, 7: uneven pieces,
    empty ones when there are more splits than keys), each decode run within
-   the fast bound of the exact mode's one-shot logits and repeating bit for
-   bit (the combine adds the splits in split order). */
+   the fast bound of the exact mode's one-shot logits, and the last run
+   repeated, a second run bit for bit (the combine adds the splits in split
+   order). */
 static void test_fast_kv_splits(void) {
     static const int asked[] = {1, 3, 0, 0};
     static const int sms[] = {2, 2, 1, 64};
+#ifdef G4_CUDA_EMULATE
+    const int last = 3;
+#else
+    const int last = 2; /* (k 3 does not run on a GPU, below) */
+#endif
     const char *model = "e2b_like";
     golden g;
     g4_config c = g4i_config(model);
@@ -708,15 +714,16 @@ static void test_fast_kv_splits(void) {
         if (!asked[k] && k > 2) continue; /* a GPU reports its own count: one run of it is enough */
 #endif
         a = g4i_logits(&g4i_cuda_fast, tiny(model), ids, n, 1, 1, 0);
-        b = k == 3 ? g4i_logits(&g4i_cuda_fast, tiny(model), ids, n, 1, 1, 0) : a;
+        b = k == last ? g4i_logits(&g4i_cuda_fast, tiny(model), ids, n, 1, 1, 0) : NULL;
         d = a ? max_diff(a, ref, (size_t)n * c.vocab_size) / max_abs(ref, (size_t)n * c.vocab_size) : INFINITY;
-        CHECK(a && b && max_diff(a, b, (size_t)n * c.vocab_size) == 0.0, "kv_splits %d (sms %d): a run must repeat bit "
-              "for bit", asked[k], sms[k]);
+        if (k == last)
+            CHECK(a && b && max_diff(a, b, (size_t)n * c.vocab_size) == 0.0, "kv_splits %d (sms %d): a second run must "
+                  "repeat the first bit for bit", asked[k], sms[k]);
         (void)sms;
         CHECK(d <= FAST_TOL, "kv_splits %d (sms %d): decode %.3g relative from the exact one-shot logits", asked[k],
               sms[k], d);
         if (d > worst) worst = d;
-        if (b != a) free(b);
+        free(b);
         free(a);
     }
     g_kv_splits = 0;
