@@ -14,7 +14,8 @@
        cuda_real limits DIR           an arena past the device's memory fails
                                       cleanly (an error, no crash) and the device
                                       works after it; a max_context past the
-                                      config's max_position_embeddings is reported
+                                      config's max_position_embeddings is accepted,
+                                      as on the CPU
        cuda_real threads DIR          two sessions on one uploaded model, run from
                                       two host threads at once = each run alone
        cuda_real attn DIR KEYS        the fast attention kernels alone at the model's
@@ -390,6 +391,8 @@ static void test_limits(void) {
     sc.max_context = fit + 1;
     res = g4_cuda_session_size(&g_cm, &sc, NULL, &db, &hb);
     printf("  max_context %d: %s\n", fit + 1, res == G4_OK ? "accepted" : g_cm.error);
+    CHECK(res == G4_OK, "max_context %d, past max_position_embeddings, must be accepted as on the CPU (docs/cuda.md): %s",
+          fit + 1, g_cm.error);
     sc.max_context = fit;
     sc.max_chunk = 1 << 20; /* a chunk this large blows the scratch past the card */
     res = g4_cuda_session_size(&g_cm, &sc, NULL, &db, &hb);

@@ -233,6 +233,7 @@ static void taps_case(const char *model_dir) {
     feat = golden_features(&gm, "a", &mask, &nf);
     CHECK(feat != NULL, "golden features");
     arena = arena_for(&m, nf, &bytes);
+    CHECK(!feat || arena, "no audio arena for %d frames", nf);
     soft = (float *)malloc(sizeof(float) * (size_t)g4_audio_tokens_max(nf) * (size_t)m.config.hidden_size);
     if (feat && arena && soft) {
         memset(&tc, 0, sizeof tc);
@@ -300,6 +301,7 @@ static void soft_tokens_case(const char *c, int from_wav) {
     CHECK(feat && ref, "inputs: %s", err);
     nref = ref ? (int)(numel / m.config.hidden_size) : 0;
     arena = arena_for(&m, nf, &bytes);
+    CHECK(!feat || arena, "no audio arena for %d frames", nf);
     soft = (float *)malloc(sizeof(float) * (size_t)g4_audio_tokens_max(nf > 0 ? nf : 1) * (size_t)m.config.hidden_size);
     memset(&run, 0, sizeof run);
     if (feat && ref && arena && soft) {

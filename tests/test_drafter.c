@@ -144,7 +144,12 @@ static void check_first_round(const char *drafter, const char *target, const cha
     snprintf(name, sizeof name, "%s_draft_logits", tag);
     ref = golden_f32(&gb, name, &numel);
     CHECK(prompt && draft_ids && ref, "%s: %s golden lacks %s tensors", drafter, mode, tag);
-    if (!prompt || !draft_ids || !ref || !pair_open_mode(&p, target, drafter, 64, 8, bf16)) goto done;
+    if (!prompt || !draft_ids || !ref) goto done;
+    if (!pair_open_mode(&p, target, drafter, 64, 8, bf16)) { /* (it said why) */
+        CHECK(0, "%s: cannot open %s with the drafter (%s)", drafter, target, mode);
+        pair_free(&p);
+        goto done;
+    }
     V = p.tm.config.vocab_size;
     CHECK(numel == (int64_t)K * V, "%s: draft logits shape", drafter);
     logits = (float *)malloc(sizeof(float) * (size_t)V);

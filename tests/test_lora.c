@@ -86,7 +86,7 @@ static int lora_golden_file(golden *g, const char *adapter, const char *file) {
 
 static int lora_golden(golden *g, const char *adapter) { return lora_golden_file(g, adapter, "golden.safetensors"); }
 
-/* all logits [n][V] of one session (chunk 0: all at once), malloc'd */
+/* all logits [n][V] of one session (chunk 0: all at once), malloc'd; NULL after printing why */
 static float *logits_of(const g4_model *m, const int32_t *ids, int n, int chunk, g4_pool *pool) {
     g4_session s;
     g4_session_config sc = g4_session_config_init();
@@ -94,7 +94,11 @@ static float *logits_of(const g4_model *m, const int32_t *ids, int n, int chunk,
     sc.max_context = n;
     sc.max_chunk = chunk ? chunk : n;
     sc.pool = pool;
-    if (!out || g4_session_create(&s, m, &sc) != G4_OK) { free(out); return NULL; }
+    if (!out || g4_session_create(&s, m, &sc) != G4_OK) {
+        printf("  session: %s\n", out ? s.error : "out of memory");
+        free(out);
+        return NULL;
+    }
     if (g4_forward(&s, ids, n, out, G4_LOGITS_ALL) != G4_OK) { printf("  %s\n", s.error); free(out); out = NULL; }
     g4_session_destroy(&s);
     return out;
@@ -135,7 +139,8 @@ static void test_goldens(void) {
         if (ids && ref && n > 0) cols = (int)(numel / n);
         CHECK(ids && greedy && ref && cols > 0 && cols <= V && numel == (int64_t)n * cols &&
                   cols >= m.config.hidden_size, "golden lacks input_ids/greedy_ids/logits [n][>= hidden]");
-        if (ids && ref && cols > 0 && cols <= V && (ours = logits_of(&m, ids, n, 0, NULL))) {
+        if (ids && ref && cols > 0 && cols <= V && !(ours = logits_of(&m, ids, n, 0, NULL))) CHECK(0, "no logits (why: above)");
+        if (ours) {
             double d = slice_diff(ours, V, ref, cols, n), sc = max_abs(ref, (size_t)n * cols);
             printf("  %s: %d modules, %d tokens x %d logits, max diff %.3g = %.3g of max |logit| %.3g\n", name, m.n_lora, n,
                    cols, d, d / sc, sc);
@@ -177,7 +182,7 @@ static void test_goldens(void) {
                     if (i + 1 < ng) CHECK(g4_forward(&s, &next, 1, logits, G4_LOGITS_LAST) == G4_OK, "decode: %s", s.error);
                 }
                 g4_session_destroy(&s);
-            }
+            } else CHECK(0, "greedy: %s", logits ? s.error : "out of memory");
             free(logits);
         }
         free(ours);
@@ -267,9 +272,9 @@ static void test_shared_sessions(void) {
                       "position %d differs from a session alone", t);
             }
             g4_session_destroy(&b);
-        }
+        } else CHECK(0, "second session: %s", b.error);
         g4_session_destroy(&a);
-    }
+    } else CHECK(0, "%s", ra && rb ? a.error : "no logits of a session alone (why: above)");
     free(ra);
     free(rb);
     g4_model_free(&m);
@@ -289,7 +294,7 @@ static void test_order(void) {
         CHECK(g4_forward(&s, &id, 1, lg, G4_LOGITS_LAST) == G4_ERR_INPUT && strstr(s.error, "after this session"),
               "a session older than the adapter must refuse: %s", s.error);
         g4_session_destroy(&s);
-    }
+    } else CHECK(0, "session: %s", s.error);
     CHECK(g4_model_load_adapter(&m, lora_dir("e2b_all")) == G4_ERR_INPUT && strstr(m.error, "already"), "%s", m.error);
     g4_model_free(&m);
     CHECK(m.lora == NULL && m.n_lora == 0, "g4_model_free releases the adapter");

@@ -1197,7 +1197,11 @@ static void test_processor_video(void) {
     want = golden_ids(&pg, "ids.video", &n_want);
     rows = golden_ids(&pg, "video_rows", &n_rows);
     CHECK(pos && pv1 && want && rows && pos->shape[0] == 2 && pos->shape[1] == 70, "golden");
-    if (!(pos && pv1 && want && rows) || !(px = vision_image(&vg, 0, &h, &w, &ch)) || ch != 3) goto out;
+    if (!(pos && pv1 && want && rows)) goto out;
+    if (!(px = vision_image(&vg, 0, &h, &w, &ch)) || ch != 3) {
+        CHECK(0, "vision/processor.safetensors' image.0: %s", px ? "not 3 channels" : "absent, or not int16 [h][w][c]");
+        goto out;
+    }
     CHECK(g4_video_config_load(&vc, tiny(UPROC)) == G4_OK && vc.kind == G4_IMAGE_UNIFIED && vc.patch_size == 12 &&
               vc.pooling_kernel_size == 1 && g4_video_config_check(&vc, &uc) == G4_OK, "unified video processor: %s", vc.error);
     frames = (uint8_t *)malloc((size_t)2 * h * w * 3);
