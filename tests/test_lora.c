@@ -61,10 +61,10 @@ static const char *const g_cases[][2] = {
 
 static const char *lora_dir(const char *name) { return path2(g_data, path2("lora", name)); }
 
-/* the model with its adapter; 0 (and a skip) when the data is absent */
+/* the model with its adapter; 0 after a failed CHECK (the fixtures are committed: a load error is a failure) */
 static int open_adapted(g4_model *m, const char *model, const char *adapter) {
     memset(m, 0, sizeof *m);
-    if (g4_model_load(m, tiny(model)) != G4_OK) { skip(m->error); return 0; }
+    if (g4_model_load(m, tiny(model)) != G4_OK) { CHECK(0, "load %s: %s", model, m->error); return 0; }
     if (g4_model_load_adapter(m, lora_dir(adapter)) != G4_OK) {
         CHECK(0, "adapter %s: %s", adapter, m->error);
         g4_model_free(m);
@@ -73,11 +73,11 @@ static int open_adapted(g4_model *m, const char *model, const char *adapter) {
     return 1;
 }
 
-/* the adapter's golden (a safetensors file, read with the library's reader) */
+/* the adapter's golden (a safetensors file, read with the library's reader); 0 after a failed CHECK */
 static int lora_golden_file(golden *g, const char *adapter, const char *file) {
     memset(g, 0, sizeof *g);
     if (g4__add_file(&g->m, lora_dir(adapter), file) != G4_OK || g4__st_finish(&g->m) != G4_OK) {
-        skip(g->m.error);
+        CHECK(0, "golden %s/%s: %s", adapter, file, g->m.error);
         g4_model_free(&g->m);
         return 0;
     }
@@ -287,7 +287,7 @@ static void test_order(void) {
     g4_session_config sc = g4_session_config_init();
     int32_t id = 2;
     float lg[512];
-    if (g4_model_load(&m, tiny("e2b_like")) != G4_OK) { skip(m.error); return; }
+    if (g4_model_load(&m, tiny("e2b_like")) != G4_OK) { CHECK(0, "load e2b_like: %s", m.error); return; }
     sc.max_context = 4;
     if (g4_session_create(&s, &m, &sc) == G4_OK) {
         CHECK(g4_model_load_adapter(&m, lora_dir("e2b_all")) == G4_OK, "%s", m.error);
@@ -612,7 +612,7 @@ static void bf16_golden(const char *file, int lora_bf16) {
     snprintf(dump, sizeof dump, "%s/%s", adapter, file);
     memset(&d, 0, sizeof d);
     if (g4__add_file(&d.m, adapter, file) != G4_OK || g4__st_finish(&d.m) != G4_OK) {
-        skip(d.m.error);
+        CHECK(0, "%s: %s", dump, d.m.error);
         g4_model_free(&d.m);
         return;
     }
@@ -704,7 +704,7 @@ static void test_bf16_goldens(void) {
     bf16_golden("bf16_dump.safetensors", 0);
     bf16_golden("bf16_adapter_dump.safetensors", 1);
     /* lora_bf16 needs the bf16 mode and an adapter */
-    if (g4_model_load(&m, tiny("e2b_like")) != G4_OK) { skip(m.error); return; }
+    if (g4_model_load(&m, tiny("e2b_like")) != G4_OK) { CHECK(0, "load e2b_like: %s", m.error); return; }
     sc.max_context = 4;
     sc.bf16 = 1;
     sc.lora_bf16 = 1;
@@ -749,7 +749,7 @@ static void tower_lora_case(const char *adapter, const char *model_dir, int audi
     int n_soft = 0, H;
     double d, moved;
     memset(&m, 0, sizeof m);
-    if (g4_model_load(&m, model_dir) != G4_OK) { skip(m.error); return; }
+    if (g4_model_load(&m, model_dir) != G4_OK) { CHECK(0, "load %s: %s", model_dir, m.error); return; }
     if (!lora_golden_file(&g, adapter, bf16 ? "bf16.safetensors" : "golden.safetensors")) { g4_model_free(&m); return; }
     CHECK(g4_model_load_adapter(&m, lora_dir(adapter)) == G4_OK, "%s: %s", adapter, m.error);
     CHECK(m.n_lora == modules && m.lora_ignored == 0, "%s: %d modules (%d ignored), peft chose %d", adapter, m.n_lora,
@@ -878,7 +878,7 @@ static void test_towers(void) {
     }
     free(text);
     memset(&m, 0, sizeof m);
-    if (g4_model_load(&m, path2(g_data, "vision/31b_mm")) != G4_OK) { skip(m.error); return; }
+    if (g4_model_load(&m, path2(g_data, "vision/31b_mm")) != G4_OK) { CHECK(0, "load vision/31b_mm: %s", m.error); return; }
     CHECK(g4_model_load_adapter(&m, dir) == G4_ERR_WEIGHTS &&
               strstr(m.error, "'base_model.model.model.vision_tower.encoder.layers.1.mlp.up_proj.linear.lora_A.weight' has shape [4, ") &&
               strstr(m.error, "expected [3, ") && strstr(m.error, "rank 3 from rank_pattern"),
@@ -913,7 +913,7 @@ static void unified_case(const char *adapter, int modules) {
     int bf16, kind, pass, H, t, n_img, n_aud, ns[3];
     memset(&base16, 0, sizeof base16); /* (the CHECK below may not open it: out: reads base16.ok) */
     memset(&m, 0, sizeof m);
-    if (g4_model_load(&m, tiny("unified_like")) != G4_OK) { skip(m.error); return; }
+    if (g4_model_load(&m, tiny("unified_like")) != G4_OK) { CHECK(0, "load unified_like: %s", m.error); return; }
     if (!lora_golden_file(&g, adapter, "golden.safetensors")) { g4_model_free(&m); return; }
     if (!lora_golden_file(&gb, adapter, "bf16.safetensors")) { g4_model_free(&g.m); g4_model_free(&m); return; }
     CHECK(golden_open_file(&in, "unified_like", "mm_golden.safetensors") && golden_open_file(&base16, "unified_like",
@@ -1059,7 +1059,7 @@ static void test_unified(void) {
     unified_case("unified_all_linear", 52);
     /* an arena sized before the adapter: refused (the adapter's scratch), not overrun */
     memset(&m, 0, sizeof m);
-    if (g4_model_load(&m, tiny("unified_like")) != G4_OK) { skip(m.error); return; }
+    if (g4_model_load(&m, tiny("unified_like")) != G4_OK) { CHECK(0, "load unified_like: %s", m.error); return; }
     CHECK(g4_unified_size(&m, 4, &before) == G4_OK && !posix_memalign(&arena, 64, before), "size");
     CHECK(g4_model_load_adapter(&m, lora_dir("unified_embedders")) == G4_OK, "%s", m.error);
     CHECK(g4_unified_size(&m, 4, &after) == G4_OK && after > before, "the adapter's scratch: %zu bytes, %zu before", after, before);
@@ -1091,7 +1091,7 @@ static void test_unified(void) {
              "embed_audio.embedding_projection");
     if ((f = fopen(path2(dir, "adapter_config.json"), "wb"))) { fputs(text, f); fclose(f); }
     memset(&m, 0, sizeof m);
-    if (g4_model_load(&m, tiny("unified_like")) != G4_OK) { skip(m.error); return; }
+    if (g4_model_load(&m, tiny("unified_like")) != G4_OK) { CHECK(0, "load unified_like: %s", m.error); return; }
     CHECK(g4_model_load_adapter(&m, dir) == G4_ERR_WEIGHTS &&
               strstr(m.error, "the unified vision embedder has no nn.Linear module 'model.embed_vision.patch_ln1'") && !m.lora,
           "a tensor on patch_ln1: %s", m.error);
