@@ -18,6 +18,7 @@
 #   reached) about 14 minutes; a device call of at most 10 minutes can run
 #   SKIP="real bench" first, then SKIP="suite san" (the builds are redone: 1 min).
 set -u
+export G4_CUDA_REQUIRED=1 # here no CUDA device is a failure of tests/test_cuda.c and tests/cuda_real.c, not a skip
 out=${1:-build/cuda_device}
 budget=${2:-150}
 skip=" ${SKIP:-} "

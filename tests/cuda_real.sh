@@ -5,6 +5,7 @@
 # 10-layer E2B with a 4096 vocabulary for the long runs and 512-token chunks.
 # Usage: tests/cuda_real.sh [LOGDIR] [MODELDIR]   (QUICK=1: the shorter list of tests/cuda_device.sh)
 set -u
+export G4_CUDA_REQUIRED=1 # here no CUDA device is a failure of tests/cuda_real.c, not a skip
 out=${1:-build/cuda_real_logs}
 models=${2:-build/cuda_real_models}
 mkdir -p "$out" "$models" build

@@ -8,7 +8,9 @@
      make test-cuda-emu  gemma4_cuda.cu compiled as host C++ against
                          tests/cuda_emu.h (no GPU, no nvcc: g++ alone);
      make test-cuda      gemma4_cuda.cu compiled by nvcc, on a real GPU
-                         (says so and runs nothing when there is none).
+                         (says so and runs nothing when there is none;
+                         with G4_CUDA_REQUIRED=1, as tests/cuda_device.sh
+                         runs it, that is a failure).
 
    Tolerances, and why:
      vs transformers: max |cuda - ref| <= 2e-5 * max |ref|, logits and every
@@ -1150,6 +1152,10 @@ int main(int argc, char **argv) {
     }
     if (g4_cuda_device_check(desc, sizeof desc, err) != G4_OK) {
         printf("no CUDA device here (%s): the CUDA tests did NOT run. Without a GPU, run make test-cuda-emu.\n", err);
+        if (getenv("G4_CUDA_REQUIRED") && !strcmp(getenv("G4_CUDA_REQUIRED"), "1")) { /* tests/cuda_device.sh's runs */
+            printf("0 passed, 1 failed (G4_CUDA_REQUIRED=1: a GPU was required)\n");
+            return 1;
+        }
         printf("0 passed, 0 failed (skipped: no GPU)\n");
         return 0;
     }
