@@ -134,7 +134,7 @@ H_UNUSED static int rewrite_checkpoint(const char *model, const char *dir, const
     char *used = (char *)calloc((size_t)n_extra + 1, 1);
     int i, j, n = 0, ok;
     memset(&m, 0, sizeof m);
-    if (g4__add_file(&m, tiny(model), "model.safetensors") != G4_OK) { free(used); return 0; }
+    if (g4__add_file(&m, tiny(model), "model.safetensors") != G4_OK) { free(used); g4_model_free(&m); return 0; }
     e = (st_entry *)malloc(sizeof(st_entry) * (size_t)(m.n_tensors + n_extra));
     for (i = 0; i < m.n_tensors; i++) {
         const g4__stinfo *st = &m.tensors[i];

@@ -231,7 +231,13 @@ static void check_assisted(const char *drafter, const char *target, const char *
     prompt = golden_ids(&g, name, &n);
     snprintf(name, sizeof name, "%s_assisted_ids", tag);
     want = golden_ids(&g, name, &total);
-    if (!prompt || !want || !pair_open(&p, target, drafter, 64, k + 2)) { CHECK(0, "open"); g4_model_free(&g.m); return; }
+    memset(&p, 0, sizeof p); /* (pair_free below may run without pair_open) */
+    if (!prompt || !want || !pair_open(&p, target, drafter, 64, k + 2)) {
+        CHECK(0, "open");
+        pair_free(&p);
+        g4_model_free(&g.m);
+        return;
+    }
     out = (int32_t *)malloc(sizeof(int32_t) * (size_t)(total + k + 2));
     CHECK(g4_spec_size(&p.tm, k, &bytes) == G4_OK && (work = malloc(bytes)), "spec size");
     CHECK(g4_spec_init(&sp, &p.t, &p.d, k, work, bytes) == G4_OK, "spec init: %s", sp.error);

@@ -1781,13 +1781,13 @@ static void test_threads_bit_identical(void) {
         float *la, *lb;
         if (k % 6 == 0) CHECK(g4_pool_create(&pool, nt) == G4_OK && g4_pool_threads(pool) == nt, "pool");
         memset(&a, 0, sizeof a); /* (g4i_close below may run without g4i_open) */
-        if (!golden_open(&g, models[k % 6])) { CHECK(0, "golden"); continue; }
+        if (!golden_open(&g, models[k % 6])) { CHECK(0, "golden"); goto next; }
         ids = golden_ids(&g, "input_ids", &n);
         if (!ids || !g4i_open(&a, &g4i_cpu, tiny(models[k % 6]), n, 7, 0)) {
             CHECK(0, "open");
             g4i_close(&a);
             g4_model_free(&g.m);
-            continue;
+            goto next;
         }
         V = a.m.config.vocab_size;
         { /* b: the same session config with the pool, in an arena of the test's own */
@@ -1807,6 +1807,7 @@ static void test_threads_bit_identical(void) {
         free(la); free(lb); free(b_arena);
         g4i_close(&a);
         g4_model_free(&g.m);
+    next: /* (a failed open too: the round's pool is freed) */
         if (k % 6 == 5) g4_pool_free(pool);
     }
 }
