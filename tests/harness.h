@@ -54,6 +54,19 @@ H_UNUSED static void skip(const char *why) {
     g_cur_skipped = 1;
 }
 
+/* A GPU suite where no CUDA device answers: a skip, or a failure with G4_CUDA_REQUIRED=1 (set by
+   tests/cuda_device.sh and cuda_real.sh, on the machine that has one). Prints the closing line;
+   returns the exit status. */
+H_UNUSED static int h_no_gpu(void) {
+    const char *req = getenv("G4_CUDA_REQUIRED");
+    if (req && strcmp(req, "1") == 0) {
+        printf("0 passed, 1 failed (G4_CUDA_REQUIRED=1: a GPU was required)\n");
+        return 1;
+    }
+    printf("0 passed, 0 failed (skipped: no GPU)\n");
+    return 0;
+}
+
 H_UNUSED static void run(const char *name, void (*fn)(void)) {
     if (g_only && !strstr(name, g_only)) return;
     begin("%s", name);
